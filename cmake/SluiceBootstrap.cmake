@@ -1,0 +1,51 @@
+# Dependency bootstrap: installs missing Debian packages with apt-get when
+# running as root or with passwordless sudo; otherwise stops and prints the
+# exact command. Only the presets enable it (SLUICE_BOOTSTRAP_DEPS=ON).
+
+set(SLUICE_DEBIAN_PACKAGES
+  libck-dev             # core: Concurrency Kit
+  pkg-config            # build: finds ck and the shim's libraries
+  libcriterion-dev      # tests
+  libcurl4-openssl-dev  # shim: transport
+  libjansson-dev        # shim: state file and event JSON
+  libmicrohttpd-dev     # shim: admin endpoint and provider simulator
+  libmimalloc-dev       # shim: allocator
+)
+
+function(sluice_bootstrap_packages)
+  set(missing "")
+  foreach(pkg IN LISTS SLUICE_DEBIAN_PACKAGES)
+    execute_process(COMMAND dpkg-query -W -f=\${Status} ${pkg}
+      OUTPUT_VARIABLE status ERROR_QUIET RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0 OR NOT status MATCHES "install ok installed")
+      list(APPEND missing ${pkg})
+    endif()
+  endforeach()
+  if(NOT missing)
+    return()
+  endif()
+  list(JOIN missing " " missing_str)
+
+  execute_process(COMMAND id -u OUTPUT_VARIABLE uid OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(prefix "")
+  if(NOT uid STREQUAL "0")
+    execute_process(COMMAND sudo -n true RESULT_VARIABLE sudo_rc OUTPUT_QUIET ERROR_QUIET)
+    if(NOT sudo_rc EQUAL 0)
+      message(FATAL_ERROR "sluice: missing Debian packages: ${missing_str}\n"
+        "Install them with:\n  sudo apt-get update && sudo apt-get install -y ${missing_str}")
+    endif()
+    set(prefix sudo -n)
+  endif()
+
+  message(STATUS "sluice: installing missing Debian packages: ${missing_str}")
+  execute_process(COMMAND ${prefix} env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    RESULT_VARIABLE rc)
+  if(rc EQUAL 0)
+    execute_process(COMMAND ${prefix} env DEBIAN_FRONTEND=noninteractive
+      apt-get install -y -q --no-install-recommends ${missing} RESULT_VARIABLE rc)
+  endif()
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "sluice: apt-get failed (exit ${rc}). Install by hand:\n"
+      "  apt-get update && apt-get install -y ${missing_str}")
+  endif()
+endfunction()

@@ -1,0 +1,64 @@
+/*
+ * sluice/status.h — status codes for every sluice call.
+ *
+ * One X-macro map generates the enum, sluice_strerror() and
+ * sluice_status_name(), libuv-style. Values are negative errno where one
+ * exists, so a status can be compared against -errno; codes with no errno
+ * equivalent live at -4000 and below.
+ *
+ * Concurrency: pure functions over constant tables; callable from any thread.
+ */
+#ifndef SLUICE_STATUS_H
+#define SLUICE_STATUS_H
+
+#include <errno.h>
+
+#include "cc.h"
+
+/* X(NAME, value, message) */
+#define SLUICE_STATUS_MAP(X)                                                                       \
+    X(OK, 0, "success")                                                                            \
+    X(EAGAIN, -EAGAIN, "resource temporarily unavailable")                                         \
+    X(ETIMEDOUT, -ETIMEDOUT, "deadline expired before the operation completed")                    \
+    X(ECANCELED, -ECANCELED, "operation canceled")                                                 \
+    X(EINVAL, -EINVAL, "invalid argument or configuration")                                        \
+    X(ENOMEM, -ENOMEM, "out of memory")                                                            \
+    X(EIO, -EIO, "input/output error")                                                             \
+    X(ECAPACITY, -4000, "capacity full: no admission slot is free")                                \
+    X(ECLOSED, -4001, "closed: the object no longer accepts waiters")
+
+enum sluice_status {
+#define SLUICE__STATUS_ENUM(name, value, msg) SLUICE_##name = (value),
+    SLUICE_STATUS_MAP(SLUICE__STATUS_ENUM)
+#undef SLUICE__STATUS_ENUM
+};
+
+/* A human-readable message for a status; never NULL. */
+SLUICE_INLINE const char *sluice_strerror(int status)
+{
+    switch (status) {
+#define SLUICE__STATUS_MSG(name, value, msg)                                                       \
+    case (value):                                                                                  \
+        return msg;
+        SLUICE_STATUS_MAP(SLUICE__STATUS_MSG)
+#undef SLUICE__STATUS_MSG
+    default:
+        return "unknown sluice status";
+    }
+}
+
+/* The enumerator's name without the prefix ("ECAPACITY"); never NULL. */
+SLUICE_INLINE const char *sluice_status_name(int status)
+{
+    switch (status) {
+#define SLUICE__STATUS_NAME(name, value, msg)                                                      \
+    case (value):                                                                                  \
+        return #name;
+        SLUICE_STATUS_MAP(SLUICE__STATUS_NAME)
+#undef SLUICE__STATUS_NAME
+    default:
+        return "UNKNOWN";
+    }
+}
+
+#endif /* SLUICE_STATUS_H */
