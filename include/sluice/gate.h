@@ -1,48 +1,55 @@
 /*
- * sluice/gate.h — a ticket-based FIFO permit gate (a counting semaphore that
- * serves waiters strictly in arrival order).
+ * sluice/gate.h — a FIFO permit gate: a counting semaphore that serves
+ * waiters strictly in arrival order, with deadlines, cancel tokens, async
+ * waiters and a limit that can move at run time.
  *
  * What it is: `limit` permits. acquire() takes one, waiting in FIFO order if
- * none is free; release() gives one back. The limit can move at run time:
- * raising it wakes the newly eligible waiters at once; lowering it takes
- * effect as holders release (holders are never interrupted).
+ * none is free; release() gives one back. Raising the limit grants the newly
+ * eligible waiters at once; lowering it takes effect as holders release
+ * (holders are never interrupted, and nobody new is granted while the
+ * number of holders is at or above the new limit).
  *
- * How it works: an arrival takes a ticket with one fetch-add on `tail`. A
- * ticket is granted once it is below the grant frontier (`frontier`), which
- * every release advances by one. The uncontended acquire+release is two
- * atomic RMWs (tail, frontier) and two loads. A waiter that must wait
- * publishes itself in its own slot (ticket mod capacity) and parks on that
- * slot's futex word, so a release wakes exactly the next thread in line:
- * no herd. A release that advances the frontier onto a ticket whose waiter
- * was cancelled skips it (marks the slot free and advances again): a
- * cancelled ticket is credited to the frontier only when the frontier
- * reaches it, never at cancel time, which would let limit+1 holders in.
+ * How it works: one 64-bit word packs `available` (signed: negative after a
+ * limit cut, until releases repay it) and `waiters` (queued waiters). The
+ * uncontended acquire is one CAS (available > 0 and nobody waiting ->
+ * available - 1) and the uncontended release one CAS (nobody waiting ->
+ * available + 1): two atomic RMWs for the pair. Because the fast acquire
+ * requires waiters == 0, an arrival can never overtake a queued waiter.
  *
- * Slot state machine (tag = ticket, so a slot never confuses two laps):
- *   EMPTY(t') --waiter publishes--> WAITING(t)
- *   WAITING(t) --release grants--> GRANTED(t) --waiter consumes--> EMPTY(t)
- *   WAITING(t) --waiter sees frontier > t--> EMPTY(t)            (self-serve)
- *   WAITING(t) --cancel/timeout/close--> CANCELLED(t) --frontier skips--> EMPTY(t)
- * Every transition out of WAITING is a CAS, so a cancel that races a grant
- * has exactly one winner: if the grant won, the waiter owns a permit and
- * passes it on with release() before returning its error.
+ * Contended path: a waiter links its own node into an intrusive FIFO queue
+ * under a spinlock held for a few dozen instructions; the waiter next in
+ * line spins briefly on its node, every other one parks on its node's futex
+ * word at once (spinning behind the head only steals CPU from holders). A
+ * grant to the head also rouses the new head, so its wake-up latency
+ * overlaps the permit's use rather than following it. A release that finds waiters
+ * pops the head and hands the permit to that node directly (the permit
+ * never becomes "available", so nobody can barge), waking exactly that one
+ * thread: no herd. Cancellation and timeout remove the node from the queue
+ * under the same lock, so nothing is left behind for a later release to
+ * skip, and a cancelled waiter can never be credited a permit. If a grant
+ * wins the race (the node was already popped), the waiter owns the permit
+ * and passes it on with release() before returning its error.
  *
- * Progress: tryacquire, release, set_limit, stats and cancel_async are
- * lock-free (set_limit serialises only against other set_limit calls).
- * acquire blocks: it spins SLUICE_PARK_SPIN times, then parks in the kernel.
+ * Why not tickets and a slot array (DESIGN.md's first sketch): an abandoned
+ * ticket keeps its slot until the grant frontier reaches it, so repeated
+ * timeouts behind a slow holder create unboundedly many outstanding
+ * tickets; a fixed slot array then laps, and a later ticket can occupy the
+ * slot of an earlier, still-unpublished one, stalling the gate for good.
+ * The queue keeps the same FIFO order, exactly-one wake-ups and two-RMW
+ * fast path, with no capacity limit and no lapping.
+ *
+ * Progress: tryacquire and the uncontended acquire/release are lock-free.
+ * Contended release, set_limit, close and cancel take the spinlock briefly;
+ * no callback or syscall runs under it. acquire blocks: it spins
+ * SLUICE_PARK_SPIN times, then parks in the kernel.
  *
  * Concurrency: every function may run concurrently with every other on the
- * same gate, except init/create/destroy. At most `capacity` waiters should
- * be queued at once; a waiter beyond that yields until its slot frees and
- * honours its deadline only once it holds a slot. Pools size their gates so
- * this never happens.
+ * same gate, except init/create/destroy.
  *
- * Memory ordering: tail, frontier and slot states use seq_cst, because
- * lost-wake-up freedom rests on two store/load (Dekker) pairs: an arrival
- * (RMW tail, load frontier) against a release (RMW frontier, load tail), and
- * a publishing waiter (store slot, load frontier) against a release (RMW
- * frontier, load slot). In each pair at least one side sees the other. A
- * grant happens-before the acquire that returns it, so a holder sees
+ * Memory ordering: a successful fast acquire is an acquire CAS and a fast
+ * release a release CAS on the same word; slow paths publish under the
+ * spinlock and hand over through the node's state word (seq_cst exchange
+ * by the granter, acquire load by the waiter). So a holder always sees
  * everything the previous holder wrote before release().
  *
  * Async waiters (event loops): sluice_gate_acquire_async() queues a waiter
@@ -50,7 +57,8 @@
  * SLUICE_ECANCELED (sluice_gate_cancel_async) or SLUICE_ECLOSED
  * (sluice_gate_close). It runs inline on the calling thread when the
  * outcome is known at once (permit free, gate closed), otherwise on the
- * thread that releases the permit, cancels, or closes. It must not block.
+ * thread that releases the permit, raises the limit, cancels, or closes.
+ * It must not block, and may call back into the gate.
  */
 #ifndef SLUICE_GATE_H
 #define SLUICE_GATE_H
@@ -61,7 +69,15 @@
 #include "time.h"
 
 #define SLUICE_GATE_LIMIT_MAX (UINT32_C(1) << 30)
-#define SLUICE_GATE_CAPACITY_MAX (UINT32_C(1) << 24)
+
+/* A queued waiter. Sync waiters keep theirs on the stack during the wait;
+ * async waiters embed one in struct sluice_gate_waiter. */
+struct sluice_gate_node {
+    struct sluice_gate_node *next, *prev; /* guarded by the gate's lock */
+    bool queued;                          /* guarded by the gate's lock */
+    _Atomic(uint32_t) state;              /* SLUICE__NODE_*; the futex word */
+    struct sluice_gate_waiter *async;     /* NULL for a sync waiter */
+};
 
 struct sluice_gate_waiter;
 typedef void (*sluice_gate_cb)(struct sluice_gate_waiter *waiter, int status);
@@ -70,82 +86,71 @@ typedef void (*sluice_gate_cb)(struct sluice_gate_waiter *waiter, int status);
 struct sluice_gate_waiter {
     sluice_gate_cb cb;
     void *data;
-    uint64_t sluice__ticket;
+    struct sluice_gate_node sluice__node;
 };
-
-struct sluice_gate_slot {
-    _Atomic(uint64_t) state; /* ticket << 2 | SLUICE__SLOT_* */
-    _Atomic(uint32_t) park;  /* the waiter's futex word (sluice/park.h) */
-    _Atomic(struct sluice_gate_waiter *) async;
-} SLUICE_ALIGNED(SLUICE_CACHELINE);
 
 struct sluice_gate_counts {
     uint32_t limit;
-    uint32_t in_flight; /* permits held (exact when the gate is quiet) */
+    uint32_t in_flight; /* permits held */
     uint32_t waiting;   /* waiters queued for a permit */
 };
 
 struct sluice_gate {
-    /* Arrivals write `tail`; releases write `frontier`: separate lines. */
-    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) tail;
-    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) frontier;
-    SLUICE_ALIGNED(SLUICE_CACHELINE) struct sluice_gate_slot *slots;
-    uint64_t mask;
+    /* The hot word gets its own line; the queue and lock another. */
+    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) word;
+    SLUICE_ALIGNED(SLUICE_CACHELINE) sluice_spinlock lock;
+    struct sluice_gate_node *head, *tail; /* guarded by lock */
+    /* A lock-free copy of `head`, read by spinning waiters: only the next in
+     * line spins, the rest park at once and leave the CPU to the holders. */
+    _Atomic(struct sluice_gate_node *) head_hint;
     _Atomic(uint32_t) limit;
     _Atomic(uint32_t) closed;
-    _Atomic(int64_t) n_waiting;        /* published, unresolved waiters */
-    _Atomic(int64_t) n_cancel_pending; /* cancelled tickets the frontier has not skipped */
-    sluice_spinlock limit_lock;
     struct sluice_allocator allocator;
     bool owns_memory;
 };
 
 struct sluice_gate_desc {
-    uint32_t limit;    /* permits (default: 1; at most SLUICE_GATE_LIMIT_MAX) */
-    uint32_t capacity; /* most waiters queued at once, rounded up to a power of two
-                          (default: 1024) */
+    uint32_t limit; /* permits (default: 1; at most SLUICE_GATE_LIMIT_MAX) */
     const struct sluice_allocator *allocator; /* (default: aligned_alloc/free) */
 };
 
-enum { SLUICE__SLOT_EMPTY = 0, SLUICE__SLOT_WAITING = 1, SLUICE__SLOT_GRANTED = 2,
-       SLUICE__SLOT_CANCELLED = 3 };
+enum { SLUICE__NODE_WAITING = 0, SLUICE__NODE_SLEEPING = 1, SLUICE__NODE_GRANTED = 2,
+       SLUICE__NODE_CLOSED = 3 };
 
-SLUICE_INLINE uint64_t sluice__slot_word(uint64_t ticket, unsigned state)
+/* ---- the packed word: low 32 bits available (signed), high 32 waiters ---- */
+
+#define SLUICE__GATE_ONE_WAITER (UINT64_C(1) << 32)
+
+SLUICE_INLINE int32_t sluice__gate_available(uint64_t word)
 {
-    return ticket << 2 | state;
+    return (int32_t)(uint32_t)word;
 }
 
-/* Bytes of slot storage sluice_gate_init needs for `capacity` (a power of two). */
-#define SLUICE_GATE_SLOTS_SIZE(capacity) ((size_t)(capacity) * sizeof(struct sluice_gate_slot))
-
-/*
- * Initialise a gate over caller-provided, cache-line-aligned slot storage.
- * `capacity` must be a power of two. Returns SLUICE_EINVAL otherwise.
- */
-SLUICE_INLINE int sluice_gate_init(struct sluice_gate *g, struct sluice_gate_slot *slots,
-                                   uint32_t capacity, uint32_t limit)
+SLUICE_INLINE uint32_t sluice__gate_waiters(uint64_t word)
 {
-    if (!g || !slots || !sluice_is_pow2(capacity) || capacity > SLUICE_GATE_CAPACITY_MAX ||
-        limit > SLUICE_GATE_LIMIT_MAX)
+    return (uint32_t)(word >> 32);
+}
+
+SLUICE_INLINE uint64_t sluice__gate_word(int32_t available, uint32_t waiters)
+{
+    return (uint64_t)waiters << 32 | (uint32_t)available;
+}
+
+/* Initialise a gate in caller storage. Returns SLUICE_EINVAL for a bad limit. */
+SLUICE_INLINE int sluice_gate_init(struct sluice_gate *g, uint32_t limit)
+{
+    if (!g || limit > SLUICE_GATE_LIMIT_MAX)
         return SLUICE_EINVAL;
-    atomic_init(&g->tail, 0);
-    atomic_init(&g->frontier, limit);
-    g->slots = slots;
-    g->mask = capacity - 1;
+    atomic_init(&g->word, sluice__gate_word((int32_t)limit, 0));
+    sluice_spinlock_init(&g->lock);
+    g->head = g->tail = NULL;
+    atomic_init(&g->head_hint, (struct sluice_gate_node *)NULL);
     atomic_init(&g->limit, limit);
     atomic_init(&g->closed, 0u);
-    atomic_init(&g->n_waiting, 0);
-    atomic_init(&g->n_cancel_pending, 0);
-    sluice_spinlock_init(&g->limit_lock);
     g->allocator.alloc = NULL;
     g->allocator.free = NULL;
     g->allocator.ctx = NULL;
     g->owns_memory = false;
-    for (uint32_t i = 0; i < capacity; i++) {
-        atomic_init(&slots[i].state, sluice__slot_word(i, SLUICE__SLOT_EMPTY));
-        atomic_init(&slots[i].park, SLUICE_PARK_AWAKE);
-        atomic_init(&slots[i].async, (struct sluice_gate_waiter *)NULL);
-    }
     return SLUICE_OK;
 }
 
@@ -153,20 +158,14 @@ SLUICE_INLINE int sluice_gate_init(struct sluice_gate *g, struct sluice_gate_slo
 SLUICE_INLINE int sluice_gate_create(const struct sluice_gate_desc *desc, struct sluice_gate **out)
 {
     uint32_t limit = desc && desc->limit ? desc->limit : 1;
-    uint64_t cap = sluice_next_pow2(desc && desc->capacity ? desc->capacity : 1024);
     const struct sluice_allocator *a = desc ? desc->allocator : NULL;
     *out = NULL;
-    if (limit > SLUICE_GATE_LIMIT_MAX || cap > SLUICE_GATE_CAPACITY_MAX)
+    if (limit > SLUICE_GATE_LIMIT_MAX)
         return SLUICE_EINVAL;
     struct sluice_gate *g = (struct sluice_gate *)sluice__alloc(a, sizeof *g, SLUICE_CACHELINE);
-    struct sluice_gate_slot *slots =
-        (struct sluice_gate_slot *)sluice__alloc(a, SLUICE_GATE_SLOTS_SIZE(cap), SLUICE_CACHELINE);
-    if (!g || !slots) {
-        sluice__free(a, g, sizeof *g);
-        sluice__free(a, slots, SLUICE_GATE_SLOTS_SIZE(cap));
+    if (!g)
         return SLUICE_ENOMEM;
-    }
-    sluice_gate_init(g, slots, (uint32_t)cap, limit);
+    sluice_gate_init(g, limit);
     if (a)
         g->allocator = *a;
     g->owns_memory = true;
@@ -180,199 +179,268 @@ SLUICE_INLINE void sluice_gate_destroy(struct sluice_gate *g)
     if (!g || !g->owns_memory)
         return;
     struct sluice_allocator a = g->allocator;
-    sluice__free(&a, g->slots, SLUICE_GATE_SLOTS_SIZE(g->mask + 1));
     sluice__free(&a, g, sizeof *g);
 }
 
-SLUICE_INLINE struct sluice_gate_slot *sluice__gate_slot(struct sluice_gate *g, uint64_t ticket)
+/* ---- the queue (callers hold g->lock) ------------------------------------- */
+
+SLUICE_INLINE void sluice__gate_enqueue(struct sluice_gate *g, struct sluice_gate_node *n)
 {
-    return &g->slots[ticket & g->mask];
+    n->next = NULL;
+    n->prev = g->tail;
+    if (g->tail)
+        g->tail->next = n;
+    else
+        g->head = n;
+    g->tail = n;
+    n->queued = true;
+    atomic_store_explicit(&g->head_hint, g->head, SLUICE_RELAXED);
+}
+
+SLUICE_INLINE void sluice__gate_unlink(struct sluice_gate *g, struct sluice_gate_node *n)
+{
+    if (n->prev)
+        n->prev->next = n->next;
+    else
+        g->head = n->next;
+    if (n->next)
+        n->next->prev = n->prev;
+    else
+        g->tail = n->prev;
+    n->next = n->prev = NULL;
+    n->queued = false;
+    atomic_store_explicit(&g->head_hint, g->head, SLUICE_RELAXED);
+}
+
+/* Add `delta` to the word. Callers hold the lock; a fetch-add is enough
+ * because fast paths only ever move `available` while nobody waits, and a
+ * waiter joins only while no permit is available. */
+SLUICE_INLINE void sluice__gate_add(struct sluice_gate *g, uint64_t delta)
+{
+    atomic_fetch_add_explicit(&g->word, delta, SLUICE_ACQ_REL);
+}
+
+/* Move a sleeping waiter back to WAITING without granting anything, so it
+ * re-checks its condition. Returns true if it was asleep (then wake it). */
+SLUICE_INLINE bool sluice__gate_unsleep(struct sluice_gate_node *n)
+{
+    uint32_t sleeping = SLUICE__NODE_SLEEPING;
+    return atomic_compare_exchange_strong_explicit(&n->state, &sleeping, SLUICE__NODE_WAITING,
+                                                   SLUICE_SEQ_CST, SLUICE_SEQ_CST);
 }
 
 /*
- * Hand the permit that just made ticket `f` eligible to f's waiter. If f's
- * waiter was cancelled, skip it: the permit moves on to the next ticket.
- * If f's holder has not published a wait, it will see the frontier itself.
+ * With the lock held, give one permit to the queue's head if there is one
+ * and no limit cut is outstanding; otherwise make it available. Returns the
+ * node to hand the permit to (after unlocking), or NULL. If the new head is
+ * asleep, it is roused and *rouse set: waking it now, while the permit it
+ * will get is still in use, hides the wake-up latency behind that use.
  */
-SLUICE_INLINE void sluice__gate_grant(struct sluice_gate *g, uint64_t f)
+SLUICE_INLINE struct sluice_gate_node *sluice__gate_give_locked(struct sluice_gate *g,
+                                                               _Atomic(uint32_t) **rouse)
 {
-    for (;;) {
-        if (f >= atomic_load_explicit(&g->tail, SLUICE_SEQ_CST))
-            return;
-        struct sluice_gate_slot *slot = sluice__gate_slot(g, f);
-        uint64_t s = atomic_load_explicit(&slot->state, SLUICE_SEQ_CST);
-        if (s == sluice__slot_word(f, SLUICE__SLOT_WAITING)) {
-            struct sluice_gate_waiter *async = atomic_load_explicit(&slot->async, SLUICE_ACQUIRE);
-            if (!atomic_compare_exchange_strong_explicit(
-                    &slot->state, &s, sluice__slot_word(f, SLUICE__SLOT_GRANTED), SLUICE_SEQ_CST,
-                    SLUICE_SEQ_CST))
-                continue;
-            if (async) {
-                /* Async waiters never consume their grant; do it for them. */
-                atomic_store_explicit(&slot->state, sluice__slot_word(f, SLUICE__SLOT_EMPTY),
-                                      SLUICE_RELEASE);
-                atomic_fetch_sub_explicit(&g->n_waiting, 1, SLUICE_RELAXED);
-                async->cb(async, SLUICE_OK);
-            } else {
-                sluice_park_wake(&slot->park);
-            }
-            return;
-        }
-        if (s == sluice__slot_word(f, SLUICE__SLOT_CANCELLED)) {
-            if (!atomic_compare_exchange_strong_explicit(
-                    &slot->state, &s, sluice__slot_word(f, SLUICE__SLOT_EMPTY), SLUICE_SEQ_CST,
-                    SLUICE_SEQ_CST))
-                continue;
-            atomic_fetch_sub_explicit(&g->n_cancel_pending, 1, SLUICE_RELAXED);
-            f = atomic_fetch_add_explicit(&g->frontier, 1, SLUICE_SEQ_CST);
-            continue;
-        }
-        return; /* not yet published, or already resolved */
+    uint64_t w = atomic_load_explicit(&g->word, SLUICE_ACQUIRE);
+    if (sluice__gate_available(w) < 0 || !g->head) {
+        sluice__gate_add(g, 1);
+        return NULL;
     }
+    struct sluice_gate_node *n = g->head;
+    sluice__gate_unlink(g, n);
+    sluice__gate_add(g, (uint64_t)0 - SLUICE__GATE_ONE_WAITER);
+    struct sluice_gate_node *next = g->head;
+    if (rouse && next && !next->async && sluice__gate_unsleep(next))
+        *rouse = &next->state;
+    return n;
+}
+
+/* Hand a permit (or the close verdict) to a popped node. Last touch of it. */
+SLUICE_INLINE void sluice__gate_notify(struct sluice_gate_node *n, uint32_t verdict)
+{
+    if (n->async) {
+        struct sluice_gate_waiter *w = n->async;
+        w->cb(w, verdict == SLUICE__NODE_GRANTED ? (int)SLUICE_OK : (int)SLUICE_ECLOSED);
+        return;
+    }
+    /* After this exchange the waiter may return and free its node; a
+     * FUTEX_WAKE on a dead private address is harmless (glibc relies on
+     * the same for mutex unlock). */
+    if (atomic_exchange_explicit(&n->state, verdict, SLUICE_SEQ_CST) == SLUICE__NODE_SLEEPING)
+        sluice_futex_wake(&n->state);
+}
+
+/* ---- release -------------------------------------------------------------- */
+
+SLUICE_INLINE void sluice__gate_release_slow(struct sluice_gate *g)
+{
+    _Atomic(uint32_t) *rouse = NULL;
+    sluice_spinlock_lock(&g->lock);
+    struct sluice_gate_node *n = sluice__gate_give_locked(g, &rouse);
+    sluice_spinlock_unlock(&g->lock);
+    if (n)
+        sluice__gate_notify(n, SLUICE__NODE_GRANTED);
+    if (rouse)
+        sluice_futex_wake(rouse);
 }
 
 /* Give a permit back. Wakes at most the one waiter next in line. */
 SLUICE_INLINE void sluice_gate_release(struct sluice_gate *g)
 {
-    sluice__gate_grant(g, atomic_fetch_add_explicit(&g->frontier, 1, SLUICE_SEQ_CST));
-}
-
-SLUICE_INLINE bool sluice__gate_eligible(struct sluice_gate *g, uint64_t ticket)
-{
-    return ticket < atomic_load_explicit(&g->frontier, SLUICE_SEQ_CST);
-}
-
-/* Wait until `ticket`'s slot is free for this lap, then publish WAITING. */
-SLUICE_INLINE struct sluice_gate_slot *sluice__gate_publish(struct sluice_gate *g, uint64_t ticket,
-                                                           struct sluice_gate_waiter *async)
-{
-    struct sluice_gate_slot *slot = sluice__gate_slot(g, ticket);
-    atomic_fetch_add_explicit(&g->n_waiting, 1, SLUICE_RELAXED);
-    for (unsigned spins = 0;; spins++) {
-        uint64_t s = atomic_load_explicit(&slot->state, SLUICE_SEQ_CST);
-        if ((s & 3u) == SLUICE__SLOT_EMPTY && (s >> 2) <= ticket) {
-            atomic_store_explicit(&slot->async, async, SLUICE_RELAXED);
-            if (atomic_compare_exchange_strong_explicit(
-                    &slot->state, &s, sluice__slot_word(ticket, SLUICE__SLOT_WAITING),
-                    SLUICE_SEQ_CST, SLUICE_SEQ_CST))
-                return slot;
-            continue;
-        }
-        /* An earlier lap still owns the slot: more waiters than capacity. */
-        if (spins < SLUICE_PARK_SPIN)
-            sluice_cpu_relax();
-        else
-            sched_yield();
+    uint64_t w = atomic_load_explicit(&g->word, SLUICE_RELAXED);
+    while (sluice__gate_waiters(w) == 0) {
+        if (atomic_compare_exchange_weak_explicit(&g->word, &w, w + 1, SLUICE_RELEASE,
+                                                  SLUICE_RELAXED))
+            return;
     }
+    sluice__gate_release_slow(g);
 }
 
-/*
- * Try to leave the line with WAITING(t) -> CANCELLED(t). Returns true if the
- * waiter left; false if a grant won the race (the slot is GRANTED(t)).
- */
-SLUICE_INLINE bool sluice__gate_withdraw(struct sluice_gate *g, struct sluice_gate_slot *slot,
-                                         uint64_t ticket)
+/* ---- acquire -------------------------------------------------------------- */
+
+/* Take an available permit if nobody is queued; never jumps the queue. */
+SLUICE_INLINE bool sluice__gate_take_fast(struct sluice_gate *g)
 {
-    uint64_t waiting = sluice__slot_word(ticket, SLUICE__SLOT_WAITING);
-    /* Count the pending skip before it becomes visible, so stats never go negative. */
-    atomic_fetch_add_explicit(&g->n_cancel_pending, 1, SLUICE_RELAXED);
-    if (atomic_compare_exchange_strong_explicit(&slot->state, &waiting,
-                                                sluice__slot_word(ticket, SLUICE__SLOT_CANCELLED),
-                                                SLUICE_SEQ_CST, SLUICE_SEQ_CST)) {
-        atomic_fetch_sub_explicit(&g->n_waiting, 1, SLUICE_RELAXED);
-        return true;
+    uint64_t w = atomic_load_explicit(&g->word, SLUICE_RELAXED);
+    while (sluice__gate_available(w) > 0 && sluice__gate_waiters(w) == 0) {
+        if (atomic_compare_exchange_weak_explicit(&g->word, &w, w - 1, SLUICE_ACQUIRE,
+                                                  SLUICE_RELAXED))
+            return true;
     }
-    atomic_fetch_sub_explicit(&g->n_cancel_pending, 1, SLUICE_RELAXED);
     return false;
 }
 
 /*
- * Resolve a published wait once the frontier has passed `ticket` or a grant
- * arrived: WAITING(t) -> EMPTY(t) (self-serve) or GRANTED(t) -> EMPTY(t).
- * Returns false if the slot is still WAITING with no grant (keep waiting).
+ * Under the lock: take a permit that became free since the fast path
+ * failed, or join the queue. Returns SLUICE_OK (granted, not queued),
+ * SLUICE_EAGAIN (queued) or SLUICE_ECLOSED.
  */
-SLUICE_INLINE bool sluice__gate_try_take(struct sluice_gate *g, struct sluice_gate_slot *slot,
-                                         uint64_t ticket)
+SLUICE_INLINE int sluice__gate_join(struct sluice_gate *g, struct sluice_gate_node *n,
+                                    struct sluice_gate_waiter *async)
 {
-    uint64_t granted = sluice__slot_word(ticket, SLUICE__SLOT_GRANTED);
-    uint64_t empty = sluice__slot_word(ticket, SLUICE__SLOT_EMPTY);
-    uint64_t s = atomic_load_explicit(&slot->state, SLUICE_SEQ_CST);
-    if (s != granted) {
-        if (!sluice__gate_eligible(g, ticket))
-            return false;
-        /* Eligible but not granted: the releaser may have looked before we
-         * published. Take the permit ourselves unless its grant lands first. */
-        uint64_t waiting = sluice__slot_word(ticket, SLUICE__SLOT_WAITING);
-        if (atomic_compare_exchange_strong_explicit(&slot->state, &waiting, empty, SLUICE_SEQ_CST,
-                                                    SLUICE_SEQ_CST)) {
-            atomic_fetch_sub_explicit(&g->n_waiting, 1, SLUICE_RELAXED);
-            return true;
+    n->async = async;
+    atomic_store_explicit(&n->state, SLUICE__NODE_WAITING, SLUICE_RELAXED);
+    sluice_spinlock_lock(&g->lock);
+    int status;
+    if (atomic_load_explicit(&g->closed, SLUICE_ACQUIRE)) {
+        status = SLUICE_ECLOSED;
+    } else {
+        /* One CAS decides, against fast releases racing us: either a permit
+         * is free (take it) or we count ourselves as a waiter, after which
+         * no release can make a permit available without seeing us. */
+        uint64_t w = atomic_load_explicit(&g->word, SLUICE_RELAXED);
+        for (;;) {
+            bool free_permit = sluice__gate_available(w) > 0 && sluice__gate_waiters(w) == 0;
+            uint64_t next = free_permit ? w - 1 : w + SLUICE__GATE_ONE_WAITER;
+            if (atomic_compare_exchange_weak_explicit(&g->word, &w, next, SLUICE_ACQ_REL,
+                                                      SLUICE_RELAXED)) {
+                status = free_permit ? SLUICE_OK : SLUICE_EAGAIN;
+                break;
+            }
         }
+        if (status == SLUICE_EAGAIN)
+            sluice__gate_enqueue(g, n);
     }
-    atomic_store_explicit(&slot->state, empty, SLUICE_RELEASE);
-    atomic_fetch_sub_explicit(&g->n_waiting, 1, SLUICE_RELAXED);
-    return true;
+    sluice_spinlock_unlock(&g->lock);
+    return status;
+}
+
+/*
+ * Leave the queue. Returns true if the node was still queued (it holds
+ * nothing); false if it was already popped by a grant or close, whose
+ * verdict is on its way.
+ */
+SLUICE_INLINE bool sluice__gate_leave(struct sluice_gate *g, struct sluice_gate_node *n)
+{
+    sluice_spinlock_lock(&g->lock);
+    bool queued = n->queued;
+    if (queued) {
+        sluice__gate_unlink(g, n);
+        sluice__gate_add(g, (uint64_t)0 - SLUICE__GATE_ONE_WAITER);
+    }
+    sluice_spinlock_unlock(&g->lock);
+    return queued;
 }
 
 struct sluice__gate_cancel_hook {
     struct sluice_cancel_hook hook;
-    struct sluice_gate_slot *slot;
+    struct sluice_gate_node *node;
 };
 
 static inline void sluice__gate_on_cancel(struct sluice_cancel_hook *hook)
 {
-    sluice_park_wake(&((struct sluice__gate_cancel_hook *)hook)->slot->park);
+    struct sluice_gate_node *n = ((struct sluice__gate_cancel_hook *)hook)->node;
+    /* Wake without granting: the waiter sees the token and leaves. */
+    if (sluice__gate_unsleep(n))
+        sluice_futex_wake(&n->state);
 }
 
-/* The reason a wait must stop now, or SLUICE_OK. Cancel beats the deadline. */
-SLUICE_INLINE int sluice__gate_stop_reason(struct sluice_gate *g, const struct timespec *deadline,
+/* Why a wait must stop now, or SLUICE_OK. Cancel beats the deadline. */
+SLUICE_INLINE int sluice__gate_stop_reason(const struct timespec *deadline,
                                            const struct sluice_cancel *cancel)
 {
     if (sluice_cancel_fired(cancel))
         return SLUICE_ECANCELED;
-    if (atomic_load_explicit(&g->closed, SLUICE_SEQ_CST))
-        return SLUICE_ECLOSED;
     if (sluice_deadline_passed(deadline))
         return SLUICE_ETIMEDOUT;
     return SLUICE_OK;
 }
 
-SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, uint64_t ticket,
-                                    const struct timespec *deadline, struct sluice_cancel *cancel)
+SLUICE_INLINE uint32_t sluice__gate_verdict(struct sluice_gate_node *n)
 {
-    struct sluice_gate_slot *slot = sluice__gate_publish(g, ticket, NULL);
-    for (int i = 0; i < SLUICE_PARK_SPIN; i++) {
-        if (sluice__gate_try_take(g, slot, ticket))
-            return SLUICE_OK;
-        sluice_cpu_relax();
-    }
+    uint32_t s = atomic_load_explicit(&n->state, SLUICE_ACQUIRE);
+    return s == SLUICE__NODE_GRANTED || s == SLUICE__NODE_CLOSED ? s : SLUICE__NODE_WAITING;
+}
+
+/* The waiter gives up: leave the queue, or pass on a grant that won the race. */
+SLUICE_INLINE int sluice__gate_abandon(struct sluice_gate *g, struct sluice_gate_node *n, int status)
+{
+    if (sluice__gate_leave(g, n))
+        return status;
+    uint32_t verdict;
+    while ((verdict = sluice__gate_verdict(n)) == SLUICE__NODE_WAITING)
+        sluice_cpu_relax(); /* the popper is between unlock and notify */
+    if (verdict == SLUICE__NODE_GRANTED)
+        sluice_gate_release(g);
+    return verdict == SLUICE__NODE_CLOSED ? (int)SLUICE_ECLOSED : status;
+}
+
+SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, const struct timespec *deadline,
+                                    struct sluice_cancel *cancel)
+{
+    struct sluice_gate_node node;
+    int joined = sluice__gate_join(g, &node, NULL);
+    if (joined != SLUICE_EAGAIN)
+        return joined;
     struct sluice__gate_cancel_hook hook;
     hook.hook.fn = sluice__gate_on_cancel;
-    hook.slot = slot;
+    hook.node = &node;
     bool hooked = cancel && sluice_cancel_register(cancel, &hook.hook);
     int status;
     for (;;) {
-        if (sluice__gate_try_take(g, slot, ticket)) {
-            status = SLUICE_OK;
+        uint32_t verdict = sluice__gate_verdict(&node);
+        if (verdict != SLUICE__NODE_WAITING) {
+            status = verdict == SLUICE__NODE_GRANTED ? (int)SLUICE_OK : (int)SLUICE_ECLOSED;
             break;
         }
-        status = sluice__gate_stop_reason(g, deadline, cancel);
+        status = sluice__gate_stop_reason(deadline, cancel);
         if (status != SLUICE_OK) {
-            if (!sluice__gate_withdraw(g, slot, ticket)) {
-                /* A grant won the race: we hold a permit we will not use. */
-                sluice__gate_try_take(g, slot, ticket);
-                sluice_gate_release(g);
-            }
+            status = sluice__gate_abandon(g, &node, status);
             break;
         }
-        sluice_park_prepare(&slot->park);
-        if (atomic_load_explicit(&slot->state, SLUICE_SEQ_CST) ==
-                sluice__slot_word(ticket, SLUICE__SLOT_WAITING) &&
-            !sluice__gate_eligible(g, ticket) &&
-            sluice__gate_stop_reason(g, deadline, cancel) == SLUICE_OK)
-            sluice_park_sleep(&slot->park, deadline);
-        else
-            sluice_park_cancel(&slot->park);
+        /* Next in line: the grant is probably moments away. */
+        for (int i = 0; i < SLUICE_PARK_SPIN &&
+                        atomic_load_explicit(&g->head_hint, SLUICE_RELAXED) == &node &&
+                        sluice__gate_verdict(&node) == SLUICE__NODE_WAITING;
+             i++)
+            sluice_cpu_relax();
+        uint32_t waiting = SLUICE__NODE_WAITING;
+        if (!atomic_compare_exchange_strong_explicit(&node.state, &waiting, SLUICE__NODE_SLEEPING,
+                                                     SLUICE_SEQ_CST, SLUICE_SEQ_CST))
+            continue; /* a verdict just landed */
+        /* Re-check after announcing sleep: a token fired in between found us
+         * WAITING and did not wake us. */
+        if (sluice__gate_stop_reason(deadline, cancel) == SLUICE_OK)
+            sluice_futex_wait(&node.state, SLUICE__NODE_SLEEPING, deadline);
+        sluice__gate_unsleep(&node);
     }
     if (hooked)
         sluice_cancel_unregister(cancel, &hook.hook);
@@ -384,16 +452,21 @@ SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, uint64_t ticket,
  * CLOCK_MONOTONIC; NULL = none) or until `cancel` fires (NULL = none).
  * Returns SLUICE_OK (caller holds a permit and must release it),
  * SLUICE_ECANCELED, SLUICE_ETIMEDOUT or SLUICE_ECLOSED (caller holds nothing).
+ * A token that has already fired fails at once; a deadline is only checked
+ * once the call has to wait.
  */
 SLUICE_INLINE int sluice_gate_acquire(struct sluice_gate *g, const struct timespec *deadline,
                                       struct sluice_cancel *cancel)
 {
     if (SLUICE_UNLIKELY(atomic_load_explicit(&g->closed, SLUICE_RELAXED)))
         return SLUICE_ECLOSED;
-    uint64_t ticket = atomic_fetch_add_explicit(&g->tail, 1, SLUICE_SEQ_CST);
-    if (SLUICE_LIKELY(sluice__gate_eligible(g, ticket)))
+    /* A fired token fails every acquire, even one that would not wait, so
+     * "cancel wins before the call starts" needs no check by the caller. */
+    if (cancel && sluice_cancel_fired(cancel))
+        return SLUICE_ECANCELED;
+    if (SLUICE_LIKELY(sluice__gate_take_fast(g)))
         return SLUICE_OK;
-    return sluice__gate_wait(g, ticket, deadline, cancel);
+    return sluice__gate_wait(g, deadline, cancel);
 }
 
 /*
@@ -404,13 +477,7 @@ SLUICE_INLINE int sluice_gate_tryacquire(struct sluice_gate *g)
 {
     if (SLUICE_UNLIKELY(atomic_load_explicit(&g->closed, SLUICE_RELAXED)))
         return SLUICE_ECLOSED;
-    uint64_t t = atomic_load_explicit(&g->tail, SLUICE_SEQ_CST);
-    while (t < atomic_load_explicit(&g->frontier, SLUICE_SEQ_CST)) {
-        if (atomic_compare_exchange_weak_explicit(&g->tail, &t, t + 1, SLUICE_SEQ_CST,
-                                                  SLUICE_SEQ_CST))
-            return SLUICE_OK;
-    }
-    return SLUICE_EAGAIN;
+    return sluice__gate_take_fast(g) ? SLUICE_OK : SLUICE_EAGAIN;
 }
 
 /*
@@ -419,51 +486,32 @@ SLUICE_INLINE int sluice_gate_tryacquire(struct sluice_gate *g)
  */
 SLUICE_INLINE void sluice_gate_acquire_async(struct sluice_gate *g, struct sluice_gate_waiter *w)
 {
-    if (atomic_load_explicit(&g->closed, SLUICE_SEQ_CST)) {
-        w->cb(w, SLUICE_ECLOSED);
-        return;
-    }
-    uint64_t ticket = atomic_fetch_add_explicit(&g->tail, 1, SLUICE_SEQ_CST);
-    w->sluice__ticket = ticket;
-    if (sluice__gate_eligible(g, ticket)) {
-        w->cb(w, SLUICE_OK);
-        return;
-    }
-    struct sluice_gate_slot *slot = sluice__gate_publish(g, ticket, w);
-    /* Published: from here a release may run cb, so `w` is not ours to touch
-     * unless we win the slot back ourselves. */
-    uint64_t waiting = sluice__slot_word(ticket, SLUICE__SLOT_WAITING);
-    if (sluice__gate_eligible(g, ticket) &&
-        atomic_compare_exchange_strong_explicit(&slot->state, &waiting,
-                                                sluice__slot_word(ticket, SLUICE__SLOT_EMPTY),
-                                                SLUICE_SEQ_CST, SLUICE_SEQ_CST)) {
-        atomic_fetch_sub_explicit(&g->n_waiting, 1, SLUICE_RELAXED);
-        w->cb(w, SLUICE_OK);
-        return;
-    }
-    if (atomic_load_explicit(&g->closed, SLUICE_SEQ_CST))
-        /* Close may have swept the slots before we published. */
-        if (sluice__gate_withdraw(g, slot, ticket))
-            w->cb(w, SLUICE_ECLOSED);
+    int status;
+    if (atomic_load_explicit(&g->closed, SLUICE_RELAXED))
+        status = SLUICE_ECLOSED;
+    else if (sluice__gate_take_fast(g))
+        status = SLUICE_OK;
+    else
+        status = sluice__gate_join(g, &w->sluice__node, w);
+    if (status != SLUICE_EAGAIN)
+        w->cb(w, status);
 }
 
 /*
  * Withdraw an async waiter. If it was still queued, its callback runs now
  * with SLUICE_ECANCELED and this returns SLUICE_OK. If the callback already
- * ran or is running (granted or closed), returns SLUICE_EAGAIN.
+ * ran or is about to (granted or closed), returns SLUICE_EAGAIN.
  * Call only after sluice_gate_acquire_async has returned.
  */
 SLUICE_INLINE int sluice_gate_cancel_async(struct sluice_gate *g, struct sluice_gate_waiter *w)
 {
-    uint64_t ticket = w->sluice__ticket;
-    struct sluice_gate_slot *slot = sluice__gate_slot(g, ticket);
-    if (atomic_load_explicit(&slot->state, SLUICE_SEQ_CST) !=
-            sluice__slot_word(ticket, SLUICE__SLOT_WAITING) ||
-        !sluice__gate_withdraw(g, slot, ticket))
+    if (!sluice__gate_leave(g, &w->sluice__node))
         return SLUICE_EAGAIN;
     w->cb(w, SLUICE_ECANCELED);
     return SLUICE_OK;
 }
+
+/* ---- limit, stats, close -------------------------------------------------- */
 
 /*
  * Change the limit. Raising it grants the newly eligible waiters now;
@@ -475,21 +523,26 @@ SLUICE_INLINE int sluice_gate_set_limit(struct sluice_gate *g, uint32_t limit)
 {
     if (limit > SLUICE_GATE_LIMIT_MAX)
         return SLUICE_EINVAL;
-    sluice_spinlock_lock(&g->limit_lock);
+    struct sluice_gate_node *granted = NULL, **last = &granted;
+    sluice_spinlock_lock(&g->lock);
     uint32_t old = atomic_load_explicit(&g->limit, SLUICE_RELAXED);
     atomic_store_explicit(&g->limit, limit, SLUICE_RELAXED);
-    if (limit > old) {
-        uint64_t first =
-            atomic_fetch_add_explicit(&g->frontier, (uint64_t)(limit - old), SLUICE_SEQ_CST);
-        for (uint64_t f = first; f < first + (limit - old); f++)
-            sluice__gate_grant(g, f);
-    } else if (limit < old) {
-        /* Tickets between the new and old frontier that already hold a
-         * permit stay holders; when releases walk the frontier back over
-         * them, the grant finds nothing to wake, which is the repayment. */
-        atomic_fetch_sub_explicit(&g->frontier, (uint64_t)(old - limit), SLUICE_SEQ_CST);
+    if (limit < old)
+        sluice__gate_add(g, (uint64_t)0 - (old - limit));
+    for (uint32_t i = old; i < limit; i++) {
+        struct sluice_gate_node *n = sluice__gate_give_locked(g, NULL);
+        if (n) {
+            *last = n; /* reuse the popped node's link to batch the grants */
+            last = &n->next;
+        }
     }
-    sluice_spinlock_unlock(&g->limit_lock);
+    *last = NULL;
+    sluice_spinlock_unlock(&g->lock);
+    while (granted) {
+        struct sluice_gate_node *next = granted->next;
+        sluice__gate_notify(granted, SLUICE__NODE_GRANTED);
+        granted = next;
+    }
     return SLUICE_OK;
 }
 
@@ -498,22 +551,20 @@ SLUICE_INLINE uint32_t sluice_gate_limit(const struct sluice_gate *g)
     return atomic_load_explicit(&((struct sluice_gate *)g)->limit, SLUICE_RELAXED);
 }
 
-/* A snapshot of limit, holders and waiters; exact when the gate is quiet. */
+/* A snapshot of limit, holders and waiters. */
 SLUICE_INLINE struct sluice_gate_counts sluice_gate_stats(const struct sluice_gate *gate)
 {
     struct sluice_gate *g = (struct sluice_gate *)gate;
-    int64_t waiting = atomic_load_explicit(&g->n_waiting, SLUICE_ACQUIRE);
-    int64_t cancelled = atomic_load_explicit(&g->n_cancel_pending, SLUICE_ACQUIRE);
-    uint64_t frontier = atomic_load_explicit(&g->frontier, SLUICE_ACQUIRE);
-    uint64_t tail = atomic_load_explicit(&g->tail, SLUICE_ACQUIRE);
+    uint64_t w = atomic_load_explicit(&g->word, SLUICE_ACQUIRE);
     uint32_t limit = atomic_load_explicit(&g->limit, SLUICE_RELAXED);
-    /* Permits = limit; free ones are tickets not yet issued below the frontier. */
-    int64_t in_flight = (int64_t)(tail - frontier) + (int64_t)limit - waiting - cancelled;
-    struct sluice_gate_counts st;
-    st.limit = limit;
-    st.in_flight = in_flight < 0 ? 0 : (uint32_t)in_flight;
-    st.waiting = waiting < 0 ? 0 : (uint32_t)waiting;
-    return st;
+    /* Every permit is either available or held (a cut shows as negative
+     * availability), so holders = limit - available. */
+    int64_t in_flight = (int64_t)limit - sluice__gate_available(w);
+    struct sluice_gate_counts c;
+    c.limit = limit;
+    c.in_flight = in_flight < 0 ? 0 : (uint32_t)in_flight;
+    c.waiting = sluice__gate_waiters(w);
+    return c;
 }
 
 /*
@@ -522,18 +573,20 @@ SLUICE_INLINE struct sluice_gate_counts sluice_gate_stats(const struct sluice_ga
  */
 SLUICE_INLINE void sluice_gate_close(struct sluice_gate *g)
 {
-    if (atomic_exchange_explicit(&g->closed, 1u, SLUICE_SEQ_CST))
-        return;
-    for (uint64_t i = 0; i <= g->mask; i++) {
-        struct sluice_gate_slot *slot = &g->slots[i];
-        uint64_t s = atomic_load_explicit(&slot->state, SLUICE_SEQ_CST);
-        if ((s & 3u) != SLUICE__SLOT_WAITING)
-            continue;
-        struct sluice_gate_waiter *async = atomic_load_explicit(&slot->async, SLUICE_ACQUIRE);
-        if (!async)
-            sluice_park_wake(&slot->park);
-        else if (sluice__gate_withdraw(g, slot, s >> 2))
-            async->cb(async, SLUICE_ECLOSED);
+    sluice_spinlock_lock(&g->lock);
+    atomic_store_explicit(&g->closed, 1u, SLUICE_RELEASE);
+    struct sluice_gate_node *n = g->head;
+    uint32_t count = 0;
+    for (struct sluice_gate_node *i = n; i; i = i->next, count++)
+        i->queued = false;
+    g->head = g->tail = NULL;
+    atomic_store_explicit(&g->head_hint, (struct sluice_gate_node *)NULL, SLUICE_RELAXED);
+    sluice__gate_add(g, (uint64_t)0 - count * SLUICE__GATE_ONE_WAITER);
+    sluice_spinlock_unlock(&g->lock);
+    while (n) {
+        struct sluice_gate_node *next = n->next;
+        sluice__gate_notify(n, SLUICE__NODE_CLOSED);
+        n = next;
     }
 }
 

@@ -1,22 +1,21 @@
 /*
- * sluice/park.h — spin-then-futex parking of one waiter on its own word.
+ * sluice/park.h — the futex primitives waiters park on.
  *
- * What it is: the blocking substrate under the gate. Each waiter owns a
- * 32-bit park word; a waker that needs to wake *that* waiter touches only
- * that word, so a release wakes exactly one thread and there is no herd.
+ * What it is: wait on / wake one 32-bit word, with an absolute
+ * CLOCK_MONOTONIC deadline. The gate gives each waiter its own word, so a
+ * wake reaches exactly the thread it is meant for: no herd.
  *
- * Protocol (the Dekker pair that makes lost wake-ups impossible):
- *   waiter: sluice_park_prepare(w)   -> stores SLUICE_PARK_SLEEPING (seq_cst)
- *           re-check its condition   -> if satisfied, sluice_park_cancel(w)
- *           sluice_park_sleep(w, dl) -> futex-waits while the word is SLEEPING
- *   waker:  publish the condition (seq_cst), then sluice_park_wake(w), which
- *           exchanges the word to AWAKE and issues FUTEX_WAKE only if the
- *           waiter had announced it would sleep.
- * Either the waiter sees the condition or the waker sees SLEEPING; both may.
+ * Protocol (the caller's job): a waiter announces it will sleep by moving
+ * its word to a "sleeping" value with a seq_cst RMW, re-checks its wake
+ * condition, and only then calls sluice_futex_wait with that value; a waker
+ * publishes the condition, then moves the word away from "sleeping" with a
+ * seq_cst RMW and calls sluice_futex_wake only if it saw "sleeping". Either
+ * the waiter sees the condition or the waker sees it asleep; both may.
  *
- * Progress: sleep is blocking (the kernel parks the thread); wake is
- * wait-free apart from the syscall it may issue. Spurious returns are
- * allowed; callers loop on their own condition.
+ * Progress: sluice_futex_wait blocks; spurious returns are allowed, so
+ * callers loop on their own condition. sluice_futex_wake never blocks.
+ * Waking a word whose owner has already returned (and freed it) is harmless
+ * for private futexes: the kernel only hashes the address.
  */
 #ifndef SLUICE_PARK_H
 #define SLUICE_PARK_H
@@ -28,43 +27,25 @@
 
 #include "time.h"
 
-#define SLUICE_PARK_AWAKE 0u
-#define SLUICE_PARK_SLEEPING 1u
-
-/* Iterations a waiter spins before it parks in the kernel. */
+/* Pause iterations the next waiter in line spins before it parks. */
 #ifndef SLUICE_PARK_SPIN
 #define SLUICE_PARK_SPIN 256
 #endif
 
-SLUICE_INLINE void sluice_park_prepare(_Atomic(uint32_t) *word)
-{
-    atomic_store_explicit(word, SLUICE_PARK_SLEEPING, SLUICE_SEQ_CST);
-}
-
-SLUICE_INLINE void sluice_park_cancel(_Atomic(uint32_t) *word)
-{
-    atomic_store_explicit(word, SLUICE_PARK_AWAKE, SLUICE_RELAXED);
-}
-
-/*
- * Sleep while *word is SLEEPING, until woken or until the absolute
- * CLOCK_MONOTONIC deadline (NULL = none). Returns false once the deadline
- * has passed, true otherwise (woken, spurious or interrupted).
- */
-SLUICE_INLINE bool sluice_park_sleep(_Atomic(uint32_t) *word, const struct timespec *deadline)
+/* Sleep while *word == expected, until woken or `deadline` (NULL = none). */
+SLUICE_INLINE void sluice_futex_wait(_Atomic(uint32_t) *word, uint32_t expected,
+                                     const struct timespec *deadline)
 {
     /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC timeout, so a
      * deadline shared by several waits needs no re-computation. */
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG,
-            SLUICE_PARK_SLEEPING, deadline, NULL, FUTEX_BITSET_MATCH_ANY);
-    atomic_store_explicit(word, SLUICE_PARK_AWAKE, SLUICE_RELAXED);
-    return !sluice_deadline_passed(deadline);
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, expected, deadline,
+            NULL, FUTEX_BITSET_MATCH_ANY);
 }
 
-SLUICE_INLINE void sluice_park_wake(_Atomic(uint32_t) *word)
+/* Wake one thread sleeping on `word`. */
+SLUICE_INLINE void sluice_futex_wake(_Atomic(uint32_t) *word)
 {
-    if (atomic_exchange_explicit(word, SLUICE_PARK_AWAKE, SLUICE_SEQ_CST) == SLUICE_PARK_SLEEPING)
-        syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, NULL, NULL, 0);
 }
 
 #endif /* SLUICE_PARK_H */

@@ -1,16 +1,436 @@
+/* The FIFO permit gate: each test is named after the promise it checks. */
 #include <criterion/criterion.h>
 #include <sluice/gate.h>
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include "common.h"
+
+/* Bounded wait for a condition another thread makes true; guards against a
+ * hang, it is not a timing claim (10 s is orders of magnitude above need). */
+#define WAIT_UNTIL(cond)                                                                           \
+    do {                                                                                           \
+        int64_t wait_until_deadline = sluice_monotonic_ns() + 10 * SLUICE_NS_PER_SEC;               \
+        while (!(cond)) {                                                                          \
+            cr_assert_lt(sluice_monotonic_ns(), wait_until_deadline, "timed out: " #cond);         \
+            usleep(200);                                                                           \
+        }                                                                                          \
+    } while (0)
+
+static struct sluice_gate *make_gate(uint32_t limit)
+{
+    struct sluice_gate *g = NULL;
+    cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = limit}, &g), SLUICE_OK);
+    return g;
+}
+
 Test(gate, uncontended_acquire_release_tracks_in_flight)
 {
-    struct sluice_gate *g;
-    cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = 2}, &g), SLUICE_OK);
+    struct sluice_gate *g = make_gate(2);
     cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
     cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
-    cr_assert_eq(sluice_gate_stats(g).in_flight, 2);
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.in_flight, 2);
+    cr_assert_eq(c.waiting, 0);
+    cr_assert_eq(c.limit, 2);
     cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN);
     sluice_gate_release(g);
     sluice_gate_release(g);
     cr_assert_eq(sluice_gate_stats(g).in_flight, 0);
     sluice_gate_destroy(g);
+}
+
+Test(gate, create_init_and_set_limit_reject_an_out_of_range_limit)
+{
+    struct sluice_gate *g = NULL;
+    cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = SLUICE_GATE_LIMIT_MAX + 1}, &g),
+                 SLUICE_EINVAL);
+    cr_assert_null(g);
+    struct sluice_gate gate;
+    cr_assert_eq(sluice_gate_init(&gate, SLUICE_GATE_LIMIT_MAX + 1), SLUICE_EINVAL);
+    cr_assert_eq(sluice_gate_init(&gate, 0), SLUICE_OK, "limit 0 is a valid, closed-off gate");
+    cr_assert_eq(sluice_gate_tryacquire(&gate), SLUICE_EAGAIN);
+    cr_assert_eq(sluice_gate_set_limit(&gate, SLUICE_GATE_LIMIT_MAX + 1), SLUICE_EINVAL);
+}
+
+/* ---- FIFO ---------------------------------------------------------------- */
+
+struct fifo_ctx {
+    struct sluice_gate *g;
+    _Atomic(int) order[32];
+    _Atomic(int) n_served;
+};
+
+struct fifo_arg {
+    struct fifo_ctx *ctx;
+    int id;
+};
+
+static void *fifo_waiter(void *p)
+{
+    struct fifo_arg *a = p;
+    cr_assert_eq(sluice_gate_acquire(a->ctx->g, NULL, NULL), SLUICE_OK);
+    int pos = atomic_fetch_add(&a->ctx->n_served, 1);
+    atomic_store(&a->ctx->order[pos], a->id);
+    sluice_gate_release(a->ctx->g);
+    return NULL;
+}
+
+Test(gate, grants_follow_ticket_order_under_contention)
+{
+    enum { N = 16 };
+    struct fifo_ctx ctx = {.g = make_gate(1)};
+    struct fifo_arg args[N];
+    pthread_t tids[N];
+    cr_assert_eq(sluice_gate_acquire(ctx.g, NULL, NULL), SLUICE_OK);
+    for (int i = 0; i < N; i++) {
+        args[i] = (struct fifo_arg){&ctx, i};
+        pthread_create(&tids[i], NULL, fifo_waiter, &args[i]);
+        /* Thread i is queued before thread i+1 takes its ticket. */
+        WAIT_UNTIL(sluice_gate_stats(ctx.g).waiting == (uint32_t)i + 1);
+    }
+    sluice_gate_release(ctx.g);
+    for (int i = 0; i < N; i++)
+        pthread_join(tids[i], NULL);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(atomic_load(&ctx.order[i]), i, "grant %d went to thread %d", i,
+                     atomic_load(&ctx.order[i]));
+    struct sluice_gate_counts c = sluice_gate_stats(ctx.g);
+    cr_assert_eq(c.in_flight, 0);
+    cr_assert_eq(c.waiting, 0);
+    sluice_gate_destroy(ctx.g);
+}
+
+static void *acquire_and_hold(void *p)
+{
+    struct sluice_gate *g = p;
+    return (void *)(intptr_t)sluice_gate_acquire(g, NULL, NULL);
+}
+
+Test(gate, tryacquire_never_barges_past_a_queued_waiter)
+{
+    struct sluice_gate *g = make_gate(1);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    pthread_t waiter;
+    pthread_create(&waiter, NULL, acquire_and_hold, g);
+    WAIT_UNTIL(sluice_gate_stats(g).waiting == 1);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN);
+    /* The released permit belongs to the queued waiter, even before it wakes. */
+    sluice_gate_release(g);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN);
+    void *rc;
+    pthread_join(waiter, &rc);
+    cr_assert_eq((int)(intptr_t)rc, SLUICE_OK);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN, "the waiter still holds the permit");
+    sluice_gate_release(g);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_OK);
+    sluice_gate_release(g);
+    sluice_gate_destroy(g);
+}
+
+/* ---- deadlines and cancellation ------------------------------------------ */
+
+Test(gate, deadline_expiry_returns_etimedout_and_loses_no_permit)
+{
+    struct sluice_gate *g = make_gate(1);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    struct timespec dl;
+    cr_assert_eq(sluice_gate_acquire(g, sluice_deadline_in(&dl, 5 * SLUICE_NS_PER_MS), NULL),
+                 SLUICE_ETIMEDOUT);
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.waiting, 0);
+    cr_assert_eq(c.in_flight, 1);
+    sluice_gate_release(g); /* the frontier skips the abandoned ticket */
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_OK);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN, "a skipped ticket must not add a permit");
+    sluice_gate_release(g);
+    cr_assert_eq(sluice_gate_stats(g).in_flight, 0);
+    sluice_gate_destroy(g);
+}
+
+struct cancel_arg {
+    struct sluice_gate *g;
+    struct sluice_cancel *cancel;
+    const struct timespec *deadline;
+    int status;
+};
+
+static void *acquire_with_cancel(void *p)
+{
+    struct cancel_arg *a = p;
+    a->status = sluice_gate_acquire(a->g, a->deadline, a->cancel);
+    return NULL;
+}
+
+Test(gate, firing_a_token_wakes_every_wait_using_it_with_ecanceled)
+{
+    enum { N = 4 };
+    struct sluice_gate *g = make_gate(1);
+    struct sluice_cancel token;
+    sluice_cancel_init(&token);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    struct cancel_arg args[N];
+    pthread_t tids[N];
+    for (int i = 0; i < N; i++) {
+        args[i] = (struct cancel_arg){.g = g, .cancel = &token, .status = 99};
+        pthread_create(&tids[i], NULL, acquire_with_cancel, &args[i]);
+    }
+    WAIT_UNTIL(sluice_gate_stats(g).waiting == N);
+    usleep(2000); /* let them get past spinning into the kernel */
+    sluice_cancel_fire(&token);
+    sluice_cancel_fire(&token); /* idempotent */
+    for (int i = 0; i < N; i++) {
+        pthread_join(tids[i], NULL);
+        cr_assert_eq(args[i].status, SLUICE_ECANCELED);
+    }
+    /* The holder was never interrupted, and every cancelled ticket is skipped. */
+    cr_assert_eq(sluice_gate_stats(g).in_flight, 1);
+    sluice_gate_release(g);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_OK);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN);
+    sluice_gate_release(g);
+    sluice_gate_destroy(g);
+}
+
+Test(gate, cancel_wins_over_an_expired_deadline)
+{
+    struct sluice_gate *g = make_gate(1);
+    struct sluice_cancel token;
+    sluice_cancel_init(&token);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    struct timespec past;
+    sluice_deadline_in(&past, -SLUICE_NS_PER_SEC);
+    sluice_cancel_fire(&token);
+    cr_assert_eq(sluice_gate_acquire(g, &past, &token), SLUICE_ECANCELED);
+    sluice_gate_release(g);
+    /* A fired token fails even an acquire that would not have had to wait. */
+    cr_assert_eq(sluice_gate_acquire(g, NULL, &token), SLUICE_ECANCELED);
+    cr_assert_eq(sluice_gate_stats(g).in_flight, 0);
+    sluice_gate_destroy(g);
+}
+
+/* ---- limit changes ------------------------------------------------------- */
+
+static _Atomic(int) granted_count;
+
+static void *acquire_count_release_later(void *p)
+{
+    struct sluice_gate *g = p;
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    atomic_fetch_add(&granted_count, 1);
+    return NULL;
+}
+
+Test(gate, raising_the_limit_wakes_the_newly_eligible_waiters)
+{
+    enum { N = 3 };
+    struct sluice_gate *g = make_gate(1);
+    atomic_store(&granted_count, 0);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    pthread_t tids[N];
+    for (int i = 0; i < N; i++)
+        pthread_create(&tids[i], NULL, acquire_count_release_later, g);
+    WAIT_UNTIL(sluice_gate_stats(g).waiting == N);
+    cr_assert_eq(sluice_gate_set_limit(g, 3), SLUICE_OK);
+    WAIT_UNTIL(atomic_load(&granted_count) == 2);
+    cr_assert_eq(sluice_gate_stats(g).waiting, 1, "limit 3 with 3 holders leaves one queued");
+    cr_assert_eq(sluice_gate_set_limit(g, 4), SLUICE_OK);
+    for (int i = 0; i < N; i++)
+        pthread_join(tids[i], NULL);
+    cr_assert_eq(sluice_gate_stats(g).in_flight, 4);
+    for (int i = 0; i < 4; i++)
+        sluice_gate_release(g);
+    cr_assert_eq(sluice_gate_stats(g).in_flight, 0);
+    sluice_gate_destroy(g);
+}
+
+Test(gate, lowering_the_limit_lets_holders_finish_and_grants_nobody_above_it)
+{
+    struct sluice_gate *g = make_gate(3);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_gate_set_limit(g, 1), SLUICE_OK);
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.limit, 1);
+    cr_assert_eq(c.in_flight, 3, "holders are never interrupted");
+    sluice_gate_release(g);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN, "2 holders > limit 1");
+    sluice_gate_release(g);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN, "1 holder = limit 1");
+    sluice_gate_release(g);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_OK);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN);
+    sluice_gate_release(g);
+    /* Lower to zero with free permits: nothing is granted until raised again. */
+    cr_assert_eq(sluice_gate_set_limit(g, 0), SLUICE_OK);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN);
+    cr_assert_eq(sluice_gate_set_limit(g, 2), SLUICE_OK);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_OK);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_OK);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN);
+    sluice_gate_release(g);
+    sluice_gate_release(g);
+    sluice_gate_destroy(g);
+}
+
+/* ---- close --------------------------------------------------------------- */
+
+Test(gate, close_wakes_every_waiter_with_eclosed_and_refuses_later_acquires)
+{
+    enum { N = 5 };
+    struct sluice_gate *g = make_gate(1);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    struct cancel_arg args[N];
+    pthread_t tids[N];
+    for (int i = 0; i < N; i++) {
+        args[i] = (struct cancel_arg){.g = g, .status = 99};
+        pthread_create(&tids[i], NULL, acquire_with_cancel, &args[i]);
+    }
+    WAIT_UNTIL(sluice_gate_stats(g).waiting == N);
+    usleep(2000);
+    sluice_gate_close(g);
+    for (int i = 0; i < N; i++) {
+        pthread_join(tids[i], NULL);
+        cr_assert_eq(args[i].status, SLUICE_ECLOSED);
+    }
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_ECLOSED);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_ECLOSED);
+    sluice_gate_release(g); /* holders may still release after close */
+    cr_assert_eq(sluice_gate_stats(g).in_flight, 0);
+    cr_assert_eq(sluice_gate_stats(g).waiting, 0);
+    sluice_gate_destroy(g);
+}
+
+/* ---- async waiters ------------------------------------------------------- */
+
+struct async_probe {
+    struct sluice_gate_waiter w;
+    int calls;
+    int status;
+};
+
+static void async_cb(struct sluice_gate_waiter *w, int status)
+{
+    struct async_probe *p = w->data;
+    p->calls++;
+    p->status = status;
+}
+
+static void async_start(struct sluice_gate *g, struct async_probe *p)
+{
+    *p = (struct async_probe){.calls = 0, .status = 99};
+    p->w.cb = async_cb;
+    p->w.data = p;
+    sluice_gate_acquire_async(g, &p->w);
+}
+
+Test(gate, async_callback_runs_exactly_once_for_grant_cancel_and_close)
+{
+    struct sluice_gate *g = make_gate(1);
+    struct async_probe now, queued, cancelled, closed;
+    async_start(g, &now);
+    cr_assert_eq(now.calls, 1, "a free permit is granted inline");
+    cr_assert_eq(now.status, SLUICE_OK);
+
+    async_start(g, &queued);
+    async_start(g, &cancelled);
+    async_start(g, &closed);
+    cr_assert_eq(queued.calls + cancelled.calls + closed.calls, 0);
+    cr_assert_eq(sluice_gate_stats(g).waiting, 3);
+
+    cr_assert_eq(sluice_gate_cancel_async(g, &cancelled.w), SLUICE_OK);
+    cr_assert_eq(cancelled.calls, 1);
+    cr_assert_eq(cancelled.status, SLUICE_ECANCELED);
+    cr_assert_eq(sluice_gate_cancel_async(g, &cancelled.w), SLUICE_EAGAIN, "only once");
+
+    sluice_gate_release(g); /* permit passes to `queued`, skipping nobody else */
+    cr_assert_eq(queued.calls, 1);
+    cr_assert_eq(queued.status, SLUICE_OK);
+    cr_assert_eq(sluice_gate_cancel_async(g, &queued.w), SLUICE_EAGAIN, "too late to cancel a grant");
+    cr_assert_eq(queued.calls, 1);
+
+    sluice_gate_close(g);
+    cr_assert_eq(closed.calls, 1);
+    cr_assert_eq(closed.status, SLUICE_ECLOSED);
+    sluice_gate_close(g);
+    cr_assert_eq(closed.calls, 1, "close is idempotent");
+
+    struct async_probe late;
+    async_start(g, &late);
+    cr_assert_eq(late.calls, 1);
+    cr_assert_eq(late.status, SLUICE_ECLOSED);
+    sluice_gate_release(g);
+    cr_assert_eq(sluice_gate_stats(g).in_flight, 0);
+    sluice_gate_destroy(g);
+}
+
+Test(gate, async_grant_skips_a_cancelled_async_waiter)
+{
+    struct sluice_gate *g = make_gate(1);
+    struct async_probe holder, a, b;
+    async_start(g, &holder);
+    async_start(g, &a);
+    async_start(g, &b);
+    cr_assert_eq(sluice_gate_cancel_async(g, &a.w), SLUICE_OK);
+    sluice_gate_release(g);
+    cr_assert_eq(b.calls, 1);
+    cr_assert_eq(b.status, SLUICE_OK);
+    cr_assert_eq(a.calls, 1);
+    cr_assert_eq(a.status, SLUICE_ECANCELED);
+    sluice_gate_release(g);
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.in_flight, 0);
+    cr_assert_eq(c.waiting, 0);
+    sluice_gate_destroy(g);
+}
+
+/* ---- allocation ---------------------------------------------------------- */
+
+struct counting {
+    int allocs, frees;
+};
+
+static void *count_alloc(void *ctx, size_t size, size_t align)
+{
+    ((struct counting *)ctx)->allocs++;
+    return aligned_alloc(align, (size + align - 1) / align * align);
+}
+
+static void count_free(void *ctx, void *ptr, size_t size)
+{
+    (void)size;
+    ((struct counting *)ctx)->frees++;
+    free(ptr);
+}
+
+Test(gate, acquire_and_release_never_allocate)
+{
+    struct counting counts = {0, 0};
+    struct sluice_allocator a = {count_alloc, count_free, &counts};
+    struct sluice_gate *g;
+    cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = 2, .allocator = &a}, &g),
+                 SLUICE_OK);
+    int after_create = counts.allocs;
+    cr_assert_gt(after_create, 0);
+    struct sluice_cancel token;
+    sluice_cancel_init(&token);
+    struct timespec dl;
+    for (int i = 0; i < 1000000; i++) {
+        cr_assert_eq(sluice_gate_acquire(g, NULL, &token), SLUICE_OK);
+        cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_OK);
+        sluice_gate_release(g);
+        sluice_gate_release(g);
+    }
+    /* The waiting path too: a timed-out wait and a cancelled wait. */
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_gate_acquire(g, sluice_deadline_in(&dl, SLUICE_NS_PER_MS), &token),
+                 SLUICE_ETIMEDOUT);
+    sluice_gate_release(g);
+    sluice_gate_release(g);
+    cr_assert_eq(counts.allocs, after_create);
+    cr_assert_eq(counts.frees, 0);
+    sluice_gate_destroy(g);
+    cr_assert_eq(counts.frees, counts.allocs);
 }

@@ -1,0 +1,875 @@
+/*
+ * gate_cases.c — the FIFO permit gate (sluice/gate.h) next to its baselines.
+ *
+ * gate.uncontended   one thread, acquire+release in a loop, limit 1. Rows are
+ *                    ns per acquire+release pair: median and p99 over batches
+ *                    of GB_BATCH pairs, and pairs per second.
+ * gate.handoff.lN    2, 4 and 8 threads contending for N permits (N = 1, 2).
+ *                    Each thread loops: acquire, a fixed critical section,
+ *                    release, a fixed think time. Rows are total acquires per
+ *                    second and the wait-time distribution (call of acquire
+ *                    to holding the permit): median, p99, p99.9, max.
+ *
+ * Implementations, all in this process, all cache-line aligned:
+ *   sluice        sluice_gate_acquire / sluice_gate_release (strict FIFO)
+ *   sem_t         POSIX sem_wait / sem_post (a releaser may barge back in)
+ *   condvar_fifo  mutex + explicit FIFO queue of waiters, one condvar per
+ *                 waiter, direct hand-off on release (strict FIFO, no herd)
+ *   atomic_pair   fetch_add + fetch_sub on one counter: the floor for the
+ *                 uncontended case (not a gate, so not in handoff)
+ *
+ * Every number is a median across opts->repeats repetitions; the order of
+ * the implementations rotates between repetitions so that a noisy neighbour
+ * does not always hit the same one. After each handoff run, outside timing,
+ * the bench checks that the ops the threads counted equal the ops that
+ * entered the critical section, that no more than `limit` threads were ever
+ * inside it, and that the gate is quiet again (all permits free, nobody
+ * waiting); a failure prints a "!!! WARNING" line.
+ *
+ * Extra columns: min_share is the least busy thread's share of the acquires
+ * relative to an even split (1.0 = every thread got the same number).
+ * HUNG_runs counts runs whose threads were still inside acquire
+ * GB_WATCHDOG_NS after stop; those threads are abandoned (see
+ * gb_abandon_stuck), the run is left out of the medians, and a warning says
+ * so. A hang is a bug in the implementation under test, never noise.
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sluice/gate.h>
+
+#define GB_ALWAYS_INLINE static inline __attribute__((always_inline))
+#define GB_BATCH 1000             /* pairs per timed batch (uncontended) */
+#define GB_CS_NS 150              /* critical section length (handoff) */
+#define GB_THINK_NS 100           /* think time outside the gate (handoff) */
+#define GB_ROW_BUDGET_NS 800000000 /* handoff: wall time per row, all repeats */
+#define GB_MIN_RUN_NS 50000000    /* handoff: shortest single run */
+#define GB_SAMPLES_TOTAL (UINT32_C(8) << 20) /* wait samples kept per run */
+#define GB_WATCHDOG_NS (INT64_C(3) * 1000000000) /* a run that does not drain */
+#define GB_MAX_THREADS 8
+#define GB_MAX_REPEATS 64
+
+static int gb_warnings;
+
+__attribute__((format(printf, 1, 2))) static void gb_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("  !!! WARNING: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    gb_warnings++;
+}
+
+static void *gb_alloc_line(size_t size)
+{
+    size_t rounded = (size + SLUICE_CACHELINE - 1) / SLUICE_CACHELINE * SLUICE_CACHELINE;
+    void *p = aligned_alloc(SLUICE_CACHELINE, rounded);
+    if (!p) {
+        fprintf(stderr, "gate bench: out of memory\n");
+        exit(1);
+    }
+    memset(p, 0, rounded);
+    return p;
+}
+
+/* ---- per-thread waiter record (used by condvar_fifo, ignored by others) --- */
+
+struct gb_waiter {
+    pthread_cond_t cv;
+    bool granted;
+    struct gb_waiter *next;
+};
+
+typedef void (*gb_acquire_fn)(void *gate, struct gb_waiter *w);
+typedef void (*gb_release_fn)(void *gate);
+
+/* ---- sluice -------------------------------------------------------------- */
+
+static void *gb_sluice_create(uint32_t limit)
+{
+    struct sluice_gate *g;
+    int rc = sluice_gate_create(&(struct sluice_gate_desc){.limit = limit}, &g);
+    if (rc != SLUICE_OK) {
+        fprintf(stderr, "gate bench: sluice_gate_create: %s\n", sluice_strerror(rc));
+        exit(1);
+    }
+    return g;
+}
+
+static void gb_sluice_destroy(void *gate)
+{
+    sluice_gate_destroy(gate);
+}
+
+static void gb_sluice_failed(int rc)
+{
+    fprintf(stderr, "gate bench: sluice_gate_acquire returned %s with no deadline or cancel\n",
+            sluice_status_name(rc));
+    abort();
+}
+
+GB_ALWAYS_INLINE void gb_sluice_acquire(void *gate, struct gb_waiter *w)
+{
+    (void)w;
+    int rc = sluice_gate_acquire(gate, NULL, NULL);
+    if (SLUICE_UNLIKELY(rc != SLUICE_OK))
+        gb_sluice_failed(rc);
+}
+
+GB_ALWAYS_INLINE void gb_sluice_release(void *gate)
+{
+    sluice_gate_release(gate);
+}
+
+/* Quiet means: stats say nobody holds or waits, and exactly `limit` permits
+ * can be taken (and no more) through the public API. */
+static bool gb_sluice_quiet(void *gate, uint32_t limit, char *why, size_t len)
+{
+    struct sluice_gate *g = gate;
+    struct sluice_gate_counts st = sluice_gate_stats(g);
+    if (st.in_flight != 0 || st.waiting != 0 || st.limit != limit) {
+        snprintf(why, len, "stats limit %u in_flight %u waiting %u (want %u/0/0)", st.limit,
+                 st.in_flight, st.waiting, limit);
+        return false;
+    }
+    uint32_t taken = 0;
+    while (taken <= limit && sluice_gate_tryacquire(g) == SLUICE_OK)
+        taken++;
+    for (uint32_t i = 0; i < taken; i++)
+        sluice_gate_release(g);
+    if (taken != limit) {
+        snprintf(why, len, "tryacquire took %u permits on a quiet gate (want %u)", taken, limit);
+        return false;
+    }
+    st = sluice_gate_stats(g);
+    if (st.in_flight != 0 || st.waiting != 0) {
+        snprintf(why, len, "after tryacquire/release: in_flight %u waiting %u", st.in_flight,
+                 st.waiting);
+        return false;
+    }
+    return true;
+}
+
+/* ---- sem_t ---------------------------------------------------------------- */
+
+static void *gb_sem_create(uint32_t limit)
+{
+    sem_t *s = gb_alloc_line(sizeof *s);
+    if (sem_init(s, 0, limit) != 0) {
+        perror("gate bench: sem_init");
+        exit(1);
+    }
+    return s;
+}
+
+static void gb_sem_destroy(void *gate)
+{
+    sem_destroy(gate);
+    free(gate);
+}
+
+GB_ALWAYS_INLINE void gb_sem_acquire(void *gate, struct gb_waiter *w)
+{
+    (void)w;
+    while (SLUICE_UNLIKELY(sem_wait(gate) != 0)) {
+        if (errno != EINTR) {
+            perror("gate bench: sem_wait");
+            abort();
+        }
+    }
+}
+
+GB_ALWAYS_INLINE void gb_sem_release(void *gate)
+{
+    sem_post(gate);
+}
+
+static bool gb_sem_quiet(void *gate, uint32_t limit, char *why, size_t len)
+{
+    int value = -1;
+    sem_getvalue(gate, &value);
+    if (value != (int)limit) {
+        snprintf(why, len, "sem_getvalue %d (want %u)", value, limit);
+        return false;
+    }
+    return true;
+}
+
+/* ---- condvar_fifo ----------------------------------------------------------
+ * A FIFO counting semaphore the classic way. Invariant: the queue is
+ * non-empty only while `avail` is 0, because release hands its permit
+ * straight to the head waiter instead of incrementing `avail`; so an arrival
+ * can never barge past a queued waiter. Each waiter sleeps on its own
+ * condvar (no herd). The signal is sent after unlocking, so the woken waiter
+ * does not run into a held mutex; that is safe because waiter records live
+ * until every thread of the run has been joined, and a stray signal is just
+ * a spurious wake-up of a loop that re-checks `granted`.
+ */
+
+struct gb_cvq {
+    pthread_mutex_t mu;
+    uint32_t avail;
+    struct gb_waiter *head, *tail;
+};
+
+static void *gb_cvq_create(uint32_t limit)
+{
+    struct gb_cvq *q = gb_alloc_line(sizeof *q);
+    pthread_mutex_init(&q->mu, NULL);
+    q->avail = limit;
+    return q;
+}
+
+static void gb_cvq_destroy(void *gate)
+{
+    struct gb_cvq *q = gate;
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
+
+GB_ALWAYS_INLINE void gb_cvq_acquire(void *gate, struct gb_waiter *w)
+{
+    struct gb_cvq *q = gate;
+    pthread_mutex_lock(&q->mu);
+    if (q->avail > 0) {
+        q->avail--;
+        pthread_mutex_unlock(&q->mu);
+        return;
+    }
+    w->granted = false;
+    w->next = NULL;
+    if (q->tail)
+        q->tail->next = w;
+    else
+        q->head = w;
+    q->tail = w;
+    do
+        pthread_cond_wait(&w->cv, &q->mu);
+    while (!w->granted);
+    pthread_mutex_unlock(&q->mu);
+}
+
+GB_ALWAYS_INLINE void gb_cvq_release(void *gate)
+{
+    struct gb_cvq *q = gate;
+    pthread_mutex_lock(&q->mu);
+    struct gb_waiter *w = q->head;
+    if (w) {
+        q->head = w->next;
+        if (!q->head)
+            q->tail = NULL;
+        w->granted = true;
+    } else {
+        q->avail++;
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (w)
+        pthread_cond_signal(&w->cv);
+}
+
+static bool gb_cvq_quiet(void *gate, uint32_t limit, char *why, size_t len)
+{
+    struct gb_cvq *q = gate;
+    pthread_mutex_lock(&q->mu);
+    bool ok = q->avail == limit && q->head == NULL && q->tail == NULL;
+    if (!ok)
+        snprintf(why, len, "avail %u queue %s (want %u, empty)", q->avail,
+                 q->head ? "non-empty" : "empty", limit);
+    pthread_mutex_unlock(&q->mu);
+    return ok;
+}
+
+/* ---- atomic_pair (uncontended floor only) --------------------------------- */
+
+static void *gb_pair_create(uint32_t limit)
+{
+    _Atomic(uint64_t) *c = gb_alloc_line(sizeof *c);
+    atomic_init(c, limit);
+    return (void *)c;
+}
+
+static void gb_pair_destroy(void *gate)
+{
+    free(gate);
+}
+
+GB_ALWAYS_INLINE void gb_pair_acquire(void *gate, struct gb_waiter *w)
+{
+    (void)w;
+    uint64_t before = atomic_fetch_sub_explicit((_Atomic(uint64_t) *)gate, 1, SLUICE_SEQ_CST);
+    BENCH_KEEP(before);
+}
+
+GB_ALWAYS_INLINE void gb_pair_release(void *gate)
+{
+    atomic_fetch_add_explicit((_Atomic(uint64_t) *)gate, 1, SLUICE_SEQ_CST);
+}
+
+static bool gb_pair_quiet(void *gate, uint32_t limit, char *why, size_t len)
+{
+    uint64_t v = atomic_load((_Atomic(uint64_t) *)gate);
+    if (v != limit) {
+        snprintf(why, len, "counter %llu (want %u)", (unsigned long long)v, limit);
+        return false;
+    }
+    return true;
+}
+
+/* ---- the two timed loops, instantiated per implementation ---------------- */
+
+/* Busy work that costs about the same on every call; calibrated below. */
+GB_ALWAYS_INLINE void gb_spin(uint32_t iters)
+{
+    uint64_t x = iters;
+    for (uint32_t i = 0; i < iters; i++) {
+        x = x * UINT64_C(6364136223846793005) + UINT64_C(1442695040888963407);
+        BENCH_KEEP(x);
+    }
+}
+
+/* Holders in the low half, entries in the high half: one RMW per side. */
+#define GB_CS_ENTRY ((UINT64_C(1) << 32) | 1u)
+
+struct gb_run {
+    void *gate;
+    uint32_t limit;
+    uint32_t cs_iters, think_iters;
+    _Atomic(int) ready;
+    _Atomic(int) finished;
+    _Atomic(bool) go;
+    _Atomic(bool) stop;
+    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) cs_word;
+};
+
+struct gb_thread {
+    struct gb_run *run;
+    const struct gb_impl *impl;
+    int index;
+    uint32_t *samples; /* preallocated and pre-faulted */
+    size_t cap;
+    uint64_t ops, over_limit;
+    int64_t end_ns;
+    _Atomic(bool) done;
+    struct gb_waiter waiter;
+} SLUICE_ALIGNED(SLUICE_CACHELINE);
+
+GB_ALWAYS_INLINE void gb_pairs_loop(void *gate, struct gb_waiter *w, uint64_t pairs,
+                                    gb_acquire_fn acquire, gb_release_fn release)
+{
+    for (uint64_t i = 0; i < pairs; i++) {
+        acquire(gate, w);
+        release(gate);
+    }
+}
+
+GB_ALWAYS_INLINE void gb_handoff_loop(struct gb_thread *t, gb_acquire_fn acquire,
+                                      gb_release_fn release)
+{
+    struct gb_run *run = t->run;
+    void *gate = run->gate;
+    const uint32_t limit = run->limit, cs = run->cs_iters, think = run->think_iters;
+    uint32_t *samples = t->samples;
+    const size_t cap = t->cap;
+    size_t n = 0;
+    uint64_t over = 0;
+    while (!atomic_load_explicit(&run->stop, SLUICE_RELAXED)) {
+        int64_t t0 = bench_now_ns();
+        acquire(gate, &t->waiter);
+        int64_t waited = bench_now_ns() - t0;
+        /* Relaxed is enough: the gate orders one holder's exit before the
+         * next holder's entry, and RMWs on one word are totally ordered. */
+        uint64_t before =
+            atomic_fetch_add_explicit(&run->cs_word, GB_CS_ENTRY, SLUICE_RELAXED);
+        over += (uint32_t)before >= limit;
+        gb_spin(cs);
+        atomic_fetch_sub_explicit(&run->cs_word, 1, SLUICE_RELAXED);
+        release(gate);
+        samples[n++] = waited > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)waited;
+        if (SLUICE_UNLIKELY(n == cap)) {
+            atomic_store_explicit(&run->stop, true, SLUICE_RELAXED);
+            break;
+        }
+        gb_spin(think);
+    }
+    t->ops = n;
+    t->over_limit = over;
+}
+
+struct gb_impl {
+    const char *name;
+    void *(*create)(uint32_t limit);
+    void (*destroy)(void *gate);
+    /* Is the gate back to `limit` free permits and nobody waiting? */
+    bool (*quiet)(void *gate, uint32_t limit, char *why, size_t len);
+    void (*pairs)(void *gate, struct gb_waiter *w, uint64_t pairs);
+    void (*handoff)(struct gb_thread *t); /* NULL: not a gate (uncontended only) */
+};
+
+/* The loops inline each implementation's acquire/release: no indirect call
+ * inside the timed region, so the uncontended floor is not padded. */
+#define GB_IMPL(id, label, with_handoff)                                                           \
+    static void gb_##id##_pairs(void *gate, struct gb_waiter *w, uint64_t pairs)                   \
+    {                                                                                              \
+        gb_pairs_loop(gate, w, pairs, gb_##id##_acquire, gb_##id##_release);                       \
+    }                                                                                              \
+    static void gb_##id##_handoff(struct gb_thread *t)                                             \
+    {                                                                                              \
+        gb_handoff_loop(t, gb_##id##_acquire, gb_##id##_release);                                  \
+    }                                                                                              \
+    static const struct gb_impl gb_impl_##id = {label,                                             \
+                                                 gb_##id##_create,                                 \
+                                                 gb_##id##_destroy,                                \
+                                                 gb_##id##_quiet,                                  \
+                                                 gb_##id##_pairs,                                  \
+                                                 (with_handoff) ? gb_##id##_handoff : NULL};
+
+GB_IMPL(sluice, "sluice", true)
+GB_IMPL(sem, "sem_t", true)
+GB_IMPL(cvq, "condvar_fifo", true)
+GB_IMPL(pair, "atomic_pair", false)
+
+static const struct gb_impl *const gb_impls[] = {&gb_impl_sluice, &gb_impl_sem, &gb_impl_cvq,
+                                                 &gb_impl_pair};
+#define GB_N_IMPLS ((int)(sizeof gb_impls / sizeof gb_impls[0]))
+
+/* ---- statistics ------------------------------------------------------------ */
+
+static double gb_median_of(double *v, int n)
+{
+    return bench_median(v, (size_t)n);
+}
+
+/* Hoare quickselect: afterwards a[k] holds the k-th smallest, with nothing
+ * larger before it and nothing smaller after it. O(n) on average, so the
+ * millions of wait samples per run need no full sort. */
+static void gb_select(uint32_t *a, ptrdiff_t n, ptrdiff_t k)
+{
+    ptrdiff_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        uint32_t x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi];
+        uint32_t pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+        ptrdiff_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] < pivot)
+                i++;
+            while (a[j] > pivot)
+                j--;
+            if (i <= j) {
+                uint32_t tmp = a[i];
+                a[i++] = a[j];
+                a[j--] = tmp;
+            }
+        }
+        if (k <= j)
+            hi = j;
+        else if (k >= i)
+            lo = i;
+        else
+            return;
+    }
+}
+
+/* Same rank rule as bench_percentile. */
+static ptrdiff_t gb_rank(size_t n, double pct)
+{
+    size_t idx = (size_t)ceil(pct / 100.0 * (double)n);
+    idx = idx == 0 ? 0 : idx - 1;
+    return (ptrdiff_t)(idx < n ? idx : n - 1);
+}
+
+struct gb_waits {
+    double p50, p99, p999, max;
+};
+
+static struct gb_waits gb_wait_stats(uint32_t *a, size_t n)
+{
+    struct gb_waits w = {0, 0, 0, 0};
+    if (n == 0)
+        return w;
+    ptrdiff_t k50 = gb_rank(n, 50), k99 = gb_rank(n, 99), k999 = gb_rank(n, 99.9);
+    gb_select(a, (ptrdiff_t)n, k50);
+    gb_select(a + k50, (ptrdiff_t)n - k50, k99 - k50);
+    gb_select(a + k99, (ptrdiff_t)n - k99, k999 - k99);
+    uint32_t max = 0;
+    for (size_t i = (size_t)k999; i < n; i++)
+        max = a[i] > max ? a[i] : max;
+    w.p50 = a[k50];
+    w.p99 = a[k99];
+    w.p999 = a[k999];
+    w.max = max;
+    return w;
+}
+
+/* Spin iterations that take `ns` on this machine (best of several tries). */
+static uint32_t gb_spin_iters_for(int64_t ns)
+{
+    const uint32_t probe = 200000;
+    int64_t best = INT64_MAX;
+    for (int i = 0; i < 9; i++) {
+        int64_t t0 = bench_now_ns();
+        gb_spin(probe);
+        int64_t dt = bench_now_ns() - t0;
+        best = dt < best ? dt : best;
+    }
+    uint64_t iters = (uint64_t)ns * probe / (uint64_t)(best > 0 ? best : 1);
+    return iters ? (uint32_t)iters : 1;
+}
+
+static int gb_repeats(const struct bench_opts *opts)
+{
+    return opts->repeats < GB_MAX_REPEATS ? opts->repeats : GB_MAX_REPEATS;
+}
+
+/* ---- gate.uncontended -------------------------------------------------------- */
+
+struct gb_uncontended {
+    const struct bench_opts *opts;
+    uint64_t batches;
+    double *per_pair; /* one sample per batch, ns per pair */
+    double median[GB_N_IMPLS][GB_MAX_REPEATS];
+    double p99[GB_N_IMPLS][GB_MAX_REPEATS];
+    double ops[GB_N_IMPLS][GB_MAX_REPEATS];
+};
+
+static void gb_uncontended_once(struct gb_uncontended *u, int impl_i, int rep, bool record)
+{
+    const struct gb_impl *impl = gb_impls[impl_i];
+    struct gb_waiter w;
+    memset(&w, 0, sizeof w);
+    pthread_cond_init(&w.cv, NULL);
+    void *gate = impl->create(1);
+    uint64_t batches = record ? u->batches : u->batches / 10 + 1;
+    int64_t total = 0;
+    for (uint64_t b = 0; b < batches; b++) {
+        int64_t t0 = bench_now_ns();
+        impl->pairs(gate, &w, GB_BATCH);
+        int64_t dt = bench_now_ns() - t0;
+        total += dt;
+        u->per_pair[b] = (double)dt / GB_BATCH;
+    }
+    char why[160];
+    if (!impl->quiet(gate, 1, why, sizeof why))
+        gb_warn("gate.uncontended %s: gate not quiet after the loop: %s", impl->name, why);
+    impl->destroy(gate);
+    pthread_cond_destroy(&w.cv);
+    if (!record)
+        return;
+    u->median[impl_i][rep] = bench_median(u->per_pair, batches);
+    u->p99[impl_i][rep] = bench_percentile(u->per_pair, batches, 99);
+    u->ops[impl_i][rep] = (double)(batches * GB_BATCH) * 1e9 / (double)total;
+}
+
+static void *gb_uncontended_thread(void *arg)
+{
+    struct gb_uncontended *u = arg;
+    int repeats = gb_repeats(u->opts);
+    bench_pin(0);
+    for (int i = 0; i < GB_N_IMPLS; i++)
+        gb_uncontended_once(u, i, 0, false); /* warm-up */
+    for (int r = 0; r < repeats; r++)
+        for (int k = 0; k < GB_N_IMPLS; k++)
+            gb_uncontended_once(u, (k + r) % GB_N_IMPLS, r, true);
+    return NULL;
+}
+
+static void gb_case_uncontended(const struct bench_opts *opts)
+{
+    if (!bench_case_enabled(opts, "gate.uncontended"))
+        return;
+    struct gb_uncontended *u = calloc(1, sizeof *u);
+    if (!u)
+        exit(1);
+    u->opts = opts;
+    u->batches = bench_iters(opts, 2000, 100);
+    u->per_pair = calloc(u->batches, sizeof *u->per_pair);
+    if (!u->per_pair)
+        exit(1);
+    /* A pinned helper thread, so the main thread's affinity stays as it was. */
+    pthread_t th;
+    if (pthread_create(&th, NULL, gb_uncontended_thread, u) != 0)
+        exit(1);
+    pthread_join(th, NULL);
+    int repeats = gb_repeats(opts);
+    for (int i = 0; i < GB_N_IMPLS; i++) {
+        struct bench_row row = bench_row_make("gate.uncontended", gb_impls[i]->name, 1);
+        row.median_ns = gb_median_of(u->median[i], repeats);
+        row.p99_ns = gb_median_of(u->p99[i], repeats);
+        row.ops_per_s = gb_median_of(u->ops[i], repeats);
+        bench_emit(&row);
+    }
+    free(u->per_pair);
+    free(u);
+}
+
+/* ---- gate.handoff.lN --------------------------------------------------------- */
+
+/* What one run's threads write into: wait samples (pre-faulted, reused by
+ * every run) and the thread records. A run whose threads never drain leaves
+ * them behind with its arena, and later runs get a fresh one. */
+struct gb_arena {
+    struct gb_thread threads[GB_MAX_THREADS];
+    uint32_t *samples; /* GB_SAMPLES_TOTAL */
+};
+
+struct gb_handoff {
+    struct gb_arena *arena;
+    uint32_t cs_iters, think_iters;
+    int64_t run_ns;
+};
+
+struct gb_result {
+    double ops_per_s, min_share;
+    struct gb_waits waits;
+};
+
+static struct gb_arena *gb_arena_new(void)
+{
+    struct gb_arena *a = gb_alloc_line(sizeof *a);
+    a->samples = gb_alloc_line((size_t)GB_SAMPLES_TOTAL * sizeof *a->samples);
+    return a;
+}
+
+static void gb_arena_free(struct gb_arena *a)
+{
+    free(a->samples);
+    free(a);
+}
+
+static void *gb_handoff_thread(void *arg)
+{
+    struct gb_thread *t = arg;
+    struct gb_run *run = t->run;
+    bench_pin(t->index);
+    atomic_fetch_add(&run->ready, 1);
+    while (!atomic_load_explicit(&run->go, SLUICE_ACQUIRE))
+        sched_yield();
+    t->impl->handoff(t);
+    t->end_ns = bench_now_ns();
+    atomic_store(&t->done, true);
+    atomic_fetch_add(&run->finished, 1);
+    return NULL;
+}
+
+static void gb_sleep_ns(int64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* After the threads are joined: the counts agree and the gate is quiet. */
+static void gb_handoff_verify(const char *label, const struct gb_impl *impl, struct gb_run *run,
+                              struct gb_thread *threads, int n_threads)
+{
+    uint64_t counted = 0, over = 0;
+    for (int i = 0; i < n_threads; i++) {
+        counted += threads[i].ops;
+        over += threads[i].over_limit;
+    }
+    uint64_t word = atomic_load(&run->cs_word);
+    uint64_t entered = word >> 32, inside = word & UINT32_MAX;
+    if (entered != (counted & UINT32_MAX) || inside != 0)
+        gb_warn("%s: threads counted %llu ops, %llu entered the critical section, %llu still "
+                "inside",
+                label, (unsigned long long)counted, (unsigned long long)entered,
+                (unsigned long long)inside);
+    if (over)
+        gb_warn("%s: %llu entries found >= limit %u holders already inside (limit broken)",
+                label, (unsigned long long)over, run->limit);
+    char why[160];
+    if (!impl->quiet(run->gate, run->limit, why, sizeof why))
+        gb_warn("%s: gate not quiet after the run: %s", label, why);
+}
+
+/*
+ * Threads that have not returned GB_WATCHDOG_NS after stop are stuck inside
+ * acquire. Report it, then abandon them: lowest CPU priority, detached, and
+ * their gate, run and arena leaked (they still point into them), so the
+ * remaining cases can run on an honest machine.
+ */
+static void gb_abandon_stuck(struct gb_handoff *h, const struct gb_impl *impl, struct gb_run *run,
+                             const pthread_t *tids, int n_threads, const char *label)
+{
+    gb_warn("%s: %d of %d threads still inside acquire %.0f s after stop (stuck waiter); "
+            "abandoning them",
+            label, n_threads - atomic_load(&run->finished), n_threads, GB_WATCHDOG_NS / 1e9);
+    if (impl == &gb_impl_sluice) {
+        struct sluice_gate_counts st = sluice_gate_stats(run->gate);
+        gb_warn("%s: sluice_gate_stats: limit %u in_flight %u waiting %u", label, st.limit,
+                st.in_flight, st.waiting);
+    }
+    for (int i = 0; i < n_threads; i++) {
+        if (atomic_load(&h->arena->threads[i].done)) {
+            pthread_join(tids[i], NULL);
+            continue;
+        }
+        struct sched_param idle = {.sched_priority = 0};
+        pthread_setschedparam(tids[i], SCHED_IDLE, &idle);
+        pthread_detach(tids[i]);
+    }
+    h->arena = gb_arena_new();
+}
+
+/* One timed run; false if its threads did not drain (nothing to report). */
+static bool gb_handoff_once(struct gb_handoff *h, const struct gb_impl *impl, const char *case_name,
+                            uint32_t limit, int n_threads, struct gb_result *out)
+{
+    char label[128];
+    snprintf(label, sizeof label, "%s %s %d thr", case_name, impl->name, n_threads);
+    struct gb_arena *arena = h->arena;
+    struct gb_run *run = gb_alloc_line(sizeof *run);
+    run->gate = impl->create(limit);
+    run->limit = limit;
+    run->cs_iters = h->cs_iters;
+    run->think_iters = h->think_iters;
+    size_t cap = GB_SAMPLES_TOTAL / (size_t)n_threads;
+    pthread_t tids[GB_MAX_THREADS];
+    for (int i = 0; i < n_threads; i++) {
+        struct gb_thread *t = &arena->threads[i];
+        memset(t, 0, sizeof *t);
+        t->run = run;
+        t->impl = impl;
+        t->index = i;
+        t->samples = arena->samples + (size_t)i * cap;
+        t->cap = cap;
+        pthread_cond_init(&t->waiter.cv, NULL);
+        if (pthread_create(&tids[i], NULL, gb_handoff_thread, t) != 0) {
+            fprintf(stderr, "gate bench: pthread_create failed\n");
+            exit(1);
+        }
+    }
+    while (atomic_load(&run->ready) < n_threads)
+        sched_yield();
+    int64_t start = bench_now_ns();
+    atomic_store_explicit(&run->go, true, SLUICE_RELEASE);
+    gb_sleep_ns(h->run_ns);
+    atomic_store(&run->stop, true);
+    int64_t stopped = bench_now_ns();
+    while (atomic_load(&run->finished) < n_threads) {
+        if (bench_now_ns() - stopped > GB_WATCHDOG_NS) {
+            gb_abandon_stuck(h, impl, run, tids, n_threads, label);
+            return false;
+        }
+        gb_sleep_ns(1000000);
+    }
+    int64_t end = start;
+    for (int i = 0; i < n_threads; i++) {
+        pthread_join(tids[i], NULL);
+        end = arena->threads[i].end_ns > end ? arena->threads[i].end_ns : end;
+    }
+    gb_handoff_verify(label, impl, run, arena->threads, n_threads);
+
+    /* Gather the samples contiguously; thread i's segment starts at i*cap. */
+    size_t total = 0;
+    uint64_t min_ops = UINT64_MAX;
+    for (int i = 0; i < n_threads; i++) {
+        struct gb_thread *t = &arena->threads[i];
+        memmove(arena->samples + total, t->samples, t->ops * sizeof *t->samples);
+        total += t->ops;
+        min_ops = t->ops < min_ops ? t->ops : min_ops;
+        pthread_cond_destroy(&t->waiter.cv);
+    }
+    out->ops_per_s = (double)total * 1e9 / (double)(end - start);
+    out->min_share = total ? (double)min_ops * n_threads / (double)total : 0;
+    out->waits = gb_wait_stats(arena->samples, total);
+    impl->destroy(run->gate);
+    free(run);
+    return true;
+}
+
+static void gb_handoff_row(struct gb_handoff *h, const struct bench_opts *opts,
+                           const char *case_name, uint32_t limit, int n_threads)
+{
+    enum { N = GB_N_IMPLS };
+    int repeats = gb_repeats(opts);
+    static double ops[N][GB_MAX_REPEATS], p50[N][GB_MAX_REPEATS], p99[N][GB_MAX_REPEATS],
+        p999[N][GB_MAX_REPEATS], max[N][GB_MAX_REPEATS], share[N][GB_MAX_REPEATS];
+    int ok[N] = {0}, hung[N] = {0};
+    for (int r = 0; r < repeats; r++) {
+        for (int k = 0; k < N; k++) {
+            int i = (k + r) % N;
+            if (!gb_impls[i]->handoff)
+                continue;
+            struct gb_result res;
+            if (!gb_handoff_once(h, gb_impls[i], case_name, limit, n_threads, &res)) {
+                hung[i]++;
+                continue;
+            }
+            int j = ok[i]++;
+            ops[i][j] = res.ops_per_s;
+            p50[i][j] = res.waits.p50;
+            p99[i][j] = res.waits.p99;
+            p999[i][j] = res.waits.p999;
+            max[i][j] = res.waits.max;
+            share[i][j] = res.min_share;
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        if (!gb_impls[i]->handoff)
+            continue;
+        struct bench_row row = bench_row_make(case_name, gb_impls[i]->name, n_threads);
+        if (ok[i]) {
+            row.ops_per_s = gb_median_of(ops[i], ok[i]);
+            row.median_ns = gb_median_of(p50[i], ok[i]);
+            row.p99_ns = gb_median_of(p99[i], ok[i]);
+            row.p999_ns = gb_median_of(p999[i], ok[i]);
+            row.max_wait_ns = gb_median_of(max[i], ok[i]);
+            bench_row_extra(&row, "min_share", gb_median_of(share[i], ok[i]));
+        }
+        if (hung[i])
+            bench_row_extra(&row, "HUNG_runs", hung[i]);
+        bench_emit(&row);
+    }
+}
+
+static void gb_case_handoff(const struct bench_opts *opts)
+{
+    static const uint32_t limits[] = {1, 2};
+    static const int thread_counts[] = {2, 4, 8};
+    struct gb_handoff h = {0};
+    for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
+        char case_name[32];
+        snprintf(case_name, sizeof case_name, "gate.handoff.l%u", limits[l]);
+        if (!bench_case_enabled(opts, case_name))
+            continue;
+        if (!h.arena) {
+            h.arena = gb_arena_new();
+            h.cs_iters = gb_spin_iters_for(GB_CS_NS);
+            h.think_iters = gb_spin_iters_for(GB_THINK_NS);
+            int64_t per_run = (int64_t)(GB_ROW_BUDGET_NS * opts->scale) / gb_repeats(opts);
+            h.run_ns = per_run > GB_MIN_RUN_NS ? per_run : GB_MIN_RUN_NS;
+            printf("  (handoff: critical section %d ns = %u spins, think %d ns = %u spins, "
+                   "%.0f ms per run; wait = acquire call to permit held; values are medians "
+                   "over repeats)\n",
+                   GB_CS_NS, h.cs_iters, GB_THINK_NS, h.think_iters, (double)h.run_ns / 1e6);
+        }
+        for (size_t t = 0; t < sizeof thread_counts / sizeof thread_counts[0]; t++)
+            gb_handoff_row(&h, opts, case_name, limits[l], thread_counts[t]);
+    }
+    if (h.arena)
+        gb_arena_free(h.arena);
+}
+
+static void bench_gate(const struct bench_opts *opts)
+{
+    gb_warnings = 0;
+    gb_case_uncontended(opts);
+    gb_case_handoff(opts);
+    if (gb_warnings)
+        printf("  !!! gate: %d verification warning(s) above\n", gb_warnings);
+}
+
+BENCH_REGISTER(gate, bench_gate, false)
