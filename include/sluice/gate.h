@@ -387,7 +387,7 @@ SLUICE_INLINE int sluice__gate_stop_reason(const struct timespec *deadline,
 SLUICE_INLINE uint32_t sluice__gate_verdict(struct sluice_gate_node *n)
 {
     uint32_t s = atomic_load_explicit(&n->state, SLUICE_ACQUIRE);
-    return s == SLUICE__NODE_GRANTED || s == SLUICE__NODE_CLOSED ? s : SLUICE__NODE_WAITING;
+    return s == SLUICE__NODE_GRANTED || s == SLUICE__NODE_CLOSED ? s : (uint32_t)SLUICE__NODE_WAITING;
 }
 
 /* The waiter gives up: leave the queue, or pass on a grant that won the race. */

@@ -1,0 +1,179 @@
+/*
+ * sluice/run.h — the run lifecycle: one synchronous request to a backend,
+ * from admission to its validated result.
+ *
+ * What it is: sluice_run() drives
+ *   admit -> prepare -> generate -> validate [-> generate -> validate]... -> leave
+ * on the caller's thread and returns the ordinary result. The model client
+ * comes in through an ops struct, so a built-in client (the libcurl shim) and
+ * an injected one get exactly the same scheduling:
+ *   - admission is immediate and happens before prepare: a full pool returns
+ *     SLUICE_ECAPACITY with no partial result, and neither prepare nor the
+ *     client is called;
+ *   - every generation — the initial one and each repair — holds a permit of
+ *     the backend's pool only while the client runs (sluice_pool_call_begin /
+ *     _call_end); prepare and validate hold none;
+ *   - a repair re-takes a permit but never re-admits, so it is never rejected
+ *     because new runs filled the waiting queue;
+ *   - the run's deadline and cancel token apply to every wait; ECANCELED and
+ *     ETIMEDOUT keep their identity (cancel wins), and a run whose cancel won
+ *     before a generation started never calls the client for it;
+ *   - every exit — success, prepare / client / validate failure, repairs
+ *     exhausted, cancel, timeout — leaves the pool and holds no permit, so
+ *     capacity after any mix of failures equals capacity before.
+ * An unknown backend ID is SLUICE_EINVAL; a run with no backend ID uses the
+ * engine's unlimited endpoint-only pool (sluice/engine.h).
+ *
+ * Callbacks run on the thread that called sluice_run, one at a time, in
+ * lifecycle order; each returns SLUICE_OK or an error status (a negative
+ * sluice status or -errno), which the run returns unchanged.
+ *
+ * Progress: blocking (the permit waits of sluice/pool.h); no allocation.
+ *
+ * Concurrency: any number of threads may call sluice_run on one engine at
+ * once; the engine and every token, deadline and ctx a run uses must outlive
+ * the call. Callbacks of different runs run concurrently with each other.
+ *
+ * Memory ordering: nothing beyond the pool's: what one generation writes
+ * before its permit is released is visible to the next holder of that permit.
+ */
+#ifndef SLUICE_RUN_H
+#define SLUICE_RUN_H
+
+#include "engine.h"
+
+#define SLUICE_RUN_REPAIRS_DEFAULT 1u
+
+/* One model call, as the client sees it. */
+struct sluice_generation {
+    /* in */
+    const char *backend;             /* the run's backend ID; NULL for endpoint-only runs */
+    const char *endpoint;            /* the run's override, else the backend's (may be NULL) */
+    unsigned attempt;                /* 0: the initial generation; n: the n-th repair */
+    const struct timespec *deadline; /* the run's deadline, for the client to honour */
+    struct sluice_cancel *cancel;    /* the run's cancel token, for the client to honour */
+    /* out: what the call showed about the provider's capacity, for discovery */
+    enum sluice_outcome outcome; /* (default: SLUICE_OUTCOME_OK; a failed call that leaves it
+                                    OK is recorded as SLUICE_OUTCOME_IGNORE) */
+    int64_t retry_after_ns;      /* with SLUICE_OUTCOME_OVERLOAD: the provider's Retry-After
+                                    (default: 0 = none) */
+};
+
+struct sluice_run_ops {
+    /* Expensive preparation (artifact loading, rendering); holds no permit.
+     * (default: NULL = nothing to prepare) */
+    int (*prepare)(void *ctx);
+    /* Make one model call; holds a permit for its whole duration. (required) */
+    int (*generate)(void *ctx, struct sluice_generation *gen);
+    /* Check the output of generation `attempt`; holds no permit. Return
+     * SLUICE_OK to accept it. Return an error to fail the run, or set
+     * *repair and return an error to ask for a repair generation: granted
+     * while repairs remain, else the run fails with that error.
+     * (default: NULL = accept every output) */
+    int (*validate)(void *ctx, unsigned attempt, bool *repair);
+};
+
+struct sluice_run_desc {
+    const char *backend;                /* backend ID (default: NULL = endpoint-only, unlimited) */
+    const char *endpoint;               /* endpoint override; keeps the backend's pool
+                                           (default: NULL = the backend's endpoint) */
+    const struct sluice_run_ops *ops;   /* (required, with ops->generate) */
+    void *ctx;                          /* passed to every callback (default: NULL) */
+    const struct timespec *deadline;    /* absolute CLOCK_MONOTONIC, for every wait
+                                           (default: NULL = none) */
+    struct sluice_cancel *cancel;       /* ends every wait (default: NULL = none) */
+    struct sluice_opt_u32 max_repairs;  /* repair generations allowed (default: 1;
+                                           SLUICE_SOME(0) = none) */
+};
+
+struct sluice_run_result {
+    int status;                   /* what sluice_run returned */
+    int64_t elapsed_ns;           /* admission to completion, queue waits included */
+    int64_t prepare_ns;           /* inside prepare only, queue waits excluded */
+    int64_t queued_ns;            /* waiting for generation permits, all generations */
+    unsigned generations;         /* client calls made: the initial one plus repairs */
+    struct sluice_sample last;    /* the last generation's sample, as discovery gets it */
+};
+
+/* One generation: permit, client call, permit back. */
+SLUICE_INLINE int sluice__run_generate(struct sluice_pool *pool, const struct sluice_run_desc *d,
+                                       struct sluice_generation *gen, struct sluice_run_result *r)
+{
+    struct sluice_call call;
+    int status = sluice_pool_call_begin(pool, d->deadline, d->cancel, &call);
+    r->queued_ns += call.queued_ns;
+    if (status != SLUICE_OK)
+        return status;
+    gen->outcome = SLUICE_OUTCOME_OK;
+    gen->retry_after_ns = 0;
+    status = d->ops->generate(d->ctx, gen);
+    r->generations++;
+    /* A failed call cannot tell discovery the provider served it. */
+    if (status != SLUICE_OK && gen->outcome == SLUICE_OUTCOME_OK)
+        gen->outcome = SLUICE_OUTCOME_IGNORE;
+    r->last = sluice_pool_call_end(pool, &call, gen->outcome, gen->retry_after_ns);
+    return status;
+}
+
+/* Everything between admission and leave. */
+SLUICE_INLINE int sluice__run_admitted(const struct sluice_engine *e,
+                                       const struct sluice_backend *b,
+                                       const struct sluice_run_desc *d, struct sluice_run_result *r)
+{
+    /* Preparation is expensive: skip it for a run that is already over. */
+    int status = sluice__pool_stop_reason(d->deadline, d->cancel);
+    if (status != SLUICE_OK)
+        return status;
+    if (d->ops->prepare) {
+        int64_t t0 = sluice_clock_now(&e->clock);
+        status = d->ops->prepare(d->ctx);
+        r->prepare_ns = sluice_clock_now(&e->clock) - t0;
+        if (status != SLUICE_OK)
+            return status;
+    }
+    struct sluice_generation gen;
+    gen.backend = b->id;
+    gen.endpoint = d->endpoint ? d->endpoint : b->endpoint;
+    gen.deadline = d->deadline;
+    gen.cancel = d->cancel;
+    unsigned max_repairs = sluice_opt_or(d->max_repairs, SLUICE_RUN_REPAIRS_DEFAULT);
+    for (unsigned attempt = 0;; attempt++) {
+        gen.attempt = attempt;
+        status = sluice__run_generate(b->pool, d, &gen, r);
+        if (status != SLUICE_OK || !d->ops->validate)
+            return status;
+        bool repair = false;
+        status = d->ops->validate(d->ctx, attempt, &repair);
+        if (status == SLUICE_OK || !repair || attempt >= max_repairs)
+            return status;
+    }
+}
+
+/*
+ * Run one request on `engine` as `desc` describes and wait for its result.
+ * Returns the run's status, also stored in result->status (result may be
+ * NULL): SLUICE_OK, SLUICE_ECAPACITY (rejected: nothing was called and the
+ * rest of *result is zero), SLUICE_EINVAL (bad desc or unknown backend ID),
+ * SLUICE_ECANCELED, SLUICE_ETIMEDOUT, or a callback's error.
+ */
+SLUICE_INLINE int sluice_run(const struct sluice_engine *engine, const struct sluice_run_desc *desc,
+                             struct sluice_run_result *result)
+{
+    struct sluice_run_result r;
+    memset(&r, 0, sizeof r);
+    const struct sluice_backend *b = NULL;
+    if (!engine || !desc || !desc->ops || !desc->ops->generate ||
+        !(b = sluice_engine_find(engine, desc->backend)))
+        r.status = SLUICE_EINVAL;
+    else if ((r.status = sluice_pool_admit(b->pool)) == SLUICE_OK) {
+        int64_t start = sluice_clock_now(&engine->clock);
+        r.status = sluice__run_admitted(engine, b, desc, &r);
+        sluice_pool_leave(b->pool);
+        r.elapsed_ns = sluice_clock_now(&engine->clock) - start;
+    }
+    if (result)
+        *result = r;
+    return r.status;
+}
+
+#endif /* SLUICE_RUN_H */

@@ -1,0 +1,288 @@
+/* sluice/engine.h: the backend registry, its defaults, validation and lookup. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <sluice/engine.h>
+
+#include "run_fixtures.h"
+
+static struct sluice_engine *make_engine(const struct sluice_backend_desc *b, size_t n)
+{
+    struct sluice_engine *e;
+    char err[256];
+    struct sluice_engine_desc d = {.backends = b, .n_backends = n, .error = err,
+                                   .error_size = sizeof err};
+    cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_OK, "%s", err);
+    cr_assert_str_eq(err, "", "a successful create clears the message");
+    return e;
+}
+
+static struct sluice_pool_counts counts(const struct sluice_engine *e, const char *id)
+{
+    struct sluice_pool *p = sluice_engine_pool(e, id);
+    cr_assert_not_null(p, "no pool for %s", id ? id : "(endpoint only)");
+    return sluice_pool_stats(p);
+}
+
+/* Admissions a pool accepts before ECAPACITY, given back afterwards. */
+static uint32_t admission_capacity(struct sluice_pool *p, uint32_t bound)
+{
+    uint32_t n = 0;
+    while (n < bound && sluice_pool_admit(p) == SLUICE_OK)
+        n++;
+    for (uint32_t i = 0; i < n; i++)
+        sluice_pool_leave(p);
+    return n;
+}
+
+/* Create must fail with EINVAL and a message containing `expect`. */
+static void expect_invalid(const struct sluice_backend_desc *b, size_t n, const char *expect)
+{
+    struct sluice_engine *e = (struct sluice_engine *)1;
+    char err[256] = "untouched";
+    struct sluice_engine_desc d = {.backends = b, .n_backends = n, .error = err,
+                                   .error_size = sizeof err};
+    cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_EINVAL, "expected: %s", expect);
+    cr_assert_null(e);
+    cr_assert(strstr(err, expect), "message \"%s\" does not contain \"%s\"", err, expect);
+}
+
+/* ---- presets and defaults ------------------------------------------------- */
+
+Test(engine, builtin_openrouter_allows_16_active_and_1024_waiting_runs)
+{
+    struct sluice_engine *e;
+    cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
+    const struct sluice_backend *b = sluice_engine_find(e, "openrouter");
+    cr_assert_not_null(b);
+    cr_assert(b->builtin);
+    cr_assert_str_eq(b->endpoint, SLUICE_OPENROUTER_ENDPOINT);
+    struct sluice_pool_counts c = sluice_pool_stats(b->pool);
+    cr_assert_eq(c.active, 16);
+    cr_assert_eq(c.waiting_capacity, 1024);
+    cr_assert_eq(admission_capacity(b->pool, 5000), 16 + 1024);
+    sluice_engine_destroy(e);
+}
+
+Test(engine, builtin_openrouter_is_present_next_to_consumer_backends)
+{
+    struct sluice_backend_desc b[] = {{.id = "local", .active = 2}};
+    struct sluice_engine *e = make_engine(b, 1);
+    cr_assert_eq(sluice_engine_backend_count(e), 2);
+    cr_assert_eq(counts(e, "openrouter").active, 16);
+    cr_assert_eq(counts(e, "local").active, 2);
+    sluice_engine_destroy(e);
+}
+
+Test(engine, a_consumer_openrouter_registration_replaces_the_builtin)
+{
+    struct sluice_backend_desc b[] = {{.id = "openrouter", .active = 4, .waiting = SLUICE_SOME(2),
+                                       .endpoint = "https://proxy.example/v1"}};
+    struct sluice_engine *e = make_engine(b, 1);
+    cr_assert_eq(sluice_engine_backend_count(e), 1);
+    const struct sluice_backend *or_ = sluice_engine_find(e, "openrouter");
+    cr_assert_not(or_->builtin);
+    cr_assert_str_eq(or_->endpoint, "https://proxy.example/v1");
+    cr_assert_eq(admission_capacity(or_->pool, 100), 6);
+    sluice_engine_destroy(e);
+
+    struct sluice_backend_desc unlimited[] = {{.id = "openrouter"}};
+    e = make_engine(unlimited, 1);
+    cr_assert_eq(counts(e, "openrouter").active, 0,
+                 "a replacement is unlimited unless it sets active");
+    sluice_engine_destroy(e);
+}
+
+Test(engine, consumer_backends_are_unlimited_unless_they_set_active)
+{
+    struct sluice_backend_desc b[] = {{.id = "free"}};
+    struct sluice_engine *e = make_engine(b, 1);
+    struct sluice_pool *p = sluice_engine_pool(e, "free");
+    cr_assert_null(sluice_pool_gate(p));
+    cr_assert_eq(admission_capacity(p, 20000), 20000);
+    sluice_engine_destroy(e);
+}
+
+Test(engine, consumer_backend_waiting_defaults_to_1024_or_takes_explicit_zero)
+{
+    struct sluice_backend_desc b[] = {{.id = "dflt", .active = 3},
+                                      {.id = "zero", .active = 3, .waiting = SLUICE_SOME(0)},
+                                      {.id = "some", .active = 3, .waiting = SLUICE_SOME(7)}};
+    struct sluice_engine *e = make_engine(b, 3);
+    cr_assert_eq(admission_capacity(sluice_engine_pool(e, "dflt"), 5000), 3 + 1024);
+    cr_assert_eq(admission_capacity(sluice_engine_pool(e, "zero"), 5000), 3);
+    cr_assert_eq(admission_capacity(sluice_engine_pool(e, "some"), 5000), 3 + 7);
+    sluice_engine_destroy(e);
+}
+
+Test(engine, runs_without_a_backend_id_resolve_to_an_unlimited_endpoint_only_pool)
+{
+    struct sluice_engine *e = make_engine(NULL, 0);
+    const struct sluice_backend *b = sluice_engine_find(e, NULL);
+    cr_assert_not_null(b);
+    cr_assert_null(b->id);
+    cr_assert_null(sluice_pool_gate(b->pool));
+    cr_assert_neq(b->pool, sluice_engine_pool(e, "openrouter"));
+    sluice_engine_destroy(e);
+}
+
+/* ---- registrations are copied, looked up in O(1) ------------------------- */
+
+Test(engine, registrations_are_copied_into_engine_owned_state)
+{
+    char id[16], endpoint[32];
+    snprintf(id, sizeof id, "local");
+    snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:8080");
+    struct sluice_backend_desc b[] = {{.id = id, .endpoint = endpoint, .active = 1}};
+    struct sluice_engine *e = make_engine(b, 1);
+    snprintf(id, sizeof id, "changed");
+    snprintf(endpoint, sizeof endpoint, "http://elsewhere");
+    b[0].active = 99;
+    const struct sluice_backend *got = sluice_engine_find(e, "local");
+    cr_assert_not_null(got);
+    cr_assert_neq((const void *)got->id, (const void *)id);
+    cr_assert_str_eq(got->endpoint, "http://127.0.0.1:8080");
+    cr_assert_eq(sluice_pool_stats(got->pool).active, 1);
+    cr_assert_null(sluice_engine_find(e, "changed"));
+    sluice_engine_destroy(e);
+}
+
+Test(engine, lookup_finds_every_backend_by_id_and_nothing_else)
+{
+    enum { N = 1000 };
+    static char ids[N][24];
+    static struct sluice_backend_desc b[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(ids[i], sizeof ids[i], "backend-%d", i);
+        b[i] = (struct sluice_backend_desc){.id = ids[i], .active = (uint32_t)(i % 7)};
+    }
+    struct sluice_engine *e = make_engine(b, N);
+    for (int i = 0; i < N; i++) {
+        const struct sluice_backend *got = sluice_engine_find(e, ids[i]);
+        cr_assert_not_null(got, "%s", ids[i]);
+        cr_assert_str_eq(got->id, ids[i]);
+        cr_assert_eq(got, sluice_engine_backend_at(e, (size_t)i), "order is registration order");
+        cr_assert_eq(sluice_pool_stats(got->pool).active, (uint32_t)(i % 7));
+    }
+    cr_assert_null(sluice_engine_find(e, "backend-1000"));
+    cr_assert_null(sluice_engine_find(e, ""));
+    cr_assert_null(sluice_engine_find(e, "backend-"));
+    cr_assert_not_null(sluice_engine_find(e, "openrouter"));
+    sluice_engine_destroy(e);
+}
+
+Test(engine, separate_engines_never_share_capacity)
+{
+    struct sluice_backend_desc b[] = {{.id = "local", .active = 1, .waiting = SLUICE_SOME(0)}};
+    struct sluice_engine *one = make_engine(b, 1), *two = make_engine(b, 1);
+    cr_assert_neq(sluice_engine_pool(one, "local"), sluice_engine_pool(two, "local"));
+    cr_assert_eq(sluice_pool_admit(sluice_engine_pool(one, "local")), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit(sluice_engine_pool(one, "local")), SLUICE_ECAPACITY);
+    cr_assert_eq(sluice_pool_admit(sluice_engine_pool(two, "local")), SLUICE_OK);
+    cr_assert_eq(admission_capacity(sluice_engine_pool(two, "openrouter"), 5000), 1040,
+                 "engine one's openrouter use does not show in engine two");
+    sluice_pool_leave(sluice_engine_pool(one, "local"));
+    sluice_pool_leave(sluice_engine_pool(two, "local"));
+    sluice_engine_destroy(one);
+    sluice_engine_destroy(two);
+}
+
+/* ---- invalid configuration ------------------------------------------------ */
+
+Test(engine, waiting_without_active_fails_naming_the_field)
+{
+    struct sluice_backend_desc b[] = {{.id = "a", .active = 1}, {.id = "b"},
+                                      {.id = "c", .waiting = SLUICE_SOME(0)}};
+    expect_invalid(b, 3, "backends[2].waiting set without an active limit "
+                         "(set backends[2].active or drop waiting)");
+}
+
+Test(engine, duplicate_ids_fail_naming_both_fields)
+{
+    struct sluice_backend_desc b[] = {{.id = "x"}, {.id = "y"}, {.id = "x", .active = 2}};
+    expect_invalid(b, 3, "backends[2].id \"x\" duplicates backends[0].id");
+    struct sluice_backend_desc twice[] = {{.id = "openrouter"}, {.id = "openrouter"}};
+    expect_invalid(twice, 2, "backends[1].id \"openrouter\" duplicates backends[0].id");
+}
+
+Test(engine, missing_or_oversized_ids_fail_naming_the_field)
+{
+    struct sluice_backend_desc null_id[] = {{.id = "ok"}, {.active = 1}};
+    expect_invalid(null_id, 2, "backends[1].id is NULL");
+    struct sluice_backend_desc empty_id[] = {{.id = ""}};
+    expect_invalid(empty_id, 1, "backends[0].id is empty");
+    char long_id[SLUICE_BACKEND_ID_MAX + 2];
+    memset(long_id, 'a', sizeof long_id - 1);
+    long_id[sizeof long_id - 1] = '\0';
+    struct sluice_backend_desc too_long[] = {{.id = long_id}};
+    expect_invalid(too_long, 1, "backends[0].id is 256 bytes, above the maximum 255");
+}
+
+Test(engine, out_of_range_limits_fail_naming_the_field)
+{
+    struct sluice_backend_desc active[] = {{.id = "a", .active = SLUICE_POOL_ACTIVE_MAX + 1}};
+    expect_invalid(active, 1, "backends[0].active = 65537 is above the maximum 65536");
+    struct sluice_backend_desc waiting[] = {
+        {.id = "a", .active = 1},
+        {.id = "b", .active = 1, .waiting = SLUICE_SOME(SLUICE_POOL_WAITING_MAX + 1)}};
+    expect_invalid(waiting, 2, "backends[1].waiting = 1048577 is above the maximum 1048576");
+}
+
+Test(engine, inconsistent_backend_array_fails_naming_the_field)
+{
+    expect_invalid(NULL, 2, "backends is NULL but n_backends is 2");
+    struct sluice_backend_desc b[] = {{.id = "a"}};
+    expect_invalid(b, SLUICE_ENGINE_BACKENDS_MAX + 1,
+                   "n_backends = 4097 is above the maximum 4096");
+}
+
+Test(engine, a_short_error_buffer_gets_a_terminated_prefix)
+{
+    struct sluice_backend_desc b[] = {{.id = "c", .waiting = SLUICE_SOME(0)}};
+    char err[12];
+    memset(err, 'z', sizeof err);
+    struct sluice_engine_desc d = {.backends = b, .n_backends = 1, .error = err,
+                                   .error_size = sizeof err};
+    struct sluice_engine *e;
+    cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_EINVAL);
+    cr_assert_str_eq(err, "backends[0]");
+    d.error = NULL;
+    cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_EINVAL, "no buffer: status only");
+}
+
+/* ---- allocation ---------------------------------------------------------- */
+
+Test(engine, allocation_failure_returns_enomem_and_leaks_nothing)
+{
+    struct sluice_backend_desc b[] = {{.id = "local", .endpoint = "http://h", .active = 2},
+                                      {.id = "free"}};
+    for (long fail_at = 0;; fail_at++) {
+        struct counting_alloc c = {.fail_at = fail_at};
+        struct sluice_allocator a = counting_allocator(&c);
+        struct sluice_engine_desc d = {.backends = b, .n_backends = 2, .allocator = &a};
+        struct sluice_engine *e = (struct sluice_engine *)1;
+        int status = sluice_engine_create(&d, &e);
+        if (status == SLUICE_OK) {
+            cr_assert_geq(fail_at, 4, "every allocation point was exercised");
+            cr_assert_not(c.misaligned);
+            sluice_engine_destroy(e);
+            cr_assert_eq(c.live, 0);
+            cr_assert_eq(c.live_bytes, 0);
+            break;
+        }
+        cr_assert_eq(status, SLUICE_ENOMEM, "allocation %ld", fail_at);
+        cr_assert_null(e);
+        cr_assert_eq(c.live, 0, "failing allocation %ld leaked %ld blocks", fail_at, c.live);
+        cr_assert_eq(c.live_bytes, 0);
+    }
+}
+
+Test(engine, a_duplicate_found_after_allocation_leaks_nothing)
+{
+    struct sluice_backend_desc b[] = {{.id = "x", .active = 1}, {.id = "x"}};
+    struct counting_alloc c = {.fail_at = -1};
+    struct sluice_allocator a = counting_allocator(&c);
+    struct sluice_engine_desc d = {.backends = b, .n_backends = 2, .allocator = &a};
+    struct sluice_engine *e;
+    cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_EINVAL);
+    cr_assert_eq(c.live, 0);
+}
