@@ -529,12 +529,22 @@ SLUICE_INLINE int sluice_gate_set_limit(struct sluice_gate *g, uint32_t limit)
     atomic_store_explicit(&g->limit, limit, SLUICE_RELAXED);
     if (limit < old)
         sluice__gate_add(g, (uint64_t)0 - (old - limit));
-    for (uint32_t i = old; i < limit; i++) {
-        struct sluice_gate_node *n = sluice__gate_give_locked(g, NULL);
-        if (n) {
-            *last = n; /* reuse the popped node's link to batch the grants */
-            last = &n->next;
+    /* New permits repay a cut first, then go to waiters in order; the rest
+     * become available in one step. */
+    for (uint32_t extra = limit > old ? limit - old : 0; extra > 0;) {
+        int32_t available = sluice__gate_available(atomic_load_explicit(&g->word, SLUICE_ACQUIRE));
+        uint32_t bulk = available < 0 ? ((uint32_t)-available < extra ? (uint32_t)-available : extra)
+                        : !g->head  ? extra
+                                    : 0;
+        if (bulk) {
+            sluice__gate_add(g, bulk);
+            extra -= bulk;
+            continue;
         }
+        struct sluice_gate_node *n = sluice__gate_give_locked(g, NULL);
+        *last = n; /* reuse the popped node's link to batch the grants */
+        last = &n->next;
+        extra--;
     }
     *last = NULL;
     sluice_spinlock_unlock(&g->lock);

@@ -1,13 +1,49 @@
 /*
  * sluice/policy.h — the ceiling-discovery policy interface.
  *
- * (Seam only: the sample types the pool feeds to discovery. The policy ops
- * and built-in algorithms land with the discovery layer.)
+ * What it is: the contract between a backend's discovery state machine
+ * (sluice/discovery.h) and the algorithm that proposes its concurrency
+ * limit. The pool turns each finished generation call into a
+ * `struct sluice_sample`; discovery folds samples into a window and, when
+ * the window closes, hands the policy a `struct sluice_window` summary. The
+ * policy answers with a `struct sluice_verdict`: the limit it wants and why.
+ * Discovery owns everything around that answer — min/max clamps, the locked
+ * ceiling, Retry-After holds, events and persistence — so a policy is a
+ * small pure-ish function of its own state and the window.
+ *
+ * Built-ins (one header each under sluice/policy/):
+ *   fixed.h     never moves (non-adaptive nodes)
+ *   aimd.h      additive increase, multiplicative decrease on overload
+ *   gradient.h  long/short latency-ratio controller
+ *   vegas.h     queue estimate L·(1 − minRTT/RTT)
+ *   discover.h  the default: slow start, additive probing, backoff on
+ *               overload or on a latency knee
+ *
+ * Writing a policy: embed `struct sluice_policy` as the first member of your
+ * state struct, point its `ops` at a static ops table, and downcast in the
+ * callbacks. Parameters follow the sokol convention: zero means default,
+ * resolved in one function per policy.
+ *
+ * Progress and concurrency: policies are plain sequential code with no
+ * atomics. Discovery calls reset/update only while it holds the node's
+ * update lock, so one policy object is never entered by two threads at once;
+ * a policy must not block (it runs on the thread whose completion closed
+ * the window). Pure helpers in this header are callable from any thread.
+ *
+ * Memory ordering: none here. The update lock in discovery.h orders each
+ * update after the previous one (acquire/release), which is all the policy
+ * state needs.
+ *
+ * No libm: the core links only ck and pthreads, so the two transcendental
+ * helpers policies need (square root, natural log) are computed here.
  */
 #ifndef SLUICE_POLICY_H
 #define SLUICE_POLICY_H
 
+#include <string.h>
+
 #include "cc.h"
+#include "status.h"
 
 /* How one generation call ended, as far as the provider's capacity goes. */
 enum sluice_outcome {
@@ -23,5 +59,223 @@ struct sluice_sample {
     enum sluice_outcome outcome;
     int64_t retry_after_ns;      /* provider's Retry-After, 0 = none */
 };
+
+/*
+ * Why a limit moved. Policies report the growth and backoff causes;
+ * discovery adds the ones that come from its own state machine. Every event
+ * in sluice/events.h carries one.
+ */
+#define SLUICE_CAUSE_MAP(X)                                                                        \
+    X(NONE, "none")               /* the limit did not move */                                     \
+    X(SLOW_START, "slow_start")   /* healthy and saturated before any congestion: grow fast */     \
+    X(ADDITIVE, "additive")       /* healthy and saturated after congestion: grow carefully */     \
+    X(OVERLOAD, "overload")       /* HTTP 429/503 or a provider timeout */                         \
+    X(RETRY_AFTER, "retry_after") /* an overload that carried Retry-After */                       \
+    X(LATENCY, "latency")         /* latency rose past the knee: requests are queueing */          \
+    X(BRACKET, "bracket")         /* probed up to just below the last congestion and held */       \
+    X(MAX_LIMIT, "max_limit")     /* reached the configured maximum with no congestion */          \
+    X(LOWERED, "lowered")         /* overload below a locked ceiling: the ceiling came down */     \
+    X(CEILING, "ceiling")         /* clamped to the locked ceiling or the probe bracket */         \
+    X(HEALTHY, "healthy")         /* a clean window after a backoff */                             \
+    X(TTL, "ttl")                 /* the lock's time to live ran out */                            \
+    X(STORE, "store")             /* a live lock was read back from the store */                   \
+    X(API, "api")                 /* a caller asked (sluice_discovery_clear) */
+
+enum sluice_cause {
+#define SLUICE__CAUSE_ENUM(name, str) SLUICE_CAUSE_##name,
+    SLUICE_CAUSE_MAP(SLUICE__CAUSE_ENUM)
+#undef SLUICE__CAUSE_ENUM
+};
+
+/* The cause's snake_case name ("retry_after"); never NULL. */
+SLUICE_INLINE const char *sluice_cause_name(enum sluice_cause cause)
+{
+    switch (cause) {
+#define SLUICE__CAUSE_NAME(name, str)                                                              \
+    case SLUICE_CAUSE_##name:                                                                      \
+        return str;
+        SLUICE_CAUSE_MAP(SLUICE__CAUSE_NAME)
+#undef SLUICE__CAUSE_NAME
+    }
+    return "unknown";
+}
+
+/* True for the causes that are congestion signals (the reasons to back off). */
+SLUICE_INLINE bool sluice_cause_is_congestion(enum sluice_cause cause)
+{
+    return cause == SLUICE_CAUSE_OVERLOAD || cause == SLUICE_CAUSE_RETRY_AFTER ||
+           cause == SLUICE_CAUSE_LATENCY;
+}
+
+/*
+ * A closed sampling window. Latency statistics cover only calls that
+ * started under `limit` (after the last limit change), so each window
+ * measures one operating point; overloads also count from calls that
+ * started earlier, unless discovery has already backed off for them.
+ */
+struct sluice_window {
+    int64_t start_ns, end_ns;   /* discovery clock */
+    uint32_t limit;             /* the limit in force while the window ran */
+    uint32_t probe_cap;         /* highest limit discovery will accept next; 0 = none */
+    uint32_t n_ok;              /* served calls started under `limit` */
+    uint32_t n_overload;        /* overloads seen in the window, stale ones included */
+    uint32_t n_fresh_overload;  /* overloads from calls started after the last cut: the ones
+                                   to act on (the rest were already acted on) */
+    uint32_t n_ignore;          /* ignored outcomes and calls from an older operating point */
+    uint32_t max_in_flight;     /* highest in_flight_at_start among the n_ok calls */
+    bool saturated;             /* demand reached the limit (max_in_flight ~ limit) */
+    int64_t latency_mean_ns;    /* mean latency of the n_ok calls; 0 when n_ok == 0 */
+    int64_t latency_min_ns;     /* their minimum; 0 when n_ok == 0 */
+    int64_t latency_mad_ns;     /* their mean absolute deviation from the previous mean */
+    int64_t retry_after_ns;     /* largest Retry-After among the overloads; 0 = none */
+};
+
+/* A policy's answer to one window. */
+struct sluice_verdict {
+    uint32_t limit;          /* the limit it wants (discovery clamps it) */
+    enum sluice_cause cause; /* NONE, a growth cause, or a congestion cause */
+    uint32_t estimate;       /* on congestion: its estimate of the limit that does not congest
+                                (0 = no estimate; discovery then uses the current limit) */
+};
+
+struct sluice_policy;
+
+struct sluice_policy_ops {
+    const char *name; /* "aimd", shown in benchmarks and logs */
+    bool adaptive;    /* false: discovery never probes, locks or clears this node */
+    /* Forget everything learned and return the starting limit. `jumpstart`
+     * is discovery's starting point; `warm` is true when a previously
+     * discovered ceiling is being restored, so fast probing would only
+     * overshoot. */
+    uint32_t (*reset)(struct sluice_policy *self, uint32_t jumpstart, bool warm);
+    /* Propose a limit for the window that just closed. */
+    struct sluice_verdict (*update)(struct sluice_policy *self, const struct sluice_window *w);
+};
+
+/* The header every policy object starts with. */
+struct sluice_policy {
+    const struct sluice_policy_ops *ops;
+};
+
+SLUICE_INLINE uint32_t sluice_policy_reset(struct sluice_policy *p, uint32_t jumpstart, bool warm)
+{
+    return p->ops->reset(p, jumpstart, warm);
+}
+
+SLUICE_INLINE struct sluice_verdict sluice_policy_update(struct sluice_policy *p,
+                                                         const struct sluice_window *w)
+{
+    return p->ops->update(p, w);
+}
+
+/* ---- helpers shared by the built-in policies ----------------------------- */
+
+SLUICE_INLINE struct sluice_verdict sluice__verdict(uint32_t limit, enum sluice_cause cause,
+                                                    uint32_t estimate)
+{
+    struct sluice_verdict v;
+    v.limit = limit;
+    v.cause = cause;
+    v.estimate = estimate;
+    return v;
+}
+
+/* Keep the limit where it is. */
+SLUICE_INLINE struct sluice_verdict sluice__verdict_hold(const struct sluice_window *w)
+{
+    return sluice__verdict(w->limit, SLUICE_CAUSE_NONE, 0);
+}
+
+/* limit·factor rounded down, always at least one below `limit` and at least 1. */
+SLUICE_INLINE uint32_t sluice__policy_cut(uint32_t limit, double factor)
+{
+    double cut = (double)limit * factor;
+    uint32_t n = cut < 1.0 ? 1u : (uint32_t)cut;
+    if (n >= limit)
+        n = limit > 1 ? limit - 1 : 1;
+    return n;
+}
+
+/* The verdict every loss-based policy gives a window with a fresh overload. */
+SLUICE_INLINE struct sluice_verdict sluice__verdict_overload(const struct sluice_window *w,
+                                                             double factor)
+{
+    return sluice__verdict(sluice__policy_cut(w->limit, factor),
+                           w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER
+                                                 : SLUICE_CAUSE_OVERLOAD,
+                           0);
+}
+
+SLUICE_INLINE uint32_t sluice__sat_add(uint32_t a, uint32_t b)
+{
+    return a > UINT32_MAX - b ? UINT32_MAX : a + b;
+}
+
+/* Square root by Newton's method: exact enough for noise estimates, no libm. */
+SLUICE_INLINE double sluice__sqrt(double x)
+{
+    if (!(x > 0.0))
+        return 0.0;
+    double r = x > 1.0 ? x : 1.0;
+    for (int i = 0; i < 64; i++) {
+        double next = 0.5 * (r + x / r);
+        if (next >= r)
+            break;
+        r = next;
+    }
+    return r;
+}
+
+/* Natural log: split off the binary exponent, then atanh series on [0.7, 1.4]. */
+SLUICE_INLINE double sluice__ln(double x)
+{
+    if (!(x > 0.0))
+        return 0.0;
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    int exp2 = (int)((bits >> 52) & 0x7ff) - 1023;
+    bits = (bits & UINT64_C(0x000fffffffffffff)) | UINT64_C(0x3ff0000000000000);
+    double m;
+    memcpy(&m, &bits, sizeof m);
+    if (m > 1.4142135623730951) {
+        m *= 0.5;
+        exp2++;
+    }
+    double s = (m - 1.0) / (m + 1.0), s2 = s * s, term = s, sum = 0.0;
+    for (int k = 1; k < 40; k += 2) {
+        sum += term / k;
+        term *= s2;
+    }
+    return 2.0 * sum + exp2 * 0.6931471805599453;
+}
+
+/* Resolve a zero (omitted) parameter to its default. */
+#define SLUICE__DEFAULT(field, value)                                                              \
+    do {                                                                                           \
+        if ((field) == 0)                                                                          \
+            (field) = (value);                                                                     \
+    } while (0)
+
+/*
+ * Check lo < v < hi (or lo < v <= hi when hi_inclusive); on failure set
+ * *why to `msg` (which names the field) and return SLUICE_EINVAL.
+ */
+SLUICE_INLINE int sluice__check_range(double v, double lo, double hi, bool hi_inclusive,
+                                      const char *msg, const char **why)
+{
+    bool ok = v > lo && (hi_inclusive ? v <= hi : v < hi);
+    if (!ok && why)
+        *why = msg;
+    return ok ? SLUICE_OK : SLUICE_EINVAL;
+}
+
+/* Define the ops table of a built-in policy `name` with its two callbacks. */
+#define SLUICE__POLICY_OPS(name, is_adaptive)                                                      \
+    SLUICE_INLINE const struct sluice_policy_ops *sluice__##name##_ops(void)                       \
+    {                                                                                              \
+        static const struct sluice_policy_ops ops = {#name, is_adaptive, sluice__##name##_reset,   \
+                                                     sluice__##name##_update};                     \
+        return &ops;                                                                               \
+    }
 
 #endif /* SLUICE_POLICY_H */

@@ -12,6 +12,17 @@
  *   sluice/park.h      spin-then-futex parking of one waiter
  *   sluice/ring.h      bounded MPMC ring of pointers
  *   sluice/gate.h      ticket-based FIFO permit gate
+ *   sluice/policy.h    ceiling-discovery policy interface: samples, windows, verdicts
+ *   sluice/policy/fixed.h     never moves (non-adaptive nodes)
+ *   sluice/policy/aimd.h      additive increase, multiplicative decrease
+ *   sluice/policy/gradient.h  long/short latency-ratio controller
+ *   sluice/policy/vegas.h     queue estimate L·(1 − minRTT/RTT)
+ *   sluice/policy/discover.h  the default: slow start, probing, backoff on overload or knee
+ *   sluice/pool.h      one backend's pool: immediate admission + generation permits
+ *   sluice/engine.h    backend registry: presets, validation, O(1) lookup by ID
+ *   sluice/run.h       run lifecycle: admit, prepare, generate, validate, repair
+ *   sluice/events.h    discovery event feed: bounded per-node ring, JSON Lines
+ *   sluice/discovery.h per-node probing/backoff/locked state machine, store, status line
  *
  * Compile-time options:
  *   SLUICE_PARK_SPIN   spins before a waiter parks in the kernel (default 256)
@@ -40,6 +51,18 @@
 #include "sluice/time.h"
 #include "sluice/cancel.h"
 #include "sluice/park.h"
+#include "sluice/ring.h"
 #include "sluice/gate.h"
+#include "sluice/policy.h"
+#include "sluice/policy/fixed.h"
+#include "sluice/policy/aimd.h"
+#include "sluice/policy/gradient.h"
+#include "sluice/policy/vegas.h"
+#include "sluice/policy/discover.h"
+#include "sluice/pool.h"
+#include "sluice/engine.h"
+#include "sluice/run.h"
+#include "sluice/events.h"
+#include "sluice/discovery.h"
 
 #endif

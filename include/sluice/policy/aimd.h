@@ -1,0 +1,76 @@
+/*
+ * sluice/policy/aimd.h — additive increase, multiplicative decrease.
+ *
+ * What it is: the loss-based classic. Each window with a fresh overload
+ * (429/503/timeout, or a mean latency above `timeout_ns` when set) cuts the
+ * limit to limit·backoff; each healthy window in which demand reached the
+ * limit adds `increase`. It ignores latency otherwise, so against a provider
+ * that queues instead of rejecting it grows until the provider's own queue
+ * overflows.
+ *
+ * Progress, concurrency and memory ordering: see sluice/policy.h — called
+ * only under the owning discovery's update lock, which orders each call
+ * after the previous one; plain state, no atomics, never blocks.
+ */
+#ifndef SLUICE_POLICY_AIMD_H
+#define SLUICE_POLICY_AIMD_H
+
+#include "../policy.h"
+
+struct sluice_policy_aimd_params {
+    double backoff;     /* factor applied on overload, in (0, 1) (default: 0.9) */
+    uint32_t increase;  /* added per healthy saturated window (default: 1) */
+    int64_t timeout_ns; /* a window mean above this counts as overload (default: 0 = off) */
+};
+
+struct sluice_policy_aimd {
+    struct sluice_policy base; /* pass &p.base to discovery */
+    struct sluice_policy_aimd_params params;
+};
+
+SLUICE_INLINE uint32_t sluice__aimd_reset(struct sluice_policy *self, uint32_t jumpstart, bool warm)
+{
+    (void)self;
+    (void)warm;
+    return jumpstart;
+}
+
+SLUICE_INLINE struct sluice_verdict sluice__aimd_update(struct sluice_policy *self,
+                                                        const struct sluice_window *w)
+{
+    struct sluice_policy_aimd *p = (struct sluice_policy_aimd *)self;
+    if (w->n_fresh_overload)
+        return sluice__verdict_overload(w, p->params.backoff);
+    if (p->params.timeout_ns && w->n_ok && w->latency_mean_ns > p->params.timeout_ns)
+        return sluice__verdict(sluice__policy_cut(w->limit, p->params.backoff),
+                               SLUICE_CAUSE_LATENCY, 0);
+    if (w->saturated && w->n_ok)
+        return sluice__verdict(sluice__sat_add(w->limit, p->params.increase),
+                               SLUICE_CAUSE_ADDITIVE, 0);
+    return sluice__verdict_hold(w);
+}
+
+SLUICE__POLICY_OPS(aimd, true)
+
+/* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
+SLUICE_INLINE int sluice_policy_aimd_init(struct sluice_policy_aimd *p,
+                                          const struct sluice_policy_aimd_params *params,
+                                          const char **why)
+{
+    struct sluice_policy_aimd_params r;
+    memset(&r, 0, sizeof r);
+    if (params)
+        r = *params;
+    SLUICE__DEFAULT(r.backoff, 0.9);
+    SLUICE__DEFAULT(r.increase, 1);
+    if (sluice__check_range(r.backoff, 0.0, 1.0, false,
+                            "sluice_policy_aimd_params.backoff must be in (0, 1)", why) ||
+        sluice__check_range((double)r.timeout_ns, -1.0, 1e30, false,
+                            "sluice_policy_aimd_params.timeout_ns must not be negative", why))
+        return SLUICE_EINVAL;
+    p->base.ops = sluice__aimd_ops();
+    p->params = r;
+    return SLUICE_OK;
+}
+
+#endif /* SLUICE_POLICY_AIMD_H */

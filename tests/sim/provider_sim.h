@@ -1,0 +1,761 @@
+/*
+ * provider_sim.h — a deterministic, virtual-time simulation of callers, a
+ * real sluice gate and a remote model provider with a hidden concurrency cap.
+ *
+ * Used by the tests in tests/sim/ and by bench/discovery_cases.c (through
+ * `#include "sim/provider_sim.h"`). Everything is header-only and static so
+ * each user compiles its own copy; there is no libm (the tests link only
+ * Criterion and the core), so the few transcendental functions are here.
+ *
+ * Model:
+ *   callers    closed loop (N workers issuing back to back, optional think
+ *              time), or open-loop bursty arrivals (Poisson bursts of
+ *              geometric size). A caller whose call is refused retries after
+ *              the provider's Retry-After, or after `retry_s`.
+ *   sluice     a real struct sluice_gate (FIFO, async waiters). No call
+ *              starts before the controller's hold_until (Retry-After).
+ *              When a call ends the controller sees the same
+ *              struct sluice_sample the pool builds in call_end, then the
+ *              permit is released.
+ *   network    each call reaches the provider net_s/2 after it starts and
+ *              its answer returns net_s/2 after the provider is done.
+ *   provider   a hidden cap C on calls in service, with lognormal service
+ *              times, and one of three behaviours past the cap:
+ *                reject  answer 429 at once (optionally with Retry-After)
+ *                queue   (Ollama-like) queue FIFO behind C slots, so latency
+ *                        grows with the queue; 503 past queue_bound waiting
+ *                knee    admit everyone but slow down: a call admitted with
+ *                        n in service takes S·(1 + slope·(n−C)/C) when n > C,
+ *                        so throughput falls past C
+ *              The cap may be changed between sim_run_until() calls.
+ *   timeouts   a call still unanswered after timeout_s is an overload for
+ *              the caller (the provider keeps working on it).
+ *
+ * Time is an int64 of virtual nanoseconds; the sluice clock hook reads it,
+ * and a wall clock hook reads epoch_s + virtual time, so lock expiry runs in
+ * virtual time too. Everything random comes from one seeded splitmix64, and
+ * simultaneous events run in scheduling order: a run is a pure function of
+ * its configuration.
+ */
+#ifndef SLUICE_PROVIDER_SIM_H
+#define SLUICE_PROVIDER_SIM_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice/discovery.h>
+
+#define SIM_NS 1e9
+
+/* ---- numbers without libm --------------------------------------------------- */
+
+static inline double sim_exp(double x)
+{
+    if (x < -700.0)
+        return 0.0;
+    if (x > 700.0)
+        x = 700.0;
+    const double ln2 = 0.6931471805599453;
+    double kf = x / ln2;
+    int64_t k = (int64_t)(kf < 0 ? kf - 0.5 : kf + 0.5);
+    double r = x - (double)k * ln2, term = 1.0, sum = 1.0;
+    for (int i = 1; i < 16; i++) {
+        term *= r / i;
+        sum += term;
+    }
+    uint64_t bits = (uint64_t)(k + 1023) << 52;
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return sum * scale;
+}
+
+static inline double sim_log(double x)
+{
+    return sluice__ln(x);
+}
+
+static inline double sim_sqrt(double x)
+{
+    return sluice__sqrt(x);
+}
+
+/* ---- random numbers ------------------------------------------------------ */
+
+struct sim_rng {
+    uint64_t state;
+    double spare;
+    bool has_spare;
+};
+
+static inline uint64_t sim_rand64(struct sim_rng *r)
+{
+    uint64_t z = (r->state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1). */
+static inline double sim_uniform(struct sim_rng *r)
+{
+    return ((double)(sim_rand64(r) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* Standard normal (Marsaglia's polar method). */
+static inline double sim_normal(struct sim_rng *r)
+{
+    if (r->has_spare) {
+        r->has_spare = false;
+        return r->spare;
+    }
+    double u, v, s;
+    do {
+        u = 2.0 * sim_uniform(r) - 1.0;
+        v = 2.0 * sim_uniform(r) - 1.0;
+        s = u * u + v * v;
+    } while (s >= 1.0 || s == 0.0);
+    double f = sim_sqrt(-2.0 * sim_log(s) / s);
+    r->spare = v * f;
+    r->has_spare = true;
+    return u * f;
+}
+
+static inline double sim_lognormal(struct sim_rng *r, double median, double sigma)
+{
+    return median * sim_exp(sigma * sim_normal(r));
+}
+
+static inline double sim_exponential(struct sim_rng *r, double mean)
+{
+    return -mean * sim_log(sim_uniform(r));
+}
+
+/* ---- configuration ------------------------------------------------------- */
+
+enum sim_mode { SIM_REJECT, SIM_QUEUE, SIM_KNEE };
+
+static inline const char *sim_mode_name(enum sim_mode m)
+{
+    return m == SIM_REJECT ? "reject" : m == SIM_QUEUE ? "queue" : "knee";
+}
+
+struct sim_config {
+    uint64_t seed;
+    /* provider */
+    enum sim_mode mode;
+    uint32_t cap;          /* hidden concurrency cap C */
+    double median_s;       /* median service time (default 2 s) */
+    double sigma;          /* lognormal shape (default 0.4) */
+    double net_s;          /* network round trip, also a rejection's latency (default 0.05 s) */
+    double retry_after_s;  /* reject mode: Retry-After sent with each 429 (0 = none) */
+    uint32_t queue_bound;  /* queue mode: waiting calls past which it answers 503 (default 2·C) */
+    double knee_slope;     /* knee mode: slow-down per unit of overload fraction (default 2) */
+    /* callers */
+    uint32_t workers;      /* closed loop: callers issuing back to back (0 = none) */
+    double think_s;        /* closed loop: mean pause between a caller's calls (0 = none) */
+    double open_rate;      /* open loop: mean arrivals per second (0 = none) */
+    double burst_mean;     /* open loop: mean burst size (default 1) */
+    double retry_s;        /* caller retry delay after an overload without Retry-After
+                              (default 0.5 s) */
+    double timeout_s;      /* caller timeout per call (default 120 s) */
+    /* sluice */
+    uint32_t gate_limit;   /* the gate's starting limit (default 1; discovery resets it) */
+    double epoch_s;        /* wall clock at virtual time 0 (default 1.7e9) */
+};
+
+static inline void sim_config_defaults(struct sim_config *c)
+{
+    SLUICE__DEFAULT(c->median_s, 2.0);
+    SLUICE__DEFAULT(c->sigma, 0.4);
+    SLUICE__DEFAULT(c->net_s, 0.05);
+    SLUICE__DEFAULT(c->queue_bound, 2 * c->cap);
+    SLUICE__DEFAULT(c->knee_slope, 2.0);
+    SLUICE__DEFAULT(c->burst_mean, 1.0);
+    SLUICE__DEFAULT(c->retry_s, 0.5);
+    SLUICE__DEFAULT(c->timeout_s, 120.0);
+    SLUICE__DEFAULT(c->gate_limit, 1);
+    SLUICE__DEFAULT(c->epoch_s, 1.7e9);
+}
+
+/* Mean time one call takes without queueing: the natural "round trip". */
+static inline double sim_round_trip_s(const struct sim_config *c)
+{
+    return c->median_s * sim_exp(0.5 * c->sigma * c->sigma) + c->net_s;
+}
+
+/* What drives the gate's limit: discovery, a bench baseline, or nothing. */
+struct sim_controller {
+    void *ctx;
+    void (*on_sample)(void *ctx, const struct sluice_sample *sample, int64_t now_ns);
+    int64_t (*hold_until)(void *ctx); /* may be NULL */
+};
+
+/* ---- state ---------------------------------------------------------------- */
+
+enum { SIM_EV_TICK, SIM_EV_ARRIVAL, SIM_EV_ISSUE, SIM_EV_START, SIM_EV_PROVIDER,
+       SIM_EV_DONE, SIM_EV_RESPONSE, SIM_EV_TIMEOUT };
+
+struct sim_event {
+    int64_t t;
+    uint64_t seq;
+    uint32_t type, req;
+    uint64_t gen;
+};
+
+struct sim;
+
+struct sim_req {
+    struct sluice_gate_waiter waiter; /* waiter.data = this */
+    struct sim *sim;
+    uint64_t gen;        /* attempt number: stale events carry an older one */
+    int64_t t_issue;     /* when the caller first asked (end-to-end latency) */
+    int64_t t_start;     /* when this attempt started (permit held, hold passed) */
+    uint32_t in_flight_at_start;
+    bool holding, answered;
+    enum sluice_outcome outcome;
+    int64_t retry_after_ns;
+    bool open_loop;
+    uint32_t next_free;
+};
+
+struct sim_stats {
+    uint64_t attempts, ok, rejected, unavailable, timeouts, served, dropped;
+    double *e2e_s;       /* per served caller request */
+    size_t n_e2e, cap_e2e;
+    int64_t t90_ns;      /* first time the limit reached t90_target (-1 = never) */
+    uint32_t max_limit;
+};
+
+struct sim {
+    struct sim_config cfg;
+    struct sim_rng rng;
+    int64_t now;
+    uint64_t seq;
+    struct sim_event *heap;
+    size_t n_heap, cap_heap;
+    struct sluice_gate gate;
+    struct sluice_clock clock, wall;
+    struct sim_controller ctl;
+    struct sim_req *reqs;
+    uint32_t n_reqs, free_head;
+    uint32_t held;       /* permits held by callers */
+    /* provider */
+    uint32_t in_service;
+    uint32_t *queue;     /* FIFO of request ids waiting at the provider (queue mode) */
+    uint64_t *queue_gen;
+    uint32_t q_head, q_len, q_cap;
+    /* observation */
+    struct sim_stats stats;
+    uint32_t t90_target;
+    int64_t t90_from;    /* t90 counts from here (a cap change) */
+    bool t90_down;       /* after a cut: t90 is when the limit first fell to the cap */
+    void (*on_tick)(struct sim *s, void *ctx);
+    void *tick_ctx;
+    int64_t tick_ns;
+};
+
+static inline int64_t sim__now(void *ctx)
+{
+    return ((struct sim *)ctx)->now;
+}
+
+static inline int64_t sim__wall(void *ctx)
+{
+    struct sim *s = (struct sim *)ctx;
+    return (int64_t)(s->cfg.epoch_s * SIM_NS) + s->now;
+}
+
+static inline double sim_now_s(const struct sim *s)
+{
+    return (double)s->now / SIM_NS;
+}
+
+static inline int64_t sim__ns(double seconds)
+{
+    return (int64_t)(seconds * SIM_NS);
+}
+
+static inline void sim__push(struct sim *s, int64_t t, uint32_t type, uint32_t req, uint64_t gen)
+{
+    if (s->n_heap == s->cap_heap) {
+        s->cap_heap = s->cap_heap ? 2 * s->cap_heap : 1024;
+        s->heap = (struct sim_event *)realloc(s->heap, s->cap_heap * sizeof *s->heap);
+    }
+    struct sim_event e = {t, s->seq++, type, req, gen};
+    size_t i = s->n_heap++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        struct sim_event *q = &s->heap[p];
+        if (q->t < e.t || (q->t == e.t && q->seq < e.seq))
+            break;
+        s->heap[i] = *q;
+        i = p;
+    }
+    s->heap[i] = e;
+}
+
+static inline bool sim__before(const struct sim_event *a, const struct sim_event *b)
+{
+    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static inline struct sim_event sim__pop(struct sim *s)
+{
+    struct sim_event top = s->heap[0], last = s->heap[--s->n_heap];
+    size_t i = 0, n = s->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && sim__before(&s->heap[c + 1], &s->heap[c]))
+            c++;
+        if (!sim__before(&s->heap[c], &last))
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n)
+        s->heap[i] = last;
+    return top;
+}
+
+/* ---- callers ---------------------------------------------------------------- */
+
+static inline uint32_t sim__req_id(struct sim *s, struct sim_req *r)
+{
+    return (uint32_t)(r - s->reqs);
+}
+
+static inline int64_t sim__hold(struct sim *s)
+{
+    return s->ctl.hold_until ? s->ctl.hold_until(s->ctl.ctx) : 0;
+}
+
+static inline void sim__on_grant(struct sluice_gate_waiter *w, int status)
+{
+    struct sim_req *r = (struct sim_req *)w->data;
+    struct sim *s = r->sim;
+    if (status != SLUICE_OK)
+        return;
+    s->held++;
+    r->holding = true;
+    /* Possibly inside a release or a limit change: start from the event loop. */
+    sim__push(s, s->now, SIM_EV_START, sim__req_id(s, r), r->gen);
+}
+
+/* The caller asks for a permit (a first attempt or a retry). */
+static inline void sim__issue(struct sim *s, struct sim_req *r)
+{
+    int64_t hold = sim__hold(s);
+    if (hold > s->now) { /* honour Retry-After: do not even queue before it */
+        sim__push(s, hold, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
+        return;
+    }
+    r->gen++;
+    r->answered = false;
+    r->waiter.cb = sim__on_grant;
+    r->waiter.data = r;
+    sluice_gate_acquire_async(&s->gate, &r->waiter);
+}
+
+static inline struct sim_req *sim__alloc_req(struct sim *s)
+{
+    if (s->free_head == UINT32_MAX)
+        return NULL;
+    struct sim_req *r = &s->reqs[s->free_head];
+    s->free_head = r->next_free;
+    return r;
+}
+
+static inline void sim__caller_new(struct sim *s, struct sim_req *r, bool open_loop)
+{
+    r->t_issue = s->now;
+    r->open_loop = open_loop;
+    sim__issue(s, r);
+}
+
+/* ---- provider --------------------------------------------------------------- */
+
+static inline void sim__answer(struct sim *s, uint32_t id, uint64_t gen, enum sluice_outcome o,
+                               int64_t retry_after, int64_t at)
+{
+    struct sim_req *r = &s->reqs[id];
+    if (r->gen != gen || r->answered)
+        return;
+    r->outcome = o;
+    r->retry_after_ns = retry_after;
+    sim__push(s, at, SIM_EV_RESPONSE, id, gen);
+}
+
+static inline void sim__serve(struct sim *s, uint32_t id, uint64_t gen)
+{
+    s->in_service++;
+    double service = sim_lognormal(&s->rng, s->cfg.median_s, s->cfg.sigma);
+    if (s->cfg.mode == SIM_KNEE && s->in_service > s->cfg.cap)
+        service *= 1.0 + s->cfg.knee_slope * (double)(s->in_service - s->cfg.cap) / s->cfg.cap;
+    sim__push(s, s->now + sim__ns(service), SIM_EV_DONE, id, gen);
+}
+
+/* A call reaches the provider. */
+static inline void sim__provider_arrive(struct sim *s, uint32_t id, uint64_t gen)
+{
+    int64_t back = sim__ns(s->cfg.net_s / 2);
+    if (s->cfg.mode == SIM_KNEE || s->in_service < s->cfg.cap) {
+        sim__serve(s, id, gen);
+    } else if (s->cfg.mode == SIM_REJECT) {
+        s->stats.rejected++;
+        sim__answer(s, id, gen, SLUICE_OUTCOME_OVERLOAD, sim__ns(s->cfg.retry_after_s),
+                    s->now + back);
+    } else if (s->q_len < s->cfg.queue_bound && s->q_len < s->q_cap) {
+        uint32_t tail = (s->q_head + s->q_len++) % s->q_cap;
+        s->queue[tail] = id;
+        s->queue_gen[tail] = gen;
+    } else {
+        s->stats.unavailable++;
+        sim__answer(s, id, gen, SLUICE_OUTCOME_OVERLOAD, 0, s->now + back);
+    }
+}
+
+/* Start queued calls while there is room (after a completion or a cap raise). */
+static inline void sim__provider_pump(struct sim *s)
+{
+    while (s->cfg.mode == SIM_QUEUE && s->q_len && s->in_service < s->cfg.cap) {
+        uint32_t id = s->queue[s->q_head];
+        uint64_t gen = s->queue_gen[s->q_head];
+        s->q_head = (s->q_head + 1) % s->q_cap;
+        s->q_len--;
+        sim__serve(s, id, gen);
+    }
+}
+
+/* Change the hidden cap now (plan upgrade, provider cut). */
+static inline void sim_set_cap(struct sim *s, uint32_t cap)
+{
+    s->cfg.cap = cap;
+    sim__provider_pump(s);
+    s->t90_down = cap < sluice_gate_limit(&s->gate);
+    s->t90_target = s->t90_down ? cap : (uint32_t)(0.9 * cap);
+    s->t90_from = s->now;
+    s->stats.t90_ns = -1;
+}
+
+/* ---- the end of a call: what the pool's call_end does ------------------------ */
+
+static inline void sim__record_e2e(struct sim *s, double seconds)
+{
+    struct sim_stats *st = &s->stats;
+    if (st->n_e2e == st->cap_e2e) {
+        st->cap_e2e = st->cap_e2e ? 2 * st->cap_e2e : 4096;
+        st->e2e_s = (double *)realloc(st->e2e_s, st->cap_e2e * sizeof *st->e2e_s);
+    }
+    st->e2e_s[st->n_e2e++] = seconds;
+}
+
+static inline void sim__response(struct sim *s, struct sim_req *r)
+{
+    r->answered = true;
+    struct sluice_sample sample;
+    sample.latency_ns = s->now - r->t_start;
+    sample.in_flight_at_start = r->in_flight_at_start;
+    sample.outcome = r->outcome;
+    sample.retry_after_ns = r->retry_after_ns;
+    if (s->ctl.on_sample)
+        s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
+    r->holding = false;
+    s->held--;
+    sluice_gate_release(&s->gate);
+    if (r->outcome != SLUICE_OUTCOME_OK) {
+        int64_t delay = r->retry_after_ns ? r->retry_after_ns : sim__ns(s->cfg.retry_s);
+        sim__push(s, s->now + delay, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
+        return;
+    }
+    s->stats.ok++;
+    s->stats.served++;
+    sim__record_e2e(s, (double)(s->now - r->t_issue) / SIM_NS);
+    if (r->open_loop) {
+        r->next_free = s->free_head;
+        s->free_head = sim__req_id(s, r);
+    } else {
+        double think = s->cfg.think_s > 0 ? sim_exponential(&s->rng, s->cfg.think_s) : 0;
+        r->t_issue = s->now + sim__ns(think);
+        sim__push(s, r->t_issue, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
+    }
+}
+
+static inline void sim__start(struct sim *s, struct sim_req *r)
+{
+    int64_t hold = sim__hold(s);
+    if (hold > s->now) { /* granted during a hold: keep the permit, start after it */
+        sim__push(s, hold, SIM_EV_START, sim__req_id(s, r), r->gen);
+        return;
+    }
+    r->t_start = s->now;
+    r->in_flight_at_start = s->held;
+    s->stats.attempts++;
+    sim__push(s, s->now + sim__ns(s->cfg.net_s / 2), SIM_EV_PROVIDER, sim__req_id(s, r), r->gen);
+    sim__push(s, s->now + sim__ns(s->cfg.timeout_s), SIM_EV_TIMEOUT, sim__req_id(s, r), r->gen);
+}
+
+static inline void sim__arrival(struct sim *s)
+{
+    /* A burst: geometric size with the configured mean. */
+    double p = 1.0 / s->cfg.burst_mean;
+    do {
+        struct sim_req *r = sim__alloc_req(s);
+        if (!r) {
+            s->stats.dropped++;
+            continue;
+        }
+        sim__caller_new(s, r, true);
+    } while (sim_uniform(&s->rng) > p);
+    double gap = sim_exponential(&s->rng, s->cfg.burst_mean / s->cfg.open_rate);
+    sim__push(s, s->now + sim__ns(gap), SIM_EV_ARRIVAL, 0, 0);
+}
+
+static inline void sim__dispatch(struct sim *s, const struct sim_event *e)
+{
+    struct sim_req *r = &s->reqs[e->req];
+    switch (e->type) {
+    case SIM_EV_TICK:
+        if (s->on_tick)
+            s->on_tick(s, s->tick_ctx);
+        sim__push(s, s->now + s->tick_ns, SIM_EV_TICK, 0, 0);
+        break;
+    case SIM_EV_ARRIVAL:
+        sim__arrival(s);
+        break;
+    case SIM_EV_ISSUE:
+        if (r->gen == e->gen)
+            sim__issue(s, r);
+        break;
+    case SIM_EV_START:
+        if (r->gen == e->gen && r->holding)
+            sim__start(s, r);
+        break;
+    case SIM_EV_PROVIDER:
+        sim__provider_arrive(s, e->req, e->gen);
+        break;
+    case SIM_EV_DONE:
+        s->in_service--;
+        sim__answer(s, e->req, e->gen, SLUICE_OUTCOME_OK, 0,
+                    s->now + sim__ns(s->cfg.net_s / 2));
+        sim__provider_pump(s);
+        break;
+    case SIM_EV_RESPONSE:
+        if (r->gen == e->gen && !r->answered && r->holding)
+            sim__response(s, r);
+        break;
+    case SIM_EV_TIMEOUT:
+        if (r->gen == e->gen && !r->answered && r->holding) {
+            s->stats.timeouts++;
+            r->outcome = SLUICE_OUTCOME_OVERLOAD;
+            r->retry_after_ns = 0;
+            sim__response(s, r);
+        }
+        break;
+    }
+}
+
+/* Run every event up to virtual time t_s (seconds), then stop the clock there. */
+static inline void sim_run_until(struct sim *s, double t_s)
+{
+    int64_t end = sim__ns(t_s);
+    while (s->n_heap && s->heap[0].t <= end) {
+        struct sim_event e = sim__pop(s);
+        s->now = e.t;
+        sim__dispatch(s, &e);
+        uint32_t limit = sluice_gate_limit(&s->gate);
+        if (limit > s->stats.max_limit)
+            s->stats.max_limit = limit;
+        if (s->stats.t90_ns < 0 && s->t90_target &&
+            (s->t90_down ? limit <= s->t90_target : limit >= s->t90_target))
+            s->stats.t90_ns = s->now - s->t90_from;
+    }
+    s->now = end;
+}
+
+/* ---- lifecycle -------------------------------------------------------------- */
+
+/* Create a simulation (callers are not started until sim_start). */
+static inline struct sim *sim_create(const struct sim_config *config)
+{
+    struct sim *s = (struct sim *)calloc(1, sizeof *s);
+    s->cfg = *config;
+    sim_config_defaults(&s->cfg);
+    s->rng.state = s->cfg.seed * UINT64_C(0x2545F4914F6CDD1D) + 1;
+    sluice_gate_init(&s->gate, s->cfg.gate_limit);
+    s->clock.now_ns = sim__now;
+    s->clock.ctx = s;
+    s->wall.now_ns = sim__wall;
+    s->wall.ctx = s;
+    s->n_reqs = s->cfg.workers + (s->cfg.open_rate > 0 ? 1u << 16 : 0);
+    s->reqs = (struct sim_req *)calloc(s->n_reqs ? s->n_reqs : 1, sizeof *s->reqs);
+    s->free_head = UINT32_MAX;
+    for (uint32_t i = 0; i < s->n_reqs; i++) {
+        s->reqs[i].sim = s;
+        if (i >= s->cfg.workers) {
+            s->reqs[i].next_free = s->free_head;
+            s->free_head = i;
+        }
+    }
+    s->q_cap = s->n_reqs ? s->n_reqs : 1;
+    s->queue = (uint32_t *)calloc(s->q_cap, sizeof *s->queue);
+    s->queue_gen = (uint64_t *)calloc(s->q_cap, sizeof *s->queue_gen);
+    s->stats.t90_ns = -1;
+    s->t90_target = (uint32_t)(0.9 * s->cfg.cap);
+    return s;
+}
+
+static inline void sim_set_controller(struct sim *s, const struct sim_controller *c)
+{
+    s->ctl = *c;
+}
+
+/* Call on_tick every tick_s virtual seconds (the demo, invariant checks). */
+static inline void sim_set_tick(struct sim *s, double tick_s, void (*fn)(struct sim *, void *),
+                                void *ctx)
+{
+    s->on_tick = fn;
+    s->tick_ctx = ctx;
+    s->tick_ns = sim__ns(tick_s);
+    sim__push(s, s->now + s->tick_ns, SIM_EV_TICK, 0, 0);
+}
+
+/* Start the callers at the current virtual time. */
+static inline void sim_start(struct sim *s)
+{
+    for (uint32_t i = 0; i < s->cfg.workers; i++)
+        sim__caller_new(s, &s->reqs[i], false);
+    if (s->cfg.open_rate > 0)
+        sim__push(s, s->now, SIM_EV_ARRIVAL, 0, 0);
+}
+
+static inline void sim_destroy(struct sim *s)
+{
+    if (!s)
+        return;
+    free(s->heap);
+    free(s->reqs);
+    free(s->queue);
+    free(s->queue_gen);
+    free(s->stats.e2e_s);
+    free(s);
+}
+
+/* Share of calls that reached the provider and were refused (429/503/timeout). */
+static inline double sim_reject_share(const struct sim *s)
+{
+    uint64_t bad = s->stats.rejected + s->stats.unavailable + s->stats.timeouts;
+    uint64_t all = s->stats.ok + bad;
+    return all ? (double)bad / (double)all : 0.0;
+}
+
+static inline int sim__cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Percentile (0..100) of end-to-end latency in seconds (sorts the samples). */
+static inline double sim_e2e_percentile(struct sim *s, double pct)
+{
+    struct sim_stats *st = &s->stats;
+    if (!st->n_e2e)
+        return 0;
+    qsort(st->e2e_s, st->n_e2e, sizeof *st->e2e_s, sim__cmp_double);
+    size_t idx = (size_t)(pct / 100.0 * (double)(st->n_e2e - 1) + 0.5);
+    return st->e2e_s[idx < st->n_e2e ? idx : st->n_e2e - 1];
+}
+
+/* ---- discovery under simulation --------------------------------------------- */
+
+static inline void sim__discovery_sample(void *ctx, const struct sluice_sample *sample, int64_t now)
+{
+    (void)now;
+    sluice_discovery_on_sample((struct sluice_discovery *)ctx, sample);
+}
+
+static inline int64_t sim__discovery_hold(void *ctx)
+{
+    return sluice_discovery_hold_until((struct sluice_discovery *)ctx);
+}
+
+/* Fill the parts of a discovery description that belong to the simulation. */
+static inline void sim_discovery_desc(struct sim *s, struct sluice_discovery_desc *desc)
+{
+    desc->gate = &s->gate;
+    desc->clock = &s->clock;
+    desc->wall_clock = &s->wall;
+}
+
+/* Let `d` (created over this sim's gate and clocks) drive the limit. */
+static inline void sim_attach_discovery(struct sim *s, struct sluice_discovery *d)
+{
+    struct sim_controller c;
+    c.ctx = d;
+    c.on_sample = sim__discovery_sample;
+    c.hold_until = sim__discovery_hold;
+    sim_set_controller(s, &c);
+}
+
+/* ---- recording events ------------------------------------------------------- */
+
+struct sim_trace {
+    struct sluice_event *ev;
+    size_t n, cap;
+    FILE *echo; /* when set, each event is also written here as JSON Lines */
+};
+
+static inline void sim_trace_event(void *ctx, const struct sluice_event *ev)
+{
+    struct sim_trace *t = (struct sim_trace *)ctx;
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 256;
+        t->ev = (struct sluice_event *)realloc(t->ev, t->cap * sizeof *t->ev);
+    }
+    t->ev[t->n++] = *ev;
+    if (t->echo)
+        sluice_event_write_json(t->echo, ev);
+}
+
+/* The first recorded event of `kind` at or after t_ns, or NULL. */
+static inline const struct sluice_event *sim_trace_find(const struct sim_trace *t,
+                                                        enum sluice_event_kind kind, int64_t t_ns)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].kind == kind && t->ev[i].t_ns >= t_ns)
+            return &t->ev[i];
+    return NULL;
+}
+
+static inline void sim_trace_free(struct sim_trace *t)
+{
+    free(t->ev);
+    memset(t, 0, sizeof *t);
+}
+
+/*
+ * Create a discovery over this sim's gate and clocks from `desc` (node_id,
+ * policy, limits...), record its events in `trace` (may be NULL), and let it
+ * drive the limit. Returns NULL (and prints why) on a bad description.
+ */
+static inline struct sluice_discovery *sim_discovery(struct sim *s, struct sluice_discovery_desc *desc,
+                                                     struct sim_trace *trace)
+{
+    sim_discovery_desc(s, desc);
+    if (trace) {
+        desc->on_event = sim_trace_event;
+        desc->on_event_ctx = trace;
+    }
+    struct sluice_discovery *d = NULL;
+    const char *why = NULL;
+    if (sluice_discovery_create(desc, &d, &why) != SLUICE_OK) {
+        fprintf(stderr, "sim_discovery: %s\n", why ? why : "failed");
+        return NULL;
+    }
+    sim_attach_discovery(s, d);
+    return d;
+}
+
+#endif /* SLUICE_PROVIDER_SIM_H */

@@ -1,0 +1,201 @@
+#include <criterion/criterion.h>
+#include <sluice/policy/aimd.h>
+#include <sluice/policy/discover.h>
+#include <sluice/policy/fixed.h>
+#include <sluice/policy/gradient.h>
+#include <sluice/policy/vegas.h>
+#include <sluice/time.h>
+
+#define SEC SLUICE_NS_PER_SEC
+
+/* A window of `n` served calls at `limit`, all with latency `mean_ns`,
+ * spread by `cv` (as a mean absolute deviation), demand saturating. */
+static struct sluice_window healthy(uint32_t limit, uint32_t n, int64_t mean_ns, double cv)
+{
+    struct sluice_window w;
+    memset(&w, 0, sizeof w);
+    w.limit = limit;
+    w.n_ok = n;
+    w.max_in_flight = limit;
+    w.saturated = true;
+    w.latency_mean_ns = mean_ns;
+    w.latency_min_ns = mean_ns / 2;
+    w.latency_mad_ns = (int64_t)((double)mean_ns * cv / 1.2533141373155);
+    return w;
+}
+
+static struct sluice_window overloaded(uint32_t limit, int64_t retry_after_ns)
+{
+    struct sluice_window w = healthy(limit, 3, SEC, 0.1);
+    w.n_overload = w.n_fresh_overload = 1;
+    w.retry_after_ns = retry_after_ns;
+    return w;
+}
+
+Test(policy, helpers_compute_square_roots_logs_and_cuts)
+{
+    cr_assert_float_eq(sluice__sqrt(2.0), 1.41421356237, 1e-9);
+    cr_assert_float_eq(sluice__sqrt(1e-6), 1e-3, 1e-12);
+    cr_assert_float_eq(sluice__sqrt(0.0), 0.0, 0);
+    cr_assert_float_eq(sluice__ln(1.0), 0.0, 1e-12);
+    cr_assert_float_eq(sluice__ln(10.0), 2.302585093, 1e-9);
+    cr_assert_float_eq(sluice__ln(0.001), -6.907755279, 1e-9);
+    cr_assert_eq(sluice__policy_cut(80, 0.9), 72);
+    cr_assert_eq(sluice__policy_cut(5, 0.9), 4, "always at least one lower");
+    cr_assert_eq(sluice__policy_cut(1, 0.5), 1, "never below 1");
+    cr_assert_eq(sluice__sat_add(UINT32_MAX - 1, 5), UINT32_MAX);
+}
+
+Test(policy, fixed_holds_its_limit)
+{
+    struct sluice_policy_fixed p;
+    struct sluice_policy_fixed_params params = {7};
+    sluice_policy_fixed_init(&p, &params, NULL);
+    cr_assert_eq(sluice_policy_reset(&p.base, 5, false), 7);
+    cr_assert_not(p.base.ops->adaptive);
+    struct sluice_window w = overloaded(7, 0);
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 7);
+    sluice_policy_fixed_init(&p, NULL, NULL);
+    cr_assert_eq(sluice_policy_reset(&p.base, 5, false), 5, "default: the jumpstart");
+}
+
+Test(policy, aimd_adds_on_saturated_health_and_multiplies_down_on_overload)
+{
+    struct sluice_policy_aimd p;
+    cr_assert_eq(sluice_policy_aimd_init(&p, NULL, NULL), SLUICE_OK);
+    struct sluice_window w = healthy(20, 20, SEC, 0.3);
+    struct sluice_verdict v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.limit, 21);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_ADDITIVE);
+    w.saturated = false;
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 20, "app-limited: hold");
+    w = overloaded(20, 0);
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.limit, 18);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
+    w = overloaded(20, SEC);
+    cr_assert_eq(sluice_policy_update(&p.base, &w).cause, SLUICE_CAUSE_RETRY_AFTER);
+    struct sluice_policy_aimd_params params = {0.5, 2, 3 * SEC};
+    sluice_policy_aimd_init(&p, &params, NULL);
+    w = healthy(20, 20, 4 * SEC, 0.3);
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.limit, 10, "a mean over timeout_ns is an overload");
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
+    const char *why = NULL;
+    params.backoff = 1.0;
+    cr_assert_eq(sluice_policy_aimd_init(&p, &params, &why), SLUICE_EINVAL);
+    cr_assert_not_null(strstr(why, "sluice_policy_aimd_params.backoff"));
+}
+
+Test(policy, discover_doubles_in_slow_start_then_probes_half_way_to_the_cap)
+{
+    struct sluice_policy_discover p;
+    cr_assert_eq(sluice_policy_discover_init(&p, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_reset(&p.base, 5, false), 5);
+    struct sluice_window w = healthy(5, 16, 2 * SEC, 0.4);
+    struct sluice_verdict v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.limit, 10);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_SLOW_START);
+    w = healthy(10, 6, 2 * SEC, 0.4);
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 10,
+                 "fewer than min_samples calls: latency does not count, hold");
+    w = healthy(40, 30, 2 * SEC, 0.4);
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 70, "doubling is bounded by calls served");
+    w = overloaded(80, 0);
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.limit, 72);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
+    /* After congestion: binary steps towards discovery's cap, +1 near it. */
+    w = healthy(60, 60, 2 * SEC, 0.4);
+    w.probe_cap = 79;
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.limit, 69);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_ADDITIVE);
+    w = healthy(78, 78, 2 * SEC, 0.4);
+    w.probe_cap = 79;
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 79);
+    w.probe_cap = 0;
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 79, "no cap: +1");
+}
+
+Test(policy, discover_calls_a_knee_only_after_confirm_windows_and_estimates_the_cap)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_reset(&p.base, 20, false);
+    for (int i = 0; i < 10; i++) { /* a well-known baseline of 2 s */
+        struct sluice_window w = healthy(20, 100, 2 * SEC, 0.4);
+        w.saturated = false;
+        sluice_policy_update(&p.base, &w);
+    }
+    cr_assert_float_eq(p.baseline_ns, 2.0 * SEC, 1e-3 * SEC);
+    /* One slow window (+50%) is suspect: hold, not a cut. */
+    struct sluice_window slow = healthy(40, 100, 3 * SEC, 0.4);
+    struct sluice_verdict v = sluice_policy_update(&p.base, &slow);
+    cr_assert_eq(v.limit, 40);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE);
+    /* A normal window in between resets the count. */
+    struct sluice_window normal = healthy(40, 100, 2 * SEC, 0.4);
+    normal.saturated = false;
+    sluice_policy_update(&p.base, &normal);
+    cr_assert_eq(sluice_policy_update(&p.base, &slow).cause, SLUICE_CAUSE_NONE);
+    /* The second slow window in a row is a knee: cut to what the provider
+     * serves without a queue (40 / 1.5 = 26.7), estimate that plus 7.5%. */
+    v = sluice_policy_update(&p.base, &slow);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
+    cr_assert_eq(v.limit, 26);
+    cr_assert_eq(v.estimate, 28);
+    cr_assert_float_eq(p.baseline_ns, 2.0 * SEC, 1e-3 * SEC, "knee windows never feed the baseline");
+}
+
+Test(policy, discover_ignores_a_rise_within_the_noise_of_a_small_window)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_reset(&p.base, 8, false);
+    struct sluice_window w = healthy(8, 8, 2 * SEC, 0.8);
+    w.saturated = false;
+    sluice_policy_update(&p.base, &w);
+    /* +25% on 8 very spread calls is well inside 3 standard errors. */
+    for (int i = 0; i < 4; i++) {
+        struct sluice_window up = healthy(8, 8, 5 * SEC / 2, 0.8);
+        cr_assert_neq(sluice_policy_update(&p.base, &up).cause, SLUICE_CAUSE_LATENCY);
+    }
+}
+
+Test(policy, gradient_creeps_up_while_flat_and_falls_when_latency_rises)
+{
+    struct sluice_policy_gradient p;
+    cr_assert_eq(sluice_policy_gradient_init(&p, NULL, NULL), SLUICE_OK);
+    uint32_t limit = sluice_policy_reset(&p.base, 10, false);
+    for (int i = 0; i < 10; i++) {
+        struct sluice_window w = healthy(limit, limit, SEC, 0.3);
+        limit = sluice_policy_update(&p.base, &w).limit;
+    }
+    cr_assert(limit >= 16 && limit <= 19, "flat latency: +0.8 per window, got %u", limit);
+    struct sluice_window w = healthy(limit, limit, 3 * SEC, 0.3);
+    struct sluice_verdict v = sluice_policy_update(&p.base, &w);
+    cr_assert_lt(v.limit, limit);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
+    w = overloaded(v.limit, 0);
+    cr_assert_eq(sluice_policy_update(&p.base, &w).cause, SLUICE_CAUSE_OVERLOAD);
+}
+
+Test(policy, vegas_grows_with_no_queue_and_shrinks_past_beta)
+{
+    struct sluice_policy_vegas p;
+    cr_assert_eq(sluice_policy_vegas_init(&p, NULL, NULL), SLUICE_OK);
+    sluice_policy_reset(&p.base, 20, false);
+    struct sluice_window w = healthy(20, 20, SEC, 0.3);
+    struct sluice_verdict v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.limit, 27, "no queue: + beta x lg(20) = 7.8, rounded down");
+    /* q = 40 x (1 - 1/2) = 20 queued > 6 x lg(40): shrink by lg. */
+    w = healthy(40, 40, 2 * SEC, 0.3);
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.limit, 39);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
+    const char *why = NULL;
+    struct sluice_policy_vegas_params bad = {5, 4, 0, 0};
+    cr_assert_eq(sluice_policy_vegas_init(&p, &bad, &why), SLUICE_EINVAL);
+    cr_assert_not_null(strstr(why, "beta"));
+}
