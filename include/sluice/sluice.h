@@ -9,9 +9,9 @@
  *   sluice/status.h    status codes, sluice_strerror, sluice_status_name
  *   sluice/time.h      absolute CLOCK_MONOTONIC deadlines, clock hook
  *   sluice/cancel.h    cancel tokens
- *   sluice/park.h      spin-then-futex parking of one waiter
+ *   sluice/park.h      futex wait/wake on a waiter's own word
  *   sluice/ring.h      bounded MPMC ring of pointers
- *   sluice/gate.h      ticket-based FIFO permit gate
+ *   sluice/gate.h      FIFO permit gate: deadlines, cancel, async waiters, moving limit
  *   sluice/policy.h    ceiling-discovery policy interface: samples, windows, verdicts
  *   sluice/policy/fixed.h     never moves (non-adaptive nodes)
  *   sluice/policy/aimd.h      additive increase, multiplicative decrease
@@ -25,7 +25,8 @@
  *   sluice/discovery.h per-node probing/backoff/locked state machine, store, status line
  *
  * Compile-time options:
- *   SLUICE_PARK_SPIN   spins before a waiter parks in the kernel (default 256)
+ *   SLUICE_PARK_SPIN   pauses the next waiter in line spins before it parks
+ *                      in the kernel (default 256)
  *
  * Feature macros: the core calls clock_gettime and syscall(2); compile with
  *   _DEFAULT_SOURCE or _GNU_SOURCE (the CMake and pkg-config targets add it).
@@ -46,23 +47,23 @@
 #ifndef SLUICE_H
 #define SLUICE_H
 
-#include "sluice/cc.h"
-#include "sluice/status.h"
-#include "sluice/time.h"
-#include "sluice/cancel.h"
-#include "sluice/park.h"
-#include "sluice/ring.h"
-#include "sluice/gate.h"
-#include "sluice/policy.h"
-#include "sluice/policy/fixed.h"
-#include "sluice/policy/aimd.h"
-#include "sluice/policy/gradient.h"
-#include "sluice/policy/vegas.h"
-#include "sluice/policy/discover.h"
-#include "sluice/pool.h"
-#include "sluice/engine.h"
-#include "sluice/run.h"
-#include "sluice/events.h"
-#include "sluice/discovery.h"
+#include "cc.h"
+#include "status.h"
+#include "time.h"
+#include "cancel.h"
+#include "park.h"
+#include "ring.h"
+#include "gate.h"
+#include "policy.h"
+#include "policy/fixed.h"
+#include "policy/aimd.h"
+#include "policy/gradient.h"
+#include "policy/vegas.h"
+#include "policy/discover.h"
+#include "pool.h"
+#include "engine.h"
+#include "run.h"
+#include "events.h"
+#include "discovery.h"
 
 #endif
