@@ -3,7 +3,14 @@
  * 52 parallel requests, discovered from live traffic and locked; then a plan
  * upgrade to 120, a clear, and the new ceiling discovered. It prints the
  * live status line and every event as they happen (run: ctest -L demo -V).
+ *
+ * SLUICE_DEMO_PACE_MS (the demo preset sets it) paces the virtual clock:
+ * that many real milliseconds per 5 simulated seconds, so a person can
+ * watch the limit climb, back off and lock. The test suite runs unpaced.
  */
+#include <stdlib.h>
+#include <time.h>
+
 #include "sim_common.h"
 
 struct demo {
@@ -24,6 +31,10 @@ static void print_status(struct sim *s, struct demo *demo)
 static void on_tick(struct sim *s, void *ctx)
 {
     print_status(s, (struct demo *)ctx);
+    const char *pace = getenv("SLUICE_DEMO_PACE_MS");
+    long ms = pace ? atol(pace) : 0;
+    if (ms > 0 && ms <= 10000)
+        nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L}, NULL);
 }
 
 static void on_event(void *ctx, const struct sluice_event *ev)
@@ -80,8 +91,8 @@ Test(demo, discovers_a_providers_cap_then_a_plan_upgrade)
            st.ceiling, locked_at, s->stats.rejected, s->stats.attempts);
     cr_expect(st.ceiling >= 45 && st.ceiling <= 52, "ceiling %u", st.ceiling);
 
-    printf("\n  plan upgrade: the provider now takes 120; the operator runs\n"
-           "    sluicectl clear cloud:default_ollama\n\n");
+    printf("\n  plan upgrade: the provider now takes 120; the operator clears the node\n"
+           "    (sluice_discovery_clear: what `sluicectl clear` and the admin endpoint call)\n\n");
     sim_set_cap(s, 120);
     sluice_discovery_clear(demo.disc);
     double cleared_at = sim_now_s(s);
