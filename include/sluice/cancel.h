@@ -23,6 +23,8 @@
 #define SLUICE_CANCEL_H
 
 #include "cc.h"
+#include "status.h"
+#include "time.h"
 
 struct sluice_cancel_hook {
     struct sluice_cancel_hook *next, *prev;
@@ -102,6 +104,21 @@ SLUICE_INLINE void sluice_cancel_unregister(struct sluice_cancel *c, struct slui
 SLUICE_INLINE void sluice_cancel_reset(struct sluice_cancel *c)
 {
     atomic_store_explicit(&c->fired, 0u, SLUICE_SEQ_CST);
+}
+
+/*
+ * Why a wait must stop now: SLUICE_ECANCELED if `cancel` (may be NULL) has
+ * fired, SLUICE_ETIMEDOUT if `deadline` (may be NULL) has passed, else
+ * SLUICE_OK. Cancel beats the deadline when both hold.
+ */
+SLUICE_INLINE int sluice_wait_stop_reason(const struct timespec *deadline,
+                                          const struct sluice_cancel *cancel)
+{
+    if (sluice_cancel_fired(cancel))
+        return SLUICE_ECANCELED;
+    if (sluice_deadline_passed(deadline))
+        return SLUICE_ETIMEDOUT;
+    return SLUICE_OK;
 }
 
 #endif /* SLUICE_CANCEL_H */

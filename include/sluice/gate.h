@@ -373,17 +373,6 @@ static inline void sluice__gate_on_cancel(struct sluice_cancel_hook *hook)
         sluice_futex_wake(&n->state);
 }
 
-/* Why a wait must stop now, or SLUICE_OK. Cancel beats the deadline. */
-SLUICE_INLINE int sluice__gate_stop_reason(const struct timespec *deadline,
-                                           const struct sluice_cancel *cancel)
-{
-    if (sluice_cancel_fired(cancel))
-        return SLUICE_ECANCELED;
-    if (sluice_deadline_passed(deadline))
-        return SLUICE_ETIMEDOUT;
-    return SLUICE_OK;
-}
-
 SLUICE_INLINE uint32_t sluice__gate_verdict(struct sluice_gate_node *n)
 {
     uint32_t s = atomic_load_explicit(&n->state, SLUICE_ACQUIRE);
@@ -421,7 +410,7 @@ SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, const struct timespec
             status = verdict == SLUICE__NODE_GRANTED ? (int)SLUICE_OK : (int)SLUICE_ECLOSED;
             break;
         }
-        status = sluice__gate_stop_reason(deadline, cancel);
+        status = sluice_wait_stop_reason(deadline, cancel);
         if (status != SLUICE_OK) {
             status = sluice__gate_abandon(g, &node, status);
             break;
@@ -438,7 +427,7 @@ SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, const struct timespec
             continue; /* a verdict just landed */
         /* Re-check after announcing sleep: a token fired in between found us
          * WAITING and did not wake us. */
-        if (sluice__gate_stop_reason(deadline, cancel) == SLUICE_OK)
+        if (sluice_wait_stop_reason(deadline, cancel) == SLUICE_OK)
             sluice_futex_wait(&node.state, SLUICE__NODE_SLEEPING, deadline);
         sluice__gate_unsleep(&node);
     }
