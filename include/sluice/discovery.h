@@ -1079,14 +1079,21 @@ SLUICE_INLINE void sluice_discovery_snapshot(const struct sluice_discovery *disc
 
 /*
  * Format "NODE INFLIGHT/LIMIT GLYPH" (e.g. "cloud:default_ollama 5/52 📈";
- * fixed nodes have no glyph: "local:gpu 2/4"). snprintf semantics: returns
- * the full length; a return >= size means the line was truncated.
+ * fixed nodes have no glyph: "local:gpu 2/4"; a limit of 0 — only an
+ * unlimited fixed node has one, see sluice_engine_status — prints as "∞":
+ * "free 3/∞"). snprintf semantics: returns the full length; a return >= size
+ * means the line was truncated.
  */
 SLUICE_INLINE int sluice_status_line(char *buf, size_t size, const struct sluice_discovery_status *st)
 {
     const char *glyph = sluice_discovery_state_glyph(st->state);
-    return snprintf(buf, size, "%s %" PRIu32 "/%" PRIu32 "%s%s", st->node ? st->node : "",
-                    st->in_flight, st->limit, glyph[0] ? " " : "", glyph);
+    char limit[16];
+    if (st->limit)
+        snprintf(limit, sizeof limit, "%" PRIu32, st->limit);
+    else
+        snprintf(limit, sizeof limit, "%s", "\xE2\x88\x9E"); /* U+221E */
+    return snprintf(buf, size, "%s %" PRIu32 "/%s%s%s", st->node ? st->node : "", st->in_flight,
+                    limit, glyph[0] ? " " : "", glyph);
 }
 
 #endif /* SLUICE_DISCOVERY_H */

@@ -3,10 +3,11 @@
  * each with its own capacity pool, fixed when the engine is created.
  *
  * What it is: sluice_engine_create() copies a description holding every
- * backend registration (ID, default endpoint, active and waiting limits) into
- * immutable engine-owned state and creates one pool (sluice/pool.h) per
- * backend. Runs name their backend by ID; sluice_engine_find() resolves it in
- * O(1) without allocating (open addressing over a table built at create).
+ * backend registration (ID, default endpoint, active and waiting limits,
+ * optional ceiling discovery) into immutable engine-owned state and creates
+ * one pool (sluice/pool.h) per backend. Runs name their backend by ID;
+ * sluice_engine_find() resolves it in O(1) without allocating (open
+ * addressing over a table built at create).
  *
  * Policy rules (from reference/backend-concurrency.md):
  *   - the built-in backend "openrouter" is present in every engine with
@@ -25,17 +26,45 @@
  * desc->error naming the field, e.g.
  *   "backends[2].waiting set without an active limit (set backends[2].active or drop waiting)".
  *
+ * Ceiling discovery (from reference/ceiling-discovery.md): a backend with
+ * `discovery` set is adaptive, a discovery node whose ID is the backend ID.
+ * Its `active` is the hard maximum (discovery's max_limit defaults to it and
+ * may not exceed it; admission capacity stays active + waiting); its gate
+ * starts at the jumpstart (default 5), or at a live lock the engine's store
+ * holds for that ID, restored during create (a "restore" event). The store,
+ * wall clock and event callback are engine-wide (a backend's own discovery
+ * fields, when set, win); the node ID, gate, clock and allocator are the
+ * engine's and must be left NULL. Every other backend is fixed: its limit
+ * is `active` (or unlimited), it never probes, locks or persists.
+ * sluice_engine_clear(ID) is the "clear" of the reference: it drops that
+ * node's persisted lock, resets it to probing and moves its limit back to
+ * the jumpstart, so the next request restarts discovery from there; calls
+ * in flight keep their permits and finish (their outcomes are ignored);
+ * other nodes, fixed nodes (a no-op) and the saved configuration are
+ * untouched. Status views walk the nodes with sluice_engine_backend_count /
+ * sluice_engine_backend_id and read sluice_engine_status (a discovery
+ * snapshot; fixed nodes show state FIXED, their limit, 0 = unlimited),
+ * sluice_engine_status_line ("cloud:x 5/52 📈", fixed "local 2/4",
+ * unlimited "free 3/∞") and sluice_engine_events (JSON Lines via
+ * sluice/events.h).
+ *
  * Progress: create and destroy allocate and free (through the allocator
- * hook) and are not thread-safe; everything else is wait-free reads of
- * immutable state.
+ * hook) and are not thread-safe; lookups, status, status lines and event
+ * reads are wait-free reads; clear and poll take the node's update lock
+ * (a spinlock held for bounded work) and may call the store.
  *
  * Concurrency: after create returns, any number of threads may look up
- * backends and use their pools concurrently. Destroy only once no thread
- * uses the engine. Handing the engine pointer to other threads needs the
- * usual happens-before (thread creation, a release store, a lock).
+ * backends, use their pools, and read status, clear or poll nodes
+ * concurrently. Clear and poll must not run in a gate async-waiter callback
+ * (sluice/discovery.h). Event callbacks run on the thread whose call caused
+ * the event (a completion, a clear, create for "restore"), after the node's
+ * lock is released. Destroy only once no thread uses the engine. Handing the
+ * engine pointer to other threads needs the usual happens-before (thread
+ * creation, a release store, a lock).
  *
  * Memory ordering: the registry is written only inside create and read-only
- * afterwards, so lookups need no atomics; pools carry their own ordering.
+ * afterwards, so lookups need no atomics; pools and discovery nodes carry
+ * their own ordering.
  */
 #ifndef SLUICE_ENGINE_H
 #define SLUICE_ENGINE_H
@@ -62,6 +91,11 @@ struct sluice_backend_desc {
     struct sluice_opt_u32 waiting; /* admitted runs beyond `active` (default: 1024 when active
                                       is set; SLUICE_SOME(0) = none; only with active;
                                       at most SLUICE_POOL_WAITING_MAX) */
+    /* Ceiling discovery, copied at create (default: NULL = fixed limit at `active`). Needs
+     * `active`: the most calls discovery may allow (max_limit defaults to it, may not exceed
+     * it). node_id, gate, clock and allocator must be NULL (the engine's are used); store,
+     * wall_clock and on_event default to the engine's. */
+    const struct sluice_discovery_desc *discovery;
 };
 
 struct sluice_engine_desc {
@@ -70,8 +104,16 @@ struct sluice_engine_desc {
     size_t n_backends;                          /* entries in backends (default: 0; at most
                                                    SLUICE_ENGINE_BACKENDS_MAX) */
     const struct sluice_allocator *allocator;   /* (default: aligned_alloc/free) */
-    const struct sluice_clock *clock;           /* times runs and calls (default:
+    const struct sluice_clock *clock;           /* times runs, calls and discovery (default:
                                                    CLOCK_MONOTONIC) */
+    const struct sluice_store_ops *store;       /* persists adaptive backends' locks, keyed by
+                                                   backend ID; copied (default: NULL = locks
+                                                   live in memory only) */
+    const struct sluice_clock *wall_clock;      /* ns since the Unix epoch, for lock expiry and
+                                                   event stamps (default: CLOCK_REALTIME) */
+    sluice_event_fn on_event;                   /* every adaptive backend's events (default:
+                                                   none; see sluice/events.h) */
+    void *on_event_ctx;
     char *error;       /* receives a message naming the field when create fails
                           (default: NULL = no message); "" on success */
     size_t error_size; /* bytes at error, NUL included (default: 0) */
@@ -121,9 +163,45 @@ SLUICE_INLINE int sluice__engine_fail(const struct sluice_engine_desc *d, const 
     return SLUICE_EINVAL;
 }
 
+/*
+ * Backend i's discovery description as its pool gets it: the node ID is the
+ * backend ID, and the engine's store, wall clock and event callback fill in
+ * what the backend leaves unset. Checked; a failure names the field.
+ */
+SLUICE_INLINE int sluice__engine_discovery(const struct sluice_engine_desc *d, size_t i,
+                                           struct sluice_discovery_desc *out)
+{
+    const struct sluice_backend_desc *b = &d->backends[i];
+    *out = *b->discovery;
+    if (out->node_id)
+        return sluice__engine_fail(
+            d, "backends[%zu].discovery.node_id must be NULL: the node ID is backends[%zu].id",
+            i, i);
+    size_t len = strlen(b->id);
+    if (len >= SLUICE_NODE_ID_MAX)
+        return sluice__engine_fail(d,
+                                   "backends[%zu].id is %zu bytes, above the maximum %d for an "
+                                   "adaptive backend (its node ID; SLUICE_NODE_ID_MAX - 1)",
+                                   i, len, SLUICE_NODE_ID_MAX - 1);
+    out->node_id = b->id;
+    if (!out->store)
+        out->store = d->store;
+    if (!out->wall_clock)
+        out->wall_clock = d->wall_clock;
+    if (!out->on_event) {
+        out->on_event = d->on_event;
+        out->on_event_ctx = d->on_event_ctx;
+    }
+    char owner[32];
+    snprintf(owner, sizeof owner, "backends[%zu]", i);
+    return sluice__pool_check_discovery(b->active, out, owner, d->error, d->error_size, NULL);
+}
+
 /* Every check that needs no allocation; duplicates are caught while indexing. */
 SLUICE_INLINE int sluice__engine_check(const struct sluice_engine_desc *d)
 {
+    if (d->store && (!d->store->load || !d->store->save || !d->store->clear))
+        return sluice__engine_fail(d, "store needs load, save and clear callbacks");
     if (d->n_backends && !d->backends)
         return sluice__engine_fail(
             d, "backends is NULL but n_backends is %zu (set backends or n_backends = 0)",
@@ -146,6 +224,9 @@ SLUICE_INLINE int sluice__engine_check(const struct sluice_engine_desc *d)
         char owner[32];
         snprintf(owner, sizeof owner, "backends[%zu]", i);
         if (sluice__pool_check(b->active, b->waiting, owner, d->error, d->error_size) != SLUICE_OK)
+            return SLUICE_EINVAL;
+        struct sluice_discovery_desc discovery;
+        if (b->discovery && sluice__engine_discovery(d, i, &discovery) != SLUICE_OK)
             return SLUICE_EINVAL;
     }
     return SLUICE_OK;
@@ -195,6 +276,113 @@ SLUICE_INLINE const struct sluice_backend *sluice_engine_backend_at(const struct
                                                                     size_t i)
 {
     return i < e->n_backends ? &e->backends[i] : NULL;
+}
+
+/* The ID of backend i — a node ID for the calls below — or NULL when i >= count. */
+SLUICE_INLINE const char *sluice_engine_backend_id(const struct sluice_engine *e, size_t i)
+{
+    return i < e->n_backends ? e->backends[i].id : NULL;
+}
+
+/* ---- nodes: clear, status, events ------------------------------------------ */
+
+/* The registered backend `node_id`; NULL for NULL (not a node) or an unknown ID. */
+SLUICE_INLINE const struct sluice_backend *sluice__engine_node(const struct sluice_engine *e,
+                                                               const char *node_id)
+{
+    return node_id ? sluice_engine_find(e, node_id) : NULL;
+}
+
+/*
+ * Clear node `node_id`: drop its persisted lock, reset it to probing and
+ * move its limit back to the jumpstart, so its next request restarts
+ * discovery from there; lift any Retry-After hold. Calls in flight are not
+ * interrupted (their outcomes no longer count); other nodes are untouched.
+ * Returns SLUICE_OK — also for a fixed node, which it leaves alone —
+ * SLUICE_EINVAL for an unknown or NULL ID, or the store's error from its
+ * clear (the in-memory reset happens regardless).
+ */
+SLUICE_INLINE int sluice_engine_clear(const struct sluice_engine *e, const char *node_id)
+{
+    const struct sluice_backend *b = sluice__engine_node(e, node_id);
+    return b ? sluice_pool_clear(b->pool) : (int)SLUICE_EINVAL;
+}
+
+/*
+ * A snapshot of node `node_id` (padding zeroed, so snapshots compare with
+ * memcmp): an adaptive node's discovery snapshot (sluice/discovery.h); for
+ * a fixed node state SLUICE_DISCOVERY_FIXED, its limit (0 = unlimited) and
+ * nothing else. in_flight counts calls started and not yet ended (the
+ * pool's count), so a call that holds a permit while it waits out a
+ * Retry-After hold is not in flight yet. Returns SLUICE_OK, or
+ * SLUICE_EINVAL (st zeroed) for an unknown or NULL ID.
+ */
+SLUICE_INLINE int sluice_engine_status(const struct sluice_engine *e, const char *node_id,
+                                       struct sluice_discovery_status *st)
+{
+    memset(st, 0, sizeof *st);
+    const struct sluice_backend *b = sluice__engine_node(e, node_id);
+    if (!b)
+        return SLUICE_EINVAL;
+    struct sluice_pool_counts c = sluice_pool_stats(b->pool);
+    const struct sluice_discovery *disc = sluice_pool_discovery(b->pool);
+    if (disc) {
+        sluice_discovery_snapshot(disc, st);
+    } else {
+        st->node = b->id;
+        st->state = SLUICE_DISCOVERY_FIXED;
+        st->limit = c.active;
+    }
+    st->in_flight = c.in_flight;
+    return SLUICE_OK;
+}
+
+/*
+ * Format node `node_id`'s status line, "NODE INFLIGHT/LIMIT GLYPH" with
+ * sluice_status_line: "cloud:x 5/52 📈" (probing), "... 🔒" (locked),
+ * "... 🌧️" (backoff); a fixed node has no glyph ("local 2/4") and an
+ * unlimited one shows its limit as "∞" ("free 3/∞"). snprintf semantics:
+ * returns the full length (>= size: truncated), or SLUICE_EINVAL (buf set
+ * to "") for an unknown or NULL ID.
+ */
+SLUICE_INLINE int sluice_engine_status_line(const struct sluice_engine *e, const char *node_id,
+                                            char *buf, size_t size)
+{
+    struct sluice_discovery_status st;
+    int status = sluice_engine_status(e, node_id, &st);
+    if (status != SLUICE_OK) {
+        if (buf && size)
+            buf[0] = '\0';
+        return status;
+    }
+    return sluice_status_line(buf, size, &st);
+}
+
+/*
+ * Node `node_id`'s event ring, for sluice_event_ring_read and
+ * sluice_event_ring_write_json (JSON Lines); NULL for a fixed node, which
+ * has no events, or an unknown or NULL ID.
+ */
+SLUICE_INLINE const struct sluice_event_ring *sluice_engine_events(const struct sluice_engine *e,
+                                                                  const char *node_id)
+{
+    const struct sluice_backend *b = sluice__engine_node(e, node_id);
+    const struct sluice_discovery *disc = b ? sluice_pool_discovery(b->pool) : NULL;
+    return disc ? sluice_discovery_events(disc) : NULL;
+}
+
+/*
+ * Apply time-based transitions to every adaptive node without traffic: a
+ * lock whose time to live ran out, a window past window_max_ns
+ * (sluice_discovery_poll). Call from a timer if nodes may sit idle.
+ */
+SLUICE_INLINE void sluice_engine_poll(const struct sluice_engine *e)
+{
+    for (size_t i = 0; i < e->n_backends; i++) {
+        struct sluice_discovery *disc = sluice_pool_discovery(e->backends[i].pool);
+        if (disc)
+            sluice_discovery_poll(disc);
+    }
 }
 
 /* Free an engine and its pools; tolerates a half-built one. No run may be using it. */
@@ -274,6 +462,13 @@ SLUICE_INLINE int sluice__engine_make_pools(struct sluice_engine *e,
             pd.active = d->backends[i].active;
             pd.waiting = d->backends[i].waiting;
         }
+        struct sluice_discovery_desc discovery;
+        pd.discovery = NULL;
+        if (!(add_builtin && i == d->n_backends) && d->backends[i].discovery) {
+            sluice__engine_discovery(d, i, &discovery); /* checked by sluice__engine_check */
+            discovery.node_id = e->backends[i].id;
+            pd.discovery = &discovery;
+        }
         int status = sluice_pool_create(&pd, &e->backends[i].pool);
         if (status != SLUICE_OK)
             return status;
@@ -284,7 +479,9 @@ SLUICE_INLINE int sluice__engine_make_pools(struct sluice_engine *e,
 /*
  * Create an engine from `desc` (NULL = only the built-in openrouter).
  * Returns SLUICE_OK, SLUICE_EINVAL (message in desc->error) or SLUICE_ENOMEM;
- * on failure *out is NULL and nothing is left allocated.
+ * on failure *out is NULL and nothing is left allocated. Each adaptive
+ * backend's node loads its lock from the store here; a live one is restored
+ * at once (its "restore" event reaches on_event before this returns).
  */
 SLUICE_INLINE int sluice_engine_create(const struct sluice_engine_desc *desc,
                                        struct sluice_engine **out)

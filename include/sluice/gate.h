@@ -117,7 +117,9 @@ struct sluice_gate_desc {
 enum { SLUICE__NODE_WAITING = 0, SLUICE__NODE_SLEEPING = 1, SLUICE__NODE_GRANTED = 2,
        SLUICE__NODE_CLOSED = 3 };
 
-/* ---- the packed word: low 32 bits available (signed), high 32 waiters ---- */
+/* ---- the packed word: waiters * 2^32 + available (available is signed) ----
+ * It is one 64-bit number, not two bit fields: adding -1 to available when
+ * it is 0 borrows from the waiter half, so decoding subtracts it back out. */
 
 #define SLUICE__GATE_ONE_WAITER (UINT64_C(1) << 32)
 
@@ -128,12 +130,12 @@ SLUICE_INLINE int32_t sluice__gate_available(uint64_t word)
 
 SLUICE_INLINE uint32_t sluice__gate_waiters(uint64_t word)
 {
-    return (uint32_t)(word >> 32);
+    return (uint32_t)((word - (uint64_t)(int64_t)sluice__gate_available(word)) >> 32);
 }
 
 SLUICE_INLINE uint64_t sluice__gate_word(int32_t available, uint32_t waiters)
 {
-    return (uint64_t)waiters << 32 | (uint32_t)available;
+    return ((uint64_t)waiters << 32) + (uint64_t)(int64_t)available;
 }
 
 /* Initialise a gate in caller storage. Returns SLUICE_EINVAL for a bad limit. */

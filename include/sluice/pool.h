@@ -1,6 +1,7 @@
 /*
  * sluice/pool.h — one backend's capacity pool: bounded, immediate admission
- * of runs plus a FIFO gate of generation permits.
+ * of runs plus a FIFO gate of generation permits, optionally driven by
+ * ceiling discovery.
  *
  * What it is: the two controls a backend registration carries.
  *   `active`   most generation (model) calls in flight at once;
@@ -10,7 +11,7 @@
  * model call of an admitted run — the first one and every repair — sits
  * between sluice_pool_call_begin() and sluice_pool_call_end(), which take
  * and give back one permit of the gate. Those two functions are the only
- * place permits move, so ceiling discovery hooks into call_end alone.
+ * place permits move, so ceiling discovery hooks into them alone.
  *
  *   admit  ->  [prepare]  ->  call_begin .. model call .. call_end  ->  [validate]
  *          ->  (repair: call_begin .. call_end again, no re-admission)  ->  leave
@@ -18,34 +19,68 @@
  * A pool with active = 0 is unlimited: admission always succeeds and calls
  * never touch a gate; the pool only counts calls in flight for its stats.
  *
+ * Adaptive pools: a pool created with a discovery description
+ * (sluice/discovery.h) carries one discovery node whose limit drives the
+ * gate. `active` is then the hard maximum (discovery's max_limit defaults
+ * to it and may not exceed it); the gate starts at the jumpstart, or at a
+ * live lock read back from the store. call_end feeds every call's sample
+ * to sluice_discovery_on_sample *before* giving the permit back, so a cut
+ * made for an overload takes effect before the permit moves on. call_begin
+ * honours the provider's Retry-After (sluice_discovery_hold_until): a call
+ * granted its permit while the hold lasts waits it out, permit in hand,
+ * until the hold ends, its deadline passes (SLUICE_ETIMEDOUT) or its token
+ * fires (SLUICE_ECANCELED); either way it releases the permit and the
+ * client is never called. Waiting with the permit keeps FIFO order (the
+ * hold only delays calls that were next anyway) and bounds the calls
+ * waiting out a hold by the limit. sluice_pool_clear() clears the node and
+ * lifts its hold, waking those calls. Admission capacity stays
+ * active + waiting whatever the discovered limit. Fixed and unlimited pools
+ * pay one pointer test for all of this.
+ *
  * Progress: admit is lock-free and never blocks or enters the kernel: a full
  * pool is rejected with one atomic load, an admission is a load and a CAS.
  * leave is wait-free. call_end does not block: it releases the permit (the
  * gate's release: one CAS when nobody queues, else a short spinlock hand-off
- * to the one waiter next in line) and returns.
+ * to the one waiter next in line) and returns; in an adaptive pool it first
+ * feeds discovery, which is lock-free for the caller (the completion that
+ * closes a window runs the update under a try-lock: bounded work, a gate
+ * limit change, and rarely one store call).
  * call_begin blocks (FIFO, see sluice/gate.h) until a permit, the deadline
- * or the cancel token. stats reads counters and the gate's snapshot.
+ * or the cancel token, then — adaptive pools only — until any Retry-After
+ * hold ends. A hold is slept out on a futex (real CLOCK_MONOTONIC, re-checked
+ * against the pool clock on waking); a fired token wakes the sleeper through
+ * its cancel hook, a clear through the pool's list of sleepers: no polling.
+ * stats reads counters and the gate's snapshot.
  *
  * Concurrency: every function may run concurrently with every other on the
- * same pool, except create and destroy.
+ * same pool, except create and destroy. sluice_pool_clear must not run in a
+ * gate async-waiter callback (see sluice/discovery.h: those may run under
+ * discovery's update lock, which clear takes).
  *
  * Memory ordering: the admission count and the in-flight count are
  * counters, not publications: relaxed RMWs, read relaxed by stats (exact when
  * the pool is quiet). Permits inherit the gate's story: a call that gets a
  * permit sees everything the previous holder did before call_end. The
  * in-flight count is decremented before the permit is released, so
- * in_flight_at_start never exceeds the limit the gate enforced.
+ * in_flight_at_start never exceeds the limit the gate enforced. A hold
+ * sleeper and a clear meet through seq_cst operations on the hold epoch and
+ * the sleeper's futex word (announce sleep, then re-check the epoch; bump
+ * the epoch, then wake sleepers), so a clear never misses a sleeper.
  *
- * Allocation: one block per pool, at create, through the allocator hook;
- * the gate is embedded and its waiters queue on their own stacks, so the
- * number of waiting runs needs no storage reserved for it.
+ * Allocation: one block per pool, at create, through the allocator hook:
+ * the pool, and for an adaptive pool its discovery node and event ring. The
+ * gate is embedded and its waiters queue on their own stacks, as do calls
+ * waiting out a hold, so the number of waiting runs needs no storage
+ * reserved for it.
  */
 #ifndef SLUICE_POOL_H
 #define SLUICE_POOL_H
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "discovery.h"
 #include "gate.h"
 #include "policy.h"
 
@@ -54,30 +89,49 @@
 #define SLUICE_POOL_WAITING_DEFAULT UINT32_C(1024)
 
 struct sluice_pool_desc {
-    uint32_t active;               /* most generation calls in flight (default: 0 = unlimited;
+    uint32_t active;               /* most generation calls in flight; with `discovery`, the
+                                      most discovery may ever allow (default: 0 = unlimited;
                                       at most SLUICE_POOL_ACTIVE_MAX) */
     struct sluice_opt_u32 waiting; /* admitted runs beyond `active` (default: 1024 when active
                                       is set; SLUICE_SOME(0) = none; only with active;
                                       at most SLUICE_POOL_WAITING_MAX) */
     const struct sluice_allocator *allocator; /* (default: aligned_alloc/free) */
-    const struct sluice_clock *clock;         /* times calls (default: CLOCK_MONOTONIC) */
+    const struct sluice_clock *clock;         /* times calls, and discovery (default:
+                                                 CLOCK_MONOTONIC) */
+    /* Ceiling discovery, copied at create (default: NULL = the limit stays at `active`).
+     * Needs `active`; its max_limit defaults to `active` and may not exceed it; its policy
+     * must be adaptive; gate, clock and allocator must be NULL (the pool's are used). */
+    const struct sluice_discovery_desc *discovery;
 };
 
 /* A snapshot; each field is exact when the pool is quiet. */
 struct sluice_pool_counts {
     uint32_t admitted;         /* runs holding an admission (limited pools; 0 when unlimited) */
     uint32_t in_flight;        /* generation calls between call_begin and call_end */
-    uint32_t waiting;          /* generation calls queued for a permit */
-    uint32_t active;           /* the current active limit (0 = unlimited) */
+    uint32_t waiting;          /* generation calls waiting to start: queued for a permit, or
+                                  holding one until a Retry-After hold ends */
+    uint32_t active;           /* the current active limit (0 = unlimited); discovery moves it */
+    uint32_t active_max;       /* the configured active limit: admission capacity is
+                                  active_max + waiting_capacity (0 = unlimited) */
     uint32_t waiting_capacity; /* the configured waiting capacity */
 };
 
 /* One generation call, filled by sluice_pool_call_begin. */
 struct sluice_call {
-    int64_t start_ns;            /* pool clock when the call got its permit */
-    int64_t queued_ns;           /* pool clock time spent waiting for the permit */
+    int64_t start_ns;            /* pool clock when the call started (permit in hand, any
+                                    Retry-After hold over) */
+    int64_t queued_ns;           /* pool clock time spent waiting for the permit and any hold */
     uint32_t in_flight_at_start; /* calls in flight once this one started, itself included */
 };
+
+/* A call waiting out a Retry-After hold: on its own stack, linked into the pool. */
+struct sluice__pool_holder {
+    struct sluice__pool_holder *next, *prev; /* guarded by the pool's hold_lock */
+    _Atomic(uint32_t) state;                 /* SLUICE__HOLDER_*; the futex word */
+    struct sluice_cancel_hook hook;
+};
+
+enum { SLUICE__HOLDER_AWAKE = 0, SLUICE__HOLDER_ASLEEP = 1 };
 
 struct sluice_pool {
     /* Admissions and calls are written by different moments of a run. */
@@ -87,10 +141,28 @@ struct sluice_pool {
     SLUICE_ALIGNED(SLUICE_CACHELINE) uint32_t active; /* configured; 0 = unlimited, no gate */
     uint32_t waiting;
     uint32_t admit_max; /* active + waiting */
+    struct sluice_discovery *discovery; /* in this block; NULL: a fixed or unlimited pool */
+    size_t block_size;
     struct sluice_clock clock;
     struct sluice_allocator allocator;
+    /* Retry-After holds (adaptive pools only): touched when a call must wait one out. */
+    SLUICE_ALIGNED(SLUICE_CACHELINE) sluice_spinlock hold_lock;
+    struct sluice__pool_holder *holders; /* calls asleep on a hold; guarded by hold_lock */
+    _Atomic(uint32_t) holding;           /* calls waiting out a hold, for stats */
+    _Atomic(uint32_t) hold_epoch;        /* bumped when a clear lifts the hold */
     struct sluice_gate gate; /* initialised only when active > 0 */
 };
+
+/* Copy `msg` into err (may be NULL) and return SLUICE_EINVAL. */
+SLUICE_INLINE int sluice__pool_fail(char *err, size_t err_size, const char *msg)
+{
+    if (err && err_size) {
+        size_t n = strlen(msg) < err_size ? strlen(msg) : err_size - 1;
+        memcpy(err, msg, n);
+        err[n] = '\0';
+    }
+    return SLUICE_EINVAL;
+}
 
 /*
  * Check a pool's two controls. On failure returns SLUICE_EINVAL and writes a
@@ -114,12 +186,69 @@ SLUICE_INLINE int sluice__pool_check(uint32_t active, struct sluice_opt_u32 wait
                  (unsigned)waiting.value, (unsigned)SLUICE_POOL_WAITING_MAX);
     else
         return SLUICE_OK;
-    if (err && err_size) {
-        size_t n = strlen(msg) < err_size ? strlen(msg) : err_size - 1;
-        memcpy(err, msg, n);
-        err[n] = '\0';
+    return sluice__pool_fail(err, err_size, msg);
+}
+
+/*
+ * Check the discovery description of a pool with `active` (node_id already
+ * filled in by an engine) and resolve it into *cfg (may be NULL). Messages
+ * name the field as `<owner>.discovery.<field>`; discovery's own messages
+ * ("sluice_discovery_desc.x ...") are re-rooted there.
+ */
+SLUICE_INLINE int sluice__pool_check_discovery(uint32_t active,
+                                               const struct sluice_discovery_desc *dd,
+                                               const char *owner, char *err, size_t err_size,
+                                               struct sluice__discovery_cfg *cfg)
+{
+    char msg[384];
+    if (active == 0)
+        snprintf(msg, sizeof msg,
+                 "%s.discovery needs an active limit: the most calls discovery may allow "
+                 "(set %s.active)",
+                 owner, owner);
+    else if (dd->gate)
+        snprintf(msg, sizeof msg,
+                 "%s.discovery.gate must be NULL: discovery drives the pool's own gate", owner);
+    else if (dd->clock)
+        snprintf(msg, sizeof msg,
+                 "%s.discovery.clock must be NULL: discovery shares the clock that times the "
+                 "pool's calls",
+                 owner);
+    else if (dd->allocator)
+        snprintf(msg, sizeof msg,
+                 "%s.discovery.allocator must be NULL: discovery lives in the pool's block",
+                 owner);
+    else if (dd->policy && !dd->policy->ops->adaptive)
+        snprintf(msg, sizeof msg,
+                 "%s.discovery.policy is not adaptive (for a fixed limit drop %s.discovery and "
+                 "keep %s.active)",
+                 owner, owner, owner);
+    else if (dd->max_limit > active)
+        snprintf(msg, sizeof msg,
+                 "%s.discovery.max_limit = %u is above %s.active = %u (active is the most calls "
+                 "discovery may allow)",
+                 owner, (unsigned)dd->max_limit, owner, (unsigned)active);
+    else {
+        /* Validation only checks that a gate is given; the real one is the pool's. */
+        struct sluice_gate stand_in;
+        struct sluice_discovery_desc probe = *dd;
+        struct sluice__discovery_cfg resolved;
+        probe.gate = &stand_in;
+        if (!probe.max_limit)
+            probe.max_limit = active;
+        const char *why = "invalid";
+        if (sluice__discovery_resolve(&probe, &resolved, &why) == SLUICE_OK) {
+            if (cfg)
+                *cfg = resolved;
+            return SLUICE_OK;
+        }
+        static const char root[] = "sluice_discovery_desc.";
+        if (strncmp(why, root, sizeof root - 1) == 0)
+            snprintf(msg, sizeof msg, "%s.discovery.%s", owner, why + sizeof root - 1);
+        else
+            snprintf(msg, sizeof msg, "%s.discovery: %s", owner, why);
     }
-    return SLUICE_EINVAL;
+    return sluice__pool_fail(err, err_size, msg);
 }
 
 /* The waiting capacity a valid description resolves to. */
@@ -128,9 +257,27 @@ SLUICE_INLINE uint32_t sluice__pool_waiting(uint32_t active, struct sluice_opt_u
     return active ? sluice_opt_or(waiting, SLUICE_POOL_WAITING_DEFAULT) : 0;
 }
 
+/* Start the discovery node that lives in the pool's block, after the pool. */
+SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
+                                                const struct sluice_discovery_desc *desc,
+                                                uint32_t events)
+{
+    struct sluice_discovery_desc dd = *desc;
+    dd.gate = &p->gate;
+    dd.clock = &p->clock; /* one clock for call start times and discovery's cut times */
+    if (!dd.max_limit)
+        dd.max_limit = p->active;
+    struct sluice_discovery *d = (struct sluice_discovery *)(void *)(p + 1);
+    struct sluice_event_slot *slots = (struct sluice_event_slot *)(void *)(d + 1);
+    sluice_discovery_init(d, &dd, slots, events, NULL); /* checked: cannot fail */
+    p->discovery = d;
+}
+
 /*
  * Create a pool: its only allocation. Returns SLUICE_EINVAL for an invalid
- * description (see sluice__pool_check) or SLUICE_ENOMEM.
+ * description (see sluice__pool_check, sluice__pool_check_discovery) or
+ * SLUICE_ENOMEM. An adaptive pool's discovery restores a live stored lock
+ * here, delivering the "restore" event to its callback before this returns.
  */
 SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct sluice_pool **out)
 {
@@ -140,35 +287,48 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
         d = *desc;
     *out = NULL;
     int status = sluice__pool_check(d.active, d.waiting, "sluice_pool_desc", NULL, 0);
+    struct sluice__discovery_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    size_t size = sizeof(struct sluice_pool);
+    if (status == SLUICE_OK && d.discovery) {
+        status = sluice__pool_check_discovery(d.active, d.discovery, "sluice_pool_desc", NULL, 0,
+                                              &cfg);
+        size += sizeof(struct sluice_discovery) + SLUICE_EVENT_RING_SIZE(cfg.events);
+    }
     if (status != SLUICE_OK)
         return status;
-    struct sluice_pool *p =
-        (struct sluice_pool *)sluice__alloc(d.allocator, sizeof *p, SLUICE_CACHELINE);
+    struct sluice_pool *p = (struct sluice_pool *)sluice__alloc(d.allocator, size, SLUICE_CACHELINE);
     if (!p)
         return SLUICE_ENOMEM;
     memset((void *)p, 0, sizeof *p);
     atomic_init(&p->admitted, 0u);
     atomic_init(&p->in_flight, 0u);
+    atomic_init(&p->holding, 0u);
+    atomic_init(&p->hold_epoch, 0u);
+    sluice_spinlock_init(&p->hold_lock);
     p->active = d.active;
     p->waiting = sluice__pool_waiting(d.active, d.waiting);
     p->admit_max = p->active + p->waiting;
+    p->block_size = size;
     if (d.clock)
         p->clock = *d.clock;
     if (d.allocator)
         p->allocator = *d.allocator;
     if (p->active)
         sluice_gate_init(&p->gate, p->active);
+    if (d.discovery)
+        sluice__pool_start_discovery(p, d.discovery, cfg.events);
     *out = p;
     return SLUICE_OK;
 }
 
-/* Free a pool. No run may be using it. */
+/* Free a pool (and its discovery node). No run may be using it. */
 SLUICE_INLINE void sluice_pool_destroy(struct sluice_pool *p)
 {
     if (!p)
         return;
     struct sluice_allocator a = p->allocator;
-    sluice__free(&a, p, sizeof *p);
+    sluice__free(&a, p, p->block_size);
 }
 
 /* Give an admission back: once per successful sluice_pool_admit. */
@@ -196,17 +356,6 @@ SLUICE_INLINE int sluice_pool_admit(struct sluice_pool *p)
     return SLUICE_OK;
 }
 
-/* Why a wait must not start or go on, or SLUICE_OK. Cancel beats the deadline. */
-SLUICE_INLINE int sluice__pool_stop_reason(const struct timespec *deadline,
-                                           const struct sluice_cancel *cancel)
-{
-    if (sluice_cancel_fired(cancel))
-        return SLUICE_ECANCELED;
-    if (sluice_deadline_passed(deadline))
-        return SLUICE_ETIMEDOUT;
-    return SLUICE_OK;
-}
-
 /* The contended path of call_begin: queue for the permit, timing the wait. */
 SLUICE_INLINE int sluice__pool_wait(struct sluice_pool *p, const struct timespec *deadline,
                                     struct sluice_cancel *cancel, struct sluice_call *call)
@@ -215,26 +364,150 @@ SLUICE_INLINE int sluice__pool_wait(struct sluice_pool *p, const struct timespec
     int status = sluice_gate_acquire(&p->gate, deadline, cancel);
     /* A grant can land after the token fired or the deadline passed: the
      * call has not started, so the stop wins and the permit moves on. */
-    if (status == SLUICE_OK && (status = sluice__pool_stop_reason(deadline, cancel)) != SLUICE_OK)
+    if (status == SLUICE_OK && (status = sluice_wait_stop_reason(deadline, cancel)) != SLUICE_OK)
         sluice_gate_release(&p->gate);
     call->start_ns = sluice_clock_now(&p->clock);
     call->queued_ns = call->start_ns - arrived;
     return status;
 }
 
+/* ---- Retry-After holds (adaptive pools) ----------------------------------- */
+
+/* Move a sleeping holder back to AWAKE; true if it was asleep (then wake it). */
+SLUICE_INLINE bool sluice__pool_rouse(struct sluice__pool_holder *h)
+{
+    uint32_t asleep = SLUICE__HOLDER_ASLEEP;
+    return atomic_compare_exchange_strong_explicit(&h->state, &asleep, SLUICE__HOLDER_AWAKE,
+                                                   SLUICE_SEQ_CST, SLUICE_SEQ_CST);
+}
+
+static inline void sluice__pool_on_cancel(struct sluice_cancel_hook *hook)
+{
+    struct sluice__pool_holder *h =
+        (struct sluice__pool_holder *)(void *)((char *)hook -
+                                               offsetof(struct sluice__pool_holder, hook));
+    if (sluice__pool_rouse(h))
+        sluice_futex_wake(&h->state);
+}
+
+/* The real CLOCK_MONOTONIC instant to sleep until: the hold's end, or the deadline if sooner. */
+SLUICE_INLINE struct timespec sluice__pool_wake_at(int64_t hold_left_ns,
+                                                   const struct timespec *deadline)
+{
+    struct timespec at = sluice_ns_timespec(sluice_monotonic_ns() + hold_left_ns);
+    if (deadline && sluice_timespec_ns(deadline) < sluice_timespec_ns(&at))
+        at = *deadline;
+    return at;
+}
+
+/*
+ * Sleep until the discovery hold (pool clock) is over, `deadline` passes or
+ * `cancel` fires; SLUICE_OK, SLUICE_ETIMEDOUT or SLUICE_ECANCELED (cancel
+ * wins, and either beats a hold that ends at the same moment: the call has
+ * not started). The kernel sleeps on the real clock, so the hold's remaining
+ * pool-clock time is slept in real time and re-checked on waking (with a
+ * virtual pool clock, that is a real sleep of the virtual remainder).
+ * Wake-ups: the timeout, the token's hook, or sluice__pool_lift_holds.
+ * It lives here, not in park.h or cancel.h, because what it waits for — a
+ * pool's hold, which a clear lifts early through the pool's sleeper list —
+ * is the pool's own state.
+ */
+SLUICE_INLINE int sluice__pool_sleep_until(struct sluice_pool *p, const struct timespec *deadline,
+                                           struct sluice_cancel *cancel)
+{
+    struct sluice__pool_holder h;
+    atomic_init(&h.state, (uint32_t)SLUICE__HOLDER_AWAKE);
+    h.prev = NULL;
+    sluice_spinlock_lock(&p->hold_lock);
+    h.next = p->holders;
+    if (p->holders)
+        p->holders->prev = &h;
+    p->holders = &h;
+    sluice_spinlock_unlock(&p->hold_lock);
+    atomic_fetch_add_explicit(&p->holding, 1u, SLUICE_RELAXED);
+    h.hook.fn = sluice__pool_on_cancel;
+    bool hooked = cancel && sluice_cancel_register(cancel, &h.hook);
+    int status;
+    for (;;) {
+        uint32_t epoch = atomic_load_explicit(&p->hold_epoch, SLUICE_SEQ_CST);
+        if ((status = sluice_wait_stop_reason(deadline, cancel)) != SLUICE_OK)
+            break;
+        int64_t left = sluice_discovery_hold_until(p->discovery) - sluice_clock_now(&p->clock);
+        if (left <= 0)
+            break;
+        uint32_t awake = SLUICE__HOLDER_AWAKE;
+        if (!atomic_compare_exchange_strong_explicit(&h.state, &awake, SLUICE__HOLDER_ASLEEP,
+                                                     SLUICE_SEQ_CST, SLUICE_SEQ_CST))
+            continue;
+        /* Re-check after announcing sleep: a token that fired, or a clear
+         * that lifted the hold, in between found us awake and woke nobody. */
+        if (sluice_wait_stop_reason(deadline, cancel) == SLUICE_OK &&
+            atomic_load_explicit(&p->hold_epoch, SLUICE_SEQ_CST) == epoch) {
+            struct timespec at = sluice__pool_wake_at(left, deadline);
+            sluice_futex_wait(&h.state, SLUICE__HOLDER_ASLEEP, &at);
+        }
+        sluice__pool_rouse(&h);
+    }
+    if (hooked)
+        sluice_cancel_unregister(cancel, &h.hook);
+    sluice_spinlock_lock(&p->hold_lock);
+    if (h.prev)
+        h.prev->next = h.next;
+    else
+        p->holders = h.next;
+    if (h.next)
+        h.next->prev = h.prev;
+    sluice_spinlock_unlock(&p->hold_lock);
+    atomic_fetch_sub_explicit(&p->holding, 1u, SLUICE_RELAXED);
+    return status;
+}
+
+/*
+ * Wake every call asleep on a hold so it re-reads it (a clear has lifted
+ * it). A slow path: the wake-ups are syscalls made under hold_lock, which
+ * keeps each sleeper's node alive until it has been woken; sleepers number
+ * at most the limit, since each holds a permit.
+ */
+SLUICE_INLINE void sluice__pool_lift_holds(struct sluice_pool *p)
+{
+    atomic_fetch_add_explicit(&p->hold_epoch, 1u, SLUICE_SEQ_CST);
+    sluice_spinlock_lock(&p->hold_lock);
+    for (struct sluice__pool_holder *h = p->holders; h; h = h->next)
+        if (sluice__pool_rouse(h))
+            sluice_futex_wake(&h->state);
+    sluice_spinlock_unlock(&p->hold_lock);
+}
+
+/* With its permit in hand, wait out a Retry-After hold; on failure give the permit back. */
+SLUICE_INLINE int sluice__pool_hold(struct sluice_pool *p, const struct timespec *deadline,
+                                    struct sluice_cancel *cancel, struct sluice_call *call)
+{
+    if (SLUICE_LIKELY(sluice_discovery_hold_until(p->discovery) <= call->start_ns))
+        return SLUICE_OK;
+    int status = sluice__pool_sleep_until(p, deadline, cancel);
+    if (status != SLUICE_OK)
+        sluice_gate_release(&p->gate);
+    int64_t now = sluice_clock_now(&p->clock);
+    call->queued_ns += now - call->start_ns;
+    call->start_ns = now;
+    return status;
+}
+
 /*
  * Take a generation permit for one model call of an admitted run, waiting
  * in FIFO order until `deadline` (absolute CLOCK_MONOTONIC; NULL = none) or
- * `cancel` fires (NULL = none). Fills *call. Returns SLUICE_OK (make the
- * call, then sluice_pool_call_end), or SLUICE_ECANCELED / SLUICE_ETIMEDOUT
- * holding no permit — also when the token fired or the deadline passed
- * before the wait, or while the permit was being granted, so a call whose
- * cancel won before it started is never made. Cancel wins over the deadline.
+ * `cancel` fires (NULL = none); in an adaptive pool, then wait out any
+ * Retry-After hold, permit in hand, under the same deadline and token.
+ * Fills *call. Returns SLUICE_OK (make the call, then sluice_pool_call_end),
+ * or SLUICE_ECANCELED / SLUICE_ETIMEDOUT holding no permit — also when the
+ * token fired or the deadline passed before the wait, while the permit was
+ * being granted, or during a hold, so a call whose cancel won before it
+ * started is never made. Cancel wins over the deadline.
  */
 SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct timespec *deadline,
                                          struct sluice_cancel *cancel, struct sluice_call *call)
 {
-    int status = sluice__pool_stop_reason(deadline, cancel);
+    int status = sluice_wait_stop_reason(deadline, cancel);
     /* tryacquire never jumps the queue; only a call that must queue pays
      * for timing its wait. */
     if (status == SLUICE_OK && p->active && sluice_gate_tryacquire(&p->gate) != SLUICE_OK) {
@@ -243,6 +516,8 @@ SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct tim
         call->start_ns = sluice_clock_now(&p->clock);
         call->queued_ns = 0;
     }
+    if (SLUICE_UNLIKELY(p->discovery != NULL) && status == SLUICE_OK)
+        status = sluice__pool_hold(p, deadline, cancel, call);
     call->in_flight_at_start = 0;
     if (status == SLUICE_OK)
         call->in_flight_at_start =
@@ -254,7 +529,9 @@ SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct tim
  * End a call that sluice_pool_call_begin started: give its permit back
  * (waking the next call in line) and return its sample. `outcome` says what
  * the call showed about the provider's capacity; `retry_after_ns` is the
- * provider's Retry-After with SLUICE_OUTCOME_OVERLOAD (0 = none).
+ * provider's Retry-After with SLUICE_OUTCOME_OVERLOAD (0 = none). An
+ * adaptive pool feeds the sample to its discovery first, so a limit cut or
+ * hold it causes is in force before the permit moves on.
  */
 SLUICE_INLINE struct sluice_sample sluice_pool_call_end(struct sluice_pool *p,
                                                         const struct sluice_call *call,
@@ -267,16 +544,44 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end(struct sluice_pool *p,
     sample.outcome = outcome;
     sample.retry_after_ns = retry_after_ns;
     atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
+    if (SLUICE_UNLIKELY(p->discovery != NULL))
+        sluice_discovery_on_sample(p->discovery, &sample);
     if (p->active)
         sluice_gate_release(&p->gate);
-    /* Ceiling discovery feeds on `sample` here, the one place every call ends. */
     return sample;
 }
 
-/* The pool's gate, for changing its limit at run time; NULL when unlimited. */
+/*
+ * The pool's gate; NULL when unlimited. In an adaptive pool discovery owns
+ * its limit: change it only through discovery.
+ */
 SLUICE_INLINE struct sluice_gate *sluice_pool_gate(struct sluice_pool *p)
 {
     return p->active ? &p->gate : NULL;
+}
+
+/* The pool's discovery node; NULL for a fixed or unlimited pool. */
+SLUICE_INLINE struct sluice_discovery *sluice_pool_discovery(const struct sluice_pool *p)
+{
+    return p->discovery;
+}
+
+/*
+ * Clear an adaptive pool's discovery node (sluice_discovery_clear: drop the
+ * persisted lock, back to probing from the jumpstart) and lift its
+ * Retry-After hold, waking the calls waiting it out (they hold permits and
+ * start now, like calls already in flight). Returns SLUICE_OK — also for a
+ * fixed or unlimited pool, which it leaves alone — or the store's error
+ * from its clear (the reset happens regardless). Not from a gate
+ * async-waiter callback.
+ */
+SLUICE_INLINE int sluice_pool_clear(struct sluice_pool *p)
+{
+    if (!p->discovery)
+        return SLUICE_OK;
+    int status = sluice_discovery_clear(p->discovery);
+    sluice__pool_lift_holds(p);
+    return status;
 }
 
 /* A snapshot of the pool; all zero for NULL (e.g. the pool of an unknown ID). */
@@ -289,8 +594,10 @@ SLUICE_INLINE struct sluice_pool_counts sluice_pool_stats(const struct sluice_po
         return c;
     c.admitted = atomic_load_explicit(&p->admitted, SLUICE_RELAXED);
     c.in_flight = atomic_load_explicit(&p->in_flight, SLUICE_RELAXED);
-    c.waiting = p->active ? sluice_gate_stats(&p->gate).waiting : 0u;
+    c.waiting = (p->active ? sluice_gate_stats(&p->gate).waiting : 0u) +
+                atomic_load_explicit(&p->holding, SLUICE_RELAXED);
     c.active = p->active ? sluice_gate_limit(&p->gate) : 0u;
+    c.active_max = p->active;
     c.waiting_capacity = p->waiting;
     return c;
 }

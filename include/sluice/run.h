@@ -15,9 +15,13 @@
  *     _call_end); prepare and validate hold none;
  *   - a repair re-takes a permit but never re-admits, so it is never rejected
  *     because new runs filled the waiting queue;
- *   - the run's deadline and cancel token apply to every wait; ECANCELED and
- *     ETIMEDOUT keep their identity (cancel wins), and a run whose cancel won
- *     before a generation started never calls the client for it;
+ *   - the run's deadline and cancel token apply to every wait — for an
+ *     adaptive backend also the wait for a provider's Retry-After hold to
+ *     end; ECANCELED and ETIMEDOUT keep their identity (cancel wins), and a
+ *     run whose cancel won before a generation started never calls the
+ *     client for it;
+ *   - what each generation reports (gen->outcome, gen->retry_after_ns) is
+ *     the sample an adaptive backend's ceiling discovery learns from;
  *   - every exit — success, prepare / client / validate failure, repairs
  *     exhausted, cancel, timeout — leaves the pool and holds no permit, so
  *     capacity after any mix of failures equals capacity before.
@@ -90,7 +94,8 @@ struct sluice_run_result {
     int status;                   /* what sluice_run returned */
     int64_t elapsed_ns;           /* admission to completion, queue waits included */
     int64_t prepare_ns;           /* inside prepare only, queue waits excluded */
-    int64_t queued_ns;            /* waiting for generation permits, all generations */
+    int64_t queued_ns;            /* waiting for generation permits (and any Retry-After
+                                     hold), all generations */
     unsigned generations;         /* client calls made: the initial one plus repairs */
     struct sluice_sample last;    /* the last generation's sample, as discovery gets it */
 };
@@ -121,7 +126,7 @@ SLUICE_INLINE int sluice__run_admitted(const struct sluice_engine *e,
                                        const struct sluice_run_desc *d, struct sluice_run_result *r)
 {
     /* Preparation is expensive: skip it for a run that is already over. */
-    int status = sluice__pool_stop_reason(d->deadline, d->cancel);
+    int status = sluice_wait_stop_reason(d->deadline, d->cancel);
     if (status != SLUICE_OK)
         return status;
     if (d->ops->prepare) {

@@ -274,6 +274,43 @@ Test(gate, lowering_the_limit_lets_holders_finish_and_grants_nobody_above_it)
     sluice_gate_destroy(g);
 }
 
+struct counted_grant {
+    struct sluice_gate_waiter w;
+    int status, calls;
+};
+
+static void counted_grant_cb(struct sluice_gate_waiter *w, int status)
+{
+    struct counted_grant *c = (struct counted_grant *)w;
+    c->status = status;
+    c->calls++;
+}
+
+Test(gate, a_waiter_behind_a_limit_cut_is_granted_only_once_holders_drop_below_the_new_limit)
+{
+    struct sluice_gate *g = make_gate(3);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_gate_set_limit(g, 1), SLUICE_OK);
+    struct counted_grant waiter = {.w = {.cb = counted_grant_cb}, .status = 99};
+    sluice_gate_acquire_async(g, &waiter.w);
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.waiting, 1, "waiting %u while a cut is outstanding", c.waiting);
+    cr_assert_eq(c.in_flight, 3);
+    sluice_gate_release(g);
+    sluice_gate_release(g);
+    cr_assert_eq(waiter.calls, 0, "1 holder left, limit 1: no grant yet");
+    cr_assert_eq(sluice_gate_stats(g).waiting, 1);
+    sluice_gate_release(g);
+    cr_assert_eq(waiter.calls, 1);
+    cr_assert_eq(waiter.status, SLUICE_OK);
+    c = sluice_gate_stats(g);
+    cr_assert_eq(c.in_flight, 1);
+    cr_assert_eq(c.waiting, 0);
+    sluice_gate_release(g);
+    sluice_gate_destroy(g);
+}
+
 /* ---- close --------------------------------------------------------------- */
 
 Test(gate, close_wakes_every_waiter_with_eclosed_and_refuses_later_acquires)

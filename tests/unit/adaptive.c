@@ -1,0 +1,853 @@
+/*
+ * Adaptive backends: ceiling discovery wired into the engine's pools.
+ * Samples come from real runs (sluice_run with a client that reports OK or
+ * OVERLOAD); time that discovery reasons about is virtual, and the only
+ * real-time waits are Retry-After holds, checked by order, never by length.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sluice/policy/fixed.h>
+#include <sluice/run.h>
+
+#include "common.h"
+#include "run_fixtures.h"
+
+#define SEC SLUICE_NS_PER_SEC
+#define MS SLUICE_NS_PER_MS
+#define WALL_START (INT64_C(1700000000) * SEC)
+
+/* ---- a client the test steers ------------------------------------------- */
+
+/* Every generation of a wave parks in the client until the test opens the
+ * latch, or releases it by its arrival number. */
+struct client {
+    struct latch latch;           /* arrivals are counted in latch.arrived */
+    _Atomic(int) released;        /* generations with an arrival number below this may return */
+    _Atomic(int) finished;        /* runs (on runner threads) that have returned */
+    enum sluice_outcome outcome;  /* what every generation reports */
+    int64_t retry_after_ns;       /* with OVERLOAD */
+    _Atomic(int) calls;           /* generations that reached the client */
+    _Atomic(int64_t) entered_ns;  /* real CLOCK_MONOTONIC when the last one entered */
+};
+
+static int client_generate(void *ctx, struct sluice_generation *gen)
+{
+    struct client *c = (struct client *)ctx;
+    atomic_store(&c->entered_ns, sluice_monotonic_ns());
+    atomic_fetch_add(&c->calls, 1);
+    int arrival = atomic_fetch_add(&c->latch.arrived, 1);
+    while (!atomic_load(&c->latch.open) && atomic_load(&c->released) <= arrival)
+        sched_yield();
+    gen->outcome = c->outcome;
+    gen->retry_after_ns = c->retry_after_ns;
+    /* A 429 is an error to the caller and an overload to discovery. */
+    return c->outcome == SLUICE_OUTCOME_OVERLOAD ? SLUICE_EAGAIN : SLUICE_OK;
+}
+
+static const struct sluice_run_ops client_ops = {.generate = client_generate};
+
+static void client_init(struct client *c, enum sluice_outcome outcome, int64_t retry_after_ns,
+                        bool open)
+{
+    memset(c, 0, sizeof *c);
+    c->outcome = outcome;
+    c->retry_after_ns = retry_after_ns;
+    if (open)
+        latch_open(&c->latch);
+}
+
+struct runner {
+    const struct sluice_engine *engine;
+    struct sluice_run_desc desc;
+    struct sluice_run_result result;
+    pthread_t tid;
+};
+
+static void *runner_main(void *arg)
+{
+    struct runner *r = (struct runner *)arg;
+    sluice_run(r->engine, &r->desc, &r->result);
+    atomic_fetch_add(&((struct client *)r->desc.ctx)->finished, 1);
+    return NULL;
+}
+
+static void runner_start(struct runner *r, const struct sluice_engine *e, const char *backend,
+                         struct client *c)
+{
+    memset(r, 0, sizeof *r);
+    r->engine = e;
+    r->desc.backend = backend;
+    r->desc.ops = &client_ops;
+    r->desc.ctx = c;
+    pthread_create(&r->tid, NULL, runner_main, r);
+}
+
+/* One run on this thread through a client that never parks. */
+static int run_once(const struct sluice_engine *e, const char *backend,
+                    enum sluice_outcome outcome, int64_t retry_after_ns,
+                    struct sluice_run_result *result)
+{
+    struct client c;
+    client_init(&c, outcome, retry_after_ns, true);
+    struct sluice_run_desc d = {.backend = backend, .ops = &client_ops, .ctx = &c};
+    return sluice_run(e, &d, result);
+}
+
+/* ---- an engine in virtual time ------------------------------------------- */
+
+struct world {
+    struct fake_clock mono, wall;
+    struct sluice_clock mono_hook, wall_hook;
+    struct sluice_memstore *store;
+    struct sluice_store_ops store_ops;
+    struct sluice_policy_discover policy; /* counts windows of any size */
+    struct sluice_event seen[32];
+    _Atomic(int) n_seen;
+    struct sluice_engine *engine;
+};
+
+static void remember(void *ctx, const struct sluice_event *ev)
+{
+    struct world *w = (struct world *)ctx;
+    int i = atomic_fetch_add(&w->n_seen, 1);
+    if (i < 32)
+        w->seen[i] = *ev;
+}
+
+static void world_init(struct world *w)
+{
+    memset(w, 0, sizeof *w);
+    atomic_store(&w->mono.now, 1000 * SEC);
+    atomic_store(&w->wall.now, WALL_START);
+    w->mono_hook = fake_clock_hook(&w->mono);
+    w->wall_hook = fake_clock_hook(&w->wall);
+    cr_assert_eq(sluice_memstore_create(8, NULL, &w->store), SLUICE_OK);
+    w->store_ops = sluice_memstore_ops(w->store);
+    struct sluice_policy_discover_params params = {.min_samples = 1};
+    cr_assert_eq(sluice_policy_discover_init(&w->policy, &params, NULL), SLUICE_OK);
+}
+
+/* Put a lock for `node` in the store, expiring `ttl_s` from the virtual wall clock. */
+static void world_store_lock(struct world *w, const char *node, uint32_t ceiling, int64_t ttl_s)
+{
+    struct sluice_lock_record rec = {ceiling, atomic_load(&w->wall.now) / SEC + ttl_s};
+    cr_assert_eq(w->store_ops.save(w->store_ops.ctx, node, &rec), SLUICE_OK);
+}
+
+static uint32_t world_stored_ceiling(struct world *w, const char *node)
+{
+    struct sluice_lock_record rec;
+    cr_assert_eq(w->store_ops.load(w->store_ops.ctx, node, &rec), SLUICE_OK);
+    return rec.ceiling;
+}
+
+static void world_create(struct world *w, const struct sluice_backend_desc *b, size_t n)
+{
+    char err[256];
+    struct sluice_engine_desc d = {.backends = b, .n_backends = n, .clock = &w->mono_hook,
+                                   .wall_clock = &w->wall_hook, .store = &w->store_ops,
+                                   .on_event = remember, .on_event_ctx = w, .error = err,
+                                   .error_size = sizeof err};
+    cr_assert_eq(sluice_engine_create(&d, &w->engine), SLUICE_OK, "%s", err);
+}
+
+static void world_destroy(struct world *w)
+{
+    sluice_engine_destroy(w->engine);
+    sluice_memstore_destroy(w->store);
+}
+
+static void advance(struct world *w, int64_t ns)
+{
+    fake_clock_advance(&w->mono, ns);
+    fake_clock_advance(&w->wall, ns);
+}
+
+static struct sluice_discovery_status status_of(struct world *w, const char *node)
+{
+    struct sluice_discovery_status st;
+    cr_assert_eq(sluice_engine_status(w->engine, node, &st), SLUICE_OK, "%s", node);
+    return st;
+}
+
+static const char *line_of(struct world *w, const char *node, char *buf, size_t size)
+{
+    int n = sluice_engine_status_line(w->engine, node, buf, size);
+    cr_assert_geq(n, 0, "%s: %s", node, sluice_status_name(n));
+    return buf;
+}
+
+static uint32_t limit_of(struct world *w, const char *backend)
+{
+    struct sluice_gate *gate = sluice_pool_gate(sluice_engine_pool(w->engine, backend));
+    cr_assert_not_null(gate);
+    uint32_t gate_limit = gate ? sluice_gate_limit(gate) : 0;
+    struct sluice_pool *p = sluice_engine_pool(w->engine, backend);
+    cr_assert_eq(sluice_pool_stats(p).active, gate_limit);
+    cr_assert_eq(status_of(w, backend).limit, gate_limit, "discovery and the gate agree");
+    return gate_limit;
+}
+
+/*
+ * One wave: as many runs as the limit, all in the client at once (so the
+ * window is saturated), each taking `latency_ns` of virtual time; then
+ * time moves past the window's close and the engine polls it shut. The
+ * calls end one at a time: concurrent completions may land a sample on
+ * either side of a window's close (by design, see sluice/discovery.h),
+ * which would make the expected steps a matter of scheduling.
+ */
+static void wave(struct world *w, const char *backend, enum sluice_outcome outcome,
+                 int64_t latency_ns)
+{
+    enum { MAX = 64 };
+    uint32_t n = limit_of(w, backend);
+    cr_assert_leq(n, MAX);
+    struct client c;
+    client_init(&c, outcome, 0, false);
+    struct runner r[MAX];
+    for (uint32_t i = 0; i < n; i++)
+        runner_start(&r[i], w->engine, backend, &c);
+    wait_for_count(&c.latch.arrived, (int)n);
+    advance(w, latency_ns);
+    for (int i = 0; i < (int)n; i++) {
+        atomic_store(&c.released, i + 1);
+        wait_for_count(&c.finished, i + 1);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        pthread_join(r[i].tid, NULL);
+        cr_assert_eq(r[i].result.status,
+                     outcome == SLUICE_OUTCOME_OVERLOAD ? SLUICE_EAGAIN : SLUICE_OK);
+    }
+    advance(w, 60 * SEC);
+    sluice_engine_poll(w->engine);
+}
+
+/* ---- probing and backoff through runs ------------------------------------- */
+
+Test(adaptive, an_adaptive_backend_starts_at_the_jumpstart_and_its_limit_grows_with_run_samples)
+{
+    struct world w;
+    world_init(&w);
+    struct sluice_discovery_desc disc = {.jumpstart = 4, .policy = &w.policy.base};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 64, .discovery = &disc}};
+    world_create(&w, b, 1);
+    struct sluice_pool *p = sluice_engine_pool(w.engine, "cloud:a");
+    cr_assert_not_null(sluice_pool_discovery(p));
+    cr_assert_eq(limit_of(&w, "cloud:a"), 4, "the gate starts at the jumpstart");
+    cr_assert_eq(sluice_pool_stats(p).active_max, 64);
+    char line[128];
+    cr_assert_str_eq(line_of(&w, "cloud:a", line, sizeof line), "cloud:a 0/4 📈");
+
+    wave(&w, "cloud:a", SLUICE_OUTCOME_OK, SEC);
+    cr_assert_eq(limit_of(&w, "cloud:a"), 8, "a healthy saturated window doubles the limit");
+    struct sluice_discovery_status st = status_of(&w, "cloud:a");
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_PROBING);
+    cr_assert_eq(st.last_event.kind, SLUICE_EVENT_PROBE);
+    cr_assert_eq(st.last_event.cause, SLUICE_CAUSE_SLOW_START);
+    cr_assert_eq(st.last_event.old_limit, 4);
+    cr_assert_eq(st.last_event.new_limit, 8);
+
+    wave(&w, "cloud:a", SLUICE_OUTCOME_OK, SEC);
+    cr_assert_eq(limit_of(&w, "cloud:a"), 16);
+    cr_assert_str_eq(line_of(&w, "cloud:a", line, sizeof line), "cloud:a 0/16 📈");
+    cr_assert_eq(atomic_load(&w.n_seen), 2, "the engine's callback saw both probe steps");
+    assert_capacity_intact(p);
+    world_destroy(&w);
+}
+
+Test(adaptive, growth_never_passes_active_the_hard_maximum)
+{
+    struct world w;
+    world_init(&w);
+    struct sluice_discovery_desc disc = {.jumpstart = 4, .policy = &w.policy.base};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 12, .discovery = &disc}};
+    world_create(&w, b, 1);
+    for (int i = 0; i < 6; i++) {
+        wave(&w, "cloud:a", SLUICE_OUTCOME_OK, SEC);
+        cr_assert_leq(limit_of(&w, "cloud:a"), 12);
+    }
+    struct sluice_discovery_status st = status_of(&w, "cloud:a");
+    cr_assert_eq(st.limit, 12);
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED, "no congestion: locks at the maximum");
+    cr_assert_eq(st.last_event.cause, SLUICE_CAUSE_MAX_LIMIT);
+    cr_assert_eq(world_stored_ceiling(&w, "cloud:a"), 12, "the lock reached the engine's store");
+    world_destroy(&w);
+}
+
+Test(adaptive, an_overload_reported_by_a_run_backs_the_limit_off_once_per_burst)
+{
+    struct world w;
+    world_init(&w);
+    struct sluice_discovery_desc disc = {.jumpstart = 10, .policy = &w.policy.base};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 64, .discovery = &disc}};
+    world_create(&w, b, 1);
+    advance(&w, SEC);
+    struct sluice_run_result r;
+    cr_assert_eq(run_once(w.engine, "cloud:a", SLUICE_OUTCOME_OVERLOAD, 0, &r), SLUICE_EAGAIN);
+    cr_assert_eq(r.last.outcome, SLUICE_OUTCOME_OVERLOAD);
+    cr_assert_eq(limit_of(&w, "cloud:a"), 9, "cut to 10 x 0.9 at once");
+    struct sluice_discovery_status st = status_of(&w, "cloud:a");
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_BACKOFF);
+    cr_assert_eq(st.last_event.kind, SLUICE_EVENT_BACKOFF);
+    cr_assert_eq(st.last_event.cause, SLUICE_CAUSE_OVERLOAD);
+    cr_assert_eq(st.last_event.old_limit, 10);
+    cr_assert_eq(st.last_event.new_limit, 9);
+    char line[128];
+    cr_assert_str_eq(line_of(&w, "cloud:a", line, sizeof line), "cloud:a 0/9 🌧️");
+
+    /* Nine calls refused together: the first 429 cuts, the rest of its burst
+     * (started before that cut) do not cut again. */
+    advance(&w, SEC);
+    wave(&w, "cloud:a", SLUICE_OUTCOME_OVERLOAD, SEC);
+    cr_assert_eq(limit_of(&w, "cloud:a"), 8, "one burst, one cut");
+    /* Ignored outcomes (a transport error) never cut. */
+    advance(&w, SEC);
+    cr_assert_eq(run_once(w.engine, "cloud:a", SLUICE_OUTCOME_IGNORE, 0, &r), SLUICE_OK);
+    cr_assert_eq(limit_of(&w, "cloud:a"), 8);
+    assert_capacity_intact(sluice_engine_pool(w.engine, "cloud:a"));
+    world_destroy(&w);
+}
+
+/* A call_begin on its own thread. */
+struct beginner {
+    struct sluice_pool *pool;
+    const struct timespec *deadline;
+    struct sluice_cancel *cancel;
+    struct sluice_call call;
+    int status;
+    pthread_t tid;
+};
+
+static void *beginner_main(void *arg)
+{
+    struct beginner *b = (struct beginner *)arg;
+    b->status = sluice_pool_call_begin(b->pool, b->deadline, b->cancel, &b->call);
+    return NULL;
+}
+
+Test(adaptive, call_end_feeds_discovery_before_the_permit_moves_on)
+{
+    struct fake_clock fc = {SEC};
+    struct sluice_clock hook = fake_clock_hook(&fc);
+    struct sluice_discovery_desc disc = {.node_id = "cloud:p", .jumpstart = 2};
+    struct sluice_pool_desc d = {.active = 8, .clock = &hook, .discovery = &disc};
+    struct sluice_pool *p;
+    cr_assert_eq(sluice_pool_create(&d, &p), SLUICE_OK);
+    cr_assert_eq(sluice_pool_stats(p).active, 2, "a standalone adaptive pool starts at the jumpstart");
+    struct sluice_call a, b;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &b), SLUICE_OK);
+    struct beginner third = {.pool = p, .status = -1};
+    pthread_create(&third.tid, NULL, beginner_main, &third);
+    while (sluice_pool_stats(p).waiting < 1)
+        sched_yield();
+    fake_clock_advance(&fc, SEC);
+    /* The 429 cuts 2 -> 1 before its permit is released, so the release
+     * repays the cut instead of admitting the queued call. */
+    sluice_pool_call_end(p, &a, SLUICE_OUTCOME_OVERLOAD, 0);
+    struct sluice_pool_counts c = sluice_pool_stats(p);
+    cr_assert_eq(c.active, 1);
+    cr_assert_eq(c.waiting, 1, "the queued call was admitted past the cut");
+    cr_assert_eq(c.in_flight, 1);
+    sluice_pool_call_end(p, &b, SLUICE_OUTCOME_OK, 0);
+    pthread_join(third.tid, NULL);
+    cr_assert_eq(third.status, SLUICE_OK);
+    sluice_pool_call_end(p, &third.call, SLUICE_OUTCOME_OK, 0);
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+}
+
+/* ---- clear ------------------------------------------------------------------- */
+
+Test(adaptive, clear_resets_only_that_node_and_drops_its_stored_lock)
+{
+    struct world w;
+    world_init(&w);
+    world_store_lock(&w, "cloud:a", 20, 3600);
+    world_store_lock(&w, "cloud:b", 30, 3600);
+    struct sluice_discovery_desc disc_a = {.jumpstart = 4}, disc_b = {0};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 64, .discovery = &disc_a},
+                                      {.id = "cloud:b", .active = 64, .discovery = &disc_b},
+                                      {.id = "local", .active = 4},
+                                      {.id = "free"}};
+    world_create(&w, b, 4);
+    cr_assert_eq(status_of(&w, "cloud:a").state, SLUICE_DISCOVERY_LOCKED);
+    cr_assert_eq(status_of(&w, "cloud:b").state, SLUICE_DISCOVERY_LOCKED);
+
+    /* A request in flight on the node being cleared. */
+    struct client c;
+    client_init(&c, SLUICE_OUTCOME_OVERLOAD, 0, false);
+    struct runner inflight;
+    runner_start(&inflight, w.engine, "cloud:a", &c);
+    wait_for_count(&c.latch.arrived, 1);
+
+    const char *others[] = {"cloud:b", "local", "free", "openrouter"};
+    struct sluice_discovery_status before[4], after[4];
+    for (int i = 0; i < 4; i++)
+        before[i] = status_of(&w, others[i]);
+    uint64_t b_events = sluice_event_ring_count(sluice_engine_events(w.engine, "cloud:b"));
+
+    advance(&w, SEC); /* the request started before the clear */
+    cr_assert_eq(sluice_engine_clear(w.engine, "cloud:a"), SLUICE_OK);
+
+    for (int i = 0; i < 4; i++) {
+        after[i] = status_of(&w, others[i]);
+        cr_expect_eq(memcmp(&before[i], &after[i], sizeof before[i]), 0, "%s changed", others[i]);
+    }
+    cr_expect_eq(sluice_event_ring_count(sluice_engine_events(w.engine, "cloud:b")), b_events);
+    cr_expect_eq(world_stored_ceiling(&w, "cloud:b"), 30, "another node's stored lock is kept");
+    cr_expect_eq(world_stored_ceiling(&w, "cloud:a"), 0, "the cleared node's lock is dropped");
+    cr_expect_eq(w.store->clears, 1);
+
+    struct sluice_discovery_status st = status_of(&w, "cloud:a");
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_PROBING);
+    cr_assert_eq(st.limit, 4, "back to the jumpstart");
+    cr_assert_eq(st.ceiling, 0);
+    cr_assert_eq(st.lock_expires_s, 0);
+    cr_assert_eq(st.in_flight, 1, "the request in flight is not interrupted");
+    cr_assert_eq(st.last_event.kind, SLUICE_EVENT_CLEAR);
+    cr_assert_eq(st.last_event.cause, SLUICE_CAUSE_API);
+    cr_assert_eq(st.last_event.old_limit, 20);
+    cr_assert_eq(st.last_event.new_limit, 4);
+    cr_assert_eq(limit_of(&w, "cloud:a"), 4, "the next request runs under the jumpstart");
+
+    /* Fixed nodes: a no-op that never reaches the store. Unknown nodes: EINVAL. */
+    cr_assert_eq(sluice_engine_clear(w.engine, "local"), SLUICE_OK);
+    cr_assert_eq(sluice_engine_clear(w.engine, "free"), SLUICE_OK);
+    after[1] = status_of(&w, "local");
+    cr_assert_eq(memcmp(&before[1], &after[1], sizeof before[1]), 0);
+    cr_assert_eq(w.store->clears, 1);
+    cr_assert_eq(sluice_engine_clear(w.engine, "cloud:zzz"), SLUICE_EINVAL);
+    cr_assert_eq(sluice_engine_clear(w.engine, NULL), SLUICE_EINVAL);
+
+    /* The old request finishes normally; its 429 started before the clear and counts for nothing. */
+    uint64_t a_events = sluice_event_ring_count(sluice_engine_events(w.engine, "cloud:a"));
+    advance(&w, SEC);
+    latch_open(&c.latch);
+    pthread_join(inflight.tid, NULL);
+    cr_assert_eq(inflight.result.status, SLUICE_EAGAIN);
+    cr_assert_eq(inflight.result.generations, 1);
+    cr_assert_eq(limit_of(&w, "cloud:a"), 4);
+    cr_assert_eq(sluice_event_ring_count(sluice_engine_events(w.engine, "cloud:a")), a_events);
+    assert_capacity_intact(sluice_engine_pool(w.engine, "cloud:a"));
+    world_destroy(&w);
+}
+
+/* ---- the store --------------------------------------------------------------- */
+
+static _Atomic(int) own_events;
+
+static void count_own(void *ctx, const struct sluice_event *ev)
+{
+    (void)ctx;
+    (void)ev;
+    atomic_fetch_add(&own_events, 1);
+}
+
+Test(adaptive, a_live_stored_lock_is_restored_when_the_engine_is_created)
+{
+    struct world w;
+    world_init(&w);
+    world_store_lock(&w, "cloud:a", 24, 3600);
+    world_store_lock(&w, "cloud:b", 40, -1);   /* expired */
+    world_store_lock(&w, "cloud:c", 100, 600); /* above cloud:c's active */
+    world_store_lock(&w, "cloud:d", 7, 600);
+    struct sluice_discovery_desc plain = {0};
+    struct sluice_discovery_desc own = {.on_event = count_own};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 64, .discovery = &plain},
+                                      {.id = "cloud:b", .active = 64, .discovery = &plain},
+                                      {.id = "cloud:c", .active = 32, .discovery = &plain},
+                                      {.id = "cloud:d", .active = 64, .discovery = &own}};
+    atomic_store(&own_events, 0);
+    world_create(&w, b, 4);
+
+    struct sluice_discovery_status st = status_of(&w, "cloud:a");
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED);
+    cr_assert_eq(st.limit, 24);
+    cr_assert_eq(st.ceiling, 24);
+    cr_assert_eq(st.lock_expires_s, WALL_START / SEC + 3600);
+    cr_assert_eq(st.last_event.kind, SLUICE_EVENT_RESTORE);
+    cr_assert_eq(st.last_event.cause, SLUICE_CAUSE_STORE);
+    cr_assert_eq(limit_of(&w, "cloud:a"), 24, "the gate runs at the restored ceiling at once");
+    char line[128];
+    cr_assert_str_eq(line_of(&w, "cloud:a", line, sizeof line), "cloud:a 0/24 🔒");
+
+    st = status_of(&w, "cloud:b");
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_PROBING, "an expired lock is ignored");
+    cr_assert_eq(st.limit, 5, "the default jumpstart");
+    cr_assert_eq(st.last_event.seq, 0);
+
+    cr_assert_eq(limit_of(&w, "cloud:c"), 32, "a stored ceiling never passes active");
+    cr_assert_eq(status_of(&w, "cloud:c").ceiling, 32);
+    cr_assert_eq(limit_of(&w, "cloud:d"), 7);
+
+    /* Restore events reached the callbacks during create: the engine's for a
+     * and c, cloud:d's own for d. */
+    cr_assert_eq(atomic_load(&w.n_seen), 2);
+    cr_assert_str_eq(w.seen[0].node, "cloud:a");
+    cr_assert_eq(w.seen[0].kind, SLUICE_EVENT_RESTORE);
+    cr_assert_eq(w.seen[0].new_limit, 24);
+    cr_assert_str_eq(w.seen[1].node, "cloud:c");
+    cr_assert_eq(atomic_load(&own_events), 1, "a backend's own on_event wins");
+    world_destroy(&w);
+}
+
+/* ---- Retry-After holds (real time: checked by order, never by length) ------- */
+
+static struct sluice_engine *hold_engine(struct sluice_discovery_desc *disc)
+{
+    static struct sluice_backend_desc b[1];
+    b[0] = (struct sluice_backend_desc){.id = "cloud:h", .active = 8, .discovery = disc};
+    struct sluice_engine *e;
+    char err[256];
+    struct sluice_engine_desc d = {.backends = b, .n_backends = 1, .error = err,
+                                   .error_size = sizeof err};
+    cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_OK, "%s", err);
+    return e;
+}
+
+static int64_t hold_of(const struct sluice_engine *e)
+{
+    return sluice_discovery_hold_until(sluice_pool_discovery(sluice_engine_pool(e, "cloud:h")));
+}
+
+Test(adaptive, a_retry_after_hold_makes_the_next_call_wait_until_it_ends, .timeout = 30)
+{
+    struct sluice_discovery_desc disc = {.jumpstart = 4};
+    struct sluice_engine *e = hold_engine(&disc);
+    struct sluice_run_result r;
+    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, 30 * MS, &r), SLUICE_EAGAIN);
+    int64_t hold = hold_of(e);
+    cr_assert_gt(hold, 0, "the 429's Retry-After set a hold");
+    struct client c;
+    client_init(&c, SLUICE_OUTCOME_OK, 0, true);
+    struct sluice_run_desc d = {.backend = "cloud:h", .ops = &client_ops, .ctx = &c};
+    cr_assert_eq(sluice_run(e, &d, &r), SLUICE_OK);
+    cr_assert_geq(atomic_load(&c.entered_ns), hold, "the client was called before the hold ended");
+    cr_assert_gt(r.queued_ns, 0, "the hold counts as queueing");
+    assert_capacity_intact(sluice_engine_pool(e, "cloud:h"));
+    sluice_engine_destroy(e);
+}
+
+Test(adaptive, a_deadline_shorter_than_the_hold_times_out_without_calling_the_client,
+     .timeout = 30)
+{
+    struct sluice_discovery_desc disc = {.jumpstart = 4};
+    struct sluice_engine *e = hold_engine(&disc);
+    struct sluice_run_result r;
+    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, 30 * SEC, &r), SLUICE_EAGAIN);
+    struct client c;
+    client_init(&c, SLUICE_OUTCOME_OK, 0, true);
+    struct timespec deadline = deadline_in(20 * MS);
+    struct sluice_run_desc d = {.backend = "cloud:h", .ops = &client_ops, .ctx = &c,
+                                .deadline = &deadline};
+    cr_assert_eq(sluice_run(e, &d, &r), SLUICE_ETIMEDOUT);
+    cr_assert_eq(atomic_load(&c.calls), 0, "the client was called during the hold");
+    cr_assert_eq(r.generations, 0);
+    cr_assert(sluice_deadline_passed(&deadline), "timed out before the deadline");
+    assert_capacity_intact(sluice_engine_pool(e, "cloud:h"));
+    sluice_engine_destroy(e);
+}
+
+/* Start a run that will wait out a 30 s hold; returns once it is waiting. */
+static void start_held_run(struct sluice_engine *e, struct runner *held, struct client *c,
+                           struct sluice_cancel *token)
+{
+    struct sluice_run_result r;
+    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, 30 * SEC, &r), SLUICE_EAGAIN);
+    client_init(c, SLUICE_OUTCOME_OK, 0, true);
+    memset(held, 0, sizeof *held);
+    held->engine = e;
+    held->desc.backend = "cloud:h";
+    held->desc.ops = &client_ops;
+    held->desc.ctx = c;
+    held->desc.cancel = token;
+    pthread_create(&held->tid, NULL, runner_main, held);
+    struct sluice_pool *p = sluice_engine_pool(e, "cloud:h");
+    while (sluice_pool_stats(p).waiting < 1)
+        sched_yield();
+    struct sluice_pool_counts counts = sluice_pool_stats(p);
+    cr_assert_eq(counts.in_flight, 0, "a call waiting out a hold is not in flight");
+    cr_assert_eq(sluice_gate_stats(sluice_pool_gate(p)).waiting, 0, "it holds its permit");
+    struct sluice_discovery_status st;
+    sluice_engine_status(e, "cloud:h", &st);
+    cr_assert_eq(st.in_flight, 0);
+}
+
+Test(adaptive, a_fired_token_ends_a_hold_wait_with_ecanceled, .timeout = 20)
+{
+    struct sluice_discovery_desc disc = {.jumpstart = 4};
+    struct sluice_engine *e = hold_engine(&disc);
+    struct sluice_cancel token;
+    sluice_cancel_init(&token);
+    struct runner held;
+    struct client c;
+    start_held_run(e, &held, &c, &token);
+    sluice_cancel_fire(&token);
+    pthread_join(held.tid, NULL);
+    cr_assert_eq(held.result.status, SLUICE_ECANCELED);
+    cr_assert_eq(atomic_load(&c.calls), 0, "the client was called after the cancel");
+    cr_assert_gt(hold_of(e), sluice_monotonic_ns(), "the hold had not ended: the token woke it");
+    assert_capacity_intact(sluice_engine_pool(e, "cloud:h"));
+    sluice_engine_destroy(e);
+}
+
+Test(adaptive, clear_lifts_a_hold_and_wakes_the_calls_waiting_it_out, .timeout = 20)
+{
+    struct sluice_discovery_desc disc = {.jumpstart = 4};
+    struct sluice_engine *e = hold_engine(&disc);
+    struct runner held;
+    struct client c;
+    start_held_run(e, &held, &c, NULL);
+    int64_t hold = hold_of(e);
+    cr_assert_eq(sluice_engine_clear(e, "cloud:h"), SLUICE_OK);
+    cr_assert_eq(hold_of(e), 0, "the clear dropped the hold");
+    pthread_join(held.tid, NULL);
+    cr_assert_eq(held.result.status, SLUICE_OK);
+    cr_assert_eq(atomic_load(&c.calls), 1);
+    cr_assert_lt(atomic_load(&c.entered_ns), hold, "the call waited for the old hold");
+    assert_capacity_intact(sluice_engine_pool(e, "cloud:h"));
+    sluice_engine_destroy(e);
+}
+
+/* ---- configuration ------------------------------------------------------------ */
+
+static void expect_invalid(const struct sluice_engine_desc *base, const char *expect)
+{
+    struct sluice_engine_desc d = *base;
+    char err[320] = "untouched";
+    d.error = err;
+    d.error_size = sizeof err;
+    struct sluice_engine *e = (struct sluice_engine *)1;
+    cr_expect_eq(sluice_engine_create(&d, &e), SLUICE_EINVAL, "expected: %s", expect);
+    cr_expect_null(e);
+    cr_expect(strstr(err, expect), "message \"%s\" does not contain \"%s\"", err, expect);
+}
+
+Test(adaptive, invalid_discovery_configuration_fails_naming_the_field)
+{
+    struct sluice_discovery_desc disc;
+    struct sluice_backend_desc b[2];
+    struct sluice_engine_desc d = {.backends = b, .n_backends = 2};
+    struct sluice_gate gate;
+    struct sluice_clock clock = {NULL, NULL};
+    struct sluice_allocator alloc = {NULL, NULL, NULL};
+    struct sluice_policy_fixed fixed;
+    sluice_policy_fixed_init(&fixed, NULL, NULL);
+    struct sluice_store_ops no_clear = sluice_memstore_ops(NULL);
+    no_clear.clear = NULL;
+    char long_id[SLUICE_NODE_ID_MAX + 1];
+    memset(long_id, 'n', sizeof long_id - 1);
+    long_id[sizeof long_id - 1] = '\0';
+
+#define CASE(mutation, expect)                                                                     \
+    do {                                                                                           \
+        memset(&disc, 0, sizeof disc);                                                             \
+        b[0] = (struct sluice_backend_desc){.id = "local", .active = 2};                           \
+        b[1] = (struct sluice_backend_desc){.id = "cloud:x", .active = 16, .discovery = &disc};    \
+        d.store = NULL;                                                                            \
+        mutation;                                                                                  \
+        expect_invalid(&d, expect);                                                                \
+    } while (0)
+
+    CASE(b[1].active = 0, "backends[1].discovery needs an active limit: the most calls "
+                          "discovery may allow (set backends[1].active)");
+    CASE(disc.max_limit = 17, "backends[1].discovery.max_limit = 17 is above backends[1].active");
+    CASE(disc.min_limit = 20, "backends[1].discovery.min_limit exceeds max_limit");
+    CASE(disc.jumpstart = 40, "backends[1].discovery.jumpstart must lie within");
+    CASE(disc.window_tail = -1, "backends[1].discovery.window_tail must be positive");
+    CASE(disc.lock_ttl_s = -5, "backends[1].discovery.lock_ttl_s must not be negative");
+    CASE(disc.store = &no_clear, "backends[1].discovery.store needs load, save and clear");
+    CASE(disc.node_id = "other", "backends[1].discovery.node_id must be NULL");
+    CASE(disc.gate = &gate, "backends[1].discovery.gate must be NULL");
+    CASE(disc.clock = &clock, "backends[1].discovery.clock must be NULL");
+    CASE(disc.allocator = &alloc, "backends[1].discovery.allocator must be NULL");
+    CASE(disc.policy = &fixed.base, "backends[1].discovery.policy is not adaptive");
+    CASE(b[1].id = long_id, "backends[1].id is 128 bytes, above the maximum 127 for an adaptive");
+    CASE(d.store = &no_clear, "store needs load, save and clear callbacks");
+#undef CASE
+
+    /* Omitted max_limit is active; a small active clamps the default jumpstart. */
+    memset(&disc, 0, sizeof disc);
+    b[1] = (struct sluice_backend_desc){.id = "cloud:x", .active = 3, .discovery = &disc};
+    d.store = NULL;
+    struct sluice_engine *e;
+    cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_OK);
+    cr_assert_eq(sluice_pool_stats(sluice_engine_pool(e, "cloud:x")).active, 3);
+    sluice_engine_destroy(e);
+
+    /* A standalone pool applies the same rules. */
+    struct sluice_pool *p = (struct sluice_pool *)1;
+    struct sluice_discovery_desc named = {.node_id = "cloud:p"};
+    struct sluice_pool_desc pd = {.discovery = &named};
+    cr_assert_eq(sluice_pool_create(&pd, &p), SLUICE_EINVAL, "discovery without active");
+    cr_assert_null(p);
+    named.node_id = NULL;
+    pd.active = 4;
+    cr_assert_eq(sluice_pool_create(&pd, &p), SLUICE_EINVAL, "a standalone node needs its id");
+}
+
+/* ---- allocation ----------------------------------------------------------------- */
+
+Test(adaptive, engine_allocation_failure_with_adaptive_backends_leaks_nothing)
+{
+    struct world w;
+    world_init(&w);
+    world_store_lock(&w, "cloud:a", 9, 3600);
+    struct sluice_discovery_desc disc = {.jumpstart = 3, .events = 16};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 16, .discovery = &disc},
+                                      {.id = "local", .active = 2},
+                                      {.id = "cloud:b", .active = 8, .discovery = &disc},
+                                      {.id = "free"}};
+    for (long fail_at = 0;; fail_at++) {
+        struct counting_alloc c = {.fail_at = fail_at};
+        struct sluice_allocator a = counting_allocator(&c);
+        struct sluice_engine_desc d = {.backends = b, .n_backends = 4, .allocator = &a,
+                                       .clock = &w.mono_hook, .wall_clock = &w.wall_hook,
+                                       .store = &w.store_ops};
+        struct sluice_engine *e = (struct sluice_engine *)1;
+        int status = sluice_engine_create(&d, &e);
+        if (status == SLUICE_OK) {
+            cr_assert_geq(fail_at, 8, "every allocation point was exercised");
+            cr_assert_not(c.misaligned);
+            cr_assert_eq(sluice_pool_stats(sluice_engine_pool(e, "cloud:a")).active, 9);
+            long calls = c.calls;
+            /* Nothing after create allocates: runs, samples, clear, status, events. */
+            struct sluice_run_result r;
+            cr_assert_eq(run_once(e, "cloud:b", SLUICE_OUTCOME_OVERLOAD, 0, &r), SLUICE_EAGAIN);
+            cr_assert_eq(run_once(e, "cloud:a", SLUICE_OUTCOME_OK, 0, &r), SLUICE_OK);
+            cr_assert_eq(sluice_engine_clear(e, "cloud:a"), SLUICE_OK);
+            char line[64];
+            sluice_engine_status_line(e, "cloud:b", line, sizeof line);
+            sluice_engine_poll(e);
+            cr_assert_eq(c.calls, calls, "allocated after create");
+            sluice_engine_destroy(e);
+            cr_assert_eq(c.live, 0);
+            cr_assert_eq(c.live_bytes, 0);
+            break;
+        }
+        cr_assert_eq(status, SLUICE_ENOMEM, "allocation %ld", fail_at);
+        cr_assert_null(e);
+        cr_assert_eq(c.live, 0, "failing allocation %ld leaked %ld blocks", fail_at, c.live);
+        cr_assert_eq(c.live_bytes, 0);
+    }
+    sluice_memstore_destroy(w.store);
+}
+
+Test(adaptive, an_adaptive_pool_is_still_one_allocation_that_leaks_nothing_when_it_fails)
+{
+    struct sluice_discovery_desc disc = {.node_id = "cloud:p", .events = 64};
+    for (long fail_at = 0;; fail_at++) {
+        struct counting_alloc c = {.fail_at = fail_at};
+        struct sluice_allocator a = counting_allocator(&c);
+        struct sluice_pool_desc d = {.active = 8, .allocator = &a, .discovery = &disc};
+        struct sluice_pool *p;
+        int status = sluice_pool_create(&d, &p);
+        if (status == SLUICE_OK) {
+            cr_assert_eq(fail_at, 1, "pool, node and event ring share one block");
+            cr_assert_not(c.misaligned);
+            cr_assert_not_null(sluice_pool_discovery(p));
+            cr_assert_eq(sluice_pool_stats(p).active, 5, "the default jumpstart");
+            sluice_pool_destroy(p);
+            cr_assert_eq(c.live, 0);
+            cr_assert_eq(c.live_bytes, 0);
+            break;
+        }
+        cr_assert_eq(status, SLUICE_ENOMEM);
+        cr_assert_null(p);
+        cr_assert_eq(c.live, 0);
+    }
+}
+
+/* ---- status and events ------------------------------------------------------------ */
+
+Test(adaptive, status_lines_of_adaptive_fixed_and_unlimited_nodes)
+{
+    struct world w;
+    world_init(&w);
+    struct sluice_discovery_desc disc = {0};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 52, .discovery = &disc},
+                                      {.id = "local", .active = 4},
+                                      {.id = "free"}};
+    world_create(&w, b, 3);
+    const char *ids[] = {"cloud:a", "local", "free", "openrouter"};
+    cr_assert_eq(sluice_engine_backend_count(w.engine), 4);
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_str_eq(sluice_engine_backend_id(w.engine, i), ids[i], "node %zu", i);
+    cr_assert_null(sluice_engine_backend_id(w.engine, 4));
+
+    /* 1, 2 and 3 calls in flight. */
+    struct sluice_call calls[6];
+    const char *on[] = {"cloud:a", "local", "local", "free", "free", "free"};
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(sluice_pool_call_begin(sluice_engine_pool(w.engine, on[i]), NULL, NULL,
+                                            &calls[i]),
+                     SLUICE_OK);
+    char line[128];
+    cr_assert_str_eq(line_of(&w, "cloud:a", line, sizeof line), "cloud:a 1/5 📈");
+    cr_assert_str_eq(line_of(&w, "local", line, sizeof line), "local 2/4");
+    cr_assert_str_eq(line_of(&w, "free", line, sizeof line), "free 3/∞");
+    cr_assert_str_eq(line_of(&w, "openrouter", line, sizeof line), "openrouter 0/16");
+
+    struct sluice_discovery_status st = status_of(&w, "local");
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_FIXED);
+    cr_assert_str_eq(st.node, "local");
+    cr_assert_eq(st.limit, 4);
+    cr_assert_eq(st.in_flight, 2);
+    cr_assert_eq(st.ceiling, 0);
+    cr_assert_eq(st.last_event.seq, 0);
+    st = status_of(&w, "free");
+    cr_assert_eq(st.limit, 0, "unlimited");
+    cr_assert_eq(st.in_flight, 3);
+
+    /* snprintf semantics, and unknown nodes. */
+    char small[8];
+    int n = sluice_engine_status_line(w.engine, "cloud:a", small, sizeof small);
+    cr_assert_eq(n, (int)strlen("cloud:a 1/5 📈"));
+    cr_assert_str_eq(small, "cloud:a");
+    cr_assert_eq(sluice_engine_status_line(w.engine, "nope", line, sizeof line), SLUICE_EINVAL);
+    cr_assert_str_eq(line, "");
+    cr_assert_eq(sluice_engine_status(w.engine, NULL, &st), SLUICE_EINVAL,
+                 "the endpoint-only backend is not a node");
+
+    for (int i = 0; i < 6; i++)
+        sluice_pool_call_end(sluice_engine_pool(w.engine, on[i]), &calls[i], SLUICE_OUTCOME_OK, 0);
+    world_destroy(&w);
+}
+
+Test(adaptive, a_nodes_events_read_back_as_json_lines)
+{
+    struct world w;
+    world_init(&w);
+    world_store_lock(&w, "cloud:a", 10, 3600);
+    struct sluice_discovery_desc disc = {0};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 16, .discovery = &disc},
+                                      {.id = "local", .active = 4}};
+    world_create(&w, b, 2);
+    advance(&w, SEC);
+    struct sluice_run_result r;
+    run_once(w.engine, "cloud:a", SLUICE_OUTCOME_OVERLOAD, 0, &r);
+    sluice_engine_clear(w.engine, "cloud:a");
+
+    const struct sluice_event_ring *ring = sluice_engine_events(w.engine, "cloud:a");
+    cr_assert_not_null(ring);
+    cr_assert_null(sluice_engine_events(w.engine, "local"), "fixed nodes have no events");
+    cr_assert_null(sluice_engine_events(w.engine, "nope"));
+    struct sluice_event ev[8];
+    uint64_t cursor = 0;
+    size_t n = sluice_event_ring_read(ring, &cursor, ev, 8, NULL);
+    /* A 429 at a confirmed lock is a transient: a backoff, not a lowered lock. */
+    const char *kinds[] = {"restore", "backoff", "clear"};
+    cr_assert_eq(n, 3, "restore, backoff, clear");
+    for (size_t i = 0; i < n; i++) {
+        char json[512], want[64];
+        size_t len = sluice_event_format_json(&ev[i], json, sizeof json);
+        cr_assert_lt(len, sizeof json);
+        cr_assert_eq(json[len - 1], '\n', "one record per line");
+        cr_assert(strstr(json, "\"node\":\"cloud:a\""), "%s", json);
+        snprintf(want, sizeof want, "\"event\":\"%s\"", kinds[i]);
+        cr_assert(strstr(json, want), "%s lacks %s", json, want);
+    }
+    world_destroy(&w);
+}
