@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Render sluice-bench --json output as the Markdown tables in README.md.
+
+usage: bench/tables.py bench.json [discovery.json]
+"""
+import json
+import sys
+
+
+def fmt_ns(v):
+    if v is None:
+        return ""
+    if v >= 1e6:
+        return f"{v / 1e6:.2f} ms"
+    if v >= 1e3:
+        return f"{v / 1e3:.1f} µs"
+    return f"{v:.1f} ns"
+
+
+def fmt_rate(v):
+    if v is None:
+        return ""
+    return f"{v / 1e6:.2f} M/s" if v >= 1e5 else f"{v / 1e3:.1f} k/s"
+
+
+def primitives(rows):
+    order = []
+    for r in rows:
+        key = (r["case"], r["threads"])
+        if key not in order:
+            order.append(key)
+    print("| case | threads | impl | median | p99 | throughput | p99.9 wait | max wait | sluice ahead by |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for case, threads in order:
+        group = [r for r in rows if r["case"] == case and r["threads"] == threads]
+        ours = next((r for r in group if r["impl"] == "sluice"), None)
+        for r in group:
+            ratio = ""
+            if ours and r is not ours and ours.get("ops_per_s") and r.get("ops_per_s"):
+                ratio = f"×{ours['ops_per_s'] / r['ops_per_s']:.2f}"
+            print(f"| `{case}` | {threads} | {r['impl']} | {fmt_ns(r.get('median_ns'))} | "
+                  f"{fmt_ns(r.get('p99_ns'))} | {fmt_rate(r.get('ops_per_s'))} | "
+                  f"{fmt_ns(r.get('p999_ns'))} | {fmt_ns(r.get('max_wait_ns'))} | {ratio} |")
+
+
+def discovery(rows):
+    impls = []
+    cases = []
+    for r in rows:
+        if r["impl"] not in impls:
+            impls.append(r["impl"])
+        if r["case"] not in cases:
+            cases.append(r["case"])
+    print("Each cell: goodput ratio / reject share / p99 latency (s); the locked")
+    print("ceiling and true cap are in the first column.\n")
+    print("| scenario (cap → sluice ceiling) | " + " | ".join(impls) + " |")
+    print("|---|" + "---|" * len(impls))
+    for case in cases:
+        by = {r["impl"]: r for r in rows if r["case"] == case}
+        d = by.get("discover", {})
+        head = f"`{case.removeprefix('discovery.')}` ({d.get('true_cap', '?'):g} → {d.get('locked_ceiling', 0):g})"
+        cells = []
+        for impl in impls:
+            r = by.get(impl)
+            cells.append("" if r is None else
+                         f"{r['goodput_ratio']:.3f} / {r['reject_share']:.3f} / {r['p99_latency_s']:.1f}")
+        print(f"| {head} | " + " | ".join(cells) + " |")
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__.strip())
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            rows = json.load(f)
+        if rows and rows[0]["case"].startswith("discovery."):
+            discovery(rows)
+        else:
+            primitives(rows)
+        print()
+
+
+if __name__ == "__main__":
+    main()
