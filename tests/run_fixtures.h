@@ -14,7 +14,10 @@
 #include <string.h>
 
 #include <criterion/criterion.h>
+#include <sluice/engine.h>
 #include <sluice/pool.h>
+
+#include "common.h"
 
 /* Counts live allocations and bytes; allocation number fail_at (0-based) fails. */
 struct counting_alloc {
@@ -54,6 +57,74 @@ static inline struct sluice_allocator counting_allocator(struct counting_alloc *
     struct sluice_allocator a = {counting_alloc_fn, counting_free_fn, c};
     return a;
 }
+
+/*
+ * One object to build under allocation failure: `create` builds it from
+ * `desc` with allocator `a`, leaving it (or NULL) in *obj; `check`, if set,
+ * runs on the built object before `destroy`.
+ */
+struct alloc_failure_case {
+    const void *desc;
+    int (*create)(const void *desc, const struct sluice_allocator *a, void **obj);
+    void (*destroy)(void *obj);
+    void (*check)(void *obj, struct counting_alloc *c);
+};
+
+/*
+ * Fails allocation 0, then 1, 2, ... until create succeeds. Every failed
+ * create must return SLUICE_ENOMEM, NULL its out-param and leave nothing
+ * allocated; the one that succeeds must be aligned, pass `check`, and leave
+ * nothing once destroyed. Returns how many allocations that create made.
+ */
+static inline long assert_allocation_failures_leak_nothing(const struct alloc_failure_case *k)
+{
+    for (long fail_at = 0;; fail_at++) {
+        struct counting_alloc c = {.fail_at = fail_at};
+        struct sluice_allocator a = counting_allocator(&c);
+        void *obj = (void *)1; /* create must overwrite it, on failure with NULL */
+        int status = k->create(k->desc, &a, &obj);
+        if (status == SLUICE_OK) {
+            cr_assert_not_null(obj);
+            cr_assert_not(c.misaligned);
+            cr_assert_eq(c.calls, fail_at, "create made %ld allocations, not %ld", c.calls,
+                         fail_at);
+            if (k->check)
+                k->check(obj, &c);
+            k->destroy(obj);
+            cr_assert_eq(c.live, 0, "destroy left %ld blocks", c.live);
+            cr_assert_eq(c.live_bytes, 0, "destroy left %ld bytes", c.live_bytes);
+            return fail_at;
+        }
+        cr_assert_eq(status, SLUICE_ENOMEM, "allocation %ld", fail_at);
+        cr_assert_null(obj, "failing allocation %ld left the out-param set", fail_at);
+        cr_assert_eq(c.live, 0, "failing allocation %ld leaked %ld blocks", fail_at, c.live);
+        cr_assert_eq(c.live_bytes, 0, "failing allocation %ld leaked %ld bytes", fail_at,
+                     c.live_bytes);
+    }
+}
+
+/*
+ * alloc_failure_case.create/destroy for a sluice_<kind> (desc: a
+ * sluice_<kind>_desc): <kind>_create_with and <kind>_destroy_any.
+ */
+#define ALLOC_FAILURE_ADAPTERS(kind)                                                               \
+    static inline int kind##_create_with(const void *desc, const struct sluice_allocator *a,     \
+                                         void **obj)                                               \
+    {                                                                                              \
+        struct sluice_##kind##_desc d = *(const struct sluice_##kind##_desc *)desc;               \
+        d.allocator = a;                                                                           \
+        struct sluice_##kind *o = (struct sluice_##kind *)*obj;                                    \
+        int status = sluice_##kind##_create(&d, &o);                                               \
+        *obj = o;                                                                                  \
+        return status;                                                                             \
+    }                                                                                              \
+    static inline void kind##_destroy_any(void *obj)                                               \
+    {                                                                                              \
+        sluice_##kind##_destroy((struct sluice_##kind *)obj);                                      \
+    }
+
+ALLOC_FAILURE_ADAPTERS(pool)
+ALLOC_FAILURE_ADAPTERS(engine)
 
 /* A virtual clock tests move by hand. */
 struct fake_clock {
@@ -99,6 +170,47 @@ static inline void wait_for_count(_Atomic(int) *v, int n)
 {
     while (atomic_load(v) < n)
         sched_yield();
+}
+
+/*
+ * A run's cancel token that another thread may fire only while the run is
+ * armed: *armed is 0 idle, 1 the canceller may fire, 2 it is firing. Arm
+ * before the run, disarm after: disarm waits out a fire in progress, so a
+ * fire never lands on the token once the run is over.
+ */
+static inline void cancel_arm(_Atomic(int) *armed)
+{
+    atomic_store(armed, 1);
+}
+
+static inline void cancel_disarm(_Atomic(int) *armed)
+{
+    int expect = 1;
+    while (!atomic_compare_exchange_weak(armed, &expect, 0)) {
+        expect = 1;
+        sched_yield(); /* the canceller is firing this token right now */
+    }
+}
+
+/* The canceller's side: fires `token` if it is armed; says whether it did. */
+static inline bool cancel_fire_if_armed(_Atomic(int) *armed, struct sluice_cancel *token)
+{
+    int expect = 1;
+    if (!atomic_compare_exchange_strong(armed, &expect, 2))
+        return false;
+    sluice_cancel_fire(token);
+    atomic_store(armed, 1);
+    return true;
+}
+
+/* Jitter between a canceller's shots: a yield one time in eight, else `spins` pauses. */
+static inline void random_pause(uint64_t *rng, int spins)
+{
+    if (test_rand(rng) % 8 == 0)
+        sched_yield();
+    else
+        for (int i = 0; i < spins; i++)
+            sluice_cpu_relax();
 }
 
 /* A deadline `ns` from now. */

@@ -66,15 +66,6 @@ static int stress_generate(void *ctx, struct sluice_generation *gen)
 
 static const struct sluice_run_ops stress_ops = {.generate = stress_generate};
 
-static void disarm(struct worker *w)
-{
-    int expect = 1;
-    while (!atomic_compare_exchange_weak(&w->armed, &expect, 0)) {
-        expect = 1;
-        sched_yield();
-    }
-}
-
 static long check(struct worker *w, int status)
 {
     switch (status) {
@@ -109,11 +100,11 @@ static void *worker_main(void *arg)
         }
         bool external = test_rand(&w->rng) % 5 == 0;
         if (external)
-            atomic_store(&w->armed, 1);
+            cancel_arm(&w->armed);
         struct sluice_run_result r;
         int status = sluice_run(w->engine, &d, &r);
         if (external)
-            disarm(w);
+            cancel_disarm(&w->armed);
         w->violations += check(w, status);
         w->runs++;
         w->by_status[status == SLUICE_OK          ? 0
@@ -130,16 +121,9 @@ static void *canceller_main(void *arg)
     uint64_t rng = (uint64_t)(uintptr_t)arg;
     while (!atomic_load(&stop)) {
         struct worker *w = &workers[test_rand(&rng) % WORKERS];
-        int expect = 1;
-        if (test_rand(&rng) % 3 == 0 && atomic_compare_exchange_strong(&w->armed, &expect, 2)) {
-            sluice_cancel_fire(&w->token);
-            atomic_store(&w->armed, 1);
-        }
-        if (test_rand(&rng) % 8 == 0)
-            sched_yield();
-        else
-            for (int i = 0; i < 300; i++)
-                sluice_cpu_relax();
+        if (test_rand(&rng) % 3 == 0)
+            cancel_fire_if_armed(&w->armed, &w->token);
+        random_pause(&rng, 300);
     }
     return NULL;
 }

@@ -209,15 +209,6 @@ static long check_run(struct worker *w, const struct sluice_run_result *r)
 
 /* ---- threads ---------------------------------------------------------------- */
 
-static void disarm(struct worker *w)
-{
-    int expect = 1;
-    while (!atomic_compare_exchange_weak(&w->armed, &expect, 0)) {
-        expect = 1;
-        sched_yield(); /* the canceller is firing this token right now */
-    }
-}
-
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -238,11 +229,11 @@ static void *worker_main(void *arg)
             d.deadline = &w->deadline;
         }
         if (w->plan.cancel_at == C_EXTERNAL)
-            atomic_store(&w->armed, 1);
+            cancel_arm(&w->armed);
         struct sluice_run_result r;
         sluice_run(w->engine, &d, &r);
         if (w->plan.cancel_at == C_EXTERNAL)
-            disarm(w);
+            cancel_disarm(&w->armed);
         w->violations += check_run(w, &r);
         w->runs++;
         w->by_status[r.status == SLUICE_OK ? 0 : r.status == SLUICE_ECAPACITY ? 1
@@ -262,16 +253,9 @@ static void *canceller_main(void *arg)
         uint32_t queued = sluice_pool_stats(limited).waiting;
         max_queued = queued > max_queued ? queued : max_queued;
         struct worker *w = &workers[test_rand(&rng) % WORKERS];
-        int expect = 1;
-        if (test_rand(&rng) % 4 == 0 && atomic_compare_exchange_strong(&w->armed, &expect, 2)) {
-            sluice_cancel_fire(&w->token);
-            atomic_store(&w->armed, 1);
-        }
-        if (test_rand(&rng) % 8 == 0)
-            sched_yield();
-        else
-            for (int i = 0; i < 200; i++)
-                sluice_cpu_relax();
+        if (test_rand(&rng) % 4 == 0)
+            cancel_fire_if_armed(&w->armed, &w->token);
+        random_pause(&rng, 200);
     }
     return NULL;
 }

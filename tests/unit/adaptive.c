@@ -690,6 +690,23 @@ Test(adaptive, invalid_discovery_configuration_fails_naming_the_field)
 
 /* ---- allocation ----------------------------------------------------------------- */
 
+/* cloud:a starts at the limit the store holds, and nothing after create allocates. */
+static void check_adaptive_engine_allocates_only_in_create(void *obj, struct counting_alloc *c)
+{
+    struct sluice_engine *e = (struct sluice_engine *)obj;
+    cr_assert_eq(sluice_pool_stats(sluice_engine_pool(e, "cloud:a")).active, 9);
+    long calls = c->calls;
+    /* Nothing after create allocates: runs, samples, clear, status, events. */
+    struct sluice_run_result r;
+    cr_assert_eq(run_once(e, "cloud:b", SLUICE_OUTCOME_OVERLOAD, 0, &r), SLUICE_EAGAIN);
+    cr_assert_eq(run_once(e, "cloud:a", SLUICE_OUTCOME_OK, 0, &r), SLUICE_OK);
+    cr_assert_eq(sluice_engine_clear(e, "cloud:a"), SLUICE_OK);
+    char line[64];
+    sluice_engine_status_line(e, "cloud:b", line, sizeof line);
+    sluice_engine_poll(e);
+    cr_assert_eq(c->calls, calls, "allocated after create");
+}
+
 Test(adaptive, engine_allocation_failure_with_adaptive_backends_leaks_nothing)
 {
     struct world w;
@@ -700,64 +717,35 @@ Test(adaptive, engine_allocation_failure_with_adaptive_backends_leaks_nothing)
                                       {.id = "local", .active = 2},
                                       {.id = "cloud:b", .active = 8, .discovery = &disc},
                                       {.id = "free"}};
-    for (long fail_at = 0;; fail_at++) {
-        struct counting_alloc c = {.fail_at = fail_at};
-        struct sluice_allocator a = counting_allocator(&c);
-        struct sluice_engine_desc d = {.backends = b, .n_backends = 4, .allocator = &a,
-                                       .clock = &w.mono_hook, .wall_clock = &w.wall_hook,
-                                       .store = &w.store_ops};
-        struct sluice_engine *e = (struct sluice_engine *)1;
-        int status = sluice_engine_create(&d, &e);
-        if (status == SLUICE_OK) {
-            cr_assert_geq(fail_at, 8, "every allocation point was exercised");
-            cr_assert_not(c.misaligned);
-            cr_assert_eq(sluice_pool_stats(sluice_engine_pool(e, "cloud:a")).active, 9);
-            long calls = c.calls;
-            /* Nothing after create allocates: runs, samples, clear, status, events. */
-            struct sluice_run_result r;
-            cr_assert_eq(run_once(e, "cloud:b", SLUICE_OUTCOME_OVERLOAD, 0, &r), SLUICE_EAGAIN);
-            cr_assert_eq(run_once(e, "cloud:a", SLUICE_OUTCOME_OK, 0, &r), SLUICE_OK);
-            cr_assert_eq(sluice_engine_clear(e, "cloud:a"), SLUICE_OK);
-            char line[64];
-            sluice_engine_status_line(e, "cloud:b", line, sizeof line);
-            sluice_engine_poll(e);
-            cr_assert_eq(c.calls, calls, "allocated after create");
-            sluice_engine_destroy(e);
-            cr_assert_eq(c.live, 0);
-            cr_assert_eq(c.live_bytes, 0);
-            break;
-        }
-        cr_assert_eq(status, SLUICE_ENOMEM, "allocation %ld", fail_at);
-        cr_assert_null(e);
-        cr_assert_eq(c.live, 0, "failing allocation %ld leaked %ld blocks", fail_at, c.live);
-        cr_assert_eq(c.live_bytes, 0);
-    }
+    struct sluice_engine_desc d = {.backends = b, .n_backends = 4, .clock = &w.mono_hook,
+                                   .wall_clock = &w.wall_hook, .store = &w.store_ops};
+    long allocs = assert_allocation_failures_leak_nothing(&(struct alloc_failure_case){
+        .desc = &d,
+        .create = engine_create_with,
+        .destroy = engine_destroy_any,
+        .check = check_adaptive_engine_allocates_only_in_create});
+    cr_assert_geq(allocs, 8, "every allocation point was exercised");
     sluice_memstore_destroy(w.store);
+}
+
+static void check_pool_has_node_at_default_jumpstart(void *obj, struct counting_alloc *c)
+{
+    (void)c;
+    struct sluice_pool *p = (struct sluice_pool *)obj;
+    cr_assert_not_null(sluice_pool_discovery(p));
+    cr_assert_eq(sluice_pool_stats(p).active, 5, "the default jumpstart");
 }
 
 Test(adaptive, an_adaptive_pool_is_still_one_allocation_that_leaks_nothing_when_it_fails)
 {
     struct sluice_discovery_desc disc = {.node_id = "cloud:p", .events = 64};
-    for (long fail_at = 0;; fail_at++) {
-        struct counting_alloc c = {.fail_at = fail_at};
-        struct sluice_allocator a = counting_allocator(&c);
-        struct sluice_pool_desc d = {.active = 8, .allocator = &a, .discovery = &disc};
-        struct sluice_pool *p;
-        int status = sluice_pool_create(&d, &p);
-        if (status == SLUICE_OK) {
-            cr_assert_eq(fail_at, 1, "pool, node and event ring share one block");
-            cr_assert_not(c.misaligned);
-            cr_assert_not_null(sluice_pool_discovery(p));
-            cr_assert_eq(sluice_pool_stats(p).active, 5, "the default jumpstart");
-            sluice_pool_destroy(p);
-            cr_assert_eq(c.live, 0);
-            cr_assert_eq(c.live_bytes, 0);
-            break;
-        }
-        cr_assert_eq(status, SLUICE_ENOMEM);
-        cr_assert_null(p);
-        cr_assert_eq(c.live, 0);
-    }
+    struct sluice_pool_desc d = {.active = 8, .discovery = &disc};
+    long allocs = assert_allocation_failures_leak_nothing(&(struct alloc_failure_case){
+        .desc = &d,
+        .create = pool_create_with,
+        .destroy = pool_destroy_any,
+        .check = check_pool_has_node_at_default_jumpstart});
+    cr_assert_eq(allocs, 1, "pool, node and event ring share one block");
 }
 
 /* ---- status and events ------------------------------------------------------------ */

@@ -212,17 +212,27 @@ Test(discovery, policy_parameters_are_validated_with_their_field_named)
 
 /* ---- store: restore, expiry, clear ------------------------------------------- */
 
+/* Node "cloud:x" with a fresh four-lock memstore; returns its description, store set. */
+static struct sluice_discovery_desc node_with_memstore(struct node *n,
+                                                       struct sluice_memstore **store,
+                                                       struct sluice_store_ops *ops)
+{
+    node_init(n);
+    cr_assert_eq(sluice_memstore_create(4, NULL, store), SLUICE_OK);
+    *ops = sluice_memstore_ops(*store);
+    struct sluice_discovery_desc d = node_desc(n, "cloud:x");
+    d.store = ops;
+    return d;
+}
+
 Test(discovery, a_live_stored_lock_is_restored_at_start)
 {
     struct node n;
-    node_init(&n);
     struct sluice_memstore *store;
-    cr_assert_eq(sluice_memstore_create(4, NULL, &store), SLUICE_OK);
-    struct sluice_store_ops ops = sluice_memstore_ops(store);
+    struct sluice_store_ops ops;
+    struct sluice_discovery_desc d = node_with_memstore(&n, &store, &ops);
     struct sluice_lock_record rec = {52, n.time.wall_ns / SEC + 3600};
     cr_assert_eq(ops.save(ops.ctx, "cloud:x", &rec), SLUICE_OK);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.store = &ops;
     node_create(&n, &d);
     struct sluice_discovery_status st = status_of(&n);
     cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED);
@@ -241,14 +251,11 @@ Test(discovery, a_live_stored_lock_is_restored_at_start)
 Test(discovery, an_expired_stored_lock_is_ignored)
 {
     struct node n;
-    node_init(&n);
     struct sluice_memstore *store;
-    sluice_memstore_create(4, NULL, &store);
-    struct sluice_store_ops ops = sluice_memstore_ops(store);
+    struct sluice_store_ops ops;
+    struct sluice_discovery_desc d = node_with_memstore(&n, &store, &ops);
     struct sluice_lock_record rec = {52, n.time.wall_ns / SEC - 1};
     ops.save(ops.ctx, "cloud:x", &rec);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.store = &ops;
     node_create(&n, &d);
     struct sluice_discovery_status st = status_of(&n);
     cr_assert_eq(st.state, SLUICE_DISCOVERY_PROBING);
@@ -272,12 +279,9 @@ static void lock_at_max(struct node *n, struct sluice_discovery_desc *d, uint32_
 Test(discovery, a_node_that_never_congests_locks_at_max_limit_and_persists_it)
 {
     struct node n;
-    node_init(&n);
     struct sluice_memstore *store;
-    sluice_memstore_create(4, NULL, &store);
-    struct sluice_store_ops ops = sluice_memstore_ops(store);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.store = &ops;
+    struct sluice_store_ops ops;
+    struct sluice_discovery_desc d = node_with_memstore(&n, &store, &ops);
     d.lock_ttl_s = 600;
     lock_at_max(&n, &d, 8);
     struct sluice_discovery_status st = status_of(&n);
@@ -307,12 +311,9 @@ Test(discovery, a_node_that_never_congests_locks_at_max_limit_and_persists_it)
 Test(discovery, clear_drops_the_stored_lock_and_restarts_from_the_jumpstart)
 {
     struct node n;
-    node_init(&n);
     struct sluice_memstore *store;
-    sluice_memstore_create(4, NULL, &store);
-    struct sluice_store_ops ops = sluice_memstore_ops(store);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.store = &ops;
+    struct sluice_store_ops ops;
+    struct sluice_discovery_desc d = node_with_memstore(&n, &store, &ops);
     lock_at_max(&n, &d, 8);
     cr_assert_eq(sluice_discovery_state(n.disc), SLUICE_DISCOVERY_LOCKED);
     /* Three calls in flight at the moment of the clear. */

@@ -255,25 +255,10 @@ Test(engine, allocation_failure_returns_enomem_and_leaks_nothing)
 {
     struct sluice_backend_desc b[] = {{.id = "local", .endpoint = "http://h", .active = 2},
                                       {.id = "free"}};
-    for (long fail_at = 0;; fail_at++) {
-        struct counting_alloc c = {.fail_at = fail_at};
-        struct sluice_allocator a = counting_allocator(&c);
-        struct sluice_engine_desc d = {.backends = b, .n_backends = 2, .allocator = &a};
-        struct sluice_engine *e = (struct sluice_engine *)1;
-        int status = sluice_engine_create(&d, &e);
-        if (status == SLUICE_OK) {
-            cr_assert_geq(fail_at, 4, "every allocation point was exercised");
-            cr_assert_not(c.misaligned);
-            sluice_engine_destroy(e);
-            cr_assert_eq(c.live, 0);
-            cr_assert_eq(c.live_bytes, 0);
-            break;
-        }
-        cr_assert_eq(status, SLUICE_ENOMEM, "allocation %ld", fail_at);
-        cr_assert_null(e);
-        cr_assert_eq(c.live, 0, "failing allocation %ld leaked %ld blocks", fail_at, c.live);
-        cr_assert_eq(c.live_bytes, 0);
-    }
+    struct sluice_engine_desc d = {.backends = b, .n_backends = 2};
+    long allocs = assert_allocation_failures_leak_nothing(&(struct alloc_failure_case){
+        .desc = &d, .create = engine_create_with, .destroy = engine_destroy_any});
+    cr_assert_geq(allocs, 4, "every allocation point was exercised");
 }
 
 Test(engine, a_duplicate_found_after_allocation_leaks_nothing)

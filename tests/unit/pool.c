@@ -123,24 +123,10 @@ Test(pool, create_rejects_limits_above_the_documented_maxima)
 
 Test(pool, allocates_only_through_the_hook_and_leaks_nothing_when_it_fails)
 {
-    for (long fail_at = 0;; fail_at++) {
-        struct counting_alloc c = {.fail_at = fail_at};
-        struct sluice_allocator a = counting_allocator(&c);
-        struct sluice_pool_desc d = {.active = 8, .allocator = &a};
-        struct sluice_pool *p;
-        int status = sluice_pool_create(&d, &p);
-        if (status == SLUICE_OK) {
-            cr_assert_eq(fail_at, 1, "a pool makes exactly one allocation");
-            cr_assert_not(c.misaligned);
-            sluice_pool_destroy(p);
-            cr_assert_eq(c.live, 0);
-            cr_assert_eq(c.live_bytes, 0);
-            break;
-        }
-        cr_assert_eq(status, SLUICE_ENOMEM);
-        cr_assert_null(p);
-        cr_assert_eq(c.live, 0, "failed create left %ld allocations", c.live);
-    }
+    struct sluice_pool_desc d = {.active = 8};
+    long allocs = assert_allocation_failures_leak_nothing(&(struct alloc_failure_case){
+        .desc = &d, .create = pool_create_with, .destroy = pool_destroy_any});
+    cr_assert_eq(allocs, 1, "a pool makes exactly one allocation");
 }
 
 /* ---- generation permits ---------------------------------------------------- */
