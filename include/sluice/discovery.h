@@ -800,7 +800,9 @@ SLUICE_INLINE void sluice_discovery_on_sample(struct sluice_discovery *d,
         if (s->retry_after_ns > 0) {
             int64_t hold = s->retry_after_ns < d->cfg.retry_after_max_ns ? s->retry_after_ns
                                                                         : d->cfg.retry_after_max_ns;
-            sluice__atomic_max_i64(&d->hold_until_ns, now + hold);
+            /* retry_after_max_ns may be INT64_MAX: saturate, never wrap into the past. */
+            sluice__atomic_max_i64(&d->hold_until_ns,
+                                   now > 0 && hold > INT64_MAX - now ? INT64_MAX : now + hold);
         }
         atomic_fetch_add_explicit(&a->n_overload, 1u, SLUICE_RELAXED);
         if (started >= atomic_load_explicit(&d->last_cut_ns, SLUICE_RELAXED)) {

@@ -394,7 +394,9 @@ static inline void sluice__pool_on_cancel(struct sluice_cancel_hook *hook)
 SLUICE_INLINE struct timespec sluice__pool_wake_at(int64_t hold_left_ns,
                                                    const struct timespec *deadline)
 {
-    struct timespec at = sluice_ns_timespec(sluice_monotonic_ns() + hold_left_ns);
+    int64_t now = sluice_monotonic_ns(); /* saturate: a hold may end at INT64_MAX */
+    struct timespec at = sluice_ns_timespec(
+        now > 0 && hold_left_ns > INT64_MAX - now ? INT64_MAX : now + hold_left_ns);
     if (deadline && sluice_timespec_ns(deadline) < sluice_timespec_ns(&at))
         at = *deadline;
     return at;

@@ -550,6 +550,31 @@ Test(adaptive, a_deadline_shorter_than_the_hold_times_out_without_calling_the_cl
     sluice_engine_destroy(e);
 }
 
+Test(adaptive, a_call_waiting_out_an_endless_hold_sleeps_until_its_deadline, .timeout = 30)
+{
+    /* A hold that ends at INT64_MAX (discovery saturates it) must be slept
+     * on, not turned into a wake-up time that wrapped into the past. */
+    struct sluice_discovery_desc disc = {.jumpstart = 4, .retry_after_max_ns = INT64_MAX};
+    struct sluice_engine *e = hold_engine(&disc);
+    struct sluice_run_result r;
+    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, INT64_MAX, &r), SLUICE_EAGAIN);
+    cr_assert_eq(hold_of(e), INT64_MAX);
+    struct client c;
+    client_init(&c, SLUICE_OUTCOME_OK, 0, true);
+    struct timespec deadline = deadline_in(200 * MS);
+    struct sluice_run_desc d = {.backend = "cloud:h", .ops = &client_ops, .ctx = &c,
+                                .deadline = &deadline};
+    struct timespec cpu0, cpu1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+    cr_assert_eq(sluice_run(e, &d, &r), SLUICE_ETIMEDOUT);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+    cr_assert_eq(atomic_load(&c.calls), 0, "the client was called during the hold");
+    cr_assert_lt(sluice_timespec_ns(&cpu1) - sluice_timespec_ns(&cpu0), 100 * MS,
+                 "the hold wait spun instead of sleeping");
+    assert_capacity_intact(sluice_engine_pool(e, "cloud:h"));
+    sluice_engine_destroy(e);
+}
+
 /* Start a run that will wait out a 30 s hold; returns once it is waiting. */
 static void start_held_run(struct sluice_engine *e, struct runner *held, struct client *c,
                            struct sluice_cancel *token)

@@ -550,3 +550,19 @@ Test(discovery, concurrent_completions_clears_and_readers_keep_the_limit_in_boun
     sluice_discovery_destroy(disc);
     sluice_gate_destroy(gate);
 }
+
+Test(discovery, a_retry_after_at_the_configured_maximum_saturates_the_hold)
+{
+    /* retry_after_max_ns may be as large as INT64_MAX ("honour any"): now +
+     * Retry-After must saturate, not wrap into the past and drop the hold. */
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 10;
+    d.retry_after_max_ns = INT64_MAX;
+    node_create(&n, &d);
+    advance(&n, SEC);
+    feed(&n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, INT64_MAX);
+    cr_assert_eq(sluice_discovery_hold_until(n.disc), INT64_MAX);
+    sluice_discovery_destroy(n.disc);
+}

@@ -199,3 +199,16 @@ Test(policy, vegas_grows_with_no_queue_and_shrinks_past_beta)
     cr_assert_eq(sluice_policy_vegas_init(&p, &bad, &why), SLUICE_EINVAL);
     cr_assert_not_null(strstr(why, "beta"));
 }
+
+Test(policy, gradient_holds_on_a_window_whose_latency_reads_zero)
+{
+    /* A coarse or virtual clock can time every call of a window at 0 ns:
+     * no division by that latency may poison the estimate or cut the limit. */
+    struct sluice_policy_gradient p;
+    cr_assert_eq(sluice_policy_gradient_init(&p, NULL, NULL), SLUICE_OK);
+    sluice_policy_reset(&p.base, 20, false);
+    struct sluice_window w = healthy(20, 20, 0, 0.0);
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 20, "a zero-latency window holds");
+    w = healthy(20, 20, SEC, 0.1);
+    cr_assert_geq(sluice_policy_update(&p.base, &w).limit, 20, "the next window still grows");
+}

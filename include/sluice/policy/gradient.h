@@ -64,7 +64,7 @@ SLUICE_INLINE struct sluice_verdict sluice__gradient_update(struct sluice_policy
         p->estimate = v.limit;
         return v;
     }
-    if (!w->n_ok)
+    if (!w->n_ok || w->latency_mean_ns <= 0) /* a zero mean would divide by zero below */
         return sluice__verdict_hold(w);
     double short_ns = (double)w->latency_mean_ns;
     p->long_ns = p->long_ns > 0 ? p->long_ns + k->long_weight * (short_ns - p->long_ns) : short_ns;
