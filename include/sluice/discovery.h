@@ -306,10 +306,11 @@ struct sluice_discovery_desc {
     uint32_t min_limit;           /* the limit never falls below this (default: 1) */
     uint32_t max_limit;           /* ... nor rises above this (default: 1024) */
     int64_t lock_ttl_s;           /* how long a discovered ceiling stays locked
-                                     (default: 86400, i.e. 24 h) */
+                                     (default: 86400, i.e. 24 h; at most
+                                     SLUICE_DISCOVERY_TTL_MAX_S) */
     int64_t window_min_ns;        /* a window's start period lasts at least this (default: 50 ms) */
     int64_t window_max_ns;        /* a window closes at this age whatever it holds
-                                     (default: 300 s) */
+                                     (default: 300 s; at most SLUICE_DISCOVERY_WINDOW_MAX_NS) */
     uint32_t window_samples;      /* calls a window aims to measure when the limit is smaller
                                      (default: 16) */
     double window_span;           /* mean latencies a window's start period lasts, > 0
@@ -328,6 +329,9 @@ struct sluice_discovery_desc {
     const struct sluice_allocator *allocator; /* (default: aligned_alloc/free) */
 };
 
+/* Bounds that keep every `now + span` in int64 ns (and epoch seconds) finite. */
+#define SLUICE_DISCOVERY_TTL_MAX_S (INT64_C(10) * 366 * 86400) /* ten years */
+#define SLUICE_DISCOVERY_WINDOW_MAX_NS (INT64_C(86400) * SLUICE_NS_PER_SEC) /* a day */
 #define SLUICE_DISCOVERY_EVENTS_MAX (UINT32_C(1) << 20)
 
 /* The resolved configuration (defaults applied). */
@@ -376,12 +380,16 @@ SLUICE_INLINE int sluice__discovery_resolve(const struct sluice_discovery_desc *
     c->jumpstart = c->jumpstart < c->min_limit ? c->min_limit
                    : c->jumpstart > c->max_limit ? c->max_limit
                                                  : c->jumpstart;
-    if (d->lock_ttl_s < 0)
-        return sluice__discovery_fail(why, "sluice_discovery_desc.lock_ttl_s must not be negative");
-    c->lock_ttl_s = d->lock_ttl_s ? d->lock_ttl_s : 86400;
-    if (d->window_min_ns < 0 || d->window_max_ns < 0)
+    if (d->lock_ttl_s < 0 || d->lock_ttl_s > SLUICE_DISCOVERY_TTL_MAX_S)
         return sluice__discovery_fail(
-            why, "sluice_discovery_desc.window_min_ns and window_max_ns must not be negative");
+            why, "sluice_discovery_desc.lock_ttl_s must be in [0, SLUICE_DISCOVERY_TTL_MAX_S] "
+                 "(ten years; 0 = 24 h)");
+    c->lock_ttl_s = d->lock_ttl_s ? d->lock_ttl_s : 86400;
+    if (d->window_min_ns < 0 || d->window_max_ns < 0 ||
+        d->window_max_ns > SLUICE_DISCOVERY_WINDOW_MAX_NS)
+        return sluice__discovery_fail(
+            why, "sluice_discovery_desc.window_min_ns and window_max_ns must be in "
+                 "[0, SLUICE_DISCOVERY_WINDOW_MAX_NS] (a day)");
     c->window_min_ns = d->window_min_ns ? d->window_min_ns : 50 * SLUICE_NS_PER_MS;
     c->window_max_ns = d->window_max_ns ? d->window_max_ns : 300 * SLUICE_NS_PER_SEC;
     if (c->window_min_ns > c->window_max_ns)
@@ -894,7 +902,9 @@ SLUICE_INLINE void sluice__discovery_restart(struct sluice_discovery *d, int64_t
  * Clear this node: drop its persisted lock, reset it to probing and restart
  * discovery from the jumpstart (the gate's limit moves there now, so the
  * next call is admitted under it). Calls in flight are not interrupted and
- * their outcomes are ignored. Other nodes are untouched. A fixed node is
+ * their outcomes do not count towards the new windows; a Retry-After one of
+ * them brings back is still honoured, since it is the provider's word about
+ * now. Other nodes are untouched. A fixed node is
  * left alone. Returns SLUICE_OK, or the store's error from its clear (the
  * in-memory reset happens regardless).
  */

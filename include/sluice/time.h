@@ -30,9 +30,25 @@ struct sluice_clock {
     void *ctx;
 };
 
+/* Nanoseconds of a timespec, saturating: a deadline centuries away is
+ * "never" rather than a wrapped instant in the past. */
 SLUICE_INLINE int64_t sluice_timespec_ns(const struct timespec *ts)
 {
+    if (ts->tv_sec >= INT64_MAX / SLUICE_NS_PER_SEC)
+        return INT64_MAX;
+    if (ts->tv_sec <= INT64_MIN / SLUICE_NS_PER_SEC)
+        return INT64_MIN;
     return (int64_t)ts->tv_sec * SLUICE_NS_PER_SEC + ts->tv_nsec;
+}
+
+/* a + b, clamped to the int64 range instead of wrapping. */
+SLUICE_INLINE int64_t sluice_add_ns(int64_t a, int64_t b)
+{
+    if (b > 0 && a > INT64_MAX - b)
+        return INT64_MAX;
+    if (b < 0 && a < INT64_MIN - b)
+        return INT64_MIN;
+    return a + b;
 }
 
 SLUICE_INLINE struct timespec sluice_ns_timespec(int64_t ns)
@@ -64,7 +80,7 @@ SLUICE_INLINE int64_t sluice_clock_now(const struct sluice_clock *clock)
 /* Set *deadline to `ns` nanoseconds from now (CLOCK_MONOTONIC); returns deadline. */
 SLUICE_INLINE struct timespec *sluice_deadline_in(struct timespec *deadline, int64_t ns)
 {
-    *deadline = sluice_ns_timespec(sluice_monotonic_ns() + ns);
+    *deadline = sluice_ns_timespec(sluice_add_ns(sluice_monotonic_ns(), ns));
     return deadline;
 }
 

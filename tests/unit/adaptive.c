@@ -682,7 +682,7 @@ Test(adaptive, invalid_discovery_configuration_fails_naming_the_field)
     CASE(disc.min_limit = 20, "backends[1].discovery.min_limit exceeds max_limit");
     CASE(disc.jumpstart = 40, "backends[1].discovery.jumpstart must lie within");
     CASE(disc.window_tail = -1, "backends[1].discovery.window_tail must be positive");
-    CASE(disc.lock_ttl_s = -5, "backends[1].discovery.lock_ttl_s must not be negative");
+    CASE(disc.lock_ttl_s = -5, "backends[1].discovery.lock_ttl_s must be in [0, SLUICE_DISCOVERY_TTL_MAX_S]");
     CASE(disc.store = &no_clear, "backends[1].discovery.store needs load, save and clear");
     CASE(disc.node_id = "other", "backends[1].discovery.node_id must be NULL");
     CASE(disc.gate = &gate, "backends[1].discovery.gate must be NULL");

@@ -182,6 +182,8 @@ Test(discovery, invalid_configuration_fails_with_einval_naming_the_field)
     EXPECT_EINVAL((d.jumpstart = 50, d.max_limit = 20), "jumpstart");
     EXPECT_EINVAL(d.max_limit = SLUICE_GATE_LIMIT_MAX + 1, "max_limit");
     EXPECT_EINVAL(d.lock_ttl_s = -1, "lock_ttl_s");
+    EXPECT_EINVAL(d.lock_ttl_s = SLUICE_DISCOVERY_TTL_MAX_S + 1, "lock_ttl_s");
+    EXPECT_EINVAL(d.window_max_ns = INT64_MAX, "window_max_ns");
     EXPECT_EINVAL((d.window_min_ns = 10 * SEC, d.window_max_ns = SEC), "window_min_ns");
     EXPECT_EINVAL(d.window_tail = -1, "window_tail");
     EXPECT_EINVAL(d.retry_after_max_ns = -1, "retry_after_max_ns");
