@@ -21,8 +21,8 @@
  * line spins briefly on its node, every other one parks on its node's futex
  * word at once (spinning behind the head only steals CPU from holders). A
  * grant to the head also rouses the new head, so its wake-up latency
- * overlaps the permit's use rather than following it. A release that finds waiters
- * pops the head and hands the permit to that node directly (the permit
+ * overlaps the permit's use rather than following it. A release that finds
+ * waiters pops the head and hands the permit to that node directly (the permit
  * never becomes "available", so nobody can barge), waking exactly that one
  * thread: no herd. Cancellation and timeout remove the node from the queue
  * under the same lock, so nothing is left behind for a later release to
@@ -40,8 +40,9 @@
  *
  * Progress: tryacquire and the uncontended acquire/release are lock-free.
  * Contended release, set_limit, close and cancel take the spinlock briefly;
- * no callback or syscall runs under it. acquire blocks: it spins
- * SLUICE_PARK_SPIN times, then parks in the kernel.
+ * no callback or syscall runs under it. acquire blocks: the waiter next in
+ * line spins up to SLUICE_PARK_SPIN pauses, every waiter parks in the
+ * kernel after that (or at once when it is not next).
  *
  * Concurrency: every function may run concurrently with every other on the
  * same gate, except init/create/destroy.
