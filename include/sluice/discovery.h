@@ -821,17 +821,23 @@ SLUICE_INLINE void sluice_discovery_on_sample(struct sluice_discovery *d,
                started >= atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED) &&
                started < atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED)) {
         int64_t ref = atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED);
-        if (!ref) {
+        if (!ref && sluice_spinlock_trylock(&d->lock)) {
             /* The first latency ever seen (or since a clear) schedules the
              * window. It is the fastest of the calls then in flight, so
-             * double it rather than cut the window's slow calls off. */
-            int64_t guess = 2 * s->latency_ns;
-            if (atomic_compare_exchange_strong_explicit(&d->latency_ref_ns, &ref, guess,
-                                                        SLUICE_RELAXED, SLUICE_RELAXED))
+             * double it rather than cut the window's slow calls off. Under
+             * the update lock, like every other schedule, so a racing close
+             * or clear cannot interleave with it; if the lock is busy the
+             * next completion schedules instead. */
+            if (!atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED)) {
+                int64_t guess = 2 * s->latency_ns;
+                atomic_store_explicit(&d->latency_ref_ns, guess, SLUICE_RELAXED);
                 sluice__discovery_schedule(
                     d, atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED), guess);
-            ref = s->latency_ns;
+            }
+            sluice_spinlock_unlock(&d->lock);
         }
+        if (!ref)
+            ref = s->latency_ns;
         int64_t dev = s->latency_ns - ref;
         atomic_fetch_add_explicit(&a->latency_sum, s->latency_ns, SLUICE_RELAXED);
         atomic_fetch_add_explicit(&a->latency_dev, dev < 0 ? -dev : dev, SLUICE_RELAXED);
