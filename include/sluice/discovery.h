@@ -770,9 +770,11 @@ SLUICE_INLINE void sluice__discovery_maybe_close(struct sluice_discovery *d, int
         return;
     struct sluice__discovery_fx fx;
     fx.n = 0;
-    /* Another thread may have closed this window between our look and the lock. */
+    /* Another thread may have closed this window between our look and the
+     * lock. Read the time again under the lock, so every update's `now` is
+     * at least the previous one's and window bounds never run backwards. */
     if (atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED) == from)
-        sluice__discovery_close(d, &fx, now);
+        sluice__discovery_close(d, &fx, sluice_clock_now(&d->clock));
     sluice_spinlock_unlock(&d->lock);
     sluice__discovery_deliver(d, &fx);
 }
@@ -882,10 +884,10 @@ SLUICE_INLINE const struct sluice_event_ring *sluice_discovery_events(const stru
  */
 SLUICE_INLINE void sluice_discovery_poll(struct sluice_discovery *d)
 {
-    int64_t now = sluice_clock_now(&d->clock);
     struct sluice__discovery_fx fx;
     fx.n = 0;
     sluice_spinlock_lock(&d->lock);
+    int64_t now = sluice_clock_now(&d->clock); /* under the lock: see maybe_close */
     if (sluice__discovery_due(d, now))
         sluice__discovery_close(d, &fx, now);
     else
@@ -918,10 +920,10 @@ SLUICE_INLINE int sluice_discovery_clear(struct sluice_discovery *d)
 {
     if (d->fixed)
         return SLUICE_OK;
-    int64_t now = sluice_clock_now(&d->clock);
     struct sluice__discovery_fx fx;
     fx.n = 0;
     sluice_spinlock_lock(&d->lock);
+    int64_t now = sluice_clock_now(&d->clock); /* under the lock: see maybe_close */
     int status = d->has_store ? d->store.clear(d->store.ctx, d->node) : SLUICE_OK;
     uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
     sluice__discovery_forget(d);
