@@ -119,6 +119,12 @@ struct sluice_allocator {
     void *ctx;
 };
 
+/* An allocator sets both alloc and free, or neither (NULL is the default). */
+SLUICE_INLINE bool sluice__allocator_valid(const struct sluice_allocator *a)
+{
+    return !a || (a->alloc == NULL) == (a->free == NULL);
+}
+
 SLUICE_INLINE void *sluice__alloc(const struct sluice_allocator *a, size_t size, size_t align)
 {
     if (a && a->alloc)

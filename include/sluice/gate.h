@@ -506,15 +506,15 @@ SLUICE_INLINE int sluice_gate_cancel_async(struct sluice_gate *g, struct sluice_
 /* ---- limit, stats, close -------------------------------------------------- */
 
 /*
- * Change the limit. Raising it grants the newly eligible waiters now;
- * lowering it lets current holders finish and grants nobody new until the
- * number of holders is below the new limit. Returns SLUICE_EINVAL if
- * `limit` exceeds SLUICE_GATE_LIMIT_MAX.
+ * Change the limit under the gate's lock and return the waiters it granted,
+ * chained through `next`, for sluice__gate_notify_chain. A caller that holds
+ * a lock of its own (discovery's update lock) hands the grants out only
+ * after dropping it, so no waiter callback runs under that lock. `limit`
+ * must be at most SLUICE_GATE_LIMIT_MAX.
  */
-SLUICE_INLINE int sluice_gate_set_limit(struct sluice_gate *g, uint32_t limit)
+SLUICE_INLINE struct sluice_gate_node *sluice__gate_set_limit_collect(struct sluice_gate *g,
+                                                                     uint32_t limit)
 {
-    if (limit > SLUICE_GATE_LIMIT_MAX)
-        return SLUICE_EINVAL;
     struct sluice_gate_node *granted = NULL, **last = &granted;
     sluice_spinlock_lock(&g->lock);
     uint32_t old = atomic_load_explicit(&g->limit, SLUICE_RELAXED);
@@ -540,11 +540,30 @@ SLUICE_INLINE int sluice_gate_set_limit(struct sluice_gate *g, uint32_t limit)
     }
     *last = NULL;
     sluice_spinlock_unlock(&g->lock);
+    return granted;
+}
+
+/* Hand out the grants sluice__gate_set_limit_collect returned (NULL: none). */
+SLUICE_INLINE void sluice__gate_notify_chain(struct sluice_gate_node *granted)
+{
     while (granted) {
         struct sluice_gate_node *next = granted->next;
         sluice__gate_notify(granted, SLUICE__NODE_GRANTED);
         granted = next;
     }
+}
+
+/*
+ * Change the limit. Raising it grants the newly eligible waiters now;
+ * lowering it lets current holders finish and grants nobody new until the
+ * number of holders is below the new limit. Returns SLUICE_EINVAL if
+ * `limit` exceeds SLUICE_GATE_LIMIT_MAX.
+ */
+SLUICE_INLINE int sluice_gate_set_limit(struct sluice_gate *g, uint32_t limit)
+{
+    if (limit > SLUICE_GATE_LIMIT_MAX)
+        return SLUICE_EINVAL;
+    sluice__gate_notify_chain(sluice__gate_set_limit_collect(g, limit));
     return SLUICE_OK;
 }
 
