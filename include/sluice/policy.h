@@ -33,13 +33,11 @@
  * Memory ordering: none here. The update lock in discovery.h orders each
  * update after the previous one (acquire/release), which is all the policy
  * state needs.
- *
- * No libm: the core links only ck and pthreads, so the two transcendental
- * helpers policies need (square root, natural log) are computed here.
  */
 #ifndef SLUICE_POLICY_H
 #define SLUICE_POLICY_H
 
+#include <math.h>
 #include <string.h>
 
 #include "cc.h"
@@ -209,44 +207,6 @@ SLUICE_INLINE struct sluice_verdict sluice__verdict_overload(const struct sluice
 SLUICE_INLINE uint32_t sluice__sat_add(uint32_t a, uint32_t b)
 {
     return a > UINT32_MAX - b ? UINT32_MAX : a + b;
-}
-
-/* Square root by Newton's method: exact enough for noise estimates, no libm. */
-SLUICE_INLINE double sluice__sqrt(double x)
-{
-    if (!(x > 0.0))
-        return 0.0;
-    double r = x > 1.0 ? x : 1.0;
-    for (int i = 0; i < 64; i++) {
-        double next = 0.5 * (r + x / r);
-        if (next >= r)
-            break;
-        r = next;
-    }
-    return r;
-}
-
-/* Natural log: split off the binary exponent, then atanh series on [0.7, 1.4]. */
-SLUICE_INLINE double sluice__ln(double x)
-{
-    if (!(x > 0.0))
-        return 0.0;
-    uint64_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    int exp2 = (int)((bits >> 52) & 0x7ff) - 1023;
-    bits = (bits & UINT64_C(0x000fffffffffffff)) | UINT64_C(0x3ff0000000000000);
-    double m;
-    memcpy(&m, &bits, sizeof m);
-    if (m > 1.4142135623730951) {
-        m *= 0.5;
-        exp2++;
-    }
-    double s = (m - 1.0) / (m + 1.0), s2 = s * s, term = s, sum = 0.0;
-    for (int k = 1; k < 40; k += 2) {
-        sum += term / k;
-        term *= s2;
-    }
-    return 2.0 * sum + exp2 * 0.6931471805599453;
 }
 
 /* Resolve a zero (omitted) parameter to its default. */

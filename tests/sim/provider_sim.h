@@ -4,8 +4,7 @@
  *
  * Used by the tests in tests/sim/ and by bench/discovery_cases.c (through
  * `#include "sim/provider_sim.h"`). Everything is header-only and static so
- * each user compiles its own copy; there is no libm (the tests link only
- * Criterion and the core), so the few transcendental functions are here.
+ * each user compiles its own copy.
  *
  * Model:
  *   callers    closed loop (N workers issuing back to back, optional think
@@ -40,6 +39,7 @@
 #ifndef SLUICE_PROVIDER_SIM_H
 #define SLUICE_PROVIDER_SIM_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,36 +48,21 @@
 
 #define SIM_NS 1e9
 
-/* ---- numbers without libm --------------------------------------------------- */
+/* ---- numbers ------------------------------------------------------------- */
 
 static inline double sim_exp(double x)
 {
-    if (x < -700.0)
-        return 0.0;
-    if (x > 700.0)
-        x = 700.0;
-    const double ln2 = 0.6931471805599453;
-    double kf = x / ln2;
-    int64_t k = (int64_t)(kf < 0 ? kf - 0.5 : kf + 0.5);
-    double r = x - (double)k * ln2, term = 1.0, sum = 1.0;
-    for (int i = 1; i < 16; i++) {
-        term *= r / i;
-        sum += term;
-    }
-    uint64_t bits = (uint64_t)(k + 1023) << 52;
-    double scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return sum * scale;
+    return exp(x);
 }
 
 static inline double sim_log(double x)
 {
-    return sluice__ln(x);
+    return log(x);
 }
 
 static inline double sim_sqrt(double x)
 {
-    return sluice__sqrt(x);
+    return sqrt(x);
 }
 
 /* ---- random numbers ------------------------------------------------------ */

@@ -46,7 +46,7 @@ Test(reject, limit_reaches_90_percent_of_the_cap_within_the_round_trip_budget)
         scenario_start(&sc, reject_config(caps[i], 31 + i), default_desc());
         sim_run_until(sc.sim, 30 * 60);
         /* 20 round trips per doubling from the jumpstart of 5, plus one. */
-        double doublings = sluice__ln(caps[i] / 5.0) / sluice__ln(2.0) + 1.0;
+        double doublings = log2(caps[i] / 5.0) + 1.0;
         double budget_s = 20.0 * sc.rtt_s * doublings;
         double t90_s = (double)sc.sim->stats.t90_ns / SIM_NS;
         cr_expect(sc.sim->stats.t90_ns >= 0 && t90_s <= budget_s,

@@ -87,7 +87,7 @@ SLUICE_INLINE double sluice__discover_se(const struct sluice_policy_discover *p,
     double remembered = (double)w->n_ok / p->params.baseline_weight;
     double n_base = p->baseline_n < remembered ? p->baseline_n : remembered;
     double var = 1.0 / (double)w->n_ok + (n_base > 0 ? 1.0 / n_base : 1.0 / (double)w->n_ok);
-    return sluice__window_cv(w) * sluice__sqrt(var);
+    return sluice__window_cv(w) * sqrt(var);
 }
 
 /*

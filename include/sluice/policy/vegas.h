@@ -57,7 +57,7 @@ SLUICE_INLINE struct sluice_verdict sluice__vegas_update(struct sluice_policy *s
         p->min_rtt_ns = rtt;
     double limit = w->limit;
     double queue = limit * (1.0 - p->min_rtt_ns / rtt);
-    double lg = sluice__ln(limit) / 2.302585092994046;
+    double lg = log10((double)limit);
     if (lg < 1.0)
         lg = 1.0;
     uint32_t step = (uint32_t)lg;
