@@ -138,7 +138,7 @@ struct pb_thread {
     pthread_t tid;
     int index;
     bool direct;
-    const struct sluice_engine *engine;
+    struct sluice_engine *engine;
     pthread_barrier_t *start;
     size_t batches;
     double *samples; /* batches entries */
@@ -168,7 +168,7 @@ static void *pb_run_thread(void *arg)
 }
 
 /* One repetition at `threads` threads; appends to *s. Returns false on a broken run. */
-static bool pb_run_once(const struct sluice_engine *e, int threads, bool direct, size_t batches,
+static bool pb_run_once(struct sluice_engine *e, int threads, bool direct, size_t batches,
                         double *all_samples, struct pb_summary *s)
 {
     struct pb_thread t[PB_MAX_THREADS];
@@ -224,7 +224,7 @@ static void pb_run_overhead(const struct bench_opts *opts)
                                   is_direct ? &direct : &sluice);
             }
         struct sluice_pool_counts c = sluice_pool_stats(sluice_engine_pool(e, "bench"));
-        if (!ok || c.admitted || c.in_flight || c.waiting)
+        if (!ok || c.admitted || c.in_flight || c.queued)
             pb_warn("run.overhead: a run failed or the pool is not idle afterwards");
         pb_emit("run.overhead", "sluice", threads, &sluice);
         pb_emit("run.overhead", "direct", threads, &direct);

@@ -51,14 +51,17 @@
  * Progress: create and destroy allocate and free (through the allocator
  * hook) and are not thread-safe; lookups, status, status lines and event
  * reads are wait-free reads; clear and poll take the node's update lock
- * (a spinlock held for bounded work) and may call the store.
+ * (held for bounded in-memory work) and then run the node's effects (store
+ * calls, event callbacks) unless another thread is already running them.
  *
  * Concurrency: after create returns, any number of threads may look up
- * backends, use their pools, and read status, clear or poll nodes
- * concurrently. Clear and poll must not run in a gate async-waiter callback
- * (sluice/discovery.h). Event callbacks run on the thread whose call caused
- * the event (a completion, a clear, create for "restore"), after the node's
- * lock is released. Destroy only once no thread uses the engine. Handing the
+ * backends, use their pools, and read status, clear, poll or close nodes
+ * concurrently, also from async callbacks. Store calls and event callbacks
+ * run on the thread whose call caused them (a completion after its permit
+ * is released, a clear, a poll, create for "restore") or on a thread
+ * already running that node's effects, never under a core lock, one at a
+ * time per node and in order. Destroy only once no thread uses the engine
+ * (close it first to wake queued calls). Handing the
  * engine pointer to other threads needs the usual happens-before (thread
  * creation, a release store, a lock).
  *
@@ -298,11 +301,13 @@ SLUICE_INLINE const struct sluice_backend *sluice__engine_node(const struct slui
  * move its limit back to the jumpstart, so its next request restarts
  * discovery from there; lift any Retry-After hold. Calls in flight are not
  * interrupted (their outcomes no longer count); other nodes are untouched.
- * Returns SLUICE_OK — also for a fixed node, which it leaves alone —
- * SLUICE_EINVAL for an unknown or NULL ID, or the store's error from its
- * clear (the in-memory reset happens regardless).
+ * A live Retry-After hold stays in force (the provider's word about now).
+ * The store's clear runs after the node's lock is dropped; a store failure
+ * is a "store" event, never an error here. Returns SLUICE_OK — also for a
+ * fixed node, which it leaves alone — or SLUICE_EINVAL for an unknown or
+ * NULL ID.
  */
-SLUICE_INLINE int sluice_engine_clear(const struct sluice_engine *e, const char *node_id)
+SLUICE_INLINE int sluice_engine_clear(struct sluice_engine *e, const char *node_id)
 {
     const struct sluice_backend *b = sluice__engine_node(e, node_id);
     return b ? sluice_pool_clear(b->pool) : (int)SLUICE_EINVAL;
@@ -374,15 +379,29 @@ SLUICE_INLINE const struct sluice_event_ring *sluice_engine_events(const struct 
 /*
  * Apply time-based transitions to every adaptive node without traffic: a
  * lock whose time to live ran out, a window past window_max_ns
- * (sluice_discovery_poll). Call from a timer if nodes may sit idle.
+ * (sluice_discovery_poll); and start async calls whose Retry-After hold is
+ * over (sluice_pool_poll). Call from a timer if nodes may sit idle.
  */
-SLUICE_INLINE void sluice_engine_poll(const struct sluice_engine *e)
+SLUICE_INLINE void sluice_engine_poll(struct sluice_engine *e)
 {
     for (size_t i = 0; i < e->n_backends; i++) {
         struct sluice_discovery *disc = sluice_pool_discovery(e->backends[i].pool);
         if (disc)
             sluice_discovery_poll(disc);
+        sluice_pool_poll(e->backends[i].pool);
     }
+}
+
+/*
+ * Close every pool (sluice_pool_close): new runs fail with SLUICE_ECLOSED,
+ * queued calls wake with SLUICE_ECLOSED, calls in flight finish. Then
+ * destroy the engine once no thread uses it. Idempotent.
+ */
+SLUICE_INLINE void sluice_engine_close(struct sluice_engine *e)
+{
+    for (size_t i = 0; i < e->n_backends; i++)
+        sluice_pool_close(e->backends[i].pool);
+    sluice_pool_close(e->endpoint_only.pool);
 }
 
 /* Free an engine and its pools; tolerates a half-built one. No run may be using it. */
@@ -493,6 +512,9 @@ SLUICE_INLINE int sluice_engine_create(const struct sluice_engine_desc *desc,
     *out = NULL;
     if (d.error && d.error_size)
         d.error[0] = '\0';
+    if (!sluice__allocator_valid(d.allocator))
+        return sluice__engine_fail(&d, "allocator sets only one of alloc and free (set both, or "
+                                       "pass NULL for the default)");
     int status = sluice__engine_check(&d);
     if (status != SLUICE_OK)
         return status;

@@ -32,10 +32,34 @@
  * fires (SLUICE_ECANCELED); either way it releases the permit and the
  * client is never called. Waiting with the permit keeps FIFO order (the
  * hold only delays calls that were next anyway) and bounds the calls
- * waiting out a hold by the limit. sluice_pool_clear() clears the node and
- * lifts its hold, waking those calls. Admission capacity stays
- * active + waiting whatever the discovered limit. Fixed and unlimited pools
- * pay one pointer test for all of this.
+ * waiting out a hold by the limit. sluice_pool_clear() clears the node but
+ * keeps a live hold: it is the provider's word about now, and waking the
+ * held calls would only send a burst into more 429s. Admission capacity
+ * moves with the discovered limit: current limit + waiting, so an explicit
+ * `waiting = SLUICE_SOME(0)` means no backlog beyond the limit in force
+ * (runs already admitted are never evicted when it falls). Fixed and
+ * unlimited pools pay one pointer test for all of this.
+ *
+ * Effects off the permit path: call_end feeds the sample to discovery
+ * (bounded in-memory work under discovery's update try-lock), releases the
+ * permit, and only then runs discovery's effects (sluice_discovery_flush:
+ * grants from a limit raise, store I/O, event callbacks). So no store call
+ * and no user callback delays the next call in line.
+ *
+ * Two call paths with one queue: sluice_pool_call_begin blocks the calling
+ * thread; sluice_pool_call_begin_async (event loops) queues a waiter whose
+ * callback runs exactly once. Both join the same FIFO gate, wait out the
+ * same Retry-After hold (the async one on the pool's list of async holders,
+ * started by sluice_pool_poll or by the next call_end once the hold is
+ * over) and share the same accounting. A pool's callers never need its gate.
+ *
+ * In flight, everywhere (stats, status lines, events): generation calls
+ * started (permit in hand, any hold over) and not yet ended. Calls still
+ * waiting out a hold count as queued.
+ *
+ * Shutdown: sluice_pool_close() makes every later admit return
+ * SLUICE_ECLOSED, wakes every queued call (sync and async, and those
+ * waiting out a hold) with SLUICE_ECLOSED, and lets calls in flight finish.
  *
  * Progress: admit is lock-free and never blocks or enters the kernel: a full
  * pool is rejected with one atomic load, an admission is a load and a CAS.
@@ -53,9 +77,9 @@
  * stats reads counters and the gate's snapshot.
  *
  * Concurrency: every function may run concurrently with every other on the
- * same pool, except create and destroy. sluice_pool_clear must not run in a
- * gate async-waiter callback (see sluice/discovery.h: those may run under
- * discovery's update lock, which clear takes).
+ * same pool, except create and destroy. Async callbacks run on the thread
+ * that settles them (see sluice_pool_call_begin_async); they may call back
+ * into the pool, including clear and poll.
  *
  * Memory ordering: the admission count and the in-flight count are
  * counters, not publications: relaxed RMWs, read relaxed by stats (exact when
@@ -102,18 +126,22 @@ struct sluice_pool_desc {
      * Needs `active`; its max_limit defaults to `active` and may not exceed it; its policy
      * must be adaptive; gate, clock and allocator must be NULL (the pool's are used). */
     const struct sluice_discovery_desc *discovery;
+    char *error;       /* receives a message naming the field when create fails
+                          (default: NULL = no message); "" on success */
+    size_t error_size; /* bytes at error, NUL included (default: 0) */
 };
 
 /* A snapshot; each field is exact when the pool is quiet. */
 struct sluice_pool_counts {
     uint32_t admitted;         /* runs holding an admission (limited pools; 0 when unlimited) */
-    uint32_t in_flight;        /* generation calls between call_begin and call_end */
-    uint32_t waiting;          /* generation calls waiting to start: queued for a permit, or
+    uint32_t in_flight;        /* generation calls started and not yet ended */
+    uint32_t queued;           /* generation calls waiting to start: queued for a permit, or
                                   holding one until a Retry-After hold ends */
     uint32_t active;           /* the current active limit (0 = unlimited); discovery moves it */
-    uint32_t active_max;       /* the configured active limit: admission capacity is
-                                  active_max + waiting_capacity (0 = unlimited) */
-    uint32_t waiting_capacity; /* the configured waiting capacity */
+    uint32_t active_max;       /* the configured active limit (0 = unlimited) */
+    uint32_t waiting_capacity; /* the configured waiting capacity: admitted runs beyond
+                                  `active`, so admission capacity is active + waiting_capacity */
+    bool closed;               /* sluice_pool_close was called */
 };
 
 /* One generation call, filled by sluice_pool_call_begin. */
@@ -133,6 +161,28 @@ struct sluice__pool_holder {
 
 enum { SLUICE__HOLDER_AWAKE = 0, SLUICE__HOLDER_ASLEEP = 1 };
 
+struct sluice_pool;
+struct sluice_pool_waiter;
+/* Runs exactly once per sluice_pool_call_begin_async; see there. */
+typedef void (*sluice_pool_cb)(struct sluice_pool_waiter *waiter, int status);
+
+/*
+ * An async generation call: set `cb` (and `data`), keep the record alive
+ * until cb has run. Every other field belongs to the pool from the moment
+ * sluice_pool_call_begin_async is called (stale contents are overwritten).
+ */
+struct sluice_pool_waiter {
+    sluice_pool_cb cb;
+    void *data;
+    struct sluice_call call; /* filled before cb runs with SLUICE_OK */
+    /* private */
+    struct sluice_gate_waiter sluice__gate;
+    struct sluice_pool *sluice__pool;
+    struct sluice_pool_waiter *sluice__next, *sluice__prev; /* async holders; under hold_lock */
+    int64_t sluice__arrived;
+    bool sluice__held; /* on the async holders list; under hold_lock */
+};
+
 struct sluice_pool {
     /* Admissions and calls are written by different moments of a run. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) admitted;
@@ -140,16 +190,19 @@ struct sluice_pool {
     /* Immutable after create, read by every call. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) uint32_t active; /* configured; 0 = unlimited, no gate */
     uint32_t waiting;
-    uint32_t admit_max; /* active + waiting */
+    uint32_t admit_max; /* active + waiting (fixed pools; adaptive ones use the current limit) */
     struct sluice_discovery *discovery; /* in this block; NULL: a fixed or unlimited pool */
     size_t block_size;
     struct sluice_clock clock;
     struct sluice_allocator allocator;
     /* Retry-After holds (adaptive pools only): touched when a call must wait one out. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) sluice_spinlock hold_lock;
-    struct sluice__pool_holder *holders; /* calls asleep on a hold; guarded by hold_lock */
-    _Atomic(uint32_t) holding;           /* calls waiting out a hold, for stats */
-    _Atomic(uint32_t) hold_epoch;        /* bumped when a clear lifts the hold */
+    struct sluice__pool_holder *holders;       /* calls asleep on a hold; guarded by hold_lock */
+    struct sluice_pool_waiter *async_held;     /* async calls waiting out a hold; hold_lock */
+    _Atomic(uint32_t) holding;                 /* calls waiting out a hold (both kinds), for stats */
+    _Atomic(uint32_t) n_async_held;            /* entries on async_held: call_end's cheap test */
+    _Atomic(uint32_t) hold_epoch;              /* bumped when close wakes the sleepers */
+    _Atomic(uint32_t) closed;
     struct sluice_gate gate; /* initialised only when active > 0 */
 };
 
@@ -218,6 +271,11 @@ SLUICE_INLINE int sluice__pool_check_discovery(uint32_t active,
         snprintf(msg, sizeof msg,
                  "%s.discovery.allocator must be NULL: discovery lives in the pool's block",
                  owner);
+    else if (dd->policy && !dd->policy->ops)
+        snprintf(msg, sizeof msg,
+                 "%s.discovery.policy was never initialised (call its sluice_policy_*_init "
+                 "first)",
+                 owner);
     else if (dd->policy && !dd->policy->ops->adaptive)
         snprintf(msg, sizeof msg,
                  "%s.discovery.policy is not adaptive (for a fixed limit drop %s.discovery and "
@@ -275,7 +333,8 @@ SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
 
 /*
  * Create a pool: its only allocation. Returns SLUICE_EINVAL for an invalid
- * description (see sluice__pool_check, sluice__pool_check_discovery) or
+ * description (with a message naming the field in desc->error, e.g.
+ * "sluice_pool_desc.waiting set without an active limit ...") or
  * SLUICE_ENOMEM. An adaptive pool's discovery restores a live stored lock
  * here, delivering the "restore" event to its callback before this returns.
  */
@@ -286,13 +345,20 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
     if (desc)
         d = *desc;
     *out = NULL;
-    int status = sluice__pool_check(d.active, d.waiting, "sluice_pool_desc", NULL, 0);
+    if (d.error && d.error_size)
+        d.error[0] = '\0';
+    int status = sluice__allocator_valid(d.allocator)
+                     ? sluice__pool_check(d.active, d.waiting, "sluice_pool_desc", d.error,
+                                          d.error_size)
+                     : sluice__pool_fail(d.error, d.error_size,
+                                         "sluice_pool_desc.allocator sets only one of alloc and "
+                                         "free (set both, or pass NULL for the default)");
     struct sluice__discovery_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     size_t size = sizeof(struct sluice_pool);
     if (status == SLUICE_OK && d.discovery) {
-        status = sluice__pool_check_discovery(d.active, d.discovery, "sluice_pool_desc", NULL, 0,
-                                              &cfg);
+        status = sluice__pool_check_discovery(d.active, d.discovery, "sluice_pool_desc", d.error,
+                                              d.error_size, &cfg);
         size += sizeof(struct sluice_discovery) + SLUICE_EVENT_RING_SIZE(cfg.events);
     }
     if (status != SLUICE_OK)
@@ -304,7 +370,9 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
     atomic_init(&p->admitted, 0u);
     atomic_init(&p->in_flight, 0u);
     atomic_init(&p->holding, 0u);
+    atomic_init(&p->n_async_held, 0u);
     atomic_init(&p->hold_epoch, 0u);
+    atomic_init(&p->closed, 0u);
     sluice_spinlock_init(&p->hold_lock);
     p->active = d.active;
     p->waiting = sluice__pool_waiting(d.active, d.waiting);
@@ -339,17 +407,24 @@ SLUICE_INLINE void sluice_pool_leave(struct sluice_pool *p)
 }
 
 /*
- * Reserve one run slot. Returns SLUICE_OK (call sluice_pool_leave later) or
- * SLUICE_ECAPACITY at once when active + waiting runs are already admitted.
- * Never blocks, never enters the kernel, never calls anything.
+ * Reserve one run slot. Returns SLUICE_OK (call sluice_pool_leave later),
+ * SLUICE_ECAPACITY at once when active + waiting runs are already admitted
+ * (for an adaptive pool: the current limit + waiting), or SLUICE_ECLOSED
+ * once the pool is closed. Never blocks, never enters the kernel, never
+ * calls anything.
  */
 SLUICE_INLINE int sluice_pool_admit(struct sluice_pool *p)
 {
+    if (SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED)))
+        return SLUICE_ECLOSED;
     if (!p->active)
         return SLUICE_OK;
+    uint32_t cap = SLUICE_UNLIKELY(p->discovery != NULL)
+                       ? sluice_gate_limit(&p->gate) + p->waiting
+                       : p->admit_max;
     uint32_t n = atomic_load_explicit(&p->admitted, SLUICE_RELAXED);
     do {
-        if (n >= p->admit_max)
+        if (n >= cap)
             return SLUICE_ECAPACITY;
     } while (!atomic_compare_exchange_weak_explicit(&p->admitted, &n, n + 1, SLUICE_RELAXED,
                                                     SLUICE_RELAXED));
@@ -394,25 +469,31 @@ static inline void sluice__pool_on_cancel(struct sluice_cancel_hook *hook)
 SLUICE_INLINE struct timespec sluice__pool_wake_at(int64_t hold_left_ns,
                                                    const struct timespec *deadline)
 {
-    int64_t now = sluice_monotonic_ns(); /* saturate: a hold may end at INT64_MAX */
-    struct timespec at = sluice_ns_timespec(
-        now > 0 && hold_left_ns > INT64_MAX - now ? INT64_MAX : now + hold_left_ns);
+    struct timespec at = sluice_ns_timespec(sluice_add_ns(sluice_monotonic_ns(), hold_left_ns));
     if (deadline && sluice_timespec_ns(deadline) < sluice_timespec_ns(&at))
         at = *deadline;
     return at;
 }
 
+/* Why a call waiting out a hold must stop now: close, cancel, deadline (in that order). */
+SLUICE_INLINE int sluice__pool_stop_reason(struct sluice_pool *p, const struct timespec *deadline,
+                                           struct sluice_cancel *cancel)
+{
+    if (atomic_load_explicit(&p->closed, SLUICE_SEQ_CST))
+        return SLUICE_ECLOSED;
+    return sluice_wait_stop_reason(deadline, cancel);
+}
+
 /*
- * Sleep until the discovery hold (pool clock) is over, `deadline` passes or
- * `cancel` fires; SLUICE_OK, SLUICE_ETIMEDOUT or SLUICE_ECANCELED (cancel
- * wins, and either beats a hold that ends at the same moment: the call has
- * not started). The kernel sleeps on the real clock, so the hold's remaining
- * pool-clock time is slept in real time and re-checked on waking (with a
- * virtual pool clock, that is a real sleep of the virtual remainder).
- * Wake-ups: the timeout, the token's hook, or sluice__pool_lift_holds.
- * It lives here, not in park.h or cancel.h, because what it waits for — a
- * pool's hold, which a clear lifts early through the pool's sleeper list —
- * is the pool's own state.
+ * Sleep until the discovery hold (pool clock) is over, the pool closes,
+ * `deadline` passes or `cancel` fires; SLUICE_OK, SLUICE_ECLOSED,
+ * SLUICE_ECANCELED or SLUICE_ETIMEDOUT (any of them beats a hold that ends
+ * at the same moment: the call has not started). The kernel sleeps on the
+ * real clock, so the hold's remaining pool-clock time is slept in real time
+ * and re-checked on waking (with a virtual pool clock, that is a real sleep
+ * of the virtual remainder). Wake-ups: the timeout, the token's hook, or
+ * sluice_pool_close through the pool's list of sleepers. It lives here, not
+ * in park.h or cancel.h, because what it waits for is the pool's own state.
  */
 SLUICE_INLINE int sluice__pool_sleep_until(struct sluice_pool *p, const struct timespec *deadline,
                                            struct sluice_cancel *cancel)
@@ -432,7 +513,7 @@ SLUICE_INLINE int sluice__pool_sleep_until(struct sluice_pool *p, const struct t
     int status;
     for (;;) {
         uint32_t epoch = atomic_load_explicit(&p->hold_epoch, SLUICE_SEQ_CST);
-        if ((status = sluice_wait_stop_reason(deadline, cancel)) != SLUICE_OK)
+        if ((status = sluice__pool_stop_reason(p, deadline, cancel)) != SLUICE_OK)
             break;
         int64_t left = sluice_discovery_hold_until(p->discovery) - sluice_clock_now(&p->clock);
         if (left <= 0)
@@ -441,9 +522,9 @@ SLUICE_INLINE int sluice__pool_sleep_until(struct sluice_pool *p, const struct t
         if (!atomic_compare_exchange_strong_explicit(&h.state, &awake, SLUICE__HOLDER_ASLEEP,
                                                      SLUICE_SEQ_CST, SLUICE_SEQ_CST))
             continue;
-        /* Re-check after announcing sleep: a token that fired, or a clear
-         * that lifted the hold, in between found us awake and woke nobody. */
-        if (sluice_wait_stop_reason(deadline, cancel) == SLUICE_OK &&
+        /* Re-check after announcing sleep: a token that fired, or a close,
+         * in between found us awake and woke nobody. */
+        if (sluice__pool_stop_reason(p, deadline, cancel) == SLUICE_OK &&
             atomic_load_explicit(&p->hold_epoch, SLUICE_SEQ_CST) == epoch) {
             struct timespec at = sluice__pool_wake_at(left, deadline);
             sluice_futex_wait(&h.state, SLUICE__HOLDER_ASLEEP, &at);
@@ -464,22 +545,6 @@ SLUICE_INLINE int sluice__pool_sleep_until(struct sluice_pool *p, const struct t
     return status;
 }
 
-/*
- * Wake every call asleep on a hold so it re-reads it (a clear has lifted
- * it). A slow path: the wake-ups are syscalls made under hold_lock, which
- * keeps each sleeper's node alive until it has been woken; sleepers number
- * at most the limit, since each holds a permit.
- */
-SLUICE_INLINE void sluice__pool_lift_holds(struct sluice_pool *p)
-{
-    atomic_fetch_add_explicit(&p->hold_epoch, 1u, SLUICE_SEQ_CST);
-    sluice_spinlock_lock(&p->hold_lock);
-    for (struct sluice__pool_holder *h = p->holders; h; h = h->next)
-        if (sluice__pool_rouse(h))
-            sluice_futex_wake(&h->state);
-    sluice_spinlock_unlock(&p->hold_lock);
-}
-
 /* With its permit in hand, wait out a Retry-After hold; on failure give the permit back. */
 SLUICE_INLINE int sluice__pool_hold(struct sluice_pool *p, const struct timespec *deadline,
                                     struct sluice_cancel *cancel, struct sluice_call *call)
@@ -495,21 +560,31 @@ SLUICE_INLINE int sluice__pool_hold(struct sluice_pool *p, const struct timespec
     return status;
 }
 
+/* The call has its permit and no hold stands in its way: count it as started. */
+SLUICE_INLINE void sluice__pool_start(struct sluice_pool *p, struct sluice_call *call)
+{
+    call->in_flight_at_start = atomic_fetch_add_explicit(&p->in_flight, 1u, SLUICE_RELAXED) + 1u;
+}
+
 /*
  * Take a generation permit for one model call of an admitted run, waiting
  * in FIFO order until `deadline` (absolute CLOCK_MONOTONIC; NULL = none) or
  * `cancel` fires (NULL = none); in an adaptive pool, then wait out any
  * Retry-After hold, permit in hand, under the same deadline and token.
  * Fills *call. Returns SLUICE_OK (make the call, then sluice_pool_call_end),
- * or SLUICE_ECANCELED / SLUICE_ETIMEDOUT holding no permit — also when the
+ * or, holding no permit: SLUICE_ECANCELED / SLUICE_ETIMEDOUT — also when the
  * token fired or the deadline passed before the wait, while the permit was
  * being granted, or during a hold, so a call whose cancel won before it
- * started is never made. Cancel wins over the deadline.
+ * started is never made (cancel wins over the deadline) — SLUICE_ECLOSED
+ * once the pool is closed, or SLUICE_EINVAL for a deadline whose tv_nsec is
+ * outside [0, 1e9).
  */
 SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct timespec *deadline,
                                          struct sluice_cancel *cancel, struct sluice_call *call)
 {
     int status = sluice_wait_stop_reason(deadline, cancel);
+    if (status == SLUICE_OK && SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED)))
+        status = SLUICE_ECLOSED;
     /* tryacquire never jumps the queue; only a call that must queue pays
      * for timing its wait. */
     if (status == SLUICE_OK && p->active && sluice_gate_tryacquire(&p->gate) != SLUICE_OK) {
@@ -522,18 +597,188 @@ SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct tim
         status = sluice__pool_hold(p, deadline, cancel, call);
     call->in_flight_at_start = 0;
     if (status == SLUICE_OK)
-        call->in_flight_at_start =
-            atomic_fetch_add_explicit(&p->in_flight, 1u, SLUICE_RELAXED) + 1u;
+        sluice__pool_start(p, call);
     return status;
 }
 
+/* ---- the async call path (event loops) ------------------------------------ */
+
+/* Start an async call whose permit is in hand and whose hold is over. */
+SLUICE_INLINE void sluice__pool_async_start(struct sluice_pool *p, struct sluice_pool_waiter *w)
+{
+    w->call.start_ns = sluice_clock_now(&p->clock);
+    w->call.queued_ns = w->call.start_ns - w->sluice__arrived;
+    sluice__pool_start(p, &w->call);
+    w->cb(w, SLUICE_OK);
+}
+
+/* Unlink an async holder. Call with hold_lock held. */
+SLUICE_INLINE void sluice__pool_async_unlink(struct sluice_pool *p, struct sluice_pool_waiter *w)
+{
+    if (w->sluice__prev)
+        w->sluice__prev->sluice__next = w->sluice__next;
+    else
+        p->async_held = w->sluice__next;
+    if (w->sluice__next)
+        w->sluice__next->sluice__prev = w->sluice__prev;
+    w->sluice__next = w->sluice__prev = NULL;
+    w->sluice__held = false;
+    atomic_fetch_sub_explicit(&p->n_async_held, 1u, SLUICE_RELAXED);
+    atomic_fetch_sub_explicit(&p->holding, 1u, SLUICE_RELAXED);
+}
+
+/* The gate settled an async call's wait: start it, or park it on the hold. */
+static inline void sluice__pool_async_granted(struct sluice_gate_waiter *gw, int status)
+{
+    struct sluice_pool_waiter *w = (struct sluice_pool_waiter *)gw->data;
+    struct sluice_pool *p = w->sluice__pool;
+    if (status != SLUICE_OK) {
+        w->cb(w, status);
+        return;
+    }
+    if (p->discovery &&
+        sluice_discovery_hold_until(p->discovery) > sluice_clock_now(&p->clock)) {
+        sluice_spinlock_lock(&p->hold_lock);
+        bool closed = atomic_load_explicit(&p->closed, SLUICE_ACQUIRE) != 0u;
+        if (!closed) {
+            w->sluice__prev = NULL;
+            w->sluice__next = p->async_held;
+            if (p->async_held)
+                p->async_held->sluice__prev = w;
+            p->async_held = w;
+            w->sluice__held = true;
+            atomic_fetch_add_explicit(&p->n_async_held, 1u, SLUICE_RELAXED);
+            atomic_fetch_add_explicit(&p->holding, 1u, SLUICE_RELAXED);
+        }
+        sluice_spinlock_unlock(&p->hold_lock);
+        if (!closed)
+            return; /* sluice_pool_poll or a later call_end starts it */
+        sluice_gate_release(&p->gate);
+        w->cb(w, SLUICE_ECLOSED);
+        return;
+    }
+    sluice__pool_async_start(p, w);
+}
+
 /*
- * End a call that sluice_pool_call_begin started: give its permit back
- * (waking the next call in line) and return its sample. `outcome` says what
- * the call showed about the provider's capacity; `retry_after_ns` is the
- * provider's Retry-After with SLUICE_OUTCOME_OVERLOAD (0 = none). An
- * adaptive pool feeds the sample to its discovery first, so a limit cut or
- * hold it causes is in force before the permit moves on.
+ * Queue an async generation call of an admitted run (event loops: never
+ * blocks). It joins the same FIFO line as sluice_pool_call_begin and waits
+ * out the same Retry-After hold. w->cb runs exactly once:
+ *   SLUICE_OK         permit in hand, hold over, w->call filled: make the
+ *                     call, then sluice_pool_call_end(p, &w->call, ...);
+ *   SLUICE_ECANCELED  withdrawn by sluice_pool_call_cancel_async;
+ *   SLUICE_ECLOSED    the pool is (or was meanwhile) closed.
+ * It runs inline when the outcome is known at once (a permit is free, the
+ * pool is closed), otherwise on the thread that releases the permit it
+ * gets (a call_end), raises the limit (discovery's flush), cancels, closes,
+ * or calls sluice_pool_poll after a hold. It must not block; it may call
+ * back into the pool. Deadlines are the event loop's business: arm a timer
+ * and cancel. `w` must stay valid until cb has run.
+ */
+SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sluice_pool_waiter *w)
+{
+    w->sluice__pool = p;
+    w->sluice__next = w->sluice__prev = NULL;
+    w->sluice__held = false;
+    w->sluice__arrived = sluice_clock_now(&p->clock);
+    w->call.in_flight_at_start = 0;
+    if (SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED))) {
+        w->cb(w, SLUICE_ECLOSED);
+        return;
+    }
+    if (!p->active) {
+        sluice__pool_async_start(p, w);
+        return;
+    }
+    w->sluice__gate.cb = sluice__pool_async_granted;
+    w->sluice__gate.data = w;
+    sluice_gate_acquire_async(&p->gate, &w->sluice__gate);
+}
+
+/*
+ * Withdraw an async call that has not started. Returns SLUICE_OK if it was
+ * still queued for a permit or waiting out a hold (its callback has run
+ * with SLUICE_ECANCELED, and any permit it held went to the next in line),
+ * or SLUICE_EAGAIN if its callback already ran or is about to run with
+ * another status. Call only after sluice_pool_call_begin_async returned.
+ */
+SLUICE_INLINE int sluice_pool_call_cancel_async(struct sluice_pool *p, struct sluice_pool_waiter *w)
+{
+    if (!p->active)
+        return SLUICE_EAGAIN;
+    if (sluice_gate_cancel_async(&p->gate, &w->sluice__gate) == SLUICE_OK)
+        return SLUICE_OK; /* sluice__pool_async_granted passed ECANCELED on */
+    sluice_spinlock_lock(&p->hold_lock);
+    bool held = w->sluice__held;
+    if (held)
+        sluice__pool_async_unlink(p, w);
+    sluice_spinlock_unlock(&p->hold_lock);
+    if (!held)
+        return SLUICE_EAGAIN;
+    sluice_gate_release(&p->gate);
+    w->cb(w, SLUICE_ECANCELED);
+    return SLUICE_OK;
+}
+
+/*
+ * The instant (pool clock, ns) before which no call starts because the
+ * provider sent Retry-After; 0 or a past instant = no hold. Event loops
+ * with async calls arm a timer for it and call sluice_pool_poll.
+ */
+SLUICE_INLINE int64_t sluice_pool_hold_until(const struct sluice_pool *p)
+{
+    return p->discovery ? sluice_discovery_hold_until(p->discovery) : 0;
+}
+
+/* Detach the async holders, all of them or (hold over) those now free to start. */
+SLUICE_INLINE struct sluice_pool_waiter *sluice__pool_take_async(struct sluice_pool *p, bool all)
+{
+    /* The empty test is only a shortcut for polls: close must look under the
+     * lock, or an async grant racing it could park a call after it looked. */
+    if (!all && !atomic_load_explicit(&p->n_async_held, SLUICE_ACQUIRE))
+        return NULL;
+    struct sluice_pool_waiter *list = NULL;
+    sluice_spinlock_lock(&p->hold_lock);
+    if (all || sluice_discovery_hold_until(p->discovery) <= sluice_clock_now(&p->clock)) {
+        while (p->async_held) {
+            struct sluice_pool_waiter *w = p->async_held;
+            sluice__pool_async_unlink(p, w);
+            w->sluice__next = list; /* reversed: the list was newest first */
+            list = w;
+        }
+    }
+    sluice_spinlock_unlock(&p->hold_lock);
+    return list;
+}
+
+/*
+ * Start the async calls that were waiting out a Retry-After hold, if it is
+ * over (their callbacks run here, with SLUICE_OK). call_end does this too;
+ * an event loop calls it from a timer at sluice_pool_hold_until so held
+ * calls start even when nothing else completes. Cheap when nothing is held.
+ */
+SLUICE_INLINE void sluice_pool_poll(struct sluice_pool *p)
+{
+    for (struct sluice_pool_waiter *w = sluice__pool_take_async(p, false); w;) {
+        struct sluice_pool_waiter *next = w->sluice__next;
+        w->sluice__next = NULL;
+        sluice__pool_async_start(p, w);
+        w = next;
+    }
+}
+
+/* ---- ending a call ---------------------------------------------------------- */
+
+/*
+ * End a call that sluice_pool_call_begin (or an async call's SLUICE_OK)
+ * started: give its permit back (waking the next call in line) and return
+ * its sample. `outcome` says what the call showed about the provider's
+ * capacity; `retry_after_ns` is the provider's Retry-After with
+ * SLUICE_OUTCOME_OVERLOAD (0 = none). An adaptive pool feeds the sample to
+ * its discovery first, so a limit cut or hold it causes is in force before
+ * the permit moves on; discovery's effects (grants after a raise, store
+ * I/O, event callbacks) run after the permit is released, on this thread
+ * unless another thread is already running them.
  */
 SLUICE_INLINE struct sluice_sample sluice_pool_call_end(struct sluice_pool *p,
                                                         const struct sluice_call *call,
@@ -550,14 +795,13 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end(struct sluice_pool *p,
         sluice_discovery_on_sample(p->discovery, &sample);
     if (p->active)
         sluice_gate_release(&p->gate);
+    if (SLUICE_UNLIKELY(p->discovery != NULL))
+        sluice_pool_poll(p);
     return sample;
 }
 
-/*
- * The pool's gate; NULL when unlimited. In an adaptive pool discovery owns
- * its limit: change it only through discovery.
- */
-SLUICE_INLINE struct sluice_gate *sluice_pool_gate(struct sluice_pool *p)
+/* The pool's gate (tests and diagnostics only); NULL when unlimited. */
+SLUICE_INLINE struct sluice_gate *sluice__pool_gate(struct sluice_pool *p)
 {
     return p->active ? &p->gate : NULL;
 }
@@ -570,20 +814,44 @@ SLUICE_INLINE struct sluice_discovery *sluice_pool_discovery(const struct sluice
 
 /*
  * Clear an adaptive pool's discovery node (sluice_discovery_clear: drop the
- * persisted lock, back to probing from the jumpstart) and lift its
- * Retry-After hold, waking the calls waiting it out (they hold permits and
- * start now, like calls already in flight). Returns SLUICE_OK — also for a
- * fixed or unlimited pool, which it leaves alone — or the store's error
- * from its clear (the reset happens regardless). Not from a gate
- * async-waiter callback.
+ * persisted lock, back to probing from the jumpstart). A live Retry-After
+ * hold stays in force: it is the provider's word about now. Returns
+ * SLUICE_OK, also for a fixed or unlimited pool, which it leaves alone.
+ * Callable from any thread, including an async callback.
  */
 SLUICE_INLINE int sluice_pool_clear(struct sluice_pool *p)
 {
-    if (!p->discovery)
-        return SLUICE_OK;
-    int status = sluice_discovery_clear(p->discovery);
-    sluice__pool_lift_holds(p);
-    return status;
+    return p->discovery ? sluice_discovery_clear(p->discovery) : SLUICE_OK;
+}
+
+/*
+ * Close the pool: every later admit and call_begin returns SLUICE_ECLOSED;
+ * every queued call — blocked, async, or waiting out a hold — is woken with
+ * SLUICE_ECLOSED and holds nothing; calls in flight finish and end as
+ * usual, and admitted runs still leave. Idempotent. Async callbacks of the
+ * woken calls run on this thread.
+ */
+SLUICE_INLINE void sluice_pool_close(struct sluice_pool *p)
+{
+    atomic_store_explicit(&p->closed, 1u, SLUICE_SEQ_CST);
+    if (!p->active)
+        return;
+    sluice_gate_close(&p->gate);
+    /* Calls waiting out a hold: wake the sleepers (they see `closed`) ... */
+    atomic_fetch_add_explicit(&p->hold_epoch, 1u, SLUICE_SEQ_CST);
+    sluice_spinlock_lock(&p->hold_lock);
+    for (struct sluice__pool_holder *h = p->holders; h; h = h->next)
+        if (sluice__pool_rouse(h))
+            sluice_futex_wake(&h->state);
+    sluice_spinlock_unlock(&p->hold_lock);
+    /* ... and settle the async ones here. */
+    for (struct sluice_pool_waiter *w = sluice__pool_take_async(p, true); w;) {
+        struct sluice_pool_waiter *next = w->sluice__next;
+        w->sluice__next = NULL;
+        sluice_gate_release(&p->gate);
+        w->cb(w, SLUICE_ECLOSED);
+        w = next;
+    }
 }
 
 /* A snapshot of the pool; all zero for NULL (e.g. the pool of an unknown ID). */
@@ -596,11 +864,12 @@ SLUICE_INLINE struct sluice_pool_counts sluice_pool_stats(const struct sluice_po
         return c;
     c.admitted = atomic_load_explicit(&p->admitted, SLUICE_RELAXED);
     c.in_flight = atomic_load_explicit(&p->in_flight, SLUICE_RELAXED);
-    c.waiting = (p->active ? sluice_gate_stats(&p->gate).waiting : 0u) +
-                atomic_load_explicit(&p->holding, SLUICE_RELAXED);
+    c.queued = (p->active ? sluice_gate_stats(&p->gate).waiting : 0u) +
+               atomic_load_explicit(&p->holding, SLUICE_RELAXED);
     c.active = p->active ? sluice_gate_limit(&p->gate) : 0u;
     c.active_max = p->active;
     c.waiting_capacity = p->waiting;
+    c.closed = atomic_load_explicit(&p->closed, SLUICE_RELAXED) != 0u;
     return c;
 }
 

@@ -29,8 +29,12 @@
  * engine's unlimited endpoint-only pool (sluice/engine.h).
  *
  * Callbacks run on the thread that called sluice_run, one at a time, in
- * lifecycle order; each returns SLUICE_OK or an error status (a negative
- * sluice status or -errno), which the run returns unchanged.
+ * lifecycle order; each returns SLUICE_OK or an error of its own (any
+ * nonzero int, e.g. -errno). A callback's error fails the run with
+ * SLUICE_ECLIENT and its code in result->client_status, so it can never be
+ * mistaken for the run's own statuses: a client that returns -ETIMEDOUT is
+ * not the run's SLUICE_ETIMEDOUT, nor is a client's SLUICE_ECAPACITY a full
+ * pool.
  *
  * Progress: blocking (the permit waits of sluice/pool.h); no allocation.
  *
@@ -90,6 +94,14 @@ struct sluice_run_desc {
                                            SLUICE_SOME(0) = none) */
 };
 
+/* Which callback failed a run (with SLUICE_ECLIENT). */
+enum sluice_run_stage {
+    SLUICE_STAGE_NONE = 0,
+    SLUICE_STAGE_PREPARE,
+    SLUICE_STAGE_GENERATE,
+    SLUICE_STAGE_VALIDATE,
+};
+
 struct sluice_run_result {
     int status;                   /* what sluice_run returned */
     int64_t elapsed_ns;           /* admission to completion, queue waits included */
@@ -98,7 +110,18 @@ struct sluice_run_result {
                                      hold), all generations */
     unsigned generations;         /* client calls made: the initial one plus repairs */
     struct sluice_sample last;    /* the last generation's sample, as discovery gets it */
+    int client_status;            /* with SLUICE_ECLIENT: the failing callback's own code */
+    enum sluice_run_stage client_stage; /* ... and which callback it was */
 };
+
+/* A callback's own error becomes SLUICE_ECLIENT, its code kept in the result. */
+SLUICE_INLINE int sluice__run_client_failed(struct sluice_run_result *r, enum sluice_run_stage stage,
+                                            int code)
+{
+    r->client_status = code;
+    r->client_stage = stage;
+    return SLUICE_ECLIENT;
+}
 
 /* One generation: permit, client call, permit back. */
 SLUICE_INLINE int sluice__run_generate(struct sluice_pool *pool, const struct sluice_run_desc *d,
@@ -117,11 +140,12 @@ SLUICE_INLINE int sluice__run_generate(struct sluice_pool *pool, const struct sl
     if (status != SLUICE_OK && gen->outcome == SLUICE_OUTCOME_OK)
         gen->outcome = SLUICE_OUTCOME_IGNORE;
     r->last = sluice_pool_call_end(pool, &call, gen->outcome, gen->retry_after_ns);
-    return status;
+    return status == SLUICE_OK ? SLUICE_OK
+                               : sluice__run_client_failed(r, SLUICE_STAGE_GENERATE, status);
 }
 
 /* Everything between admission and leave. */
-SLUICE_INLINE int sluice__run_admitted(const struct sluice_engine *e,
+SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
                                        const struct sluice_backend *b,
                                        const struct sluice_run_desc *d, struct sluice_run_result *r)
 {
@@ -134,7 +158,7 @@ SLUICE_INLINE int sluice__run_admitted(const struct sluice_engine *e,
         status = d->ops->prepare(d->ctx);
         r->prepare_ns = sluice_clock_now(&e->clock) - t0;
         if (status != SLUICE_OK)
-            return status;
+            return sluice__run_client_failed(r, SLUICE_STAGE_PREPARE, status);
     }
     struct sluice_generation gen;
     gen.backend = b->id;
@@ -149,8 +173,10 @@ SLUICE_INLINE int sluice__run_admitted(const struct sluice_engine *e,
             return status;
         bool repair = false;
         status = d->ops->validate(d->ctx, attempt, &repair);
-        if (status == SLUICE_OK || !repair || attempt >= max_repairs)
-            return status;
+        if (status == SLUICE_OK)
+            return SLUICE_OK;
+        if (!repair || attempt >= max_repairs)
+            return sluice__run_client_failed(r, SLUICE_STAGE_VALIDATE, status);
     }
 }
 
@@ -158,10 +184,14 @@ SLUICE_INLINE int sluice__run_admitted(const struct sluice_engine *e,
  * Run one request on `engine` as `desc` describes and wait for its result.
  * Returns the run's status, also stored in result->status (result may be
  * NULL): SLUICE_OK, SLUICE_ECAPACITY (rejected: nothing was called and the
- * rest of *result is zero), SLUICE_EINVAL (bad desc or unknown backend ID),
- * SLUICE_ECANCELED, SLUICE_ETIMEDOUT, or a callback's error.
+ * rest of *result is zero), SLUICE_EINVAL (bad desc, unknown backend ID, or
+ * a deadline whose tv_nsec is outside [0, 1e9)), SLUICE_ECANCELED,
+ * SLUICE_ETIMEDOUT, SLUICE_ECLOSED (the engine or pool was closed: at
+ * admission, or while the run waited for a permit), or SLUICE_ECLIENT (a
+ * callback failed; result->client_status and ->client_stage say which and
+ * how).
  */
-SLUICE_INLINE int sluice_run(const struct sluice_engine *engine, const struct sluice_run_desc *desc,
+SLUICE_INLINE int sluice_run(struct sluice_engine *engine, const struct sluice_run_desc *desc,
                              struct sluice_run_result *result)
 {
     struct sluice_run_result r;

@@ -25,7 +25,8 @@
     X(ENOMEM, -ENOMEM, "out of memory")                                                            \
     X(EIO, -EIO, "input/output error")                                                             \
     X(ECAPACITY, -4000, "capacity full: no admission slot is free")                                \
-    X(ECLOSED, -4001, "closed: the object no longer accepts waiters")
+    X(ECLOSED, -4001, "closed: the object no longer accepts waiters")                              \
+    X(ECLIENT, -4002, "a client callback failed (its own code is in the result)")
 
 enum sluice_status {
 #define SLUICE__STATUS_ENUM(name, value, msg) SLUICE_##name = (value),

@@ -43,7 +43,7 @@ struct plan {
 struct worker {
     int id;
     uint64_t rng;
-    const struct sluice_engine *engine;
+    struct sluice_engine *engine;
     struct sluice_cancel token;
     _Atomic(int) armed; /* 0 idle, 1 the canceller may fire, 2 it is firing */
     struct plan plan;
@@ -134,13 +134,22 @@ static const struct sluice_run_ops fault_ops = {fault_prepare, fault_generate, f
 
 struct expectation {
     int status;
+    int client_status; /* with SLUICE_ECLIENT: the failing callback's code */
     int prepares, generations;
 };
+
+/* A callback's own failure: the run reports SLUICE_ECLIENT and keeps the code. */
+static struct expectation client_failed(struct expectation e, int code)
+{
+    e.status = SLUICE_ECLIENT;
+    e.client_status = code;
+    return e;
+}
 
 /* What the plan returns when nothing timing-dependent intervenes. */
 static struct expectation expected(const struct plan *p)
 {
-    struct expectation e = {SLUICE_OK, 0, 0};
+    struct expectation e = {SLUICE_OK, 0, 0, 0};
     bool fired = p->cancel_at == C_BEFORE;
     if (fired || p->deadline == D_PASSED) {
         e.status = fired ? SLUICE_ECANCELED : SLUICE_ETIMEDOUT;
@@ -148,10 +157,8 @@ static struct expectation expected(const struct plan *p)
     }
     e.prepares = 1;
     fired = p->cancel_at == C_IN_PREPARE;
-    if (p->prepare_fails) {
-        e.status = -ENOENT;
-        return e;
-    }
+    if (p->prepare_fails)
+        return client_failed(e, -ENOENT);
     for (int attempt = 0;; attempt++) {
         if (fired) {
             e.status = SLUICE_ECANCELED;
@@ -159,15 +166,11 @@ static struct expectation expected(const struct plan *p)
         }
         e.generations++;
         fired = fired || p->cancel_at == C_IN_GENERATE || p->cancel_at == C_IN_VALIDATE;
-        if (attempt == p->fail_attempt) {
-            e.status = -EIO;
-            return e;
-        }
+        if (attempt == p->fail_attempt)
+            return client_failed(e, -EIO);
         bool out_of_repairs = attempt < p->repairs_wanted && attempt >= (int)p->max_repairs;
-        if (p->repairs_wanted < 0 || out_of_repairs) {
-            e.status = -EBADMSG;
-            return e;
-        }
+        if (p->repairs_wanted < 0 || out_of_repairs)
+            return client_failed(e, -EBADMSG);
         if (attempt >= p->repairs_wanted)
             return e;
     }
@@ -192,7 +195,7 @@ static long check_run(struct worker *w, const struct sluice_run_result *r)
     }
     bad += (int)r->generations != w->generations;
     bad += r->generations > 1 + p->max_repairs;
-    if (r->status == e.status)
+    if (r->status == e.status && (e.status != SLUICE_ECLIENT || r->client_status == e.client_status))
         return bad + (w->generations != e.generations) + (w->prepares != e.prepares);
     /* Only a timing-dependent fault may end the run differently, with its identity. */
     bool external_fired = p->cancel_at == C_EXTERNAL && sluice_cancel_fired(&w->token);
@@ -250,7 +253,7 @@ static void *canceller_main(void *arg)
     if (!limited)
         return NULL;
     while (!atomic_load(&stop_canceller)) {
-        uint32_t queued = sluice_pool_stats(limited).waiting;
+        uint32_t queued = sluice_pool_stats(limited).queued;
         max_queued = queued > max_queued ? queued : max_queued;
         struct worker *w = &workers[test_rand(&rng) % WORKERS];
         if (test_rand(&rng) % 4 == 0)

@@ -58,7 +58,7 @@ static void client_init(struct client *c, enum sluice_outcome outcome, int64_t r
 }
 
 struct runner {
-    const struct sluice_engine *engine;
+    struct sluice_engine *engine;
     struct sluice_run_desc desc;
     struct sluice_run_result result;
     pthread_t tid;
@@ -72,7 +72,7 @@ static void *runner_main(void *arg)
     return NULL;
 }
 
-static void runner_start(struct runner *r, const struct sluice_engine *e, const char *backend,
+static void runner_start(struct runner *r, struct sluice_engine *e, const char *backend,
                          struct client *c)
 {
     memset(r, 0, sizeof *r);
@@ -84,7 +84,7 @@ static void runner_start(struct runner *r, const struct sluice_engine *e, const 
 }
 
 /* One run on this thread through a client that never parks. */
-static int run_once(const struct sluice_engine *e, const char *backend,
+static int run_once(struct sluice_engine *e, const char *backend,
                     enum sluice_outcome outcome, int64_t retry_after_ns,
                     struct sluice_run_result *result)
 {
@@ -180,7 +180,7 @@ static const char *line_of(struct world *w, const char *node, char *buf, size_t 
 
 static uint32_t limit_of(struct world *w, const char *backend)
 {
-    struct sluice_gate *gate = sluice_pool_gate(sluice_engine_pool(w->engine, backend));
+    struct sluice_gate *gate = sluice__pool_gate(sluice_engine_pool(w->engine, backend));
     cr_assert_not_null(gate);
     uint32_t gate_limit = gate ? sluice_gate_limit(gate) : 0;
     struct sluice_pool *p = sluice_engine_pool(w->engine, backend);
@@ -217,7 +217,7 @@ static void wave(struct world *w, const char *backend, enum sluice_outcome outco
     for (uint32_t i = 0; i < n; i++) {
         pthread_join(r[i].tid, NULL);
         cr_assert_eq(r[i].result.status,
-                     outcome == SLUICE_OUTCOME_OVERLOAD ? SLUICE_EAGAIN : SLUICE_OK);
+                     outcome == SLUICE_OUTCOME_OVERLOAD ? SLUICE_ECLIENT : SLUICE_OK);
     }
     advance(w, 60 * SEC);
     sluice_engine_poll(w->engine);
@@ -284,7 +284,7 @@ Test(adaptive, an_overload_reported_by_a_run_backs_the_limit_off_once_per_burst)
     world_create(&w, b, 1);
     advance(&w, SEC);
     struct sluice_run_result r;
-    cr_assert_eq(run_once(w.engine, "cloud:a", SLUICE_OUTCOME_OVERLOAD, 0, &r), SLUICE_EAGAIN);
+    cr_assert_eq(run_once(w.engine, "cloud:a", SLUICE_OUTCOME_OVERLOAD, 0, &r), SLUICE_ECLIENT);
     cr_assert_eq(r.last.outcome, SLUICE_OUTCOME_OVERLOAD);
     cr_assert_eq(limit_of(&w, "cloud:a"), 9, "cut to 10 x 0.9 at once");
     struct sluice_discovery_status st = status_of(&w, "cloud:a");
@@ -340,7 +340,7 @@ Test(adaptive, call_end_feeds_discovery_before_the_permit_moves_on)
     cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &b), SLUICE_OK);
     struct beginner third = {.pool = p, .status = -1};
     pthread_create(&third.tid, NULL, beginner_main, &third);
-    while (sluice_pool_stats(p).waiting < 1)
+    while (sluice_pool_stats(p).queued < 1)
         sched_yield();
     fake_clock_advance(&fc, SEC);
     /* The 429 cuts 2 -> 1 before its permit is released, so the release
@@ -348,7 +348,7 @@ Test(adaptive, call_end_feeds_discovery_before_the_permit_moves_on)
     sluice_pool_call_end(p, &a, SLUICE_OUTCOME_OVERLOAD, 0);
     struct sluice_pool_counts c = sluice_pool_stats(p);
     cr_assert_eq(c.active, 1);
-    cr_assert_eq(c.waiting, 1, "the queued call was admitted past the cut");
+    cr_assert_eq(c.queued, 1, "the queued call was admitted past the cut");
     cr_assert_eq(c.in_flight, 1);
     sluice_pool_call_end(p, &b, SLUICE_OUTCOME_OK, 0);
     pthread_join(third.tid, NULL);
@@ -426,7 +426,7 @@ Test(adaptive, clear_resets_only_that_node_and_drops_its_stored_lock)
     advance(&w, SEC);
     latch_open(&c.latch);
     pthread_join(inflight.tid, NULL);
-    cr_assert_eq(inflight.result.status, SLUICE_EAGAIN);
+    cr_assert_eq(inflight.result.status, SLUICE_ECLIENT);
     cr_assert_eq(inflight.result.generations, 1);
     cr_assert_eq(limit_of(&w, "cloud:a"), 4);
     cr_assert_eq(sluice_event_ring_count(sluice_engine_events(w.engine, "cloud:a")), a_events);
@@ -507,7 +507,7 @@ static struct sluice_engine *hold_engine(struct sluice_discovery_desc *disc)
     return e;
 }
 
-static int64_t hold_of(const struct sluice_engine *e)
+static int64_t hold_of(struct sluice_engine *e)
 {
     return sluice_discovery_hold_until(sluice_pool_discovery(sluice_engine_pool(e, "cloud:h")));
 }
@@ -517,7 +517,7 @@ Test(adaptive, a_retry_after_hold_makes_the_next_call_wait_until_it_ends, .timeo
     struct sluice_discovery_desc disc = {.jumpstart = 4};
     struct sluice_engine *e = hold_engine(&disc);
     struct sluice_run_result r;
-    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, 30 * MS, &r), SLUICE_EAGAIN);
+    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, 30 * MS, &r), SLUICE_ECLIENT);
     int64_t hold = hold_of(e);
     cr_assert_gt(hold, 0, "the 429's Retry-After set a hold");
     struct client c;
@@ -536,7 +536,7 @@ Test(adaptive, a_deadline_shorter_than_the_hold_times_out_without_calling_the_cl
     struct sluice_discovery_desc disc = {.jumpstart = 4};
     struct sluice_engine *e = hold_engine(&disc);
     struct sluice_run_result r;
-    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, 30 * SEC, &r), SLUICE_EAGAIN);
+    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, 30 * SEC, &r), SLUICE_ECLIENT);
     struct client c;
     client_init(&c, SLUICE_OUTCOME_OK, 0, true);
     struct timespec deadline = deadline_in(20 * MS);
@@ -557,7 +557,7 @@ Test(adaptive, a_call_waiting_out_an_endless_hold_sleeps_until_its_deadline, .ti
     struct sluice_discovery_desc disc = {.jumpstart = 4, .retry_after_max_ns = INT64_MAX};
     struct sluice_engine *e = hold_engine(&disc);
     struct sluice_run_result r;
-    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, INT64_MAX, &r), SLUICE_EAGAIN);
+    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, INT64_MAX, &r), SLUICE_ECLIENT);
     cr_assert_eq(hold_of(e), INT64_MAX);
     struct client c;
     client_init(&c, SLUICE_OUTCOME_OK, 0, true);
@@ -580,7 +580,7 @@ static void start_held_run(struct sluice_engine *e, struct runner *held, struct 
                            struct sluice_cancel *token)
 {
     struct sluice_run_result r;
-    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, 30 * SEC, &r), SLUICE_EAGAIN);
+    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, 30 * SEC, &r), SLUICE_ECLIENT);
     client_init(c, SLUICE_OUTCOME_OK, 0, true);
     memset(held, 0, sizeof *held);
     held->engine = e;
@@ -590,11 +590,11 @@ static void start_held_run(struct sluice_engine *e, struct runner *held, struct 
     held->desc.cancel = token;
     pthread_create(&held->tid, NULL, runner_main, held);
     struct sluice_pool *p = sluice_engine_pool(e, "cloud:h");
-    while (sluice_pool_stats(p).waiting < 1)
+    while (sluice_pool_stats(p).queued < 1)
         sched_yield();
     struct sluice_pool_counts counts = sluice_pool_stats(p);
     cr_assert_eq(counts.in_flight, 0, "a call waiting out a hold is not in flight");
-    cr_assert_eq(sluice_gate_stats(sluice_pool_gate(p)).waiting, 0, "it holds its permit");
+    cr_assert_eq(sluice_gate_stats(sluice__pool_gate(p)).waiting, 0, "it holds its permit");
     struct sluice_discovery_status st;
     sluice_engine_status(e, "cloud:h", &st);
     cr_assert_eq(st.in_flight, 0);
@@ -618,22 +618,248 @@ Test(adaptive, a_fired_token_ends_a_hold_wait_with_ecanceled, .timeout = 20)
     sluice_engine_destroy(e);
 }
 
-Test(adaptive, clear_lifts_a_hold_and_wakes_the_calls_waiting_it_out, .timeout = 20)
+Test(adaptive, clear_keeps_a_live_retry_after_hold_and_the_calls_waiting_it_out, .timeout = 20)
 {
     struct sluice_discovery_desc disc = {.jumpstart = 4};
     struct sluice_engine *e = hold_engine(&disc);
+    struct sluice_cancel token;
+    sluice_cancel_init(&token);
+    struct runner held;
+    struct client c;
+    start_held_run(e, &held, &c, &token);
+    int64_t hold = hold_of(e);
+    cr_assert_eq(sluice_engine_clear(e, "cloud:h"), SLUICE_OK);
+    cr_assert_eq(hold_of(e), hold, "the provider's Retry-After outlives a clear");
+    struct sluice_discovery_status st;
+    sluice_engine_status(e, "cloud:h", &st);
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_PROBING, "the clear itself happened");
+    struct sluice_event last;
+    cr_assert(sluice_event_ring_last(sluice_engine_events(e, "cloud:h"), &last));
+    cr_assert_eq(last.kind, SLUICE_EVENT_CLEAR);
+    cr_assert_eq(last.in_flight, st.in_flight,
+                 "events and status count in flight alike: the held call has not started");
+    cr_assert_eq(last.in_flight, 0);
+    /* Had the clear woken it, the held call would reach the client at once. */
+    struct timespec pause = {0, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    cr_assert_eq(atomic_load(&c.calls), 0, "a clear sent a held call into the provider's hold");
+    cr_assert_eq(sluice_pool_stats(sluice_engine_pool(e, "cloud:h")).queued, 1);
+    sluice_cancel_fire(&token);
+    pthread_join(held.tid, NULL);
+    cr_assert_eq(held.result.status, SLUICE_ECANCELED);
+    assert_capacity_intact(sluice_engine_pool(e, "cloud:h"));
+    sluice_engine_destroy(e);
+}
+
+/* An async call: counts its callbacks, keeps the last status. */
+struct held_async {
+    struct sluice_pool_waiter w;
+    _Atomic(int) calls;
+    _Atomic(int) status;
+};
+
+static void held_async_cb(struct sluice_pool_waiter *w, int status)
+{
+    struct held_async *h = (struct held_async *)w->data;
+    atomic_store(&h->status, status);
+    atomic_fetch_add(&h->calls, 1);
+}
+
+Test(adaptive, async_calls_wait_out_a_retry_after_hold_until_a_poll_after_it_ends, .timeout = 20)
+{
+    struct sluice_discovery_desc disc = {.jumpstart = 4};
+    struct sluice_engine *e = hold_engine(&disc);
+    struct sluice_pool *p = sluice_engine_pool(e, "cloud:h");
+    struct sluice_run_result r;
+    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OVERLOAD, 50 * MS, &r), SLUICE_ECLIENT);
+    int64_t hold = sluice_pool_hold_until(p);
+    cr_assert_gt(hold, sluice_monotonic_ns(), "a hold is in force");
+    struct held_async a = {.w = {.cb = held_async_cb, .data = &a}};
+    struct held_async b = {.w = {.cb = held_async_cb, .data = &b}};
+    sluice_pool_call_begin_async(p, &a.w);
+    sluice_pool_call_begin_async(p, &b.w);
+    sluice_pool_poll(p);
+    cr_assert_eq(atomic_load(&a.calls), 0, "granted a permit, but the hold is not over");
+    struct sluice_pool_counts c = sluice_pool_stats(p);
+    cr_assert_eq(c.queued, 2, "calls waiting out a hold count as queued");
+    cr_assert_eq(c.in_flight, 0);
+    cr_assert_eq(sluice_pool_call_cancel_async(p, &b.w), SLUICE_OK, "withdrawn during the hold");
+    cr_assert_eq(atomic_load(&b.status), SLUICE_ECANCELED);
+    while (sluice_monotonic_ns() < hold)
+        sched_yield();
+    sluice_pool_poll(p);
+    cr_assert_eq(atomic_load(&a.calls), 1);
+    cr_assert_eq(atomic_load(&a.status), SLUICE_OK);
+    cr_assert_geq(a.w.call.start_ns, hold, "started only once the hold was over");
+    cr_assert_gt(a.w.call.queued_ns, 0, "the hold counts as queueing");
+    cr_assert_eq(sluice_pool_stats(p).in_flight, 1);
+    sluice_pool_call_end(p, &a.w.call, SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(atomic_load(&b.calls), 1, "one callback each");
+    assert_capacity_intact(p);
+    sluice_engine_destroy(e);
+}
+
+Test(adaptive, closing_the_engine_settles_calls_waiting_out_a_hold_with_eclosed, .timeout = 20)
+{
+    struct sluice_discovery_desc disc = {.jumpstart = 4};
+    struct sluice_engine *e = hold_engine(&disc);
+    struct sluice_pool *p = sluice_engine_pool(e, "cloud:h");
     struct runner held;
     struct client c;
     start_held_run(e, &held, &c, NULL);
-    int64_t hold = hold_of(e);
-    cr_assert_eq(sluice_engine_clear(e, "cloud:h"), SLUICE_OK);
-    cr_assert_eq(hold_of(e), 0, "the clear dropped the hold");
+    struct held_async a = {.w = {.cb = held_async_cb, .data = &a}};
+    sluice_pool_call_begin_async(p, &a.w);
+    cr_assert_eq(sluice_pool_stats(p).queued, 2);
+    sluice_engine_close(e);
     pthread_join(held.tid, NULL);
-    cr_assert_eq(held.result.status, SLUICE_OK);
-    cr_assert_eq(atomic_load(&c.calls), 1);
-    cr_assert_lt(atomic_load(&c.entered_ns), hold, "the call waited for the old hold");
-    assert_capacity_intact(sluice_engine_pool(e, "cloud:h"));
+    cr_assert_eq(held.result.status, SLUICE_ECLOSED, "got %s", sluice_status_name(held.result.status));
+    cr_assert_eq(atomic_load(&c.calls), 0);
+    cr_assert_eq(atomic_load(&a.status), SLUICE_ECLOSED);
+    cr_assert_eq(atomic_load(&a.calls), 1);
+    struct sluice_pool_counts counts = sluice_pool_stats(p);
+    cr_assert_eq(counts.queued, 0);
+    cr_assert_eq(counts.admitted, 0);
+    cr_assert_eq(sluice_gate_stats(sluice__pool_gate(p)).in_flight, 0, "every permit came back");
+    struct sluice_run_result r;
+    cr_assert_eq(run_once(e, "cloud:h", SLUICE_OUTCOME_OK, 0, &r), SLUICE_ECLOSED);
     sluice_engine_destroy(e);
+}
+
+/* ---- admission follows the discovered limit ---------------------------------------- */
+
+Test(adaptive, admission_capacity_is_the_current_limit_plus_waiting)
+{
+    struct world w;
+    world_init(&w);
+    struct sluice_discovery_desc disc = {.jumpstart = 5};
+    struct sluice_backend_desc b[] = {
+        {.id = "cloud:a", .active = 64, .waiting = SLUICE_SOME(0), .discovery = &disc},
+        {.id = "cloud:q", .active = 64, .waiting = SLUICE_SOME(3), .discovery = &disc}};
+    world_create(&w, b, 2);
+    struct sluice_pool *a = sluice_engine_pool(w.engine, "cloud:a");
+    uint32_t n = 0;
+    while (n < 100 && sluice_pool_admit(a) == SLUICE_OK)
+        n++;
+    cr_assert_eq(n, 5, "waiting = 0 admits no backlog beyond the limit in force, got %u", n);
+    struct sluice_pool *q = sluice_engine_pool(w.engine, "cloud:q");
+    uint32_t m = 0;
+    while (m < 100 && sluice_pool_admit(q) == SLUICE_OK)
+        m++;
+    cr_assert_eq(m, 8, "limit 5 + waiting 3");
+    /* A cut never evicts admitted runs; it only refuses new ones until they leave. */
+    cr_assert_eq(sluice_gate_set_limit(sluice__pool_gate(q), 2), SLUICE_OK); /* as a cut would */
+    cr_assert_eq(sluice_pool_stats(q).admitted, 8);
+    cr_assert_eq(sluice_pool_admit(q), SLUICE_ECAPACITY);
+    for (uint32_t i = 0; i < 3; i++)
+        sluice_pool_leave(q);
+    cr_assert_eq(sluice_pool_admit(q), SLUICE_ECAPACITY, "5 admitted, capacity 2 + 3 = 5");
+    sluice_pool_leave(q);
+    cr_assert_eq(sluice_pool_admit(q), SLUICE_OK);
+    for (uint32_t i = 0; i < 5; i++)
+        sluice_pool_leave(q);
+    for (uint32_t i = 0; i < n; i++)
+        sluice_pool_leave(a);
+    world_destroy(&w);
+}
+
+/* ---- effects run off the permit path ------------------------------------------------- */
+
+struct slow_store {
+    struct sluice_memstore *mem;
+    struct sluice_store_ops inner;
+    _Atomic(int) saving; /* a save is sleeping right now */
+    _Atomic(int) saves;
+};
+
+static int slow_save(void *ctx, const char *node, const struct sluice_lock_record *rec)
+{
+    struct slow_store *s = (struct slow_store *)ctx;
+    atomic_store(&s->saving, 1);
+    struct timespec nap = {0, 300 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    atomic_fetch_add(&s->saves, 1);
+    atomic_store(&s->saving, 0);
+    return s->inner.save(s->inner.ctx, node, rec);
+}
+
+static int slow_load(void *ctx, const char *node, struct sluice_lock_record *out)
+{
+    struct slow_store *s = (struct slow_store *)ctx;
+    return s->inner.load(s->inner.ctx, node, out);
+}
+
+static int slow_clear(void *ctx, const char *node)
+{
+    struct slow_store *s = (struct slow_store *)ctx;
+    return s->inner.clear(s->inner.ctx, node);
+}
+
+struct ender {
+    struct sluice_pool *pool;
+    struct sluice_call call;
+    _Atomic(int64_t) returned_ns;
+    pthread_t tid;
+};
+
+static void *ender_main(void *arg)
+{
+    struct ender *en = (struct ender *)arg;
+    sluice_pool_call_end(en->pool, &en->call, SLUICE_OUTCOME_OK, 0);
+    atomic_store(&en->returned_ns, sluice_monotonic_ns());
+    return NULL;
+}
+
+Test(adaptive, a_slow_store_never_delays_the_permit_hand_off_or_a_clear, .timeout = 30)
+{
+    struct world w;
+    world_init(&w);
+    struct slow_store slow = {.mem = w.store, .inner = w.store_ops};
+    struct sluice_store_ops ops = {slow_load, slow_save, slow_clear, &slow};
+    w.store_ops = ops;
+    /* max_limit 1 and no congestion: the first stable window locks, and saves. */
+    struct sluice_discovery_desc disc = {.jumpstart = 1, .max_limit = 1, .policy = &w.policy.base};
+    struct sluice_backend_desc b[] = {{.id = "cloud:s", .active = 1, .discovery = &disc}};
+    world_create(&w, b, 1);
+    struct sluice_pool *p = sluice_engine_pool(w.engine, "cloud:s");
+    /* One call teaches discovery its latency and schedules the first window,
+     * which the next call_end will close (and lock, then save). */
+    struct sluice_call call;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+    advance(&w, SEC);
+    sluice_pool_call_end(p, &call, SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(status_of(&w, "cloud:s").state, SLUICE_DISCOVERY_PROBING);
+
+    struct ender en = {.pool = p};
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &en.call), SLUICE_OK);
+    advance(&w, SEC);
+    /* The next call queues behind it; the window closes (and locks) in call_end. */
+    struct runner next;
+    struct client c;
+    client_init(&c, SLUICE_OUTCOME_OK, 0, true);
+    runner_start(&next, w.engine, "cloud:s", &c);
+    while (sluice_pool_stats(p).queued < 1)
+        sched_yield();
+    advance(&w, 60 * SEC); /* past the window's close */
+    int64_t t0 = sluice_monotonic_ns();
+    pthread_create(&en.tid, NULL, ender_main, &en);
+    wait_for_count(&c.calls, 1);
+    int64_t handed = sluice_monotonic_ns() - t0;
+    cr_assert_lt(handed, 100 * MS, "the next call got its permit %lld ms after call_end began",
+                 (long long)(handed / MS));
+    while (!atomic_load(&slow.saving) && !atomic_load(&slow.saves))
+        sched_yield();
+    cr_assert_eq(status_of(&w, "cloud:s").state, SLUICE_DISCOVERY_LOCKED);
+    int64_t c0 = sluice_monotonic_ns();
+    cr_assert_eq(sluice_engine_clear(w.engine, "cloud:s"), SLUICE_OK);
+    int64_t clear_ns = sluice_monotonic_ns() - c0;
+    cr_assert_lt(clear_ns, 100 * MS, "clear waited %lld ms for another thread's save",
+                 (long long)(clear_ns / MS));
+    pthread_join(en.tid, NULL);
+    pthread_join(next.tid, NULL);
+    cr_assert_eq(next.result.status, SLUICE_OK);
+    cr_assert_eq(atomic_load(&slow.saves), 1);
+    cr_assert_eq(world_stored_ceiling(&w, "cloud:s"), 0, "the later clear won over the earlier save");
+    world_destroy(&w);
 }
 
 /* ---- configuration ------------------------------------------------------------ */
@@ -660,6 +886,8 @@ Test(adaptive, invalid_discovery_configuration_fails_naming_the_field)
     struct sluice_allocator alloc = {NULL, NULL, NULL};
     struct sluice_policy_fixed fixed;
     sluice_policy_fixed_init(&fixed, NULL, NULL);
+    struct sluice_policy_discover never_initialised;
+    memset(&never_initialised, 0, sizeof never_initialised);
     struct sluice_store_ops no_clear = sluice_memstore_ops(NULL);
     no_clear.clear = NULL;
     char long_id[SLUICE_NODE_ID_MAX + 1];
@@ -689,6 +917,8 @@ Test(adaptive, invalid_discovery_configuration_fails_naming_the_field)
     CASE(disc.clock = &clock, "backends[1].discovery.clock must be NULL");
     CASE(disc.allocator = &alloc, "backends[1].discovery.allocator must be NULL");
     CASE(disc.policy = &fixed.base, "backends[1].discovery.policy is not adaptive");
+    CASE(disc.policy = &never_initialised.base,
+         "backends[1].discovery.policy was never initialised");
     CASE(b[1].id = long_id, "backends[1].id is 128 bytes, above the maximum 127 for an adaptive");
     CASE(d.store = &no_clear, "store needs load, save and clear callbacks");
 #undef CASE
@@ -723,7 +953,7 @@ static void check_adaptive_engine_allocates_only_in_create(void *obj, struct cou
     long calls = c->calls;
     /* Nothing after create allocates: runs, samples, clear, status, events. */
     struct sluice_run_result r;
-    cr_assert_eq(run_once(e, "cloud:b", SLUICE_OUTCOME_OVERLOAD, 0, &r), SLUICE_EAGAIN);
+    cr_assert_eq(run_once(e, "cloud:b", SLUICE_OUTCOME_OVERLOAD, 0, &r), SLUICE_ECLIENT);
     cr_assert_eq(run_once(e, "cloud:a", SLUICE_OUTCOME_OK, 0, &r), SLUICE_OK);
     cr_assert_eq(sluice_engine_clear(e, "cloud:a"), SLUICE_OK);
     char line[64];

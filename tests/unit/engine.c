@@ -97,7 +97,7 @@ Test(engine, consumer_backends_are_unlimited_unless_they_set_active)
     struct sluice_backend_desc b[] = {{.id = "free"}};
     struct sluice_engine *e = make_engine(b, 1);
     struct sluice_pool *p = sluice_engine_pool(e, "free");
-    cr_assert_null(sluice_pool_gate(p));
+    cr_assert_null(sluice__pool_gate(p));
     cr_assert_eq(admission_capacity(p, 20000), 20000);
     sluice_engine_destroy(e);
 }
@@ -120,7 +120,7 @@ Test(engine, runs_without_a_backend_id_resolve_to_an_unlimited_endpoint_only_poo
     const struct sluice_backend *b = sluice_engine_find(e, NULL);
     cr_assert_not_null(b);
     cr_assert_null(b->id);
-    cr_assert_null(sluice_pool_gate(b->pool));
+    cr_assert_null(sluice__pool_gate(b->pool));
     cr_assert_neq(b->pool, sluice_engine_pool(e, "openrouter"));
     sluice_engine_destroy(e);
 }
@@ -270,4 +270,21 @@ Test(engine, a_duplicate_found_after_allocation_leaks_nothing)
     struct sluice_engine *e;
     cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_EINVAL);
     cr_assert_eq(c.live, 0);
+}
+
+Test(engine, an_allocator_with_only_one_of_alloc_and_free_is_refused)
+{
+    struct counting_alloc c = {.fail_at = -1};
+    struct sluice_allocator half = counting_allocator(&c);
+    half.free = NULL;
+    char err[256];
+    struct sluice_engine *e = (struct sluice_engine *)1;
+    struct sluice_engine_desc d = {.allocator = &half, .error = err, .error_size = sizeof err};
+    cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_EINVAL);
+    cr_assert_null(e);
+    cr_assert(strstr(err, "allocator sets only one of alloc and free"), "%s", err);
+    half = counting_allocator(&c);
+    half.alloc = NULL;
+    cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_EINVAL, "free without alloc too");
+    cr_assert_eq(c.calls, 0, "nothing was allocated through it");
 }

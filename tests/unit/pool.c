@@ -77,7 +77,7 @@ Test(pool, leave_makes_the_admission_usable_again)
 Test(pool, unlimited_pool_never_rejects_and_has_no_gate)
 {
     struct sluice_pool *p = make_pool(0, omitted);
-    cr_assert_null(sluice_pool_gate(p));
+    cr_assert_null(sluice__pool_gate(p));
     cr_assert_eq(admit_until_full(p, 100000), 100000);
     struct sluice_call calls[64];
     for (int i = 0; i < 64; i++)
@@ -138,12 +138,12 @@ Test(pool, call_begin_takes_a_permit_and_call_end_gives_it_back)
     cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
     cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &b), SLUICE_OK);
     cr_assert_eq(sluice_pool_stats(p).in_flight, 2);
-    cr_assert_eq(sluice_gate_tryacquire(sluice_pool_gate(p)), SLUICE_EAGAIN);
+    cr_assert_eq(sluice_gate_tryacquire(sluice__pool_gate(p)), SLUICE_EAGAIN);
     sluice_pool_call_end(p, &a, SLUICE_OUTCOME_OK, 0);
     sluice_pool_call_end(p, &b, SLUICE_OUTCOME_OK, 0);
     cr_assert_eq(sluice_pool_stats(p).in_flight, 0);
-    cr_assert_eq(sluice_gate_tryacquire(sluice_pool_gate(p)), SLUICE_OK);
-    cr_assert_eq(sluice_gate_tryacquire(sluice_pool_gate(p)), SLUICE_OK);
+    cr_assert_eq(sluice_gate_tryacquire(sluice__pool_gate(p)), SLUICE_OK);
+    cr_assert_eq(sluice_gate_tryacquire(sluice__pool_gate(p)), SLUICE_OK);
     sluice_pool_destroy(p);
 }
 
@@ -204,7 +204,7 @@ static void queue_waiters(struct waiter *w, pthread_t *tids, int n, struct sluic
         w[i].order = -1;
         sluice_cancel_init(&w[i].cancel);
         pthread_create(&tids[i], NULL, wait_for_permit, &w[i]);
-        while (sluice_pool_stats(p).waiting < (uint32_t)i + 1)
+        while (sluice_pool_stats(p).queued < (uint32_t)i + 1)
             sched_yield();
     }
 }
@@ -240,14 +240,14 @@ Test(pool, a_cancelled_waiter_leaves_the_line_and_the_next_one_is_served)
     sluice_cancel_fire(&w[1].cancel);
     pthread_join(tids[1], NULL);
     cr_assert_eq(w[1].status, SLUICE_ECANCELED);
-    cr_assert_eq(sluice_pool_stats(p).waiting, 2);
+    cr_assert_eq(sluice_pool_stats(p).queued, 2);
     sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
     pthread_join(tids[0], NULL);
     pthread_join(tids[2], NULL);
     cr_assert_eq(w[0].order, 0);
     cr_assert_eq(w[2].order, 1);
     cr_assert_eq(sluice_pool_stats(p).in_flight, 0);
-    cr_assert_eq(sluice_gate_tryacquire(sluice_pool_gate(p)), SLUICE_OK, "no permit was lost");
+    cr_assert_eq(sluice_gate_tryacquire(sluice__pool_gate(p)), SLUICE_OK, "no permit was lost");
     sluice_pool_destroy(p);
 }
 
@@ -259,9 +259,9 @@ Test(pool, deadline_expiry_while_queued_returns_etimedout_holding_nothing)
     struct timespec dl = deadline_in(2 * SLUICE_NS_PER_MS);
     cr_assert_eq(sluice_pool_call_begin(p, &dl, NULL, &late), SLUICE_ETIMEDOUT);
     cr_assert_eq(sluice_pool_stats(p).in_flight, 1);
-    cr_assert_eq(sluice_pool_stats(p).waiting, 0);
+    cr_assert_eq(sluice_pool_stats(p).queued, 0);
     sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
-    cr_assert_eq(sluice_gate_tryacquire(sluice_pool_gate(p)), SLUICE_OK, "no permit was lost");
+    cr_assert_eq(sluice_gate_tryacquire(sluice__pool_gate(p)), SLUICE_OK, "no permit was lost");
     sluice_pool_destroy(p);
 }
 
@@ -317,7 +317,7 @@ Test(pool, every_admitted_run_can_queue_at_once_and_each_wait_honours_its_token)
     pthread_t tids[WAITING];
     _Atomic(int) next_grant = 0;
     queue_waiters(w, tids, WAITING, p, &next_grant);
-    cr_assert_eq(sluice_pool_stats(p).waiting, WAITING);
+    cr_assert_eq(sluice_pool_stats(p).queued, WAITING);
     for (int i = 0; i < WAITING; i++)
         sluice_cancel_fire(&w[i].cancel);
     for (int i = 0; i < WAITING; i++) {
@@ -328,7 +328,7 @@ Test(pool, every_admitted_run_can_queue_at_once_and_each_wait_honours_its_token)
         sluice_pool_call_end(p, &holders[i], SLUICE_OUTCOME_OK, 0);
     leave_n(p, ACTIVE + WAITING);
     struct sluice_pool_counts c = sluice_pool_stats(p);
-    cr_assert_eq(c.admitted + c.in_flight + c.waiting, 0);
+    cr_assert_eq(c.admitted + c.in_flight + c.queued, 0);
     sluice_pool_destroy(p);
 }
 
@@ -374,7 +374,7 @@ Test(pool, stats_report_admitted_in_flight_waiting_and_both_limits)
     struct sluice_pool_counts c = sluice_pool_stats(p);
     cr_assert_eq(c.admitted, 3);
     cr_assert_eq(c.in_flight, 1);
-    cr_assert_eq(c.waiting, 1);
+    cr_assert_eq(c.queued, 1);
     cr_assert_eq(c.active, 1);
     cr_assert_eq(c.waiting_capacity, 5);
     sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
@@ -386,12 +386,198 @@ Test(pool, stats_report_admitted_in_flight_waiting_and_both_limits)
 Test(pool, a_limit_set_on_the_pool_gate_governs_later_calls)
 {
     struct sluice_pool *p = make_pool(4, omitted);
-    cr_assert_eq(sluice_gate_set_limit(sluice_pool_gate(p), 1), SLUICE_OK);
+    cr_assert_eq(sluice_gate_set_limit(sluice__pool_gate(p), 1), SLUICE_OK);
     cr_assert_eq(sluice_pool_stats(p).active, 1);
     struct sluice_call a, b;
     cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
     struct timespec past = deadline_in(SLUICE_NS_PER_MS);
     cr_assert_eq(sluice_pool_call_begin(p, &past, NULL, &b), SLUICE_ETIMEDOUT);
     sluice_pool_call_end(p, &a, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
+/* ---- the async call path ----------------------------------------------------- */
+
+/* An async call that records its callback and, when told, ends its call at once. */
+struct async_call {
+    struct sluice_pool_waiter w;
+    int calls;       /* callback invocations */
+    int status;      /* the last one's status */
+    int order;       /* start order among OK callbacks */
+    bool end_inline; /* call_end from inside the callback */
+    _Atomic(int) *next_start;
+};
+
+static void async_cb(struct sluice_pool_waiter *w, int status)
+{
+    struct async_call *a = (struct async_call *)w->data;
+    a->calls++;
+    a->status = status;
+    if (status == SLUICE_OK) {
+        a->order = atomic_fetch_add(a->next_start, 1);
+        if (a->end_inline)
+            sluice_pool_call_end(w->sluice__pool, &w->call, SLUICE_OUTCOME_OK, 0);
+    }
+}
+
+static void async_init(struct async_call *a, _Atomic(int) *next_start, bool end_inline)
+{
+    memset(a, 0xA5, sizeof *a); /* the pool owns every field but cb and data */
+    a->w.cb = async_cb;
+    a->w.data = a;
+    a->calls = 0;
+    a->status = 1;
+    a->order = -1;
+    a->end_inline = end_inline;
+    a->next_start = next_start;
+}
+
+Test(pool, async_calls_join_the_fifo_line_with_blocking_calls_and_call_back_exactly_once)
+{
+    enum { N = 5 };
+    struct sluice_pool *p = make_pool(1, omitted);
+    _Atomic(int) next_start = 0;
+    struct async_call first;
+    async_init(&first, &next_start, false);
+    sluice_pool_call_begin_async(p, &first.w);
+    cr_assert_eq(first.calls, 1, "a free permit is granted inline");
+    cr_assert_eq(first.status, SLUICE_OK);
+    cr_assert_eq(sluice_pool_stats(p).in_flight, 1, "an async call counts as in flight");
+    struct async_call a[N];
+    for (int i = 0; i < N; i++) {
+        async_init(&a[i], &next_start, true);
+        sluice_pool_call_begin_async(p, &a[i].w);
+        cr_assert_eq(a[i].calls, 0);
+    }
+    cr_assert_eq(sluice_pool_stats(p).queued, N);
+    sluice_pool_call_end(p, &first.w.call, SLUICE_OUTCOME_OK, 0);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(a[i].calls, 1, "call %d called back %d times", i, a[i].calls);
+        cr_assert_eq(a[i].status, SLUICE_OK);
+        cr_assert_eq(a[i].order, i + 1, "call %d started %d-th", i, a[i].order);
+    }
+    struct sluice_pool_counts c = sluice_pool_stats(p);
+    cr_assert_eq(c.in_flight, 0, "call_end balanced every async start (no underflow)");
+    cr_assert_eq(c.queued, 0);
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+}
+
+Test(pool, cancel_async_withdraws_a_queued_call_and_says_eagain_once_it_started)
+{
+    struct sluice_pool *p = make_pool(1, omitted);
+    _Atomic(int) next_start = 0;
+    struct async_call holder, queued, after;
+    async_init(&holder, &next_start, false);
+    async_init(&queued, &next_start, false);
+    async_init(&after, &next_start, false);
+    sluice_pool_call_begin_async(p, &holder.w);
+    sluice_pool_call_begin_async(p, &queued.w);
+    sluice_pool_call_begin_async(p, &after.w);
+    cr_assert_eq(sluice_pool_call_cancel_async(p, &queued.w), SLUICE_OK);
+    cr_assert_eq(queued.calls, 1);
+    cr_assert_eq(queued.status, SLUICE_ECANCELED);
+    cr_assert_eq(sluice_pool_call_cancel_async(p, &holder.w), SLUICE_EAGAIN, "it already started");
+    cr_assert_eq(holder.calls, 1, "no second callback");
+    sluice_pool_call_end(p, &holder.w.call, SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(after.status, SLUICE_OK, "the withdrawn call left the line");
+    cr_assert_eq(queued.calls, 1, "the withdrawn call was never granted");
+    sluice_pool_call_end(p, &after.w.call, SLUICE_OUTCOME_OK, 0);
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+}
+
+Test(pool, async_calls_on_an_unlimited_pool_start_at_once)
+{
+    struct sluice_pool *p = make_pool(0, omitted);
+    _Atomic(int) next_start = 0;
+    struct async_call a;
+    async_init(&a, &next_start, false);
+    sluice_pool_call_begin_async(p, &a.w);
+    cr_assert_eq(a.status, SLUICE_OK);
+    cr_assert_eq(sluice_pool_stats(p).in_flight, 1);
+    cr_assert_eq(sluice_pool_call_cancel_async(p, &a.w), SLUICE_EAGAIN);
+    sluice_pool_call_end(p, &a.w.call, SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(sluice_pool_stats(p).in_flight, 0);
+    sluice_pool_destroy(p);
+}
+
+/* ---- close ---------------------------------------------------------------------- */
+
+Test(pool, close_refuses_new_runs_and_wakes_every_queued_call_with_eclosed, .timeout = 20)
+{
+    struct sluice_pool *p = make_pool(1, SLUICE_SOME(4));
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_OK);
+    struct sluice_call holder;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    struct waiter w[2] = {0};
+    pthread_t tids[2];
+    _Atomic(int) next_grant = 0;
+    queue_waiters(w, tids, 2, p, &next_grant);
+    _Atomic(int) next_start = 0;
+    struct async_call a;
+    async_init(&a, &next_start, false);
+    sluice_pool_call_begin_async(p, &a.w);
+    cr_assert_eq(sluice_pool_stats(p).queued, 3);
+
+    sluice_pool_close(p);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(tids[i], NULL);
+        cr_assert_eq(w[i].status, SLUICE_ECLOSED, "blocked call %d: %s", i,
+                     sluice_status_name(w[i].status));
+    }
+    cr_assert_eq(a.calls, 1);
+    cr_assert_eq(a.status, SLUICE_ECLOSED);
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_ECLOSED, "no new admission");
+    struct sluice_call late;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &late), SLUICE_ECLOSED);
+    struct async_call b;
+    async_init(&b, &next_start, false);
+    sluice_pool_call_begin_async(p, &b.w);
+    cr_assert_eq(b.status, SLUICE_ECLOSED, "a closed pool settles async calls inline");
+
+    struct sluice_pool_counts c = sluice_pool_stats(p);
+    cr_assert(c.closed);
+    cr_assert_eq(c.in_flight, 1, "the call in flight was not interrupted");
+    cr_assert_eq(c.queued, 0);
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_leave(p);
+    cr_assert_eq(sluice_pool_stats(p).admitted, 0);
+    sluice_pool_close(p); /* idempotent */
+    sluice_pool_destroy(p);
+}
+
+Test(pool, an_unlimited_pool_can_be_closed_too)
+{
+    struct sluice_pool *p = make_pool(0, omitted);
+    sluice_pool_close(p);
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_ECLOSED);
+    struct sluice_call call;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_ECLOSED);
+    sluice_pool_destroy(p);
+}
+
+/* ---- configuration messages ------------------------------------------------------- */
+
+Test(pool, create_failures_name_the_field_to_fix)
+{
+    char err[256];
+    struct sluice_pool *p = (struct sluice_pool *)1;
+    struct sluice_pool_desc d = {.waiting = SLUICE_SOME(3), .error = err, .error_size = sizeof err};
+    cr_assert_eq(sluice_pool_create(&d, &p), SLUICE_EINVAL);
+    cr_assert_null(p);
+    cr_assert_str_eq(err, "sluice_pool_desc.waiting set without an active limit (set "
+                          "sluice_pool_desc.active or drop waiting)");
+    struct counting_alloc counter = {.fail_at = -1};
+    struct sluice_allocator half = counting_allocator(&counter);
+    half.free = NULL;
+    d = (struct sluice_pool_desc){.active = 2, .allocator = &half, .error = err,
+                                  .error_size = sizeof err};
+    cr_assert_eq(sluice_pool_create(&d, &p), SLUICE_EINVAL, "alloc without free is refused");
+    cr_assert(strstr(err, "sluice_pool_desc.allocator"), "%s", err);
+    cr_assert_eq(counter.calls, 0, "nothing was allocated with it");
+    d.allocator = NULL;
+    cr_assert_eq(sluice_pool_create(&d, &p), SLUICE_OK);
+    cr_assert_str_eq(err, "", "success clears the message");
     sluice_pool_destroy(p);
 }

@@ -120,7 +120,7 @@ static struct sluice_run_desc desc_for(const char *backend, struct script *s)
 /* A run on its own thread. */
 struct run_thread {
     pthread_t tid;
-    const struct sluice_engine *engine;
+    struct sluice_engine *engine;
     struct sluice_run_desc desc;
     struct sluice_run_result result;
 };
@@ -132,7 +132,7 @@ static void *run_thread_main(void *arg)
     return NULL;
 }
 
-static void run_start(struct run_thread *t, const struct sluice_engine *e, struct sluice_run_desc d)
+static void run_start(struct run_thread *t, struct sluice_engine *e, struct sluice_run_desc d)
 {
     t->engine = e;
     t->desc = d;
@@ -141,7 +141,7 @@ static void run_start(struct run_thread *t, const struct sluice_engine *e, struc
 
 static void wait_for_queue(struct sluice_pool *p, uint32_t waiting)
 {
-    while (sluice_pool_stats(p).waiting < waiting)
+    while (sluice_pool_stats(p).queued < waiting)
         sched_yield();
 }
 
@@ -231,7 +231,7 @@ Test(run, explicit_zero_waiting_admits_exactly_active_runs_and_the_next_never_re
 }
 
 /* Every one of N runs is inside the client at once: would hang if anything limited them. */
-static void expect_unlimited(const struct sluice_engine *e, const char *backend)
+static void expect_unlimited(struct sluice_engine *e, const char *backend)
 {
     enum { N = 40 }; /* more than openrouter's 16 and any default */
     struct latch all_in = {0};
@@ -371,7 +371,8 @@ Test(run, max_repairs_bounds_repair_generations_and_defaults_to_one)
         struct sluice_run_desc d = desc_for("local", &s);
         d.max_repairs = limits[i];
         struct sluice_run_result r;
-        cr_assert_eq(sluice_run(e, &d, &r), -EBADMSG, "repairs ran out: validate's error");
+        cr_assert_eq(sluice_run(e, &d, &r), SLUICE_ECLIENT, "repairs ran out: validate failed");
+        cr_assert_eq(r.client_status, -EBADMSG, "validate's own error is kept");
         cr_assert_eq(r.generations, expect[i]);
     }
     assert_capacity_intact(sluice_engine_pool(e, "local"));
@@ -382,7 +383,7 @@ Test(run, max_repairs_bounds_repair_generations_and_defaults_to_one)
 static const struct sluice_run_ops injected_ops = {NULL, script_generate, NULL};
 
 struct limit_worker {
-    const struct sluice_engine *e;
+    struct sluice_engine *e;
     struct script *builtin, *injected;
     uint64_t seed;
     long runs;
@@ -518,6 +519,8 @@ struct failure_case {
     void (*arrange)(struct script *s, struct sluice_run_desc *d, struct sluice_cancel *token,
                     struct timespec *deadline);
     int status;
+    int client_status; /* with SLUICE_ECLIENT: the callback's own code */
+    enum sluice_run_stage client_stage;
     int generations;
 };
 
@@ -573,13 +576,17 @@ static void expire_in_prepare(struct script *s, struct sluice_run_desc *d, struc
 Test(run, every_failure_path_returns_its_status_and_releases_admission_and_permits)
 {
     static const struct failure_case cases[] = {
-        {"prepare fails", fail_prepare, -ENOENT, 0},
-        {"first generation fails", fail_first_generation, -EIO, 1},
-        {"repair generation fails", fail_repair_generation, -EIO, 2},
-        {"validation fails", fail_validation, -EBADMSG, 1},
-        {"repairs run out", exhaust_repairs, -EBADMSG, 3},
-        {"cancel before a repair", cancel_before_repair, SLUICE_ECANCELED, 1},
-        {"deadline passes in prepare", expire_in_prepare, SLUICE_ETIMEDOUT, 0},
+        {"prepare fails", fail_prepare, SLUICE_ECLIENT, -ENOENT, SLUICE_STAGE_PREPARE, 0},
+        {"first generation fails", fail_first_generation, SLUICE_ECLIENT, -EIO,
+         SLUICE_STAGE_GENERATE, 1},
+        {"repair generation fails", fail_repair_generation, SLUICE_ECLIENT, -EIO,
+         SLUICE_STAGE_GENERATE, 2},
+        {"validation fails", fail_validation, SLUICE_ECLIENT, -EBADMSG, SLUICE_STAGE_VALIDATE, 1},
+        {"repairs run out", exhaust_repairs, SLUICE_ECLIENT, -EBADMSG, SLUICE_STAGE_VALIDATE, 3},
+        {"cancel before a repair", cancel_before_repair, SLUICE_ECANCELED, 0, SLUICE_STAGE_NONE,
+         1},
+        {"deadline passes in prepare", expire_in_prepare, SLUICE_ETIMEDOUT, 0, SLUICE_STAGE_NONE,
+         0},
     };
     struct sluice_backend_desc b[] = {{.id = "local", .active = 2, .waiting = SLUICE_SOME(1)}};
     struct sluice_engine *e = make_engine(b, 1, NULL);
@@ -594,6 +601,8 @@ Test(run, every_failure_path_returns_its_status_and_releases_admission_and_permi
         struct sluice_run_result r;
         cr_assert_eq(sluice_run(e, &d, &r), cases[i].status, "%s: got %s", cases[i].name,
                      sluice_status_name(r.status));
+        cr_assert_eq(r.client_status, cases[i].client_status, "%s", cases[i].name);
+        cr_assert_eq(r.client_stage, cases[i].client_stage, "%s", cases[i].name);
         cr_assert_eq((int)r.generations, cases[i].generations, "%s", cases[i].name);
         cr_assert_eq(s.generations, cases[i].generations, "%s", cases[i].name);
         assert_capacity_intact(sluice_engine_pool(e, "local"));
@@ -650,7 +659,8 @@ Test(run, the_client_outcome_reaches_call_end_and_a_failed_call_never_reports_ok
 
     script_init(&s);
     s.fail_attempt = 0;
-    cr_assert_eq(sluice_run(e, &d, &r), -EIO);
+    cr_assert_eq(sluice_run(e, &d, &r), SLUICE_ECLIENT);
+    cr_assert_eq(r.client_status, -EIO);
     cr_assert_eq(r.last.outcome, SLUICE_OUTCOME_IGNORE);
     sluice_engine_destroy(e);
 }
@@ -690,5 +700,56 @@ Test(run, a_saturated_backend_leaves_other_backends_capacity_untouched)
         cr_assert_eq(t[i].result.status, SLUICE_OK);
     }
     assert_capacity_intact(local);
+    sluice_engine_destroy(e);
+}
+
+/* ---- a client's errors keep their own identity ----------------------------------- */
+
+Test(run, a_client_error_never_passes_for_a_status_of_the_run_itself)
+{
+    struct sluice_engine *e = make_engine(local_1_1, 1, NULL);
+    /* Codes a client might return that the run itself also uses. */
+    const int lookalikes[] = {SLUICE_ECAPACITY, SLUICE_EINVAL, SLUICE_ETIMEDOUT, SLUICE_ECANCELED,
+                              SLUICE_ECLOSED, -EIO};
+    for (size_t i = 0; i < sizeof lookalikes / sizeof lookalikes[0]; i++) {
+        struct script s;
+        script_init(&s);
+        s.fail_attempt = 0;
+        s.generate_status = lookalikes[i];
+        struct sluice_run_desc d = desc_for("local", &s);
+        struct sluice_run_result r;
+        cr_assert_eq(sluice_run(e, &d, &r), SLUICE_ECLIENT, "client returned %s, run said %s",
+                     sluice_status_name(lookalikes[i]), sluice_status_name(r.status));
+        cr_assert_eq(r.client_status, lookalikes[i]);
+        cr_assert_eq(r.client_stage, SLUICE_STAGE_GENERATE);
+        assert_capacity_intact(sluice_engine_pool(e, "local"));
+    }
+    /* The run's own timeout is not a client's. */
+    struct script s;
+    script_init(&s);
+    struct timespec past = deadline_in(-SLUICE_NS_PER_MS);
+    struct sluice_run_desc d = desc_for("local", &s);
+    d.deadline = &past;
+    struct sluice_run_result r;
+    cr_assert_eq(sluice_run(e, &d, &r), SLUICE_ETIMEDOUT);
+    cr_assert_eq(r.client_status, 0);
+    cr_assert_eq(r.client_stage, SLUICE_STAGE_NONE);
+    sluice_engine_destroy(e);
+}
+
+Test(run, a_closed_engine_refuses_runs_with_eclosed_and_calls_nothing)
+{
+    struct sluice_engine *e = make_engine(local_1_1, 1, NULL);
+    sluice_engine_close(e);
+    struct script s;
+    script_init(&s);
+    const char *backends[] = {"local", NULL, SLUICE_OPENROUTER_ID};
+    for (int i = 0; i < 3; i++) {
+        struct sluice_run_desc d = desc_for(backends[i], &s);
+        cr_assert_eq(sluice_run(e, &d, NULL), SLUICE_ECLOSED, "backend %s",
+                     backends[i] ? backends[i] : "(endpoint only)");
+    }
+    cr_assert_eq(s.prepares, 0);
+    cr_assert_eq(s.generations, 0);
     sluice_engine_destroy(e);
 }
