@@ -18,8 +18,10 @@
  *              permit is released.
  *   network    each call reaches the provider net_s/2 after it starts and
  *              its answer returns net_s/2 after the provider is done.
- *   provider   a hidden cap C on calls in service, with lognormal service
- *              times, and one of three behaviours past the cap:
+ *   provider   the model of provider_model.h (shared with the HTTP
+ *              simulator, shim/tools/sluice-provider-sim): a hidden cap C
+ *              on calls in service, with lognormal service times, and one
+ *              of three behaviours past the cap:
  *                reject  answer 429 at once (optionally with Retry-After)
  *                queue   (Ollama-like) queue FIFO behind C slots, so latency
  *                        grows with the queue; 503 past queue_bound waiting
@@ -46,88 +48,15 @@
 
 #include <sluice/discovery.h>
 
+#include "provider_model.h"
+
 #define SIM_NS 1e9
-
-/* ---- numbers ------------------------------------------------------------- */
-
-static inline double sim_exp(double x)
-{
-    return exp(x);
-}
-
-static inline double sim_log(double x)
-{
-    return log(x);
-}
-
-static inline double sim_sqrt(double x)
-{
-    return sqrt(x);
-}
-
-/* ---- random numbers ------------------------------------------------------ */
-
-struct sim_rng {
-    uint64_t state;
-    double spare;
-    bool has_spare;
-};
-
-static inline uint64_t sim_rand64(struct sim_rng *r)
-{
-    uint64_t z = (r->state += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1). */
-static inline double sim_uniform(struct sim_rng *r)
-{
-    return ((double)(sim_rand64(r) >> 11) + 0.5) / 9007199254740992.0;
-}
-
-/* Standard normal (Marsaglia's polar method). */
-static inline double sim_normal(struct sim_rng *r)
-{
-    if (r->has_spare) {
-        r->has_spare = false;
-        return r->spare;
-    }
-    double u, v, s;
-    do {
-        u = 2.0 * sim_uniform(r) - 1.0;
-        v = 2.0 * sim_uniform(r) - 1.0;
-        s = u * u + v * v;
-    } while (s >= 1.0 || s == 0.0);
-    double f = sim_sqrt(-2.0 * sim_log(s) / s);
-    r->spare = v * f;
-    r->has_spare = true;
-    return u * f;
-}
-
-static inline double sim_lognormal(struct sim_rng *r, double median, double sigma)
-{
-    return median * sim_exp(sigma * sim_normal(r));
-}
-
-static inline double sim_exponential(struct sim_rng *r, double mean)
-{
-    return -mean * sim_log(sim_uniform(r));
-}
 
 /* ---- configuration ------------------------------------------------------- */
 
-enum sim_mode { SIM_REJECT, SIM_QUEUE, SIM_KNEE };
-
-static inline const char *sim_mode_name(enum sim_mode m)
-{
-    return m == SIM_REJECT ? "reject" : m == SIM_QUEUE ? "queue" : "knee";
-}
-
 struct sim_config {
     uint64_t seed;
-    /* provider */
+    /* provider: the fields of struct sim_provider (provider_model.h) */
     enum sim_mode mode;
     uint32_t cap;          /* hidden concurrency cap C */
     double median_s;       /* median service time (default 2 s) */
@@ -151,16 +80,30 @@ struct sim_config {
 
 static inline void sim_config_defaults(struct sim_config *c)
 {
-    SLUICE__DEFAULT(c->median_s, 2.0);
-    SLUICE__DEFAULT(c->sigma, 0.4);
+    SLUICE__DEFAULT(c->median_s, SIM_DEFAULT_MEDIAN_S);
+    SLUICE__DEFAULT(c->sigma, SIM_DEFAULT_SIGMA);
     SLUICE__DEFAULT(c->net_s, 0.05);
-    SLUICE__DEFAULT(c->queue_bound, 2 * c->cap);
-    SLUICE__DEFAULT(c->knee_slope, 2.0);
+    SLUICE__DEFAULT(c->queue_bound, SIM_DEFAULT_QUEUE_BOUND(c->cap));
+    SLUICE__DEFAULT(c->knee_slope, SIM_DEFAULT_KNEE_SLOPE);
     SLUICE__DEFAULT(c->burst_mean, 1.0);
     SLUICE__DEFAULT(c->retry_s, 0.5);
     SLUICE__DEFAULT(c->timeout_s, 120.0);
     SLUICE__DEFAULT(c->gate_limit, 1);
     SLUICE__DEFAULT(c->epoch_s, 1.7e9);
+}
+
+/* The provider a configuration describes (defaults already resolved). */
+static inline struct sim_provider sim_config_provider(const struct sim_config *c)
+{
+    struct sim_provider p;
+    p.mode = c->mode;
+    p.cap = c->cap;
+    p.median_s = c->median_s;
+    p.sigma = c->sigma;
+    p.retry_after_s = c->retry_after_s;
+    p.queue_bound = c->queue_bound;
+    p.knee_slope = c->knee_slope;
+    return p;
 }
 
 /* Mean time one call takes without queueing: the natural "round trip". */
@@ -225,7 +168,8 @@ struct sim {
     struct sim_req *reqs;
     uint32_t n_reqs, free_head;
     uint32_t held;       /* permits held by callers */
-    /* provider */
+    /* provider: the model, and the calls it holds */
+    struct sim_provider provider; /* from cfg; sim_set_cap changes provider.cap */
     uint32_t in_service;
     uint32_t *queue;     /* FIFO of request ids waiting at the provider (queue mode) */
     uint64_t *queue_gen;
@@ -376,9 +320,7 @@ static inline void sim__answer(struct sim *s, uint32_t id, uint64_t gen, enum sl
 static inline void sim__serve(struct sim *s, uint32_t id, uint64_t gen)
 {
     s->in_service++;
-    double service = sim_lognormal(&s->rng, s->cfg.median_s, s->cfg.sigma);
-    if (s->cfg.mode == SIM_KNEE && s->in_service > s->cfg.cap)
-        service *= 1.0 + s->cfg.knee_slope * (double)(s->in_service - s->cfg.cap) / s->cfg.cap;
+    double service = sim_provider_service_s(&s->provider, &s->rng, s->in_service);
     sim__push(s, s->now + sim__ns(service), SIM_EV_DONE, id, gen);
 }
 
@@ -386,26 +328,35 @@ static inline void sim__serve(struct sim *s, uint32_t id, uint64_t gen)
 static inline void sim__provider_arrive(struct sim *s, uint32_t id, uint64_t gen)
 {
     int64_t back = sim__ns(s->cfg.net_s / 2);
-    if (s->cfg.mode == SIM_KNEE || s->in_service < s->cfg.cap) {
+    enum sim_verdict v = sim_provider_admit(&s->provider, s->in_service, s->q_len);
+    if (v == SIM_WAIT && s->q_len >= s->q_cap) /* out of storage: as if the bound were hit */
+        v = SIM_REFUSE_503;
+    switch (v) {
+    case SIM_SERVE:
         sim__serve(s, id, gen);
-    } else if (s->cfg.mode == SIM_REJECT) {
+        break;
+    case SIM_REFUSE_429:
         s->stats.rejected++;
-        sim__answer(s, id, gen, SLUICE_OUTCOME_OVERLOAD, sim__ns(s->cfg.retry_after_s),
+        sim__answer(s, id, gen, SLUICE_OUTCOME_OVERLOAD, sim__ns(s->provider.retry_after_s),
                     s->now + back);
-    } else if (s->q_len < s->cfg.queue_bound && s->q_len < s->q_cap) {
+        break;
+    case SIM_WAIT: {
         uint32_t tail = (s->q_head + s->q_len++) % s->q_cap;
         s->queue[tail] = id;
         s->queue_gen[tail] = gen;
-    } else {
+        break;
+    }
+    case SIM_REFUSE_503:
         s->stats.unavailable++;
         sim__answer(s, id, gen, SLUICE_OUTCOME_OVERLOAD, 0, s->now + back);
+        break;
     }
 }
 
 /* Start queued calls while there is room (after a completion or a cap raise). */
 static inline void sim__provider_pump(struct sim *s)
 {
-    while (s->cfg.mode == SIM_QUEUE && s->q_len && s->in_service < s->cfg.cap) {
+    while (sim_provider_may_start_waiting(&s->provider, s->in_service, s->q_len)) {
         uint32_t id = s->queue[s->q_head];
         uint64_t gen = s->queue_gen[s->q_head];
         s->q_head = (s->q_head + 1) % s->q_cap;
@@ -417,7 +368,8 @@ static inline void sim__provider_pump(struct sim *s)
 /* Change the hidden cap now (plan upgrade, provider cut). */
 static inline void sim_set_cap(struct sim *s, uint32_t cap)
 {
-    s->cfg.cap = cap;
+    s->provider.cap = cap;
+    s->cfg.cap = cap; /* cfg stays a record of what the provider is now */
     sim__provider_pump(s);
     s->t90_down = cap < sluice_gate_limit(&s->gate);
     s->t90_target = s->t90_down ? cap : (uint32_t)(0.9 * cap);
@@ -568,7 +520,8 @@ static inline struct sim *sim_create(const struct sim_config *config)
     struct sim *s = (struct sim *)calloc(1, sizeof *s);
     s->cfg = *config;
     sim_config_defaults(&s->cfg);
-    s->rng.state = s->cfg.seed * UINT64_C(0x2545F4914F6CDD1D) + 1;
+    s->provider = sim_config_provider(&s->cfg);
+    sim_rng_seed(&s->rng, s->cfg.seed);
     sluice_gate_init(&s->gate, s->cfg.gate_limit);
     s->clock.now_ns = sim__now;
     s->clock.ctx = s;

@@ -1,0 +1,201 @@
+/*
+ * provider_model.h — the model of a remote model provider with a hidden
+ * concurrency cap: seeded random numbers, lognormal service times, and what
+ * the provider does with a call past its cap (reject, queue, knee).
+ *
+ * One model, two drivers:
+ *   tests/sim/provider_sim.h            runs it in virtual time (the
+ *                                       discovery scenarios and the bench)
+ *   shim/tools/sluice-provider-sim.c    runs it behind a real HTTP server
+ * Both include this header, so a behaviour changed here changes in both.
+ *
+ * The model holds no provider state: the driver keeps its own count of calls
+ * in service and waiting (a virtual event queue, or real connections) and
+ * asks the model what to do. Everything is header-only, static inline, and
+ * needs only libc and libm.
+ *
+ * Concurrency: none inside. Every function works on the caller's values; a
+ * driver shared by threads serialises calls with its own lock. Memory
+ * ordering: not applicable.
+ *
+ * Random numbers: one splitmix64 stream per struct sim_rng. The virtual-time
+ * runs are pure functions of their seed, so the number and order of draws
+ * each function makes is part of the contract: sim_provider_service_s draws
+ * exactly one lognormal, whatever the mode.
+ */
+#ifndef SLUICE_PROVIDER_MODEL_H
+#define SLUICE_PROVIDER_MODEL_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- numbers ------------------------------------------------------------- */
+
+static inline double sim_exp(double x)
+{
+    return exp(x);
+}
+
+static inline double sim_log(double x)
+{
+    return log(x);
+}
+
+static inline double sim_sqrt(double x)
+{
+    return sqrt(x);
+}
+
+/* ---- random numbers ------------------------------------------------------ */
+
+struct sim_rng {
+    uint64_t state;
+    double spare;
+    bool has_spare;
+};
+
+/* A stream for `seed`; every seed, 0 included, gives a distinct stream. */
+static inline void sim_rng_seed(struct sim_rng *r, uint64_t seed)
+{
+    r->state = seed * UINT64_C(0x2545F4914F6CDD1D) + 1;
+    r->spare = 0;
+    r->has_spare = false;
+}
+
+static inline uint64_t sim_rand64(struct sim_rng *r)
+{
+    uint64_t z = (r->state += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1). */
+static inline double sim_uniform(struct sim_rng *r)
+{
+    return ((double)(sim_rand64(r) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* Standard normal (Marsaglia's polar method). */
+static inline double sim_normal(struct sim_rng *r)
+{
+    if (r->has_spare) {
+        r->has_spare = false;
+        return r->spare;
+    }
+    double u, v, s;
+    do {
+        u = 2.0 * sim_uniform(r) - 1.0;
+        v = 2.0 * sim_uniform(r) - 1.0;
+        s = u * u + v * v;
+    } while (s >= 1.0 || s == 0.0);
+    double f = sim_sqrt(-2.0 * sim_log(s) / s);
+    r->spare = v * f;
+    r->has_spare = true;
+    return u * f;
+}
+
+static inline double sim_lognormal(struct sim_rng *r, double median, double sigma)
+{
+    return median * sim_exp(sigma * sim_normal(r));
+}
+
+static inline double sim_exponential(struct sim_rng *r, double mean)
+{
+    return -mean * sim_log(sim_uniform(r));
+}
+
+/* ---- the provider ---------------------------------------------------------- */
+
+enum sim_mode { SIM_REJECT, SIM_QUEUE, SIM_KNEE };
+
+static inline const char *sim_mode_name(enum sim_mode m)
+{
+    return m == SIM_REJECT ? "reject" : m == SIM_QUEUE ? "queue" : "knee";
+}
+
+/* The mode called `name` ("reject", "queue", "knee"); false if none is. */
+static inline bool sim_mode_parse(const char *name, enum sim_mode *out)
+{
+    for (int m = SIM_REJECT; m <= SIM_KNEE; m++)
+        if (!strcmp(name, sim_mode_name((enum sim_mode)m))) {
+            *out = (enum sim_mode)m;
+            return true;
+        }
+    return false;
+}
+
+/* Defaults of the fields below, shared by both drivers. */
+#define SIM_DEFAULT_MEDIAN_S 2.0
+#define SIM_DEFAULT_SIGMA 0.4
+#define SIM_DEFAULT_KNEE_SLOPE 2.0
+#define SIM_DEFAULT_QUEUE_BOUND(cap) (2 * (cap))
+
+/*
+ * What the provider is. The cap may change while it runs (a plan upgrade, a
+ * provider cut); a lower cap does not stop calls already in service, it only
+ * turns new ones away until fewer than the new cap are in service.
+ */
+struct sim_provider {
+    enum sim_mode mode;
+    uint32_t cap;          /* hidden concurrency cap C (knee mode needs C >= 1) */
+    double median_s;       /* median service time (SIM_DEFAULT_MEDIAN_S) */
+    double sigma;          /* lognormal shape (SIM_DEFAULT_SIGMA); 0 = every call takes the median */
+    double retry_after_s;  /* reject mode: Retry-After sent with each 429 (0 = none) */
+    uint32_t queue_bound;  /* queue mode: waiting calls past which it answers 503
+                              (SIM_DEFAULT_QUEUE_BOUND(C)) */
+    double knee_slope;     /* knee mode: slow-down per unit of overload fraction
+                              (SIM_DEFAULT_KNEE_SLOPE) */
+};
+
+/* What the provider does with a call that has just arrived. */
+enum sim_verdict {
+    SIM_SERVE,        /* start serving it now */
+    SIM_WAIT,         /* queue mode: put it at the tail of the FIFO */
+    SIM_REFUSE_429,   /* reject mode: too many requests, at once */
+    SIM_REFUSE_503    /* queue mode: the FIFO is full, unavailable at once */
+};
+
+/* `in_service` and `waiting` count the calls already there, not this one. */
+static inline enum sim_verdict sim_provider_admit(const struct sim_provider *p, uint32_t in_service,
+                                                  uint32_t waiting)
+{
+    if (p->mode == SIM_KNEE || in_service < p->cap)
+        return SIM_SERVE;
+    if (p->mode == SIM_REJECT)
+        return SIM_REFUSE_429;
+    return waiting < p->queue_bound ? SIM_WAIT : SIM_REFUSE_503;
+}
+
+/* Whether the head of the FIFO may start now (after a completion, a call
+ * that left, or a cap raise). Drivers loop on it. */
+static inline bool sim_provider_may_start_waiting(const struct sim_provider *p, uint32_t in_service,
+                                                  uint32_t waiting)
+{
+    return p->mode == SIM_QUEUE && waiting && in_service < p->cap;
+}
+
+/*
+ * Knee mode: a call admitted with n in service (itself included) takes
+ * S·(1 + slope·(n−C)/C) when n > C, so throughput falls past C. Other modes
+ * and n <= C: S.
+ */
+static inline double sim_provider_slowdown(const struct sim_provider *p, uint32_t n)
+{
+    if (p->mode != SIM_KNEE || n <= p->cap)
+        return 1.0;
+    return 1.0 + p->knee_slope * (double)(n - p->cap) / p->cap;
+}
+
+/* Service time in seconds of a call that starts with n in service, itself
+ * included. Draws exactly one lognormal from `rng`. */
+static inline double sim_provider_service_s(const struct sim_provider *p, struct sim_rng *rng,
+                                            uint32_t n)
+{
+    /* x·1.0 == x exactly, so the other modes get the bare draw. */
+    return sim_lognormal(rng, p->median_s, p->sigma) * sim_provider_slowdown(p, n);
+}
+
+#endif /* SLUICE_PROVIDER_MODEL_H */
