@@ -1,0 +1,370 @@
+/*
+ * sluice/curl.h — the libcurl transport: model calls that stay under each
+ * provider's concurrency cap and teach ceiling discovery from live traffic.
+ *
+ * What it is: three ways to send an HTTP request (a libcurl easy handle the
+ * caller set up) through a backend's pool (sluice/pool.h):
+ *
+ *   sluice_curl_perform    blocking, on the calling thread: admit, wait for
+ *                          a permit (FIFO, deadline and token honoured),
+ *                          transfer, classify, feed discovery, release;
+ *   sluice_curl_loop       an event-loop driver over curl_multi: any thread
+ *                          submits, one loop thread (its own, or the
+ *                          embedder's epoll/libuv/libevent loop) runs every
+ *                          transfer; permits come through the pool's async
+ *                          path, so the loop never blocks on one;
+ *   sluice_curl_classify   the one function that turns a response into what
+ *                          it says about the provider's capacity; both paths
+ *                          above use it, and tests and fuzzers call it
+ *                          directly, without a socket.
+ * The built-in chat-completions client for sluice_run is in sluice/client.h.
+ *
+ * Classification (sluice_curl_classify), the rule every path shares:
+ *   2xx                      SUCCESS           sample OK (latency = time to
+ *                                              first byte)
+ *   429, 503, 529            OVERLOADED        sample OVERLOAD with the
+ *                                              provider's Retry-After
+ *   504, or curl's CURLE_OPERATION_TIMEDOUT once the request was sent
+ *                            PROVIDER_TIMEOUT  sample OVERLOAD: the provider
+ *                                              (or its gateway) took the call
+ *                                              and did not answer in time
+ *   any other 4xx            CLIENT_ERROR      sample IGNORE: the provider
+ *                                              refused the request itself
+ *                                              (bad input, auth, quota, not
+ *                                              found) and ran no inference, so
+ *                                              its latency would read as a
+ *                                              fast provider and hide a knee
+ *   any other 5xx            SERVER_ERROR      sample IGNORE: the provider is
+ *                                              broken, not full; backing off
+ *                                              would not help
+ *   1xx/3xx final, or no HTTP status with CURLE_OK
+ *                            UNEXPECTED        sample IGNORE
+ *   no response (refused, DNS, TLS, reset, a timeout before the request
+ *   left, ...)               TRANSPORT         sample IGNORE: says nothing
+ *                                              about the provider's cap
+ * The caller's own deadline or cancel ending a transfer is ABORTED (sample
+ * IGNORE): the caller gave up; a deadline counts the time spent queueing,
+ * so it says nothing about how long the provider takes.
+ * Non-2xx responses are the caller's to handle: the call returns SLUICE_OK
+ * (the HTTP exchange completed) and result.http_status / result.kind say
+ * what came back, as curl_easy_perform returns CURLE_OK for a 404.
+ *
+ * Retry-After: the header's delay-seconds or HTTP-date (parsed like
+ * CURLINFO_RETRY_AFTER, which the transfers read), or the more precise
+ * `retry-after-ms` when present and valid; clamped to [0, retry_after_max_ns]
+ * (garbage, negative values and past dates are 0 = none; overflowing
+ * values are the maximum). Discovery clamps once more to the backend's
+ * configured discovery retry_after_max_ns when it applies the hold. The
+ * `x-ratelimit-*` headers (OpenAI's -requests/-tokens family and the plain
+ * limit/remaining/reset triple OpenRouter sends) are parsed into
+ * result.ratelimit for the caller; sluice does not act on them.
+ *
+ * Latency: discovery gets the time to first byte
+ * (CURLINFO_STARTTRANSFER_TIME_T), because a streamed answer's total time
+ * measures its length, not queueing; a call without a first byte reports
+ * its total time. Queue wait (admission to permit, any Retry-After hold
+ * included) is result.queued_ns.
+ *
+ * What the transport does to the caller's easy handle:
+ *   - with a deadline, CURLOPT_TIMEOUT_MS is set to the time left when the
+ *     transfer starts, and back to 0 afterwards (without one, the caller's
+ *     own CURLOPT_TIMEOUT_MS is left alone and acts as the provider
+ *     timeout: its expiry after the request was sent is PROVIDER_TIMEOUT);
+ *   - the blocking path installs its own CURLOPT_XFERINFOFUNCTION (the
+ *     cancel check) for the call and chains the caller's one, declared in
+ *     sluice_curl_call.xferinfo (libcurl cannot read an option back), and
+ *     afterwards leaves the caller's function installed (or none, with
+ *     CURLOPT_NOPROGRESS back on);
+ *   - the loop sets CURLOPT_PRIVATE while it owns the handle and puts the
+ *     caller's value back before the completion callback.
+ * libcurl must be initialised (curl_global_init) before any of this.
+ *
+ * Thread safety: sluice_curl_classify is a pure function. sluice_curl_perform
+ * may run on any number of threads at once (an easy handle on one at a
+ * time, as libcurl requires). Loop functions say which thread they need.
+ */
+#ifndef SLUICE_CURL_H
+#define SLUICE_CURL_H
+
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <sluice/engine.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- classification -------------------------------------------------------- */
+
+#define SLUICE_CURL_KIND_MAP(X)                                                                    \
+    X(SUCCESS, "success")                   /* 2xx */                                              \
+    X(OVERLOADED, "overloaded")             /* 429, 503, 529 */                                    \
+    X(PROVIDER_TIMEOUT, "provider_timeout") /* 504, or timed out after the request was sent */     \
+    X(CLIENT_ERROR, "client_error")         /* other 4xx */                                        \
+    X(SERVER_ERROR, "server_error")         /* other 5xx */                                        \
+    X(UNEXPECTED, "unexpected")             /* 1xx/3xx final status, or none with CURLE_OK */      \
+    X(TRANSPORT, "transport")               /* no response: refused, DNS, TLS, reset... */         \
+    X(ABORTED, "aborted")                   /* the caller's cancel or deadline ended it */
+
+enum sluice_curl_kind {
+#define SLUICE__CURL_KIND_ENUM(name, str) SLUICE_CURL_##name,
+    SLUICE_CURL_KIND_MAP(SLUICE__CURL_KIND_ENUM)
+#undef SLUICE__CURL_KIND_ENUM
+};
+
+/* "provider_timeout"; never NULL. */
+const char *sluice_curl_kind_name(enum sluice_curl_kind kind);
+
+/* The Retry-After clamp when the caller gives none: discovery's default maximum. */
+#define SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS (INT64_C(60) * 1000000000)
+
+/* Rate-limit headers as the provider sent them; -1 = absent or unparseable. */
+struct sluice_curl_ratelimit {
+    int64_t limit_requests;     /* x-ratelimit-limit-requests, else x-ratelimit-limit */
+    int64_t remaining_requests; /* x-ratelimit-remaining-requests, else x-ratelimit-remaining */
+    int64_t reset_requests_ns;  /* x-ratelimit-reset-requests ("6m0s", "20ms", "1.5s"), else
+                                   x-ratelimit-reset (a bare number: epoch ms if >= 1e12,
+                                   epoch s if >= 1e9, else seconds), as time from now */
+    int64_t limit_tokens;       /* x-ratelimit-limit-tokens */
+    int64_t remaining_tokens;   /* x-ratelimit-remaining-tokens */
+    int64_t reset_tokens_ns;    /* x-ratelimit-reset-tokens, as time from now */
+};
+
+/* One response header (NUL-terminated name and value, as curl_easy_nextheader gives them). */
+struct sluice_curl_header {
+    const char *name;
+    const char *value;
+};
+
+/* What a finished transfer looked like: the input of sluice_curl_classify. */
+struct sluice_curl_response {
+    long http_status;     /* CURLINFO_RESPONSE_CODE of the last response (0 = none) */
+    CURLcode code;        /* the transfer's result */
+    bool request_sent;    /* the request left (CURLINFO_REQUEST_SIZE > 0): decides whether
+                             a timeout is the provider's */
+    int64_t retry_after_s; /* CURLINFO_RETRY_AFTER when a Retry-After header came (its
+                              seconds, or its HTTP-date minus now); < 0 = not read: the
+                              header in `headers` is parsed instead (default for tests) */
+    const struct sluice_curl_header *headers; /* may be NULL when n_headers is 0 */
+    size_t n_headers;
+    int64_t now_s;              /* wall clock (Unix seconds) for HTTP-dates and epoch resets
+                                   (default: 0 = time(NULL)) */
+    int64_t retry_after_max_ns; /* clamp for Retry-After (default: 0 =
+                                   SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS) */
+};
+
+/* What a call returned; the same struct for the blocking call and the loop. */
+struct sluice_curl_result {
+    int status;                  /* what the call returned (see sluice_curl_perform) */
+    enum sluice_curl_kind kind;  /* the response's class (table above) */
+    enum sluice_outcome outcome; /* the sample discovery got for it */
+    long http_status;            /* 0 = no HTTP response */
+    CURLcode curl_code;          /* the transfer's result (CURLE_OK when it never ran) */
+    int64_t retry_after_ns;      /* the provider's Retry-After, clamped; 0 = none */
+    struct sluice_curl_ratelimit ratelimit;
+    int64_t latency_ns;          /* time to first byte (total time without one); 0 = no
+                                    transfer */
+    int64_t transfer_ns;         /* the whole transfer (CURLINFO_TOTAL_TIME_T) */
+    int64_t queued_ns;           /* admission to permit, Retry-After hold included */
+    uint32_t in_flight_at_start; /* calls in flight on the backend once this one started */
+    bool transferred;            /* the transfer was started (a permit was used) */
+};
+
+/*
+ * Classify one response (table at the top) into out->kind, out->outcome,
+ * out->http_status, out->curl_code, out->retry_after_ns and out->ratelimit;
+ * the other fields of *out are left alone. Returns out->kind. Pure: no
+ * I/O, no allocation, any input is safe (headers with NULL names or values
+ * are skipped).
+ */
+enum sluice_curl_kind sluice_curl_classify(const struct sluice_curl_response *resp,
+                                           struct sluice_curl_result *out);
+
+/* ---- the blocking call ------------------------------------------------------- */
+
+/* Everything a call takes besides the engine; zero = default throughout. */
+struct sluice_curl_call {
+    const char *backend;             /* backend ID (default: NULL = endpoint-only, unlimited) */
+    CURL *easy;                      /* the request, fully set up (required) */
+    const struct timespec *deadline; /* absolute CLOCK_MONOTONIC for the whole call: the permit
+                                        wait, then the transfer (default: NULL = none) */
+    struct sluice_cancel *cancel;    /* ends the wait or aborts the transfer (default: none) */
+    curl_xferinfo_callback xferinfo; /* the caller's progress callback, chained by the blocking
+                                        path; a non-zero return aborts as ECANCELED (default:
+                                        none) */
+    void *xferinfo_data;             /* its clientp */
+    int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
+};
+
+/*
+ * Send the request on `easy` through backend `backend_id`'s pool and wait
+ * for it:
+ *   1. admit (SLUICE_ECAPACITY at once when the pool is full, ECLOSED when
+ *      it is closed: the transfer never starts);
+ *   2. take a permit (FIFO; deadline and token honoured; a provider's
+ *      Retry-After hold is waited out);
+ *   3. transfer, on a curl_multi private to the calling thread (kept
+ *      between calls, so connections are reused), woken by the token at
+ *      once: a token that fires mid-transfer aborts it through the
+ *      xferinfo callback within milliseconds;
+ *   4. classify and feed the sample to discovery (sluice_pool_call_end);
+ *   5. give the permit and the admission back, on every path.
+ * Returns (also in result->status; result may be NULL):
+ *   SLUICE_OK         a response came back, whatever its HTTP status;
+ *   SLUICE_EIO        the transfer failed (result->curl_code; result->kind is
+ *                     TRANSPORT or PROVIDER_TIMEOUT);
+ *   SLUICE_ETIMEDOUT  the deadline passed, waiting or transferring;
+ *   SLUICE_ECANCELED  the token fired (or the chained xferinfo aborted);
+ *   SLUICE_ECAPACITY, SLUICE_ECLOSED  not admitted (nothing else happened);
+ *   SLUICE_EINVAL     unknown backend, no easy handle, or an easy handle
+ *                     already in use by another multi handle;
+ *   SLUICE_ENOMEM     libcurl could not allocate.
+ */
+int sluice_curl_perform(const struct sluice_engine *engine, const char *backend_id, CURL *easy,
+                        const struct timespec *deadline, struct sluice_cancel *cancel,
+                        struct sluice_curl_result *result);
+
+/* sluice_curl_perform with every option (chained xferinfo, Retry-After clamp). */
+int sluice_curl_perform_call(const struct sluice_engine *engine, const struct sluice_curl_call *call,
+                             struct sluice_curl_result *result);
+
+/*
+ * Only the transfer and its classification, for a caller that already holds
+ * a permit (the built-in client runs inside sluice_run's permit): step 3 and
+ * the classification of step 4, with call->backend ignored. Fills
+ * result->kind, outcome, retry_after_ns... for the caller to report;
+ * returns as sluice_curl_perform (never ECAPACITY).
+ */
+int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl_result *result);
+
+/* ---- the event-loop driver ---------------------------------------------------- */
+
+struct sluice_curl_loop;
+
+/*
+ * A request's completion: runs exactly once per accepted submission, on the
+ * loop thread, with the same result as sluice_curl_perform (status
+ * additionally SLUICE_ECLOSED when the loop shut down first). The easy
+ * handle is the caller's again (its CURLOPT_PRIVATE restored); `result` is
+ * valid only during the call.
+ */
+typedef void (*sluice_curl_done_fn)(const struct sluice_curl_result *result, CURL *easy,
+                                    void *data);
+
+struct sluice_curl_request {
+    const char *backend;             /* backend ID (default: NULL = endpoint-only, unlimited) */
+    CURL *easy;                      /* required; the loop's until `done` runs */
+    const struct timespec *deadline; /* whole call, as for sluice_curl_perform (default: none) */
+    struct sluice_cancel *cancel;    /* cancels at any stage; must outlive the request
+                                        (default: none) */
+    sluice_curl_done_fn done;        /* required */
+    void *data;                      /* passed to done */
+    int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
+};
+
+/* Embedder's-loop mode: watch `fd` for `what` (CURL_POLL_IN, _OUT, _INOUT; CURL_POLL_REMOVE
+ * = stop watching it). The loop's own wake-up descriptor comes through here too. */
+typedef void (*sluice_curl_watch_fn)(void *ctx, curl_socket_t fd, int what);
+/* Embedder's-loop mode: call sluice_curl_loop_action(loop, CURL_SOCKET_TIMEOUT, 0) in
+ * `timeout_ms` (0 = as soon as possible; -1 = no timer needed). Replaces any earlier timer. */
+typedef void (*sluice_curl_timer_fn)(void *ctx, long timeout_ms);
+
+#define SLUICE_CURL_LOOP_REQUESTS_DEFAULT UINT32_C(4096)
+#define SLUICE_CURL_LOOP_REQUESTS_MAX (UINT32_C(1) << 20)
+
+struct sluice_curl_loop_desc {
+    const struct sluice_engine *engine; /* required; must outlive the loop */
+    uint32_t max_requests;   /* requests accepted and not yet completed, all backends
+                                (default: 4096; at most SLUICE_CURL_LOOP_REQUESTS_MAX);
+                                submissions past it get SLUICE_EAGAIN */
+    /* Embedder's-loop mode: set both (default: NULL = the loop runs its own thread). */
+    sluice_curl_watch_fn watch;
+    sluice_curl_timer_fn timer;
+    void *ctx; /* passed to watch and timer */
+    /* Connection caps (default: 0 = derived from the engine's backends: when every
+     * consumer backend is limited, hosts get the largest `active`, the total the sum of all
+     * `active`, so libcurl never queues a request that holds a permit; otherwise none). */
+    long max_host_connections;
+    long max_total_connections;
+    long max_concurrent_streams; /* HTTP/2 streams per connection (default: the largest
+                                    `active`, at least 100, libcurl's own default) */
+};
+
+/*
+ * Create a loop over `desc->engine`. Own-thread mode starts the loop thread
+ * and returns once it runs. Embedder's-loop mode: call this on the thread
+ * that runs your event loop; every sluice_curl_loop_action and destroy must
+ * run there too (the loop's mi_heap belongs to that thread); `watch` is
+ * called before this returns, for the loop's wake-up descriptor.
+ * Returns SLUICE_OK, SLUICE_EINVAL (no engine, a bad field, only one of
+ * watch/timer) or SLUICE_ENOMEM.
+ */
+int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc,
+                            struct sluice_curl_loop **out);
+
+/*
+ * Submit a request from any thread. Admission happens here: SLUICE_OK
+ * (accepted: `done` will run exactly once, and *id, if not NULL, names the
+ * request for sluice_curl_loop_cancel), or, with `done` never called:
+ * SLUICE_ECAPACITY (the backend's pool is full), SLUICE_EAGAIN (max_requests
+ * requests are already in the loop), SLUICE_ECLOSED (the loop or pool is
+ * shutting down), SLUICE_EINVAL (unknown backend, no easy or done). Never
+ * blocks; a token that already fired is accepted and completes ECANCELED.
+ */
+int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_curl_request *req,
+                            uint64_t *id);
+
+/*
+ * Cancel request `id` from any thread, at any stage: still on its way to
+ * the loop, waiting for a permit (or a Retry-After hold), or transferring
+ * (the transfer is removed from curl_multi and its connection closed). Its
+ * `done` runs with SLUICE_ECANCELED unless it completed first. Returns
+ * SLUICE_OK (the request will see the cancel if it has not completed;
+ * an id that already completed is ignored). Ids are never reused.
+ */
+int sluice_curl_loop_cancel(struct sluice_curl_loop *loop, uint64_t id);
+
+/*
+ * Embedder's-loop mode, on the loop's thread: `fd` is ready for `events`
+ * (CURL_CSELECT_IN / _OUT / _ERR), or fd = CURL_SOCKET_TIMEOUT when the
+ * timer fired. Runs transfers, completions and queued work, then updates
+ * the timer. Returns SLUICE_OK, or SLUICE_EINVAL in own-thread mode.
+ */
+int sluice_curl_loop_action(struct sluice_curl_loop *loop, curl_socket_t fd, int events);
+
+/* A snapshot for tests and status views. */
+struct sluice_curl_loop_stats {
+    uint32_t live;         /* accepted, not yet completed */
+    uint32_t waiting;      /* waiting for a permit or a Retry-After hold */
+    uint32_t transferring; /* in curl_multi */
+    uint64_t completed;    /* completions delivered */
+};
+struct sluice_curl_loop_stats sluice_curl_loop_stats(const struct sluice_curl_loop *loop);
+
+/*
+ * Shut down: from any thread (own-thread mode: not from a `done`;
+ * embedder's-loop mode: on the loop's thread, outside any action), and
+ * safe to race with submit and cancel. New submissions get SLUICE_ECLOSED
+ * from the moment this starts; requests not yet transferring complete with
+ * SLUICE_ECLOSED (their permits, if any, go back unused); transfers in
+ * progress are aborted (connection closed) and complete with SLUICE_ECLOSED,
+ * sample IGNORE. Every `done` has run when this returns, and the easy
+ * handles are the callers' again. Idempotent.
+ */
+void sluice_curl_loop_close(struct sluice_curl_loop *loop);
+
+/*
+ * Close (if not yet done) and free the loop, its curl_multi and its mi_heap
+ * (every per-request record with it). No other call on the loop may run
+ * concurrently with or after it. NULL is a no-op.
+ */
+void sluice_curl_loop_destroy(struct sluice_curl_loop *loop);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_CURL_H */

@@ -1,0 +1,66 @@
+/*
+ * curl_internal.h — what the shim's transport files share: the sample each
+ * kind of response gives, and reading a finished easy handle into a result.
+ * Private to shim/src; not installed.
+ */
+#ifndef SLUICE_SHIM_CURL_INTERNAL_H
+#define SLUICE_SHIM_CURL_INTERNAL_H
+
+#include <sluice/curl.h>
+
+/* Headers a result keeps (Retry-After, retry-after-ms, the x-ratelimit family): at most. */
+#define SLUICE__CURL_HEADERS_MAX 16
+
+/* The sample each kind gives discovery (the table in sluice/curl.h). */
+static inline enum sluice_outcome sluice__curl_kind_outcome(enum sluice_curl_kind kind)
+{
+    switch (kind) {
+    case SLUICE_CURL_SUCCESS:
+        return SLUICE_OUTCOME_OK;
+    case SLUICE_CURL_OVERLOADED:
+    case SLUICE_CURL_PROVIDER_TIMEOUT:
+        return SLUICE_OUTCOME_OVERLOAD;
+    default:
+        return SLUICE_OUTCOME_IGNORE;
+    }
+}
+
+/* Why a transfer stopped early, as the driver saw it. */
+enum sluice__curl_stop {
+    SLUICE__CURL_RAN = 0,      /* it ran to its end (any CURLcode) */
+    SLUICE__CURL_CANCELED,     /* the caller's token (or chained xferinfo) aborted it */
+    SLUICE__CURL_CLOSED,       /* the loop shut down under it */
+};
+
+/*
+ * Fill *res from a finished easy handle: classify it (with the headers
+ * sluice keeps, read through curl_easy_nextheader), times, and the status
+ * the call returns. `deadline` decides whether a CURLE_OPERATION_TIMEDOUT
+ * was the caller's deadline (ABORTED, SLUICE_ETIMEDOUT) or the provider's.
+ */
+void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
+                         const struct timespec *deadline, int64_t retry_after_max_ns,
+                         struct sluice_curl_result *res);
+
+/*
+ * Set CURLOPT_TIMEOUT_MS to what is left of `deadline` (rounded up, so the
+ * timeout never fires before the deadline); false if nothing is left.
+ * Without a deadline the caller's own timeout stays.
+ */
+bool sluice__curl_arm_deadline(CURL *easy, const struct timespec *deadline);
+
+/* Undo sluice__curl_arm_deadline. */
+void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline);
+
+/*
+ * End a pool call for a finished transfer: the sample's latency is the
+ * time to first byte (res->latency_ns), so start_ns is moved to now minus
+ * that before sluice_pool_call_end, which measures from start_ns.
+ */
+void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
+                           const struct sluice_curl_result *res);
+
+/* A result for a call that never transferred. */
+void sluice__curl_result_init(struct sluice_curl_result *res);
+
+#endif

@@ -1,0 +1,311 @@
+/*
+ * curl_perform.c — the blocking call: sluice_curl_perform and the transfer
+ * it shares with the built-in client (sluice_curl_transfer).
+ *
+ * Why not curl_easy_perform: a token must abort a transfer within
+ * milliseconds, and curl_easy_perform's internal wait only wakes for
+ * socket activity or after up to a second, which is when it would call the
+ * xferinfo callback that checks the token. So the transfer runs on a
+ * curl_multi private to the calling thread, waited on with curl_multi_poll,
+ * and the token's hook calls curl_multi_wakeup: the loop wakes, runs
+ * curl_multi_perform, libcurl calls the xferinfo callback, which sees the
+ * token and aborts. The multi is kept per thread between calls, so its
+ * connection cache gives keep-alive reuse across calls and easy handles
+ * (curl_easy_perform only reuses within one handle).
+ */
+#include "curl_internal.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- the per-thread multi ---------------------------------------------------- */
+
+static pthread_key_t sluice__tl_key;
+static pthread_once_t sluice__tl_once = PTHREAD_ONCE_INIT;
+static _Thread_local CURLM *sluice__tl_multi;
+static _Thread_local bool sluice__tl_busy;
+
+static void sluice__tl_free(void *multi)
+{
+    curl_multi_cleanup((CURLM *)multi);
+}
+
+static void sluice__tl_make_key(void)
+{
+    pthread_key_create(&sluice__tl_key, sluice__tl_free);
+}
+
+/* The calling thread's multi; NULL when libcurl cannot allocate one. */
+static CURLM *sluice__thread_multi(void)
+{
+    if (!sluice__tl_multi) {
+        pthread_once(&sluice__tl_once, sluice__tl_make_key);
+        sluice__tl_multi = curl_multi_init();
+        if (sluice__tl_multi)
+            pthread_setspecific(sluice__tl_key, sluice__tl_multi);
+    }
+    return sluice__tl_multi;
+}
+
+/* ---- shared with the loop ------------------------------------------------------ */
+
+void sluice__curl_result_init(struct sluice_curl_result *res)
+{
+    memset(res, 0, sizeof *res);
+    res->kind = SLUICE_CURL_ABORTED;
+    res->outcome = SLUICE_OUTCOME_IGNORE;
+    res->curl_code = CURLE_OK;
+    res->ratelimit = (struct sluice_curl_ratelimit){-1, -1, -1, -1, -1, -1};
+}
+
+bool sluice__curl_arm_deadline(CURL *easy, const struct timespec *deadline)
+{
+    if (!deadline)
+        return true;
+    int64_t left = sluice_timespec_ns(deadline) - sluice_monotonic_ns();
+    if (left <= 0)
+        return false;
+    int64_t ms = (left + SLUICE_NS_PER_MS - 1) / SLUICE_NS_PER_MS;
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, ms > LONG_MAX ? LONG_MAX : (long)ms);
+    return true;
+}
+
+void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline)
+{
+    if (deadline)
+        curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 0L);
+}
+
+static bool sluice__kept_header(const char *name)
+{
+    return strcasecmp(name, "retry-after") == 0 || strcasecmp(name, "retry-after-ms") == 0 ||
+           strncasecmp(name, "x-ratelimit-", 12) == 0;
+}
+
+/* A timeout within this much of the deadline is the deadline's (curl counts in ms). */
+#define SLUICE__DEADLINE_SLACK_NS (10 * SLUICE_NS_PER_MS)
+
+void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
+                         const struct timespec *deadline, int64_t retry_after_max_ns,
+                         struct sluice_curl_result *res)
+{
+    curl_off_t ttfb = 0, total = 0, request_size = 0;
+    long http = 0;
+    curl_easy_getinfo(easy, CURLINFO_STARTTRANSFER_TIME_T, &ttfb);
+    curl_easy_getinfo(easy, CURLINFO_TOTAL_TIME_T, &total);
+    curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &http);
+    curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &request_size);
+    res->transferred = true;
+    res->transfer_ns = (int64_t)total * 1000;
+    res->latency_ns = (int64_t)(ttfb > 0 ? ttfb : total) * 1000;
+
+    if (code == CURLE_ABORTED_BY_CALLBACK && stop == SLUICE__CURL_RAN)
+        stop = SLUICE__CURL_CANCELED; /* the chained xferinfo asked */
+    bool deadline_hit = code == CURLE_OPERATION_TIMEDOUT && deadline &&
+                        sluice_timespec_ns(deadline) - sluice_monotonic_ns() <=
+                            SLUICE__DEADLINE_SLACK_NS;
+    if (stop != SLUICE__CURL_RAN || deadline_hit) {
+        res->kind = SLUICE_CURL_ABORTED;
+        res->outcome = SLUICE_OUTCOME_IGNORE;
+        res->http_status = http;
+        res->curl_code = code;
+        res->status = stop == SLUICE__CURL_CANCELED ? SLUICE_ECANCELED
+                      : stop == SLUICE__CURL_CLOSED ? SLUICE_ECLOSED
+                                                    : SLUICE_ETIMEDOUT;
+        return;
+    }
+
+    struct sluice_curl_header kept[SLUICE__CURL_HEADERS_MAX];
+    size_t n = 0;
+    struct curl_header *h = NULL;
+    while (n < SLUICE__CURL_HEADERS_MAX && (h = curl_easy_nextheader(easy, CURLH_HEADER, -1, h)))
+        if (sluice__kept_header(h->name))
+            kept[n++] = (struct sluice_curl_header){h->name, h->value};
+    struct sluice_curl_response resp = {
+        .http_status = http,
+        .code = code,
+        .request_sent = request_size > 0,
+        .retry_after_s = -1,
+        .headers = kept,
+        .n_headers = n,
+        .retry_after_max_ns = retry_after_max_ns,
+    };
+    struct curl_header *ra;
+    curl_off_t retry_after = 0;
+    if (curl_easy_header(easy, "Retry-After", 0, CURLH_HEADER, -1, &ra) == CURLHE_OK &&
+        curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
+        retry_after >= 0)
+        resp.retry_after_s = (int64_t)retry_after;
+    sluice_curl_classify(&resp, res);
+    res->status = code == CURLE_OK ? SLUICE_OK : SLUICE_EIO;
+}
+
+void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
+                           const struct sluice_curl_result *res)
+{
+    struct sluice_call c = *call;
+    if (res->transferred) {
+        /* Never before the real start: the pool's clock may be virtual. */
+        int64_t first_byte_start = sluice_clock_now(&pool->clock) - res->latency_ns;
+        if (first_byte_start > c.start_ns)
+            c.start_ns = first_byte_start;
+    }
+    sluice_pool_call_end(pool, &c, res->outcome,
+                         res->outcome == SLUICE_OUTCOME_OVERLOAD ? res->retry_after_ns : 0);
+}
+
+/* ---- the transfer ------------------------------------------------------------------ */
+
+struct sluice__xfer {
+    struct sluice_cancel *cancel;
+    curl_xferinfo_callback chained;
+    void *chained_data;
+    CURLM *multi;
+    struct sluice_cancel_hook hook;
+};
+
+static int sluice__xferinfo(void *p, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                            curl_off_t ulnow)
+{
+    struct sluice__xfer *x = (struct sluice__xfer *)p;
+    if (x->chained) {
+        int rc = x->chained(x->chained_data, dltotal, dlnow, ultotal, ulnow);
+        if (rc != 0 && rc != CURL_PROGRESSFUNC_CONTINUE)
+            return rc;
+    }
+    return sluice_cancel_fired(x->cancel) ? 1 : 0;
+}
+
+/* The token fired: wake the thread's curl_multi_poll, so the xferinfo check runs now. */
+static void sluice__xfer_on_cancel(struct sluice_cancel_hook *hook)
+{
+    struct sluice__xfer *x =
+        (struct sluice__xfer *)(void *)((char *)hook - offsetof(struct sluice__xfer, hook));
+    curl_multi_wakeup(x->multi);
+}
+
+/* Drive `easy` on `multi` to its end or until the token fires. */
+static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
+                                                 struct sluice_cancel *cancel, CURLcode *code)
+{
+    int running = 1;
+    bool done = false;
+    CURLMcode mc = curl_multi_perform(multi, &running);
+    for (;;) {
+        int queued;
+        CURLMsg *msg;
+        while ((msg = curl_multi_info_read(multi, &queued)))
+            if (msg->msg == CURLMSG_DONE && msg->easy_handle == easy) {
+                *code = msg->data.result;
+                done = true;
+            }
+        if (done)
+            return sluice_cancel_fired(cancel) && *code == CURLE_ABORTED_BY_CALLBACK
+                       ? SLUICE__CURL_CANCELED
+                       : SLUICE__CURL_RAN;
+        if (mc != CURLM_OK) {
+            *code = CURLE_OUT_OF_MEMORY; /* a multi failure mid-transfer is libcurl's resources */
+            return SLUICE__CURL_RAN;
+        }
+        if (sluice_cancel_fired(cancel))
+            return SLUICE__CURL_CANCELED; /* not yet aborted by xferinfo: removal aborts it */
+        mc = curl_multi_poll(multi, NULL, 0, 1000, NULL);
+        if (mc == CURLM_OK)
+            mc = curl_multi_perform(multi, &running);
+    }
+}
+
+int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl_result *res)
+{
+    sluice__curl_result_init(res);
+    if (!call || !call->easy)
+        return res->status = SLUICE_EINVAL;
+    int status = sluice_wait_stop_reason(call->deadline, call->cancel);
+    if (status != SLUICE_OK)
+        return res->status = status;
+    CURL *easy = call->easy;
+    /* A nested call (from a chained callback) gets a multi of its own. */
+    bool nested = sluice__tl_busy;
+    CURLM *multi = nested ? curl_multi_init() : sluice__thread_multi();
+    if (!multi)
+        return res->status = SLUICE_ENOMEM;
+    struct sluice__xfer x = {.cancel = call->cancel,
+                             .chained = call->xferinfo,
+                             .chained_data = call->xferinfo_data,
+                             .multi = multi};
+    x.hook.fn = sluice__xfer_on_cancel;
+    if (call->cancel && !sluice_cancel_register(call->cancel, &x.hook)) {
+        status = SLUICE_ECANCELED;
+    } else if (!sluice__curl_arm_deadline(easy, call->deadline)) {
+        status = SLUICE_ETIMEDOUT;
+    } else {
+        curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, sluice__xferinfo);
+        curl_easy_setopt(easy, CURLOPT_XFERINFODATA, &x);
+        curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
+        CURLMcode mc = curl_multi_add_handle(multi, easy);
+        if (mc != CURLM_OK) {
+            status = mc == CURLM_OUT_OF_MEMORY ? SLUICE_ENOMEM : SLUICE_EINVAL;
+        } else {
+            if (!nested)
+                sluice__tl_busy = true;
+            CURLcode code = CURLE_OK;
+            enum sluice__curl_stop stop = sluice__xfer_drive(multi, easy, call->cancel, &code);
+            curl_multi_remove_handle(multi, easy); /* aborts it if still running */
+            if (!nested)
+                sluice__tl_busy = false;
+            sluice__curl_finish(easy, code, stop, call->deadline, call->retry_after_max_ns, res);
+            status = res->status;
+        }
+        /* The caller's progress callback, or none, as before the call. */
+        curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, call->xferinfo);
+        curl_easy_setopt(easy, CURLOPT_XFERINFODATA, call->xferinfo_data);
+        curl_easy_setopt(easy, CURLOPT_NOPROGRESS, call->xferinfo ? 0L : 1L);
+        sluice__curl_disarm_deadline(easy, call->deadline);
+    }
+    if (call->cancel)
+        sluice_cancel_unregister(call->cancel, &x.hook);
+    if (nested)
+        curl_multi_cleanup(multi);
+    return res->status = status;
+}
+
+int sluice_curl_perform_call(const struct sluice_engine *engine, const struct sluice_curl_call *call,
+                             struct sluice_curl_result *result)
+{
+    struct sluice_curl_result res;
+    sluice__curl_result_init(&res);
+    struct sluice_pool *pool = engine && call && call->easy
+                                   ? sluice_engine_pool(engine, call->backend)
+                                   : NULL;
+    if (!pool)
+        res.status = SLUICE_EINVAL;
+    else if ((res.status = sluice_pool_admit(pool)) == SLUICE_OK) {
+        int64_t admitted = sluice_monotonic_ns();
+        struct sluice_call pc;
+        int status = sluice_pool_call_begin(pool, call->deadline, call->cancel, &pc);
+        int64_t queued = sluice_monotonic_ns() - admitted;
+        if (status == SLUICE_OK) {
+            sluice_curl_transfer(call, &res);
+            res.in_flight_at_start = pc.in_flight_at_start;
+            sluice__curl_end_call(pool, &pc, &res);
+        } else {
+            res.status = status;
+        }
+        res.queued_ns = queued;
+        sluice_pool_leave(pool);
+    }
+    if (result)
+        *result = res;
+    return res.status;
+}
+
+int sluice_curl_perform(const struct sluice_engine *engine, const char *backend_id, CURL *easy,
+                        const struct timespec *deadline, struct sluice_cancel *cancel,
+                        struct sluice_curl_result *result)
+{
+    struct sluice_curl_call call = {
+        .backend = backend_id, .easy = easy, .deadline = deadline, .cancel = cancel};
+    return sluice_curl_perform_call(engine, &call, result);
+}
