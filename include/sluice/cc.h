@@ -1,14 +1,25 @@
 /*
  * sluice/cc.h — compiler and portability helpers shared by every core header.
  *
- * What it is: inline/alignment/branch-hint macros, the optional-value type
- * used by description structs (SLUICE_SOME), a tiny test-and-set spinlock for
- * rare slow paths, the CPU relax hint, and the allocator hook through which
- * the core does all of its (create-time only) allocation.
+ * What it is: inline/alignment/branch-hint/thread-local macros, the
+ * optional-value type used by description structs (SLUICE_SOME), a
+ * test-and-test-and-set spinlock with backoff for slow paths, the CPU relax
+ * hint, and the allocator hook through which the core does all of its
+ * (create-time only) allocation.
  *
- * Concurrency: everything here is stateless except sluice_spinlock, which is
- * a plain test-and-test-and-set lock with acquire/release ordering. It guards
- * slow paths only (cancel-token registration, limit changes); never a hot path.
+ * Concurrency: everything here is stateless except sluice_spinlock, a
+ * test-and-test-and-set lock with acquire/release ordering. It guards slow
+ * paths only (cancel-token registration, the gate's waiter queue, limit
+ * changes), never the uncontended acquire/release. Those slow paths can still
+ * be contended (hundreds of waiters woken by one cancel token all leave the
+ * same queue), so a waiter backs off: exponentially growing pause runs, then
+ * sched_yield, so that a preempted holder gets the CPU back.
+ *
+ * Requirements: Linux, CLOCK_MONOTONIC and syscall(). Compile with
+ * -D_DEFAULT_SOURCE (or _GNU_SOURCE; the sluice::core target and
+ * sluice-core.pc pass it). A strict -std=c11 build without it stops at one
+ * #error below that names the macro, rather than at a missing
+ * CLOCK_MONOTONIC deep in time.h.
  *
  * C++: the core uses C11 <stdatomic.h>. C++ translation units need C++23
  * (which provides <stdatomic.h> and the _Atomic(T) macro).
@@ -16,13 +27,29 @@
 #ifndef SLUICE_CC_H
 #define SLUICE_CC_H
 
+/* Checked before any system header, while defining the macro still helps:
+ * glibc implies _DEFAULT_SOURCE unless the compiler runs in a strict mode
+ * (-std=c11) or the program picked a standard (_POSIX_C_SOURCE,
+ * _XOPEN_SOURCE) itself, and neither of those declares syscall(). Defining
+ * it after the #error keeps that error the only one. C++ compilers define
+ * _GNU_SOURCE on their own. */
+#if !defined(__cplusplus) && !defined(_DEFAULT_SOURCE) && !defined(_GNU_SOURCE) &&               \
+    !defined(_BSD_SOURCE) && !defined(_SVID_SOURCE) &&                                           \
+    (defined(__STRICT_ANSI__) || defined(_POSIX_C_SOURCE) || defined(_XOPEN_SOURCE))
+#error "sluice needs CLOCK_MONOTONIC and syscall(): compile with -D_DEFAULT_SOURCE (or _GNU_SOURCE)"
+#define _DEFAULT_SOURCE 1
+#endif
+
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+#include <sched.h>
+
 #include <ck_pr.h>
+
 
 #define SLUICE_INLINE static inline
 #define SLUICE_CACHELINE 64
@@ -30,6 +57,13 @@
 #define SLUICE_LIKELY(x) __builtin_expect(!!(x), 1)
 #define SLUICE_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define SLUICE_UNUSED __attribute__((unused))
+
+/* Per-thread storage, the same spelling in C11 and C++. */
+#ifdef __cplusplus
+#define SLUICE_THREAD_LOCAL thread_local
+#else
+#define SLUICE_THREAD_LOCAL _Thread_local
+#endif
 
 /* Memory-order shorthands: every atomic in the core names its ordering. */
 #define SLUICE_RELAXED memory_order_relaxed
@@ -78,9 +112,19 @@ SLUICE_INLINE uint64_t sluice_next_pow2(uint64_t x)
 }
 
 /*
- * A test-and-test-and-set spinlock. Held for a few dozen instructions on
- * slow paths only, so fairness and parking are not worth their cost.
+ * A test-and-test-and-set spinlock for slow paths. The holder runs a few
+ * dozen instructions, but on a machine with more runnable threads than CPUs
+ * it can be preempted inside them; a waiter that only paused would then burn
+ * its whole time slice while the holder waits for a CPU (a convoy). So the
+ * contended path pauses in runs that double up to SLUICE_SPIN_BACKOFF_MAX,
+ * then yields the CPU between runs. Concurrency Kit's ck_spinlock_*_eb
+ * variants back off too, but never yield, which is the part that matters
+ * when threads outnumber cores. Not fair, and not meant to be.
  */
+#ifndef SLUICE_SPIN_BACKOFF_MAX
+#define SLUICE_SPIN_BACKOFF_MAX 64 /* pauses in the longest run before yielding */
+#endif
+
 typedef struct sluice_spinlock {
     _Atomic(uint32_t) held;
 } sluice_spinlock;
@@ -96,10 +140,24 @@ SLUICE_INLINE bool sluice_spinlock_trylock(sluice_spinlock *l)
            atomic_exchange_explicit(&l->held, 1u, SLUICE_ACQUIRE) == 0u;
 }
 
+/* The contended path, out of line in spirit: the fast path stays one exchange. */
+SLUICE_INLINE void sluice__spinlock_contended(sluice_spinlock *l)
+{
+    uint32_t run = 1;
+    do {
+        for (uint32_t i = 0; i < run; i++)
+            sluice_cpu_relax();
+        if (run < SLUICE_SPIN_BACKOFF_MAX)
+            run *= 2;
+        else
+            sched_yield();
+    } while (!sluice_spinlock_trylock(l));
+}
+
 SLUICE_INLINE void sluice_spinlock_lock(sluice_spinlock *l)
 {
-    while (!sluice_spinlock_trylock(l))
-        sluice_cpu_relax();
+    if (SLUICE_UNLIKELY(!sluice_spinlock_trylock(l)))
+        sluice__spinlock_contended(l);
 }
 
 SLUICE_INLINE void sluice_spinlock_unlock(sluice_spinlock *l)

@@ -17,18 +17,21 @@
  * requires waiters == 0, an arrival can never overtake a queued waiter.
  *
  * Contended path: a waiter links its own node into an intrusive FIFO queue
- * under a spinlock held for a few dozen instructions; the waiter next in
- * line spins briefly on its node, every other one parks on its node's futex
- * word at once (spinning behind the head only steals CPU from holders). A
- * grant to the head also rouses the new head, so its wake-up latency
- * overlaps the permit's use rather than following it. A release that finds
- * waiters pops the head and hands the permit to that node directly (the permit
- * never becomes "available", so nobody can barge), waking exactly that one
+ * under a spinlock held for a few dozen instructions (sluice/cc.h: it backs
+ * off and yields when contended); the waiter next in line spins briefly on
+ * its node, every other one parks on its node's futex word at once
+ * (spinning behind the head only steals CPU from holders). A grant to the
+ * head also rouses the new head, so its wake-up latency overlaps the
+ * permit's use rather than following it. A release that finds waiters pops
+ * the head and hands the permit to that node directly (the permit never
+ * becomes "available", so nobody can barge), waking exactly that one
  * thread: no herd. Cancellation and timeout remove the node from the queue
  * under the same lock, so nothing is left behind for a later release to
  * skip, and a cancelled waiter can never be credited a permit. If a grant
- * wins the race (the node was already popped), the waiter owns the permit
- * and passes it on with release() before returning its error.
+ * wins the race (the node was already popped), the waiter waits for that
+ * verdict (a brief spin, then a park on its node: the popper may be slow to
+ * hand it over, see below), and passes a permit on with release() before
+ * returning its error.
  *
  * Why not tickets and a slot array (DESIGN.md's first sketch): an abandoned
  * ticket keeps its slot until the grant frontier reaches it, so repeated
@@ -42,7 +45,9 @@
  * Contended release, set_limit, close and cancel take the spinlock briefly;
  * no callback or syscall runs under it. acquire blocks: the waiter next in
  * line spins up to SLUICE_PARK_SPIN pauses, every waiter parks in the
- * kernel after that (or at once when it is not next).
+ * kernel after that (or at once when it is not next). Every waker issues
+ * the futex wakes it owes before it runs any async callback, so a slow
+ * callback never delays a sync waiter's wake-up.
  *
  * Concurrency: every function may run concurrently with every other on the
  * same gate, except init/create/destroy.
@@ -53,13 +58,34 @@
  * by the granter, acquire load by the waiter). So a holder always sees
  * everything the previous holder wrote before release().
  *
+ * Deadlines and cancellation (sluice/cancel.h has the contract): a deadline
+ * that is not normalised fails with SLUICE_EINVAL before anything else. A
+ * wait that ends without a permit returns SLUICE_ECANCELED if its token has
+ * fired by then, whatever else happened (deadline passed, gate closed): cancel
+ * wins. A permit granted before the wait noticed the token is kept (OK).
+ *
  * Async waiters (event loops): sluice_gate_acquire_async() queues a waiter
  * record whose callback runs exactly once, with SLUICE_OK (granted),
  * SLUICE_ECANCELED (sluice_gate_cancel_async) or SLUICE_ECLOSED
- * (sluice_gate_close). It runs inline on the calling thread when the
- * outcome is known at once (permit free, gate closed), otherwise on the
- * thread that releases the permit, raises the limit, cancels, or closes.
- * It must not block, and may call back into the gate.
+ * (sluice_gate_close). The record belongs to the gate from the moment
+ * acquire_async is called until its callback starts (whatever it held
+ * before is overwritten). The callback runs on the thread whose gate call
+ * decided the outcome: the caller of acquire_async when it is known at once
+ * (permit free, gate closed), otherwise the thread that releases the permit,
+ * raises the limit, cancels, or closes, always after the gate's lock is
+ * dropped. It must not block, and may call back into the gate (any gate).
+ *
+ * The trampoline: a callback that releases grants the next async waiter,
+ * whose callback would release in turn; run as nested calls, a queue of a
+ * million such waiters would need a million stack frames. So outcomes are
+ * not delivered by nesting: each thread keeps a FIFO list of decided async
+ * outcomes (thread-local; one per translation unit that includes this
+ * header), and only the outermost gate call on the thread runs it, one
+ * callback after another, until it is empty. A gate call made from inside a
+ * callback appends to the list and returns; the outcomes it decided run
+ * right after the current callback returns, before the outermost call does.
+ * Stack depth stays constant whatever the queue length, and no outcome is
+ * left behind when the outermost call returns.
  */
 #ifndef SLUICE_GATE_H
 #define SLUICE_GATE_H
@@ -72,18 +98,22 @@
 #define SLUICE_GATE_LIMIT_MAX (UINT32_C(1) << 30)
 
 /* A queued waiter. Sync waiters keep theirs on the stack during the wait;
- * async waiters embed one in struct sluice_gate_waiter. */
+ * async waiters embed one in struct sluice_gate_waiter. Every field is
+ * written by the gate before the node is used (sluice__gate_node_init). */
 struct sluice_gate_node {
-    struct sluice_gate_node *next, *prev; /* guarded by the gate's lock */
-    bool queued;                          /* guarded by the gate's lock */
-    _Atomic(uint32_t) state;              /* SLUICE__NODE_*; the futex word */
-    struct sluice_gate_waiter *async;     /* NULL for a sync waiter */
+    /* Queue links, guarded by the gate's lock while queued; once popped,
+     * `next` chains the node in a grant batch or the thread's trampoline. */
+    struct sluice_gate_node *next, *prev;
+    bool queued;                      /* guarded by the gate's lock */
+    _Atomic(uint32_t) state;          /* SLUICE__NODE_*; sync: the futex word; async: the verdict */
+    struct sluice_gate_waiter *async; /* NULL for a sync waiter */
 };
 
 struct sluice_gate_waiter;
 typedef void (*sluice_gate_cb)(struct sluice_gate_waiter *waiter, int status);
 
-/* An async waiter: set `cb` (and `data`), keep it alive until cb has run. */
+/* An async waiter: set `cb` (and `data`), keep it alive until cb has run.
+ * sluice__node is the gate's: acquire_async initialises it. */
 struct sluice_gate_waiter {
     sluice_gate_cb cb;
     void *data;
@@ -115,8 +145,11 @@ struct sluice_gate_desc {
     const struct sluice_allocator *allocator; /* (default: aligned_alloc/free) */
 };
 
+/* WAITING and SLEEPING: no verdict yet (SLEEPING: the sync owner is parked,
+ * or about to, and must be woken). GRANTED, CLOSED, CANCELED: verdicts
+ * (CANCELED only for async nodes, whose sync twin reads the token). */
 enum { SLUICE__NODE_WAITING = 0, SLUICE__NODE_SLEEPING = 1, SLUICE__NODE_GRANTED = 2,
-       SLUICE__NODE_CLOSED = 3 };
+       SLUICE__NODE_CLOSED = 3, SLUICE__NODE_CANCELED = 4 };
 
 /* ---- the packed word: waiters * 2^32 + available (available is signed) ----
  * It is one 64-bit number, not two bit fields: adding -1 to available when
@@ -256,12 +289,67 @@ SLUICE_INLINE struct sluice_gate_node *sluice__gate_give_locked(struct sluice_ga
     return n;
 }
 
-/* Hand a permit (or the close verdict) to a popped node. Last touch of it. */
+/* ---- async outcomes: the per-thread trampoline ---------------------------- */
+
+/* Decided async outcomes whose callbacks have not run yet, in decision
+ * order, and whether a frame of this thread is already running them. It is
+ * empty whenever no gate call is in progress on the thread. */
+struct sluice__gate_trampoline {
+    struct sluice_gate_node *head, *tail; /* linked through node->next */
+    bool running;
+};
+
+static SLUICE_THREAD_LOCAL struct sluice__gate_trampoline sluice__gate_pending SLUICE_UNUSED;
+
+/* Queue an async node's verdict for its callback. */
+SLUICE_INLINE void sluice__gate_defer(struct sluice_gate_node *n, uint32_t verdict)
+{
+    struct sluice__gate_trampoline *t = &sluice__gate_pending;
+    atomic_store_explicit(&n->state, verdict, SLUICE_RELAXED);
+    n->next = NULL;
+    if (t->tail)
+        t->tail->next = n;
+    else
+        t->head = n;
+    t->tail = n;
+}
+
+/*
+ * Run the deferred callbacks, unless an outer frame of this thread already
+ * is (it will reach them after its current callback returns). Every gate
+ * call that may have deferred one ends with this, so a callback that calls
+ * back into a gate never nests another callback inside itself.
+ */
+SLUICE_INLINE void sluice__gate_run_callbacks(void)
+{
+    struct sluice__gate_trampoline *t = &sluice__gate_pending;
+    if (t->running || !t->head)
+        return;
+    t->running = true;
+    struct sluice_gate_node *n;
+    while ((n = t->head) != NULL) {
+        t->head = n->next;
+        if (!t->head)
+            t->tail = NULL;
+        struct sluice_gate_waiter *w = n->async;
+        uint32_t verdict = atomic_load_explicit(&n->state, SLUICE_RELAXED);
+        int status = verdict == SLUICE__NODE_GRANTED  ? (int)SLUICE_OK
+                     : verdict == SLUICE__NODE_CLOSED ? (int)SLUICE_ECLOSED
+                                                      : (int)SLUICE_ECANCELED;
+        w->cb(w, status); /* last touch: the record is the owner's again */
+    }
+    t->running = false;
+}
+
+/*
+ * Hand a verdict (GRANTED or CLOSED) to a popped node: a sync waiter is
+ * woken now; an async one is deferred to the trampoline, so the caller must
+ * end with sluice__gate_run_callbacks. Last touch of a sync node.
+ */
 SLUICE_INLINE void sluice__gate_notify(struct sluice_gate_node *n, uint32_t verdict)
 {
     if (n->async) {
-        struct sluice_gate_waiter *w = n->async;
-        w->cb(w, verdict == SLUICE__NODE_GRANTED ? (int)SLUICE_OK : (int)SLUICE_ECLOSED);
+        sluice__gate_defer(n, verdict);
         return;
     }
     /* After this exchange the waiter may return and free its node; a
@@ -281,8 +369,12 @@ SLUICE_INLINE void sluice__gate_release_slow(struct sluice_gate *g)
     sluice_spinlock_unlock(&g->lock);
     if (n)
         sluice__gate_notify(n, SLUICE__NODE_GRANTED);
+    /* The roused waiter looks awake to every later waker (a grant or its
+     * token, possibly from the callback below), so nobody else will wake
+     * it: this wake must come before any callback runs. */
     if (rouse)
         sluice_futex_wake(rouse);
+    sluice__gate_run_callbacks();
 }
 
 /* Give a permit back. Wakes at most the one waiter next in line. */
@@ -311,16 +403,23 @@ SLUICE_INLINE bool sluice__gate_take_fast(struct sluice_gate *g)
     return false;
 }
 
-/*
- * Under the lock: take a permit that became free since the fast path
- * failed, or join the queue. Returns SLUICE_OK (granted, not queued),
- * SLUICE_EAGAIN (queued) or SLUICE_ECLOSED.
- */
-SLUICE_INLINE int sluice__gate_join(struct sluice_gate *g, struct sluice_gate_node *n,
-                                    struct sluice_gate_waiter *async)
+/* Make every field of a node the gate's, whatever the memory held before. */
+SLUICE_INLINE void sluice__gate_node_init(struct sluice_gate_node *n,
+                                          struct sluice_gate_waiter *async)
 {
+    n->next = n->prev = NULL;
+    n->queued = false;
     n->async = async;
     atomic_store_explicit(&n->state, SLUICE__NODE_WAITING, SLUICE_RELAXED);
+}
+
+/*
+ * Under the lock: take a permit that became free since the fast path
+ * failed, or join the queue with an initialised node. Returns SLUICE_OK
+ * (granted, not queued), SLUICE_EAGAIN (queued) or SLUICE_ECLOSED.
+ */
+SLUICE_INLINE int sluice__gate_join(struct sluice_gate *g, struct sluice_gate_node *n)
+{
     sluice_spinlock_lock(&g->lock);
     int status;
     if (atomic_load_explicit(&g->closed, SLUICE_ACQUIRE)) {
@@ -382,31 +481,41 @@ SLUICE_INLINE uint32_t sluice__gate_verdict(struct sluice_gate_node *n)
     return s == SLUICE__NODE_GRANTED || s == SLUICE__NODE_CLOSED ? s : (uint32_t)SLUICE__NODE_WAITING;
 }
 
-/* The waiter gives up: leave the queue, or pass on a grant that won the race. */
+/*
+ * The waiter gives up: leave the queue, or pass on a grant that won the
+ * race. A popped node's verdict is on its way, but the popper may deliver
+ * it late (preempted, or a set_limit_collect caller finishing work under
+ * its own lock first): spin briefly, then park until it lands.
+ */
 SLUICE_INLINE int sluice__gate_abandon(struct sluice_gate *g, struct sluice_gate_node *n, int status)
 {
     if (sluice__gate_leave(g, n))
         return status;
-    uint32_t verdict;
-    while ((verdict = sluice__gate_verdict(n)) == SLUICE__NODE_WAITING)
-        sluice_cpu_relax(); /* the popper is between unlock and notify */
+    uint32_t verdict = sluice_park_while(&n->state, SLUICE__NODE_WAITING, SLUICE__NODE_SLEEPING);
     if (verdict == SLUICE__NODE_GRANTED)
         sluice_gate_release(g);
     return verdict == SLUICE__NODE_CLOSED ? (int)SLUICE_ECLOSED : status;
+}
+
+/* How a wait that got no permit ends: a fired token wins over a closed gate
+ * and a passed deadline (an argument error stays one). */
+SLUICE_INLINE int sluice__gate_failed(int status, const struct sluice_cancel *cancel)
+{
+    return status != SLUICE_EINVAL && sluice_cancel_fired(cancel) ? (int)SLUICE_ECANCELED : status;
 }
 
 SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, const struct timespec *deadline,
                                     struct sluice_cancel *cancel)
 {
     struct sluice_gate_node node;
-    int joined = sluice__gate_join(g, &node, NULL);
-    if (joined != SLUICE_EAGAIN)
-        return joined;
+    sluice__gate_node_init(&node, NULL);
+    int status = sluice__gate_join(g, &node);
+    if (status != SLUICE_EAGAIN)
+        return status == SLUICE_OK ? status : sluice__gate_failed(status, cancel);
     struct sluice__gate_cancel_hook hook;
     hook.hook.fn = sluice__gate_on_cancel;
     hook.node = &node;
     bool hooked = cancel && sluice_cancel_register(cancel, &hook.hook);
-    int status;
     for (;;) {
         uint32_t verdict = sluice__gate_verdict(&node);
         if (verdict != SLUICE__NODE_WAITING) {
@@ -430,32 +539,43 @@ SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, const struct timespec
             continue; /* a verdict just landed */
         /* Re-check after announcing sleep: a token fired in between found us
          * WAITING and did not wake us. */
+        int slept = SLUICE_OK;
         if (sluice_wait_stop_reason(deadline, cancel) == SLUICE_OK)
-            sluice_futex_wait(&node.state, SLUICE__NODE_SLEEPING, deadline);
+            slept = sluice_futex_wait(&node.state, SLUICE__NODE_SLEEPING, deadline);
         sluice__gate_unsleep(&node);
+        if (SLUICE_UNLIKELY(slept == SLUICE_EINVAL)) {
+            /* The kernel refuses to sleep: looping would spin, so give up. */
+            status = sluice__gate_abandon(g, &node, slept);
+            break;
+        }
     }
     if (hooked)
         sluice_cancel_unregister(cancel, &hook.hook);
-    return status;
+    return status == SLUICE_OK ? status : sluice__gate_failed(status, cancel);
 }
 
 /*
  * Take a permit, waiting in FIFO order until `deadline` (absolute
  * CLOCK_MONOTONIC; NULL = none) or until `cancel` fires (NULL = none).
  * Returns SLUICE_OK (caller holds a permit and must release it),
- * SLUICE_ECANCELED, SLUICE_ETIMEDOUT or SLUICE_ECLOSED (caller holds nothing).
- * A token that has already fired fails at once; a deadline is only checked
- * once the call has to wait.
+ * SLUICE_ECANCELED, SLUICE_ETIMEDOUT or SLUICE_ECLOSED (caller holds nothing),
+ * or SLUICE_EINVAL for a deadline that is not normalised (time.h). A token
+ * that has already fired fails at once, even on a closed gate; a deadline
+ * that has passed is only noticed once the call has to wait.
  */
 SLUICE_INLINE int sluice_gate_acquire(struct sluice_gate *g, const struct timespec *deadline,
                                       struct sluice_cancel *cancel)
 {
-    if (SLUICE_UNLIKELY(atomic_load_explicit(&g->closed, SLUICE_RELAXED)))
-        return SLUICE_ECLOSED;
+    /* Checked whether or not the call waits, so a bad deadline cannot hide
+     * until the gate is contended. */
+    if (SLUICE_UNLIKELY(!sluice_deadline_valid(deadline)))
+        return SLUICE_EINVAL;
     /* A fired token fails every acquire, even one that would not wait, so
      * "cancel wins before the call starts" needs no check by the caller. */
     if (cancel && sluice_cancel_fired(cancel))
         return SLUICE_ECANCELED;
+    if (SLUICE_UNLIKELY(atomic_load_explicit(&g->closed, SLUICE_RELAXED)))
+        return SLUICE_ECLOSED;
     if (SLUICE_LIKELY(sluice__gate_take_fast(g)))
         return SLUICE_OK;
     return sluice__gate_wait(g, deadline, cancel);
@@ -474,32 +594,41 @@ SLUICE_INLINE int sluice_gate_tryacquire(struct sluice_gate *g)
 
 /*
  * Queue `w` for a permit; w->cb runs exactly once (see the header comment
- * for its thread). `w` must stay valid until then.
+ * for its thread). `w` must stay valid until then; its sluice__node may hold
+ * anything beforehand (a reused record): the gate initialises it first.
  */
 SLUICE_INLINE void sluice_gate_acquire_async(struct sluice_gate *g, struct sluice_gate_waiter *w)
 {
+    struct sluice_gate_node *n = &w->sluice__node;
+    sluice__gate_node_init(n, w);
     int status;
     if (atomic_load_explicit(&g->closed, SLUICE_RELAXED))
         status = SLUICE_ECLOSED;
     else if (sluice__gate_take_fast(g))
         status = SLUICE_OK;
     else
-        status = sluice__gate_join(g, &w->sluice__node, w);
-    if (status != SLUICE_EAGAIN)
-        w->cb(w, status);
+        status = sluice__gate_join(g, n);
+    if (status == SLUICE_EAGAIN)
+        return;
+    sluice__gate_defer(n, status == SLUICE_OK ? SLUICE__NODE_GRANTED : SLUICE__NODE_CLOSED);
+    sluice__gate_run_callbacks();
 }
 
 /*
- * Withdraw an async waiter. If it was still queued, its callback runs now
- * with SLUICE_ECANCELED and this returns SLUICE_OK. If the callback already
- * ran or is about to (granted or closed), returns SLUICE_EAGAIN.
- * Call only after sluice_gate_acquire_async has returned.
+ * Withdraw an async waiter. If it was still queued, its callback runs with
+ * SLUICE_ECANCELED (now, or right after the current callback when called
+ * from one) and this returns SLUICE_OK. If the outcome was already decided
+ * (granted, closed, or decided inline by acquire_async), returns
+ * SLUICE_EAGAIN: the callback has run or is about to, with that outcome.
+ * Call only after sluice_gate_acquire_async has returned, and before the
+ * record is reused.
  */
 SLUICE_INLINE int sluice_gate_cancel_async(struct sluice_gate *g, struct sluice_gate_waiter *w)
 {
     if (!sluice__gate_leave(g, &w->sluice__node))
         return SLUICE_EAGAIN;
-    w->cb(w, SLUICE_ECANCELED);
+    sluice__gate_defer(&w->sluice__node, SLUICE__NODE_CANCELED);
+    sluice__gate_run_callbacks();
     return SLUICE_OK;
 }
 
@@ -543,7 +672,8 @@ SLUICE_INLINE struct sluice_gate_node *sluice__gate_set_limit_collect(struct slu
     return granted;
 }
 
-/* Hand out the grants sluice__gate_set_limit_collect returned (NULL: none). */
+/* Hand out the grants sluice__gate_set_limit_collect returned (NULL: none):
+ * sync waiters are woken first, then async callbacks run (trampoline). */
 SLUICE_INLINE void sluice__gate_notify_chain(struct sluice_gate_node *granted)
 {
     while (granted) {
@@ -551,6 +681,7 @@ SLUICE_INLINE void sluice__gate_notify_chain(struct sluice_gate_node *granted)
         sluice__gate_notify(granted, SLUICE__NODE_GRANTED);
         granted = next;
     }
+    sluice__gate_run_callbacks();
 }
 
 /*
@@ -589,8 +720,9 @@ SLUICE_INLINE struct sluice_gate_counts sluice_gate_stats(const struct sluice_ga
 }
 
 /*
- * Close the gate: every queued waiter gets SLUICE_ECLOSED, and so does
- * every later acquire. Holders may still release. Idempotent.
+ * Close the gate: every queued waiter gets SLUICE_ECLOSED (a sync waiter
+ * whose token has fired gets SLUICE_ECANCELED), and so does every later
+ * acquire. Holders may still release. Idempotent.
  */
 SLUICE_INLINE void sluice_gate_close(struct sluice_gate *g)
 {
@@ -609,6 +741,7 @@ SLUICE_INLINE void sluice_gate_close(struct sluice_gate *g)
         sluice__gate_notify(n, SLUICE__NODE_CLOSED);
         n = next;
     }
+    sluice__gate_run_callbacks();
 }
 
 #endif /* SLUICE_GATE_H */

@@ -12,15 +12,20 @@
  * the real CLOCK_MONOTONIC. Blocking waits always use the real clock: the
  * kernel sleeps on it.
  *
+ * A deadline must be normalised (0 <= tv_nsec < 10^9, which
+ * sluice_deadline_in and sluice_ns_timespec guarantee); every waiting call
+ * rejects any other with SLUICE_EINVAL up front, since the kernel refuses it
+ * and a wait would otherwise spin until the instant passed.
+ *
  * Concurrency: stateless; callable from any thread. A custom clock's
  * now_ns must be thread-safe if the object using it is shared.
  */
 #ifndef SLUICE_TIME_H
 #define SLUICE_TIME_H
 
-#include <time.h>
+#include "cc.h" /* first: it checks the feature macros before <time.h> reads them */
 
-#include "cc.h"
+#include <time.h>
 
 #define SLUICE_NS_PER_SEC INT64_C(1000000000)
 #define SLUICE_NS_PER_MS INT64_C(1000000)
@@ -82,6 +87,12 @@ SLUICE_INLINE struct timespec *sluice_deadline_in(struct timespec *deadline, int
 {
     *deadline = sluice_ns_timespec(sluice_add_ns(sluice_monotonic_ns(), ns));
     return deadline;
+}
+
+/* True when `deadline` is NULL (none) or normalised: 0 <= tv_nsec < 10^9. */
+SLUICE_INLINE bool sluice_deadline_valid(const struct timespec *deadline)
+{
+    return !deadline || (deadline->tv_nsec >= 0 && deadline->tv_nsec < SLUICE_NS_PER_SEC);
 }
 
 /* True when `deadline` (may be NULL = never) has passed. */

@@ -7,6 +7,12 @@
 #include <criterion/criterion.h>
 #include <sluice/gate.h>
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "common.h"
 
 #define THREADS 4
@@ -296,4 +302,79 @@ Test(gate_stress, async_callback_runs_exactly_once_when_cancels_race_grants)
     cr_assert_eq(sluice_gate_tryacquire(race.g), SLUICE_OK);
     cr_assert_eq(sluice_gate_tryacquire(race.g), SLUICE_EAGAIN);
     sluice_gate_destroy(race.g);
+}
+
+/* ---- one token shared by many sleeping waiters ----------------------------- */
+
+struct shared_token {
+    struct sluice_gate *g;
+    struct sluice_cancel token;
+    _Atomic(int) returned;
+    _Atomic(int) cancelled;
+};
+
+static void *shared_token_waiter(void *p)
+{
+    struct shared_token *s = p;
+    if (sluice_gate_acquire(s->g, NULL, &s->token) == SLUICE_ECANCELED)
+        atomic_fetch_add(&s->cancelled, 1);
+    atomic_fetch_add(&s->returned, 1);
+    return NULL;
+}
+
+/* The canceller runs at the lowest priority (a background thread on a busy
+ * machine): woken waiters get the CPU before it does. */
+static void *low_priority_fire(void *token)
+{
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    sluice_cancel_fire(token);
+    return NULL;
+}
+
+Test(gate_stress, firing_a_token_shared_by_hundreds_of_sleeping_waiters_wakes_them_all_promptly,
+     .timeout = 120)
+{
+    /* Firing used to wake each waiter under the token's spinlock while the
+     * woken ones spun on it to unregister: a convoy that grew with the
+     * square of the waiters on a small machine. */
+    const int n = SCALED(500);
+    struct shared_token s = {0};
+    cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = 1}, &s.g), SLUICE_OK);
+    sluice_cancel_init(&s.token);
+    cr_assert_eq(sluice_gate_acquire(s.g, NULL, NULL), SLUICE_OK); /* nobody else gets in */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_t *tids = calloc((size_t)n, sizeof *tids);
+    cr_assert_not_null(tids);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(pthread_create(&tids[i], &attr, shared_token_waiter, &s), 0);
+    pthread_attr_destroy(&attr);
+    int64_t deadline = sluice_monotonic_ns() + 60 * SLUICE_NS_PER_SEC;
+    while (sluice_gate_stats(s.g).waiting < (uint32_t)n) {
+        cr_assert_lt(sluice_monotonic_ns(), deadline, "waiters never queued");
+        usleep(1000);
+    }
+    usleep(20000); /* let the last ones park */
+    int64_t t0 = sluice_monotonic_ns();
+    pthread_t firer;
+    cr_assert_eq(pthread_create(&firer, NULL, low_priority_fire, &s.token), 0);
+    while (atomic_load(&s.returned) < n) {
+        cr_assert_lt(sluice_monotonic_ns() - t0, 60 * SLUICE_NS_PER_SEC, "waiters never woke");
+        usleep(1000);
+    }
+    int64_t took = sluice_monotonic_ns() - t0;
+    pthread_join(firer, NULL);
+    for (int i = 0; i < n; i++)
+        pthread_join(tids[i], NULL);
+    free(tids);
+    fprintf(stderr, "shared token: %d waiters woke in %.1f ms\n", n, took / 1e6);
+    cr_assert_eq(atomic_load(&s.cancelled), n);
+    /* Generous: a healthy fire takes milliseconds; the convoy took seconds. */
+    cr_assert_lt(took, 3 * SLUICE_NS_PER_SEC, "fire to last wake took %.2f s", took / 1e9);
+    struct sluice_gate_counts c = sluice_gate_stats(s.g);
+    cr_assert_eq(c.in_flight, 1);
+    cr_assert_eq(c.waiting, 0);
+    sluice_gate_release(s.g);
+    sluice_gate_destroy(s.g);
 }

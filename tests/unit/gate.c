@@ -3,6 +3,7 @@
 #include <sluice/gate.h>
 
 #include <pthread.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -470,4 +471,301 @@ Test(gate, acquire_and_release_never_allocate)
     cr_assert_eq(counts.frees, 0);
     sluice_gate_destroy(g);
     cr_assert_eq(counts.frees, counts.allocs);
+}
+
+/* ---- async callbacks that call back into the gate ------------------------- */
+
+struct chained {
+    struct sluice_gate_waiter w;
+    struct sluice_gate *g;
+    int calls;
+    int status;
+};
+
+static long chained_calls;
+
+static void release_from_callback(struct sluice_gate_waiter *w, int status)
+{
+    struct chained *c = (struct chained *)w;
+    c->calls++;
+    c->status = status;
+    chained_calls++;
+    if (status == SLUICE_OK)
+        sluice_gate_release(c->g); /* grants the next async waiter from inside this callback */
+}
+
+Test(gate, a_release_inside_an_async_callback_hands_off_iteratively_not_recursively, .timeout = 60)
+{
+    /* One frame per queued waiter would need far more stack than a thread
+     * has: the hand-offs must run one after another on the outermost frame. */
+    const long n = SCALED(1000000);
+    struct sluice_gate *g = make_gate(1);
+    struct chained *recs = calloc((size_t)n, sizeof *recs);
+    cr_assert_not_null(recs);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    chained_calls = 0;
+    for (long i = 0; i < n; i++) {
+        recs[i].w.cb = release_from_callback;
+        recs[i].g = g;
+        recs[i].status = 99;
+        sluice_gate_acquire_async(g, &recs[i].w);
+    }
+    cr_assert_eq(sluice_gate_stats(g).waiting, (uint32_t)n);
+    sluice_gate_release(g);
+    cr_assert_eq(chained_calls, n, "%ld of %ld callbacks ran", chained_calls, n);
+    for (long i = 0; i < n; i++) {
+        if (recs[i].calls != 1 || recs[i].status != SLUICE_OK)
+            cr_assert_fail("waiter %ld: %d calls, status %d", i, recs[i].calls, recs[i].status);
+    }
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.in_flight, 0);
+    cr_assert_eq(c.waiting, 0);
+    free(recs);
+    sluice_gate_destroy(g);
+}
+
+/* A record the caller reuses without clearing: acquire_async must not trust
+ * anything the gate's private fields held before the call. */
+static void dirty_record(struct counted_grant *rec, bool stale_queued)
+{
+    memset(rec, 0xA5, sizeof *rec);
+    if (stale_queued) {
+        memset(&rec->w.sluice__node, 0, sizeof rec->w.sluice__node);
+        rec->w.sluice__node.queued = true;
+    }
+    rec->w.cb = counted_grant_cb;
+    rec->calls = 0;
+    rec->status = 99;
+}
+
+Test(gate, cancel_async_after_an_inline_outcome_returns_eagain_whatever_the_record_held)
+{
+    for (int stale = 0; stale < 2; stale++) {
+        struct sluice_gate *g = make_gate(2);
+        struct counted_grant holder, granted;
+        /* A queued waiter whose links a corrupted unlink would overwrite. */
+        struct counted_grant queued = {.w = {.cb = counted_grant_cb}, .status = 99};
+        dirty_record(&holder, stale);
+        sluice_gate_acquire_async(g, &holder.w);
+        dirty_record(&granted, stale);
+        sluice_gate_acquire_async(g, &granted.w);
+        cr_assert_eq(granted.calls, 1, "a free permit is granted inline");
+        cr_assert_eq(granted.status, SLUICE_OK);
+        sluice_gate_acquire_async(g, &queued.w);
+        cr_assert_eq(sluice_gate_cancel_async(g, &granted.w), SLUICE_EAGAIN, "stale=%d", stale);
+        cr_assert_eq(granted.calls, 1, "the callback ran once");
+        struct sluice_gate_counts c = sluice_gate_stats(g);
+        cr_assert_eq(c.in_flight, 2);
+        cr_assert_eq(c.waiting, 1, "stale=%d: waiting %u", stale, c.waiting);
+        sluice_gate_release(g);
+        cr_assert_eq(queued.calls, 1, "the queued waiter is still in line");
+        cr_assert_eq(queued.status, SLUICE_OK);
+
+        /* Closed: the inline outcome is ECLOSED, and cancel is too late. */
+        sluice_gate_close(g);
+        struct counted_grant late;
+        dirty_record(&late, stale);
+        sluice_gate_acquire_async(g, &late.w);
+        cr_assert_eq(late.calls, 1);
+        cr_assert_eq(late.status, SLUICE_ECLOSED);
+        cr_assert_eq(sluice_gate_cancel_async(g, &late.w), SLUICE_EAGAIN);
+        cr_assert_eq(late.calls, 1);
+        sluice_gate_release(g);
+        sluice_gate_release(g);
+        c = sluice_gate_stats(g);
+        cr_assert_eq(c.in_flight, 0);
+        cr_assert_eq(c.waiting, 0);
+        sluice_gate_destroy(g);
+    }
+}
+
+/* ---- a slow async callback does not delay the sync waiter behind it ------- */
+
+struct slow_cb {
+    struct sluice_gate_waiter w;
+    struct sluice_gate *g;
+    struct sluice_cancel *fire; /* NULL: pass the permit on instead */
+    _Atomic(int) *sync_done;
+    _Atomic(int) saw_sync_done;
+};
+
+/* Granted the permit, then: let the sync waiter behind it go (grant or cancel),
+ * and "work" up to 300 ms, noting whether that waiter returned meanwhile. */
+static void slow_callback(struct sluice_gate_waiter *w, int status)
+{
+    struct slow_cb *s = (struct slow_cb *)w;
+    cr_assert_eq(status, SLUICE_OK);
+    if (s->fire)
+        sluice_cancel_fire(s->fire);
+    else
+        sluice_gate_release(s->g);
+    int64_t until = sluice_monotonic_ns() + 300 * SLUICE_NS_PER_MS;
+    while (!atomic_load(s->sync_done) && sluice_monotonic_ns() < until)
+        usleep(500);
+    atomic_store(&s->saw_sync_done, atomic_load(s->sync_done));
+    if (s->fire)
+        sluice_gate_release(s->g);
+}
+
+struct sync_waiter {
+    struct sluice_gate *g;
+    struct sluice_cancel *cancel;
+    _Atomic(int) done;
+    int status;
+};
+
+static void *sync_waiter_thread(void *p)
+{
+    struct sync_waiter *s = p;
+    s->status = sluice_gate_acquire(s->g, NULL, s->cancel);
+    atomic_store(&s->done, 1);
+    return NULL;
+}
+
+static void run_slow_callback_case(bool cancel_case)
+{
+    struct sluice_gate *g = make_gate(1);
+    struct sluice_cancel token;
+    sluice_cancel_init(&token);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    struct sync_waiter s = {.g = g, .cancel = cancel_case ? &token : NULL, .status = 99};
+    struct slow_cb a = {.w = {.cb = slow_callback}, .g = g, .sync_done = &s.done};
+    a.fire = cancel_case ? &token : NULL;
+    sluice_gate_acquire_async(g, &a.w);
+    pthread_t tid;
+    pthread_create(&tid, NULL, sync_waiter_thread, &s);
+    WAIT_UNTIL(sluice_gate_stats(g).waiting == 2);
+    usleep(5000); /* the sync waiter, not next in line, is asleep in the kernel */
+    sluice_gate_release(g); /* A is granted, S becomes next in line; A's callback runs here */
+    pthread_join(tid, NULL);
+    cr_assert(atomic_load(&a.saw_sync_done),
+              "the sync waiter returned only after the 300 ms callback ended");
+    cr_assert_eq(s.status, cancel_case ? SLUICE_ECANCELED : SLUICE_OK);
+    if (!cancel_case)
+        sluice_gate_release(g);
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.in_flight, 0);
+    cr_assert_eq(c.waiting, 0);
+    sluice_gate_destroy(g);
+}
+
+Test(gate, a_sync_waiter_granted_from_a_slow_async_callback_returns_while_it_still_runs,
+     .timeout = 20)
+{
+    run_slow_callback_case(false);
+}
+
+Test(gate, a_sync_waiter_cancelled_from_a_slow_async_callback_returns_while_it_still_runs,
+     .timeout = 20)
+{
+    run_slow_callback_case(true);
+}
+
+/* ---- a waiter whose grant is in transit parks rather than spins ----------- */
+
+struct timed_waiter {
+    struct sluice_gate *g;
+    struct timespec deadline;
+    int status;
+    int64_t cpu_ns;
+};
+
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return sluice_timespec_ns(&ts);
+}
+
+static void *timed_waiter_thread(void *p)
+{
+    struct timed_waiter *t = p;
+    int64_t cpu0 = thread_cpu_ns();
+    t->status = sluice_gate_acquire(t->g, &t->deadline, NULL);
+    t->cpu_ns = thread_cpu_ns() - cpu0;
+    return NULL;
+}
+
+Test(gate, a_timed_out_waiter_whose_grant_is_still_in_transit_parks_instead_of_spinning,
+     .timeout = 20)
+{
+    struct sluice_gate *g = make_gate(1);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    struct timed_waiter t = {.g = g, .status = 99};
+    sluice_deadline_in(&t.deadline, 100 * SLUICE_NS_PER_MS);
+    pthread_t tid;
+    pthread_create(&tid, NULL, timed_waiter_thread, &t);
+    WAIT_UNTIL(sluice_gate_stats(g).waiting == 1);
+    /* Pop the waiter's grant, then hand it out only 400 ms later (as a
+     * caller of collect does after a slow stretch under its own lock): the
+     * waiter times out meanwhile and must wait for its verdict. */
+    struct sluice_gate_node *granted = sluice__gate_set_limit_collect(g, 2);
+    cr_assert_not_null(granted, "the waiter left before the grant; machine too slow");
+    usleep(400000);
+    sluice__gate_notify_chain(granted);
+    pthread_join(tid, NULL);
+    cr_assert_eq(t.status, SLUICE_ETIMEDOUT);
+    cr_assert_lt(t.cpu_ns, 100 * SLUICE_NS_PER_MS,
+                 "the waiter burnt %.0f ms of CPU waiting for a verdict", t.cpu_ns / 1e6);
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.in_flight, 1, "the grant that came too late was passed on");
+    cr_assert_eq(c.waiting, 0);
+    sluice_gate_release(g);
+    sluice_gate_destroy(g);
+}
+
+/* ---- deadlines must be normalised ------------------------------------------ */
+
+Test(gate, an_unnormalised_deadline_is_rejected_with_einval_not_busy_waited, .timeout = 10)
+{
+    struct sluice_gate *g = make_gate(1);
+    struct timespec future;
+    sluice_deadline_in(&future, 200 * SLUICE_NS_PER_MS);
+    struct timespec bad[] = {{.tv_sec = future.tv_sec, .tv_nsec = SLUICE_NS_PER_SEC},
+                             {.tv_sec = future.tv_sec, .tv_nsec = -1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        /* Whether or not the call would have to wait. */
+        cr_assert_eq(sluice_gate_acquire(g, &bad[i], NULL), SLUICE_EINVAL);
+        cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+        int64_t t0 = sluice_monotonic_ns();
+        cr_assert_eq(sluice_gate_acquire(g, &bad[i], NULL), SLUICE_EINVAL);
+        cr_assert_lt(sluice_monotonic_ns() - t0, 100 * SLUICE_NS_PER_MS, "rejected, not waited");
+        struct sluice_gate_counts c = sluice_gate_stats(g);
+        cr_assert_eq(c.in_flight, 1);
+        cr_assert_eq(c.waiting, 0);
+        sluice_gate_release(g);
+    }
+    _Atomic(uint32_t) word = 1;
+    cr_assert_eq(sluice_futex_wait(&word, 1, &bad[0]), SLUICE_EINVAL);
+    struct timespec past;
+    cr_assert_eq(sluice_futex_wait(&word, 1, sluice_deadline_in(&past, -SLUICE_NS_PER_MS)),
+                 SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_futex_wait(&word, 0, NULL), SLUICE_OK, "the word already moved on");
+    sluice_gate_destroy(g);
+}
+
+/* ---- cancel wins over close ------------------------------------------------ */
+
+Test(gate, cancel_wins_over_close_when_both_land_while_a_waiter_sleeps, .timeout = 30)
+{
+    for (int round = 0; round < SCALED(100); round++) {
+        struct sluice_gate *g = make_gate(1);
+        struct sluice_cancel token;
+        sluice_cancel_init(&token);
+        cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+        struct sync_waiter s = {.g = g, .cancel = &token, .status = 99};
+        pthread_t tid;
+        pthread_create(&tid, NULL, sync_waiter_thread, &s);
+        WAIT_UNTIL(sluice_gate_stats(g).waiting == 1);
+        sluice_cancel_fire(&token);
+        sluice_gate_close(g);
+        pthread_join(tid, NULL);
+        cr_assert_eq(s.status, SLUICE_ECANCELED, "round %d: %s", round,
+                     sluice_status_name(s.status));
+        sluice_gate_release(g);
+        struct sluice_gate_counts c = sluice_gate_stats(g);
+        cr_assert_eq(c.in_flight, 0);
+        cr_assert_eq(c.waiting, 0);
+        sluice_gate_destroy(g);
+    }
 }

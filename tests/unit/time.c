@@ -54,3 +54,18 @@ Test(time, add_ns_clamps_at_both_ends)
     cr_assert_eq(sluice_add_ns(INT64_MIN + 1, -5), INT64_MIN);
     cr_assert_eq(sluice_add_ns(10, -3), 7);
 }
+
+Test(time, deadline_valid_accepts_null_and_normalised_deadlines_only)
+{
+    struct timespec ok = {.tv_sec = 5, .tv_nsec = SLUICE_NS_PER_SEC - 1};
+    struct timespec zero = {.tv_sec = 0, .tv_nsec = 0};
+    struct timespec over = {.tv_sec = 5, .tv_nsec = SLUICE_NS_PER_SEC};
+    struct timespec negative = {.tv_sec = 5, .tv_nsec = -1};
+    cr_assert(sluice_deadline_valid(NULL), "NULL means no deadline");
+    cr_assert(sluice_deadline_valid(&ok));
+    cr_assert(sluice_deadline_valid(&zero));
+    cr_assert_not(sluice_deadline_valid(&over));
+    cr_assert_not(sluice_deadline_valid(&negative));
+    struct timespec made;
+    cr_assert(sluice_deadline_valid(sluice_deadline_in(&made, -7)), "deadline_in normalises");
+}
