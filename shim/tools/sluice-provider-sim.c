@@ -1,0 +1,891 @@
+/*
+ * sluice-provider-sim — an HTTP/1.1 server on 127.0.0.1 that behaves like a
+ * remote model provider (an LLM API) with a hidden concurrency cap, so the
+ * shim can be tested and benchmarked over real sockets.
+ *
+ *   POST /v1/chat/completions   an OpenAI-shaped chat.completion after a
+ *                               lognormal service time; past the cap:
+ *                                 reject  429 at once (optional Retry-After)
+ *                                 queue   wait in a FIFO (Ollama-like); 503
+ *                                         past --queue-bound waiting
+ *                                 knee    served, but slower: S·(1+slope·(n−C)/C)
+ *   GET  /stats                 counters as JSON (see stats_json)
+ *   POST /stats/reset           zero the counters; peaks restart from now
+ *
+ * The model (service times, verdicts past the cap, knee slow-down) is the
+ * one the virtual-time simulator runs: tests/sim/provider_model.h. This
+ * file only adds the sockets, the clock and the counters.
+ *
+ * Start-up contract (tests rely on it): the first line on stdout is the
+ * bound port as a bare decimal number, followed by a flush; nothing else is
+ * written to stdout. Messages and the per-second lines go to stderr. Exit
+ * codes: 0 after SIGTERM/SIGINT, 1 when the server cannot start, 2 on a bad
+ * command line (one line on stderr saying which flag).
+ *
+ * Threads: libmicrohttpd runs one thread per connection
+ * (MHD_USE_THREAD_PER_CONNECTION). A call that must wait — in service, or
+ * queued behind the cap — blocks its own connection thread in ppoll() on the
+ * client's socket (POLLRDHUP), a per-call wake eventfd (queue mode) and a
+ * shared stop eventfd. That is why this is not MHD's suspend/resume: MHD does
+ * not watch a suspended connection, so it would not notice a client that
+ * hangs up mid-call, and that call would hold its cap slot until its service
+ * time ran out. Here a hang-up wakes the waiting thread at once, the handler
+ * returns MHD_NO, and the request-completed callback (MHD_REQUEST_TERMINATED_*)
+ * frees the slot and counts the call as cancelled. The cost is one thread
+ * (512 KiB of stack, reserved not committed) per open connection: hundreds
+ * of concurrent slow calls are fine; tens of thousands are not the use.
+ * The main thread waits for SIGTERM/SIGINT with sigtimedwait, applies
+ * --cap-at changes when they fall due and prints the per-second lines.
+ *
+ * All provider state (the model, the FIFO, counters, the random stream) sits
+ * behind one mutex; no libmicrohttpd call and no blocking syscall is made
+ * while holding it (eventfd writes, which never block here, are the only
+ * syscalls under it).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <mimalloc.h>
+
+#include "sim/provider_model.h"
+
+#define PROG "sluice-provider-sim"
+#define CHAT_PATH "/v1/chat/completions"
+#define MAX_BODY (1u << 20)      /* larger request bodies get 413 */
+#define MAX_CAP_CHANGES 64       /* --cap-at entries */
+#define MAX_COUNT 1000000u       /* bound on --cap, --cap-at and --queue-bound values */
+#define CONNECTION_LIMIT 4096u   /* open connections (one thread each) */
+#define THREAD_STACK (512u << 10)
+#define STOP_BOUND_S 5           /* a stop that takes longer is killed by SIGALRM */
+#define NS_PER_S INT64_C(1000000000)
+
+/* ---- options --------------------------------------------------------------- */
+
+struct cap_change {
+    int64_t at_ns; /* after start */
+    uint32_t cap;
+};
+
+struct options {
+    uint16_t port;             /* 0 = pick a free one */
+    struct sim_provider model; /* retry_after_s holds whole seconds */
+    bool queue_bound_set;
+    bool retry_after_set;
+    bool retry_after_date;     /* send Retry-After as an HTTP date, not seconds */
+    struct cap_change changes[MAX_CAP_CHANGES];
+    size_t n_changes;
+    uint64_t seed;
+    bool quiet;
+};
+
+static void usage(FILE *f)
+{
+    fputs("usage: " PROG " [options]\n"
+          "A loopback HTTP/1.1 server that behaves like an LLM provider with a hidden\n"
+          "concurrency cap. Prints the bound port on stdout as the first line.\n"
+          "\n"
+          "  --port N            port on 127.0.0.1 (default 0: pick a free one)\n"
+          "  --mode M            reject | queue | knee (default reject)\n"
+          "  --cap N             hidden concurrency cap (default 8; >= 1 in knee mode)\n"
+          "  --cap-at T:N        at time T after start, set the cap to N; T takes ms, s or m\n"
+          "                      (default s), e.g. --cap-at 60s:52; repeatable\n"
+          "  --median-ms X       median service time in ms (default 2000; 0 = answer at once)\n"
+          "  --sigma X           lognormal shape of service times (default 0.4; 0 = always\n"
+          "                      the median)\n"
+          "  --retry-after S     reject mode: send Retry-After: S (whole seconds) with each 429\n"
+          "  --retry-after-date  send that Retry-After as an HTTP date (now + S) instead\n"
+          "  --queue-bound N     queue mode: waiting calls past which it answers 503\n"
+          "                      (default 2 x cap)\n"
+          "  --knee-slope X      knee mode: slow-down per unit of overload (default 2)\n"
+          "  --seed N            seed of the service-time stream (default 1)\n"
+          "  --quiet             no per-second lines and no libmicrohttpd log on stderr\n"
+          "  --help              this text\n"
+          "\n"
+          "Endpoints: POST " CHAT_PATH ", GET /stats, POST /stats/reset.\n"
+          "Exit status: 0 after SIGTERM or SIGINT, 1 if it cannot start, 2 on a bad flag.\n",
+          f);
+}
+
+/* One line on stderr naming the flag to fix, then exit 2. */
+__attribute__((format(printf, 1, 2), noreturn)) static void bad_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(PROG ": ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs(" (see --help)\n", stderr);
+    exit(2);
+}
+
+static bool parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_double(const char *s, double *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v >= 0) || !isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
+static uint32_t need_count(const char *flag, const char *v)
+{
+    uint64_t n;
+    if (!parse_u64(v, MAX_COUNT, &n))
+        bad_usage("%s needs a whole number from 0 to 1000000, got '%s'", flag, v);
+    return (uint32_t)n;
+}
+
+static double need_number(const char *flag, const char *v)
+{
+    double x;
+    if (!parse_double(v, &x))
+        bad_usage("%s needs a number >= 0, got '%s'", flag, v);
+    return x;
+}
+
+/* "T:N" with T = number + ms|s|m (default s). */
+static struct cap_change need_cap_change(const char *v)
+{
+    struct cap_change c;
+    char *end;
+    errno = 0;
+    double t = strtod(v, &end);
+    double unit = 1.0;
+    if (!strncmp(end, "ms", 2)) {
+        unit = 1e-3;
+        end += 2;
+    } else if (*end == 's' || *end == 'm') {
+        unit = *end == 'm' ? 60.0 : 1.0;
+        end++;
+    }
+    uint64_t cap;
+    if (end == v || errno || !(t >= 0) || t * unit > 1e9 || *end != ':' ||
+        !parse_u64(end + 1, MAX_COUNT, &cap))
+        bad_usage("--cap-at needs TIME:CAP such as 60s:52 or 1500ms:8, got '%s'", v);
+    c.at_ns = (int64_t)(t * unit * 1e9);
+    c.cap = (uint32_t)cap;
+    return c;
+}
+
+static int cmp_change(const void *a, const void *b)
+{
+    const struct cap_change *x = a, *y = b;
+    return (x->at_ns > y->at_ns) - (x->at_ns < y->at_ns);
+}
+
+/* 1 if the flag takes a value, 0 if not, -1 if there is no such flag. */
+static int flag_takes_value(const char *flag)
+{
+    static const char *const with_value[] = {"--port", "--mode", "--cap", "--cap-at",
+                                             "--median-ms", "--sigma", "--retry-after",
+                                             "--queue-bound", "--knee-slope", "--seed"};
+    static const char *const without[] = {"--help", "-h", "--quiet", "--retry-after-date"};
+    for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
+        if (!strcmp(flag, with_value[i]))
+            return 1;
+    for (size_t i = 0; i < sizeof without / sizeof *without; i++)
+        if (!strcmp(flag, without[i]))
+            return 0;
+    return -1;
+}
+
+static void parse_options(int argc, char **argv, struct options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->model.mode = SIM_REJECT;
+    o->model.cap = 8;
+    o->model.median_s = SIM_DEFAULT_MEDIAN_S;
+    o->model.sigma = SIM_DEFAULT_SIGMA;
+    o->model.knee_slope = SIM_DEFAULT_KNEE_SLOPE;
+    o->seed = 1;
+    for (int i = 1; i < argc; i++) {
+        char flag[32];
+        const char *a = argv[i], *eq = strchr(a, '=');
+        const char *value = NULL;
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof flag)
+            bad_usage("unknown flag '%s'", a);
+        memcpy(flag, a, len);
+        flag[len] = '\0';
+        if (eq) /* --flag=value */
+            value = eq + 1;
+        int takes = flag_takes_value(flag);
+        if (takes < 0)
+            bad_usage("unknown flag '%s'", a);
+        if (takes && !value) {
+            if (i + 1 >= argc)
+                bad_usage("%s needs a value", flag);
+            value = argv[++i];
+        } else if (!takes && value) {
+            bad_usage("%s takes no value, got '%s'", flag, value);
+        }
+        if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(flag, "--quiet")) {
+            o->quiet = true;
+        } else if (!strcmp(flag, "--retry-after-date")) {
+            o->retry_after_date = true;
+        } else if (!strcmp(flag, "--port")) {
+            uint64_t p;
+            if (!parse_u64(value, 65535, &p))
+                bad_usage("%s needs a port from 0 to 65535, got '%s'", flag, value);
+            o->port = (uint16_t)p;
+        } else if (!strcmp(flag, "--mode")) {
+            if (!sim_mode_parse(value, &o->model.mode))
+                bad_usage("%s needs reject, queue or knee, got '%s'", flag, value);
+        } else if (!strcmp(flag, "--cap")) {
+            o->model.cap = need_count(flag, value);
+        } else if (!strcmp(flag, "--cap-at")) {
+            if (o->n_changes == MAX_CAP_CHANGES)
+                bad_usage("%s is given more than %d times", flag, MAX_CAP_CHANGES);
+            o->changes[o->n_changes++] = need_cap_change(value);
+        } else if (!strcmp(flag, "--median-ms")) {
+            o->model.median_s = need_number(flag, value) / 1e3;
+        } else if (!strcmp(flag, "--sigma")) {
+            o->model.sigma = need_number(flag, value);
+        } else if (!strcmp(flag, "--retry-after")) {
+            uint64_t s;
+            if (!parse_u64(value, 86400, &s))
+                bad_usage("%s needs whole seconds from 0 to 86400, got '%s'", flag, value);
+            o->model.retry_after_s = (double)s;
+            o->retry_after_set = true;
+        } else if (!strcmp(flag, "--queue-bound")) {
+            o->model.queue_bound = need_count(flag, value);
+            o->queue_bound_set = true;
+        } else if (!strcmp(flag, "--knee-slope")) {
+            o->model.knee_slope = need_number(flag, value);
+        } else if (!strcmp(flag, "--seed")) {
+            if (!parse_u64(value, UINT64_MAX, &o->seed))
+                bad_usage("%s needs a whole number, got '%s'", flag, value);
+        }
+    }
+    if (!o->queue_bound_set)
+        o->model.queue_bound = SIM_DEFAULT_QUEUE_BOUND(o->model.cap);
+    if (o->retry_after_date && !o->retry_after_set)
+        bad_usage("--retry-after-date needs --retry-after S as well");
+    if (o->retry_after_set && o->model.mode != SIM_REJECT)
+        bad_usage("--retry-after applies to --mode reject only, not %s", sim_mode_name(o->model.mode));
+    if (o->model.mode == SIM_KNEE) { /* the knee formula divides by the cap */
+        bool zero = o->model.cap == 0;
+        for (size_t i = 0; i < o->n_changes; i++)
+            zero = zero || o->changes[i].cap == 0;
+        if (zero)
+            bad_usage("--cap must be at least 1 in knee mode (also in --cap-at)");
+    }
+    qsort(o->changes, o->n_changes, sizeof o->changes[0], cmp_change);
+}
+
+/* ---- the provider ------------------------------------------------------------ */
+
+enum req_state {
+    REQ_READING, /* request still arriving, or not a chat call */
+    REQ_WAITING, /* in the provider's FIFO (queue mode) */
+    REQ_SERVING, /* holds a slot until due_ns */
+    REQ_DONE     /* answered or counted as cancelled */
+};
+
+/* One HTTP request (MHD's con_cls). Owned by its connection thread. */
+struct req {
+    enum req_state state; /* guarded by server.lock once the call reaches the provider */
+    bool is_chat;         /* POST /v1/chat/completions */
+    bool too_large;       /* body over MAX_BODY: answered 413 */
+    int wake_fd;          /* REQ_WAITING: written when it leaves the FIFO; -1 = none */
+    int64_t due_ns;       /* REQ_SERVING: when its service time ends */
+    uint64_t id;
+    struct req *next;     /* FIFO link */
+    char *body;           /* request body (mimalloc), body_len bytes */
+    size_t body_len;
+};
+
+struct counters {
+    uint64_t requests;  /* chat calls that reached the provider */
+    uint64_t cancelled; /* of those, calls whose client left before the answer */
+    uint64_t by_status[600];
+};
+
+static struct server {
+    pthread_mutex_t lock;
+    struct sim_provider model; /* .cap changes with --cap-at */
+    struct sim_rng rng;
+    uint32_t in_service, waiting;
+    uint32_t peak_in_flight, peak_in_service; /* in flight = in service + waiting */
+    struct req *head, *tail;                  /* FIFO of waiting calls */
+    struct counters total;
+    uint64_t next_id;
+    bool stopping;
+    bool retry_after_date;
+    int stop_fd;   /* eventfd, readable once stopping */
+    int64_t t0_ns; /* start, CLOCK_MONOTONIC */
+} server = {.lock = PTHREAD_MUTEX_INITIALIZER, .stop_fd = -1};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
+}
+
+static void note_peaks(struct server *sv)
+{
+    uint32_t in_flight = sv->in_service + sv->waiting;
+    if (in_flight > sv->peak_in_flight)
+        sv->peak_in_flight = in_flight;
+    if (sv->in_service > sv->peak_in_service)
+        sv->peak_in_service = sv->in_service;
+}
+
+/* Under lock: `r` takes a slot now; its service time is drawn from the model. */
+static void start_service(struct server *sv, struct req *r)
+{
+    sv->in_service++;
+    double s = sim_provider_service_s(&sv->model, &sv->rng, sv->in_service);
+    r->due_ns = now_ns() + (int64_t)(s * 1e9);
+    r->state = REQ_SERVING;
+    note_peaks(sv);
+}
+
+/* Under lock: start waiting calls while the model lets them (after a call
+ * left its slot, or the cap rose). */
+static void pump(struct server *sv)
+{
+    while (sim_provider_may_start_waiting(&sv->model, sv->in_service, sv->waiting)) {
+        struct req *r = sv->head;
+        sv->head = r->next;
+        if (!sv->head)
+            sv->tail = NULL;
+        sv->waiting--;
+        start_service(sv, r);
+        if (eventfd_write(r->wake_fd, 1) != 0)
+            fprintf(stderr, PROG ": cannot wake a queued call: %s\n", strerror(errno));
+    }
+}
+
+/* Under lock: the call's service time is over; it is answered 200. */
+static void finish_service(struct server *sv, struct req *r)
+{
+    sv->in_service--;
+    sv->total.by_status[200]++;
+    r->state = REQ_DONE;
+    pump(sv);
+}
+
+/* Under lock: the client left (or the server stops) before the answer. */
+static void cancel_call(struct server *sv, struct req *r)
+{
+    if (r->state == REQ_WAITING) {
+        struct req **p = &sv->head, *prev = NULL;
+        while (*p != r) {
+            prev = *p;
+            p = &(*p)->next;
+        }
+        *p = r->next;
+        if (sv->tail == r)
+            sv->tail = prev;
+        sv->waiting--;
+    } else {
+        sv->in_service--;
+    }
+    sv->total.cancelled++;
+    r->state = REQ_DONE;
+    pump(sv);
+}
+
+/*
+ * A chat call reaches the provider. Returns the status to answer now, 0 when
+ * the call must wait (REQ_SERVING or REQ_WAITING), or -1 when the server is
+ * stopping.
+ */
+static int arrive(struct server *sv, struct req *r)
+{
+    int status = 0;
+    pthread_mutex_lock(&sv->lock);
+    if (sv->stopping) {
+        pthread_mutex_unlock(&sv->lock);
+        return -1;
+    }
+    sv->total.requests++;
+    r->id = ++sv->next_id;
+    switch (sim_provider_admit(&sv->model, sv->in_service, sv->waiting)) {
+    case SIM_SERVE:
+        start_service(sv, r);
+        if (r->due_ns <= now_ns()) { /* --median-ms 0: answer at once */
+            finish_service(sv, r);
+            status = 200;
+        }
+        break;
+    case SIM_WAIT:
+        r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (r->wake_fd < 0) {
+            fprintf(stderr, PROG ": eventfd: %s; answering 503\n", strerror(errno));
+            status = 503;
+            break;
+        }
+        r->state = REQ_WAITING;
+        r->next = NULL;
+        if (sv->tail)
+            sv->tail->next = r;
+        else
+            sv->head = r;
+        sv->tail = r;
+        sv->waiting++;
+        note_peaks(sv);
+        break;
+    case SIM_REFUSE_429:
+        status = 429;
+        break;
+    case SIM_REFUSE_503:
+        status = 503;
+        break;
+    }
+    if (status && status != 200) /* a 200 was counted by finish_service */
+        sv->total.by_status[status]++;
+    pthread_mutex_unlock(&sv->lock);
+    return status;
+}
+
+/*
+ * Block this connection's thread until the call's service time is over.
+ * Returns false if the client hung up or the server is stopping first; the
+ * call still holds its slot then, and on_completed releases it.
+ */
+static bool wait_for_service(struct server *sv, struct MHD_Connection *conn, struct req *r)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct pollfd fds[3] = {
+        {.fd = ci ? ci->connect_fd : -1, .events = POLLRDHUP},
+        {.fd = sv->stop_fd, .events = POLLIN},
+        {.fd = r->wake_fd, .events = POLLIN},
+    };
+    nfds_t n = r->wake_fd >= 0 ? 3 : 2;
+    pthread_mutex_lock(&sv->lock);
+    for (;;) {
+        struct timespec ts, *timeout = NULL;
+        if (r->state == REQ_SERVING) {
+            int64_t left = r->due_ns - now_ns();
+            if (left <= 0) {
+                finish_service(sv, r);
+                pthread_mutex_unlock(&sv->lock);
+                return true;
+            }
+            ts.tv_sec = (time_t)(left / NS_PER_S);
+            ts.tv_nsec = (long)(left % NS_PER_S);
+            timeout = &ts;
+        }
+        pthread_mutex_unlock(&sv->lock);
+        /* A wake written before this ppoll stays readable, so none is lost. */
+        if (ppoll(fds, n, timeout, NULL) < 0 && errno != EINTR)
+            return false;
+        if (fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
+            return false; /* the client hung up */
+        if (fds[1].revents)
+            return false; /* stopping */
+        if (n == 3 && fds[2].revents) {
+            eventfd_t drained;
+            (void)eventfd_read(r->wake_fd, &drained);
+        }
+        pthread_mutex_lock(&sv->lock);
+    }
+}
+
+/* ---- answers ------------------------------------------------------------------- */
+
+/* Set by a handler that returns MHD_NO on purpose (its client left, or the
+ * server stops): MHD then logs "internal error", which here is no error. */
+static _Thread_local bool mhd_no_on_purpose;
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    if (mhd_no_on_purpose) {
+        mhd_no_on_purpose = false;
+        return;
+    }
+    fputs(PROG ": libmicrohttpd: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
+static enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned status, json_t *body,
+                                    const char *retry_after)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!text)
+        return MHD_NO;
+    struct MHD_Response *res =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_COPY);
+    free(text);
+    if (!res)
+        return MHD_NO;
+    enum MHD_Result ok = MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (ok == MHD_YES && retry_after)
+        ok = MHD_add_response_header(res, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+    if (ok == MHD_YES)
+        ok = MHD_queue_response(conn, status, res);
+    MHD_destroy_response(res);
+    return ok;
+}
+
+static json_t *error_body(const char *message, const char *type, const char *code)
+{
+    return json_pack("{s:{s:s, s:s, s:s}}", "error", "message", message, "type", type, "code", code);
+}
+
+/* The "model" of the request body, if it is JSON with one. */
+static void request_model(const struct req *r, char *out, size_t n)
+{
+    snprintf(out, n, "sluice-sim");
+    json_t *root = r->body_len ? json_loadb(r->body, r->body_len, 0, NULL) : NULL;
+    const char *m = json_string_value(json_object_get(root, "model"));
+    if (m)
+        snprintf(out, n, "%s", m);
+    json_decref(root);
+}
+
+static json_t *completion_body(const struct req *r)
+{
+    char id[48], model[256], content[64];
+    snprintf(id, sizeof id, "chatcmpl-sim-%" PRIu64, r->id);
+    snprintf(content, sizeof content, "sluice-provider-sim reply %" PRIu64, r->id);
+    request_model(r, model, sizeof model);
+    json_int_t prompt = (json_int_t)(r->body_len + 3) / 4, completion = 5;
+    return json_pack("{s:s, s:s, s:I, s:s, s:[{s:i, s:{s:s, s:s}, s:s}], s:{s:I, s:I, s:I}}",
+                     "id", id, "object", "chat.completion", "created", (json_int_t)time(NULL),
+                     "model", model, "choices", "index", 0, "message", "role", "assistant",
+                     "content", content, "finish_reason", "stop", "usage", "prompt_tokens", prompt,
+                     "completion_tokens", completion, "total_tokens", prompt + completion);
+}
+
+/* The Retry-After value for a 429, or NULL when none is configured. */
+static const char *retry_after_value(const struct server *sv, char *buf, size_t n)
+{
+    if (!(sv->model.retry_after_s > 0))
+        return NULL;
+    if (!sv->retry_after_date) {
+        snprintf(buf, n, "%.0f", sv->model.retry_after_s);
+        return buf;
+    }
+    time_t at = time(NULL) + (time_t)sv->model.retry_after_s;
+    struct tm tm;
+    gmtime_r(&at, &tm);
+    strftime(buf, n, "%a, %d %b %Y %H:%M:%S GMT", &tm); /* IMF-fixdate; the C locale */
+    return buf;
+}
+
+static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *conn, struct req *r)
+{
+    int status;
+    if (r->too_large) {
+        pthread_mutex_lock(&sv->lock);
+        sv->total.requests++;
+        sv->total.by_status[413]++;
+        pthread_mutex_unlock(&sv->lock);
+        return respond_json(conn, 413, error_body("request body over 1 MiB", "invalid_request_error",
+                                                  "request_too_large"), NULL);
+    }
+    status = arrive(sv, r);
+    if (status == 0)
+        status = wait_for_service(sv, conn, r) ? 200 : -1;
+    if (status < 0) { /* on_completed counts it and frees the slot */
+        mhd_no_on_purpose = true;
+        return MHD_NO;
+    }
+    if (status == 429) {
+        char ra[64];
+        return respond_json(conn, 429,
+                            error_body("the provider's concurrency cap is reached",
+                                       "rate_limit_error", "rate_limit_exceeded"),
+                            retry_after_value(sv, ra, sizeof ra));
+    }
+    if (status == 503)
+        return respond_json(conn, 503, error_body("the provider's queue is full", "server_error",
+                                                  "overloaded"), NULL);
+    return respond_json(conn, 200, completion_body(r), NULL);
+}
+
+/* ---- stats ----------------------------------------------------------------------- */
+
+/*
+ * {"uptime_ms":N, "mode":"reject", "cap":N, "in_flight":N, "in_service":N,
+ *  "queued":N, "peak_in_flight":N, "peak_in_service":N, "requests":N,
+ *  "cancelled":N, "by_status":{"200":N, "429":N, "503":N, ...}}
+ * in_flight = in service + queued. requests counts chat calls that reached
+ * the provider: requests = sum(by_status) + cancelled + in_flight (until a
+ * reset). by_status always has "200", "429" and "503"; other codes (413)
+ * appear once seen.
+ */
+static json_t *stats_json(struct server *sv)
+{
+    pthread_mutex_lock(&sv->lock);
+    struct counters c = sv->total;
+    struct sim_provider m = sv->model;
+    uint32_t in_service = sv->in_service, waiting = sv->waiting;
+    uint32_t peak = sv->peak_in_flight, peak_service = sv->peak_in_service;
+    pthread_mutex_unlock(&sv->lock);
+    json_t *by = json_object();
+    for (unsigned s = 100; s < 600; s++)
+        if (c.by_status[s] || s == 200 || s == 429 || s == 503) {
+            char key[8];
+            snprintf(key, sizeof key, "%u", s);
+            json_object_set_new(by, key, json_integer((json_int_t)c.by_status[s]));
+        }
+    return json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uptime_ms",
+                     (json_int_t)((now_ns() - sv->t0_ns) / 1000000), "mode", sim_mode_name(m.mode),
+                     "cap", (json_int_t)m.cap, "in_flight", (json_int_t)(in_service + waiting),
+                     "in_service", (json_int_t)in_service, "queued", (json_int_t)waiting,
+                     "peak_in_flight", (json_int_t)peak, "peak_in_service", (json_int_t)peak_service,
+                     "requests", (json_int_t)c.requests, "cancelled", (json_int_t)c.cancelled,
+                     "by_status", by);
+}
+
+static void stats_reset(struct server *sv)
+{
+    pthread_mutex_lock(&sv->lock);
+    memset(&sv->total, 0, sizeof sv->total);
+    sv->peak_in_flight = sv->peak_in_service = 0;
+    note_peaks(sv);
+    pthread_mutex_unlock(&sv->lock);
+}
+
+/* ---- libmicrohttpd callbacks ------------------------------------------------------ */
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct server *sv = cls;
+    struct req *r = *con_cls;
+    if (!r) { /* headers are in; the body (if any) comes in the next calls */
+        r = mi_zalloc(sizeof *r);
+        if (!r)
+            return MHD_NO;
+        r->wake_fd = -1;
+        r->is_chat = !strcmp(url, CHAT_PATH) && !strcmp(method, MHD_HTTP_METHOD_POST);
+        *con_cls = r;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (!r->is_chat || r->too_large)
+            return MHD_YES;
+        if (r->body_len + n > MAX_BODY) {
+            r->too_large = true;
+            return MHD_YES;
+        }
+        char *grown = mi_realloc(r->body, r->body_len + n);
+        if (!grown)
+            return MHD_NO;
+        memcpy(grown + r->body_len, upload, n);
+        r->body = grown;
+        r->body_len += n;
+        return MHD_YES;
+    }
+    if (r->is_chat)
+        return answer_chat(sv, conn, r);
+    bool get = !strcmp(method, MHD_HTTP_METHOD_GET), post = !strcmp(method, MHD_HTTP_METHOD_POST);
+    if (!strcmp(url, "/stats") && get)
+        return respond_json(conn, 200, stats_json(sv), NULL);
+    if (!strcmp(url, "/stats/reset") && post) {
+        stats_reset(sv);
+        return respond_json(conn, 200, stats_json(sv), NULL);
+    }
+    if (!strcmp(url, "/stats") || !strcmp(url, "/stats/reset") || !strcmp(url, CHAT_PATH))
+        return respond_json(conn, 405, error_body("method not allowed here", "invalid_request_error",
+                                                  "method_not_allowed"), NULL);
+    return respond_json(conn, 404, error_body("no such endpoint", "invalid_request_error",
+                                              "not_found"), NULL);
+}
+
+/* Every request ends here, answered or not (MHD_REQUEST_TERMINATED_*): a call
+ * that still holds a slot or a FIFO place lost its client (or the server is
+ * stopping), so it is counted as cancelled and its place given back. */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    (void)toe;
+    struct server *sv = cls;
+    struct req *r = *con_cls;
+    if (!r)
+        return;
+    pthread_mutex_lock(&sv->lock);
+    if (r->state == REQ_WAITING || r->state == REQ_SERVING)
+        cancel_call(sv, r);
+    pthread_mutex_unlock(&sv->lock);
+    if (r->wake_fd >= 0)
+        close(r->wake_fd);
+    mi_free(r->body);
+    mi_free(r);
+    *con_cls = NULL;
+}
+
+/* ---- main ------------------------------------------------------------------------ */
+
+static void set_cap(struct server *sv, uint32_t cap, bool quiet)
+{
+    pthread_mutex_lock(&sv->lock);
+    sv->model.cap = cap;
+    pump(sv);
+    pthread_mutex_unlock(&sv->lock);
+    if (!quiet)
+        fprintf(stderr, PROG ": t=%.1fs cap -> %" PRIu32 "\n", (double)(now_ns() - sv->t0_ns) / 1e9, cap);
+}
+
+static void print_second(struct server *sv, struct counters *last)
+{
+    pthread_mutex_lock(&sv->lock);
+    struct counters c = sv->total;
+    uint32_t cap = sv->model.cap, in_service = sv->in_service, waiting = sv->waiting;
+    uint32_t peak = sv->peak_in_flight;
+    pthread_mutex_unlock(&sv->lock);
+    if (c.requests < last->requests) /* a reset in between */
+        memset(last, 0, sizeof *last);
+    fprintf(stderr,
+            PROG ": t=%.0fs %s cap=%" PRIu32 " in_flight=%" PRIu32 " queued=%" PRIu32 " peak=%" PRIu32
+                 " | last 1s: 200=%" PRIu64 " 429=%" PRIu64 " 503=%" PRIu64 " cancelled=%" PRIu64
+                 " | requests=%" PRIu64 "\n",
+            (double)(now_ns() - sv->t0_ns) / 1e9, sim_mode_name(sv->model.mode), cap,
+            in_service + waiting, waiting, peak, c.by_status[200] - last->by_status[200],
+            c.by_status[429] - last->by_status[429], c.by_status[503] - last->by_status[503],
+            c.cancelled - last->cancelled, c.requests);
+    *last = c;
+}
+
+/* Until SIGTERM or SIGINT: apply cap changes when due, print a line a second. */
+static void run_until_signal(struct server *sv, const struct options *o, const sigset_t *stop_signals)
+{
+    struct counters last = {0};
+    int64_t next_tick = sv->t0_ns + NS_PER_S;
+    size_t next_change = 0;
+    for (;;) {
+        int64_t now = now_ns();
+        while (next_change < o->n_changes && sv->t0_ns + o->changes[next_change].at_ns <= now)
+            set_cap(sv, o->changes[next_change++].cap, o->quiet);
+        if (next_tick <= now) {
+            if (!o->quiet)
+                print_second(sv, &last);
+            while (next_tick <= now)
+                next_tick += NS_PER_S;
+        }
+        int64_t wake = next_tick;
+        if (next_change < o->n_changes && sv->t0_ns + o->changes[next_change].at_ns < wake)
+            wake = sv->t0_ns + o->changes[next_change].at_ns;
+        int64_t left = wake > now ? wake - now : 0;
+        struct timespec ts = {(time_t)(left / NS_PER_S), (long)(left % NS_PER_S)};
+        int sig = sigtimedwait(stop_signals, NULL, &ts);
+        if (sig == SIGTERM || sig == SIGINT)
+            return;
+    }
+}
+
+/* Room for CONNECTION_LIMIT sockets plus the wake eventfds of queued calls. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max < 4 * CONNECTION_LIMIT ? rl.rlim_max : 4 * CONNECTION_LIMIT;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    parse_options(argc, argv, &o);
+    struct server *sv = &server;
+    sv->model = o.model;
+    sv->retry_after_date = o.retry_after_date;
+    sim_rng_seed(&sv->rng, o.seed);
+    sv->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (sv->stop_fd < 0) {
+        fprintf(stderr, PROG ": eventfd: %s\n", strerror(errno));
+        return 1;
+    }
+    raise_fd_limit();
+
+    /* Every thread inherits this mask, so only sigtimedwait in main sees the
+     * stop signals. SIG_DFL first: an inherited SIG_IGN would discard them. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(o.port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+    if (!o.quiet)
+        flags |= MHD_USE_ERROR_LOG;
+    sv->t0_ns = now_ns();
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, o.port, NULL, NULL, on_request, sv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,
+        MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)CONNECTION_LIMIT, MHD_OPTION_THREAD_STACK_SIZE, (size_t)THREAD_STACK,
+        MHD_OPTION_END);
+    if (!d) {
+        fprintf(stderr, PROG ": cannot listen on 127.0.0.1:%u (is --port free?)\n", o.port);
+        return 1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    printf("%u\n", info ? info->port : o.port);
+    fflush(stdout);
+    if (!o.quiet)
+        fprintf(stderr, PROG ": listening on 127.0.0.1:%u, mode %s, cap %" PRIu32 "\n",
+                info ? info->port : o.port, sim_mode_name(o.model.mode), o.model.cap);
+
+    run_until_signal(sv, &o, &stop_signals);
+
+    /* Stop: new calls are refused, waiting ones wake through stop_fd and
+     * return MHD_NO, and MHD closes the rest. SIGALRM (not blocked) bounds it. */
+    alarm(STOP_BOUND_S);
+    pthread_mutex_lock(&sv->lock);
+    sv->stopping = true;
+    pthread_mutex_unlock(&sv->lock);
+    (void)eventfd_write(sv->stop_fd, 1);
+    MHD_stop_daemon(d);
+    close(sv->stop_fd);
+    return 0;
+}
