@@ -3,14 +3,13 @@
  * / locked state machine that drives one gate's limit from live traffic.
  *
  * What it is: one `struct sluice_discovery` per adaptive backend ("node").
- * The pool feeds it every finished generation call
- * (sluice_discovery_on_sample, from call_end) and asks it whether new calls
- * must wait for a provider's Retry-After (sluice_discovery_hold_until, from
- * call_begin). Discovery folds samples into windows, lets its policy
+ * The pool feeds it every finished generation call and asks it whether new
+ * calls must wait for a provider's Retry-After (sluice_discovery_hold_until,
+ * from call_begin). Discovery folds samples into windows, lets its policy
  * (sluice/policy.h; default: sluice/policy/discover.h) propose a limit at
- * each window's close, and applies the answer to the gate it was given with
- * sluice_gate_set_limit. It keeps a status snapshot, an event ring
- * (sluice/events.h) and, through a store, the locked ceiling.
+ * each window's close, and applies the answer to the gate it was given. It
+ * keeps a status snapshot, an event ring (sluice/events.h) and, through a
+ * store (sluice/store.h), the locked ceiling.
  *
  * States (the glyph is what status lines show):
  *   probing  📈  climbing from the jumpstart (default 5, or the provider's
@@ -20,7 +19,10 @@
  *                Retry-After hold has passed ("recovery" event)
  *   locked   🔒  a ceiling is locked for lock_ttl_s (default 24 h); the
  *                limit never grows above it, though it may back off and
- *                recover up to it
+ *                recover up to it. Snapshots and status lines compare the
+ *                expiry with the wall clock, so a lock that ran out on an
+ *                idle node shows as probing (ceiling 0) at once, before the
+ *                next window close or poll records the "expiry" event.
  * A node whose policy is not adaptive (sluice/policy/fixed.h) is FIXED: no
  * glyph, no probing, no lock, and clear leaves it alone.
  *
@@ -56,37 +58,87 @@
  * first to finish), and a lognormal provider then looks slower in steady
  * state than it did right after each change: false latency knees. A window
  * also closes at once on a *fresh* overload — one from a call that started
- * after the last cut, so the burst of 429s a cut was already made for does
- * not cut again — and never later than window_max_ns after it opened. The
- * next window opens when the previous one closes, so every window's calls
- * started under a single limit.
+ * at or after the last cut, so the burst of 429s a cut was already made for
+ * does not cut again — and never later than window_max_ns after it opened.
+ * (A call stamped with the very tick of the cut counts as fresh. Ties need
+ * a clock coarser than the calls: with a nanosecond clock they do not
+ * happen. Where they do, the calls in that tick mostly started *after* the
+ * cut — a pool records the sample, then releases the permit the next call
+ * starts on — and on the simulator treating them as stale let more 429s
+ * through: reject share 0.001 -> 0.002 at C = 3 and 52.) The next window
+ * opens when the previous one closes, so every window's calls started
+ * under a single limit.
  *
- * Progress: on_sample is lock-free for the caller: it adds to the window
- * with relaxed atomic RMWs, and the one completion that finds the window
- * due tries the update lock (sluice_spinlock_trylock); if another thread
- * holds it, it skips, and the next completion tries again. The update
- * itself is bounded work plus, rarely (lock, lowering, clear), one store
- * call. hold_until, status and the event readers are wait-free. clear and
- * poll take the update lock with sluice_spinlock_lock (slow paths).
+ * Two steps per sample: record, then flush.
+ *   sluice__discovery_record  the in-memory part: add the sample to the
+ *       open window; the completion that finds the window due closes it
+ *       under the update lock (policy update, state, limit, event ring,
+ *       "persist this lock").
+ *   sluice_discovery_flush    the effects, after every lock is dropped:
+ *       hand out the gate grants a limit raise made (their async-waiter
+ *       callbacks run here), persist the latest lock record (store save,
+ *       or clear), deliver pending events to on_event in seq order.
+ * sluice_discovery_on_sample does both (standalone users). A pool records,
+ * releases the call's permit, then flushes, so neither store I/O nor a user
+ * callback ever delays the next call in line. clear and poll do their
+ * locked work, then flush.
+ *
+ * Who runs the effects: flush is a non-blocking combiner. Whoever finds
+ * effects pending and nobody flushing becomes the flusher and runs them
+ * until none are left; anyone else returns at once, and the running
+ * flusher picks their work up before it stops. So the store and the event
+ * callback run on the thread whose call caused the effect, or on another
+ * thread that was already flushing that node; never under a core lock,
+ * never twice at once for one node, and events in seq order. No caller
+ * waits for another thread's I/O — except sluice_discovery_sync, which
+ * exists to wait (tests, shutdown, sluicectl). Persistence is "latest
+ * wins": the flusher saves the newest record, so an older save never lands
+ * after a newer clear. A store failure (load, save or clear returning an
+ * error) becomes a "store" event; discovery keeps serving from memory.
+ *
+ * Progress: record is lock-free for the caller: it adds to the window with
+ * atomic RMWs, and the one completion that finds the window due tries the
+ * update lock (sluice_spinlock_trylock); if another thread holds it, it
+ * skips, and the next completion tries again. Everything under the update
+ * lock is bounded in-memory work. hold_until, status and the event readers
+ * are wait-free. clear and poll take the update lock with
+ * sluice_spinlock_lock (slow paths, bounded waits); flush never waits for
+ * a lock it cannot get at once except, briefly, the update lock when it
+ * copies a record to persist or records a store failure. sync blocks,
+ * parked on a futex word, never spinning for the length of an I/O.
  *
  * Concurrency: every function may run concurrently with every other on the
- * same discovery, except init/create/destroy. Store callbacks run under the
- * update lock, so one node never calls its store twice at once (different
- * nodes may share a store, which must then be thread-safe; the memory store
- * below is). Event callbacks run after the lock is released. A limit raise
- * runs the gate's async-waiter callbacks (sluice/gate.h) on the thread that
- * closed the window, while it holds the update lock: such a callback may
- * call on_sample or hold_until (a nested close just skips), but not clear or
- * poll, which would wait for the lock its own thread holds.
+ * same discovery, except init/create/destroy. Store callbacks and event
+ * callbacks may call any function of this node except sync (which would
+ * wait for the flush they run in); gate async-waiter callbacks likewise.
+ * Different nodes may share a store, which must then be thread-safe.
  *
- * Memory ordering: window counters are relaxed: a sample that races a
- * close may land in either window, which only moves one data point. The
- * update lock (acquire/release) orders each update after the previous one,
- * so the policy, the bracket and the lock record need no atomics of their
- * own. Fields that readers outside the lock see (limit, state, ceiling,
- * expiry, hold, window bounds, last cut) are relaxed atomics: a status
- * snapshot is a set of recent values, not one instant, and a completion
- * that reads stale window bounds merely counts or skips one sample. The gate publishes limit changes with its own (seq_cst) protocol.
+ * In flight (events and snapshots): generation calls started and not yet
+ * ended. A pool points `in_flight_src` at its count after init (calls still
+ * waiting out a Retry-After hold are not in flight); a standalone node
+ * counts the permits held on its gate.
+ *
+ * Memory ordering: each window's counters live in one of two buffers. A
+ * sample announces itself in the open buffer's writer count (seq_cst RMW,
+ * then a seq_cst re-read of which buffer is open), adds its fields relaxed,
+ * and leaves with a release decrement. The closer flips the open buffer
+ * (seq_cst store) and waits, briefly and boundedly, for the old buffer's
+ * writers to leave (seq_cst loads) before reading it: so a sample lands
+ * whole in one window, never its latency in one and its count in the next
+ * (a writer preempted mid-sample for longer than the bounded wait can
+ * still split itself; with a ~1 µs critical section that needs a
+ * preemption at exactly that point). The update lock (acquire/release)
+ * orders each update after the previous one, so the policy, the bracket and
+ * the lock record need no atomics of their own. Fields that readers outside
+ * the lock see (limit, state, ceiling, expiry, hold, window bounds, last
+ * cut) are relaxed atomics: a status snapshot is a set of recent values,
+ * not one instant, and a completion that reads stale window bounds merely
+ * counts or skips one sample. The gate publishes limit changes with its own
+ * (seq_cst) protocol. Effects are handed to the flusher Dekker-style:
+ * whoever records an effect bumps `fx_posted` (seq_cst) before it tries the
+ * `flushing` flag (seq_cst); a flusher clears the flag (seq_cst) before it
+ * re-reads `fx_posted`, so at least one of them sees the other's write and
+ * no effect is stranded.
  *
  * Time: the discovery clock (struct sluice_clock, monotonic) times windows,
  * holds and events; the wall clock (ns since the Unix epoch) stamps lock
@@ -103,9 +155,14 @@
 #include "gate.h"
 #include "policy.h"
 #include "policy/discover.h"
+#include "store.h"
 #include "time.h"
 
-#define SLUICE_NODE_ID_MAX 128 /* bytes, terminator included */
+#ifdef __cplusplus
+static_assert(SLUICE_POLICY_LIMIT_MAX == SLUICE_GATE_LIMIT_MAX, "policy and gate limits agree");
+#else
+_Static_assert(SLUICE_POLICY_LIMIT_MAX == SLUICE_GATE_LIMIT_MAX, "policy and gate limits agree");
+#endif
 
 enum sluice_discovery_state {
     SLUICE_DISCOVERY_PROBING = 0,
@@ -145,194 +202,59 @@ SLUICE_INLINE const char *sluice_discovery_state_name(enum sluice_discovery_stat
     return "fixed";
 }
 
-/* ---- store: where locked ceilings outlive the process --------------------- */
-
-/* A persisted lock. ceiling 0 means "no record". */
-struct sluice_lock_record {
-    uint32_t ceiling;
-    int64_t expires_s; /* wall clock, seconds since the Unix epoch */
-};
-
-/*
- * Persistence of locks, keyed by node id. Every callback returns SLUICE_OK
- * or an error status; load reports "nothing stored" as SLUICE_OK with
- * out->ceiling = 0. Discovery calls them under the node's update lock.
- * A failing store never stops discovery: the lock stays in force in memory.
- */
-struct sluice_store_ops {
-    int (*load)(void *ctx, const char *node, struct sluice_lock_record *out);
-    int (*save)(void *ctx, const char *node, const struct sluice_lock_record *rec);
-    int (*clear)(void *ctx, const char *node);
-    void *ctx;
-};
-
-/* An in-memory store (tests, and embedders who do not persist): a fixed
- * table of records, thread-safe behind a spinlock. */
-struct sluice_memstore_entry {
-    char node[SLUICE_NODE_ID_MAX];
-    struct sluice_lock_record rec; /* rec.ceiling 0 = free entry */
-};
-
-struct sluice_memstore {
-    sluice_spinlock lock;
-    struct sluice_memstore_entry *entries;
-    uint32_t capacity;
-    uint32_t saves, clears; /* calls served, for tests and diagnostics (under lock) */
-    struct sluice_allocator allocator;
-    bool owns_memory;
-};
-
-SLUICE_INLINE void sluice_memstore_init(struct sluice_memstore *m,
-                                        struct sluice_memstore_entry *entries, uint32_t capacity)
-{
-    sluice_spinlock_init(&m->lock);
-    m->entries = entries;
-    m->capacity = capacity;
-    m->saves = m->clears = 0;
-    memset(&m->allocator, 0, sizeof m->allocator);
-    m->owns_memory = false;
-    memset(entries, 0, (size_t)capacity * sizeof *entries);
-}
-
-SLUICE_INLINE int sluice_memstore_create(uint32_t capacity, const struct sluice_allocator *a,
-                                         struct sluice_memstore **out)
-{
-    *out = NULL;
-    if (capacity == 0)
-        return SLUICE_EINVAL;
-    size_t table = (size_t)capacity * sizeof(struct sluice_memstore_entry);
-    struct sluice_memstore *m =
-        (struct sluice_memstore *)sluice__alloc(a, sizeof *m, SLUICE_CACHELINE);
-    struct sluice_memstore_entry *e =
-        (struct sluice_memstore_entry *)sluice__alloc(a, table, SLUICE_CACHELINE);
-    if (!m || !e) {
-        sluice__free(a, m, sizeof *m);
-        sluice__free(a, e, table);
-        return SLUICE_ENOMEM;
-    }
-    sluice_memstore_init(m, e, capacity);
-    if (a)
-        m->allocator = *a;
-    m->owns_memory = true;
-    *out = m;
-    return SLUICE_OK;
-}
-
-SLUICE_INLINE void sluice_memstore_destroy(struct sluice_memstore *m)
-{
-    if (!m || !m->owns_memory)
-        return;
-    struct sluice_allocator a = m->allocator;
-    sluice__free(&a, m->entries, (size_t)m->capacity * sizeof *m->entries);
-    sluice__free(&a, m, sizeof *m);
-}
-
-/* The entry for `node`, or (when `claim`) a free one; NULL if none. Call locked. */
-SLUICE_INLINE struct sluice_memstore_entry *sluice__memstore_find(struct sluice_memstore *m,
-                                                                  const char *node, bool claim)
-{
-    struct sluice_memstore_entry *free_entry = NULL;
-    for (uint32_t i = 0; i < m->capacity; i++) {
-        struct sluice_memstore_entry *e = &m->entries[i];
-        if (e->rec.ceiling && strcmp(e->node, node) == 0)
-            return e;
-        if (!e->rec.ceiling && !free_entry)
-            free_entry = e;
-    }
-    return claim ? free_entry : NULL;
-}
-
-SLUICE_INLINE int sluice__memstore_load(void *ctx, const char *node, struct sluice_lock_record *out)
-{
-    struct sluice_memstore *m = (struct sluice_memstore *)ctx;
-    sluice_spinlock_lock(&m->lock);
-    struct sluice_memstore_entry *e = sluice__memstore_find(m, node, false);
-    out->ceiling = e ? e->rec.ceiling : 0;
-    out->expires_s = e ? e->rec.expires_s : 0;
-    sluice_spinlock_unlock(&m->lock);
-    return SLUICE_OK;
-}
-
-SLUICE_INLINE int sluice__memstore_save(void *ctx, const char *node,
-                                        const struct sluice_lock_record *rec)
-{
-    struct sluice_memstore *m = (struct sluice_memstore *)ctx;
-    if (strlen(node) >= SLUICE_NODE_ID_MAX)
-        return SLUICE_EINVAL;
-    sluice_spinlock_lock(&m->lock);
-    struct sluice_memstore_entry *e = sluice__memstore_find(m, node, true);
-    if (e) {
-        strcpy(e->node, node);
-        e->rec = *rec;
-        m->saves++;
-    }
-    sluice_spinlock_unlock(&m->lock);
-    return e ? SLUICE_OK : SLUICE_ENOMEM;
-}
-
-SLUICE_INLINE int sluice__memstore_clear(void *ctx, const char *node)
-{
-    struct sluice_memstore *m = (struct sluice_memstore *)ctx;
-    sluice_spinlock_lock(&m->lock);
-    struct sluice_memstore_entry *e = sluice__memstore_find(m, node, false);
-    if (e)
-        memset(e, 0, sizeof *e);
-    m->clears++;
-    sluice_spinlock_unlock(&m->lock);
-    return SLUICE_OK;
-}
-
-/* The store ops of a memory store, to put in sluice_discovery_desc.store. */
-SLUICE_INLINE struct sluice_store_ops sluice_memstore_ops(struct sluice_memstore *m)
-{
-    struct sluice_store_ops ops;
-    ops.load = sluice__memstore_load;
-    ops.save = sluice__memstore_save;
-    ops.clear = sluice__memstore_clear;
-    ops.ctx = m;
-    return ops;
-}
-
 /* ---- configuration --------------------------------------------------------- */
-
-struct sluice_discovery_desc {
-    const char *node_id;          /* required; copied (at most SLUICE_NODE_ID_MAX-1 bytes),
-                                     e.g. "cloud:default_ollama" */
-    struct sluice_gate *gate;     /* required: the gate whose limit discovery drives */
-    struct sluice_policy *policy; /* caller storage, outlives the discovery
-                                     (default: discover with default parameters) */
-    uint32_t jumpstart;           /* starting limit: the provider's suggestion when known
-                                     (default: 5, clamped to [min_limit, max_limit]) */
-    uint32_t min_limit;           /* the limit never falls below this (default: 1) */
-    uint32_t max_limit;           /* ... nor rises above this (default: 1024) */
-    int64_t lock_ttl_s;           /* how long a discovered ceiling stays locked
-                                     (default: 86400, i.e. 24 h; at most
-                                     SLUICE_DISCOVERY_TTL_MAX_S) */
-    int64_t window_min_ns;        /* a window's start period lasts at least this (default: 50 ms) */
-    int64_t window_max_ns;        /* a window closes at this age whatever it holds
-                                     (default: 300 s; at most SLUICE_DISCOVERY_WINDOW_MAX_NS) */
-    uint32_t window_samples;      /* calls a window aims to measure when the limit is smaller
-                                     (default: 16) */
-    double window_span;           /* mean latencies a window's start period lasts, > 0
-                                     (default: 2) */
-    double window_tail;           /* mean latencies a window then waits for its slowest calls,
-                                     > 0 (default: 2) */
-    int64_t retry_after_max_ns;   /* Retry-After is honoured up to this (default: 60 s) */
-    uint32_t events;              /* event ring capacity, rounded up to a power of two
-                                     (default: 256) */
-    const struct sluice_store_ops *store;  /* copied (default: none: locks live in memory) */
-    const struct sluice_clock *clock;      /* copied (default: CLOCK_MONOTONIC) */
-    const struct sluice_clock *wall_clock; /* ns since the Unix epoch, copied
-                                              (default: CLOCK_REALTIME) */
-    sluice_event_fn on_event;     /* called once per event (default: none) */
-    void *on_event_ctx;
-    const struct sluice_allocator *allocator; /* (default: aligned_alloc/free) */
-};
 
 /* Bounds that keep every `now + span` in int64 ns (and epoch seconds) finite. */
 #define SLUICE_DISCOVERY_TTL_MAX_S (INT64_C(10) * 366 * 86400) /* ten years */
 #define SLUICE_DISCOVERY_WINDOW_MAX_NS (INT64_C(86400) * SLUICE_NS_PER_SEC) /* a day */
 #define SLUICE_DISCOVERY_EVENTS_MAX (UINT32_C(1) << 20)
+#define SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX (UINT32_C(1) << 16)
+#define SLUICE_DISCOVERY_SPAN_MAX 1000.0 /* mean latencies, for window_span and window_tail */
+/* A latency longer than this counts as this long (sums stay far from overflow). */
+#define SLUICE_DISCOVERY_LATENCY_MAX_NS SLUICE_DISCOVERY_WINDOW_MAX_NS
+/* Clock skew a restored lock's locked_at_s may show before it is called invalid. */
+#define SLUICE_DISCOVERY_SKEW_S 60
+
+struct sluice_discovery_desc {
+    const char *node_id;          /* required; copied (at most SLUICE_NODE_ID_MAX-1 bytes),
+                                     e.g. "cloud:default_ollama" */
+    struct sluice_gate *gate;     /* required: the gate whose limit discovery drives */
+    const struct sluice_policy *policy; /* a prototype, read only at init: its ops->size bytes
+                                     are copied into the node, so it need not outlive the
+                                     node and one prototype may seed many nodes (see
+                                     sluice/policy.h); initialise it with its
+                                     sluice_policy_*_init first (default: discover with
+                                     default parameters) */
+    uint32_t jumpstart;           /* starting limit: the provider's suggestion when known, in
+                                     [min_limit, max_limit] (default: 5, clamped to them) */
+    uint32_t min_limit;           /* the limit never falls below this (default: 1) */
+    uint32_t max_limit;           /* ... nor rises above this, at most SLUICE_GATE_LIMIT_MAX
+                                     (default: 1024) */
+    int64_t lock_ttl_s;           /* how long a discovered ceiling stays locked, in
+                                     [0, SLUICE_DISCOVERY_TTL_MAX_S] (default: 86400, i.e. 24 h);
+                                     a restored lock never lasts longer than this from now */
+    int64_t window_min_ns;        /* a window's start period lasts at least this, in
+                                     [0, window_max_ns] (default: 50 ms) */
+    int64_t window_max_ns;        /* a window closes at this age whatever it holds, in
+                                     [0, SLUICE_DISCOVERY_WINDOW_MAX_NS] (default: 300 s) */
+    uint32_t window_samples;      /* calls a window aims to measure when the limit is smaller,
+                                     at most SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX (default: 16) */
+    double window_span;           /* mean latencies a window's start period lasts, finite, in
+                                     (0, SLUICE_DISCOVERY_SPAN_MAX] (default: 0 = 2) */
+    double window_tail;           /* mean latencies a window then waits for its slowest calls,
+                                     finite, in (0, SLUICE_DISCOVERY_SPAN_MAX] (default: 0 = 2) */
+    int64_t retry_after_max_ns;   /* Retry-After is honoured up to this, >= 0; INT64_MAX
+                                     honours any (default: 60 s) */
+    uint32_t events;              /* event ring capacity, rounded up to a power of two, at most
+                                     SLUICE_DISCOVERY_EVENTS_MAX (default: 256) */
+    const struct sluice_store_ops *store;  /* copied (default: none: locks live in memory) */
+    const struct sluice_clock *clock;      /* copied (default: CLOCK_MONOTONIC) */
+    const struct sluice_clock *wall_clock; /* ns since the Unix epoch, copied
+                                              (default: CLOCK_REALTIME) */
+    sluice_event_fn on_event;     /* called once per event, see sluice_event_fn (default: none) */
+    void *on_event_ctx;
+    const struct sluice_allocator *allocator; /* (default: aligned_alloc/free) */
+};
 
 /* The resolved configuration (defaults applied). */
 struct sluice__discovery_cfg {
@@ -346,6 +268,31 @@ SLUICE_INLINE int sluice__discovery_fail(const char **why, const char *msg)
     if (why)
         *why = msg;
     return SLUICE_EINVAL;
+}
+
+/* A window_span / window_tail value: 0 (default) or finite in (0, SPAN_MAX]. NaN fails. */
+SLUICE_INLINE bool sluice__discovery_span_ok(double v)
+{
+    return v >= 0.0 && v <= SLUICE_DISCOVERY_SPAN_MAX;
+}
+
+/* A policy prototype discovery can copy: initialised, complete, small enough. */
+SLUICE_INLINE int sluice__discovery_check_policy(const struct sluice_policy *p, const char **why)
+{
+    if (!p)
+        return SLUICE_OK;
+    if (!p->ops)
+        return sluice__discovery_fail(
+            why, "sluice_discovery_desc.policy was never initialised: call its "
+                 "sluice_policy_*_init (e.g. sluice_policy_discover_init) first");
+    if (!p->ops->reset || !p->ops->update)
+        return sluice__discovery_fail(
+            why, "sluice_discovery_desc.policy->ops needs reset and update callbacks");
+    if (p->ops->size < sizeof(struct sluice_policy) || p->ops->size > SLUICE_POLICY_STATE_MAX)
+        return sluice__discovery_fail(
+            why, "sluice_discovery_desc.policy->ops->size must be sizeof the policy struct, at "
+                 "most SLUICE_POLICY_STATE_MAX");
+    return SLUICE_OK;
 }
 
 /*
@@ -364,6 +311,8 @@ SLUICE_INLINE int sluice__discovery_resolve(const struct sluice_discovery_desc *
             why, "sluice_discovery_desc.node_id is longer than SLUICE_NODE_ID_MAX-1 bytes");
     if (!d->gate)
         return sluice__discovery_fail(why, "sluice_discovery_desc.gate is required");
+    if (sluice__discovery_check_policy(d->policy, why) != SLUICE_OK)
+        return SLUICE_EINVAL;
     c->min_limit = d->min_limit ? d->min_limit : 1;
     c->max_limit = d->max_limit ? d->max_limit : 1024;
     if (c->max_limit > SLUICE_GATE_LIMIT_MAX)
@@ -395,11 +344,18 @@ SLUICE_INLINE int sluice__discovery_resolve(const struct sluice_discovery_desc *
     if (c->window_min_ns > c->window_max_ns)
         return sluice__discovery_fail(
             why, "sluice_discovery_desc.window_min_ns exceeds window_max_ns");
+    if (d->window_samples > SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX)
+        return sluice__discovery_fail(
+            why, "sluice_discovery_desc.window_samples exceeds SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX");
     c->window_samples = d->window_samples ? d->window_samples : 16;
-    if (d->window_span < 0)
-        return sluice__discovery_fail(why, "sluice_discovery_desc.window_span must be positive");
-    if (d->window_tail < 0)
-        return sluice__discovery_fail(why, "sluice_discovery_desc.window_tail must be positive");
+    if (!sluice__discovery_span_ok(d->window_span))
+        return sluice__discovery_fail(
+            why, "sluice_discovery_desc.window_span must be positive and finite, at most "
+                 "SLUICE_DISCOVERY_SPAN_MAX (1000 mean latencies; 0 = 2)");
+    if (!sluice__discovery_span_ok(d->window_tail))
+        return sluice__discovery_fail(
+            why, "sluice_discovery_desc.window_tail must be positive and finite, at most "
+                 "SLUICE_DISCOVERY_SPAN_MAX (1000 mean latencies; 0 = 2)");
     c->window_span = d->window_span > 0 ? d->window_span : 2.0;
     c->window_tail = d->window_tail > 0 ? d->window_tail : 2.0;
     if (d->retry_after_max_ns < 0)
@@ -426,41 +382,65 @@ SLUICE_INLINE int sluice_discovery_validate(const struct sluice_discovery_desc *
 
 /* ---- the discovery object -------------------------------------------------- */
 
-/* The open window, written by every completion. */
+/* One window's totals, written by every completion (see "Memory ordering"). */
 struct sluice__window_acc {
+    _Atomic(uint32_t) writers; /* samples adding to this buffer right now */
     _Atomic(uint32_t) n_ok, n_overload, n_fresh, n_ignore, max_in_flight;
     _Atomic(int64_t) latency_sum, latency_min, latency_dev, retry_after;
 };
 
 struct sluice_discovery {
-    /* Completions write here: its own cache line. */
-    SLUICE_ALIGNED(SLUICE_CACHELINE) struct sluice__window_acc acc;
+    /* Completions write here: the open window's buffer and the closed one. */
+    SLUICE_ALIGNED(SLUICE_CACHELINE) struct sluice__window_acc acc[2];
 
     /* Written by the updater, read by completions and status readers. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(int64_t) cohort_from_ns; /* the window opened */
     _Atomic(int64_t) cohort_until_ns; /* calls started in [from, until) are measured */
     _Atomic(int64_t) cohort_due_ns;   /* ... and the window closes here */
-    _Atomic(int64_t) last_cut_ns;     /* overloads from calls started before this are stale */
+    _Atomic(int64_t) last_cut_ns;     /* overloads from calls started before this are stale;
+                                         INT64_MIN = no cut yet */
     _Atomic(int64_t) latency_ref_ns;  /* average of recent window means; 0 = none yet */
     _Atomic(int64_t) hold_until_ns;   /* no new call before this (Retry-After); 0 = none */
+    _Atomic(uint64_t) window_seq;     /* windows closed so far: names the open window */
+    _Atomic(uint32_t) acc_open;       /* which acc[] the open window adds to */
     _Atomic(uint32_t) limit;
     _Atomic(uint32_t) ceiling;       /* locked ceiling; 0 = not locked */
     _Atomic(int64_t) lock_expires_s; /* wall clock; 0 = not locked */
     _Atomic(int) state;              /* enum sluice_discovery_state */
+    /* Calls in flight, for events and snapshots: a pool sets it after init to its
+     * count of calls started and not yet ended; NULL = the gate's permits held. */
+    const _Atomic(uint32_t) *in_flight_src;
+
+    /* Effects, handed from the update lock to the flusher (see "Who runs the effects"). */
+    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) fx_posted; /* bumped per locked section
+                                                                     that left effects */
+    _Atomic(uint64_t) fx_done;     /* fx_posted as of the last completed flush round */
+    _Atomic(uint64_t) persist_gen; /* bumped per lock record to persist (under lock) */
+    _Atomic(uint32_t) flushing;    /* 1 while a thread runs the effects */
+    _Atomic(uint32_t) fx_epoch;    /* futex word for sync: bumped when a flush round ends */
+    _Atomic(uint32_t) fx_sleepers; /* threads parked in sync */
+    _Atomic(struct sluice_gate_node *) grants; /* gate grants not yet handed out (a stack of
+                                                  chains; pushed under the lock) */
+    uint64_t persisted_gen; /* the flusher's own: persist_gen it last applied */
+    uint64_t delivered;     /* the flusher's own: seq of the last event handed to on_event */
 
     /* Only under `lock`. */
     sluice_spinlock lock;
     bool congested;         /* a congestion signal opened the bracket */
     bool confirmed;         /* a stable window ran at the locked ceiling */
+    bool fx_dirty;          /* this locked section left effects for the flusher */
     uint32_t bad;           /* the limit at which the last congestion struck */
     uint32_t knee_estimate; /* the policy's queue-free estimate at the last knee; 0 = none */
+    struct sluice_lock_record persist_rec; /* the latest record to persist; ceiling 0 = clear */
+    union {
+        max_align_t align;
+        unsigned char bytes[SLUICE_POLICY_STATE_MAX];
+    } policy; /* this node's copy of the policy (see sluice__discovery_policy) */
 
     /* Immutable after init. */
     struct sluice__discovery_cfg cfg;
     char node[SLUICE_NODE_ID_MAX];
     struct sluice_gate *gate;
-    struct sluice_policy *policy;
-    struct sluice_policy_discover default_policy;
     struct sluice_event_ring events;
     struct sluice_clock clock, wall_clock;
     struct sluice_store_ops store;
@@ -471,11 +451,11 @@ struct sluice_discovery {
     bool owns_memory;
 };
 
-/* Events made under the lock, delivered to the callback after it. */
-struct sluice__discovery_fx {
-    struct sluice_event ev[6];
-    int n;
-};
+/* The node's own policy state (a copy of the description's prototype). */
+SLUICE_INLINE struct sluice_policy *sluice__discovery_policy(struct sluice_discovery *d)
+{
+    return (struct sluice_policy *)(void *)d->policy.bytes;
+}
 
 SLUICE_INLINE int64_t sluice__wall_ns(const struct sluice_clock *wall)
 {
@@ -484,6 +464,11 @@ SLUICE_INLINE int64_t sluice__wall_ns(const struct sluice_clock *wall)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return sluice_timespec_ns(&ts);
+}
+
+SLUICE_INLINE int64_t sluice__discovery_wall_s(const struct sluice_discovery *d)
+{
+    return sluice__wall_ns(&d->wall_clock) / SLUICE_NS_PER_SEC;
 }
 
 SLUICE_INLINE enum sluice_discovery_state sluice__discovery_state(const struct sluice_discovery *d)
@@ -498,11 +483,18 @@ SLUICE_INLINE void sluice__discovery_set_state(struct sluice_discovery *d,
     atomic_store_explicit(&d->state, (int)s, SLUICE_RELAXED);
 }
 
-/* Record an event in the ring and queue it for the callback. Call locked. */
-SLUICE_INLINE void sluice__discovery_emit(struct sluice_discovery *d, struct sluice__discovery_fx *fx,
-                                          int64_t now, enum sluice_event_kind kind,
-                                          enum sluice_cause cause, uint32_t old_limit,
-                                          uint32_t new_limit)
+/* Calls in flight (see the header comment). */
+SLUICE_INLINE uint32_t sluice__discovery_in_flight(const struct sluice_discovery *d)
+{
+    if (d->in_flight_src)
+        return atomic_load_explicit(d->in_flight_src, SLUICE_RELAXED);
+    return sluice_gate_stats(d->gate).in_flight;
+}
+
+/* Record an event in the ring for the flusher to deliver. Call locked (or during init). */
+SLUICE_INLINE void sluice__discovery_emit(struct sluice_discovery *d, int64_t now,
+                                          enum sluice_event_kind kind, enum sluice_cause cause,
+                                          uint32_t old_limit, uint32_t new_limit)
 {
     struct sluice_event ev;
     memset(&ev, 0, sizeof ev);
@@ -512,30 +504,54 @@ SLUICE_INLINE void sluice__discovery_emit(struct sluice_discovery *d, struct slu
     ev.cause = cause;
     ev.old_limit = old_limit;
     ev.new_limit = new_limit;
-    ev.in_flight = sluice_gate_stats(d->gate).in_flight;
+    ev.in_flight = sluice__discovery_in_flight(d);
     ev.ceiling = atomic_load_explicit(&d->ceiling, SLUICE_RELAXED);
     sluice_event_ring_push(&d->events, &ev);
-    if (fx && fx->n < (int)(sizeof fx->ev / sizeof fx->ev[0]))
-        fx->ev[fx->n++] = ev;
+    d->fx_dirty = true;
 }
 
-SLUICE_INLINE void sluice__discovery_deliver(struct sluice_discovery *d,
-                                             const struct sluice__discovery_fx *fx)
+/* Publish the effects this locked section left (before the lock is dropped, so
+ * sync sees every effect recorded before it was called). Call locked. */
+SLUICE_INLINE void sluice__discovery_post(struct sluice_discovery *d)
 {
-    if (!d->on_event)
+    if (!d->fx_dirty)
         return;
-    for (int i = 0; i < fx->n; i++)
-        d->on_event(d->on_event_ctx, &fx->ev[i]);
+    d->fx_dirty = false;
+    atomic_fetch_add_explicit(&d->fx_posted, 1u, SLUICE_SEQ_CST);
 }
 
-/* Move the gate's limit and start a new operating point. Call locked. */
+SLUICE_INLINE void sluice__discovery_unlock(struct sluice_discovery *d)
+{
+    sluice__discovery_post(d);
+    sluice_spinlock_unlock(&d->lock);
+}
+
+/* Keep a chain of gate grants for the next flush. Call locked (one pusher at a time;
+ * flushers only ever take the whole stack, so there is no ABA). */
+SLUICE_INLINE void sluice__discovery_stash_grants(struct sluice_discovery *d,
+                                                  struct sluice_gate_node *granted)
+{
+    struct sluice_gate_node *tail = granted;
+    while (tail->next)
+        tail = tail->next;
+    struct sluice_gate_node *top = atomic_load_explicit(&d->grants, SLUICE_RELAXED);
+    do
+        tail->next = top;
+    while (!atomic_compare_exchange_weak_explicit(&d->grants, &top, granted, SLUICE_RELEASE,
+                                                  SLUICE_RELAXED));
+}
+
+/* Move the gate's limit and start a new operating point. The waiters a raise
+ * grants are handed out by the next flush. Call locked (or during init). */
 SLUICE_INLINE void sluice__discovery_set_limit(struct sluice_discovery *d, uint32_t next,
                                                int64_t now)
 {
     uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
     if (next == old)
         return;
-    sluice_gate_set_limit(d->gate, next);
+    struct sluice_gate_node *granted = sluice__gate_set_limit_collect(d->gate, next);
+    if (granted)
+        sluice__discovery_stash_grants(d, granted);
     atomic_store_explicit(&d->limit, next, SLUICE_RELAXED);
     if (next < old)
         atomic_store_explicit(&d->last_cut_ns, now, SLUICE_RELAXED);
@@ -546,16 +562,32 @@ SLUICE_INLINE uint32_t sluice__discovery_clamp(const struct sluice_discovery *d,
     return v < d->cfg.min_limit ? d->cfg.min_limit : v > d->cfg.max_limit ? d->cfg.max_limit : v;
 }
 
-/* Record and persist a lock at `ceiling` (a new one, or a lower one). Call locked. */
+/* Ask the flusher to persist `ceiling` (0: clear the stored record). Call locked. */
+SLUICE_INLINE void sluice__discovery_persist(struct sluice_discovery *d, uint32_t ceiling,
+                                             int64_t expires_s, int64_t locked_at_s)
+{
+    if (!d->has_store)
+        return;
+    struct sluice_lock_record *r = &d->persist_rec;
+    memset(r, 0, sizeof *r);
+    r->ceiling = ceiling;
+    r->expires_s = expires_s;
+    r->locked_at_s = locked_at_s;
+    const char *name = sluice__discovery_policy(d)->ops->name;
+    if (ceiling && name)
+        strncpy(r->policy, name, sizeof r->policy - 1);
+    atomic_fetch_add_explicit(&d->persist_gen, 1u, SLUICE_RELAXED);
+    d->fx_dirty = true;
+}
+
+/* Record a lock at `ceiling` (a new one, or a lower one) and have it persisted. Call locked. */
 SLUICE_INLINE void sluice__discovery_lock(struct sluice_discovery *d, uint32_t ceiling)
 {
-    struct sluice_lock_record rec;
-    rec.ceiling = ceiling;
-    rec.expires_s = sluice__wall_ns(&d->wall_clock) / SLUICE_NS_PER_SEC + d->cfg.lock_ttl_s;
+    int64_t now_s = sluice__discovery_wall_s(d);
+    int64_t expires_s = now_s + d->cfg.lock_ttl_s;
     atomic_store_explicit(&d->ceiling, ceiling, SLUICE_RELAXED);
-    atomic_store_explicit(&d->lock_expires_s, rec.expires_s, SLUICE_RELAXED);
-    if (d->has_store)
-        d->store.save(d->store.ctx, d->node, &rec);
+    atomic_store_explicit(&d->lock_expires_s, expires_s, SLUICE_RELAXED);
+    sluice__discovery_persist(d, ceiling, expires_s, now_s);
 }
 
 /* Forget the bracket and any lock (expiry, clear). Call locked. */
@@ -570,37 +602,37 @@ SLUICE_INLINE void sluice__discovery_forget(struct sluice_discovery *d)
 }
 
 /* Lock expiry by the wall clock: probing resumes from the current limit. Call locked. */
-SLUICE_INLINE void sluice__discovery_check_expiry(struct sluice_discovery *d,
-                                                  struct sluice__discovery_fx *fx, int64_t now)
+SLUICE_INLINE void sluice__discovery_check_expiry(struct sluice_discovery *d, int64_t now)
 {
     int64_t expires = atomic_load_explicit(&d->lock_expires_s, SLUICE_RELAXED);
-    if (!expires || sluice__wall_ns(&d->wall_clock) / SLUICE_NS_PER_SEC < expires)
+    if (!expires || sluice__discovery_wall_s(d) < expires)
         return;
     sluice__discovery_forget(d);
     if (sluice__discovery_state(d) == SLUICE_DISCOVERY_LOCKED)
         sluice__discovery_set_state(d, SLUICE_DISCOVERY_PROBING);
     uint32_t limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
-    sluice__discovery_emit(d, fx, now, SLUICE_EVENT_EXPIRY, SLUICE_CAUSE_TTL, limit, limit);
+    sluice__discovery_emit(d, now, SLUICE_EVENT_EXPIRY, SLUICE_CAUSE_TTL, limit, limit);
 }
 
 /*
  * Schedule the window opening at `from`: its start period lasts
  * window_span mean latencies (stretched at small limits to reach
  * window_samples calls), then it waits window_tail mean latencies for
- * stragglers. With no latency known
- * yet, the first ok sample schedules it (see on_sample).
+ * stragglers. With no latency known yet, the first ok sample schedules it
+ * (see record). Saturating: a huge latency means a window as long as
+ * window_max_ns allows, never one that wraps into the past.
  */
 SLUICE_INLINE void sluice__discovery_schedule(struct sluice_discovery *d, int64_t from, int64_t ref)
 {
-    int64_t until = INT64_MAX, due = from + d->cfg.window_max_ns;
+    int64_t until = INT64_MAX, due = sluice_add_ns(from, d->cfg.window_max_ns);
     if (ref > 0) {
         uint32_t limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
         double stretch = limit && limit * d->cfg.window_span < d->cfg.window_samples
                              ? (double)d->cfg.window_samples / (double)limit
                              : d->cfg.window_span;
-        int64_t span = (int64_t)((double)ref * stretch);
-        until = from + (span > d->cfg.window_min_ns ? span : d->cfg.window_min_ns);
-        int64_t wait = until + (int64_t)((double)ref * d->cfg.window_tail);
+        int64_t span = sluice__sat_i64((double)ref * stretch);
+        until = sluice_add_ns(from, span > d->cfg.window_min_ns ? span : d->cfg.window_min_ns);
+        int64_t wait = sluice_add_ns(until, sluice__sat_i64((double)ref * d->cfg.window_tail));
         if (wait < due)
             due = wait;
     }
@@ -608,10 +640,41 @@ SLUICE_INLINE void sluice__discovery_schedule(struct sluice_discovery *d, int64_
     atomic_store_explicit(&d->cohort_due_ns, due, SLUICE_RELAXED);
 }
 
+/* The buffer the open window adds to, with this sample counted in its writers. */
+SLUICE_INLINE struct sluice__window_acc *sluice__discovery_enter(struct sluice_discovery *d)
+{
+    for (;;) {
+        uint32_t open = atomic_load_explicit(&d->acc_open, SLUICE_RELAXED);
+        struct sluice__window_acc *a = &d->acc[open];
+        atomic_fetch_add_explicit(&a->writers, 1u, SLUICE_SEQ_CST);
+        if (atomic_load_explicit(&d->acc_open, SLUICE_SEQ_CST) == open)
+            return a;
+        atomic_fetch_sub_explicit(&a->writers, 1u, SLUICE_RELAXED); /* flipped: try the other */
+    }
+}
+
+SLUICE_INLINE void sluice__discovery_leave(struct sluice__window_acc *a)
+{
+    atomic_fetch_sub_explicit(&a->writers, 1u, SLUICE_RELEASE);
+}
+
+/* Pauses a closer waits for the samples still adding to the window it closes:
+ * each is a handful of RMWs, so only a preempted writer outlasts this. */
+#ifndef SLUICE_DISCOVERY_DRAIN_SPIN
+#define SLUICE_DISCOVERY_DRAIN_SPIN 1024
+#endif
+
 /* Take the closing window's totals and open the next one at `now`. Call locked. */
 SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discovery *d, int64_t now)
 {
-    struct sluice__window_acc *a = &d->acc;
+    uint32_t open = atomic_load_explicit(&d->acc_open, SLUICE_RELAXED);
+    struct sluice__window_acc *a = &d->acc[open];
+    atomic_fetch_add_explicit(&d->window_seq, 1u, SLUICE_RELAXED);
+    atomic_store_explicit(&d->acc_open, open ^ 1u, SLUICE_SEQ_CST);
+    for (int i = 0; i < SLUICE_DISCOVERY_DRAIN_SPIN &&
+                    atomic_load_explicit(&a->writers, SLUICE_SEQ_CST) != 0;
+         i++)
+        sluice_cpu_relax();
     struct sluice_window w;
     memset(&w, 0, sizeof w);
     w.start_ns = atomic_exchange_explicit(&d->cohort_from_ns, now, SLUICE_RELAXED);
@@ -631,8 +694,10 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
         w.latency_mad_ns = dev / w.n_ok;
         w.latency_min_ns = min == INT64_MAX ? 0 : min;
         int64_t ref = atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED);
-        atomic_store_explicit(&d->latency_ref_ns, ref ? (ref + w.latency_mean_ns) / 2
-                                                     : w.latency_mean_ns, SLUICE_RELAXED);
+        /* floor((ref + mean) / 2) without the overflow of the sum (both >= 0) */
+        int64_t avg = ref ? ref / 2 + w.latency_mean_ns / 2 + (ref % 2 + w.latency_mean_ns % 2) / 2
+                          : w.latency_mean_ns;
+        atomic_store_explicit(&d->latency_ref_ns, avg, SLUICE_RELAXED);
     }
     /* "Reached the limit", with 1/8 slack: arrivals are bursty and the count
      * is read at each call's start, not continuously. */
@@ -646,8 +711,7 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
 }
 
 /* A congestion verdict: cut, move the bracket or lower the lock. Call locked. */
-SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d,
-                                                struct sluice__discovery_fx *fx, int64_t now,
+SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int64_t now,
                                                 const struct sluice_verdict *v, uint32_t old)
 {
     uint32_t next = v->limit < old ? v->limit : (old > 1 ? old - 1 : 1);
@@ -676,9 +740,9 @@ SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d,
     sluice__discovery_set_state(d, SLUICE_DISCOVERY_BACKOFF);
     sluice__discovery_set_limit(d, next, now);
     atomic_store_explicit(&d->last_cut_ns, now, SLUICE_RELAXED);
-    sluice__discovery_emit(d, fx, now, SLUICE_EVENT_BACKOFF, v->cause, old, next);
+    sluice__discovery_emit(d, now, SLUICE_EVENT_BACKOFF, v->cause, old, next);
     if (lowered)
-        sluice__discovery_emit(d, fx, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_LOWERED, old, next);
+        sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_LOWERED, old, next);
 }
 
 /* A window that held all calls at the limit, cleanly, with enough of them. */
@@ -690,8 +754,7 @@ SLUICE_INLINE bool sluice__discovery_stable(const struct sluice_discovery *d,
 }
 
 /* A healthy verdict: recover, lock, or grow within the cap. Call locked. */
-SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d,
-                                             struct sluice__discovery_fx *fx, int64_t now,
+SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t now,
                                              const struct sluice_window *w,
                                              const struct sluice_verdict *v, uint32_t old)
 {
@@ -701,15 +764,14 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d,
             now >= atomic_load_explicit(&d->hold_until_ns, SLUICE_RELAXED)) {
             sluice__discovery_set_state(d, ceiling ? SLUICE_DISCOVERY_LOCKED
                                                    : SLUICE_DISCOVERY_PROBING);
-            sluice__discovery_emit(d, fx, now, SLUICE_EVENT_RECOVERY, SLUICE_CAUSE_HEALTHY, old,
-                                   old);
+            sluice__discovery_emit(d, now, SLUICE_EVENT_RECOVERY, SLUICE_CAUSE_HEALTHY, old, old);
         }
         return; /* the window that ends a backoff grows nothing */
     }
     if (ceiling && !d->confirmed && old == ceiling && sluice__discovery_stable(d, w)) {
         d->confirmed = true;
         sluice__discovery_lock(d, ceiling); /* re-persist with a fresh expiry */
-        sluice__discovery_emit(d, fx, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_BRACKET, old, old);
+        sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_BRACKET, old, old);
         return;
     }
     if (!ceiling && sluice__discovery_stable(d, w) &&
@@ -721,7 +783,7 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d,
         d->confirmed = at == old;
         sluice__discovery_set_state(d, SLUICE_DISCOVERY_LOCKED);
         sluice__discovery_set_limit(d, at, now);
-        sluice__discovery_emit(d, fx, now, SLUICE_EVENT_LOCK,
+        sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK,
                                d->congested ? SLUICE_CAUSE_BRACKET : SLUICE_CAUSE_MAX_LIMIT, old,
                                at);
         return;
@@ -735,48 +797,47 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d,
         return;
     sluice__discovery_set_limit(d, next, now);
     /* A policy may also step down without calling it congestion (a smoothing controller). */
-    sluice__discovery_emit(d, fx, now, next > old ? SLUICE_EVENT_PROBE : SLUICE_EVENT_BACKOFF,
+    sluice__discovery_emit(d, now, next > old ? SLUICE_EVENT_PROBE : SLUICE_EVENT_BACKOFF,
                            v->cause != SLUICE_CAUSE_NONE ? v->cause : SLUICE_CAUSE_CEILING, old,
                            next);
 }
 
 /* Close the open window and act on it. Call locked. */
-SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d,
-                                           struct sluice__discovery_fx *fx, int64_t now)
+SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t now)
 {
     struct sluice_window w = sluice__discovery_take(d, now);
-    sluice__discovery_check_expiry(d, fx, now);
-    struct sluice_verdict v = sluice_policy_update(d->policy, &w);
+    sluice__discovery_check_expiry(d, now);
+    struct sluice_verdict v = sluice_policy_update(sluice__discovery_policy(d), &w);
     uint32_t old = w.limit;
     if (sluice_cause_is_congestion(v.cause))
-        sluice__discovery_congestion(d, fx, now, &v, old);
+        sluice__discovery_congestion(d, now, &v, old);
     else
-        sluice__discovery_healthy(d, fx, now, &w, &v, old);
+        sluice__discovery_healthy(d, now, &w, &v, old);
     sluice__discovery_schedule(d, now, atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED));
 }
 
 /* Should the open window close now? Lock-free; may be wrong by a sample. */
 SLUICE_INLINE bool sluice__discovery_due(struct sluice_discovery *d, int64_t now)
 {
-    return atomic_load_explicit(&d->acc.n_fresh, SLUICE_RELAXED) ||
+    uint32_t open = atomic_load_explicit(&d->acc_open, SLUICE_RELAXED);
+    return atomic_load_explicit(&d->acc[open].n_fresh, SLUICE_RELAXED) ||
            now >= atomic_load_explicit(&d->cohort_due_ns, SLUICE_RELAXED);
 }
 
 /* Close the window if it is due and nobody else is closing it. */
 SLUICE_INLINE void sluice__discovery_maybe_close(struct sluice_discovery *d, int64_t now)
 {
-    int64_t from = atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED);
+    /* The window is named by its sequence number, not its start time: with a
+     * coarse or virtual clock two windows can open in the same tick, and a
+     * completion that saw the first one due must not close the second. */
+    uint64_t seq = atomic_load_explicit(&d->window_seq, SLUICE_RELAXED);
     if (!sluice__discovery_due(d, now) || !sluice_spinlock_trylock(&d->lock))
         return;
-    struct sluice__discovery_fx fx;
-    fx.n = 0;
-    /* Another thread may have closed this window between our look and the
-     * lock. Read the time again under the lock, so every update's `now` is
-     * at least the previous one's and window bounds never run backwards. */
-    if (atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED) == from)
-        sluice__discovery_close(d, &fx, sluice_clock_now(&d->clock));
-    sluice_spinlock_unlock(&d->lock);
-    sluice__discovery_deliver(d, &fx);
+    /* Read the time again under the lock, so every update's `now` is at least
+     * the previous one's and window bounds never run backwards. */
+    if (atomic_load_explicit(&d->window_seq, SLUICE_RELAXED) == seq)
+        sluice__discovery_close(d, sluice_clock_now(&d->clock));
+    sluice__discovery_unlock(d);
 }
 
 /* Relaxed atomic max/min: a CAS loop that stops as soon as `v` would not win. */
@@ -793,63 +854,207 @@ SLUICE__ATOMIC_EXTREMUM(max_i64, int64_t, >)
 SLUICE__ATOMIC_EXTREMUM(min_i64, int64_t, <)
 #undef SLUICE__ATOMIC_EXTREMUM
 
+/* The first latency ever seen (or since a clear) schedules the open window. */
+SLUICE_INLINE void sluice__discovery_first_latency(struct sluice_discovery *d, int64_t latency_ns)
+{
+    /* It is the fastest of the calls then in flight, so double it rather
+     * than cut the window's slow calls off. Under the update lock, like
+     * every other schedule, so a racing close or clear cannot interleave
+     * with it; if the lock is busy the next completion schedules instead. */
+    if (!sluice_spinlock_trylock(&d->lock))
+        return;
+    if (!atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED)) {
+        int64_t guess = sluice_add_ns(latency_ns, latency_ns);
+        atomic_store_explicit(&d->latency_ref_ns, guess, SLUICE_RELAXED);
+        sluice__discovery_schedule(d, atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED),
+                                   guess);
+    }
+    sluice__discovery_unlock(d);
+}
+
 /*
- * Feed one finished generation call (from the pool's call_end). Never
- * blocks; see "Progress" above. Calls that started before the last clear
- * count for nothing.
+ * Feed one finished generation call: the in-memory half of on_sample (see
+ * "Two steps per sample"). Never blocks and runs no callback and no store
+ * call; the caller runs sluice_discovery_flush afterwards (a pool, after
+ * releasing the call's permit). Calls that started before the last clear
+ * count for nothing; a latency beyond SLUICE_DISCOVERY_LATENCY_MAX_NS
+ * counts as that much, a negative one as 0.
  */
-SLUICE_INLINE void sluice_discovery_on_sample(struct sluice_discovery *d,
-                                              const struct sluice_sample *s)
+SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
+                                            const struct sluice_sample *s)
 {
     if (d->fixed)
         return;
-    struct sluice__window_acc *a = &d->acc;
     int64_t now = sluice_clock_now(&d->clock);
-    int64_t started = now - s->latency_ns;
+    int64_t latency = s->latency_ns < 0                                 ? 0
+                      : s->latency_ns > SLUICE_DISCOVERY_LATENCY_MAX_NS ? SLUICE_DISCOVERY_LATENCY_MAX_NS
+                                                                        : s->latency_ns;
+    int64_t started = sluice_add_ns(now, -latency);
+    bool fresh = false, measured = false;
+    int64_t ref = atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED);
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
         if (s->retry_after_ns > 0) {
             int64_t hold = s->retry_after_ns < d->cfg.retry_after_max_ns ? s->retry_after_ns
                                                                         : d->cfg.retry_after_max_ns;
             /* retry_after_max_ns may be INT64_MAX: saturate, never wrap into the past. */
-            sluice__atomic_max_i64(&d->hold_until_ns,
-                                   now > 0 && hold > INT64_MAX - now ? INT64_MAX : now + hold);
+            sluice__atomic_max_i64(&d->hold_until_ns, sluice_add_ns(now, hold));
         }
+        fresh = started >= atomic_load_explicit(&d->last_cut_ns, SLUICE_RELAXED);
+    } else if (s->outcome == SLUICE_OUTCOME_OK) {
+        measured = started >= atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED) &&
+                   started < atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED);
+        if (measured && !ref)
+            sluice__discovery_first_latency(d, latency);
+    }
+    struct sluice__window_acc *a = sluice__discovery_enter(d);
+    if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
         atomic_fetch_add_explicit(&a->n_overload, 1u, SLUICE_RELAXED);
-        if (started >= atomic_load_explicit(&d->last_cut_ns, SLUICE_RELAXED)) {
+        if (fresh) {
             sluice__atomic_max_i64(&a->retry_after, s->retry_after_ns);
             atomic_fetch_add_explicit(&a->n_fresh, 1u, SLUICE_RELAXED);
         }
-    } else if (s->outcome == SLUICE_OUTCOME_OK &&
-               started >= atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED) &&
-               started < atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED)) {
-        int64_t ref = atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED);
-        if (!ref && sluice_spinlock_trylock(&d->lock)) {
-            /* The first latency ever seen (or since a clear) schedules the
-             * window. It is the fastest of the calls then in flight, so
-             * double it rather than cut the window's slow calls off. Under
-             * the update lock, like every other schedule, so a racing close
-             * or clear cannot interleave with it; if the lock is busy the
-             * next completion schedules instead. */
-            if (!atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED)) {
-                int64_t guess = 2 * s->latency_ns;
-                atomic_store_explicit(&d->latency_ref_ns, guess, SLUICE_RELAXED);
-                sluice__discovery_schedule(
-                    d, atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED), guess);
-            }
-            sluice_spinlock_unlock(&d->lock);
-        }
-        if (!ref)
-            ref = s->latency_ns;
-        int64_t dev = s->latency_ns - ref;
-        atomic_fetch_add_explicit(&a->latency_sum, s->latency_ns, SLUICE_RELAXED);
+    } else if (measured) {
+        int64_t dev = latency - (ref ? ref : latency);
+        atomic_fetch_add_explicit(&a->latency_sum, latency, SLUICE_RELAXED);
         atomic_fetch_add_explicit(&a->latency_dev, dev < 0 ? -dev : dev, SLUICE_RELAXED);
-        sluice__atomic_min_i64(&a->latency_min, s->latency_ns);
+        sluice__atomic_min_i64(&a->latency_min, latency);
         sluice__atomic_max_u32(&a->max_in_flight, s->in_flight_at_start);
         atomic_fetch_add_explicit(&a->n_ok, 1u, SLUICE_RELAXED);
     } else {
         atomic_fetch_add_explicit(&a->n_ignore, 1u, SLUICE_RELAXED);
     }
+    sluice__discovery_leave(a);
     sluice__discovery_maybe_close(d, now);
+}
+
+/* Wake the threads parked in sync so they re-check (a flush round ended). */
+SLUICE_INLINE void sluice__discovery_wake_syncers(struct sluice_discovery *d)
+{
+    atomic_fetch_add_explicit(&d->fx_epoch, 1u, SLUICE_SEQ_CST);
+    uint32_t n = atomic_load_explicit(&d->fx_sleepers, SLUICE_SEQ_CST);
+    for (uint32_t i = 0; i < n; i++) /* each wake reaches one sleeper; extras are no-ops */
+        sluice_futex_wake(&d->fx_epoch);
+}
+
+/* A store call failed: say so in an event. Called by the flusher, outside the lock. */
+SLUICE_INLINE void sluice__discovery_store_failed(struct sluice_discovery *d)
+{
+    sluice_spinlock_lock(&d->lock);
+    uint32_t limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+    sluice__discovery_emit(d, sluice_clock_now(&d->clock), SLUICE_EVENT_STORE,
+                           SLUICE_CAUSE_STORE_ERROR, limit, limit);
+    sluice__discovery_unlock(d);
+}
+
+/* Save (or clear) the newest lock record, if it changed since the last one applied. */
+SLUICE_INLINE void sluice__discovery_apply_persist(struct sluice_discovery *d)
+{
+    if (atomic_load_explicit(&d->persist_gen, SLUICE_RELAXED) == d->persisted_gen)
+        return;
+    struct sluice_lock_record rec;
+    sluice_spinlock_lock(&d->lock); /* bounded: nothing slow runs under it */
+    rec = d->persist_rec;
+    uint64_t gen = atomic_load_explicit(&d->persist_gen, SLUICE_RELAXED);
+    sluice_spinlock_unlock(&d->lock);
+    int status = rec.ceiling ? d->store.save(d->store.ctx, d->node, &rec)
+                             : d->store.clear(d->store.ctx, d->node);
+    d->persisted_gen = gen;
+    if (status != SLUICE_OK)
+        sluice__discovery_store_failed(d);
+}
+
+/* Hand the events recorded since the last delivery to on_event, in seq order. */
+SLUICE_INLINE void sluice__discovery_deliver(struct sluice_discovery *d)
+{
+    uint64_t end = sluice_event_ring_count(&d->events);
+    if (!d->on_event) {
+        d->delivered = end;
+        return;
+    }
+    struct sluice_event batch[8];
+    while (d->delivered < end) {
+        uint64_t left = end - d->delivered;
+        size_t n = sluice_event_ring_read(&d->events, &d->delivered, batch,
+                                          left < 8 ? (size_t)left : 8, NULL);
+        for (size_t i = 0; i < n; i++)
+            d->on_event(d->on_event_ctx, &batch[i]);
+    }
+}
+
+/* Run effects until none are pending. Only the thread holding `flushing`. */
+SLUICE_INLINE void sluice__discovery_run_effects(struct sluice_discovery *d)
+{
+    uint64_t posted;
+    while ((posted = atomic_load_explicit(&d->fx_posted, SLUICE_SEQ_CST)) !=
+           atomic_load_explicit(&d->fx_done, SLUICE_RELAXED)) {
+        if (d->has_store)
+            sluice__discovery_apply_persist(d);
+        sluice__discovery_deliver(d);
+        atomic_store_explicit(&d->fx_done, posted, SLUICE_RELEASE);
+        sluice__discovery_wake_syncers(d);
+    }
+}
+
+/*
+ * Apply the effects recorded so far (see "Two steps per sample" and "Who
+ * runs the effects"): hand out gate grants from limit raises, then — unless
+ * another thread is already doing it, which then does ours too — persist
+ * the newest lock record and deliver pending events to on_event. Never
+ * waits for another thread's store or callback. Call with no lock held.
+ */
+SLUICE_INLINE void sluice_discovery_flush(struct sluice_discovery *d)
+{
+    /* Grants first, and by whoever finds them: a grant is a wake-up, not I/O,
+     * so it need not wait behind a slow store call on the flusher. */
+    if (atomic_load_explicit(&d->grants, SLUICE_RELAXED))
+        sluice__gate_notify_chain(atomic_exchange_explicit(
+            &d->grants, (struct sluice_gate_node *)NULL, SLUICE_ACQUIRE));
+    while (atomic_load_explicit(&d->fx_posted, SLUICE_SEQ_CST) !=
+           atomic_load_explicit(&d->fx_done, SLUICE_RELAXED)) {
+        if (atomic_exchange_explicit(&d->flushing, 1u, SLUICE_SEQ_CST))
+            return; /* the flusher re-reads fx_posted after it lets go: it sees ours */
+        sluice__discovery_run_effects(d);
+        atomic_store_explicit(&d->flushing, 0u, SLUICE_SEQ_CST);
+        sluice__discovery_wake_syncers(d);
+    }
+}
+
+/*
+ * Wait until every effect recorded before this call (store writes, event
+ * deliveries) has been applied, running them itself when nobody else is.
+ * Blocks: parks on a futex word while another thread's store call or
+ * callback runs. For tests, shutdown and tools; not from an event or store
+ * callback (it would wait for itself).
+ */
+SLUICE_INLINE void sluice_discovery_sync(struct sluice_discovery *d)
+{
+    uint64_t target = atomic_load_explicit(&d->fx_posted, SLUICE_SEQ_CST);
+    for (;;) {
+        sluice_discovery_flush(d);
+        if (atomic_load_explicit(&d->fx_done, SLUICE_ACQUIRE) >= target)
+            return;
+        uint32_t epoch = atomic_load_explicit(&d->fx_epoch, SLUICE_SEQ_CST);
+        atomic_fetch_add_explicit(&d->fx_sleepers, 1u, SLUICE_SEQ_CST);
+        /* Sleep only while a flusher is at work: it bumps the epoch when it
+         * ends a round or lets go, after we registered. Nobody flushing:
+         * loop and flush ourselves. */
+        if (atomic_load_explicit(&d->fx_done, SLUICE_SEQ_CST) < target &&
+            atomic_load_explicit(&d->flushing, SLUICE_SEQ_CST))
+            sluice_futex_wait(&d->fx_epoch, epoch, NULL);
+        atomic_fetch_sub_explicit(&d->fx_sleepers, 1u, SLUICE_SEQ_CST);
+    }
+}
+
+/*
+ * Feed one finished generation call and apply its effects: record, then
+ * flush (for standalone use; a pool splits the two around its permit
+ * release). Never blocks on another thread; see "Progress" above.
+ */
+SLUICE_INLINE void sluice_discovery_on_sample(struct sluice_discovery *d,
+                                              const struct sluice_sample *s)
+{
+    sluice__discovery_record(d, s);
+    sluice_discovery_flush(d);
 }
 
 /*
@@ -867,9 +1072,24 @@ SLUICE_INLINE uint32_t sluice_discovery_limit(const struct sluice_discovery *d)
     return atomic_load_explicit(&((struct sluice_discovery *)d)->limit, SLUICE_RELAXED);
 }
 
+/* A lock whose expiry the wall clock has passed, though no close or poll has
+ * recorded it yet: readers show it as gone. */
+SLUICE_INLINE bool sluice__discovery_lock_lapsed(const struct sluice_discovery *d,
+                                                 int64_t lock_expires_s)
+{
+    return lock_expires_s && sluice__discovery_wall_s(d) >= lock_expires_s;
+}
+
+/* The node's state as status views show it (a lapsed lock reads as probing). */
 SLUICE_INLINE enum sluice_discovery_state sluice_discovery_state(const struct sluice_discovery *d)
 {
-    return sluice__discovery_state(d);
+    enum sluice_discovery_state s = sluice__discovery_state(d);
+    if (s == SLUICE_DISCOVERY_LOCKED &&
+        sluice__discovery_lock_lapsed(
+            d, atomic_load_explicit(&((struct sluice_discovery *)d)->lock_expires_s,
+                                    SLUICE_RELAXED)))
+        s = SLUICE_DISCOVERY_PROBING;
+    return s;
 }
 
 /* The node's event ring, for sluice_event_ring_read / _write_json. */
@@ -880,29 +1100,30 @@ SLUICE_INLINE const struct sluice_event_ring *sluice_discovery_events(const stru
 
 /*
  * Apply time-based transitions without traffic: a lock that expired, a
- * window older than window_max_ns. Call from a timer if nodes may sit idle.
+ * window older than window_max_ns; then flush. Call from a timer if nodes
+ * may sit idle.
  */
 SLUICE_INLINE void sluice_discovery_poll(struct sluice_discovery *d)
 {
-    struct sluice__discovery_fx fx;
-    fx.n = 0;
+    if (d->fixed)
+        return;
     sluice_spinlock_lock(&d->lock);
     int64_t now = sluice_clock_now(&d->clock); /* under the lock: see maybe_close */
     if (sluice__discovery_due(d, now))
-        sluice__discovery_close(d, &fx, now);
+        sluice__discovery_close(d, now);
     else
-        sluice__discovery_check_expiry(d, &fx, now);
-    sluice_spinlock_unlock(&d->lock);
-    sluice__discovery_deliver(d, &fx);
+        sluice__discovery_check_expiry(d, now);
+    sluice__discovery_unlock(d);
+    sluice_discovery_flush(d);
 }
 
-/* Empty the open window and make every call in flight count for nothing. Call locked. */
+/* Empty the open window and make every call in flight count for nothing.
+ * A Retry-After hold stays (see sluice_discovery_clear). Call locked. */
 SLUICE_INLINE void sluice__discovery_restart(struct sluice_discovery *d, int64_t now)
 {
     sluice__discovery_take(d, now);
     atomic_store_explicit(&d->last_cut_ns, now, SLUICE_RELAXED);
     atomic_store_explicit(&d->latency_ref_ns, 0, SLUICE_RELAXED);
-    atomic_store_explicit(&d->hold_until_ns, 0, SLUICE_RELAXED);
     sluice__discovery_schedule(d, now, 0);
 }
 
@@ -910,60 +1131,103 @@ SLUICE_INLINE void sluice__discovery_restart(struct sluice_discovery *d, int64_t
  * Clear this node: drop its persisted lock, reset it to probing and restart
  * discovery from the jumpstart (the gate's limit moves there now, so the
  * next call is admitted under it). Calls in flight are not interrupted and
- * their outcomes do not count towards the new windows; a Retry-After one of
- * them brings back is still honoured, since it is the provider's word about
- * now. Other nodes are untouched. A fixed node is
- * left alone. Returns SLUICE_OK, or the store's error from its clear (the
- * in-memory reset happens regardless).
+ * their outcomes do not count towards the new windows. A live Retry-After
+ * hold is kept, and so is one a call in flight brings back later: it is
+ * the provider's word about now, and waking the held calls would only send
+ * a burst into more 429s. Other nodes are untouched; a fixed node is left
+ * alone. The store's clear runs in the flush that follows (here, or on a
+ * thread already flushing); its failure is a "store" event. Returns
+ * SLUICE_OK.
  */
 SLUICE_INLINE int sluice_discovery_clear(struct sluice_discovery *d)
 {
     if (d->fixed)
         return SLUICE_OK;
-    struct sluice__discovery_fx fx;
-    fx.n = 0;
     sluice_spinlock_lock(&d->lock);
     int64_t now = sluice_clock_now(&d->clock); /* under the lock: see maybe_close */
-    int status = d->has_store ? d->store.clear(d->store.ctx, d->node) : SLUICE_OK;
     uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
     sluice__discovery_forget(d);
+    sluice__discovery_persist(d, 0, 0, 0);
     sluice__discovery_set_state(d, SLUICE_DISCOVERY_PROBING);
-    uint32_t next =
-        sluice__discovery_clamp(d, sluice_policy_reset(d->policy, d->cfg.jumpstart, false));
+    uint32_t next = sluice__discovery_clamp(
+        d, sluice_policy_reset(sluice__discovery_policy(d), d->cfg.jumpstart, false));
     sluice__discovery_set_limit(d, next, now);
     sluice__discovery_restart(d, now);
-    sluice__discovery_emit(d, &fx, now, SLUICE_EVENT_CLEAR, SLUICE_CAUSE_API, old, next);
-    sluice_spinlock_unlock(&d->lock);
-    sluice__discovery_deliver(d, &fx);
-    return status;
+    sluice__discovery_emit(d, now, SLUICE_EVENT_CLEAR, SLUICE_CAUSE_API, old, next);
+    sluice__discovery_unlock(d);
+    sluice_discovery_flush(d);
+    return SLUICE_OK;
 }
 
-/* Restore a live stored lock, if any. Call during init. */
-SLUICE_INLINE void sluice__discovery_restore(struct sluice_discovery *d,
-                                             struct sluice__discovery_fx *fx, int64_t now)
+/* A "store" event about the stored record, during init. */
+SLUICE_INLINE void sluice__discovery_store_event(struct sluice_discovery *d, int64_t now,
+                                                 enum sluice_cause cause)
+{
+    uint32_t limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+    sluice__discovery_emit(d, now, SLUICE_EVENT_STORE, cause, limit, limit);
+}
+
+/*
+ * Restore a live stored lock, if any. Call during init (no lock needed:
+ * nobody else sees the node yet). A record is trusted within bounds: one
+ * locked in the future (beyond SLUICE_DISCOVERY_SKEW_S of clock skew) or
+ * expiring before it was locked is invalid and dropped; one expiring later
+ * than lock_ttl_s from now is cut to now + lock_ttl_s; an expired one is
+ * ignored. The first two are "store" events, like a failing load.
+ */
+SLUICE_INLINE void sluice__discovery_restore(struct sluice_discovery *d, int64_t now)
 {
     struct sluice_lock_record rec;
     memset(&rec, 0, sizeof rec);
-    if (!d->has_store || d->store.load(d->store.ctx, d->node, &rec) != SLUICE_OK ||
-        rec.ceiling == 0 || sluice__wall_ns(&d->wall_clock) / SLUICE_NS_PER_SEC >= rec.expires_s)
-        return; /* nothing stored, or expired: ignored */
+    if (d->store.load(d->store.ctx, d->node, &rec) != SLUICE_OK) {
+        sluice__discovery_store_event(d, now, SLUICE_CAUSE_STORE_ERROR);
+        return;
+    }
+    if (rec.ceiling == 0)
+        return; /* nothing stored */
+    int64_t now_s = sluice__discovery_wall_s(d);
+    if (rec.locked_at_s > now_s + SLUICE_DISCOVERY_SKEW_S || rec.expires_s <= rec.locked_at_s) {
+        sluice__discovery_store_event(d, now, SLUICE_CAUSE_INVALID_RECORD);
+        return;
+    }
+    if (now_s >= rec.expires_s)
+        return; /* expired: ignored */
+    if (rec.expires_s - now_s > d->cfg.lock_ttl_s) {
+        rec.expires_s = now_s + d->cfg.lock_ttl_s;
+        sluice__discovery_store_event(d, now, SLUICE_CAUSE_EXPIRY_CAPPED);
+    }
     uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
     uint32_t ceiling = sluice__discovery_clamp(d, rec.ceiling);
-    sluice_policy_reset(d->policy, ceiling, true);
+    sluice_policy_reset(sluice__discovery_policy(d), ceiling, true);
     atomic_store_explicit(&d->ceiling, ceiling, SLUICE_RELAXED);
     atomic_store_explicit(&d->lock_expires_s, rec.expires_s, SLUICE_RELAXED);
     d->confirmed = true; /* it was confirmed when it was stored */
     sluice__discovery_set_state(d, SLUICE_DISCOVERY_LOCKED);
     sluice__discovery_set_limit(d, ceiling, now);
-    sluice__discovery_emit(d, fx, now, SLUICE_EVENT_RESTORE, SLUICE_CAUSE_STORE, old, ceiling);
+    sluice__discovery_emit(d, now, SLUICE_EVENT_RESTORE, SLUICE_CAUSE_STORE, old, ceiling);
+}
+
+SLUICE_INLINE void sluice__discovery_init_acc(struct sluice__window_acc *a)
+{
+    atomic_init(&a->writers, 0u);
+    atomic_init(&a->n_ok, 0u);
+    atomic_init(&a->n_overload, 0u);
+    atomic_init(&a->n_fresh, 0u);
+    atomic_init(&a->n_ignore, 0u);
+    atomic_init(&a->max_in_flight, 0u);
+    atomic_init(&a->latency_sum, 0);
+    atomic_init(&a->latency_min, INT64_MAX);
+    atomic_init(&a->latency_dev, 0);
+    atomic_init(&a->retry_after, 0);
 }
 
 /*
  * Initialise over caller storage: `slots` holds `capacity` event slots
- * (a power of two; desc->events is ignored). Sets the gate's limit to the
- * jumpstart, or to a live stored ceiling (a "restore" event, delivered to
- * the callback before this returns). Returns SLUICE_OK or SLUICE_EINVAL
- * with *why (may be NULL) naming the field.
+ * (a power of two; desc->events is ignored). Copies the policy prototype
+ * into the node, sets the gate's limit to the jumpstart, or to a live
+ * stored ceiling (a "restore" event, delivered to the callback before this
+ * returns; the store's load runs here, on the calling thread). Returns
+ * SLUICE_OK or SLUICE_EINVAL with *why (may be NULL) naming the field.
  */
 SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
                                         const struct sluice_discovery_desc *desc,
@@ -980,12 +1244,15 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     d->cfg = cfg;
     strcpy(d->node, desc->node_id);
     d->gate = desc->gate;
-    d->policy = desc->policy;
-    if (!d->policy) {
-        sluice_policy_discover_init(&d->default_policy, NULL, NULL);
-        d->policy = &d->default_policy.base;
+    if (desc->policy) {
+        memcpy(d->policy.bytes, (const void *)desc->policy, desc->policy->ops->size);
+    } else {
+        struct sluice_policy_discover def;
+        sluice_policy_discover_init(&def, NULL, NULL);
+        memcpy(d->policy.bytes, (const void *)&def, sizeof def);
     }
-    d->fixed = !d->policy->ops->adaptive;
+    struct sluice_policy *policy = sluice__discovery_policy(d);
+    d->fixed = !policy->ops->adaptive;
     if (desc->clock)
         d->clock = *desc->clock;
     if (desc->wall_clock)
@@ -997,36 +1264,37 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     d->on_event_ctx = desc->on_event_ctx;
     sluice_event_ring_init(&d->events, slots, capacity, d->node);
     sluice_spinlock_init(&d->lock);
-    struct sluice__window_acc *a = &d->acc;
-    atomic_init(&a->n_ok, 0u);
-    atomic_init(&a->n_overload, 0u);
-    atomic_init(&a->n_fresh, 0u);
-    atomic_init(&a->n_ignore, 0u);
-    atomic_init(&a->max_in_flight, 0u);
-    atomic_init(&a->latency_sum, 0);
-    atomic_init(&a->latency_min, INT64_MAX);
-    atomic_init(&a->latency_dev, 0);
-    atomic_init(&a->retry_after, 0);
+    sluice__discovery_init_acc(&d->acc[0]);
+    sluice__discovery_init_acc(&d->acc[1]);
     int64_t now = sluice_clock_now(&d->clock);
     atomic_init(&d->cohort_from_ns, now);
     atomic_init(&d->cohort_until_ns, INT64_MAX);
-    atomic_init(&d->cohort_due_ns, now + cfg.window_max_ns);
-    atomic_init(&d->last_cut_ns, now);
+    atomic_init(&d->cohort_due_ns, sluice_add_ns(now, cfg.window_max_ns));
+    atomic_init(&d->last_cut_ns, INT64_MIN); /* no cut yet: every overload is fresh */
     atomic_init(&d->latency_ref_ns, 0);
     atomic_init(&d->hold_until_ns, 0);
+    atomic_init(&d->window_seq, 0u);
+    atomic_init(&d->acc_open, 0u);
     atomic_init(&d->ceiling, 0u);
     atomic_init(&d->lock_expires_s, 0);
     atomic_init(&d->state, (int)(d->fixed ? SLUICE_DISCOVERY_FIXED : SLUICE_DISCOVERY_PROBING));
-    uint32_t start = sluice_policy_reset(d->policy, cfg.jumpstart, false);
+    d->in_flight_src = NULL;
+    atomic_init(&d->fx_posted, 0u);
+    atomic_init(&d->fx_done, 0u);
+    atomic_init(&d->persist_gen, 0u);
+    atomic_init(&d->flushing, 0u);
+    atomic_init(&d->fx_epoch, 0u);
+    atomic_init(&d->fx_sleepers, 0u);
+    atomic_init(&d->grants, (struct sluice_gate_node *)NULL);
+    uint32_t start = sluice_policy_reset(policy, cfg.jumpstart, false);
     if (!d->fixed)
         start = sluice__discovery_clamp(d, start);
     atomic_init(&d->limit, start);
     sluice_gate_set_limit(d->gate, start);
-    struct sluice__discovery_fx fx;
-    fx.n = 0;
-    if (!d->fixed)
-        sluice__discovery_restore(d, &fx, now);
-    sluice__discovery_deliver(d, &fx);
+    if (!d->fixed && d->has_store)
+        sluice__discovery_restore(d, now);
+    sluice__discovery_post(d);
+    sluice_discovery_flush(d);
     return SLUICE_OK;
 }
 
@@ -1057,7 +1325,8 @@ SLUICE_INLINE int sluice_discovery_create(const struct sluice_discovery_desc *de
     return SLUICE_OK;
 }
 
-/* Free a discovery made by sluice_discovery_create. No thread may be using it. */
+/* Free a discovery made by sluice_discovery_create. No thread may be using it
+ * (call sluice_discovery_sync first if effects may still be pending). */
 SLUICE_INLINE void sluice_discovery_destroy(struct sluice_discovery *d)
 {
     if (!d || !d->owns_memory)
@@ -1072,15 +1341,19 @@ SLUICE_INLINE void sluice_discovery_destroy(struct sluice_discovery *d)
 struct sluice_discovery_status {
     const char *node;
     enum sluice_discovery_state state;
-    uint32_t in_flight;        /* permits held (the gate's count) */
+    uint32_t in_flight;        /* calls in flight (see the header comment) */
     uint32_t limit;            /* current limit */
-    uint32_t ceiling;          /* locked ceiling; 0 = not locked */
+    uint32_t ceiling;          /* locked ceiling; 0 = not locked (or the lock ran out) */
     int64_t lock_expires_s;    /* wall clock epoch seconds; 0 = not locked */
     int64_t hold_until_ns;     /* Retry-After hold (discovery clock); 0 = none */
     struct sluice_event last_event; /* last_event.seq == 0: no event yet */
 };
 
-/* A snapshot of one node (padding zeroed, so snapshots compare with memcmp). */
+/*
+ * A snapshot of one node (padding zeroed, so snapshots compare with memcmp).
+ * A lock whose expiry the wall clock has passed shows as gone (probing,
+ * ceiling 0) even before a close or poll records its "expiry" event.
+ */
 SLUICE_INLINE void sluice_discovery_snapshot(const struct sluice_discovery *disc,
                                              struct sluice_discovery_status *st)
 {
@@ -1088,11 +1361,17 @@ SLUICE_INLINE void sluice_discovery_snapshot(const struct sluice_discovery *disc
     memset(st, 0, sizeof *st);
     st->node = d->node;
     st->state = sluice__discovery_state(d);
-    st->in_flight = sluice_gate_stats(d->gate).in_flight;
+    st->in_flight = sluice__discovery_in_flight(d);
     st->limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
     st->ceiling = atomic_load_explicit(&d->ceiling, SLUICE_RELAXED);
     st->lock_expires_s = atomic_load_explicit(&d->lock_expires_s, SLUICE_RELAXED);
     st->hold_until_ns = atomic_load_explicit(&d->hold_until_ns, SLUICE_RELAXED);
+    if (sluice__discovery_lock_lapsed(d, st->lock_expires_s)) {
+        if (st->state == SLUICE_DISCOVERY_LOCKED)
+            st->state = SLUICE_DISCOVERY_PROBING;
+        st->ceiling = 0;
+        st->lock_expires_s = 0;
+    }
     if (!sluice_event_ring_last(&d->events, &st->last_event))
         memset(&st->last_event, 0, sizeof st->last_event);
 }

@@ -3,19 +3,26 @@
  * events and a JSON Lines writer.
  *
  * What it is: every probe step, backoff (with its cause), recovery, lock,
- * expiry, restore-from-store and clear becomes a `struct sluice_event` with
- * the time, node, old and new limit, in-flight count and reason. Discovery
- * pushes each one into its node's ring (old events are overwritten, the
- * writer never waits), then hands it to an optional callback. Readers copy
- * events out by sequence number from any thread, and can render them as
- * JSON Lines to a FILE* or a buffer.
+ * expiry, restore-from-store, clear and store failure becomes a
+ * `struct sluice_event` with the time, node, old and new limit, in-flight
+ * count and reason. Discovery pushes each one into its node's ring (old
+ * events are overwritten, the writer never waits); later, after its locks
+ * are dropped, it hands them to an optional callback in seq order (see
+ * sluice_event_fn). Readers copy events out by sequence number from any
+ * thread, and can render them as JSON Lines to a FILE* or a buffer.
+ *
+ * In flight, in every event: generation calls started and not yet ended
+ * (the pool's count; calls still waiting out a Retry-After hold are not in
+ * flight). A standalone discovery node counts the permits held on its gate.
  *
  * Progress: push is wait-free. Readers are lock-free: a read that races the
  * writer overwriting the same slot notices and reports the event as dropped
  * rather than returning a torn copy. Formatting is plain sequential code.
  *
  * Concurrency: one writer at a time per ring (discovery pushes only while it
- * holds the node's update lock); any number of concurrent readers.
+ * holds the node's update lock); any number of concurrent readers. A reader
+ * that falls more than the ring's capacity behind loses the oldest events
+ * (counted as dropped), never the writer's time.
  *
  * Memory ordering: each slot is a seqlock built from atomics alone (no
  * fences, which ThreadSanitizer cannot model). The writer marks the slot
@@ -46,7 +53,9 @@
     X(LOCK, "lock")         /* a ceiling was locked (or lowered while locked) */                  \
     X(EXPIRY, "expiry")     /* the lock's time to live ran out: probing resumes */                \
     X(RESTORE, "restore")   /* a live lock was restored from the store at start */                \
-    X(CLEAR, "clear")       /* the node was cleared: back to the jumpstart */
+    X(CLEAR, "clear")       /* the node was cleared: back to the jumpstart */                     \
+    X(STORE, "store")       /* the store failed or held a bad record (cause store_error,          \
+                               invalid_record or expiry_capped); the node serves from memory */
 
 enum sluice_event_kind {
 #define SLUICE__EVENT_ENUM(name, str) SLUICE_EVENT_##name,
@@ -74,16 +83,23 @@ struct sluice_event {
     enum sluice_event_kind kind;
     enum sluice_cause cause; /* the reason */
     uint32_t old_limit, new_limit;
-    uint32_t in_flight;      /* permits held when the event happened */
+    uint32_t in_flight;      /* calls in flight when the event happened (see the header) */
     uint32_t ceiling;        /* locked ceiling after the event; 0 = not locked */
 };
 
 /*
- * Event callback. Runs exactly once per event, on the thread whose call
- * caused it (a completion, a clear), after discovery has released its
- * update lock, so it may read status; it must not block for long. Two
- * threads' callbacks for one node may run concurrently and out of order:
- * order by `seq`.
+ * Event callback. Discovery calls it from sluice_discovery_flush: on the
+ * thread whose call caused the event (a completion — after its permit was
+ * released, when it comes through a pool — a clear, a poll, init for
+ * "restore"), or on another thread that is already flushing the same node
+ * and takes the work over. Never under a core lock, so it may read status,
+ * clear or poll; it should not block for long, since later events of the
+ * node (and its store writes) wait behind it.
+ *
+ * For one node, calls never overlap and come in `seq` order, each event at
+ * most once. If the callback falls more than the ring's capacity behind,
+ * the events the ring has overwritten meanwhile are skipped: the next call
+ * shows a gap in `seq` (read them nowhere; they are gone).
  */
 typedef void (*sluice_event_fn)(void *ctx, const struct sluice_event *ev);
 
@@ -343,16 +359,23 @@ SLUICE_INLINE int sluice_event_write_json(FILE *f, const struct sluice_event *ev
 }
 
 /*
- * Write every event after `*cursor` (a seq; start at 0) as JSON Lines and
- * advance the cursor. Returns the number written, or SLUICE_EIO.
+ * Write the events after `*cursor` (a seq; start at 0) as JSON Lines and
+ * advance the cursor. Only the events present when the call starts are
+ * written, so it returns even while the writer keeps pushing (a slow FILE
+ * would otherwise chase it forever). Returns the number written, or
+ * SLUICE_EIO.
  */
 SLUICE_INLINE int sluice_event_ring_write_json(FILE *f, const struct sluice_event_ring *r,
                                                uint64_t *cursor)
 {
     struct sluice_event batch[16];
+    uint64_t end = sluice_event_ring_count(r);
     int written = 0;
     size_t n;
-    while ((n = sluice_event_ring_read(r, cursor, batch, 16, NULL)) > 0) {
+    while (*cursor < end &&
+           (n = sluice_event_ring_read(r, cursor, batch,
+                                       end - *cursor < 16 ? (size_t)(end - *cursor) : 16, NULL)) >
+               0) {
         for (size_t i = 0; i < n; i++) {
             if (sluice_event_write_json(f, &batch[i]) != SLUICE_OK)
                 return SLUICE_EIO;

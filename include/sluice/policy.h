@@ -20,15 +20,28 @@
  *               overload or on a latency knee
  *
  * Writing a policy: embed `struct sluice_policy` as the first member of your
- * state struct, point its `ops` at a static ops table, and downcast in the
- * callbacks. Parameters follow the sokol convention: zero means default,
- * resolved in one function per policy.
+ * state struct, point its `ops` at a static ops table whose `size` is
+ * sizeof your struct, and downcast in the callbacks. Parameters follow the
+ * sokol convention: zero means default, resolved in one function per
+ * policy, and every parameter has a documented, checked range (finite
+ * values only), so no arithmetic on it can overflow.
+ *
+ * A policy object is a value. The object you initialise is a prototype:
+ * discovery copies its `ops->size` bytes into storage inside each node at
+ * init (at most SLUICE_POLICY_STATE_MAX), and from then on every node
+ * updates its own copy. So one description can build many nodes, pools and
+ * engines that share no policy state, and the prototype need not outlive
+ * them. A policy must therefore be plain data: no pointer into itself (it
+ * would still point into the prototype after the copy), and nothing a copy
+ * must not duplicate (a lock, a file). Pointers to shared, immutable,
+ * long-lived data are fine.
  *
  * Progress and concurrency: policies are plain sequential code with no
- * atomics. Discovery calls reset/update only while it holds the node's
- * update lock, so one policy object is never entered by two threads at once;
- * a policy must not block (it runs on the thread whose completion closed
- * the window). Pure helpers in this header are callable from any thread.
+ * atomics. Discovery calls reset/update on a node's copy only while it
+ * holds that node's update lock, so one policy state is never entered by
+ * two threads at once; a policy must not block (it runs on the thread whose
+ * completion closed the window). Pure helpers in this header are callable
+ * from any thread.
  *
  * Memory ordering: none here. The update lock in discovery.h orders each
  * update after the previous one (acquire/release), which is all the policy
@@ -77,7 +90,12 @@ struct sluice_sample {
     X(HEALTHY, "healthy")         /* a clean window after a backoff */                             \
     X(TTL, "ttl")                 /* the lock's time to live ran out */                            \
     X(STORE, "store")             /* a live lock was read back from the store */                   \
-    X(API, "api")                 /* a caller asked (sluice_discovery_clear) */
+    X(API, "api")                 /* a caller asked (sluice_discovery_clear) */                    \
+    X(STORE_ERROR, "store_error") /* a store's load, save or clear failed: memory still serves */  \
+    X(INVALID_RECORD, "invalid_record") /* a stored lock was locked in the future or expires      \
+                                           before it was locked: dropped */                        \
+    X(EXPIRY_CAPPED, "expiry_capped") /* a stored lock expired later than lock_ttl_s from now:     \
+                                         its expiry was cut to now + lock_ttl_s */
 
 enum sluice_cause {
 #define SLUICE__CAUSE_ENUM(name, str) SLUICE_CAUSE_##name,
@@ -138,8 +156,16 @@ struct sluice_verdict {
 
 struct sluice_policy;
 
+/* The most bytes a policy object may take: the size of the per-node copy
+ * (see "A policy object is a value"). The built-ins take under 128. */
+#define SLUICE_POLICY_STATE_MAX 512
+
+/* The highest limit any policy parameter may name (= SLUICE_GATE_LIMIT_MAX). */
+#define SLUICE_POLICY_LIMIT_MAX (UINT32_C(1) << 30)
+
 struct sluice_policy_ops {
-    const char *name; /* "aimd", shown in benchmarks and logs */
+    const char *name; /* "aimd", shown in benchmarks and logs, persisted with a lock
+                         (at most SLUICE_POLICY_NAME_MAX-1 bytes are kept) */
     bool adaptive;    /* false: discovery never probes, locks or clears this node */
     /* Forget everything learned and return the starting limit. `jumpstart`
      * is discovery's starting point; `warm` is true when a previously
@@ -148,6 +174,10 @@ struct sluice_policy_ops {
     uint32_t (*reset)(struct sluice_policy *self, uint32_t jumpstart, bool warm);
     /* Propose a limit for the window that just closed. */
     struct sluice_verdict (*update)(struct sluice_policy *self, const struct sluice_window *w);
+    /* sizeof the policy's struct: the bytes discovery copies into each node, in
+       [sizeof(struct sluice_policy), SLUICE_POLICY_STATE_MAX] (last, so a table
+       written positionally before it existed is rejected, not misread). */
+    size_t size;
 };
 
 /* The header every policy object starts with. */
@@ -209,6 +239,23 @@ SLUICE_INLINE uint32_t sluice__sat_add(uint32_t a, uint32_t b)
     return a > UINT32_MAX - b ? UINT32_MAX : a + b;
 }
 
+/* A double as uint32_t, saturating: NaN and negatives give 0, anything past
+ * UINT32_MAX gives UINT32_MAX (a plain cast of those is undefined). */
+SLUICE_INLINE uint32_t sluice__sat_u32(double v)
+{
+    return v >= 4294967295.0 ? UINT32_MAX : v > 0.0 ? (uint32_t)v : 0u;
+}
+
+/* A double as int64_t, saturating the same way to [INT64_MIN, INT64_MAX]
+ * (NaN gives 0). 2^63 is exact in a double; INT64_MAX is not. */
+SLUICE_INLINE int64_t sluice__sat_i64(double v)
+{
+    return isnan(v) ? 0
+           : v >= 9223372036854775808.0 ? INT64_MAX
+           : v <= -9223372036854775808.0 ? INT64_MIN
+                                          : (int64_t)v;
+}
+
 /* Resolve a zero (omitted) parameter to its default. */
 #define SLUICE__DEFAULT(field, value)                                                              \
     do {                                                                                           \
@@ -218,7 +265,8 @@ SLUICE_INLINE uint32_t sluice__sat_add(uint32_t a, uint32_t b)
 
 /*
  * Check lo < v < hi (or lo < v <= hi when hi_inclusive); on failure set
- * *why to `msg` (which names the field) and return SLUICE_EINVAL.
+ * *why to `msg` (which names the field) and return SLUICE_EINVAL. NaN and
+ * infinities fail every finite range.
  */
 SLUICE_INLINE int sluice__check_range(double v, double lo, double hi, bool hi_inclusive,
                                       const char *msg, const char **why)
@@ -229,12 +277,14 @@ SLUICE_INLINE int sluice__check_range(double v, double lo, double hi, bool hi_in
     return ok ? SLUICE_OK : SLUICE_EINVAL;
 }
 
-/* Define the ops table of a built-in policy `name` with its two callbacks. */
+/* Define the ops table of a built-in policy `name` (struct sluice_policy_<name>)
+ * with its two callbacks and its size. */
 #define SLUICE__POLICY_OPS(name, is_adaptive)                                                      \
     SLUICE_INLINE const struct sluice_policy_ops *sluice__##name##_ops(void)                       \
     {                                                                                              \
         static const struct sluice_policy_ops ops = {#name, is_adaptive, sluice__##name##_reset,   \
-                                                     sluice__##name##_update};                     \
+                                                     sluice__##name##_update,                      \
+                                                     sizeof(struct sluice_policy_##name)};         \
         return &ops;                                                                               \
     }
 

@@ -22,7 +22,8 @@
  *   sluice/engine.h    backend registry: presets, validation, O(1) lookup by ID
  *   sluice/run.h       run lifecycle: admit, prepare, generate, validate, repair
  *   sluice/events.h    discovery event feed: bounded per-node ring, JSON Lines
- *   sluice/discovery.h per-node probing/backoff/locked state machine, store, status line
+ *   sluice/store.h     lock records, the store interface, an in-memory store
+ *   sluice/discovery.h per-node probing/backoff/locked state machine, status line
  *
  * Compile-time options:
  *   SLUICE_PARK_SPIN   pauses the next waiter in line spins before it parks
@@ -64,6 +65,7 @@
 #include "engine.h"
 #include "run.h"
 #include "events.h"
+#include "store.h"
 #include "discovery.h"
 
 #endif

@@ -19,8 +19,10 @@
 
 struct sluice_policy_aimd_params {
     double backoff;     /* factor applied on overload, in (0, 1) (default: 0.9) */
-    uint32_t increase;  /* added per healthy saturated window (default: 1) */
-    int64_t timeout_ns; /* a window mean above this counts as overload (default: 0 = off) */
+    uint32_t increase;  /* added per healthy saturated window, at most SLUICE_POLICY_LIMIT_MAX
+                           (default: 1) */
+    int64_t timeout_ns; /* a window mean above this counts as overload, >= 0
+                           (default: 0 = off) */
 };
 
 struct sluice_policy_aimd {
@@ -65,6 +67,9 @@ SLUICE_INLINE int sluice_policy_aimd_init(struct sluice_policy_aimd *p,
     SLUICE__DEFAULT(r.increase, 1);
     if (sluice__check_range(r.backoff, 0.0, 1.0, false,
                             "sluice_policy_aimd_params.backoff must be in (0, 1)", why) ||
+        sluice__check_range((double)r.increase, 0.0, (double)SLUICE_POLICY_LIMIT_MAX, true,
+                            "sluice_policy_aimd_params.increase must be at most "
+                            "SLUICE_POLICY_LIMIT_MAX", why) ||
         sluice__check_range((double)r.timeout_ns, -1.0, 1e30, false,
                             "sluice_policy_aimd_params.timeout_ns must not be negative", why))
         return SLUICE_EINVAL;

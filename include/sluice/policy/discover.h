@@ -42,14 +42,16 @@
 
 struct sluice_policy_discover_params {
     double backoff;       /* factor applied on a fresh overload, in (0, 1) (default: 0.9) */
-    double knee;          /* relative latency rise over the baseline that marks a knee
-                             (default: 0.15, i.e. +15%) */
+    double knee;          /* relative latency rise over the baseline that marks a knee,
+                             in (0, 100] (default: 0.15, i.e. +15%) */
     double knee_floor;    /* deepest single cut on a knee, in (0, 1) (default: 0.5) */
-    double noise_z;       /* standard errors of the window mean a knee must also clear
-                             (default: 3) */
+    double noise_z;       /* standard errors of the window mean a knee must also clear,
+                             in (0, 100] (default: 3) */
     double baseline_weight; /* averaging weight of a healthy window, in (0, 1] (default: 0.125) */
-    uint32_t confirm;     /* suspect windows in a row that make a knee (default: 2) */
-    uint32_t min_samples; /* served calls a window needs before its latency counts (default: 8) */
+    uint32_t confirm;     /* suspect windows in a row that make a knee, in [1, 1000]
+                             (default: 2) */
+    uint32_t min_samples; /* served calls a window needs before its latency counts,
+                             in [1, 65536] (default: 8) */
 };
 
 struct sluice_policy_discover {
@@ -119,7 +121,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
     if (factor < p->params.knee_floor)
         factor = p->params.knee_floor;
     double serves = (double)w->limit / ratio * (1.0 + 0.5 * p->params.knee);
-    uint32_t estimate = serves < 1.0 ? 1u : serves > 4e9 ? UINT32_MAX : (uint32_t)serves;
+    uint32_t estimate = serves < 1.0 ? 1u : sluice__sat_u32(serves);
     p->slow_start = false;
     return sluice__verdict(sluice__policy_cut(w->limit, factor), SLUICE_CAUSE_LATENCY, estimate);
 }
@@ -181,14 +183,20 @@ SLUICE_INLINE int sluice_policy_discover_init(struct sluice_policy_discover *p,
     SLUICE__DEFAULT(r.min_samples, 8);
     if (sluice__check_range(r.backoff, 0.0, 1.0, false,
                             "sluice_policy_discover_params.backoff must be in (0, 1)", why) ||
-        sluice__check_range(r.knee, 0.0, 1e9, true,
-                            "sluice_policy_discover_params.knee must be positive", why) ||
+        sluice__check_range(r.knee, 0.0, 100.0, true,
+                            "sluice_policy_discover_params.knee must be in (0, 100]", why) ||
         sluice__check_range(r.knee_floor, 0.0, 1.0, false,
                             "sluice_policy_discover_params.knee_floor must be in (0, 1)", why) ||
-        sluice__check_range(r.noise_z, 0.0, 1e9, true,
-                            "sluice_policy_discover_params.noise_z must be positive", why) ||
+        sluice__check_range(r.noise_z, 0.0, 100.0, true,
+                            "sluice_policy_discover_params.noise_z must be in (0, 100]", why) ||
         sluice__check_range(r.baseline_weight, 0.0, 1.0, true,
-                            "sluice_policy_discover_params.baseline_weight must be in (0, 1]", why))
+                            "sluice_policy_discover_params.baseline_weight must be in (0, 1]",
+                            why) ||
+        sluice__check_range((double)r.confirm, 0.0, 1000.0, true,
+                            "sluice_policy_discover_params.confirm must be in [1, 1000]", why) ||
+        sluice__check_range((double)r.min_samples, 0.0, 65536.0, true,
+                            "sluice_policy_discover_params.min_samples must be in [1, 65536]",
+                            why))
         return SLUICE_EINVAL;
     p->base.ops = sluice__discover_ops();
     p->params = r;

@@ -16,7 +16,8 @@
 #include "../policy.h"
 
 struct sluice_policy_fixed_params {
-    uint32_t limit; /* the limit (default: the discovery jumpstart) */
+    uint32_t limit; /* the limit, at most SLUICE_POLICY_LIMIT_MAX (default: 0 = the discovery
+                       jumpstart) */
 };
 
 struct sluice_policy_fixed {
@@ -41,14 +42,19 @@ SLUICE_INLINE struct sluice_verdict sluice__fixed_update(struct sluice_policy *s
 
 SLUICE__POLICY_OPS(fixed, false)
 
-/* Initialise a fixed policy in caller storage. Never fails. */
+/* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
 SLUICE_INLINE int sluice_policy_fixed_init(struct sluice_policy_fixed *p,
                                            const struct sluice_policy_fixed_params *params,
                                            const char **why)
 {
-    (void)why;
+    uint32_t limit = params ? params->limit : 0;
+    if (limit > SLUICE_POLICY_LIMIT_MAX) {
+        if (why)
+            *why = "sluice_policy_fixed_params.limit must be at most SLUICE_POLICY_LIMIT_MAX";
+        return SLUICE_EINVAL;
+    }
     p->base.ops = sluice__fixed_ops();
-    p->params.limit = params ? params->limit : 0;
+    p->params.limit = limit;
     return SLUICE_OK;
 }
 

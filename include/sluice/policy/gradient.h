@@ -27,10 +27,11 @@
 
 struct sluice_policy_gradient_params {
     double tolerance; /* short latency may exceed long·tolerance before the limit falls,
-                         >= 1 (default: 1.5) */
+                         in [1, 100] (default: 1.5) */
     double smoothing; /* weight of each new estimate, in (0, 1] (default: 0.2) */
     double long_weight; /* weight of a window in the long average, in (0, 1] (default: 0.05) */
-    double queue;     /* headroom added per window while latency is flat (default: 4) */
+    double queue;     /* headroom added per window while latency is flat, in (0, 1e6]
+                         (default: 4) */
     double backoff;   /* factor applied on a fresh overload, in (0, 1) (default: 0.9) */
 };
 
@@ -78,7 +79,7 @@ SLUICE_INLINE struct sluice_verdict sluice__gradient_update(struct sluice_policy
     p->estimate = p->estimate * (1.0 - k->smoothing) + target * k->smoothing;
     if (p->estimate < 1.0)
         p->estimate = 1.0;
-    uint32_t next = p->estimate > 4e9 ? UINT32_MAX : (uint32_t)p->estimate;
+    uint32_t next = sluice__sat_u32(p->estimate);
     if (next > w->limit)
         return sluice__verdict(next, SLUICE_CAUSE_ADDITIVE, 0);
     if (next < w->limit)
@@ -102,14 +103,14 @@ SLUICE_INLINE int sluice_policy_gradient_init(struct sluice_policy_gradient *p,
     SLUICE__DEFAULT(r.long_weight, 0.05);
     SLUICE__DEFAULT(r.queue, 4.0);
     SLUICE__DEFAULT(r.backoff, 0.9);
-    if (sluice__check_range(r.tolerance, 0.999999, 1e9, true,
-                            "sluice_policy_gradient_params.tolerance must be >= 1", why) ||
+    if (sluice__check_range(r.tolerance, 0.999999, 100.0, true,
+                            "sluice_policy_gradient_params.tolerance must be in [1, 100]", why) ||
         sluice__check_range(r.smoothing, 0.0, 1.0, true,
                             "sluice_policy_gradient_params.smoothing must be in (0, 1]", why) ||
         sluice__check_range(r.long_weight, 0.0, 1.0, true,
                             "sluice_policy_gradient_params.long_weight must be in (0, 1]", why) ||
-        sluice__check_range(r.queue, 0.0, 1e9, true,
-                            "sluice_policy_gradient_params.queue must be positive", why) ||
+        sluice__check_range(r.queue, 0.0, 1e6, true,
+                            "sluice_policy_gradient_params.queue must be in (0, 1e6]", why) ||
         sluice__check_range(r.backoff, 0.0, 1.0, false,
                             "sluice_policy_gradient_params.backoff must be in (0, 1)", why))
         return SLUICE_EINVAL;

@@ -24,8 +24,8 @@
 #include "../policy.h"
 
 struct sluice_policy_vegas_params {
-    double alpha;   /* grow while q < alpha·lg (default: 3) */
-    double beta;    /* shrink while q > beta·lg, > alpha (default: 6) */
+    double alpha;   /* grow while q < alpha·lg, in (0, 1000] (default: 3) */
+    double beta;    /* shrink while q > beta·lg, in (alpha, 1000] (default: 6) */
     double drift;   /* per-window upward drift of minRTT, in [0, 1) (default: 0.01) */
     double backoff; /* factor applied on a fresh overload, in (0, 1) (default: 0.9) */
 };
@@ -68,7 +68,7 @@ SLUICE_INLINE struct sluice_verdict sluice__vegas_update(struct sluice_policy *s
     if (!w->saturated)
         return sluice__verdict_hold(w);
     if (queue <= lg)
-        return sluice__verdict(sluice__sat_add(w->limit, (uint32_t)(p->params.beta * lg)),
+        return sluice__verdict(sluice__sat_add(w->limit, sluice__sat_u32(p->params.beta * lg)),
                                SLUICE_CAUSE_ADDITIVE, 0);
     if (queue < p->params.alpha * lg)
         return sluice__verdict(sluice__sat_add(w->limit, step), SLUICE_CAUSE_ADDITIVE, 0);
@@ -90,10 +90,11 @@ SLUICE_INLINE int sluice_policy_vegas_init(struct sluice_policy_vegas *p,
     SLUICE__DEFAULT(r.beta, 6.0);
     SLUICE__DEFAULT(r.drift, 0.01);
     SLUICE__DEFAULT(r.backoff, 0.9);
-    if (sluice__check_range(r.alpha, 0.0, 1e9, true,
-                            "sluice_policy_vegas_params.alpha must be positive", why) ||
-        sluice__check_range(r.beta, r.alpha, 1e9, true,
-                            "sluice_policy_vegas_params.beta must exceed alpha", why) ||
+    if (sluice__check_range(r.alpha, 0.0, 1000.0, true,
+                            "sluice_policy_vegas_params.alpha must be in (0, 1000]", why) ||
+        sluice__check_range(r.beta, r.alpha, 1000.0, true,
+                            "sluice_policy_vegas_params.beta must exceed alpha and be at most 1000",
+                            why) ||
         sluice__check_range(r.drift, -1e-12, 1.0, false,
                             "sluice_policy_vegas_params.drift must be in [0, 1)", why) ||
         sluice__check_range(r.backoff, 0.0, 1.0, false,
