@@ -1,0 +1,143 @@
+/*
+ * sluice/admin.h — the admin endpoint: a small loopback HTTP server that
+ * shows an engine's nodes, streams their event feeds, clears them, exports
+ * Prometheus metrics and serves the Concurrency Health page.
+ *
+ * What it is: opt-in. A program that wants it calls sluice_admin_start()
+ * with its engine; nothing listens otherwise. It binds 127.0.0.1:8400 by
+ * default (port SLUICE_SOME(0) picks a free one; sluice_admin_port() says
+ * which). Routes:
+ *
+ *   GET  /                                   the Concurrency Health page (HTML, self-contained)
+ *   GET  /compute/concurrency                JSON: every node's state, glyph, in flight, limit,
+ *                                            ceiling, lock expiry and status line
+ *   GET  /compute/concurrency/events?node_id=N[&after=SEQ][&follow=1]
+ *                                            the node's event feed as JSON Lines, oldest first,
+ *                                            events after seq SEQ; follow=1 streams new ones as
+ *                                            server-sent events (id = seq, event = kind)
+ *   GET  /compute/concurrency/history[?node_id=N]
+ *                                            JSON: limit and in flight, sampled once a second
+ *                                            over the last history_s seconds (the page's chart)
+ *   POST /compute/concurrency/clear?node_id=N
+ *                                            sluice_engine_clear(N), then the node's new state
+ *   GET  /metrics                            Prometheus text format (see sluice_admin_metrics)
+ *
+ * Every error answer is JSON, {"error": what is wrong, "fix": what to do}:
+ * 400 missing or malformed node_id (or another parameter), 404 unknown node
+ * or route, 405 wrong method (with Allow), 409 clearing a fixed node (it has
+ * no discovered ceiling), 413 a request body over max_body_bytes, 403 a
+ * browser request from a foreign page (see below), 503 too many event
+ * streams. libmicrohttpd itself answers 414 / 431 for a request line or
+ * headers beyond the connection's memory (max_request_bytes).
+ *
+ * Security: the endpoint has no authentication; anyone who reaches it can
+ * read node state and clear locks. Hence loopback only by default. Binding
+ * another address needs `allow_remote = true`, and that is a risk: put it
+ * behind a firewall or an authenticating proxy. On a loopback bind, a
+ * request whose Host is not a loopback name is refused (DNS rebinding), and
+ * on every bind a POST carrying a foreign Origin is refused (a web page
+ * cannot clear a node behind the user's back; curl sends no Origin).
+ *
+ * Slow or hostile clients: at most max_connections at once (one thread
+ * each), each with max_request_bytes for its request line and headers and
+ * max_body_bytes for a body (the routes take none), and closed after
+ * timeout_s idle seconds; at most max_streams follow=1 streams, which send
+ * a keep-alive comment well inside timeout_s.
+ *
+ * Threads: libmicrohttpd's listener plus one thread per connection, and one
+ * sampler thread that once a second records each node's limit and in-flight
+ * count for the chart and counts events for /metrics. All of them only read
+ * the engine through its public status calls, except the clear route, which
+ * calls sluice_engine_clear. sluice_admin_stop() returns after every one of
+ * them has ended (streams are told to finish first).
+ *
+ * Concurrency: start and stop are not thread-safe against each other for
+ * one admin; every other function may be called from any thread. The
+ * engine must outlive the admin (stop it before destroying the engine).
+ *
+ * Memory ordering: the node counters and chart history live behind one
+ * mutex; the stop flag is a seq_cst atomic read by stream readers.
+ */
+#ifndef SLUICE_ADMIN_H
+#define SLUICE_ADMIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sluice/engine.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SLUICE_ADMIN_PORT_DEFAULT 8400
+
+struct sluice_admin_desc {
+    struct sluice_engine *engine;  /* required; must outlive the admin */
+    const char *address;           /* numeric IPv4 or IPv6 address, or "localhost"
+                                      (default: "127.0.0.1") */
+    struct sluice_opt_u32 port;    /* TCP port (default: 8400; SLUICE_SOME(0) = any free port,
+                                      read it back with sluice_admin_port; at most 65535) */
+    bool allow_remote;             /* RISK: must be true to bind a non-loopback address; the
+                                      endpoint has no authentication (default: false) */
+    uint32_t max_connections;      /* connections at once, one thread each
+                                      (default: 32; 1..1024) */
+    uint32_t max_streams;          /* follow=1 event streams at once, counted in
+                                      max_connections (default: 8; at most max_connections) */
+    uint32_t timeout_s;            /* an idle connection is closed after this
+                                      (default: 10; 1..3600) */
+    uint32_t max_request_bytes;    /* memory for a request line and headers
+                                      (default: 16384; 4096..1048576) */
+    uint32_t max_body_bytes;       /* a larger request body gets 413 (default: 4096; at most
+                                      max_request_bytes) */
+    uint32_t history_s;            /* seconds of chart history kept per node
+                                      (default: 300; 10..3600) */
+    char *error;                   /* receives a message naming the field when start fails
+                                      (default: NULL = no message) */
+    size_t error_size;             /* bytes at error, NUL included (default: 0) */
+};
+
+struct sluice_admin;
+
+/*
+ * Bind, start the server and its sampler thread. Returns SLUICE_OK,
+ * SLUICE_EINVAL (a field is wrong: desc->error names it; also a port in
+ * use or an address that cannot be bound), SLUICE_EIO (the server did not
+ * start) or SLUICE_ENOMEM. *out is NULL on failure.
+ */
+int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin **out);
+
+/* The port it listens on (the one picked, for SLUICE_SOME(0)). */
+uint16_t sluice_admin_port(const struct sluice_admin *a);
+
+/*
+ * Stop: refuse new connections, end open streams, join every thread the
+ * admin started, free it. NULL is a no-op.
+ */
+void sluice_admin_stop(struct sluice_admin *a);
+
+/*
+ * The bodies the routes answer, for embedders with their own HTTP server
+ * and for tests. Each returns a NUL-terminated string allocated with
+ * malloc (free() it), or NULL when out of memory.
+ *
+ * sluice_admin_status_json: the body of GET /compute/concurrency.
+ * sluice_admin_metrics: the body of GET /metrics, Prometheus text format
+ *   0.0.4. Families, each with a `node` label:
+ *     sluice_inflight, sluice_limit (+Inf = unlimited), sluice_ceiling
+ *     (0 = not locked), sluice_lock_expiry_timestamp_seconds (0 = none),
+ *     sluice_waiting (calls queued for a permit or a Retry-After hold),
+ *     sluice_state{state} (1 for the current state: probing, backoff,
+ *     locked, fixed), sluice_backoffs_total{cause}, sluice_events_total{event}
+ *     and sluice_events_dropped_total (events the ring overwrote before
+ *     the admin counted them). The counters count events seen since the
+ *     admin started, including those still in each node's ring then.
+ */
+char *sluice_admin_status_json(struct sluice_admin *a);
+char *sluice_admin_metrics(struct sluice_admin *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_ADMIN_H */

@@ -1,0 +1,1138 @@
+/*
+ * admin.c — the admin endpoint (sluice/admin.h) on libmicrohttpd.
+ *
+ * Threading: libmicrohttpd runs a listener thread and one thread per
+ * connection (bounded by max_connections), so an event stream may block
+ * in its content reader while it waits for events; a stream waits on the
+ * admin's condition variable, which the sampler broadcasts every tick and
+ * stop broadcasts once. The sampler owns the per-node counters and chart
+ * history; request threads read them under the same mutex.
+ */
+#define _GNU_SOURCE
+#include <sluice/admin.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <mimalloc.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sluice/sluice.h>
+
+/* The page, turned into bytes by shim/CMakeLists.txt. */
+extern const unsigned char sluice__admin_page[];
+extern const size_t sluice__admin_page_size;
+
+enum { N_CAUSES = SLUICE_CAUSE_EXPIRY_CAPPED + 1, N_KINDS = SLUICE_EVENT_STORE + 1 };
+
+struct sample {
+    int64_t wall_ms;
+    uint32_t limit, in_flight;
+};
+
+/* One engine node as the admin tracks it (under admin.mutex). */
+struct node {
+    const char *id;                     /* engine-owned */
+    const struct sluice_event_ring *ring; /* NULL: fixed node, no events */
+    uint64_t cursor;                    /* events counted so far (a seq) */
+    uint64_t backoffs[N_CAUSES];        /* backoff events by cause */
+    uint64_t events[N_KINDS];           /* events by kind */
+    uint64_t dropped;                   /* overwritten before counted */
+    struct sample *history;             /* ring of history_s samples */
+    uint32_t hist_head, hist_len;
+};
+
+struct sluice_admin {
+    struct sluice_engine *engine;
+    struct MHD_Daemon *daemon;
+    uint16_t port;
+    bool loopback;
+    struct sluice_admin_desc cfg; /* resolved; address and error not kept */
+    pthread_mutex_t mutex;
+    pthread_cond_t tick; /* broadcast by the sampler each second and by stop */
+    pthread_t sampler;
+    bool sampler_started;
+    atomic_bool stopping;
+    atomic_uint streams;
+    struct node *nodes;
+    size_t n_nodes;
+};
+
+/* ---- small helpers ----------------------------------------------------------- */
+
+static int admin_fail(const struct sluice_admin_desc *d, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int admin_fail(const struct sluice_admin_desc *d, int status, const char *fmt, ...)
+{
+    if (d->error && d->error_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(d->error, d->error_size, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+static int64_t wall_ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A growable string on malloc (bodies handed to callers are free()d). */
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+};
+
+static void sb_put(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 1024;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n < sizeof tmp) {
+        sb_put(b, tmp, (size_t)n);
+        return;
+    }
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        b->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    sb_put(b, big, (size_t)n);
+    free(big);
+}
+
+/* The body, or NULL (freeing what was built) when an allocation failed. */
+static char *sb_take(struct sbuf *b)
+{
+    if (b->oom || !b->p) {
+        free(b->p);
+        return b->oom ? NULL : strdup("");
+    }
+    return b->p;
+}
+
+/* ---- what the routes say about nodes ------------------------------------------- */
+
+static ptrdiff_t node_index(const struct sluice_admin *a, const char *id)
+{
+    for (size_t i = 0; i < a->n_nodes; i++)
+        if (strcmp(a->nodes[i].id, id) == 0)
+            return (ptrdiff_t)i;
+    return -1;
+}
+
+/* An event as JSON, in the exact shape of the core's JSON Lines record. */
+static json_t *event_json(const struct sluice_event *ev)
+{
+    char line[512];
+    size_t n = sluice_event_format_json(ev, line, sizeof line);
+    return n < sizeof line ? json_loads(line, 0, NULL) : NULL;
+}
+
+/* One node's state: everything the page, sluicectl and the clear route show. */
+static json_t *node_json(struct sluice_admin *a, size_t i)
+{
+    const struct node *n = &a->nodes[i];
+    struct sluice_discovery_status st;
+    if (sluice_engine_status(a->engine, n->id, &st) != SLUICE_OK)
+        return NULL;
+    struct sluice_pool_counts c = sluice_pool_stats(sluice_engine_pool(a->engine, n->id));
+    char line[SLUICE_BACKEND_ID_MAX + 64];
+    sluice_engine_status_line(a->engine, n->id, line, sizeof line);
+    bool adaptive = st.state != SLUICE_DISCOVERY_FIXED;
+    int64_t left = st.lock_expires_s ? st.lock_expires_s - wall_ms_now() / 1000 : 0;
+    json_t *o = json_object();
+    json_object_set_new(o, "node", json_string(n->id));
+    json_object_set_new(o, "adaptive", json_boolean(adaptive));
+    json_object_set_new(o, "state", json_string(sluice_discovery_state_name(st.state)));
+    json_object_set_new(o, "glyph", json_string(sluice_discovery_state_glyph(st.state)));
+    json_object_set_new(o, "in_flight", json_integer(st.in_flight));
+    json_object_set_new(o, "limit", st.limit ? json_integer(st.limit) : json_null());
+    json_object_set_new(o, "max_limit", c.active_max ? json_integer(c.active_max) : json_null());
+    json_object_set_new(o, "waiting", json_integer(c.queued));
+    json_object_set_new(o, "ceiling", json_integer(st.ceiling));
+    json_object_set_new(o, "lock_expires_s", json_integer(st.lock_expires_s));
+    json_object_set_new(o, "lock_left_s", json_integer(left > 0 ? left : 0));
+    json_object_set_new(o, "status_line", json_string(line));
+    json_object_set_new(o, "events", json_integer(n->ring ? (json_int_t)sluice_event_ring_count(n->ring) : 0));
+    json_t *last = st.last_event.seq ? event_json(&st.last_event) : NULL;
+    json_object_set_new(o, "last_event", last ? last : json_null());
+    return o;
+}
+
+char *sluice_admin_status_json(struct sluice_admin *a)
+{
+    json_t *root = json_object();
+    json_t *nodes = json_array();
+    json_object_set_new(root, "now_ms", json_integer(wall_ms_now()));
+    for (size_t i = 0; i < a->n_nodes; i++) {
+        json_t *o = node_json(a, i);
+        if (o)
+            json_array_append_new(nodes, o);
+    }
+    json_object_set_new(root, "nodes", nodes);
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
+/* Count the events that arrived since the last call (call under a->mutex). */
+static void count_events(struct sluice_admin *a)
+{
+    struct sluice_event batch[64];
+    for (size_t i = 0; i < a->n_nodes; i++) {
+        struct node *n = &a->nodes[i];
+        if (!n->ring)
+            continue;
+        size_t got;
+        while ((got = sluice_event_ring_read(n->ring, &n->cursor, batch, 64, &n->dropped)) > 0) {
+            for (size_t k = 0; k < got; k++) {
+                if ((unsigned)batch[k].kind < N_KINDS)
+                    n->events[batch[k].kind]++;
+                if (batch[k].kind == SLUICE_EVENT_BACKOFF && (unsigned)batch[k].cause < N_CAUSES)
+                    n->backoffs[batch[k].cause]++;
+            }
+        }
+    }
+}
+
+/* Record one chart sample per node (call under a->mutex). */
+static void record_history(struct sluice_admin *a)
+{
+    int64_t now = wall_ms_now();
+    uint32_t cap = a->cfg.history_s;
+    for (size_t i = 0; i < a->n_nodes; i++) {
+        struct node *n = &a->nodes[i];
+        struct sluice_discovery_status st;
+        if (sluice_engine_status(a->engine, n->id, &st) != SLUICE_OK)
+            continue;
+        n->history[n->hist_head] = (struct sample){now, st.limit, st.in_flight};
+        n->hist_head = (n->hist_head + 1) % cap;
+        if (n->hist_len < cap)
+            n->hist_len++;
+    }
+}
+
+static json_t *history_json(const struct sluice_admin *a, const struct node *n)
+{
+    json_t *arr = json_array();
+    uint32_t cap = a->cfg.history_s;
+    for (uint32_t k = 0; k < n->hist_len; k++) {
+        const struct sample *s = &n->history[(n->hist_head + cap - n->hist_len + k) % cap];
+        json_array_append_new(arr, json_pack("[I,i,i]", (json_int_t)s->wall_ms, (int)s->limit,
+                                             (int)s->in_flight));
+    }
+    return arr;
+}
+
+/* Prometheus label value: backslash, double quote and newline escaped. */
+static void sb_label(struct sbuf *b, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            sb_printf(b, "\\%c", *s);
+        else if (*s == '\n')
+            sb_put(b, "\\n", 2);
+        else
+            sb_put(b, s, 1);
+    }
+}
+
+static void metric_head(struct sbuf *b, const char *name, const char *type, const char *help)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void metric_node(struct sbuf *b, const char *name, const char *node)
+{
+    sb_printf(b, "%s{node=\"", name);
+    sb_label(b, node);
+    sb_put(b, "\"", 1);
+}
+
+/* One gauge family: one sample per node, value from `get`. */
+#define ADMIN_GAUGE(b, a, sts, name, help, expr)                                                   \
+    do {                                                                                           \
+        metric_head(b, name, "gauge", help);                                                       \
+        for (size_t i_ = 0; i_ < (a)->n_nodes; i_++) {                                             \
+            const struct sluice_discovery_status *st = &(sts)[i_];                                 \
+            const struct sluice_pool_counts *pc = &pcs[i_];                                        \
+            (void)st;                                                                              \
+            (void)pc;                                                                              \
+            metric_node(b, name, (a)->nodes[i_].id);                                               \
+            sb_printf(b, "} %s\n", expr);                                                          \
+        }                                                                                          \
+    } while (0)
+
+static const char *fmt_u64(char *buf, uint64_t v)
+{
+    snprintf(buf, 24, "%" PRIu64, v);
+    return buf;
+}
+
+char *sluice_admin_metrics(struct sluice_admin *a)
+{
+    struct sbuf b = {0};
+    size_t n = a->n_nodes;
+    struct sluice_discovery_status *sts = mi_calloc(n ? n : 1, sizeof *sts);
+    struct sluice_pool_counts *pcs = mi_calloc(n ? n : 1, sizeof *pcs);
+    if (!sts || !pcs) {
+        mi_free(sts);
+        mi_free(pcs);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        sluice_engine_status(a->engine, a->nodes[i].id, &sts[i]);
+        pcs[i] = sluice_pool_stats(sluice_engine_pool(a->engine, a->nodes[i].id));
+    }
+    char v[24];
+    ADMIN_GAUGE(&b, a, sts, "sluice_inflight", "Generation calls in flight.",
+                fmt_u64(v, st->in_flight));
+    ADMIN_GAUGE(&b, a, sts, "sluice_limit", "Current concurrency limit (+Inf: unlimited).",
+                st->limit ? fmt_u64(v, st->limit) : "+Inf");
+    ADMIN_GAUGE(&b, a, sts, "sluice_ceiling", "Locked (discovered) ceiling; 0 when not locked.",
+                fmt_u64(v, st->ceiling));
+    ADMIN_GAUGE(&b, a, sts, "sluice_lock_expiry_timestamp_seconds",
+                "When the lock expires, Unix epoch seconds; 0 when not locked.",
+                fmt_u64(v, (uint64_t)(st->lock_expires_s > 0 ? st->lock_expires_s : 0)));
+    ADMIN_GAUGE(&b, a, sts, "sluice_waiting",
+                "Generation calls queued for a permit or a Retry-After hold.",
+                fmt_u64(v, pc->queued));
+    metric_head(&b, "sluice_state", "gauge", "Discovery state of the node: 1 for the current one.");
+    static const enum sluice_discovery_state states[] = {
+        SLUICE_DISCOVERY_PROBING, SLUICE_DISCOVERY_BACKOFF, SLUICE_DISCOVERY_LOCKED,
+        SLUICE_DISCOVERY_FIXED};
+    for (size_t i = 0; i < n; i++)
+        for (size_t s = 0; s < 4; s++) {
+            metric_node(&b, "sluice_state", a->nodes[i].id);
+            sb_printf(&b, ",state=\"%s\"} %d\n", sluice_discovery_state_name(states[s]),
+                      sts[i].state == states[s]);
+        }
+
+    pthread_mutex_lock(&a->mutex);
+    count_events(a);
+    metric_head(&b, "sluice_backoffs_total", "counter", "Backoff events by cause.");
+    for (size_t i = 0; i < n; i++) {
+        const struct node *nd = &a->nodes[i];
+        if (!nd->ring)
+            continue;
+        for (int c = 0; c < N_CAUSES; c++)
+            if (nd->backoffs[c] || sluice_cause_is_congestion((enum sluice_cause)c)) {
+                metric_node(&b, "sluice_backoffs_total", nd->id);
+                sb_printf(&b, ",cause=\"%s\"} %" PRIu64 "\n", sluice_cause_name((enum sluice_cause)c),
+                          nd->backoffs[c]);
+            }
+    }
+    metric_head(&b, "sluice_events_total", "counter", "Discovery events by kind.");
+    for (size_t i = 0; i < n; i++) {
+        const struct node *nd = &a->nodes[i];
+        if (!nd->ring)
+            continue;
+        for (int k = 0; k < N_KINDS; k++) {
+            metric_node(&b, "sluice_events_total", nd->id);
+            sb_printf(&b, ",event=\"%s\"} %" PRIu64 "\n",
+                      sluice_event_kind_name((enum sluice_event_kind)k), nd->events[k]);
+        }
+    }
+    metric_head(&b, "sluice_events_dropped_total", "counter",
+                "Events the node's ring overwrote before the admin counted them.");
+    for (size_t i = 0; i < n; i++) {
+        if (!a->nodes[i].ring)
+            continue;
+        metric_node(&b, "sluice_events_dropped_total", a->nodes[i].id);
+        sb_printf(&b, "} %" PRIu64 "\n", a->nodes[i].dropped);
+    }
+    pthread_mutex_unlock(&a->mutex);
+    mi_free(sts);
+    mi_free(pcs);
+    return sb_take(&b);
+}
+
+/* ---- the sampler thread ----------------------------------------------------- */
+
+static void *sampler_main(void *arg)
+{
+    struct sluice_admin *a = arg;
+    pthread_mutex_lock(&a->mutex);
+    while (!atomic_load(&a->stopping)) {
+        count_events(a);
+        record_history(a);
+        pthread_cond_broadcast(&a->tick);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += 1;
+        while (!atomic_load(&a->stopping) &&
+               pthread_cond_timedwait(&a->tick, &a->mutex, &until) != ETIMEDOUT) {
+        }
+    }
+    pthread_mutex_unlock(&a->mutex);
+    return NULL;
+}
+
+/* ---- HTTP plumbing ----------------------------------------------------------- */
+
+struct request {
+    size_t body_bytes;
+    bool seen; /* the first call (headers only) has happened */
+};
+
+static enum MHD_Result send_body(struct MHD_Connection *c, unsigned status, const char *type,
+                                 char *body, size_t len, void (*release)(void *))
+{
+    struct MHD_Response *r =
+        release ? MHD_create_response_from_buffer_with_free_callback(len, body, release)
+                : MHD_create_response_from_buffer(len, body, MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        if (release)
+            release(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json_t *body)
+{
+    char *s = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!s)
+        return MHD_NO;
+    size_t len = strlen(s);
+    s[len] = '\0';
+    /* A trailing newline, so `curl` output ends cleanly. */
+    char *t = realloc(s, len + 2);
+    if (t) {
+        s = t;
+        s[len++] = '\n';
+        s[len] = '\0';
+    }
+    return send_body(c, status, "application/json; charset=utf-8", s, len, free);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *allow,
+                                  const char *fix, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *allow,
+                                  const char *fix, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *o = json_pack("{s:s,s:s,s:i}", "error", msg, "fix", fix, "status", (int)status);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s)
+        return MHD_NO;
+    size_t len = strlen(s);
+    char *t = realloc(s, len + 2);
+    if (t) {
+        s = t;
+        s[len++] = '\n';
+        s[len] = '\0';
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, s, free);
+    if (!r) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json; charset=utf-8");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    if (allow)
+        MHD_add_response_header(r, "Allow", allow);
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+#define ROUTES_FIX                                                                                 \
+    "routes: GET /, GET /compute/concurrency, GET /compute/concurrency/events?node_id=N, "       \
+    "GET /compute/concurrency/history, POST /compute/concurrency/clear?node_id=N, GET /metrics"
+
+/*
+ * The node named by ?node_id=, or -1 after answering 400/404. `required`
+ * false: a missing node_id yields -2 (all nodes).
+ */
+static ptrdiff_t want_node(struct sluice_admin *a, struct MHD_Connection *c, bool required,
+                           enum MHD_Result *answered)
+{
+    const char *id = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "node_id");
+    if (!id && !required)
+        return -2;
+    if (!id) {
+        *answered = send_error(c, 400, NULL,
+                               "add ?node_id=NODE (GET /compute/concurrency lists the nodes)",
+                               "missing node_id");
+        return -1;
+    }
+    size_t len = strlen(id);
+    bool control = false;
+    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
+        control |= *p < 0x20 || *p == 0x7f;
+    if (len == 0 || len > SLUICE_BACKEND_ID_MAX || control) {
+        *answered = send_error(c, 400, NULL,
+                               "node_id must be a backend ID: 1..255 bytes, no control characters "
+                               "(GET /compute/concurrency lists the nodes)",
+                               "malformed node_id (%s)",
+                               len == 0 ? "empty" : control ? "control character" : "too long");
+        return -1;
+    }
+    ptrdiff_t i = node_index(a, id);
+    if (i < 0) {
+        json_t *known = json_array();
+        for (size_t k = 0; k < a->n_nodes; k++)
+            json_array_append_new(known, json_string(a->nodes[k].id));
+        char *list = json_dumps(known, JSON_COMPACT);
+        json_decref(known);
+        *answered = send_error(c, 404, NULL, "use one of the registered nodes",
+                               "unknown node_id \"%.255s\"; known nodes: %.300s", id,
+                               list ? list : "[]");
+        free(list);
+    }
+    return i;
+}
+
+/* Parse an unsigned decimal parameter; false after answering 400. */
+static bool want_u64(struct MHD_Connection *c, const char *name, uint64_t *out,
+                     enum MHD_Result *answered)
+{
+    const char *s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+    *out = 0;
+    if (!s)
+        return true;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || errno || s[0] == '-' || s[0] == '+' || s[0] == ' ') {
+        *answered = send_error(c, 400, NULL, "pass a decimal event seq, e.g. after=0",
+                               "malformed %s \"%.64s\"", name, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool want_flag(struct MHD_Connection *c, const char *name, bool *out,
+                      enum MHD_Result *answered)
+{
+    const char *s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+    *out = false;
+    if (!s)
+        return true;
+    if (!strcmp(s, "1") || !strcmp(s, "true")) {
+        *out = true;
+        return true;
+    }
+    if (!strcmp(s, "0") || !strcmp(s, "false"))
+        return true;
+    *answered = send_error(c, 400, NULL, "use 1/true or 0/false", "malformed %s \"%.64s\"", name, s);
+    return false;
+}
+
+/* ---- event streams (server-sent events) ------------------------------------------ */
+
+struct stream {
+    struct sluice_admin *a;
+    const struct sluice_event_ring *ring; /* NULL: fixed node, keep-alives only */
+    uint64_t cursor;
+    char pending[8192];
+    size_t off, len;
+    int64_t last_send_ms;
+};
+
+/* Format the events after the cursor as SSE frames into `pending`. */
+static void stream_fill(struct stream *s)
+{
+    s->off = s->len = 0;
+    if (!s->ring)
+        return;
+    struct sluice_event batch[16];
+    size_t got = sluice_event_ring_read(s->ring, &s->cursor, batch, 16, NULL);
+    for (size_t k = 0; k < got; k++) {
+        char line[512];
+        size_t n = sluice_event_format_json(&batch[k], line, sizeof line);
+        if (n >= sizeof line)
+            continue;
+        if (n && line[n - 1] == '\n')
+            line[--n] = '\0';
+        int w = snprintf(s->pending + s->len, sizeof s->pending - s->len,
+                         "id: %" PRIu64 "\nevent: %s\ndata: %s\n\n", batch[k].seq,
+                         sluice_event_kind_name(batch[k].kind), line);
+        if (w < 0 || (size_t)w >= sizeof s->pending - s->len)
+            break;
+        s->len += (size_t)w;
+    }
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct stream *s = cls;
+    struct sluice_admin *a = s->a;
+    int64_t keepalive_ms = (int64_t)a->cfg.timeout_s * 1000 / 3;
+    for (;;) {
+        if (atomic_load(&a->stopping))
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (s->off == s->len)
+            stream_fill(s);
+        if (s->off < s->len) {
+            size_t n = s->len - s->off < max ? s->len - s->off : max;
+            memcpy(buf, s->pending + s->off, n);
+            s->off += n;
+            s->last_send_ms = wall_ms_now();
+            return (ssize_t)n;
+        }
+        if (wall_ms_now() - s->last_send_ms >= keepalive_ms) {
+            static const char ka[] = ": keep-alive\n\n";
+            size_t n = sizeof ka - 1 < max ? sizeof ka - 1 : max;
+            memcpy(buf, ka, n);
+            s->last_send_ms = wall_ms_now();
+            return (ssize_t)n;
+        }
+        /* Wait for the sampler's tick (or stop); 250 ms caps the latency of a new event. */
+        pthread_mutex_lock(&a->mutex);
+        if (!atomic_load(&a->stopping)) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_nsec += 250 * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&a->tick, &a->mutex, &until);
+        }
+        pthread_mutex_unlock(&a->mutex);
+    }
+}
+
+static void stream_free(void *cls)
+{
+    struct stream *s = cls;
+    atomic_fetch_sub(&s->a->streams, 1);
+    mi_free(s);
+}
+
+/* ---- routes ------------------------------------------------------------------ */
+
+static enum MHD_Result route_events(struct sluice_admin *a, struct MHD_Connection *c)
+{
+    enum MHD_Result answered = MHD_NO;
+    ptrdiff_t i = want_node(a, c, true, &answered);
+    if (i < 0)
+        return answered;
+    uint64_t after;
+    bool follow;
+    if (!want_u64(c, "after", &after, &answered) || !want_flag(c, "follow", &follow, &answered))
+        return answered;
+    const struct sluice_event_ring *ring = a->nodes[i].ring;
+    if (!follow) {
+        struct sbuf b = {0};
+        uint64_t cursor = after;
+        struct sluice_event batch[32];
+        size_t got;
+        uint64_t end = ring ? sluice_event_ring_count(ring) : 0;
+        while (ring && cursor < end &&
+               (got = sluice_event_ring_read(ring, &cursor, batch, 32, NULL)) > 0)
+            for (size_t k = 0; k < got; k++) {
+                char line[512];
+                size_t n = sluice_event_format_json(&batch[k], line, sizeof line);
+                if (n < sizeof line)
+                    sb_put(&b, line, n);
+            }
+        char *body = sb_take(&b);
+        if (!body)
+            return MHD_NO;
+        return send_body(c, 200, "application/x-ndjson; charset=utf-8", body, strlen(body), free);
+    }
+    unsigned open = atomic_fetch_add(&a->streams, 1);
+    if (open >= a->cfg.max_streams) {
+        atomic_fetch_sub(&a->streams, 1);
+        return send_error(c, 503, NULL,
+                          "close another follow=1 stream, or raise sluice_admin_desc.max_streams",
+                          "too many event streams open (max_streams = %u)", a->cfg.max_streams);
+    }
+    struct stream *s = mi_calloc(1, sizeof *s);
+    if (!s) {
+        atomic_fetch_sub(&a->streams, 1);
+        return MHD_NO;
+    }
+    s->a = a;
+    s->ring = ring;
+    s->cursor = after;
+    /* A reconnecting EventSource resumes after the last event it saw. */
+    const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
+    if (last && *last) {
+        char *end;
+        unsigned long long v = strtoull(last, &end, 10);
+        if (!*end)
+            s->cursor = v;
+    }
+    s->last_send_ms = 0; /* an immediate keep-alive makes the headers go out at once */
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
+    if (!r) {
+        stream_free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream; charset=utf-8");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    enum MHD_Result ok = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result route_history(struct sluice_admin *a, struct MHD_Connection *c)
+{
+    enum MHD_Result answered = MHD_NO;
+    ptrdiff_t i = want_node(a, c, false, &answered);
+    if (i == -1)
+        return answered;
+    json_t *root = json_object();
+    json_t *nodes = json_object();
+    json_object_set_new(root, "interval_ms", json_integer(1000));
+    json_object_set_new(root, "fields", json_pack("[s,s,s]", "wall_ms", "limit", "in_flight"));
+    pthread_mutex_lock(&a->mutex);
+    for (size_t k = 0; k < a->n_nodes; k++)
+        if (i == -2 || (size_t)i == k)
+            json_object_set_new(nodes, a->nodes[k].id, history_json(a, &a->nodes[k]));
+    pthread_mutex_unlock(&a->mutex);
+    json_object_set_new(root, "nodes", nodes);
+    return send_json(c, 200, root);
+}
+
+static enum MHD_Result route_clear(struct sluice_admin *a, struct MHD_Connection *c)
+{
+    enum MHD_Result answered = MHD_NO;
+    ptrdiff_t i = want_node(a, c, true, &answered);
+    if (i < 0)
+        return answered;
+    const char *id = a->nodes[i].id;
+    if (!a->nodes[i].ring)
+        return send_error(c, 409, NULL,
+                          "only adaptive nodes have a discovered ceiling to clear; change a "
+                          "fixed node's limit in its backend configuration (active)",
+                          "node \"%s\" has a fixed limit: it never probes or locks, so there is "
+                          "nothing to clear",
+                          id);
+    int status = sluice_engine_clear(a->engine, id);
+    if (status != SLUICE_OK)
+        return send_error(c, 500, NULL, "retry; see the node's event feed",
+                          "clearing \"%s\" failed: %s", id, sluice_strerror(status));
+    /* Answer once the store has dropped the lock, so a reader of the state file sees it. */
+    struct sluice_discovery *d = sluice_pool_discovery(sluice_engine_pool(a->engine, id));
+    if (d)
+        sluice_discovery_sync(d);
+    json_t *node = node_json(a, (size_t)i);
+    json_t *root = json_object();
+    json_object_set_new(root, "cleared", json_true());
+    json_object_set_new(root, "node", node ? node : json_null());
+    return send_json(c, 200, root);
+}
+
+static enum MHD_Result route_metrics(struct sluice_admin *a, struct MHD_Connection *c)
+{
+    char *body = sluice_admin_metrics(a);
+    if (!body)
+        return MHD_NO;
+    return send_body(c, 200, "text/plain; version=0.0.4; charset=utf-8", body, strlen(body), free);
+}
+
+static enum MHD_Result route_status(struct sluice_admin *a, struct MHD_Connection *c)
+{
+    char *body = sluice_admin_status_json(a);
+    if (!body)
+        return MHD_NO;
+    return send_body(c, 200, "application/json; charset=utf-8", body, strlen(body), free);
+}
+
+static enum MHD_Result route_page(struct MHD_Connection *c)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        sluice__admin_page_size, (void *)sluice__admin_page, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                            "'unsafe-inline'; connect-src 'self'; img-src data:; "
+                            "frame-ancestors 'none'");
+    enum MHD_Result ok = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+/* Is `host` (a Host header, maybe with a port) a loopback name? */
+static bool host_is_loopback(const char *host)
+{
+    size_t n = strcspn(host, ":");
+    if (host[0] == '[')
+        return strncmp(host, "[::1]", 5) == 0;
+    return (n == 9 && strncmp(host, "localhost", 9) == 0) ||
+           (n >= 4 && strncmp(host, "127.", 4) == 0);
+}
+
+/* A browser's Origin that is this server itself: http://<loopback or our host>:<port>. */
+static bool origin_allowed(struct MHD_Connection *c, const char *origin)
+{
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (!host || strncmp(origin, "http://", 7) != 0)
+        return false;
+    return strcmp(origin + 7, host) == 0;
+}
+
+static enum MHD_Result dispatch(struct sluice_admin *a, struct MHD_Connection *c, const char *url,
+                                const char *method)
+{
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    bool post = !strcmp(method, "POST");
+    struct route {
+        const char *path;
+        bool post; /* else GET/HEAD */
+    };
+    static const struct route routes[] = {
+        {"/", false},
+        {"/compute/concurrency", false},
+        {"/compute/concurrency/events", false},
+        {"/compute/concurrency/history", false},
+        {"/compute/concurrency/clear", true},
+        {"/metrics", false},
+    };
+    size_t k = 0;
+    for (; k < sizeof routes / sizeof *routes; k++)
+        if (!strcmp(url, routes[k].path))
+            break;
+    if (k == sizeof routes / sizeof *routes)
+        return send_error(c, 404, NULL, ROUTES_FIX, "no route %.200s", url);
+    if (routes[k].post ? !post : !get)
+        return send_error(c, 405, routes[k].post ? "POST" : "GET, HEAD",
+                          routes[k].post ? "send it as POST, e.g. curl -X POST" : "use GET",
+                          "%s does not take %.16s", url, method);
+    switch (k) {
+    case 0:
+        return route_page(c);
+    case 1:
+        return route_status(a, c);
+    case 2:
+        return route_events(a, c);
+    case 3:
+        return route_history(a, c);
+    case 4:
+        return route_clear(a, c);
+    default:
+        return route_metrics(a, c);
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    (void)upload;
+    struct sluice_admin *a = cls;
+    struct request *rq = *con_cls;
+    if (!rq) {
+        rq = mi_calloc(1, sizeof *rq);
+        if (!rq)
+            return MHD_NO;
+        *con_cls = rq;
+        /* Refuse an announced oversized body before reading it. */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > a->cfg.max_body_bytes)
+            return send_error(c, 413, NULL,
+                              "these routes take no request body; send the parameters in the "
+                              "query string",
+                              "request body of %.20s bytes is over the limit of %u bytes", cl,
+                              a->cfg.max_body_bytes);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        rq->body_bytes += *upload_size;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (rq->body_bytes > a->cfg.max_body_bytes)
+        return send_error(c, 413, NULL,
+                          "these routes take no request body; send the parameters in the query "
+                          "string",
+                          "request body of %zu bytes is over the limit of %u bytes",
+                          rq->body_bytes, a->cfg.max_body_bytes);
+    if (a->loopback) {
+        const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+        if (host && !host_is_loopback(host))
+            return send_error(c, 403, NULL,
+                              "address the endpoint as 127.0.0.1, localhost or [::1]",
+                              "Host \"%.100s\" is not a loopback name", host);
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && strcmp(method, "GET") && strcmp(method, "HEAD") && !origin_allowed(c, origin))
+        return send_error(c, 403, NULL,
+                          "clear from the Concurrency Health page itself, sluicectl or curl",
+                          "a request from the web page at %.100s may not change this endpoint",
+                          origin);
+    return dispatch(a, c, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    (void)toe;
+    mi_free(*con_cls);
+    *con_cls = NULL;
+}
+
+/* ---- start / stop ------------------------------------------------------------ */
+
+static bool addr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a6))
+            return true;
+        return IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127;
+    }
+    return false;
+}
+
+/* Resolve defaults and check ranges; SLUICE_OK or SLUICE_EINVAL naming the field. */
+static int admin_resolve(const struct sluice_admin_desc *in, struct sluice_admin_desc *d)
+{
+    *d = *in;
+    if (!d->engine)
+        return admin_fail(in, SLUICE_EINVAL, "sluice_admin_desc.engine is NULL (pass the engine "
+                                             "to serve)");
+    if (!d->address)
+        d->address = "127.0.0.1";
+    if (d->port.set && d->port.value > 65535)
+        return admin_fail(in, SLUICE_EINVAL,
+                          "sluice_admin_desc.port = %u is above 65535 (use 1..65535, or "
+                          "SLUICE_SOME(0) for a free port)",
+                          d->port.value);
+#define ADMIN_DEFAULT(field, def, lo, hi)                                                          \
+    do {                                                                                           \
+        if (!d->field)                                                                             \
+            d->field = (def);                                                                      \
+        if (d->field < (lo) || d->field > (hi))                                                    \
+            return admin_fail(in, SLUICE_EINVAL,                                                   \
+                              "sluice_admin_desc." #field " = %u is outside %u..%u", d->field,     \
+                              (unsigned)(lo), (unsigned)(hi));                                     \
+    } while (0)
+    ADMIN_DEFAULT(max_connections, 32, 1, 1024);
+    if (!d->max_streams)
+        d->max_streams = d->max_connections < 8 ? d->max_connections : 8;
+    ADMIN_DEFAULT(max_streams, 8, 1, d->max_connections);
+    ADMIN_DEFAULT(timeout_s, 10, 1, 3600);
+    ADMIN_DEFAULT(max_request_bytes, 16384, 4096, 1048576);
+    ADMIN_DEFAULT(max_body_bytes, 4096, 1, d->max_request_bytes);
+    ADMIN_DEFAULT(history_s, 300, 10, 3600);
+#undef ADMIN_DEFAULT
+    return SLUICE_OK;
+}
+
+/* Bind and listen ourselves, so a failure names its cause; returns the socket or -1. */
+static int admin_listen(const struct sluice_admin_desc *d, bool *loopback, uint16_t *port,
+                        int *status)
+{
+    const char *host = strcmp(d->address, "localhost") ? d->address : "127.0.0.1";
+    struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE,
+                             .ai_socktype = SOCK_STREAM};
+    char service[8];
+    snprintf(service, sizeof service, "%u", d->port.set ? d->port.value : SLUICE_ADMIN_PORT_DEFAULT);
+    struct addrinfo *ai = NULL;
+    if (getaddrinfo(host, service, &hints, &ai) != 0 || !ai) {
+        *status = admin_fail(d, SLUICE_EINVAL,
+                             "sluice_admin_desc.address \"%s\" is not a numeric IPv4/IPv6 address "
+                             "(e.g. 127.0.0.1 or ::1)",
+                             d->address);
+        return -1;
+    }
+    *loopback = addr_is_loopback(ai->ai_addr);
+    if (!*loopback && !d->allow_remote) {
+        freeaddrinfo(ai);
+        *status = admin_fail(d, SLUICE_EINVAL,
+                             "sluice_admin_desc.address \"%s\" is not loopback; the endpoint has "
+                             "no authentication, so set allow_remote = true only behind a "
+                             "firewall or an authenticating proxy",
+                             d->address);
+        return -1;
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 64) != 0) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        *status = admin_fail(d, SLUICE_EINVAL,
+                             "cannot listen on %s port %s: %s (change sluice_admin_desc.port, or "
+                             "SLUICE_SOME(0) for a free one)",
+                             d->address, service, strerror(err));
+        return -1;
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                           : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+static void admin_free(struct sluice_admin *a)
+{
+    if (!a)
+        return;
+    for (size_t i = 0; a->nodes && i < a->n_nodes; i++)
+        mi_free(a->nodes[i].history);
+    mi_free(a->nodes);
+    pthread_cond_destroy(&a->tick);
+    pthread_mutex_destroy(&a->mutex);
+    mi_free(a);
+}
+
+int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin **out)
+{
+    *out = NULL;
+    if (desc->error && desc->error_size)
+        desc->error[0] = '\0';
+    struct sluice_admin_desc d;
+    int status = admin_resolve(desc, &d);
+    if (status != SLUICE_OK)
+        return status;
+    struct sluice_admin *a = mi_calloc(1, sizeof *a);
+    if (!a)
+        return SLUICE_ENOMEM;
+    pthread_mutex_init(&a->mutex, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->tick, &ca);
+    pthread_condattr_destroy(&ca);
+    a->engine = d.engine;
+    a->cfg = d;
+    a->cfg.address = NULL;
+    a->cfg.error = NULL;
+    a->n_nodes = sluice_engine_backend_count(d.engine);
+    a->nodes = mi_calloc(a->n_nodes ? a->n_nodes : 1, sizeof *a->nodes);
+    if (!a->nodes) {
+        admin_free(a);
+        return SLUICE_ENOMEM;
+    }
+    for (size_t i = 0; i < a->n_nodes; i++) {
+        struct node *n = &a->nodes[i];
+        n->id = sluice_engine_backend_id(d.engine, i);
+        n->ring = sluice_engine_events(d.engine, n->id);
+        n->history = mi_calloc(d.history_s, sizeof *n->history);
+        if (!n->history) {
+            admin_free(a);
+            return SLUICE_ENOMEM;
+        }
+    }
+    int fd = admin_listen(&d, &a->loopback, &a->port, &status);
+    if (fd < 0) {
+        admin_free(a);
+        return status;
+    }
+    a->daemon = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
+        NULL, on_request, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)d.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)d.timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)d.max_request_bytes,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_END);
+    if (!a->daemon) {
+        close(fd);
+        admin_free(a);
+        return admin_fail(desc, SLUICE_EIO, "libmicrohttpd did not start on port %u",
+                          (unsigned)a->port);
+    }
+    if (pthread_create(&a->sampler, NULL, sampler_main, a) != 0) {
+        atomic_store(&a->stopping, true);
+        MHD_stop_daemon(a->daemon);
+        admin_free(a);
+        return admin_fail(desc, SLUICE_EIO, "cannot start the admin's sampler thread");
+    }
+    a->sampler_started = true;
+    *out = a;
+    return SLUICE_OK;
+}
+
+uint16_t sluice_admin_port(const struct sluice_admin *a)
+{
+    return a ? a->port : 0;
+}
+
+void sluice_admin_stop(struct sluice_admin *a)
+{
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mutex);
+    atomic_store(&a->stopping, true);
+    pthread_cond_broadcast(&a->tick);
+    pthread_mutex_unlock(&a->mutex);
+    /* Joins the listener and every connection thread; streams see `stopping` and end. */
+    MHD_stop_daemon(a->daemon);
+    if (a->sampler_started)
+        pthread_join(a->sampler, NULL);
+    admin_free(a);
+}

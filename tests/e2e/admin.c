@@ -1,0 +1,627 @@
+/*
+ * The admin endpoint over loopback: every route, every error status with a
+ * JSON body that says what to fix, the event stream, Prometheus text that
+ * parses, and the limits that protect it from slow or hostile clients.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <jansson.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include "admin_fixture.h"
+
+static struct fixture fx;
+
+static void stop_all(void)
+{
+    fixture_stop(&fx);
+}
+
+TestSuite(admin, .fini = stop_all, .timeout = 20);
+
+static json_t *parse(const struct reply *r)
+{
+    json_error_t e;
+    json_t *j = json_loads(r->body, 0, &e);
+    cr_assert_not_null(j, "not JSON (%s): %s", e.text, r->body);
+    return j;
+}
+
+static json_t *find_node(json_t *status, const char *id)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(json_object_get(status, "nodes"), i, n) {
+        if (!strcmp(json_string_value(json_object_get(n, "node")), id))
+            return n;
+    }
+    return NULL;
+}
+
+/* An error answer: the status, JSON with "error" and "fix". */
+static void expect_error(struct reply r, long status, const char *mentions)
+{
+    cr_expect_eq(r.status, status, "status %ld, want %ld: %s", r.status, status, r.body);
+    cr_expect(strstr(r.content_type, "application/json") != NULL, "type %s", r.content_type);
+    json_t *j = parse(&r);
+    const char *err = json_string_value(json_object_get(j, "error"));
+    const char *fix = json_string_value(json_object_get(j, "fix"));
+    cr_expect(err && *err, "no error message: %s", r.body);
+    cr_expect(fix && *fix, "no fix: %s", r.body);
+    if (mentions)
+        cr_expect(err && strstr(err, mentions), "error \"%s\" does not mention %s", err, mentions);
+    json_decref(j);
+    reply_free(&r);
+}
+
+Test(admin, status_lists_every_node_with_state_glyph_and_status_line)
+{
+    fixture_start(&fx, NULL, NULL);
+    struct reply r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    cr_expect(strstr(r.content_type, "application/json") != NULL);
+    json_t *s = parse(&r);
+    cr_expect_eq(json_array_size(json_object_get(s, "nodes")), 5);
+
+    json_t *locked = find_node(s, "cloud:locked");
+    cr_assert_not_null(locked);
+    cr_expect_str_eq(json_string_value(json_object_get(locked, "state")), "locked");
+    cr_expect_str_eq(json_string_value(json_object_get(locked, "glyph")), "🔒");
+    cr_expect_eq(json_integer_value(json_object_get(locked, "ceiling")), FIXTURE_LOCKED_CEILING);
+    cr_expect_eq(json_integer_value(json_object_get(locked, "limit")), FIXTURE_LOCKED_CEILING);
+    cr_expect_str_eq(json_string_value(json_object_get(locked, "status_line")), "cloud:locked 0/12 🔒");
+    json_int_t left = json_integer_value(json_object_get(locked, "lock_left_s"));
+    cr_expect(left > 3500 && left <= 3600, "lock_left_s %lld", (long long)left);
+    cr_expect(json_integer_value(json_object_get(locked, "lock_expires_s")) > fixture_now_s());
+
+    json_t *probing = find_node(s, "cloud:default_ollama");
+    cr_assert_not_null(probing);
+    cr_expect_str_eq(json_string_value(json_object_get(probing, "status_line")),
+                     "cloud:default_ollama 0/5 📈");
+    cr_expect_eq(json_integer_value(json_object_get(probing, "ceiling")), 0);
+
+    json_t *rainy = find_node(s, "cloud:rainy");
+    cr_assert_not_null(rainy);
+    cr_expect_str_eq(json_string_value(json_object_get(rainy, "state")), "backoff");
+    cr_expect_str_eq(json_string_value(json_object_get(rainy, "glyph")), "🌧️");
+    cr_expect_str_eq(json_string_value(json_object_get(
+                         json_object_get(rainy, "last_event"), "event")), "backoff");
+
+    json_t *gpu = find_node(s, "local:gpu");
+    cr_assert_not_null(gpu);
+    cr_expect(json_is_false(json_object_get(gpu, "adaptive")));
+    cr_expect_str_eq(json_string_value(json_object_get(gpu, "state")), "fixed");
+    cr_expect_str_eq(json_string_value(json_object_get(gpu, "status_line")), "local:gpu 0/4");
+    cr_expect_not_null(find_node(s, "openrouter"), "the built-in preset is listed");
+    json_decref(s);
+    reply_free(&r);
+}
+
+Test(admin, events_route_answers_json_lines_after_a_seq)
+{
+    fixture_start(&fx, NULL, NULL);
+    sluice_engine_clear(fx.engine, "cloud:locked"); /* restore, then clear */
+    struct reply r = http("GET", fx.base, "/compute/concurrency/events?node_id=cloud:locked", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    cr_expect(strstr(r.content_type, "application/x-ndjson") != NULL, "type %s", r.content_type);
+    char *save = NULL;
+    int lines = 0;
+    bool restore = false, clear = false;
+    for (char *line = strtok_r(r.body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        json_t *ev = json_loads(line, 0, NULL);
+        cr_assert_not_null(ev, "line %d is not JSON: %s", lines, line);
+        const char *kind = json_string_value(json_object_get(ev, "event"));
+        restore |= !strcmp(kind, "restore");
+        clear |= !strcmp(kind, "clear");
+        cr_expect_str_eq(json_string_value(json_object_get(ev, "node")), "cloud:locked");
+        json_decref(ev);
+        lines++;
+    }
+    cr_expect(restore && clear, "restore %d clear %d", restore, clear);
+    reply_free(&r);
+
+    /* after=SEQ: only newer events. */
+    r = http("GET", fx.base, "/compute/concurrency/events?node_id=cloud:locked&after=1", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    cr_expect(strstr(r.body, "\"seq\":1,") == NULL, "seq 1 is not after 1: %s", r.body);
+    cr_expect(strstr(r.body, "\"event\":\"clear\"") != NULL);
+    reply_free(&r);
+
+    /* A fixed node has an empty feed. */
+    r = http("GET", fx.base, "/compute/concurrency/events?node_id=local:gpu", NULL, NULL);
+    cr_expect_eq(r.status, 200);
+    cr_expect_eq(r.len, 0);
+    reply_free(&r);
+}
+
+Test(admin, post_clear_resets_only_that_node_and_answers_its_new_state)
+{
+    fixture_start(&fx, NULL, NULL);
+    struct reply before = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    json_t *sb = parse(&before);
+
+    struct reply r = http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked", NULL, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *j = parse(&r);
+    json_t *n = json_object_get(j, "node");
+    cr_expect(json_is_true(json_object_get(j, "cleared")));
+    cr_expect_str_eq(json_string_value(json_object_get(n, "state")), "probing");
+    cr_expect_eq(json_integer_value(json_object_get(n, "limit")), 5, "back at the jumpstart");
+    cr_expect_eq(json_integer_value(json_object_get(n, "ceiling")), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(n, "status_line")), "cloud:locked 0/5 📈");
+    json_decref(j);
+    reply_free(&r);
+
+    /* The persisted lock is gone ... */
+    struct sluice_lock_record rec;
+    cr_expect_eq(fx.ops.load(fx.ops.ctx, "cloud:locked", &rec), SLUICE_OK);
+    cr_expect_eq(rec.ceiling, 0);
+    /* ... and every other node is as it was. */
+    struct reply after = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    json_t *sa = parse(&after);
+    const char *others[] = {"cloud:default_ollama", "cloud:rainy", "local:gpu", "openrouter"};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *x = find_node(sb, others[i]), *y = find_node(sa, others[i]);
+        cr_expect_str_eq(json_string_value(json_object_get(y, "status_line")),
+                         json_string_value(json_object_get(x, "status_line")), "%s", others[i]);
+        cr_expect_str_eq(json_string_value(json_object_get(y, "state")),
+                         json_string_value(json_object_get(x, "state")), "%s", others[i]);
+    }
+    json_decref(sa);
+    json_decref(sb);
+    reply_free(&before);
+    reply_free(&after);
+}
+
+Test(admin, missing_or_malformed_node_id_is_400)
+{
+    fixture_start(&fx, NULL, NULL);
+    expect_error(http("POST", fx.base, "/compute/concurrency/clear", NULL, NULL), 400, "missing node_id");
+    expect_error(http("GET", fx.base, "/compute/concurrency/events", NULL, NULL), 400, "missing node_id");
+    expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=", NULL, NULL), 400, "malformed");
+    expect_error(http("GET", fx.base, "/compute/concurrency/events?node_id=a%01b", NULL, NULL), 400, "malformed");
+    char path[600];
+    snprintf(path, sizeof path, "/compute/concurrency/clear?node_id=%0300d", 7);
+    expect_error(http("POST", fx.base, path, NULL, NULL), 400, "malformed");
+    expect_error(http("GET", fx.base, "/compute/concurrency/events?node_id=cloud:locked&after=x", NULL, NULL),
+                 400, "after");
+    expect_error(http("GET", fx.base, "/compute/concurrency/events?node_id=cloud:locked&follow=yes", NULL, NULL),
+                 400, "follow");
+}
+
+Test(admin, unknown_node_or_route_is_404)
+{
+    fixture_start(&fx, NULL, NULL);
+    expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:nope", NULL, NULL),
+                 404, "cloud:nope");
+    expect_error(http("GET", fx.base, "/compute/concurrency/events?node_id=nope", NULL, NULL), 404, "nope");
+    expect_error(http("GET", fx.base, "/compute/nothing", NULL, NULL), 404, "no route");
+}
+
+Test(admin, wrong_method_is_405_with_allow)
+{
+    fixture_start(&fx, NULL, NULL);
+    struct reply r = http("GET", fx.base, "/compute/concurrency/clear?node_id=cloud:locked", NULL, NULL);
+    cr_expect_str_eq(r.allow, "POST");
+    expect_error(r, 405, "GET");
+    r = http("DELETE", fx.base, "/compute/concurrency", NULL, NULL);
+    cr_expect_str_eq(r.allow, "GET, HEAD");
+    expect_error(r, 405, "DELETE");
+    r = http("POST", fx.base, "/metrics", NULL, NULL);
+    cr_expect_str_eq(r.allow, "GET, HEAD");
+    expect_error(r, 405, NULL);
+    /* The GET side was not cleared by the refused GET /clear. */
+    struct sluice_discovery_status st;
+    sluice_engine_status(fx.engine, "cloud:locked", &st);
+    cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED);
+}
+
+Test(admin, oversized_body_is_413)
+{
+    fixture_start(&fx, NULL, &(struct sluice_admin_desc){.max_body_bytes = 1024});
+    char *big = malloc(64 * 1024 + 1);
+    memset(big, 'x', 64 * 1024);
+    big[64 * 1024] = '\0';
+    expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked", NULL, big),
+                 413, "over the limit");
+    free(big);
+    struct sluice_discovery_status st;
+    sluice_engine_status(fx.engine, "cloud:locked", &st);
+    cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED, "the refused request cleared nothing");
+}
+
+Test(admin, clearing_a_fixed_node_is_409_saying_why)
+{
+    fixture_start(&fx, NULL, NULL);
+    expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=local:gpu", NULL, NULL),
+                 409, "fixed limit");
+}
+
+Test(admin, foreign_origin_post_and_non_loopback_host_are_403)
+{
+    fixture_start(&fx, NULL, NULL);
+    const char *evil[] = {"Origin: http://evil.example", NULL};
+    expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked", evil, NULL),
+                 403, "evil.example");
+    struct sluice_discovery_status st;
+    sluice_engine_status(fx.engine, "cloud:locked", &st);
+    cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED);
+    const char *rebound[] = {"Host: attacker.example", NULL};
+    expect_error(http("GET", fx.base, "/compute/concurrency", rebound, NULL), 403, "attacker.example");
+    /* The page itself may clear: its Origin is the endpoint. */
+    char own[128];
+    snprintf(own, sizeof own, "Origin: %s", fx.base);
+    const char *same[] = {own, NULL};
+    struct reply r = http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked", same, NULL);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    reply_free(&r);
+}
+
+Test(admin, page_and_head_are_served)
+{
+    fixture_start(&fx, NULL, NULL);
+    struct reply r = http("GET", fx.base, "/", NULL, NULL);
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.content_type, "text/html") != NULL);
+    cr_expect(strstr(r.body, "Concurrency Health") != NULL);
+    cr_expect(strstr(r.body, "http://") == NULL || strstr(r.body, "<script src") == NULL,
+              "self-contained: no external scripts");
+    reply_free(&r);
+    r = http("HEAD", fx.base, "/compute/concurrency", NULL, NULL);
+    cr_expect_eq(r.status, 200);
+    reply_free(&r);
+    r = http("GET", fx.base, "/compute/concurrency/history?node_id=cloud:locked", NULL, NULL);
+    cr_expect_eq(r.status, 200);
+    json_t *h = parse(&r);
+    cr_expect(json_is_array(json_object_get(json_object_get(h, "nodes"), "cloud:locked")));
+    json_decref(h);
+    reply_free(&r);
+}
+
+/* ---- Prometheus text format ----------------------------------------------------- */
+
+struct family {
+    char name[96];
+    char type[16];
+};
+
+static bool metric_name_ok(const char *s, size_t n)
+{
+    if (!n || !(isalpha((unsigned char)s[0]) || s[0] == '_' || s[0] == ':'))
+        return false;
+    for (size_t i = 1; i < n; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == ':'))
+            return false;
+    return true;
+}
+
+/*
+ * Check `text` against the exposition format 0.0.4: # HELP / # TYPE lines,
+ * samples `name{label="value",...} number`, TYPE before samples, known
+ * types, valid names and escapes, no duplicate series, counters named
+ * *_total. Returns the number of samples; fails the test on the first error.
+ */
+static int prom_check(const char *text)
+{
+    struct family fam[64];
+    int n_fam = 0, samples = 0;
+    static char seen[512][256];
+    int n_seen = 0;
+    const char *p = text;
+    int lineno = 0;
+    while (*p) {
+        const char *eol = strchr(p, '\n');
+        cr_assert_not_null(eol, "line %d does not end in \\n", lineno + 1);
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)(eol - p), p);
+        lineno++;
+        p = eol + 1;
+        if (!line[0])
+            continue;
+        if (line[0] == '#') {
+            char kw[8], name[96], rest[16] = "";
+            int got = sscanf(line, "# %7s %95s %15[^\n]", kw, name, rest);
+            if (got >= 2 && !strcmp(kw, "TYPE")) {
+                cr_assert(metric_name_ok(name, strlen(name)), "line %d: bad name %s", lineno, name);
+                cr_assert(!strcmp(rest, "gauge") || !strcmp(rest, "counter") ||
+                              !strcmp(rest, "untyped") || !strcmp(rest, "histogram") ||
+                              !strcmp(rest, "summary"),
+                          "line %d: bad type %s", lineno, rest);
+                for (int i = 0; i < n_fam; i++)
+                    cr_assert(strcmp(fam[i].name, name), "line %d: TYPE %s twice", lineno, name);
+                cr_assert_lt(n_fam, 64);
+                snprintf(fam[n_fam].name, sizeof fam[n_fam].name, "%s", name);
+                snprintf(fam[n_fam].type, sizeof fam[n_fam].type, "%s", rest);
+                if (!strcmp(rest, "counter"))
+                    cr_assert(strlen(name) > 6 && !strcmp(name + strlen(name) - 6, "_total"),
+                              "line %d: counter %s must end in _total", lineno, name);
+                n_fam++;
+            }
+            continue;
+        }
+        size_t nl = strcspn(line, "{ ");
+        cr_assert(metric_name_ok(line, nl), "line %d: bad metric name: %s", lineno, line);
+        bool typed = false;
+        for (int i = 0; i < n_fam; i++)
+            typed |= strlen(fam[i].name) == nl && !strncmp(fam[i].name, line, nl);
+        cr_assert(typed, "line %d: sample before its TYPE: %s", lineno, line);
+        const char *q = line + nl;
+        if (*q == '{') {
+            q++;
+            while (*q != '}') {
+                size_t ln = strcspn(q, "=");
+                cr_assert(metric_name_ok(q, ln) && q[ln] == '=' && q[ln + 1] == '"',
+                          "line %d: bad label: %s", lineno, line);
+                q += ln + 2;
+                while (*q && *q != '"') {
+                    if (*q == '\\') {
+                        cr_assert(q[1] == '\\' || q[1] == '"' || q[1] == 'n',
+                                  "line %d: bad escape", lineno);
+                        q++;
+                    }
+                    q++;
+                }
+                cr_assert_eq(*q, '"', "line %d: unterminated label value", lineno);
+                q++;
+                if (*q == ',')
+                    q++;
+                else
+                    cr_assert_eq(*q, '}', "line %d: labels: %s", lineno, line);
+            }
+            q++;
+        }
+        cr_assert_eq(*q, ' ', "line %d: no space before the value: %s", lineno, line);
+        char series[256];
+        snprintf(series, sizeof series, "%.*s", (int)(q - line), line);
+        for (int i = 0; i < n_seen; i++)
+            cr_assert(strcmp(seen[i], series), "line %d: duplicate series %s", lineno, series);
+        cr_assert_lt(n_seen, 512);
+        snprintf(seen[n_seen++], sizeof seen[0], "%s", series);
+        q++;
+        char *end;
+        double v = strtod(q, &end);
+        cr_assert(end != q && (*end == '\0' || *end == ' '), "line %d: bad value: %s", lineno, line);
+        cr_assert(!isnan(v) || !strcmp(q, "NaN"), "line %d", lineno);
+        samples++;
+    }
+    return samples;
+}
+
+/* The value of one series, e.g. `sluice_ceiling{node="cloud:locked"}`; NAN if absent. */
+static double prom_value(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; (p = strstr(p, series)); p += n)
+        if ((p == text || p[-1] == '\n') && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    return NAN;
+}
+
+Test(admin, metrics_parse_as_prometheus_text_with_node_labels)
+{
+    fixture_start(&fx, NULL, NULL);
+    struct reply r = http("GET", fx.base, "/metrics", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    cr_expect(strstr(r.content_type, "text/plain; version=0.0.4") != NULL, "%s", r.content_type);
+    int samples = prom_check(r.body);
+    cr_expect_gt(samples, 20);
+    const char *t = r.body;
+    cr_expect_eq(prom_value(t, "sluice_ceiling{node=\"cloud:locked\"}"), 12);
+    cr_expect_eq(prom_value(t, "sluice_limit{node=\"cloud:default_ollama\"}"), 5);
+    cr_expect_eq(prom_value(t, "sluice_limit{node=\"local:gpu\"}"), 4);
+    cr_expect_eq(prom_value(t, "sluice_inflight{node=\"cloud:locked\"}"), 0);
+    cr_expect_eq(prom_value(t, "sluice_waiting{node=\"cloud:locked\"}"), 0);
+    cr_expect_eq(prom_value(t, "sluice_state{node=\"cloud:locked\",state=\"locked\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_state{node=\"cloud:locked\",state=\"probing\"}"), 0);
+    cr_expect_eq(prom_value(t, "sluice_state{node=\"local:gpu\",state=\"fixed\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_backoffs_total{node=\"cloud:rainy\",cause=\"overload\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_backoffs_total{node=\"cloud:locked\",cause=\"overload\"}"), 0);
+    cr_expect_eq(prom_value(t, "sluice_events_total{node=\"cloud:locked\",event=\"restore\"}"), 1);
+    cr_expect(prom_value(t, "sluice_lock_expiry_timestamp_seconds{node=\"cloud:locked\"}") >
+              (double)fixture_now_s());
+    reply_free(&r);
+
+    /* A second backoff shows up in the counter. */
+    fixture_backoff(fx.engine, "cloud:default_ollama");
+    r = http("GET", fx.base, "/metrics", NULL, NULL);
+    prom_check(r.body);
+    cr_expect_eq(prom_value(r.body, "sluice_backoffs_total{node=\"cloud:default_ollama\",cause=\"overload\"}"), 1);
+    reply_free(&r);
+}
+
+/* ---- the event stream --------------------------------------------------------- */
+
+struct follower {
+    char url[256];
+    char buf[16384];
+    size_t len;
+    pthread_mutex_t mu;
+    CURLcode rc;
+    long status;
+};
+
+static size_t follow_write(char *p, size_t size, size_t n, void *ctx)
+{
+    struct follower *f = ctx;
+    pthread_mutex_lock(&f->mu);
+    size_t take = size * n < sizeof f->buf - 1 - f->len ? size * n : sizeof f->buf - 1 - f->len;
+    memcpy(f->buf + f->len, p, take);
+    f->len += take;
+    f->buf[f->len] = '\0';
+    pthread_mutex_unlock(&f->mu);
+    return size * n;
+}
+
+static void *follow_main(void *arg)
+{
+    struct follower *f = arg;
+    CURL *c = curl_easy_init();
+    curl_easy_setopt(c, CURLOPT_URL, f->url);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, follow_write);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 15000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    f->rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &f->status);
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+static bool follower_saw(struct follower *f, const char *what, int within_ms)
+{
+    for (int waited = 0; waited <= within_ms; waited += 20) {
+        pthread_mutex_lock(&f->mu);
+        bool seen = strstr(f->buf, what) != NULL;
+        pthread_mutex_unlock(&f->mu);
+        if (seen)
+            return true;
+        usleep(20 * 1000);
+    }
+    return false;
+}
+
+Test(admin, follow_streams_new_events_as_sse_and_stop_ends_the_stream)
+{
+    fixture_start(&fx, NULL, NULL);
+    static struct follower f = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    snprintf(f.url, sizeof f.url, "%s/compute/concurrency/events?node_id=cloud:locked&follow=1", fx.base);
+    pthread_t t;
+    pthread_create(&t, NULL, follow_main, &f);
+    cr_assert(follower_saw(&f, "event: restore\n", 3000), "backlog first: %s", f.buf);
+    sluice_engine_clear(fx.engine, "cloud:locked");
+    cr_assert(follower_saw(&f, "event: clear\ndata: {", 3000), "live event: %s", f.buf);
+    cr_expect(strstr(f.buf, "id: 2\n") != NULL, "ids are seqs: %s", f.buf);
+
+    /* Stop with the stream open: it ends, and stop returns (no thread outlives it). */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sluice_admin_stop(fx.admin);
+    fx.admin = NULL;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    pthread_join(t, NULL);
+    cr_expect_eq(f.status, 200);
+    cr_expect_lt(t1.tv_sec - t0.tv_sec, 5, "stop waited for the stream");
+}
+
+Test(admin, streams_beyond_max_streams_are_503)
+{
+    fixture_start(&fx, NULL, &(struct sluice_admin_desc){.max_streams = 1});
+    static struct follower f = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    snprintf(f.url, sizeof f.url, "%s/compute/concurrency/events?node_id=cloud:locked&follow=1", fx.base);
+    pthread_t t;
+    pthread_create(&t, NULL, follow_main, &f);
+    cr_assert(follower_saw(&f, "event: restore", 3000));
+    expect_error(http("GET", fx.base, "/compute/concurrency/events?node_id=cloud:locked&follow=1", NULL, NULL),
+                 503, "max_streams");
+    sluice_admin_stop(fx.admin);
+    fx.admin = NULL;
+    pthread_join(t, NULL);
+}
+
+/* ---- binding and hostile clients ------------------------------------------------ */
+
+Test(admin, binds_loopback_and_refuses_other_addresses_without_allow_remote)
+{
+    fixture_start(&fx, NULL, NULL);
+    char err[256];
+    struct sluice_admin *a = NULL;
+    struct sluice_admin_desc d = {.engine = fx.engine, .address = "0.0.0.0", .port = SLUICE_SOME(0),
+                                  .error = err, .error_size = sizeof err};
+    cr_expect_eq(sluice_admin_start(&d, &a), SLUICE_EINVAL);
+    cr_expect(strstr(err, "allow_remote") != NULL, "%s", err);
+    cr_expect_null(a);
+    /* The same port twice: the error says which field to change. */
+    d.address = NULL;
+    d.port = SLUICE_SOME(sluice_admin_port(fx.admin));
+    cr_expect_eq(sluice_admin_start(&d, &a), SLUICE_EINVAL);
+    cr_expect(strstr(err, "sluice_admin_desc.port") != NULL, "%s", err);
+    d.port = SLUICE_SOME(0);
+    d.address = "not-an-address";
+    cr_expect_eq(sluice_admin_start(&d, &a), SLUICE_EINVAL);
+    cr_expect(strstr(err, "sluice_admin_desc.address") != NULL, "%s", err);
+    d.address = "::1";
+    if (sluice_admin_start(&d, &a) == SLUICE_OK) { /* hosts without IPv6 skip this */
+        char base[64];
+        snprintf(base, sizeof base, "http://[::1]:%u", sluice_admin_port(a));
+        struct reply r = http("GET", base, "/compute/concurrency", NULL, NULL);
+        cr_expect_eq(r.status, 200);
+        reply_free(&r);
+        sluice_admin_stop(a);
+    }
+}
+
+static int connect_admin(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+/* Milliseconds until the server closes fd (reads and drops what it sends), or -1 past limit. */
+static int closed_within(int fd, int limit_ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        int spent = (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        if (spent > limit_ms)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, limit_ms - spent) > 0) {
+            char buf[1024];
+            ssize_t n = recv(fd, buf, sizeof buf, 0);
+            if (n <= 0)
+                return spent;
+        }
+    }
+}
+
+Test(admin, slow_clients_time_out_and_connections_are_capped)
+{
+    fixture_start(&fx, NULL, &(struct sluice_admin_desc){.timeout_s = 1, .max_connections = 2});
+    uint16_t port = sluice_admin_port(fx.admin);
+    /* A client that sends half a request and stalls is dropped after timeout_s. */
+    int slow = connect_admin(port);
+    const char half[] = "GET /compute/concurrency HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    cr_assert_eq(send(slow, half, sizeof half - 1, 0), (ssize_t)(sizeof half - 1));
+    int ms = closed_within(slow, 5000);
+    cr_expect(ms >= 0, "a stalled client kept its connection past 5 s");
+    close(slow);
+
+    /* Two idle connections fill max_connections; a third is turned away at once. */
+    int a = connect_admin(port), b = connect_admin(port);
+    usleep(100 * 1000);
+    int c = connect_admin(port);
+    cr_expect(closed_within(c, 500) >= 0, "a connection beyond max_connections was served");
+    close(a);
+    close(b);
+    close(c);
+    /* Once they are gone it serves again. */
+    usleep(200 * 1000);
+    struct reply r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    cr_expect_eq(r.status, 200);
+    reply_free(&r);
+}
+
+Test(admin, oversized_headers_are_refused_not_crashed_on)
+{
+    fixture_start(&fx, NULL, &(struct sluice_admin_desc){.max_request_bytes = 4096});
+    char *big = malloc(20000);
+    snprintf(big, 20000, "X-Big: ");
+    memset(big + 7, 'a', 19000);
+    big[19007] = '\0';
+    const char *h[] = {big, NULL};
+    struct reply r = http("GET", fx.base, "/compute/concurrency", h, NULL);
+    cr_expect(r.status == 431 || r.status == 413, "status %ld", r.status);
+    reply_free(&r);
+    free(big);
+    r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    cr_expect_eq(r.status, 200, "still serving");
+    reply_free(&r);
+}
