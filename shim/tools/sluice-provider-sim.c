@@ -37,10 +37,15 @@
  * The main thread waits for SIGTERM/SIGINT with sigtimedwait, applies
  * --cap-at changes when they fall due and prints the per-second lines.
  *
+ * Allocation: plain malloc. The build links mimalloc, whose malloc override
+ * then serves it; under ASan and TSan the sanitizer's allocator does, so
+ * they check these records too (explicit mi_* calls would bypass them, and
+ * TSan reports mimalloc's uninstrumented cross-thread frees as races).
+ *
  * All provider state (the model, the FIFO, counters, the random stream) sits
  * behind one mutex; no libmicrohttpd call and no blocking syscall is made
- * while holding it (eventfd writes, which never block here, are the only
- * syscalls under it).
+ * while holding it (creating a queued call's eventfd and writing to a
+ * non-blocking one are the only syscalls under it).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -62,7 +67,6 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
-#include <mimalloc.h>
 
 #include "sim/provider_model.h"
 
@@ -75,6 +79,7 @@
 #define THREAD_STACK (512u << 10)
 #define STOP_BOUND_S 5           /* a stop that takes longer is killed by SIGALRM */
 #define NS_PER_S INT64_C(1000000000)
+#define MAX_SERVICE_NS 8.64e13   /* one day: longer draws are cut to it */
 
 /* ---- options --------------------------------------------------------------- */
 
@@ -328,7 +333,7 @@ struct req {
     int64_t due_ns;       /* REQ_SERVING: when its service time ends */
     uint64_t id;
     struct req *next;     /* FIFO link */
-    char *body;           /* request body (mimalloc), body_len bytes */
+    char *body;           /* request body, body_len bytes */
     size_t body_len;
 };
 
@@ -373,8 +378,10 @@ static void note_peaks(struct server *sv)
 static void start_service(struct server *sv, struct req *r)
 {
     sv->in_service++;
-    double s = sim_provider_service_s(&sv->model, &sv->rng, sv->in_service);
-    r->due_ns = now_ns() + (int64_t)(s * 1e9);
+    double ns = sim_provider_service_s(&sv->model, &sv->rng, sv->in_service) * 1e9;
+    if (!(ns < MAX_SERVICE_NS)) /* a huge --sigma can draw +inf */
+        ns = MAX_SERVICE_NS;
+    r->due_ns = now_ns() + (int64_t)ns;
     r->state = REQ_SERVING;
     note_peaks(sv);
 }
@@ -691,7 +698,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     struct server *sv = cls;
     struct req *r = *con_cls;
     if (!r) { /* headers are in; the body (if any) comes in the next calls */
-        r = mi_zalloc(sizeof *r);
+        r = calloc(1, sizeof *r);
         if (!r)
             return MHD_NO;
         r->wake_fd = -1;
@@ -708,7 +715,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->too_large = true;
             return MHD_YES;
         }
-        char *grown = mi_realloc(r->body, r->body_len + n);
+        char *grown = realloc(r->body, r->body_len + n);
         if (!grown)
             return MHD_NO;
         memcpy(grown + r->body_len, upload, n);
@@ -750,8 +757,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     pthread_mutex_unlock(&sv->lock);
     if (r->wake_fd >= 0)
         close(r->wake_fd);
-    mi_free(r->body);
-    mi_free(r);
+    free(r->body);
+    free(r);
     *con_cls = NULL;
 }
 
