@@ -1,0 +1,388 @@
+/*
+ * curl_perform.c — the blocking call (sluice_curl_perform) against the HTTP
+ * provider simulator: discovery of a hidden cap from live 429s, Retry-After
+ * holds, cancel and deadline mid-transfer, admission, transport errors,
+ * keep-alive, and the caller's own progress callback.
+ */
+#include "e2e/curl_fixture.h"
+
+#define PERFORM_TEST(name) Test(curl_perform, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
+
+/* ---- discovery from closed-loop callers ---------------------------------------------- */
+
+struct worker {
+    struct sluice_engine *engine;
+    _Atomic(bool) *stop;
+    long calls, overloads, failures;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = (struct worker *)arg;
+    CURL *easy = fx_easy();
+    while (!atomic_load(w->stop)) {
+        struct sluice_curl_result r;
+        int status = sluice_curl_perform(w->engine, FX_BACKEND, easy, NULL, NULL, &r);
+        w->calls++;
+        if (status != SLUICE_OK)
+            w->failures++;
+        else if (r.kind == SLUICE_CURL_OVERLOADED)
+            w->overloads++;
+    }
+    curl_easy_cleanup(easy);
+    return NULL;
+}
+
+PERFORM_TEST(reject_mode_cap_24_is_discovered_with_at_most_2_percent_429s)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "24", "--median-ms", "20", NULL};
+    fx_start(args);
+    struct sluice_discovery_desc dd = fx_discovery();
+    struct sluice_engine *e = fx_engine(64, -1, &dd);
+    enum { N = 2 * 24 + 8 };
+    _Atomic(bool) stop = false;
+    struct worker w[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = (struct worker){.engine = e, .stop = &stop};
+        pthread_create(&t[i], NULL, worker_main, &w[i]);
+    }
+    /* Discovery, then 3 s of steady state at the lock: the share is over the whole run. */
+    int64_t until = fx_now_ms() + 20000, locked_at = 0;
+    long rejected_at_lock = 0;
+    while (fx_now_ms() < until && (!locked_at || fx_now_ms() < locked_at + 3000)) {
+        if (!locked_at && fx_status(e).state == SLUICE_DISCOVERY_LOCKED) {
+            locked_at = fx_now_ms();
+            rejected_at_lock = fx_stats().rejected;
+        }
+        fx_sleep_ms(10);
+    }
+    atomic_store(&stop, true);
+    long calls = 0, overloads = 0, failures = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        calls += w[i].calls;
+        overloads += w[i].overloads;
+        failures += w[i].failures;
+    }
+    struct sluice_discovery_status st = fx_status(e);
+    double share = (double)overloads / (double)(calls ? calls : 1);
+    fprintf(stderr,
+            "curl_perform discovery: %s ceiling %u limit %u after %.2f s; %ld calls, 429 share "
+            "%.4f (%ld of %ld 429s before the lock)\n",
+            sluice_discovery_state_name(st.state), st.ceiling, st.limit,
+            locked_at ? (double)(locked_at - (until - 20000)) / 1000.0 : -1.0, calls, share,
+            rejected_at_lock, overloads);
+    cr_assert_eq(failures, 0, "%ld calls failed", failures);
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED, "not locked after 20 s: %s",
+                 sluice_discovery_state_name(st.state));
+    cr_assert(st.ceiling >= 0.85 * 24 && st.ceiling <= 24, "locked ceiling %u outside [0.85C, C]",
+              st.ceiling);
+    cr_assert_leq(share, 0.02, "429 share %.4f above 2%%", share);
+    struct fx_stats s = fx_stats_settled();
+    cr_assert_eq(s.rejected, overloads, "the simulator's 429s are the ones classified overload");
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+/* ---- Retry-After ------------------------------------------------------------------------- */
+
+struct bg_call {
+    struct sluice_engine *engine;
+    CURL *easy;
+    const struct timespec *deadline;
+    struct sluice_cancel *cancel;
+    struct sluice_curl_result r;
+    int status;
+    int64_t returned_ns;
+    pthread_t thread;
+};
+
+static void *bg_main(void *arg)
+{
+    struct bg_call *c = (struct bg_call *)arg;
+    c->status = sluice_curl_perform(c->engine, FX_BACKEND, c->easy, c->deadline, c->cancel, &c->r);
+    c->returned_ns = sluice_monotonic_ns();
+    return NULL;
+}
+
+static void bg_start(struct bg_call *c, struct sluice_engine *e, const struct timespec *deadline,
+                     struct sluice_cancel *cancel)
+{
+    *c = (struct bg_call){.engine = e, .easy = fx_easy(), .deadline = deadline, .cancel = cancel};
+    pthread_create(&c->thread, NULL, bg_main, c);
+}
+
+static void bg_join(struct bg_call *c)
+{
+    pthread_join(c->thread, NULL);
+    curl_easy_cleanup(c->easy);
+}
+
+/* Wait (bounded) until the simulator has `n` calls in flight. */
+static void wait_in_flight(long n)
+{
+    int64_t until = fx_now_ms() + 5000;
+    while (fx_stats().in_flight < n)
+        cr_assert_lt(fx_now_ms(), until, "the simulator never saw %ld calls in flight", n);
+}
+
+PERFORM_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
+{
+    const char *args[] = {"--mode",   "reject", "--cap", "1", "--median-ms", "400", "--sigma", "0",
+                          "--retry-after", "1", NULL};
+    fx_start(args);
+    struct sluice_discovery_desc dd = fx_discovery();
+    dd.jumpstart = 4;
+    struct sluice_engine *e = fx_engine(4, -1, &dd);
+    struct bg_call busy;
+    bg_start(&busy, e, NULL, NULL); /* holds the simulator's only slot for 400 ms */
+    wait_in_flight(1);
+    CURL *easy = fx_easy();
+    struct sluice_curl_result r;
+    cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy, NULL, NULL, &r), SLUICE_OK);
+    int64_t refused_at = sluice_monotonic_ns();
+    cr_assert_eq(r.http_status, 429);
+    cr_assert_eq(r.kind, SLUICE_CURL_OVERLOADED);
+    cr_assert_eq(r.retry_after_ns, SLUICE_NS_PER_SEC, "Retry-After: 1 read as %lld ns",
+                 (long long)r.retry_after_ns);
+    long before = fx_stats().requests;
+    struct bg_call held;
+    bg_start(&held, e, NULL, NULL);
+    fx_sleep_ms(700); /* the busy call ends meanwhile: its permit must not start the held one */
+    cr_assert_eq(fx_stats().requests, before, "a request went out during the hold");
+    bg_join(&held);
+    bg_join(&busy);
+    cr_assert_eq(held.status, SLUICE_OK);
+    cr_assert_eq(held.r.http_status, 200, "after the hold the cap is free again");
+    cr_assert_geq(held.returned_ns - refused_at, 900 * SLUICE_NS_PER_MS,
+                  "the held call ended %lld ms after the 429",
+                  (long long)((held.returned_ns - refused_at) / SLUICE_NS_PER_MS));
+    cr_assert_geq(held.r.queued_ns, 500 * SLUICE_NS_PER_MS, "the hold counts as queue wait");
+    curl_easy_cleanup(easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+/* ---- cancel and deadline mid-transfer ----------------------------------------------------- */
+
+PERFORM_TEST(a_token_fired_mid_transfer_cancels_within_50_ms_and_frees_the_provider_slot)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "5000", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(2, 0, NULL);
+    struct sluice_cancel token;
+    sluice_cancel_init(&token);
+    struct bg_call c;
+    bg_start(&c, e, NULL, &token);
+    wait_in_flight(1);
+    fx_sleep_ms(20);
+    int64_t fired = sluice_monotonic_ns();
+    sluice_cancel_fire(&token);
+    bg_join(&c);
+    int64_t took_ms = (c.returned_ns - fired) / SLUICE_NS_PER_MS;
+    cr_assert_eq(c.status, SLUICE_ECANCELED, "status %s", sluice_status_name(c.status));
+    cr_assert_eq(c.r.kind, SLUICE_CURL_ABORTED);
+    cr_assert_eq(c.r.outcome, SLUICE_OUTCOME_IGNORE);
+    cr_assert_leq(took_ms, 50, "the cancel took %lld ms", (long long)took_ms);
+    struct fx_stats s = fx_stats_settled();
+    cr_assert_eq(s.cancelled, 1, "the simulator did not see the connection close");
+    cr_assert_eq(s.in_flight, 0);
+    fx_assert_idle(e);
+    /* Capacity intact: both admissions and both permits are there to take again. */
+    struct sluice_pool *p = sluice_engine_pool(e, FX_BACKEND);
+    struct sluice_call a, b;
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_ECAPACITY);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &b), SLUICE_OK);
+    sluice_pool_call_end(p, &a, SLUICE_OUTCOME_IGNORE, 0);
+    sluice_pool_call_end(p, &b, SLUICE_OUTCOME_IGNORE, 0);
+    sluice_pool_leave(p);
+    sluice_pool_leave(p);
+    sluice_engine_destroy(e);
+}
+
+PERFORM_TEST(a_deadline_shorter_than_the_service_time_times_out_and_keeps_capacity)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "600", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_discovery_desc dd = fx_discovery();
+    struct sluice_engine *e = fx_engine(8, -1, &dd);
+    uint32_t limit = fx_status(e).limit;
+    CURL *easy = fx_easy();
+    struct timespec deadline;
+    struct sluice_curl_result r;
+    int64_t t0 = sluice_monotonic_ns();
+    int status = sluice_curl_perform(e, FX_BACKEND, easy, sluice_deadline_in(&deadline, 100 * SLUICE_NS_PER_MS),
+                                     NULL, &r);
+    int64_t took_ms = (sluice_monotonic_ns() - t0) / SLUICE_NS_PER_MS;
+    cr_assert_eq(status, SLUICE_ETIMEDOUT, "status %s", sluice_status_name(status));
+    cr_assert_eq(r.kind, SLUICE_CURL_ABORTED);
+    cr_assert_eq(r.outcome, SLUICE_OUTCOME_IGNORE, "the caller's deadline is not an overload");
+    cr_assert(took_ms >= 95 && took_ms < 500, "returned after %lld ms", (long long)took_ms);
+    cr_assert_eq(fx_stats_settled().cancelled, 1, "the simulator did not see the close");
+    fx_assert_idle(e);
+    cr_assert_eq(fx_status(e).limit, limit, "the limit moved");
+    /* The same handle works again with time to spare: the deadline's timeout was undone. */
+    cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy, NULL, NULL, &r), SLUICE_OK);
+    cr_assert_eq(r.http_status, 200);
+    curl_easy_cleanup(easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+PERFORM_TEST(a_deadline_that_passes_while_queued_never_starts_the_transfer)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "400", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(1, -1, NULL);
+    struct bg_call busy;
+    bg_start(&busy, e, NULL, NULL);
+    wait_in_flight(1);
+    CURL *easy = fx_easy();
+    struct timespec deadline;
+    struct sluice_curl_result r;
+    cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy,
+                                     sluice_deadline_in(&deadline, 100 * SLUICE_NS_PER_MS), NULL, &r),
+                 SLUICE_ETIMEDOUT);
+    cr_assert_not(r.transferred);
+    cr_assert_geq(r.queued_ns, 90 * SLUICE_NS_PER_MS);
+    bg_join(&busy);
+    cr_assert_eq(fx_stats_settled().requests, 1, "the queued call reached the simulator");
+    curl_easy_cleanup(easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+/* ---- admission, transport errors, keep-alive, the caller's callbacks ---------------------- */
+
+PERFORM_TEST(a_full_pool_rejects_at_once_and_never_starts_the_transfer)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "300", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(1, 0, NULL);
+    struct bg_call busy;
+    bg_start(&busy, e, NULL, NULL);
+    wait_in_flight(1);
+    CURL *easy = fx_easy();
+    struct sluice_curl_result r;
+    int64_t t0 = sluice_monotonic_ns();
+    cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy, NULL, NULL, &r), SLUICE_ECAPACITY);
+    cr_assert_lt(sluice_monotonic_ns() - t0, 50 * SLUICE_NS_PER_MS, "the rejection waited");
+    cr_assert_not(r.transferred);
+    bg_join(&busy);
+    cr_assert_eq(fx_stats_settled().requests, 1);
+    cr_assert_eq(sluice_curl_perform(e, "nobody", easy, NULL, NULL, &r), SLUICE_EINVAL);
+    curl_easy_cleanup(easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+/* A loopback port nothing listens on: bind an ephemeral one, then close it. */
+static int dead_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+PERFORM_TEST(transport_errors_are_reported_and_do_not_move_the_limit)
+{
+    struct sluice_discovery_desc dd = fx_discovery();
+    struct sluice_engine *e = fx_engine(16, -1, &dd);
+    struct sluice_discovery_status before = fx_status(e);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", dead_port());
+    CURL *easy = fx_easy_url(url);
+    for (int i = 0; i < 40; i++) {
+        struct sluice_curl_result r;
+        cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy, NULL, NULL, &r), SLUICE_EIO);
+        cr_assert_eq(r.kind, SLUICE_CURL_TRANSPORT);
+        cr_assert_eq(r.outcome, SLUICE_OUTCOME_IGNORE);
+        cr_assert_eq(r.curl_code, CURLE_COULDNT_CONNECT, "curl said %s",
+                     curl_easy_strerror(r.curl_code));
+        cr_assert_eq(r.http_status, 0);
+    }
+    fx_sleep_ms(100); /* let any window close */
+    sluice_engine_poll(e);
+    struct sluice_discovery_status after = fx_status(e);
+    cr_assert_eq(after.limit, before.limit, "limit %u -> %u", before.limit, after.limit);
+    cr_assert_eq(after.state, SLUICE_DISCOVERY_PROBING);
+    curl_easy_cleanup(easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+PERFORM_TEST(calls_on_one_thread_reuse_one_connection)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "0", NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    long connects = 0;
+    for (int i = 0; i < 5; i++) {
+        CURL *easy = fx_easy(); /* a new handle each time: the connection lives in the multi */
+        struct sluice_curl_result r;
+        cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy, NULL, NULL, &r), SLUICE_OK);
+        cr_assert_eq(r.kind, SLUICE_CURL_SUCCESS);
+        cr_assert_gt(r.latency_ns, 0);
+        cr_assert_leq(r.latency_ns, r.transfer_ns, "time to first byte within the transfer");
+        long n = 0;
+        curl_easy_getinfo(easy, CURLINFO_NUM_CONNECTS, &n);
+        connects += n;
+        curl_easy_cleanup(easy);
+    }
+    cr_assert_eq(connects, 1, "%ld connections for 5 calls", connects);
+    sluice_engine_destroy(e);
+}
+
+struct progress {
+    int calls;
+    int abort_after; /* 0 = never */
+};
+
+static int count_progress(void *clientp, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt, (void)dn, (void)ut, (void)un;
+    struct progress *p = (struct progress *)clientp;
+    p->calls++;
+    return p->abort_after && p->calls >= p->abort_after;
+}
+
+PERFORM_TEST(the_callers_own_xferinfo_callback_keeps_working)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "100", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    CURL *easy = fx_easy();
+    struct progress p = {0, 0};
+    struct sluice_curl_call call = {
+        .backend = FX_BACKEND, .easy = easy, .xferinfo = count_progress, .xferinfo_data = &p};
+    struct sluice_curl_result r;
+    cr_assert_eq(sluice_curl_perform_call(e, &call, &r), SLUICE_OK);
+    cr_assert_gt(p.calls, 0, "the chained callback never ran");
+    /* Afterwards the handle carries the caller's callback, not sluice's. */
+    int during = p.calls;
+    cr_assert_eq(curl_easy_perform(easy), CURLE_OK);
+    cr_assert_gt(p.calls, during, "the caller's callback was not left installed");
+    /* Its non-zero return aborts the call, as a cancel. */
+    p = (struct progress){0, 2};
+    cr_assert_eq(sluice_curl_perform_call(e, &call, &r), SLUICE_ECANCELED);
+    cr_assert_eq(r.kind, SLUICE_CURL_ABORTED);
+    curl_easy_cleanup(easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
