@@ -328,6 +328,7 @@ SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
     struct sluice_discovery *d = (struct sluice_discovery *)(void *)(p + 1);
     struct sluice_event_slot *slots = (struct sluice_event_slot *)(void *)(d + 1);
     sluice_discovery_init(d, &dd, slots, events, NULL); /* checked: cannot fail */
+    d->in_flight_src = &p->in_flight; /* one definition of "in flight": started calls */
     p->discovery = d;
 }
 
@@ -792,11 +793,13 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end(struct sluice_pool *p,
     sample.retry_after_ns = retry_after_ns;
     atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
     if (SLUICE_UNLIKELY(p->discovery != NULL))
-        sluice_discovery_on_sample(p->discovery, &sample);
+        sluice__discovery_record(p->discovery, &sample);
     if (p->active)
         sluice_gate_release(&p->gate);
-    if (SLUICE_UNLIKELY(p->discovery != NULL))
+    if (SLUICE_UNLIKELY(p->discovery != NULL)) {
+        sluice_discovery_flush(p->discovery);
         sluice_pool_poll(p);
+    }
     return sample;
 }
 

@@ -128,10 +128,13 @@ static void world_init(struct world *w)
     cr_assert_eq(sluice_policy_discover_init(&w->policy, &params, NULL), SLUICE_OK);
 }
 
-/* Put a lock for `node` in the store, expiring `ttl_s` from the virtual wall clock. */
+/* Put a lock for `node` in the store, locked a day ago and expiring `ttl_s` from the
+ * virtual wall clock (ttl_s < 0: a lock that has run out). */
 static void world_store_lock(struct world *w, const char *node, uint32_t ceiling, int64_t ttl_s)
 {
-    struct sluice_lock_record rec = {ceiling, atomic_load(&w->wall.now) / SEC + ttl_s};
+    struct sluice_lock_record rec = {.ceiling = ceiling,
+                                     .expires_s = atomic_load(&w->wall.now) / SEC + ttl_s,
+                                     .locked_at_s = atomic_load(&w->wall.now) / SEC - 86400};
     cr_assert_eq(w->store_ops.save(w->store_ops.ctx, node, &rec), SLUICE_OK);
 }
 
@@ -857,6 +860,7 @@ Test(adaptive, a_slow_store_never_delays_the_permit_hand_off_or_a_clear, .timeou
     pthread_join(en.tid, NULL);
     pthread_join(next.tid, NULL);
     cr_assert_eq(next.result.status, SLUICE_OK);
+    sluice_discovery_sync(sluice_pool_discovery(p));
     cr_assert_eq(atomic_load(&slow.saves), 1);
     cr_assert_eq(world_stored_ceiling(&w, "cloud:s"), 0, "the later clear won over the earlier save");
     world_destroy(&w);
