@@ -268,7 +268,8 @@ struct result {
     double ceiling, served, reject_share, t90_s, p50_s, p99_s;
 };
 
-/* The sluice policy object for a sluice row (caller storage, as in the pool). */
+/* The policy prototype of a sluice row: discovery copies it into the node at
+ * create, so it only has to live until sim_discovery returns. */
 union any_policy {
     struct sluice_policy_aimd aimd;
     struct sluice_policy_gradient gradient;

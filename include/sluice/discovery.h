@@ -96,11 +96,13 @@
  * after a newer clear. A store failure (load, save or clear returning an
  * error) becomes a "store" event; discovery keeps serving from memory.
  *
- * Progress: record is lock-free for the caller: it adds to the window with
+ * Progress: record never waits for a lock: it adds to the window with
  * atomic RMWs, and the one completion that finds the window due tries the
  * update lock (sluice_spinlock_trylock); if another thread holds it, it
  * skips, and the next completion tries again. Everything under the update
- * lock is bounded in-memory work. hold_until, status and the event readers
+ * lock is bounded in-memory work; the closer's only wait is for samples
+ * already adding to the closing window to finish their few RMWs (a spin,
+ * then sched_yield if one of them was preempted). hold_until, status and the event readers
  * are wait-free. clear and poll take the update lock with
  * sluice_spinlock_lock (slow paths, bounded waits); flush never waits for
  * a lock it cannot get at once except, briefly, the update lock when it
@@ -122,12 +124,14 @@
  * sample announces itself in the open buffer's writer count (seq_cst RMW,
  * then a seq_cst re-read of which buffer is open), adds its fields relaxed,
  * and leaves with a release decrement. The closer flips the open buffer
- * (seq_cst store) and waits, briefly and boundedly, for the old buffer's
- * writers to leave (seq_cst loads) before reading it: so a sample lands
- * whole in one window, never its latency in one and its count in the next
- * (a writer preempted mid-sample for longer than the bounded wait can
- * still split itself; with a ~1 µs critical section that needs a
- * preemption at exactly that point). The update lock (acquire/release)
+ * (seq_cst store) and waits for the old buffer's writers to leave (seq_cst
+ * loads; Dekker with the writers' announce-then-re-read) before reading it:
+ * so a sample lands whole in one window, never its latency in one and its
+ * count in the next, which would skew both windows' means. Windows are
+ * named by a sequence number, published with release once the new window
+ * is set up and read with acquire by a completion that tests whether the
+ * window is due, so it never closes a window it did not see due (with a
+ * coarse clock, two windows can open in one tick). The update lock (acquire/release)
  * orders each update after the previous one, so the policy, the bracket and
  * the lock record need no atomics of their own. Fields that readers outside
  * the lock see (limit, state, ceiling, expiry, hold, window bounds, last
@@ -401,7 +405,8 @@ struct sluice_discovery {
                                          INT64_MIN = no cut yet */
     _Atomic(int64_t) latency_ref_ns;  /* average of recent window means; 0 = none yet */
     _Atomic(int64_t) hold_until_ns;   /* no new call before this (Retry-After); 0 = none */
-    _Atomic(uint64_t) window_seq;     /* windows closed so far: names the open window */
+    _Atomic(uint64_t) window_seq;     /* windows opened so far: names the open window
+                                         (bumped, release, once it is fully set up) */
     _Atomic(uint32_t) acc_open;       /* which acc[] the open window adds to */
     _Atomic(uint32_t) limit;
     _Atomic(uint32_t) ceiling;       /* locked ceiling; 0 = not locked */
@@ -658,23 +663,35 @@ SLUICE_INLINE void sluice__discovery_leave(struct sluice__window_acc *a)
     atomic_fetch_sub_explicit(&a->writers, 1u, SLUICE_RELEASE);
 }
 
-/* Pauses a closer waits for the samples still adding to the window it closes:
- * each is a handful of RMWs, so only a preempted writer outlasts this. */
+/* Pauses a closer spins for the samples still adding to the window it closes
+ * before it yields the CPU to them: each is a handful of RMWs, so only a
+ * preempted writer outlasts the spin. */
 #ifndef SLUICE_DISCOVERY_DRAIN_SPIN
 #define SLUICE_DISCOVERY_DRAIN_SPIN 1024
 #endif
 
-/* Take the closing window's totals and open the next one at `now`. Call locked. */
+/* Wait until no sample is adding to `a` (it is no longer open, so none can
+ * join). A writer there takes no lock and calls nothing: it finishes as
+ * soon as it runs, so this waits for the scheduler only, never for a lock,
+ * a store or a callback. Call locked. */
+SLUICE_INLINE void sluice__discovery_drain(struct sluice__window_acc *a)
+{
+    for (int i = 0; atomic_load_explicit(&a->writers, SLUICE_SEQ_CST) != 0; i++) {
+        if (i < SLUICE_DISCOVERY_DRAIN_SPIN)
+            sluice_cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
+/* Take the closing window's totals and open the next one at `now` (the caller
+ * then schedules it and publishes it with sluice__discovery_opened). Call locked. */
 SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discovery *d, int64_t now)
 {
     uint32_t open = atomic_load_explicit(&d->acc_open, SLUICE_RELAXED);
     struct sluice__window_acc *a = &d->acc[open];
-    atomic_fetch_add_explicit(&d->window_seq, 1u, SLUICE_RELAXED);
     atomic_store_explicit(&d->acc_open, open ^ 1u, SLUICE_SEQ_CST);
-    for (int i = 0; i < SLUICE_DISCOVERY_DRAIN_SPIN &&
-                    atomic_load_explicit(&a->writers, SLUICE_SEQ_CST) != 0;
-         i++)
-        sluice_cpu_relax();
+    sluice__discovery_drain(a);
     struct sluice_window w;
     memset(&w, 0, sizeof w);
     w.start_ns = atomic_exchange_explicit(&d->cohort_from_ns, now, SLUICE_RELAXED);
@@ -708,6 +725,14 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
     if (ceiling && (!w.probe_cap || ceiling < w.probe_cap))
         w.probe_cap = ceiling;
     return w;
+}
+
+/* The window opened by the last take is fully set up (buffer, bounds, due time):
+ * publish its sequence number. A completion that reads it (acquire) sees all of
+ * that, so it never judges the new window by the old one's numbers. Call locked. */
+SLUICE_INLINE void sluice__discovery_opened(struct sluice_discovery *d)
+{
+    atomic_fetch_add_explicit(&d->window_seq, 1u, SLUICE_RELEASE);
 }
 
 /* A congestion verdict: cut, move the bracket or lower the lock. Call locked. */
@@ -814,6 +839,7 @@ SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t n
     else
         sluice__discovery_healthy(d, now, &w, &v, old);
     sluice__discovery_schedule(d, now, atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED));
+    sluice__discovery_opened(d);
 }
 
 /* Should the open window close now? Lock-free; may be wrong by a sample. */
@@ -829,8 +855,10 @@ SLUICE_INLINE void sluice__discovery_maybe_close(struct sluice_discovery *d, int
 {
     /* The window is named by its sequence number, not its start time: with a
      * coarse or virtual clock two windows can open in the same tick, and a
-     * completion that saw the first one due must not close the second. */
-    uint64_t seq = atomic_load_explicit(&d->window_seq, SLUICE_RELAXED);
+     * completion that saw the first one due must not close the second.
+     * Acquire: the due test below then reads this window's numbers, or a
+     * later one's (and the check under the lock skips). */
+    uint64_t seq = atomic_load_explicit(&d->window_seq, SLUICE_ACQUIRE);
     if (!sluice__discovery_due(d, now) || !sluice_spinlock_trylock(&d->lock))
         return;
     /* Read the time again under the lock, so every update's `now` is at least
@@ -1125,6 +1153,7 @@ SLUICE_INLINE void sluice__discovery_restart(struct sluice_discovery *d, int64_t
     atomic_store_explicit(&d->last_cut_ns, now, SLUICE_RELAXED);
     atomic_store_explicit(&d->latency_ref_ns, 0, SLUICE_RELAXED);
     sluice__discovery_schedule(d, now, 0);
+    sluice__discovery_opened(d);
 }
 
 /*

@@ -2,7 +2,9 @@
 #include <sluice/discovery.h>
 #include <sluice/policy/fixed.h>
 
+#include <math.h>
 #include <pthread.h>
+#include <time.h>
 
 #include "common.h"
 
@@ -186,6 +188,13 @@ Test(discovery, invalid_configuration_fails_with_einval_naming_the_field)
     EXPECT_EINVAL(d.window_max_ns = INT64_MAX, "window_max_ns");
     EXPECT_EINVAL((d.window_min_ns = 10 * SEC, d.window_max_ns = SEC), "window_min_ns");
     EXPECT_EINVAL(d.window_tail = -1, "window_tail");
+    EXPECT_EINVAL(d.window_tail = 1e12, "window_tail");
+    EXPECT_EINVAL(d.window_tail = INFINITY, "window_tail");
+    EXPECT_EINVAL(d.window_tail = NAN, "window_tail");
+    EXPECT_EINVAL(d.window_span = SLUICE_DISCOVERY_SPAN_MAX * 1.001, "window_span");
+    EXPECT_EINVAL(d.window_span = -INFINITY, "window_span");
+    EXPECT_EINVAL(d.window_span = NAN, "window_span");
+    EXPECT_EINVAL(d.window_samples = SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX + 1, "window_samples");
     EXPECT_EINVAL(d.retry_after_max_ns = -1, "retry_after_max_ns");
     EXPECT_EINVAL(d.events = SLUICE_DISCOVERY_EVENTS_MAX + 1, "events");
     char long_id[SLUICE_NODE_ID_MAX + 8];
@@ -233,7 +242,7 @@ Test(discovery, a_live_stored_lock_is_restored_at_start)
     struct sluice_memstore *store;
     struct sluice_store_ops ops;
     struct sluice_discovery_desc d = node_with_memstore(&n, &store, &ops);
-    struct sluice_lock_record rec = {52, n.time.wall_ns / SEC + 3600};
+    struct sluice_lock_record rec = {.ceiling = 52, .expires_s = n.time.wall_ns / SEC + 3600};
     cr_assert_eq(ops.save(ops.ctx, "cloud:x", &rec), SLUICE_OK);
     node_create(&n, &d);
     struct sluice_discovery_status st = status_of(&n);
@@ -256,7 +265,7 @@ Test(discovery, an_expired_stored_lock_is_ignored)
     struct sluice_memstore *store;
     struct sluice_store_ops ops;
     struct sluice_discovery_desc d = node_with_memstore(&n, &store, &ops);
-    struct sluice_lock_record rec = {52, n.time.wall_ns / SEC - 1};
+    struct sluice_lock_record rec = {.ceiling = 52, .expires_s = n.time.wall_ns / SEC - 1};
     ops.save(ops.ctx, "cloud:x", &rec);
     node_create(&n, &d);
     struct sluice_discovery_status st = status_of(&n);
@@ -567,4 +576,636 @@ Test(discovery, a_retry_after_at_the_configured_maximum_saturates_the_hold)
     feed(&n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, INT64_MAX);
     cr_assert_eq(sluice_discovery_hold_until(n.disc), INT64_MAX);
     sluice_discovery_destroy(n.disc);
+}
+
+/* ---- effects run off the lock: record, flush, sync ----------------------------- */
+
+/* A store whose save sleeps 300 ms, logging the order of its calls. */
+struct slow_store {
+    struct sluice_memstore *mem;
+    struct sluice_store_ops inner;
+    _Atomic(int) saving; /* a save is asleep right now */
+    _Atomic(int) n_ops;
+    char ops[8];         /* 'S'ave / 'C'lear, in order (written by one flusher at a time) */
+};
+
+static int slow_load(void *ctx, const char *node, struct sluice_lock_record *out)
+{
+    struct slow_store *s = (struct slow_store *)ctx;
+    return s->inner.load(s->inner.ctx, node, out);
+}
+
+static int slow_save(void *ctx, const char *node, const struct sluice_lock_record *rec)
+{
+    struct slow_store *s = (struct slow_store *)ctx;
+    atomic_store(&s->saving, 1);
+    nanosleep(&(struct timespec){0, 300 * 1000 * 1000}, NULL);
+    int status = s->inner.save(s->inner.ctx, node, rec);
+    s->ops[atomic_fetch_add(&s->n_ops, 1) & 7] = 'S';
+    atomic_store(&s->saving, 0);
+    return status;
+}
+
+static int slow_clear(void *ctx, const char *node)
+{
+    struct slow_store *s = (struct slow_store *)ctx;
+    int status = s->inner.clear(s->inner.ctx, node);
+    s->ops[atomic_fetch_add(&s->n_ops, 1) & 7] = 'C';
+    return status;
+}
+
+#define MS SLUICE_NS_PER_MS
+
+struct closer {
+    struct node *n;
+    int64_t record_ns; /* how long record took */
+};
+
+/* Record the completion that closes the locking window, then flush (the slow save). */
+static void *close_and_flush(void *arg)
+{
+    struct closer *c = (struct closer *)arg;
+    struct sluice_sample s = {SEC, 2, SLUICE_OUTCOME_OK, 0};
+    int64_t t0 = sluice_monotonic_ns();
+    sluice__discovery_record(c->n->disc, &s);
+    c->record_ns = sluice_monotonic_ns() - t0;
+    sluice_discovery_flush(c->n->disc);
+    return NULL;
+}
+
+Test(discovery, a_slow_store_runs_after_record_and_never_delays_a_clear, .timeout = 30)
+{
+    struct node n;
+    struct sluice_memstore *mem;
+    struct sluice_store_ops mem_ops;
+    struct sluice_discovery_desc d = node_with_memstore(&n, &mem, &mem_ops);
+    struct slow_store slow = {.mem = mem, .inner = mem_ops};
+    struct sluice_store_ops ops = {slow_load, slow_save, slow_clear, &slow};
+    d.store = &ops;
+    d.jumpstart = 2;
+    d.max_limit = 2;
+    node_create(&n, &d);
+    /* One window of saturated calls at max_limit: its close locks at 2. */
+    advance(&n, SEC);
+    for (int i = 0; i < 8; i++)
+        feed(&n, SEC, 2, SLUICE_OUTCOME_OK, 0);
+    advance(&n, 60 * SEC);
+    cr_assert_eq(sluice_discovery_state(n.disc), SLUICE_DISCOVERY_PROBING);
+
+    struct closer c = {&n, 0};
+    pthread_t tid;
+    pthread_create(&tid, NULL, close_and_flush, &c);
+    while (!atomic_load(&slow.saving))
+        sched_yield();
+    /* The save is asleep on the other thread, after its record returned. */
+    cr_assert_eq(sluice_discovery_state(n.disc), SLUICE_DISCOVERY_LOCKED);
+    int64_t t0 = sluice_monotonic_ns();
+    cr_assert_eq(sluice_discovery_clear(n.disc), SLUICE_OK);
+    int64_t clear_ns = sluice_monotonic_ns() - t0;
+    cr_assert_eq(sluice_discovery_state(n.disc), SLUICE_DISCOVERY_PROBING, "cleared in memory");
+    sluice_discovery_sync(n.disc);
+    int64_t synced_ns = sluice_monotonic_ns() - t0;
+    pthread_join(tid, NULL);
+
+    cr_assert_lt(c.record_ns, 30 * MS, "record took %lld ms: it ran the store",
+                 (long long)(c.record_ns / MS));
+    cr_assert_lt(clear_ns, 100 * MS, "clear waited %lld ms for another thread's save",
+                 (long long)(clear_ns / MS));
+    cr_assert_gt(synced_ns, 100 * MS, "sync returned before the save it waits for ended");
+    cr_assert_eq(atomic_load(&slow.n_ops), 2);
+    cr_assert(slow.ops[0] == 'S' && slow.ops[1] == 'C', "store calls out of order: %c%c",
+              slow.ops[0], slow.ops[1]);
+    struct sluice_lock_record rec;
+    mem_ops.load(mem_ops.ctx, "cloud:x", &rec);
+    cr_assert_eq(rec.ceiling, 0, "the newer clear landed last");
+    /* The callback saw the lock, then the clear, in seq order (flushed by the saver). */
+    cr_assert_eq(n.n_seen, 2);
+    cr_assert_eq(n.seen[0].kind, SLUICE_EVENT_LOCK);
+    cr_assert_eq(n.seen[1].kind, SLUICE_EVENT_CLEAR);
+    cr_assert_lt(n.seen[0].seq, n.seen[1].seq);
+    sluice_discovery_destroy(n.disc);
+    sluice_memstore_destroy(mem);
+}
+
+static int64_t stored_locked_at(struct sluice_store_ops *ops, char policy[SLUICE_POLICY_NAME_MAX])
+{
+    struct sluice_lock_record rec;
+    ops->load(ops->ctx, "cloud:x", &rec);
+    memcpy(policy, rec.policy, SLUICE_POLICY_NAME_MAX);
+    return rec.locked_at_s;
+}
+
+Test(discovery, a_saved_lock_records_when_it_was_locked_and_by_which_policy)
+{
+    struct node n;
+    struct sluice_memstore *store;
+    struct sluice_store_ops ops;
+    struct sluice_discovery_desc d = node_with_memstore(&n, &store, &ops);
+    lock_at_max(&n, &d, 8);
+    char policy[SLUICE_POLICY_NAME_MAX];
+    cr_assert_eq(stored_locked_at(&ops, policy), n.time.wall_ns / SEC);
+    cr_assert_str_eq(policy, "discover");
+    sluice_discovery_destroy(n.disc);
+    sluice_memstore_destroy(store);
+}
+
+/* A record on its own thread-free path: grants wait for flush. */
+static void count_grant(struct sluice_gate_waiter *w, int status)
+{
+    *(int *)w->data = status == SLUICE_OK ? 1 : -1;
+}
+
+Test(discovery, a_limit_raise_hands_out_its_grants_in_flush_not_in_record)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_policy_discover quick;
+    struct sluice_policy_discover_params params = {.min_samples = 1};
+    cr_assert_eq(sluice_policy_discover_init(&quick, &params, NULL), SLUICE_OK);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 1;
+    d.max_limit = 8;
+    d.policy = &quick.base;
+    node_create(&n, &d);
+    cr_assert_eq(sluice_gate_tryacquire(&n.gate), SLUICE_OK, "the one permit is held");
+    int granted = 0;
+    struct sluice_gate_waiter w = {.cb = count_grant, .data = &granted};
+    sluice_gate_acquire_async(&n.gate, &w);
+    cr_assert_eq(granted, 0, "queued behind the held permit");
+    /* A healthy saturated window in slow start doubles the limit 1 -> 2. */
+    advance(&n, SEC);
+    struct sluice_sample ok = {SEC, 1, SLUICE_OUTCOME_OK, 0};
+    sluice__discovery_record(n.disc, &ok);
+    advance(&n, 60 * SEC);
+    struct sluice_sample late = {0, 1, SLUICE_OUTCOME_IGNORE, 0};
+    sluice__discovery_record(n.disc, &late);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 2, "the close raised the limit");
+    cr_assert_eq(granted, 0, "record ran a waiter callback");
+    cr_assert_eq(n.n_seen, 0, "record ran the event callback");
+    sluice_discovery_flush(n.disc);
+    cr_assert_eq(granted, 1, "flush handed the grant out");
+    cr_assert_eq(n.n_seen, 1);
+    cr_assert_eq(n.seen[0].kind, SLUICE_EVENT_PROBE);
+    sluice_gate_release(&n.gate);
+    sluice_gate_release(&n.gate);
+    sluice_discovery_destroy(n.disc);
+}
+
+/* A store whose every call fails. */
+static int failing_load(void *ctx, const char *node, struct sluice_lock_record *out)
+{
+    (void)ctx, (void)node;
+    memset(out, 0, sizeof *out);
+    return SLUICE_EIO;
+}
+
+static int failing_save(void *ctx, const char *node, const struct sluice_lock_record *rec)
+{
+    (void)ctx, (void)node, (void)rec;
+    return SLUICE_EIO;
+}
+
+static int failing_clear(void *ctx, const char *node)
+{
+    (void)ctx, (void)node;
+    return SLUICE_EIO;
+}
+
+static int count_kind(const struct node *n, enum sluice_event_kind kind, enum sluice_cause cause)
+{
+    int count = 0;
+    for (int i = 0; i < n->n_seen; i++)
+        count += n->seen[i].kind == kind && n->seen[i].cause == cause;
+    return count;
+}
+
+Test(discovery, store_failures_are_events_and_the_node_keeps_serving_from_memory)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_store_ops ops = {failing_load, failing_save, failing_clear, NULL};
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.store = &ops;
+    lock_at_max(&n, &d, 8);
+    cr_assert_eq(count_kind(&n, SLUICE_EVENT_STORE, SLUICE_CAUSE_STORE_ERROR), 2,
+                 "the failed load at init and the failed save of the lock");
+    struct sluice_discovery_status st = status_of(&n);
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED, "the lock holds in memory");
+    cr_assert_eq(st.ceiling, 8);
+    cr_assert_eq(sluice_discovery_clear(n.disc), SLUICE_OK, "a failed store clear is no error");
+    cr_assert_eq(count_kind(&n, SLUICE_EVENT_STORE, SLUICE_CAUSE_STORE_ERROR), 3);
+    cr_assert_eq(n.seen[n.n_seen - 1].kind, SLUICE_EVENT_STORE, "reported after the clear");
+    cr_assert_eq(sluice_discovery_state(n.disc), SLUICE_DISCOVERY_PROBING);
+    cr_assert_str_eq(sluice_event_kind_name(SLUICE_EVENT_STORE), "store");
+    cr_assert_str_eq(sluice_cause_name(SLUICE_CAUSE_STORE_ERROR), "store_error");
+    sluice_discovery_destroy(n.disc);
+}
+
+/* ---- restored locks are trusted within bounds ---------------------------------- */
+
+static struct sluice_discovery_status restore_from(struct node *n, struct sluice_lock_record rec,
+                                                   int64_t ttl_s)
+{
+    struct sluice_memstore *store;
+    struct sluice_store_ops ops;
+    struct sluice_discovery_desc d = node_with_memstore(n, &store, &ops);
+    d.lock_ttl_s = ttl_s;
+    cr_assert_eq(ops.save(ops.ctx, "cloud:x", &rec), SLUICE_OK);
+    node_create(n, &d);
+    struct sluice_discovery_status st = status_of(n);
+    sluice_discovery_destroy(n->disc);
+    sluice_memstore_destroy(store);
+    return st;
+}
+
+Test(discovery, a_restored_lock_never_outlives_lock_ttl_from_now)
+{
+    struct node n;
+    int64_t now_s = 1700000000; /* node_init's wall clock */
+    struct sluice_lock_record rec = {.ceiling = 52,
+                                     .expires_s = now_s + 10 * 365 * 86400,
+                                     .locked_at_s = now_s - 60};
+    struct sluice_discovery_status st = restore_from(&n, rec, 3600);
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED);
+    cr_assert_eq(st.ceiling, 52);
+    cr_assert_eq(st.lock_expires_s, now_s + 3600, "expiry cut to now + lock_ttl_s");
+    cr_assert_eq(n.n_seen, 2);
+    cr_assert_eq(n.seen[0].kind, SLUICE_EVENT_STORE);
+    cr_assert_eq(n.seen[0].cause, SLUICE_CAUSE_EXPIRY_CAPPED);
+    cr_assert_eq(n.seen[1].kind, SLUICE_EVENT_RESTORE);
+    cr_assert_str_eq(sluice_cause_name(SLUICE_CAUSE_EXPIRY_CAPPED), "expiry_capped");
+
+    /* Within the TTL: restored as stored, one event. */
+    rec.expires_s = now_s + 600;
+    st = restore_from(&n, rec, 3600);
+    cr_assert_eq(st.lock_expires_s, now_s + 600);
+    cr_assert_eq(n.n_seen, 1);
+}
+
+Test(discovery, a_stored_lock_from_the_future_or_expiring_before_it_was_locked_is_dropped)
+{
+    struct node n;
+    int64_t now_s = 1700000000;
+    struct sluice_lock_record cases[] = {
+        {.ceiling = 52, .expires_s = now_s + 7200, .locked_at_s = now_s + 3600},
+        {.ceiling = 52, .expires_s = now_s + 100, .locked_at_s = now_s + 200},
+        {.ceiling = 52, .expires_s = now_s + 100, .locked_at_s = now_s + 100},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct sluice_discovery_status st = restore_from(&n, cases[i], 86400);
+        cr_expect_eq(st.state, SLUICE_DISCOVERY_PROBING, "case %zu restored", i);
+        cr_expect_eq(st.ceiling, 0, "case %zu", i);
+        cr_expect_eq(st.limit, 5, "case %zu: not at the jumpstart", i);
+        cr_assert_eq(n.n_seen, 1, "case %zu", i);
+        cr_expect_eq(n.seen[0].kind, SLUICE_EVENT_STORE, "case %zu", i);
+        cr_expect_eq(n.seen[0].cause, SLUICE_CAUSE_INVALID_RECORD, "case %zu", i);
+    }
+    /* A minute of clock skew is tolerated. */
+    struct sluice_lock_record skewed = {
+        .ceiling = 52, .expires_s = now_s + 3600, .locked_at_s = now_s + SLUICE_DISCOVERY_SKEW_S};
+    cr_assert_eq(restore_from(&n, skewed, 86400).ceiling, 52);
+}
+
+/* ---- what status views show ------------------------------------------------------ */
+
+Test(discovery, a_lock_past_its_expiry_shows_as_probing_before_any_poll)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.lock_ttl_s = 600;
+    lock_at_max(&n, &d, 8);
+    cr_assert_eq(status_of(&n).state, SLUICE_DISCOVERY_LOCKED);
+    advance(&n, 601 * SEC); /* idle: no sample, no poll */
+    struct sluice_discovery_status st = status_of(&n);
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_PROBING);
+    cr_assert_eq(st.ceiling, 0);
+    cr_assert_eq(st.lock_expires_s, 0);
+    cr_assert_eq(sluice_discovery_state(n.disc), SLUICE_DISCOVERY_PROBING);
+    char line[128];
+    sluice_status_line(line, sizeof line, &st);
+    cr_assert_str_eq(line, "cloud:x 0/8 📈");
+    /* The poll then records the expiry as an event. */
+    sluice_discovery_poll(n.disc);
+    cr_assert_eq(status_of(&n).last_event.kind, SLUICE_EVENT_EXPIRY);
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, events_and_snapshots_count_in_flight_from_one_source)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 10;
+    node_create(&n, &d);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(sluice_gate_tryacquire(&n.gate), SLUICE_OK);
+    cr_assert_eq(status_of(&n).in_flight, 3, "standalone: the gate's permits held");
+    /* A pool counts calls started, not permits held (a call may hold a
+     * permit while it waits out a Retry-After hold). */
+    _Atomic(uint32_t) started = 2;
+    n.disc->in_flight_src = &started;
+    cr_assert_eq(status_of(&n).in_flight, 2);
+    advance(&n, SEC);
+    feed(&n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, 0);
+    cr_assert_eq(n.n_seen, 1);
+    cr_assert_eq(n.seen[0].in_flight, 2, "the event counts like the snapshot");
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, clear_keeps_a_live_retry_after_hold)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 10;
+    node_create(&n, &d);
+    advance(&n, SEC);
+    int64_t now = n.time.mono_ns;
+    feed(&n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, 5 * SEC);
+    cr_assert_eq(sluice_discovery_hold_until(n.disc), now + 5 * SEC);
+    cr_assert_eq(sluice_discovery_clear(n.disc), SLUICE_OK);
+    cr_assert_eq(sluice_discovery_hold_until(n.disc), now + 5 * SEC,
+                 "the provider's Retry-After outlives a clear");
+    cr_assert_eq(sluice_discovery_limit(n.disc), 10, "the clear itself happened: 9 -> jumpstart");
+    sluice_discovery_destroy(n.disc);
+}
+
+/* ---- every node owns its policy state -------------------------------------------- */
+
+struct two_nodes {
+    struct sluice_gate gates[2];
+    struct sluice_discovery *disc[2];
+};
+
+static void *sample_node(void *arg)
+{
+    struct sluice_discovery *d = (struct sluice_discovery *)arg;
+    uint64_t seed = (uint64_t)(uintptr_t)arg;
+    for (int i = 0; i < SCALED(20000); i++) {
+        uint64_t r = test_rand(&seed);
+        struct sluice_sample s = {(int64_t)(r % 100000), 4,
+                                  r % 20 == 0 ? SLUICE_OUTCOME_OVERLOAD : SLUICE_OUTCOME_OK, 0};
+        sluice_discovery_on_sample(d, &s);
+        if (r % 500 == 1)
+            sluice_discovery_clear(d);
+    }
+    return NULL;
+}
+
+Test(discovery, nodes_built_from_one_description_share_no_policy_state)
+{
+    struct sluice_policy_discover proto;
+    struct sluice_policy_discover_params params = {.min_samples = 2};
+    cr_assert_eq(sluice_policy_discover_init(&proto, &params, NULL), SLUICE_OK);
+    struct sluice_policy_discover pristine = proto;
+    struct two_nodes t;
+    struct sluice_discovery_desc d;
+    memset(&d, 0, sizeof d);
+    d.node_id = "cloud:shared";
+    d.policy = &proto.base;
+    d.window_min_ns = 1;
+    d.window_max_ns = SLUICE_NS_PER_MS;
+    for (int i = 0; i < 2; i++) {
+        sluice_gate_init(&t.gates[i], 1);
+        d.gate = &t.gates[i];
+        cr_assert_eq(sluice_discovery_create(&d, &t.disc[i], NULL), SLUICE_OK);
+    }
+    /* Concurrent samples and clears on both nodes: under TSan, any policy
+     * state they shared would be a data race in the policy update. */
+    pthread_t tids[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&tids[i], NULL, sample_node, t.disc[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(tids[i], NULL);
+    cr_assert_eq(memcmp(&proto, &pristine, sizeof proto), 0, "the prototype was written to");
+
+    /* Node 0 leaves slow start on an overload; clearing node 1 must not put it back. */
+    struct sluice_sample overload = {0, 4, SLUICE_OUTCOME_OVERLOAD, 0};
+    sluice_discovery_clear(t.disc[0]);
+    sluice_discovery_on_sample(t.disc[0], &overload);
+    const struct sluice_policy_discover *own =
+        (const struct sluice_policy_discover *)sluice__discovery_policy(t.disc[0]);
+    cr_assert_not(own->slow_start, "node 0 is out of slow start");
+    unsigned char before[sizeof proto];
+    memcpy(before, own, sizeof before);
+    cr_assert_eq(sluice_discovery_clear(t.disc[1]), SLUICE_OK);
+    cr_assert_eq(memcmp(before, own, sizeof before), 0, "clearing node 1 changed node 0's policy");
+    cr_assert_not(own->slow_start);
+    for (int i = 0; i < 2; i++)
+        sluice_discovery_destroy(t.disc[i]);
+}
+
+Test(discovery, a_policy_prototype_must_be_initialised_and_fit_the_node)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    struct sluice_discovery *disc = NULL;
+    const char *why = NULL;
+    struct sluice_policy_discover never; /* sluice_policy_discover_init never called */
+    memset(&never, 0, sizeof never);
+    d.policy = &never.base;
+    cr_assert_eq(sluice_discovery_create(&d, &disc, &why), SLUICE_EINVAL);
+    cr_assert_not_null(strstr(why, "sluice_discovery_desc.policy was never initialised"), "%s", why);
+    cr_assert_null(disc);
+
+    struct sluice_policy_discover big;
+    sluice_policy_discover_init(&big, NULL, NULL);
+    struct sluice_policy_ops ops = *big.base.ops;
+    struct sluice_policy *proto = &big.base;
+    proto->ops = &ops;
+    d.policy = proto;
+    size_t sizes[] = {0, SLUICE_POLICY_STATE_MAX + 1};
+    for (size_t i = 0; i < 2; i++) {
+        ops.size = sizes[i];
+        why = NULL;
+        cr_assert_eq(sluice_discovery_create(&d, &disc, &why), SLUICE_EINVAL, "size %zu", sizes[i]);
+        cr_assert_not_null(why);
+        cr_assert_not_null(strstr(why, "sluice_discovery_desc.policy->ops->size"), "%s", why);
+    }
+    ops.size = sizeof big;
+    cr_assert_eq(sluice_discovery_create(&d, &disc, &why), SLUICE_OK);
+    sluice_discovery_destroy(disc);
+}
+
+/* ---- windows: extreme parameters, ties, torn samples --------------------------- */
+
+/* A policy that counts the windows it is shown (a plain value: the counters it
+ * points to are shared and outlive every node), and cuts on a fresh overload. */
+struct tally {
+    _Atomic(uint64_t) windows, empty, torn;
+    int64_t latency_ns; /* every ok call takes exactly this; 0 = do not check */
+};
+
+struct tally_policy {
+    struct sluice_policy base;
+    struct tally *tally;
+};
+
+static uint32_t tally_reset(struct sluice_policy *self, uint32_t jumpstart, bool warm)
+{
+    (void)self, (void)warm;
+    return jumpstart;
+}
+
+static struct sluice_verdict tally_update(struct sluice_policy *self, const struct sluice_window *w)
+{
+    struct tally *t = ((struct tally_policy *)self)->tally;
+    atomic_fetch_add(&t->windows, 1);
+    if (!w->n_ok && !w->n_overload && !w->n_ignore)
+        atomic_fetch_add(&t->empty, 1);
+    if (t->latency_ns && w->n_ok && w->latency_mean_ns != t->latency_ns)
+        atomic_fetch_add(&t->torn, 1);
+    if (w->n_fresh_overload)
+        return sluice__verdict_overload(w, 0.9);
+    return sluice__verdict_hold(w);
+}
+
+static const struct sluice_policy_ops tally_ops = {"tally", true, tally_reset, tally_update,
+                                                   sizeof(struct tally_policy)};
+
+Test(discovery, the_largest_window_parameters_and_absurd_latencies_stay_defined)
+{
+    /* Under UBSan (the asan build): no overflowing cast or sum, and no window
+     * that closes on every sample because its due time wrapped negative. */
+    struct node n;
+    node_init(&n);
+    struct tally tally = {0};
+    struct tally_policy policy = {{&tally_ops}, &tally};
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.policy = &policy.base;
+    d.window_span = SLUICE_DISCOVERY_SPAN_MAX;
+    d.window_tail = SLUICE_DISCOVERY_SPAN_MAX;
+    d.window_samples = SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX;
+    d.window_min_ns = SLUICE_DISCOVERY_WINDOW_MAX_NS;
+    d.window_max_ns = SLUICE_DISCOVERY_WINDOW_MAX_NS;
+    d.retry_after_max_ns = INT64_MAX;
+    d.lock_ttl_s = SLUICE_DISCOVERY_TTL_MAX_S;
+    node_create(&n, &d);
+    int64_t latencies[] = {INT64_MAX, INT64_MIN, -1, 0, SLUICE_DISCOVERY_LATENCY_MAX_NS + 1, SEC};
+    for (int round = 0; round < 3; round++)
+        for (size_t i = 0; i < sizeof latencies / sizeof latencies[0]; i++) {
+            advance(&n, SEC);
+            feed(&n, latencies[i], UINT32_MAX, SLUICE_OUTCOME_OK, 0);
+            feed(&n, latencies[i], UINT32_MAX, SLUICE_OUTCOME_IGNORE, INT64_MAX);
+        }
+    cr_assert_eq(atomic_load(&tally.windows), 0, "%" PRIu64 " windows closed within a minute",
+                 (uint64_t)atomic_load(&tally.windows));
+    /* The window still closes at window_max_ns, and the hold saturates. */
+    advance(&n, SLUICE_DISCOVERY_WINDOW_MAX_NS);
+    sluice_discovery_poll(n.disc);
+    cr_assert_eq(atomic_load(&tally.windows), 1);
+    feed(&n, INT64_MAX, 1, SLUICE_OUTCOME_OVERLOAD, INT64_MAX);
+    cr_assert_eq(sluice_discovery_hold_until(n.disc), INT64_MAX);
+    sluice_discovery_destroy(n.disc);
+}
+
+static void *steady_calls(void *arg)
+{
+    struct sluice_discovery *d = (struct sluice_discovery *)arg;
+    struct sluice_sample s = {1000, 4, SLUICE_OUTCOME_OK, 0}; /* every call takes 1 µs */
+    for (int i = 0; i < SCALED(100000); i++)
+        sluice_discovery_on_sample(d, &s);
+    return NULL;
+}
+
+Test(discovery, a_sample_lands_whole_in_one_window)
+{
+    /* Every call takes exactly 1 µs, so every window's mean must be exactly
+     * 1 µs: a sample whose latency landed in one window and its count in the
+     * next would show as a different mean in both. Windows close every few
+     * microseconds of real time, racing the samples. */
+    struct tally tally = {0};
+    tally.latency_ns = 1000;
+    struct tally_policy policy = {{&tally_ops}, &tally};
+    struct sluice_gate gate;
+    sluice_gate_init(&gate, 1);
+    struct sluice_discovery_desc d;
+    memset(&d, 0, sizeof d);
+    d.node_id = "cloud:whole";
+    d.gate = &gate;
+    d.policy = &policy.base;
+    d.jumpstart = 4;
+    d.window_min_ns = 1;
+    d.window_max_ns = 20 * 1000;
+    struct sluice_discovery *disc;
+    cr_assert_eq(sluice_discovery_create(&d, &disc, NULL), SLUICE_OK);
+    enum { THREADS = 3 };
+    pthread_t tids[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&tids[i], NULL, steady_calls, disc);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(tids[i], NULL);
+    cr_assert_gt(atomic_load(&tally.windows), 100);
+    cr_assert_eq(atomic_load(&tally.torn), 0, "%" PRIu64 " of %" PRIu64 " windows had a split sample",
+                 (uint64_t)atomic_load(&tally.torn), (uint64_t)atomic_load(&tally.windows));
+    sluice_discovery_destroy(disc);
+}
+
+/* ---- the event callback: one at a time, in seq order ------------------------- */
+
+struct ordered {
+    _Atomic(int) inside;
+    _Atomic(uint64_t) last_seq, calls, overlaps, disorders;
+};
+
+static void check_order(void *ctx, const struct sluice_event *ev)
+{
+    struct ordered *o = (struct ordered *)ctx;
+    if (atomic_exchange(&o->inside, 1))
+        atomic_fetch_add(&o->overlaps, 1);
+    if (ev->seq <= atomic_load_explicit(&o->last_seq, memory_order_relaxed))
+        atomic_fetch_add(&o->disorders, 1);
+    atomic_store_explicit(&o->last_seq, ev->seq, memory_order_relaxed);
+    atomic_fetch_add(&o->calls, 1);
+    for (volatile int spin = 0; spin < 2000; spin++) { /* a callback that takes a moment */
+    }
+    atomic_store(&o->inside, 0);
+}
+
+/* Overloads (each closes its window with a backoff event) and clears. */
+static void *event_storm(void *arg)
+{
+    struct sluice_discovery *d = (struct sluice_discovery *)arg;
+    struct sluice_sample overload = {0, 4, SLUICE_OUTCOME_OVERLOAD, 0};
+    for (int i = 0; i < SCALED(4000); i++) {
+        if (i % 50 == 49)
+            sluice_discovery_clear(d);
+        else
+            sluice_discovery_on_sample(d, &overload);
+    }
+    return NULL;
+}
+
+Test(discovery, events_reach_the_callback_one_at_a_time_in_seq_order)
+{
+    struct sluice_gate gate;
+    sluice_gate_init(&gate, 1);
+    struct ordered o;
+    memset(&o, 0, sizeof o);
+    struct sluice_discovery_desc d;
+    memset(&d, 0, sizeof d);
+    d.node_id = "cloud:ordered";
+    d.gate = &gate;
+    d.jumpstart = 64;
+    d.events = 1u << 16;
+    d.on_event = check_order;
+    d.on_event_ctx = &o;
+    struct sluice_discovery *disc;
+    cr_assert_eq(sluice_discovery_create(&d, &disc, NULL), SLUICE_OK);
+    enum { THREADS = 4 };
+    pthread_t tids[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&tids[i], NULL, event_storm, disc);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(tids[i], NULL);
+    sluice_discovery_sync(disc);
+    uint64_t count = sluice_event_ring_count(sluice_discovery_events(disc));
+    cr_assert_gt(count, 100);
+    cr_assert_eq(atomic_load(&o.overlaps), 0, "the callback ran on two threads at once");
+    cr_assert_eq(atomic_load(&o.disorders), 0, "an event came after a later one");
+    cr_assert_eq(atomic_load(&o.last_seq), count, "sync returned before the last delivery");
+    cr_assert_eq(atomic_load(&o.calls), count, "an event was delivered twice or skipped");
+    sluice_discovery_destroy(disc);
 }

@@ -1,3 +1,6 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* fopencookie */
+#endif
 #include <criterion/criterion.h>
 #include <sluice/events.h>
 
@@ -146,6 +149,44 @@ Test(events, ring_writes_json_lines_to_a_file)
     free(text);
 }
 
+/* A FILE whose every write pushes another event: a writer that never stops. */
+struct chasing_file {
+    struct sluice_event_ring *ring;
+    uint64_t pushed;
+};
+
+static ssize_t push_on_write(void *cookie, const char *buf, size_t size)
+{
+    (void)buf;
+    struct chasing_file *c = (struct chasing_file *)cookie;
+    struct sluice_event ev = make_event(1, 2);
+    sluice_event_ring_push(c->ring, &ev);
+    c->pushed++;
+    return (ssize_t)size;
+}
+
+Test(events, write_json_stops_at_the_events_present_when_it_started, .timeout = 10)
+{
+    struct sluice_event_slot slots[8];
+    struct sluice_event_ring ring;
+    sluice_event_ring_init(&ring, slots, 8, "n");
+    for (uint32_t i = 1; i <= 5; i++) {
+        struct sluice_event ev = make_event(i, i);
+        sluice_event_ring_push(&ring, &ev);
+    }
+    struct chasing_file chase = {&ring, 0};
+    cookie_io_functions_t io = {NULL, push_on_write, NULL, NULL};
+    FILE *f = fopencookie(&chase, "w", io);
+    cr_assert_not_null(f);
+    setvbuf(f, NULL, _IONBF, 0); /* every record reaches push_on_write at once */
+    uint64_t cursor = 0;
+    cr_assert_eq(sluice_event_ring_write_json(f, &ring, &cursor), 5);
+    cr_assert_eq(cursor, 5, "the cursor stops where the ring stood at the start");
+    cr_assert_gt(chase.pushed, 0, "the writer kept pushing meanwhile");
+    cr_assert_eq(sluice_event_ring_count(&ring), 5 + chase.pushed);
+    fclose(f);
+}
+
 Test(events, kind_and_cause_names_are_stable)
 {
     cr_assert_str_eq(sluice_event_kind_name(SLUICE_EVENT_PROBE), "probe");
@@ -155,8 +196,12 @@ Test(events, kind_and_cause_names_are_stable)
     cr_assert_str_eq(sluice_event_kind_name(SLUICE_EVENT_EXPIRY), "expiry");
     cr_assert_str_eq(sluice_event_kind_name(SLUICE_EVENT_RESTORE), "restore");
     cr_assert_str_eq(sluice_event_kind_name(SLUICE_EVENT_CLEAR), "clear");
+    cr_assert_str_eq(sluice_event_kind_name(SLUICE_EVENT_STORE), "store");
     cr_assert_str_eq(sluice_cause_name(SLUICE_CAUSE_LATENCY), "latency");
     cr_assert_str_eq(sluice_cause_name(SLUICE_CAUSE_OVERLOAD), "overload");
+    cr_assert_str_eq(sluice_cause_name(SLUICE_CAUSE_STORE_ERROR), "store_error");
+    cr_assert_str_eq(sluice_cause_name(SLUICE_CAUSE_INVALID_RECORD), "invalid_record");
+    cr_assert_str_eq(sluice_cause_name(SLUICE_CAUSE_EXPIRY_CAPPED), "expiry_capped");
 }
 
 #include <pthread.h>

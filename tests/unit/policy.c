@@ -206,3 +206,118 @@ Test(policy, gradient_holds_on_a_window_whose_latency_reads_zero)
     w = healthy(20, 20, SEC, 0.1);
     cr_assert_geq(sluice_policy_update(&p.base, &w).limit, 20, "the next window still grows");
 }
+
+Test(policy, saturating_casts_never_overflow)
+{
+    cr_assert_eq(sluice__sat_u32(1e300), UINT32_MAX);
+    cr_assert_eq(sluice__sat_u32(INFINITY), UINT32_MAX);
+    cr_assert_eq(sluice__sat_u32(4294967295.0), UINT32_MAX);
+    cr_assert_eq(sluice__sat_u32(4294967294.5), UINT32_MAX - 1);
+    cr_assert_eq(sluice__sat_u32(-3.0), 0);
+    cr_assert_eq(sluice__sat_u32(NAN), 0);
+    cr_assert_eq(sluice__sat_u32(7.9), 7);
+    cr_assert_eq(sluice__sat_i64(2e21), INT64_MAX, "the 2e+21 of a window_tail of 1e12");
+    cr_assert_eq(sluice__sat_i64(-INFINITY), INT64_MIN);
+    cr_assert_eq(sluice__sat_i64(NAN), 0);
+    cr_assert_eq(sluice__sat_i64(-5.5), -5);
+}
+
+/* Each out-of-range parameter fails its policy's init with a message naming it. */
+#define EXPECT_PARAM_EINVAL(init, type, field, value)                                              \
+    do {                                                                                           \
+        struct sluice_policy_##type p;                                                             \
+        struct sluice_policy_##type##_params params;                                               \
+        memset(&params, 0, sizeof params);                                                         \
+        params.field = value;                                                                      \
+        const char *why = NULL;                                                                    \
+        cr_expect_eq(init(&p, &params, &why), SLUICE_EINVAL, "%s = %s accepted", #field, #value); \
+        cr_expect(why && strstr(why, "sluice_policy_" #type "_params." #field),                    \
+                  "%s = %s: message '%s' does not name the field", #field, #value,                 \
+                  why ? why : "(none)");                                                           \
+    } while (0)
+
+Test(policy, every_parameter_is_bounded_and_non_finite_values_are_rejected)
+{
+    EXPECT_PARAM_EINVAL(sluice_policy_aimd_init, aimd, backoff, NAN);
+    EXPECT_PARAM_EINVAL(sluice_policy_aimd_init, aimd, increase, SLUICE_POLICY_LIMIT_MAX + 1);
+    EXPECT_PARAM_EINVAL(sluice_policy_aimd_init, aimd, timeout_ns, -1);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, backoff, INFINITY);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, knee, INFINITY);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, knee, 101);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, knee_floor, NAN);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, noise_z, 1e9);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, baseline_weight, 2);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, confirm, 1001);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, min_samples, 65537);
+    EXPECT_PARAM_EINVAL(sluice_policy_gradient_init, gradient, tolerance, 1e9);
+    EXPECT_PARAM_EINVAL(sluice_policy_gradient_init, gradient, tolerance, NAN);
+    EXPECT_PARAM_EINVAL(sluice_policy_gradient_init, gradient, smoothing, INFINITY);
+    EXPECT_PARAM_EINVAL(sluice_policy_gradient_init, gradient, long_weight, -1);
+    EXPECT_PARAM_EINVAL(sluice_policy_gradient_init, gradient, queue, 1e9);
+    EXPECT_PARAM_EINVAL(sluice_policy_gradient_init, gradient, backoff, 1);
+    EXPECT_PARAM_EINVAL(sluice_policy_vegas_init, vegas, alpha, 1e9);
+    EXPECT_PARAM_EINVAL(sluice_policy_vegas_init, vegas, alpha, INFINITY);
+    EXPECT_PARAM_EINVAL(sluice_policy_vegas_init, vegas, beta, 1e9);
+    EXPECT_PARAM_EINVAL(sluice_policy_vegas_init, vegas, drift, NAN);
+    EXPECT_PARAM_EINVAL(sluice_policy_vegas_init, vegas, backoff, -INFINITY);
+    EXPECT_PARAM_EINVAL(sluice_policy_fixed_init, fixed, limit, SLUICE_POLICY_LIMIT_MAX + 1);
+}
+
+Test(policy, the_largest_valid_parameters_at_the_largest_limit_stay_defined)
+{
+    /* Under UBSan (the asan build). Vegas used to compute (uint32_t)(beta·lg)
+     * with beta up to 1e9: 9e9 does not fit. */
+    struct sluice_window w = healthy(SLUICE_POLICY_LIMIT_MAX, 1000, SEC, 0.1);
+    struct sluice_policy_vegas v;
+    struct sluice_policy_vegas_params vp = {.alpha = 999, .beta = 1000};
+    cr_assert_eq(sluice_policy_vegas_init(&v, &vp, NULL), SLUICE_OK);
+    sluice_policy_reset(&v.base, 5, false);
+    struct sluice_verdict verdict = sluice_policy_update(&v.base, &w);
+    cr_assert_eq(verdict.cause, SLUICE_CAUSE_ADDITIVE);
+    cr_assert_eq(verdict.limit, SLUICE_POLICY_LIMIT_MAX + 9030, "+ 1000 x lg(2^30), floored");
+
+    struct sluice_policy_gradient g;
+    struct sluice_policy_gradient_params gp = {.tolerance = 100, .smoothing = 1, .queue = 1e6};
+    cr_assert_eq(sluice_policy_gradient_init(&g, &gp, NULL), SLUICE_OK);
+    sluice_policy_reset(&g.base, UINT32_MAX, false);
+    w = healthy(UINT32_MAX, 1000, SEC, 0.1);
+    cr_assert_eq(sluice_policy_update(&g.base, &w).limit, UINT32_MAX, "saturates, never wraps");
+
+    struct sluice_policy_discover dp;
+    struct sluice_policy_discover_params kp = {.knee = 100, .noise_z = 100, .confirm = 1,
+                                               .min_samples = 1};
+    cr_assert_eq(sluice_policy_discover_init(&dp, &kp, NULL), SLUICE_OK);
+    sluice_policy_reset(&dp.base, UINT32_MAX, false);
+    w = healthy(UINT32_MAX, 1000, SEC, 0.0);
+    sluice_policy_update(&dp.base, &w);
+    w.latency_mean_ns = 1000 * SEC; /* a thousandfold rise: a knee */
+    verdict = sluice_policy_update(&dp.base, &w);
+    cr_assert_eq(verdict.cause, SLUICE_CAUSE_LATENCY);
+    cr_assert_geq(verdict.estimate, 1);
+
+    struct sluice_policy_aimd a;
+    struct sluice_policy_aimd_params ap = {.increase = SLUICE_POLICY_LIMIT_MAX};
+    cr_assert_eq(sluice_policy_aimd_init(&a, &ap, NULL), SLUICE_OK);
+    w = healthy(UINT32_MAX - 1, 10, SEC, 0.1);
+    cr_assert_eq(sluice_policy_update(&a.base, &w).limit, UINT32_MAX);
+}
+
+Test(policy, every_built_in_states_its_size_for_the_per_node_copy)
+{
+    struct sluice_policy_aimd a;
+    struct sluice_policy_discover d;
+    struct sluice_policy_gradient g;
+    struct sluice_policy_vegas v;
+    struct sluice_policy_fixed f;
+    sluice_policy_aimd_init(&a, NULL, NULL);
+    sluice_policy_discover_init(&d, NULL, NULL);
+    sluice_policy_gradient_init(&g, NULL, NULL);
+    sluice_policy_vegas_init(&v, NULL, NULL);
+    sluice_policy_fixed_init(&f, NULL, NULL);
+    cr_assert_eq(a.base.ops->size, sizeof a);
+    cr_assert_eq(d.base.ops->size, sizeof d);
+    cr_assert_eq(g.base.ops->size, sizeof g);
+    cr_assert_eq(v.base.ops->size, sizeof v);
+    cr_assert_eq(f.base.ops->size, sizeof f);
+    cr_assert_leq(d.base.ops->size, SLUICE_POLICY_STATE_MAX / 4, "headroom for custom policies");
+}
