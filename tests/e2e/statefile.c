@@ -1,0 +1,609 @@
+/*
+ * The state file: where it lives, what it holds, durable and byte-preserving
+ * rewrites, every kind of bad file (an error and an empty state, never a
+ * crash, and a clean rewrite at the next save), a read-only directory, a
+ * full disk, several processes saving at once, and a discovered lock that
+ * outlives its process.
+ */
+#include <dirent.h>
+#include <jansson.h>
+#include <sys/resource.h>
+
+#include <sluice/statefile.h>
+
+#include "admin_fixture.h"
+#include "run_fixtures.h"
+
+static char dir[256];
+static struct sluice_statefile *sf;
+
+static void cleanup(void)
+{
+    sluice_statefile_close(sf);
+    sf = NULL;
+    fixture_rmtree(dir);
+}
+
+TestSuite(statefile, .fini = cleanup, .timeout = 30);
+
+static char *slurp(const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return NULL;
+    char *buf = calloc(1, 1 << 20);
+    size_t n = fread(buf, 1, (1 << 20) - 1, fp);
+    buf[n] = '\0';
+    fclose(fp);
+    return buf;
+}
+
+static void spit(const char *path, const char *text, size_t len)
+{
+    FILE *fp = fopen(path, "wb");
+    cr_assert_not_null(fp, "%s: %s", path, strerror(errno));
+    cr_assert_eq(fwrite(text, 1, len, fp), len);
+    fclose(fp);
+}
+
+/* A state file at dir/sub/ceilings.json (the directory does not exist yet). */
+static const char *open_in_tmp(void)
+{
+    static char path[512];
+    fixture_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/state/sluice/ceilings.json", dir);
+    char err[256];
+    cr_assert_eq(sluice_statefile_open(&(struct sluice_statefile_desc){.path = path, .error = err,
+                                                                       .error_size = sizeof err},
+                                       &sf),
+                 SLUICE_OK, "%s", err);
+    return path;
+}
+
+static struct sluice_lock_record record(uint32_t ceiling, const char *policy)
+{
+    struct sluice_lock_record r = fixture_lock(ceiling, 3600);
+    snprintf(r.policy, sizeof r.policy, "%s", policy);
+    return r;
+}
+
+static int count_tmp_files(const char *d)
+{
+    DIR *dp = opendir(d);
+    int n = 0;
+    for (struct dirent *e; dp && (e = readdir(dp));)
+        n += strstr(e->d_name, ".tmp.") != NULL;
+    if (dp)
+        closedir(dp);
+    return n;
+}
+
+Test(statefile, default_path_is_xdg_state_home_then_home_local_state)
+{
+    char buf[512];
+    setenv("XDG_STATE_HOME", "/xdg/state", 1);
+    sluice_statefile_default_path(buf, sizeof buf);
+    cr_expect_str_eq(buf, "/xdg/state/sluice/ceilings.json");
+    setenv("XDG_STATE_HOME", "relative/ignored", 1);
+    setenv("HOME", "/home/ada", 1);
+    sluice_statefile_default_path(buf, sizeof buf);
+    cr_expect_str_eq(buf, "/home/ada/.local/state/sluice/ceilings.json");
+    unsetenv("XDG_STATE_HOME");
+    sluice_statefile_default_path(buf, sizeof buf);
+    cr_expect_str_eq(buf, "/home/ada/.local/state/sluice/ceilings.json");
+
+    /* open(NULL path) uses it; the first save makes the directory 0700 and the file 0600. */
+    fixture_tmpdir(dir, sizeof dir);
+    char xdg[300];
+    snprintf(xdg, sizeof xdg, "%s/xdg", dir);
+    setenv("XDG_STATE_HOME", xdg, 1);
+    cr_assert_eq(sluice_statefile_open(NULL, &sf), SLUICE_OK);
+    char want[400];
+    snprintf(want, sizeof want, "%s/sluice/ceilings.json", xdg);
+    cr_expect_str_eq(sluice_statefile_path(sf), want);
+    struct sluice_lock_record r = record(52, "discover");
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:default_ollama", &r), SLUICE_OK);
+    struct stat st;
+    char sub[400];
+    snprintf(sub, sizeof sub, "%s/sluice", xdg);
+    cr_assert_eq(stat(sub, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0700, "dir mode %o", st.st_mode & 0777);
+    cr_assert_eq(stat(want, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0600, "file mode %o", st.st_mode & 0777);
+}
+
+Test(statefile, save_then_load_round_trips_ceiling_times_and_policy)
+{
+    const char *path = open_in_tmp();
+    struct sluice_lock_record r = record(52, "discover"), back;
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:default_ollama", &r), SLUICE_OK);
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:default_ollama", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 52);
+    cr_expect_eq(back.locked_at_s, r.locked_at_s);
+    cr_expect_eq(back.expires_s, r.expires_s);
+    cr_expect_str_eq(back.policy, "discover");
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:other", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 0, "no record");
+    char *text = slurp(path);
+    cr_expect(strstr(text, "\"format\": \"sluice-ceilings\"") && strstr(text, "\"version\": 1"),
+              "%s", text);
+    cr_expect(strstr(text, "\"cloud:default_ollama\": {\"ceiling\": 52, \"locked_at\": ") != NULL, "%s", text);
+    free(text);
+    char err[64];
+    cr_expect_eq(sluice_statefile_last_error(sf, err, sizeof err), 0);
+    cr_expect_str_eq(err, "");
+    cr_expect_eq(count_tmp_files(dir), 0);
+}
+
+Test(statefile, a_save_rewrites_only_its_node_and_keeps_every_other_entry_byte_identical)
+{
+    const char *path = open_in_tmp();
+    struct sluice_lock_record r = record(7, "discover");
+    cr_assert_eq(sluice_statefile_save(sf, "first", &r), SLUICE_OK); /* makes the directories */
+    /* Another writer's layout: multi-line, an unknown field, an escaped key, extra members. */
+    const char *other = "{\n \"ceiling\" : 40,\"locked_at\":1,\n\t\"expires_at\": 99999999999, \"policy\":\"aimd\", \"note\": [1, {\"x\": \"}\"}]}";
+    char text[2048];
+    int len = snprintf(text, sizeof text,
+                       "{\"version\": 1, \"format\": \"sluice-ceilings\", \"written_by\": {\"tool\": \"x\"},\n"
+                       "\"nodes\": {\"caf\\u00e9\": %s,\n\"mine\": {\"ceiling\": 3, \"locked_at\": 1, \"expires_at\": 2, \"policy\": \"discover\"}}}\n",
+                       other);
+    spit(path, text, (size_t)len);
+    r = record(52, "discover");
+    cr_assert_eq(sluice_statefile_save(sf, "mine", &r), SLUICE_OK);
+    r = record(9, "vegas");
+    cr_assert_eq(sluice_statefile_save(sf, "new", &r), SLUICE_OK);
+    char *after = slurp(path);
+    char entry[1024];
+    snprintf(entry, sizeof entry, "\"caf\\u00e9\": %s", other);
+    cr_expect(strstr(after, entry) != NULL, "the other entry changed:\n%s", after);
+    cr_expect(strstr(after, "\"written_by\": {\"tool\": \"x\"}") != NULL, "unknown member dropped:\n%s", after);
+    struct sluice_lock_record back;
+    cr_assert_eq(sluice_statefile_load(sf, "café", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 40);
+    cr_assert_eq(sluice_statefile_load(sf, "mine", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 52);
+    cr_assert_eq(sluice_statefile_load(sf, "new", &back), SLUICE_OK);
+    cr_expect_str_eq(back.policy, "vegas");
+
+    /* Saving "mine" again changes only its own line. */
+    r = record(53, "discover");
+    cr_assert_eq(sluice_statefile_save(sf, "mine", &r), SLUICE_OK);
+    char *again = slurp(path);
+    char *a = strstr(after, "\"new\": "), *b = strstr(again, "\"new\": ");
+    cr_assert(a && b);
+    cr_expect_eq(strcspn(a, "\n"), strcspn(b, "\n"));
+    cr_expect_eq(strncmp(a, b, strcspn(a, "\n")), 0, "\"new\" changed");
+    cr_expect(strstr(again, entry) != NULL);
+    free(after);
+    free(again);
+}
+
+Test(statefile, clear_drops_only_that_node)
+{
+    open_in_tmp();
+    struct sluice_lock_record r = record(10, "discover"), back;
+    cr_assert_eq(sluice_statefile_save(sf, "a", &r), SLUICE_OK);
+    cr_assert_eq(sluice_statefile_save(sf, "b", &r), SLUICE_OK);
+    cr_assert_eq(sluice_statefile_clear(sf, "a"), SLUICE_OK);
+    cr_assert_eq(sluice_statefile_load(sf, "a", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 0);
+    cr_assert_eq(sluice_statefile_load(sf, "b", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 10);
+    cr_expect_eq(sluice_statefile_clear(sf, "never-there"), SLUICE_OK);
+}
+
+/* ---- bad files -------------------------------------------------------------- */
+
+struct bad_case {
+    const char *name;
+    const char *text;
+    const char *says; /* in the error message */
+};
+
+static int64_t future_s(void)
+{
+    return fixture_now_s() + 86400 * 365;
+}
+
+static void check_bad_file(const struct bad_case *c)
+{
+    const char *path = open_in_tmp();
+    struct sluice_lock_record r = record(5, "discover"), back;
+    cr_assert_eq(sluice_statefile_save(sf, "x", &r), SLUICE_OK); /* directories */
+    spit(path, c->text, strlen(c->text));
+
+    memset(&back, 0xff, sizeof back);
+    int status = sluice_statefile_load(sf, "cloud:a", &back);
+    cr_expect_eq(status, SLUICE_EINVAL, "%s: load returned %d", c->name, status);
+    cr_expect_eq(back.ceiling, 0, "%s: treated as empty", c->name);
+    char err[1024];
+    cr_expect_gt(sluice_statefile_last_error(sf, err, sizeof err), 0);
+    cr_expect(strstr(err, path) != NULL, "%s: message names the file: %s", c->name, err);
+    cr_expect(strstr(err, c->says) != NULL, "%s: message \"%s\" lacks \"%s\"", c->name, err, c->says);
+
+    /* An engine over it starts the node empty, with a store event, and keeps working. */
+    struct sluice_store_ops ops = sluice_statefile_ops(sf);
+    struct sluice_discovery_desc disc = {0};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 16, .discovery = &disc}};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = b, .n_backends = 1,
+                                                                   .store = &ops},
+                                      &e),
+                 SLUICE_OK);
+    struct sluice_discovery_status st;
+    sluice_engine_status(e, "cloud:a", &st);
+    cr_expect_eq(st.state, SLUICE_DISCOVERY_PROBING, "%s", c->name);
+    cr_expect_eq(st.last_event.kind, SLUICE_EVENT_STORE, "%s: a store event", c->name);
+    cr_expect(st.last_event.cause == SLUICE_CAUSE_STORE_ERROR, "%s: cause %s", c->name,
+              sluice_cause_name(st.last_event.cause));
+    sluice_engine_destroy(e);
+
+    /* The next save rewrites it cleanly. */
+    r = record(21, "discover");
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK, "%s", c->name);
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_OK, "%s: after rewrite", c->name);
+    cr_expect_eq(back.ceiling, 21);
+    char *text = slurp(path);
+    json_error_t je;
+    json_t *j = json_loads(text, 0, &je);
+    cr_expect_not_null(j, "%s: rewritten file is JSON: %s", c->name, text);
+    json_decref(j);
+    free(text);
+    cleanup();
+}
+
+Test(statefile, empty_torn_corrupt_and_foreign_files_are_errors_and_read_as_empty)
+{
+    const struct bad_case cases[] = {
+        {"empty", "", "empty"},
+        {"torn", "{\n  \"format\": \"sluice-ceilings\",\n  \"version\": 1,\n  \"nodes\": {\n    \"cloud:a\": {\"ceil", "not valid JSON"},
+        {"corrupt", "\x7f" "ELF\x01\x02 garbage", "not valid JSON"},
+        {"not an object", "[1, 2, 3]", "not a JSON object"},
+        {"unknown version", "{\"format\": \"sluice-ceilings\", \"version\": 2, \"nodes\": {}}", "unknown version 2"},
+        {"version wrong type", "{\"format\": \"sluice-ceilings\", \"version\": \"1\", \"nodes\": {}}", "\"version\""},
+        {"foreign format", "{\"format\": \"something-else\", \"version\": 1, \"nodes\": {}}", "\"format\""},
+        {"nodes wrong type", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": []}", "\"nodes\""},
+        {"duplicate node", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": {}, \"cloud:a\": {}}}", "duplicate"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_bad_file(&cases[i]);
+}
+
+Test(statefile, wrong_typed_out_of_range_and_future_dated_records_are_errors_for_that_node_only)
+{
+    char future[512];
+    snprintf(future, sizeof future,
+             "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": "
+             "{\"ceiling\": 52, \"locked_at\": %lld, \"expires_at\": %lld, \"policy\": \"discover\"}}}",
+             (long long)future_s(), (long long)future_s() + 86400);
+    const struct bad_case cases[] = {
+        {"future-dated", future, "in the future"},
+        {"ceiling is a string", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": {\"ceiling\": \"52\", \"locked_at\": 1, \"expires_at\": 99999999999, \"policy\": \"discover\"}}}", "\"ceiling\""},
+        {"ceiling zero", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": {\"ceiling\": 0, \"locked_at\": 1, \"expires_at\": 99999999999, \"policy\": \"discover\"}}}", "\"ceiling\""},
+        {"ceiling too big", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": {\"ceiling\": 99999999999, \"locked_at\": 1, \"expires_at\": 99999999999, \"policy\": \"discover\"}}}", "\"ceiling\""},
+        {"expires before locked", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": {\"ceiling\": 5, \"locked_at\": 100, \"expires_at\": 50, \"policy\": \"discover\"}}}", "\"expires_at\""},
+        {"expires_at a float", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": {\"ceiling\": 5, \"locked_at\": 1, \"expires_at\": 1e11, \"policy\": \"discover\"}}}", "\"expires_at\""},
+        {"policy missing", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": {\"ceiling\": 5, \"locked_at\": 1, \"expires_at\": 99999999999}}}", "\"policy\""},
+        {"entry not an object", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": 52}}", "not an object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_bad_file(&cases[i]);
+
+    /* A bad record of one node does not hide the others, and is carried over untouched. */
+    const char *path = open_in_tmp();
+    struct sluice_lock_record r = record(5, "discover"), back;
+    cr_assert_eq(sluice_statefile_save(sf, "x", &r), SLUICE_OK);
+    const char *mixed = "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {"
+                        "\"bad\": {\"ceiling\": \"lots\"}, "
+                        "\"good\": {\"ceiling\": 8, \"locked_at\": 1, \"expires_at\": 99999999999, \"policy\": \"discover\"}}}";
+    spit(path, mixed, strlen(mixed));
+    cr_expect_eq(sluice_statefile_load(sf, "good", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 8);
+    cr_expect_eq(sluice_statefile_load(sf, "bad", &back), SLUICE_EINVAL);
+    cr_assert_eq(sluice_statefile_save(sf, "third", &r), SLUICE_OK);
+    char *text = slurp(path);
+    cr_expect(strstr(text, "\"bad\": {\"ceiling\": \"lots\"}") != NULL, "%s", text);
+    free(text);
+}
+
+/* ---- a read-only directory and a full disk ------------------------------------------- */
+
+/* Run fn in a child process (as an unprivileged user when we are root, so permissions
+ * bite); its exit code is the result, its stderr explains a failure. */
+static int in_child(int (*fn)(const char *path), const char *path, bool drop_root)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        if (drop_root && geteuid() == 0) {
+            if (setgid(65534) != 0 || setuid(65534) != 0)
+                _exit(90);
+        }
+        _exit(fn(path));
+    }
+    int ws;
+    waitpid(pid, &ws, 0);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : 100 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+}
+
+static int readonly_child(const char *path)
+{
+    struct sluice_statefile *f;
+    if (sluice_statefile_open(&(struct sluice_statefile_desc){.path = path}, &f) != SLUICE_OK)
+        return 10;
+    /* The saved lock is still readable. */
+    struct sluice_lock_record back;
+    if (sluice_statefile_load(f, "cloud:a", &back) != SLUICE_OK || back.ceiling != 12)
+        return 11;
+    struct sluice_lock_record r = fixture_lock(30, 3600);
+    if (sluice_statefile_save(f, "cloud:b", &r) != SLUICE_EIO)
+        return 12;
+    char err[1024];
+    sluice_statefile_last_error(f, err, sizeof err);
+    if (!strstr(err, path) || !strstr(err, "Permission denied")) {
+        fprintf(stderr, "message: %s\n", err);
+        return 13;
+    }
+    /* An engine restores from it, and a clear that cannot be persisted still clears in
+     * memory (a store event says why) while the node keeps serving. */
+    struct sluice_store_ops ops = sluice_statefile_ops(f);
+    struct sluice_discovery_desc disc = {0};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 16, .discovery = &disc}};
+    struct sluice_engine *e = NULL;
+    if (sluice_engine_create(&(struct sluice_engine_desc){.backends = b, .n_backends = 1, .store = &ops}, &e) != SLUICE_OK)
+        return 14;
+    struct sluice_discovery_status st;
+    sluice_engine_status(e, "cloud:a", &st);
+    if (st.state != SLUICE_DISCOVERY_LOCKED || st.ceiling != 12)
+        return 15;
+    sluice_engine_clear(e, "cloud:a");
+    sluice_discovery_sync(sluice_pool_discovery(sluice_engine_pool(e, "cloud:a")));
+    sluice_engine_status(e, "cloud:a", &st);
+    if (st.state != SLUICE_DISCOVERY_PROBING || st.last_event.kind != SLUICE_EVENT_STORE ||
+        st.last_event.cause != SLUICE_CAUSE_STORE_ERROR) {
+        fprintf(stderr, "state %d last event %s/%s\n", st.state,
+                sluice_event_kind_name(st.last_event.kind), sluice_cause_name(st.last_event.cause));
+        return 16;
+    }
+    struct sluice_pool *p = sluice_engine_pool(e, "cloud:a");
+    struct sluice_call call;
+    if (sluice_pool_call_begin(p, NULL, NULL, &call) != SLUICE_OK)
+        return 17;
+    sluice_pool_call_end(p, &call, SLUICE_OUTCOME_OK, 0);
+    sluice_engine_destroy(e);
+    sluice_statefile_close(f);
+    return 0;
+}
+
+Test(statefile, a_read_only_directory_fails_writes_clearly_and_the_engine_serves_from_memory)
+{
+    const char *path = open_in_tmp();
+    struct sluice_lock_record r = record(FIXTURE_LOCKED_CEILING, "discover");
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK);
+    char *before = slurp(path);
+    char sub[400];
+    snprintf(sub, sizeof sub, "%s/state/sluice", dir);
+    /* Let the unprivileged child read everything, then take write permission away. */
+    chmod(dir, 0755);
+    snprintf(sub, sizeof sub, "%s/state", dir);
+    chmod(sub, 0755);
+    snprintf(sub, sizeof sub, "%s/state/sluice", dir);
+    chmod(path, 0644);
+    cr_assert_eq(chmod(sub, 0555), 0);
+    int rc = in_child(readonly_child, path, true);
+    cr_expect_eq(rc, 0, "read-only child failed at step %d", rc);
+    chmod(sub, 0700);
+    char *after = slurp(path);
+    cr_expect_str_eq(after, before, "the file is untouched");
+    free(before);
+    free(after);
+}
+
+static int full_disk_child(const char *path)
+{
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {64, 64}; /* any write past 64 bytes fails with EFBIG */
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+        return 20;
+    struct sluice_statefile *f;
+    if (sluice_statefile_open(&(struct sluice_statefile_desc){.path = path}, &f) != SLUICE_OK)
+        return 21;
+    struct sluice_lock_record r = fixture_lock(30, 3600);
+    if (sluice_statefile_save(f, "cloud:b", &r) != SLUICE_EIO)
+        return 22;
+    char err[1024];
+    sluice_statefile_last_error(f, err, sizeof err);
+    if (!strstr(err, "cannot write") || !strstr(err, "File too large") ||
+        !strstr(err, "old file is unchanged")) {
+        fprintf(stderr, "message: %s\n", err);
+        return 23;
+    }
+    sluice_statefile_close(f);
+    return 0;
+}
+
+Test(statefile, a_full_disk_fails_the_save_leaving_the_old_file_and_no_temp_file)
+{
+    const char *path = open_in_tmp();
+    struct sluice_lock_record r = record(12, "discover");
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK);
+    char *before = slurp(path);
+    cr_expect_eq(in_child(full_disk_child, path, false), 0);
+    char *after = slurp(path);
+    cr_expect_str_eq(after, before);
+    char sub[400];
+    snprintf(sub, sizeof sub, "%s/state/sluice", dir);
+    cr_expect_eq(count_tmp_files(sub), 0, "the temp file was removed");
+    free(before);
+    free(after);
+}
+
+/* ---- several processes ----------------------------------------------------------- */
+
+enum { WRITERS = 4, ROUNDS = 40 };
+
+static int writer_child(const char *path, int id)
+{
+    struct sluice_statefile *f;
+    if (sluice_statefile_open(&(struct sluice_statefile_desc){.path = path}, &f) != SLUICE_OK)
+        return 30;
+    char node[32];
+    snprintf(node, sizeof node, "cloud:w%d", id);
+    for (int i = 1; i <= ROUNDS; i++) {
+        struct sluice_lock_record r = fixture_lock((uint32_t)(id * 1000 + i), 3600);
+        if (sluice_statefile_save(f, node, &r) != SLUICE_OK)
+            return 31;
+    }
+    sluice_statefile_close(f);
+    return 0;
+}
+
+static int reader_child(const char *path)
+{
+    struct sluice_statefile *f;
+    if (sluice_statefile_open(&(struct sluice_statefile_desc){.path = path}, &f) != SLUICE_OK)
+        return 40;
+    for (int i = 0; i < 400; i++) {
+        struct sluice_lock_record r;
+        if (sluice_statefile_load(f, "cloud:w1", &r) != SLUICE_OK) {
+            char err[512];
+            sluice_statefile_last_error(f, err, sizeof err);
+            fprintf(stderr, "reader saw a bad file: %s\n", err);
+            return 41;
+        }
+    }
+    sluice_statefile_close(f);
+    return 0;
+}
+
+Test(statefile, processes_saving_different_nodes_at_once_all_keep_their_saves)
+{
+    const char *path = open_in_tmp();
+    struct sluice_lock_record r = record(1, "discover");
+    cr_assert_eq(sluice_statefile_save(sf, "seed", &r), SLUICE_OK);
+    pid_t pids[WRITERS + 1];
+    for (int w = 0; w <= WRITERS; w++) {
+        fflush(NULL);
+        pids[w] = fork();
+        cr_assert_geq(pids[w], 0);
+        if (pids[w] == 0)
+            _exit(w < WRITERS ? writer_child(path, w + 1) : reader_child(path));
+    }
+    for (int w = 0; w <= WRITERS; w++) {
+        int ws;
+        waitpid(pids[w], &ws, 0);
+        cr_expect(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "process %d: status %d", w, ws);
+    }
+    for (int w = 1; w <= WRITERS; w++) {
+        char node[32];
+        snprintf(node, sizeof node, "cloud:w%d", w);
+        struct sluice_lock_record back;
+        cr_assert_eq(sluice_statefile_load(sf, node, &back), SLUICE_OK);
+        cr_expect_eq(back.ceiling, (uint32_t)(w * 1000 + ROUNDS), "%s kept its last save", node);
+    }
+    cr_assert_eq(sluice_statefile_load(sf, "seed", &r), SLUICE_OK);
+    cr_expect_eq(r.ceiling, 1);
+}
+
+/* ---- a discovered lock outlives its process ------------------------------------------ */
+
+/*
+ * Drive an adaptive node to a lock in virtual time: waves of `limit` calls,
+ * all in flight at once (saturated), each a virtual second long, until it
+ * locks at max_limit. Returns the ceiling, or 0.
+ */
+static uint32_t drive_to_lock(struct sluice_engine *e, struct fake_clock *mono, const char *node)
+{
+    struct sluice_pool *p = sluice_engine_pool(e, node);
+    struct sluice_call calls[64];
+    for (int wave = 0; wave < 30; wave++) {
+        struct sluice_discovery_status st;
+        sluice_engine_status(e, node, &st);
+        if (st.state == SLUICE_DISCOVERY_LOCKED)
+            return st.ceiling;
+        uint32_t n = st.limit < 64 ? st.limit : 64;
+        for (uint32_t i = 0; i < n; i++)
+            if (sluice_pool_call_begin(p, NULL, NULL, &calls[i]) != SLUICE_OK)
+                return 0;
+        fake_clock_advance(mono, SLUICE_NS_PER_SEC);
+        for (uint32_t i = 0; i < n; i++)
+            sluice_pool_call_end(p, &calls[i], SLUICE_OUTCOME_OK, 0);
+        fake_clock_advance(mono, 60 * SLUICE_NS_PER_SEC);
+        sluice_engine_poll(e);
+        sluice_discovery_sync(sluice_pool_discovery(p));
+    }
+    return 0;
+}
+
+static int discover_child(const char *path)
+{
+    struct sluice_statefile *f;
+    if (sluice_statefile_open(&(struct sluice_statefile_desc){.path = path}, &f) != SLUICE_OK)
+        return 50;
+    struct fake_clock mono = {.now = 1000 * SLUICE_NS_PER_SEC};
+    struct sluice_clock hook = fake_clock_hook(&mono);
+    struct sluice_store_ops ops = sluice_statefile_ops(f);
+    struct sluice_discovery_desc disc = {.jumpstart = 8}; /* the policy needs 8 calls a window */
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 16, .discovery = &disc},
+                                      {.id = "cloud:b", .active = 16, .discovery = &disc}};
+    struct sluice_engine *e = NULL;
+    if (sluice_engine_create(&(struct sluice_engine_desc){.backends = b, .n_backends = 2,
+                                                          .store = &ops, .clock = &hook},
+                             &e) != SLUICE_OK)
+        return 51;
+    uint32_t ceiling = drive_to_lock(e, &mono, "cloud:a");
+    if (ceiling != 16) {
+        fprintf(stderr, "locked at %u\n", ceiling);
+        return 52;
+    }
+    sluice_engine_destroy(e);
+    sluice_statefile_close(f);
+    return 0;
+}
+
+Test(statefile, a_lock_discovered_by_one_process_restores_locked_in_the_next)
+{
+    const char *path = open_in_tmp();
+    cr_assert_eq(in_child(discover_child, path, false), 0, "the first process did not lock");
+    struct sluice_lock_record rec;
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:a", &rec), SLUICE_OK);
+    cr_expect_eq(rec.ceiling, 16);
+    cr_expect_str_eq(rec.policy, "discover");
+    cr_expect(rec.locked_at_s <= fixture_now_s() && rec.locked_at_s > fixture_now_s() - 60);
+    cr_expect_eq(rec.expires_s - rec.locked_at_s, 86400, "locked for 24 h");
+
+    /* The next process: 🔒 from the first request, with a restore event. */
+    struct sluice_store_ops ops = sluice_statefile_ops(sf);
+    struct sluice_discovery_desc disc = {.jumpstart = 8}; /* the policy needs 8 calls a window */
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 16, .discovery = &disc},
+                                      {.id = "cloud:b", .active = 16, .discovery = &disc}};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = b, .n_backends = 2,
+                                                                   .store = &ops},
+                                      &e),
+                 SLUICE_OK);
+    char line[128];
+    sluice_engine_status_line(e, "cloud:a", line, sizeof line);
+    cr_expect_str_eq(line, "cloud:a 0/16 🔒");
+    struct sluice_event ev;
+    uint64_t cursor = 0;
+    cr_assert_eq(sluice_event_ring_read(sluice_engine_events(e, "cloud:a"), &cursor, &ev, 1, NULL), 1);
+    cr_expect_eq(ev.kind, SLUICE_EVENT_RESTORE);
+    cr_expect_eq(ev.new_limit, 16);
+    sluice_engine_status_line(e, "cloud:b", line, sizeof line);
+    cr_expect_str_eq(line, "cloud:b 0/8 📈", "the other node was never locked");
+    sluice_engine_destroy(e);
+
+    /* An expired lock is dropped: the node starts probing. */
+    rec.locked_at_s = fixture_now_s() - 90000;
+    rec.expires_s = fixture_now_s() - 10;
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &rec), SLUICE_OK);
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = b, .n_backends = 2,
+                                                                   .store = &ops},
+                                      &e),
+                 SLUICE_OK);
+    sluice_engine_status_line(e, "cloud:a", line, sizeof line);
+    cr_expect_str_eq(line, "cloud:a 0/8 📈");
+    sluice_engine_destroy(e);
+}
