@@ -1,0 +1,707 @@
+/*
+ * curl_loop.c — the event-loop driver (sluice_curl_loop over curl_multi)
+ * against the HTTP provider simulator: discovery with 200 concurrent
+ * submissions from 4 threads, admission at submit, cancel at every stage,
+ * deadlines, Retry-After, shutdown, max_requests, keep-alive, and the
+ * embedder's-loop mode driven by a plain epoll loop.
+ */
+#include <sys/epoll.h>
+
+#include "e2e/curl_fixture.h"
+
+#define LOOP_TEST(name) Test(curl_loop, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
+
+/* ---- completions ---------------------------------------------------------------- */
+
+struct tracker {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    long done;
+    long by_status[8]; /* OK, ECANCELED, ETIMEDOUT, ECLOSED, EIO, other */
+    long overloads;
+};
+
+struct req {
+    CURL *easy;
+    struct sluice_cancel token;
+    struct sluice_curl_result r;
+    _Atomic(int) done_count;
+    int64_t done_ns;
+    uint64_t id;
+    struct tracker *t;
+    void *owner; /* the submitter thread's queue (discovery test) */
+};
+
+static void tracker_init(struct tracker *t)
+{
+    memset(t, 0, sizeof *t);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+}
+
+static int status_slot(int status)
+{
+    switch (status) {
+    case SLUICE_OK:
+        return 0;
+    case SLUICE_ECANCELED:
+        return 1;
+    case SLUICE_ETIMEDOUT:
+        return 2;
+    case SLUICE_ECLOSED:
+        return 3;
+    case SLUICE_EIO:
+        return 4;
+    default:
+        return 5;
+    }
+}
+
+static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
+{
+    struct req *q = (struct req *)data;
+    cr_assert_eq(easy, q->easy, "done got another request's handle");
+    q->r = *r;
+    q->done_ns = sluice_monotonic_ns();
+    atomic_fetch_add(&q->done_count, 1);
+    struct tracker *t = q->t;
+    pthread_mutex_lock(&t->mu);
+    t->done++;
+    t->by_status[status_slot(r->status)]++;
+    t->overloads += r->kind == SLUICE_CURL_OVERLOADED;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* Wait (bounded) until `n` completions arrived. */
+static void wait_done(struct tracker *t, long n, int ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&t->mu);
+    while (t->done < n && pthread_cond_timedwait(&t->cv, &t->mu, &until) == 0) {
+    }
+    long got = t->done;
+    pthread_mutex_unlock(&t->mu);
+    cr_assert_geq(got, n, "%ld of %ld completions after %d ms", got, n, ms);
+}
+
+static void req_init(struct req *q, struct tracker *t)
+{
+    memset(q, 0, sizeof *q);
+    q->easy = fx_easy();
+    q->t = t;
+    sluice_cancel_init(&q->token);
+}
+
+static struct sluice_curl_request req_of(struct req *q, bool token)
+{
+    return (struct sluice_curl_request){.backend = FX_BACKEND,
+                                        .easy = q->easy,
+                                        .cancel = token ? &q->token : NULL,
+                                        .done = on_done,
+                                        .data = q};
+}
+
+static int submit(struct sluice_curl_loop *loop, struct req *q, bool token)
+{
+    struct sluice_curl_request rq = req_of(q, token);
+    return sluice_curl_loop_submit(loop, &rq, &q->id);
+}
+
+static struct sluice_curl_loop *loop_create(struct sluice_engine *e, uint32_t max_requests)
+{
+    struct sluice_curl_loop *loop = NULL;
+    struct sluice_curl_loop_desc d = {.engine = e, .max_requests = max_requests};
+    cr_assert_eq(sluice_curl_loop_create(&d, &loop), SLUICE_OK);
+    return loop;
+}
+
+static void wait_in_flight(long n)
+{
+    int64_t until = fx_now_ms() + 5000;
+    while (fx_stats().in_flight < n)
+        cr_assert_lt(fx_now_ms(), until, "the simulator never saw %ld calls in flight", n);
+}
+
+/* ---- discovery: 200 concurrent submissions from 4 threads ------------------------------- */
+
+#define SUBMITTERS 4
+#define PER_SUBMITTER 50
+
+/* A submitter's handles come back to it through this queue (from the loop thread). */
+struct submitter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct req *back[PER_SUBMITTER];
+    int n_back;
+    struct req reqs[PER_SUBMITTER];
+    struct sluice_curl_loop *loop;
+    struct tracker *t;
+    _Atomic(bool) *stop;
+    long rejected;
+};
+
+static void on_done_requeue(const struct sluice_curl_result *r, CURL *easy, void *data)
+{
+    on_done(r, easy, data);
+    struct req *q = (struct req *)data;
+    struct submitter *s = (struct submitter *)q->owner;
+    atomic_store(&q->done_count, 0);
+    pthread_mutex_lock(&s->mu);
+    s->back[s->n_back++] = q;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *submitter_main(void *arg)
+{
+    struct submitter *s = (struct submitter *)arg;
+    for (int i = 0; i < PER_SUBMITTER; i++)
+        s->back[s->n_back++] = &s->reqs[i];
+    pthread_mutex_lock(&s->mu);
+    while (!atomic_load(s->stop) || s->n_back < PER_SUBMITTER) {
+        if (atomic_load(s->stop) || s->n_back == 0) {
+            struct timespec t;
+            clock_gettime(CLOCK_REALTIME, &t);
+            t.tv_nsec += 20000000L;
+            if (t.tv_nsec >= 1000000000L) {
+                t.tv_sec++;
+                t.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->cv, &s->mu, &t);
+            continue;
+        }
+        struct req *q = s->back[--s->n_back];
+        pthread_mutex_unlock(&s->mu);
+        struct sluice_curl_request rq = req_of(q, false);
+        rq.done = on_done_requeue;
+        int status = sluice_curl_loop_submit(s->loop, &rq, &q->id);
+        pthread_mutex_lock(&s->mu);
+        if (status != SLUICE_OK) {
+            s->rejected++;
+            s->back[s->n_back++] = q;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+LOOP_TEST(reject_mode_cap_24_is_discovered_by_200_concurrent_submissions_from_4_threads)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "24", "--median-ms", "20", NULL};
+    fx_start(args);
+    struct sluice_discovery_desc dd = fx_discovery();
+    struct sluice_engine *e = fx_engine(64, -1, &dd);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    _Atomic(bool) stop = false;
+    static struct submitter s[SUBMITTERS];
+    pthread_t th[SUBMITTERS];
+    for (int i = 0; i < SUBMITTERS; i++) {
+        memset(&s[i], 0, sizeof s[i]);
+        pthread_mutex_init(&s[i].mu, NULL);
+        pthread_cond_init(&s[i].cv, NULL);
+        s[i].loop = loop;
+        s[i].t = &t;
+        s[i].stop = &stop;
+        for (int k = 0; k < PER_SUBMITTER; k++) {
+            req_init(&s[i].reqs[k], &t);
+            s[i].reqs[k].owner = &s[i];
+        }
+        pthread_create(&th[i], NULL, submitter_main, &s[i]);
+    }
+    int64_t start = fx_now_ms(), until = start + 20000, locked_at = 0;
+    long peak_live = 0;
+    while (fx_now_ms() < until && (!locked_at || fx_now_ms() < locked_at + 3000)) {
+        if (!locked_at && fx_status(e).state == SLUICE_DISCOVERY_LOCKED)
+            locked_at = fx_now_ms();
+        long live = sluice_curl_loop_stats(loop).live;
+        peak_live = live > peak_live ? live : peak_live;
+        fx_sleep_ms(10);
+    }
+    atomic_store(&stop, true);
+    long rejected = 0;
+    for (int i = 0; i < SUBMITTERS; i++) {
+        pthread_join(th[i], NULL);
+        rejected += s[i].rejected;
+    }
+    struct sluice_discovery_status st = fx_status(e);
+    pthread_mutex_lock(&t.mu);
+    long done = t.done, ok = t.by_status[0], overloads = t.overloads;
+    pthread_mutex_unlock(&t.mu);
+    double share = (double)overloads / (double)(done ? done : 1);
+    fprintf(stderr,
+            "curl_loop discovery: %s ceiling %u limit %u after %.2f s; %ld calls, 429 share "
+            "%.4f, peak %ld live requests\n",
+            sluice_discovery_state_name(st.state), st.ceiling, st.limit,
+            locked_at ? (double)(locked_at - start) / 1000.0 : -1.0, done, share, peak_live);
+    cr_assert_eq(rejected, 0, "%ld submissions were refused", rejected);
+    cr_assert_eq(ok, done, "%ld of %ld calls failed", done - ok, done);
+    cr_assert_geq(peak_live, 150, "the 4 threads never had ~200 requests in the loop");
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED, "not locked after 20 s: %s",
+                 sluice_discovery_state_name(st.state));
+    cr_assert(st.ceiling >= 0.85 * 24 && st.ceiling <= 24, "locked ceiling %u outside [0.85C, C]",
+              st.ceiling);
+    cr_assert_leq(share, 0.02, "429 share %.4f above 2%%", share);
+    sluice_curl_loop_destroy(loop);
+    for (int i = 0; i < SUBMITTERS; i++)
+        for (int k = 0; k < PER_SUBMITTER; k++)
+            curl_easy_cleanup(s[i].reqs[k].easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+/* ---- admission at submit ----------------------------------------------------------------- */
+
+struct burst {
+    struct sluice_curl_loop *loop;
+    struct req *reqs;
+    int n;
+    pthread_barrier_t *go;
+    long rejected, other;
+};
+
+static void *burst_main(void *arg)
+{
+    struct burst *b = (struct burst *)arg;
+    pthread_barrier_wait(b->go);
+    for (int i = 0; i < b->n; i++) {
+        int status = submit(b->loop, &b->reqs[i], false);
+        if (status == SLUICE_ECAPACITY)
+            b->rejected++;
+        else if (status != SLUICE_OK)
+            b->other++;
+    }
+    return NULL;
+}
+
+LOOP_TEST(of_500_simultaneous_submissions_exactly_active_plus_waiting_are_accepted)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "500", "--median-ms", "150", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(20, 80, NULL);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    enum { N = 500, THREADS = 4 };
+    static struct req reqs[N];
+    for (int i = 0; i < N; i++)
+        req_init(&reqs[i], &t);
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
+    struct burst b[THREADS];
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        b[i] = (struct burst){loop, reqs + i * (N / THREADS), N / THREADS, &go, 0, 0};
+        pthread_create(&th[i], NULL, burst_main, &b[i]);
+    }
+    long rejected = 0, other = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        rejected += b[i].rejected;
+        other += b[i].other;
+    }
+    cr_assert_eq(other, 0);
+    cr_assert_eq(rejected, 400, "%ld rejected", rejected);
+    wait_done(&t, 100, 15000);
+    fx_sleep_ms(50);
+    pthread_mutex_lock(&t.mu);
+    cr_assert_eq(t.done, 100, "%ld completions", t.done);
+    cr_assert_eq(t.by_status[0], 100, "not every accepted request succeeded");
+    pthread_mutex_unlock(&t.mu);
+    for (int i = 0; i < N; i++)
+        cr_assert_leq(atomic_load(&reqs[i].done_count), 1, "request %d completed twice", i);
+    struct fx_stats s = fx_stats_settled();
+    cr_assert_eq(s.requests, 100);
+    cr_assert_leq(s.peak_in_flight, 20, "the simulator saw %ld at once", s.peak_in_flight);
+    cr_assert_geq(s.peak_in_flight, 15, "the permits were not used: peak %ld", s.peak_in_flight);
+    sluice_curl_loop_destroy(loop);
+    for (int i = 0; i < N; i++)
+        curl_easy_cleanup(reqs[i].easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+LOOP_TEST(submissions_past_max_requests_get_eagain_and_unknown_backends_einval)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "8", "--median-ms", "300", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(8, -1, NULL);
+    struct sluice_curl_loop *loop = loop_create(e, 2);
+    struct tracker t;
+    tracker_init(&t);
+    struct req q[3];
+    for (int i = 0; i < 3; i++)
+        req_init(&q[i], &t);
+    cr_assert_eq(submit(loop, &q[0], false), SLUICE_OK);
+    cr_assert_eq(submit(loop, &q[1], false), SLUICE_OK);
+    cr_assert_eq(submit(loop, &q[2], false), SLUICE_EAGAIN);
+    cr_assert_eq(fx_counts(e).admitted, 2, "the refused submission kept its admission");
+    struct sluice_curl_request bad = req_of(&q[2], false);
+    bad.backend = "nobody";
+    cr_assert_eq(sluice_curl_loop_submit(loop, &bad, NULL), SLUICE_EINVAL);
+    bad.backend = FX_BACKEND;
+    bad.done = NULL;
+    cr_assert_eq(sluice_curl_loop_submit(loop, &bad, NULL), SLUICE_EINVAL);
+    wait_done(&t, 2, 5000);
+    cr_assert_eq(submit(loop, &q[2], false), SLUICE_OK, "completed records are reused");
+    wait_done(&t, 3, 5000);
+    sluice_curl_loop_destroy(loop);
+    for (int i = 0; i < 3; i++)
+        curl_easy_cleanup(q[i].easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+/* ---- cancel, deadline, Retry-After ------------------------------------------------------- */
+
+LOOP_TEST(cancel_by_id_aborts_a_transfer_within_50_ms_and_frees_the_provider_slot)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "5000", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(2, -1, NULL);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    struct req q;
+    req_init(&q, &t);
+    cr_assert_eq(submit(loop, &q, false), SLUICE_OK);
+    wait_in_flight(1);
+    cr_assert_eq(sluice_curl_loop_stats(loop).transferring, 1);
+    int64_t fired = sluice_monotonic_ns();
+    cr_assert_eq(sluice_curl_loop_cancel(loop, q.id), SLUICE_OK);
+    wait_done(&t, 1, 2000);
+    int64_t took_ms = (q.done_ns - fired) / SLUICE_NS_PER_MS;
+    cr_assert_eq(q.r.status, SLUICE_ECANCELED, "status %s", sluice_status_name(q.r.status));
+    cr_assert_eq(q.r.kind, SLUICE_CURL_ABORTED);
+    cr_assert(q.r.transferred);
+    cr_assert_leq(took_ms, 50, "the cancel took %lld ms", (long long)took_ms);
+    cr_assert_eq(fx_stats_settled().cancelled, 1, "the simulator did not see the close");
+    fx_assert_idle(e);
+    /* A stale id (already completed) is ignored; a malformed one is refused. */
+    cr_assert_eq(sluice_curl_loop_cancel(loop, q.id), SLUICE_OK);
+    cr_assert_eq(sluice_curl_loop_cancel(loop, 0), SLUICE_EINVAL);
+    sluice_curl_loop_destroy(loop);
+    cr_assert_eq(atomic_load(&q.done_count), 1);
+    curl_easy_cleanup(q.easy);
+    sluice_engine_destroy(e);
+}
+
+LOOP_TEST(a_token_cancels_a_request_waiting_for_a_permit_without_touching_the_provider)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "600", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(1, -1, NULL);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    struct req busy, queued;
+    req_init(&busy, &t);
+    req_init(&queued, &t);
+    cr_assert_eq(submit(loop, &busy, false), SLUICE_OK);
+    wait_in_flight(1);
+    cr_assert_eq(submit(loop, &queued, true), SLUICE_OK);
+    int64_t until = fx_now_ms() + 2000;
+    while (sluice_curl_loop_stats(loop).waiting != 1)
+        cr_assert_lt(fx_now_ms(), until, "the second request never waited for a permit");
+    int64_t fired = sluice_monotonic_ns();
+    sluice_cancel_fire(&queued.token);
+    wait_done(&t, 1, 2000);
+    cr_assert_eq(atomic_load(&queued.done_count), 1, "the busy one finished first");
+    cr_assert_eq(queued.r.status, SLUICE_ECANCELED);
+    cr_assert_not(queued.r.transferred);
+    cr_assert_leq((queued.done_ns - fired) / SLUICE_NS_PER_MS, 50);
+    wait_done(&t, 2, 5000);
+    cr_assert_eq(busy.r.status, SLUICE_OK);
+    cr_assert_eq(fx_stats_settled().requests, 1, "the cancelled request reached the simulator");
+    fx_assert_idle(e);
+    sluice_curl_loop_destroy(loop);
+    curl_easy_cleanup(busy.easy);
+    curl_easy_cleanup(queued.easy);
+    sluice_engine_destroy(e);
+}
+
+LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "800", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_discovery_desc dd = fx_discovery();
+    dd.jumpstart = 1;
+    struct sluice_engine *e = fx_engine(4, -1, &dd);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    struct req transferring, waiting;
+    req_init(&transferring, &t);
+    req_init(&waiting, &t);
+    struct timespec d1, d2;
+    struct sluice_curl_request r1 = req_of(&transferring, false);
+    r1.deadline = sluice_deadline_in(&d1, 200 * SLUICE_NS_PER_MS);
+    struct sluice_curl_request r2 = req_of(&waiting, false);
+    r2.deadline = sluice_deadline_in(&d2, 100 * SLUICE_NS_PER_MS);
+    int64_t t0 = sluice_monotonic_ns();
+    cr_assert_eq(sluice_curl_loop_submit(loop, &r1, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_curl_loop_submit(loop, &r2, NULL), SLUICE_OK);
+    wait_done(&t, 2, 3000);
+    cr_assert_eq(waiting.r.status, SLUICE_ETIMEDOUT);
+    cr_assert_not(waiting.r.transferred, "the limit of 1 let it start");
+    cr_assert_eq(transferring.r.status, SLUICE_ETIMEDOUT);
+    cr_assert(transferring.r.transferred);
+    cr_assert_eq(transferring.r.outcome, SLUICE_OUTCOME_IGNORE);
+    int64_t ms1 = (transferring.done_ns - t0) / SLUICE_NS_PER_MS;
+    int64_t ms2 = (waiting.done_ns - t0) / SLUICE_NS_PER_MS;
+    cr_assert(ms2 >= 95 && ms2 < 400, "the waiting one ended after %lld ms", (long long)ms2);
+    cr_assert(ms1 >= 195 && ms1 < 600, "the transfer ended after %lld ms", (long long)ms1);
+    cr_assert_eq(fx_stats_settled().cancelled, 1);
+    cr_assert_eq(fx_status(e).limit, 1, "a deadline moved the limit");
+    fx_assert_idle(e);
+    sluice_curl_loop_destroy(loop);
+    curl_easy_cleanup(transferring.easy);
+    curl_easy_cleanup(waiting.easy);
+    sluice_engine_destroy(e);
+}
+
+LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
+{
+    const char *args[] = {"--mode",         "reject", "--cap", "1", "--median-ms", "400", "--sigma",
+                          "0",              "--retry-after", "1", "--retry-after-date", NULL};
+    fx_start(args);
+    struct sluice_discovery_desc dd = fx_discovery();
+    dd.jumpstart = 4;
+    struct sluice_engine *e = fx_engine(4, -1, &dd);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    struct req busy, refused, held;
+    req_init(&busy, &t);
+    req_init(&refused, &t);
+    req_init(&held, &t);
+    cr_assert_eq(submit(loop, &busy, false), SLUICE_OK);
+    wait_in_flight(1);
+    cr_assert_eq(submit(loop, &refused, false), SLUICE_OK);
+    wait_done(&t, 1, 2000);
+    cr_assert_eq(refused.r.http_status, 429);
+    cr_assert_gt(refused.r.retry_after_ns, 0, "the HTTP-date Retry-After was not read");
+    long before = fx_stats().requests;
+    cr_assert_eq(submit(loop, &held, false), SLUICE_OK);
+    fx_sleep_ms(600); /* the busy call ends meanwhile */
+    cr_assert_eq(fx_stats().requests, before, "a request went out during the hold");
+    wait_done(&t, 3, 5000);
+    cr_assert_eq(held.r.status, SLUICE_OK);
+    cr_assert_eq(held.r.http_status, 200);
+    cr_assert_geq(held.done_ns - refused.done_ns, refused.r.retry_after_ns - 100 * SLUICE_NS_PER_MS,
+                  "the held call did not wait out the hold");
+    fx_assert_idle(e);
+    sluice_curl_loop_destroy(loop);
+    curl_easy_cleanup(busy.easy);
+    curl_easy_cleanup(refused.easy);
+    curl_easy_cleanup(held.easy);
+    sluice_engine_destroy(e);
+}
+
+/* ---- shutdown and keep-alive --------------------------------------------------------------- */
+
+LOOP_TEST(shutdown_completes_every_request_with_eclosed_and_leaks_nothing)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "8", "--median-ms", "5000", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(2, -1, NULL);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    enum { N = 6 };
+    struct req q[N];
+    for (int i = 0; i < N; i++) {
+        req_init(&q[i], &t);
+        cr_assert_eq(submit(loop, &q[i], i % 2 == 0), SLUICE_OK);
+    }
+    wait_in_flight(2);
+    int64_t t0 = sluice_monotonic_ns();
+    sluice_curl_loop_close(loop);
+    cr_assert_lt(sluice_monotonic_ns() - t0, SLUICE_NS_PER_SEC, "close waited for the transfers");
+    cr_assert_eq(t.done, N, "close returned before every completion");
+    cr_assert_eq(t.by_status[3], N, "not every request completed with ECLOSED");
+    int transferred = 0;
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(atomic_load(&q[i].done_count), 1);
+        transferred += q[i].r.transferred;
+    }
+    cr_assert_eq(transferred, 2, "the running ones are the aborted transfers");
+    struct req late;
+    req_init(&late, &t);
+    cr_assert_eq(submit(loop, &late, false), SLUICE_ECLOSED);
+    cr_assert_eq(fx_stats_settled().cancelled, 2, "the simulator did not see both closes");
+    fx_assert_idle(e);
+    sluice_curl_loop_destroy(loop);
+    for (int i = 0; i < N; i++)
+        curl_easy_cleanup(q[i].easy);
+    curl_easy_cleanup(late.easy);
+    sluice_engine_destroy(e);
+}
+
+LOOP_TEST(sequential_requests_reuse_one_connection)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "0", NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    long connects = 0;
+    for (int i = 0; i < 10; i++) {
+        struct req q;
+        req_init(&q, &t);
+        cr_assert_eq(submit(loop, &q, false), SLUICE_OK);
+        wait_done(&t, i + 1, 2000);
+        cr_assert_eq(q.r.status, SLUICE_OK);
+        long n = 0;
+        curl_easy_getinfo(q.easy, CURLINFO_NUM_CONNECTS, &n);
+        connects += n;
+        curl_easy_cleanup(q.easy);
+    }
+    cr_assert_eq(connects, 1, "%ld connections for 10 requests", connects);
+    sluice_curl_loop_destroy(loop);
+    sluice_engine_destroy(e);
+}
+
+/* ---- the embedder's loop: a plain epoll loop -------------------------------------------- */
+
+struct ep {
+    int fd;
+    long timeout_ms; /* -1 = none */
+    int64_t timer_at_ns;
+};
+
+static void ep_watch(void *ctx, curl_socket_t fd, int what)
+{
+    struct ep *ep = (struct ep *)ctx;
+    struct epoll_event ev = {0};
+    ev.data.fd = fd;
+    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(ep->fd, EPOLL_CTL_DEL, fd, NULL);
+        return;
+    }
+    if (epoll_ctl(ep->fd, EPOLL_CTL_MOD, fd, &ev) != 0)
+        epoll_ctl(ep->fd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void ep_timer(void *ctx, long timeout_ms)
+{
+    struct ep *ep = (struct ep *)ctx;
+    ep->timeout_ms = timeout_ms;
+    ep->timer_at_ns = timeout_ms < 0 ? -1 : sluice_monotonic_ns() + timeout_ms * SLUICE_NS_PER_MS;
+}
+
+/* One round of the embedder's loop: wait for sockets or the timer, then act. */
+static void ep_run_once(struct ep *ep, struct sluice_curl_loop *loop, int max_ms)
+{
+    int wait = max_ms;
+    if (ep->timer_at_ns >= 0) {
+        int64_t left = (ep->timer_at_ns - sluice_monotonic_ns()) / SLUICE_NS_PER_MS;
+        wait = left < 0 ? 0 : (left < wait ? (int)left : wait);
+    }
+    struct epoll_event evs[16];
+    int n = epoll_wait(ep->fd, evs, 16, wait);
+    for (int i = 0; i < n; i++) {
+        int events = (evs[i].events & EPOLLIN ? CURL_CSELECT_IN : 0) |
+                     (evs[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                     (evs[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+        sluice_curl_loop_action(loop, evs[i].data.fd, events);
+    }
+    if (ep->timer_at_ns >= 0 && sluice_monotonic_ns() >= ep->timer_at_ns) {
+        ep->timer_at_ns = -1;
+        sluice_curl_loop_action(loop, CURL_SOCKET_TIMEOUT, 0);
+    }
+}
+
+static struct sluice_curl_loop *ep_loop_create(struct ep *ep, struct sluice_engine *e)
+{
+    ep->fd = epoll_create1(EPOLL_CLOEXEC);
+    ep->timer_at_ns = -1;
+    struct sluice_curl_loop *loop = NULL;
+    struct sluice_curl_loop_desc d = {.engine = e, .watch = ep_watch, .timer = ep_timer, .ctx = ep};
+    cr_assert_eq(sluice_curl_loop_create(&d, &loop), SLUICE_OK);
+    return loop;
+}
+
+LOOP_TEST(an_epoll_loop_drives_the_embedded_mode_to_completion)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "64", "--median-ms", "30", NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(8, -1, NULL);
+    struct ep ep;
+    struct sluice_curl_loop *loop = ep_loop_create(&ep, e);
+    struct tracker t;
+    tracker_init(&t);
+    enum { N = 40 };
+    struct req q[N];
+    for (int i = 0; i < N; i++) {
+        req_init(&q[i], &t);
+        cr_assert_eq(submit(loop, &q[i], false), SLUICE_OK);
+    }
+    int64_t until = fx_now_ms() + 10000;
+    while (t.done < N && fx_now_ms() < until)
+        ep_run_once(&ep, loop, 100);
+    cr_assert_eq(t.done, N, "%ld of %d completed", t.done, N);
+    cr_assert_eq(t.by_status[0], N);
+    struct fx_stats s = fx_stats_settled();
+    cr_assert_eq(s.requests, N);
+    cr_assert_leq(s.peak_in_flight, 8);
+    sluice_curl_loop_destroy(loop);
+    close(ep.fd);
+    for (int i = 0; i < N; i++)
+        curl_easy_cleanup(q[i].easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "0", NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    struct ep ep;
+    struct sluice_curl_loop *loop = ep_loop_create(&ep, e);
+    struct tracker t;
+    tracker_init(&t);
+    struct req by_id, by_token, kept;
+    req_init(&by_id, &t);
+    req_init(&by_token, &t);
+    req_init(&kept, &t);
+    /* The embedded loop runs only when acted on: these sit in the inbox. */
+    cr_assert_eq(submit(loop, &by_id, false), SLUICE_OK);
+    cr_assert_eq(submit(loop, &by_token, true), SLUICE_OK);
+    cr_assert_eq(submit(loop, &kept, false), SLUICE_OK);
+    cr_assert_eq(sluice_curl_loop_cancel(loop, by_id.id), SLUICE_OK);
+    sluice_cancel_fire(&by_token.token);
+    cr_assert_eq(t.done, 0, "nothing completes outside the loop's thread");
+    int64_t until = fx_now_ms() + 5000;
+    while (t.done < 3 && fx_now_ms() < until)
+        ep_run_once(&ep, loop, 50);
+    cr_assert_eq(by_id.r.status, SLUICE_ECANCELED);
+    cr_assert_eq(by_token.r.status, SLUICE_ECANCELED);
+    cr_assert_eq(kept.r.status, SLUICE_OK);
+    cr_assert_eq(fx_stats_settled().requests, 1);
+    sluice_curl_loop_destroy(loop);
+    close(ep.fd);
+    curl_easy_cleanup(by_id.easy);
+    curl_easy_cleanup(by_token.easy);
+    curl_easy_cleanup(kept.easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
