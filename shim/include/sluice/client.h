@@ -1,0 +1,99 @@
+/*
+ * sluice/client.h — the built-in model client: OpenAI-compatible chat
+ * completions (POST {base}/chat/completions) as a sluice_run client.
+ *
+ * What it is: a `struct sluice_chat` holds one conversation (system
+ * prompt, user prompt, the replies so far) and sluice_chat_ops is the
+ * run's ops table for it, the same shape an injected client fills in, so
+ * both get the same admission, permits, FIFO and discovery:
+ *
+ *   struct sluice_chat *chat;
+ *   sluice_chat_create(&(struct sluice_chat_desc){
+ *       .model = "openai/gpt-4o-mini", .prompt = "Say hi"}, &chat);
+ *   struct sluice_run_result rr;
+ *   sluice_run(engine, &(struct sluice_run_desc){
+ *       .backend = "openrouter", .ops = &sluice_chat_ops, .ctx = chat}, &rr);
+ *   puts(sluice_chat_reply(chat));
+ *
+ * The `openrouter` preset's endpoint is SLUICE_OPENROUTER_ENDPOINT, so with
+ * SLUICE_API_KEY (or OPENROUTER_API_KEY) set this is a working, limited
+ * (16 active) OpenRouter client with no other setup. The URL is the chat's
+ * base_url when set, else the run's endpoint (its override, else the
+ * backend's); an endpoint override keeps the backend's pool.
+ *
+ * Each generation is one sluice_curl_transfer inside the run's permit: the
+ * response is classified by sluice_curl_classify and its outcome and
+ * Retry-After become the generation's sample (a 429 backs discovery off
+ * exactly as with sluice_curl_perform). Repairs: when the chat's validate
+ * callback asks for one, the next generation resends the conversation with
+ * the rejected reply and a repair message appended.
+ *
+ * Errors a generation returns (sluice_run reports them as SLUICE_ECLIENT
+ * with the code in result.client_status): the transfer's status
+ * (SLUICE_EIO, SLUICE_ETIMEDOUT, SLUICE_ECANCELED, SLUICE_ENOMEM), SLUICE_EIO
+ * for a non-2xx answer or a 2xx body without choices[0].message.content
+ * (sluice_chat_result says which), SLUICE_EINVAL when there is no URL.
+ *
+ * The API key: from the description, else the environment variable
+ * SLUICE_API_KEY, else OPENROUTER_API_KEY; sent only as the Authorization
+ * header, never logged or put in an error message, and wiped from memory
+ * when the chat is destroyed.
+ *
+ * Threads: one chat is one conversation: use it from one run at a time.
+ * Different chats are independent. Memory comes from mimalloc.
+ */
+#ifndef SLUICE_CLIENT_H
+#define SLUICE_CLIENT_H
+
+#include <sluice/curl.h>
+#include <sluice/run.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SLUICE_CHAT_API_KEY_ENV "SLUICE_API_KEY"
+#define SLUICE_CHAT_API_KEY_ENV_OPENROUTER "OPENROUTER_API_KEY"
+#define SLUICE_CHAT_REPLY_MAX (16u << 20) /* bytes of response body kept */
+
+struct sluice_chat;
+
+struct sluice_chat_desc {
+    const char *base_url; /* e.g. "https://api.openai.com/v1"; "/chat/completions" is appended
+                             (default: NULL = the run's endpoint) */
+    const char *model;    /* required */
+    const char *api_key;  /* (default: NULL = $SLUICE_API_KEY, else $OPENROUTER_API_KEY, else
+                             no Authorization header) */
+    const char *system;   /* system message (default: none) */
+    const char *prompt;   /* the user message (required) */
+    long max_tokens;      /* (default: 0 = the provider's) */
+    const char *repair_prompt; /* user message after a rejected reply (default: "That answer
+                                  was rejected; answer again, correctly.") */
+    /* Check generation `attempt`'s reply (sluice_chat_reply); as sluice_run_ops.validate
+     * (default: NULL = accept every reply). */
+    int (*validate)(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair);
+    void *validate_ctx;
+    int64_t retry_after_max_ns; /* Retry-After clamp (default: 60 s) */
+};
+
+/* Copies everything it needs. SLUICE_OK, SLUICE_EINVAL (no model or prompt), SLUICE_ENOMEM. */
+int sluice_chat_create(const struct sluice_chat_desc *desc, struct sluice_chat **out);
+void sluice_chat_destroy(struct sluice_chat *chat);
+
+/* The run's ops table for a chat (ctx = the struct sluice_chat *). */
+extern const struct sluice_run_ops sluice_chat_ops;
+
+/* The last reply's content; NULL before the first successful generation. */
+const char *sluice_chat_reply(const struct sluice_chat *chat);
+
+/* The last generation's transport result (HTTP status, kind, Retry-After, rate limits). */
+const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *chat);
+
+/* The repair message for the next repair only (copied); NULL = the description's. */
+int sluice_chat_set_repair(struct sluice_chat *chat, const char *message);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SLUICE_CLIENT_H */

@@ -1,0 +1,308 @@
+/*
+ * curl_client.c — the built-in chat-completions client (sluice/client.h)
+ * as sluice_run's client: against the provider simulator (base URL
+ * overridden, the backend's pool kept), and against a one-shot capture
+ * server that shows exactly what went over the wire (API key, model,
+ * messages, the repair turn).
+ */
+#include "e2e/curl_fixture.h"
+
+#include <sys/socket.h>
+
+#include <sluice/client.h>
+
+#define CLIENT_TEST(name) Test(curl_client, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
+
+static char *sim_base(char *buf, size_t n)
+{
+    return (char *)sim_process_url(&fx_sim, "/v1", buf, n);
+}
+
+static struct sluice_chat *chat_new(const struct sluice_chat_desc *d)
+{
+    struct sluice_chat *chat = NULL;
+    cr_assert_eq(sluice_chat_create(d, &chat), SLUICE_OK);
+    return chat;
+}
+
+CLIENT_TEST(a_run_with_the_chat_client_gets_the_providers_reply)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "10", NULL};
+    fx_start(args);
+    char base[64];
+    struct sluice_backend_desc b = {.id = FX_BACKEND, .endpoint = sim_base(base, sizeof base),
+                                    .active = 4};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
+                 SLUICE_OK);
+    struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
+    cr_assert_null(sluice_chat_reply(chat));
+    struct sluice_run_result rr;
+    int status = sluice_run(e, &(struct sluice_run_desc){.backend = FX_BACKEND,
+                                                         .ops = &sluice_chat_ops,
+                                                         .ctx = chat},
+                            &rr);
+    cr_assert_eq(status, SLUICE_OK, "run: %s (client %s)", sluice_status_name(status),
+                 sluice_status_name(rr.client_status));
+    cr_assert_not_null(sluice_chat_reply(chat));
+    cr_assert_gt(strlen(sluice_chat_reply(chat)), 0);
+    cr_assert_eq(sluice_chat_result(chat)->http_status, 200);
+    cr_assert_eq(rr.generations, 1);
+    cr_assert_eq(rr.last.outcome, SLUICE_OUTCOME_OK);
+    cr_assert_eq(fx_stats_settled().requests, 1);
+    sluice_chat_destroy(chat);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+/* ---- the openrouter preset, overridden to the simulator ------------------------------ */
+
+struct runner {
+    struct sluice_engine *engine;
+    const char *endpoint;
+    int status;
+};
+
+static void *runner_main(void *arg)
+{
+    struct runner *r = (struct runner *)arg;
+    struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
+    r->status = sluice_run(r->engine,
+                           &(struct sluice_run_desc){.backend = SLUICE_OPENROUTER_ID,
+                                                     .endpoint = r->endpoint,
+                                                     .ops = &sluice_chat_ops,
+                                                     .ctx = chat},
+                           NULL);
+    sluice_chat_destroy(chat);
+    return NULL;
+}
+
+CLIENT_TEST(the_openrouter_preset_with_an_endpoint_override_keeps_its_16_permits)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "100", "--median-ms", "200", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
+    cr_assert_str_eq(sluice_engine_find(e, SLUICE_OPENROUTER_ID)->endpoint,
+                     "https://openrouter.ai/api/v1", "the preset's real base URL");
+    char base[64];
+    sim_base(base, sizeof base);
+    enum { N = 24 };
+    struct runner r[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        r[i] = (struct runner){e, base, -1};
+        pthread_create(&t[i], NULL, runner_main, &r[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(r[i].status, SLUICE_OK, "run %d: %s", i, sluice_status_name(r[i].status));
+    }
+    struct fx_stats s = fx_stats_settled();
+    cr_assert_eq(s.requests, N);
+    cr_assert_leq(s.peak_in_flight, SLUICE_OPENROUTER_ACTIVE, "peak %ld", s.peak_in_flight);
+    cr_assert_geq(s.peak_in_flight, 8, "the runs did not overlap: peak %ld", s.peak_in_flight);
+    sluice_engine_destroy(e);
+}
+
+CLIENT_TEST(a_429_fails_the_run_as_a_client_error_and_backs_discovery_off)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "1", "--median-ms", "400", "--sigma", "0",
+                          "--retry-after", "2", NULL};
+    fx_start(args);
+    char base[64];
+    struct sluice_discovery_desc dd = fx_discovery();
+    dd.jumpstart = 4;
+    struct sluice_backend_desc b = {
+        .id = FX_BACKEND, .endpoint = sim_base(base, sizeof base), .active = 8, .discovery = &dd};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
+                 SLUICE_OK);
+    CURL *busy = fx_easy();
+    CURLM *multi = curl_multi_init(); /* hold the simulator's only slot, outside sluice */
+    curl_multi_add_handle(multi, busy);
+    int running;
+    int64_t until = fx_now_ms() + 5000;
+    while (fx_stats().in_flight < 1 && fx_now_ms() < until) {
+        curl_multi_perform(multi, &running);
+        curl_multi_poll(multi, NULL, 0, 10, NULL);
+    }
+    struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
+    struct sluice_run_result rr;
+    int status = sluice_run(e, &(struct sluice_run_desc){.backend = FX_BACKEND,
+                                                         .ops = &sluice_chat_ops,
+                                                         .ctx = chat},
+                            &rr);
+    cr_assert_eq(status, SLUICE_ECLIENT);
+    cr_assert_eq(rr.client_status, SLUICE_EIO);
+    cr_assert_eq(rr.client_stage, SLUICE_STAGE_GENERATE);
+    cr_assert_eq(sluice_chat_result(chat)->http_status, 429);
+    cr_assert_eq(sluice_chat_result(chat)->kind, SLUICE_CURL_OVERLOADED);
+    cr_assert_eq(rr.last.outcome, SLUICE_OUTCOME_OVERLOAD);
+    cr_assert_eq(rr.last.retry_after_ns, 2 * SLUICE_NS_PER_SEC);
+    struct sluice_discovery_status st = fx_status(e);
+    cr_assert_lt(st.limit, 4, "discovery did not back off: limit %u", st.limit);
+    cr_assert_gt(st.hold_until_ns, 0, "no Retry-After hold");
+    sluice_chat_destroy(chat);
+    curl_multi_remove_handle(multi, busy);
+    curl_multi_cleanup(multi);
+    curl_easy_cleanup(busy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+/* ---- a capture server: what exactly went over the wire -------------------------------- */
+
+#define CAPTURE_MAX 2
+
+struct capture {
+    int listen_fd, port;
+    int n;                      /* requests served */
+    char req[CAPTURE_MAX][8192];
+    pthread_t thread;
+};
+
+static void capture_read(int fd, char *buf, size_t cap)
+{
+    size_t len = 0;
+    long want = -1;
+    while (len + 1 < cap) {
+        ssize_t got = recv(fd, buf + len, cap - 1 - len, 0);
+        if (got <= 0)
+            break;
+        len += (size_t)got;
+        buf[len] = '\0';
+        char *end = strstr(buf, "\r\n\r\n");
+        if (end && want < 0) {
+            char *cl = strcasestr(buf, "Content-Length:");
+            want = (long)(end + 4 - buf) + (cl ? strtol(cl + 15, NULL, 10) : 0);
+        }
+        if (want >= 0 && (long)len >= want)
+            break;
+    }
+    buf[len] = '\0';
+}
+
+static void *capture_main(void *arg)
+{
+    struct capture *c = (struct capture *)arg;
+    static const char answer[] =
+        "{\"id\":\"x\",\"object\":\"chat.completion\",\"choices\":[{\"index\":0,\"message\":"
+        "{\"role\":\"assistant\",\"content\":\"captured reply\"},\"finish_reason\":\"stop\"}]}";
+    for (int i = 0; i < CAPTURE_MAX; i++) {
+        int fd = accept(c->listen_fd, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        capture_read(fd, c->req[i], sizeof c->req[i]);
+        char head[256];
+        int n = snprintf(head, sizeof head,
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                         "%zu\r\nConnection: close\r\n\r\n",
+                         sizeof answer - 1);
+        send(fd, head, (size_t)n, MSG_NOSIGNAL);
+        send(fd, answer, sizeof answer - 1, MSG_NOSIGNAL);
+        close(fd);
+        c->n = i + 1;
+    }
+    return NULL;
+}
+
+static void capture_start(struct capture *c)
+{
+    memset(c, 0, sizeof *c);
+    c->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(c->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(c->listen_fd, 4), 0);
+    getsockname(c->listen_fd, (struct sockaddr *)&a, &len);
+    c->port = ntohs(a.sin_port);
+    pthread_create(&c->thread, NULL, capture_main, c);
+}
+
+static void capture_stop(struct capture *c)
+{
+    shutdown(c->listen_fd, SHUT_RDWR);
+    close(c->listen_fd);
+    pthread_join(c->thread, NULL);
+}
+
+static int reject_first(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair)
+{
+    (void)ctx;
+    cr_assert_str_eq(sluice_chat_reply(chat), "captured reply");
+    if (attempt == 0) {
+        sluice_chat_set_repair(chat, "please fix the JSON");
+        *repair = true;
+        return SLUICE_EINVAL;
+    }
+    return SLUICE_OK;
+}
+
+CLIENT_TEST(the_request_carries_the_key_from_the_environment_the_model_and_the_repair_turn)
+{
+    struct capture cap;
+    capture_start(&cap);
+    setenv(SLUICE_CHAT_API_KEY_ENV, "sk-test-5ec2e7", 1);
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/api/v1/", cap.port);
+    struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){.base_url = base,
+                                                                  .model = "vendor/model-1",
+                                                                  .system = "be brief",
+                                                                  .prompt = "2+2?",
+                                                                  .max_tokens = 7,
+                                                                  .validate = reject_first});
+    unsetenv(SLUICE_CHAT_API_KEY_ENV);
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
+    struct sluice_run_result rr;
+    int status = sluice_run(e, &(struct sluice_run_desc){.ops = &sluice_chat_ops, .ctx = chat}, &rr);
+    capture_stop(&cap);
+    cr_assert_eq(status, SLUICE_OK, "run: %s (client %s)", sluice_status_name(status),
+                 sluice_status_name(rr.client_status));
+    cr_assert_eq(rr.generations, 2);
+    cr_assert_eq(cap.n, 2);
+    const char *first = cap.req[0], *second = cap.req[1];
+    cr_assert(strncmp(first, "POST /api/v1/chat/completions HTTP/1.1", 38) == 0, "%.60s", first);
+    cr_assert_not_null(strstr(first, "Authorization: Bearer sk-test-5ec2e7\r\n"));
+    cr_assert_not_null(strcasestr(first, "Content-Type: application/json"));
+    const char *body = strstr(first, "\r\n\r\n") + 4;
+    json_t *j = json_loads(body, 0, NULL);
+    cr_assert_not_null(j, "body is not JSON: %s", body);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "model")), "vendor/model-1");
+    cr_assert_eq(json_integer_value(json_object_get(j, "max_tokens")), 7);
+    json_t *msgs = json_object_get(j, "messages");
+    cr_assert_eq(json_array_size(msgs), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 0), "role")), "system");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 1), "content")), "2+2?");
+    json_decref(j);
+    j = json_loads(strstr(second, "\r\n\r\n") + 4, 0, NULL);
+    msgs = json_object_get(j, "messages");
+    cr_assert_eq(json_array_size(msgs), 4, "the repair resends the conversation plus two turns");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 2), "content")),
+                     "captured reply");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 3), "content")),
+                     "please fix the JSON");
+    json_decref(j);
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}
+
+CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval)
+{
+    struct sluice_chat *chat = NULL;
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.prompt = "hi"}, &chat), SLUICE_EINVAL);
+    chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
+    struct sluice_run_result rr;
+    cr_assert_eq(sluice_run(e, &(struct sluice_run_desc){.ops = &sluice_chat_ops, .ctx = chat}, &rr),
+                 SLUICE_ECLIENT);
+    cr_assert_eq(rr.client_status, SLUICE_EINVAL, "the endpoint-only backend has no URL");
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}
