@@ -895,7 +895,16 @@ struct sluice_curl_loop_stats sluice_curl_loop_stats(const struct sluice_curl_lo
 
 void sluice_curl_loop_close(struct sluice_curl_loop *loop)
 {
-    if (!loop || atomic_exchange_explicit(&loop->closing, 1u, SLUICE_SEQ_CST))
+    if (!loop)
+        return;
+    /* Counted as a caller until its wake-up is made: the loop thread waits for callers
+     * before it frees the multi that wake-up goes through. */
+    atomic_fetch_add_explicit(&loop->callers, 1u, SLUICE_SEQ_CST);
+    bool first = !atomic_exchange_explicit(&loop->closing, 1u, SLUICE_SEQ_CST);
+    if (first && !loop->embedded)
+        sluice__loop_wake(loop);
+    atomic_fetch_sub_explicit(&loop->callers, 1u, SLUICE_SEQ_CST);
+    if (!first)
         return;
     if (loop->embedded) {
         struct sluice_curl_loop *outer = sluice__tl_loop;
@@ -904,7 +913,6 @@ void sluice_curl_loop_close(struct sluice_curl_loop *loop)
         sluice__tl_loop = outer;
         loop->timer(loop->ctx, -1);
     } else {
-        sluice__loop_wake(loop);
         pthread_join(loop->thread, NULL);
     }
 }
