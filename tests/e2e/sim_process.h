@@ -39,8 +39,11 @@
  * (no --port/--quiet added), capturing stdout and stderr, for tests of the
  * command line (--help, bad flags).
  *
- * Threads: call these from one thread (the test's). Everything is static
- * inline; each test file gets its own copy and its own list of live pids.
+ * Threads: call these from one thread, the one that lives as long as the
+ * simulators it starts (the test's own): PR_SET_PDEATHSIG fires when the
+ * thread that forked exits. Everything is static inline; each test file
+ * gets its own copy and its own list of live pids (at most
+ * SIM_PROCESS_MAX_LIVE at once are covered by the atexit handler).
  */
 #ifndef SLUICE_TESTS_E2E_SIM_PROCESS_H
 #define SLUICE_TESTS_E2E_SIM_PROCESS_H
