@@ -1,0 +1,79 @@
+/*
+ * curl_queue.c — discovery against an Ollama-like provider: past its cap of
+ * 24 it queues requests instead of refusing them, so the only signal is
+ * latency rising (a knee); 503s come only past the queue bound. Driven by
+ * the event loop with 200 requests outstanding.
+ */
+#include "e2e/curl_fixture.h"
+
+#define QUEUE_TEST(name) Test(curl_queue, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
+
+struct closed_loop {
+    struct sluice_curl_loop *loop;
+    _Atomic(bool) stop;
+    _Atomic(long) done, ok, refused;
+};
+
+struct slot {
+    CURL *easy;
+    struct closed_loop *cl;
+};
+
+/* A completion resubmits at once (from the loop thread): demand stays at 200. */
+static void resubmit(const struct sluice_curl_result *r, CURL *easy, void *data)
+{
+    struct slot *s = (struct slot *)data;
+    atomic_fetch_add(&s->cl->done, 1);
+    if (r->status == SLUICE_OK && r->kind == SLUICE_CURL_SUCCESS)
+        atomic_fetch_add(&s->cl->ok, 1);
+    if (atomic_load(&s->cl->stop))
+        return;
+    struct sluice_curl_request rq = {.backend = FX_BACKEND, .easy = easy, .done = resubmit, .data = s};
+    if (sluice_curl_loop_submit(s->cl->loop, &rq, NULL) != SLUICE_OK)
+        atomic_fetch_add(&s->cl->refused, 1);
+}
+
+QUEUE_TEST(queue_mode_cap_24_locks_within_80_to_125_percent_of_the_cap)
+{
+    const char *args[] = {"--mode", "queue", "--cap", "24", "--median-ms", "20", NULL};
+    fx_start(args);
+    struct sluice_discovery_desc dd = fx_discovery();
+    struct sluice_engine *e = fx_engine(64, -1, &dd);
+    static struct closed_loop cl;
+    memset(&cl, 0, sizeof cl);
+    struct sluice_curl_loop_desc d = {.engine = e};
+    cr_assert_eq(sluice_curl_loop_create(&d, &cl.loop), SLUICE_OK);
+    enum { N = 200 };
+    static struct slot slots[N];
+    for (int i = 0; i < N; i++) {
+        slots[i] = (struct slot){fx_easy(), &cl};
+        struct sluice_curl_request rq = {
+            .backend = FX_BACKEND, .easy = slots[i].easy, .done = resubmit, .data = &slots[i]};
+        cr_assert_eq(sluice_curl_loop_submit(cl.loop, &rq, NULL), SLUICE_OK);
+    }
+    int64_t start = fx_now_ms(), until = start + 20000, locked_at = 0;
+    while (fx_now_ms() < until && (!locked_at || fx_now_ms() < locked_at + 1000)) {
+        if (!locked_at && fx_status(e).state == SLUICE_DISCOVERY_LOCKED)
+            locked_at = fx_now_ms();
+        fx_sleep_ms(10);
+    }
+    atomic_store(&cl.stop, true);
+    sluice_curl_loop_destroy(cl.loop);
+    struct sluice_discovery_status st = fx_status(e);
+    struct fx_stats s = fx_stats_settled();
+    fprintf(stderr,
+            "curl_queue discovery: %s ceiling %u limit %u after %.2f s; %ld calls, %ld ok, "
+            "%ld 503s, simulator peak %ld in flight\n",
+            sluice_discovery_state_name(st.state), st.ceiling, st.limit,
+            locked_at ? (double)(locked_at - start) / 1000.0 : -1.0, atomic_load(&cl.done),
+            atomic_load(&cl.ok), s.unavailable, s.peak_in_flight);
+    cr_assert_eq(atomic_load(&cl.refused), 0);
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED, "not locked after 20 s: %s",
+                 sluice_discovery_state_name(st.state));
+    cr_assert(st.ceiling >= 0.8 * 24 && st.ceiling <= 1.25 * 24,
+              "locked ceiling %u outside [0.8C, 1.25C]", st.ceiling);
+    for (int i = 0; i < N; i++)
+        curl_easy_cleanup(slots[i].easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
