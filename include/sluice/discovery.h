@@ -102,12 +102,12 @@
  * skips, and the next completion tries again. Everything under the update
  * lock is bounded in-memory work; the closer's only wait is for samples
  * already adding to the closing window to finish their few RMWs (a spin,
- * then sched_yield if one of them was preempted). hold_until, status and the event readers
- * are wait-free. clear and poll take the update lock with
- * sluice_spinlock_lock (slow paths, bounded waits); flush never waits for
- * a lock it cannot get at once except, briefly, the update lock when it
- * copies a record to persist or records a store failure. sync blocks,
- * parked on a futex word, never spinning for the length of an I/O.
+ * then sched_yield if one of them was preempted). hold_until, status and
+ * the event readers are wait-free. clear and poll take the update lock
+ * with sluice_spinlock_lock (slow paths, bounded waits). flush waits for
+ * nobody's I/O; it takes the update lock only to copy a record to persist
+ * or to record a store failure (bounded). sync blocks, parked on a futex
+ * word, never spinning for the length of an I/O.
  *
  * Concurrency: every function may run concurrently with every other on the
  * same discovery, except init/create/destroy. Store callbacks and event
@@ -131,9 +131,9 @@
  * named by a sequence number, published with release once the new window
  * is set up and read with acquire by a completion that tests whether the
  * window is due, so it never closes a window it did not see due (with a
- * coarse clock, two windows can open in one tick). The update lock (acquire/release)
- * orders each update after the previous one, so the policy, the bracket and
- * the lock record need no atomics of their own. Fields that readers outside
+ * coarse clock, two windows can open in one tick). The update lock
+ * (acquire/release) orders each update after the previous one, so the
+ * policy, the bracket and the lock record need no atomics of their own. Fields that readers outside
  * the lock see (limit, state, ceiling, expiry, hold, window bounds, last
  * cut) are relaxed atomics: a status snapshot is a set of recent values,
  * not one instant, and a completion that reads stale window bounds merely
@@ -231,7 +231,8 @@ struct sluice_discovery_desc {
                                      default parameters) */
     uint32_t jumpstart;           /* starting limit: the provider's suggestion when known, in
                                      [min_limit, max_limit] (default: 5, clamped to them) */
-    uint32_t min_limit;           /* the limit never falls below this (default: 1) */
+    uint32_t min_limit;           /* the limit never falls below this, at most max_limit
+                                     (default: 1) */
     uint32_t max_limit;           /* ... nor rises above this, at most SLUICE_GATE_LIMIT_MAX
                                      (default: 1024) */
     int64_t lock_ttl_s;           /* how long a discovered ceiling stays locked, in
