@@ -138,6 +138,8 @@ struct sluice_curl_loop {
     size_t n_pools;
     int64_t curl_due_ns;  /* embedder's loop: when curl wants its timeout (-1 = never) */
     int64_t timer_due_ns; /* the instant last handed to desc.timer (-1 = none) */
+    bool self_work;       /* the loop's own thread queued work (a `done` resubmitting):
+                             look again before sleeping instead of waking itself */
     bool closed;          /* close finished: every request completed */
     bool finished;        /* the multi and the heap are gone */
     /* Own-thread mode. */
@@ -153,6 +155,10 @@ static _Thread_local struct sluice_curl_loop *sluice__tl_loop;
 
 static void sluice__loop_wake(struct sluice_curl_loop *loop)
 {
+    if (sluice__tl_loop == loop) { /* no syscall to wake ourselves */
+        loop->self_work = true;
+        return;
+    }
     if (atomic_exchange_explicit(&loop->wake_pending, 1u, SLUICE_SEQ_CST) != 0u)
         return;
     if (loop->embedded) {
@@ -510,6 +516,7 @@ static int64_t sluice__poll_holds(struct sluice_curl_loop *loop)
 static int64_t sluice__service(struct sluice_curl_loop *loop)
 {
     atomic_exchange_explicit(&loop->wake_pending, 0u, SLUICE_SEQ_CST);
+    loop->self_work = false;
     if (loop->embedded) {
         uint64_t n;
         ssize_t got = read(loop->wake_fd, &n, sizeof n); /* EAGAIN: nothing to clear */
@@ -711,7 +718,8 @@ static void *sluice__loop_main(void *arg)
             break;
         }
         int timeout = SLUICE__IDLE_POLL_MS;
-        if (loop->local_head || atomic_load_explicit(&loop->granted, SLUICE_RELAXED))
+        if (loop->self_work || loop->local_head ||
+            atomic_load_explicit(&loop->granted, SLUICE_RELAXED))
             timeout = 0;
         else if (next != INT64_MAX) {
             int64_t left = next - sluice_monotonic_ns();
@@ -732,7 +740,7 @@ static void sluice__update_timer(struct sluice_curl_loop *loop, int64_t next)
     int64_t due = next == INT64_MAX ? -1 : next;
     if (loop->curl_due_ns >= 0 && (due < 0 || loop->curl_due_ns < due))
         due = loop->curl_due_ns;
-    if (loop->local_head || atomic_load_explicit(&loop->granted, SLUICE_RELAXED))
+    if (loop->self_work || loop->local_head || atomic_load_explicit(&loop->granted, SLUICE_RELAXED))
         due = sluice_monotonic_ns();
     if (due == loop->timer_due_ns)
         return;
@@ -756,17 +764,21 @@ int sluice_curl_loop_action(struct sluice_curl_loop *loop, curl_socket_t fd, int
         loop->timer_due_ns = -1; /* the embedder's timer has fired */
     else if (fd != loop->wake_fd)
         curl_multi_socket_action(loop->multi, fd, events, &running);
+    sluice__read_done(loop);
     int64_t next = INT64_MAX;
-    /* Bounded: curl asks for an immediate timeout after new handles; serve a few here. */
+    /* Bounded: curl asks for an immediate timeout after new handles, and a `done` may
+     * submit more; serve a few rounds here, then let the timer bring us back. */
     for (int round = 0; round < 8; round++) {
         next = sluice__service(loop);
-        if (loop->curl_due_ns < 0 || loop->curl_due_ns > sluice_monotonic_ns())
+        bool curl_due = loop->curl_due_ns >= 0 && loop->curl_due_ns <= sluice_monotonic_ns();
+        if (curl_due) {
+            loop->curl_due_ns = -1;
+            curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+            sluice__read_done(loop);
+        } else if (!loop->self_work) {
             break;
-        loop->curl_due_ns = -1;
-        curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-        sluice__read_done(loop);
+        }
     }
-    sluice__read_done(loop);
     sluice__update_timer(loop, next);
     sluice__tl_loop = outer;
     return SLUICE_OK;
