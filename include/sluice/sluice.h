@@ -28,6 +28,8 @@
  * Compile-time options:
  *   SLUICE_PARK_SPIN   pauses the next waiter in line spins before it parks
  *                      in the kernel (default 256)
+ *   SLUICE_DISCOVERY_DRAIN_SPIN  pauses a window's closer spins for samples still
+ *                      adding to it before it yields to them (default 1024)
  *
  * Feature macros: the core calls clock_gettime and syscall(2); compile with
  *   _DEFAULT_SOURCE or _GNU_SOURCE (the CMake and pkg-config targets add it).
