@@ -79,9 +79,23 @@
  *     caller's value back before the completion callback.
  * libcurl must be initialised (curl_global_init) before any of this.
  *
- * Thread safety: sluice_curl_classify is a pure function. sluice_curl_perform
- * may run on any number of threads at once (an easy handle on one at a
- * time, as libcurl requires). Loop functions say which thread they need.
+ * Progress: sluice_curl_classify is pure and allocation-free.
+ * sluice_curl_perform blocks (the pool's permit wait, then the transfer).
+ * sluice_curl_loop_submit and _cancel never block: an admission CAS, two
+ * ring operations and at most one wake-up syscall per burst; all waiting
+ * happens on the loop thread, which itself never waits for a permit.
+ *
+ * Concurrency: sluice_curl_perform may run on any number of threads at
+ * once (an easy handle on one at a time, as libcurl requires). A loop takes
+ * submit, cancel and stats from any thread; each function says which thread
+ * the rest need.
+ *
+ * Memory ordering: everything a thread wrote before sluice_curl_loop_submit
+ * returned SLUICE_OK happens-before the request's `done` (the core ring's
+ * release/acquire hand-off), and everything `done` writes happens-before a
+ * later submit that reuses the handle only by the caller's own means (the
+ * loop publishes nothing back to submitters). Permits carry the pool's
+ * ordering (sluice/pool.h).
  */
 #ifndef SLUICE_CURL_H
 #define SLUICE_CURL_H
@@ -285,8 +299,10 @@ struct sluice_curl_loop_desc {
     sluice_curl_timer_fn timer;
     void *ctx; /* passed to watch and timer */
     /* Connection caps (default: 0 = derived from the engine's backends: when every
-     * consumer backend is limited, hosts get the largest `active`, the total the sum of all
-     * `active`, so libcurl never queues a request that holds a permit; otherwise none). */
+     * registered backend is limited, both caps are the sum of their `active` limits (backends
+     * may share a host), so libcurl never queues a request that holds a permit, and
+     * CURLMOPT_MAXCONNECTS keeps that many alive for reuse; with an unlimited backend, none).
+     * Requests to the endpoint-only backend (no backend ID) share these caps. */
     long max_host_connections;
     long max_total_connections;
     long max_concurrent_streams; /* HTTP/2 streams per connection (default: the largest
