@@ -705,3 +705,41 @@ LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
     fx_assert_idle(e);
     sluice_engine_destroy(e);
 }
+
+LOOP_TEST(closing_the_engine_completes_queued_requests_with_eclosed_from_another_thread)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "300", "--sigma", "0",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(1, -1, NULL);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    struct req busy, queued[3];
+    req_init(&busy, &t);
+    cr_assert_eq(submit(loop, &busy, false), SLUICE_OK);
+    wait_in_flight(1);
+    for (int i = 0; i < 3; i++) {
+        req_init(&queued[i], &t);
+        cr_assert_eq(submit(loop, &queued[i], false), SLUICE_OK);
+    }
+    int64_t until = fx_now_ms() + 2000;
+    while (sluice_curl_loop_stats(loop).waiting != 3)
+        cr_assert_lt(fx_now_ms(), until, "the requests never queued for permits");
+    sluice_engine_close(e); /* this thread settles the queued waiters */
+    wait_done(&t, 3, 2000);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(queued[i].r.status, SLUICE_ECLOSED);
+    struct req late;
+    req_init(&late, &t);
+    cr_assert_eq(submit(loop, &late, false), SLUICE_ECLOSED, "admission of a closed pool");
+    wait_done(&t, 4, 5000);
+    cr_assert_eq(busy.r.status, SLUICE_OK, "the transfer in flight finished");
+    sluice_curl_loop_destroy(loop);
+    curl_easy_cleanup(busy.easy);
+    curl_easy_cleanup(late.easy);
+    for (int i = 0; i < 3; i++)
+        curl_easy_cleanup(queued[i].easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
