@@ -320,8 +320,8 @@ static void cm_perform_overhead(const struct bench_opts *opts, struct sluice_eng
     for (int r = 0; r < repeats; r++) {
         for (int k = 0; k < 2; k++) {
             bool is_direct = (k + r) % 2 != 0;
-            double ops = cm_run_perform(e, is_direct ? direct : mine, is_direct, n, samples,
-                                        &failures);
+            double ops =
+                cm_run_perform(e, is_direct ? direct : mine, is_direct, n, samples, &failures);
             cm_summarise(is_direct ? &cd : &sl, samples, n, ops);
         }
     }

@@ -87,7 +87,8 @@ int main(int argc, char **argv)
     epoll_ctl(app.epfd, EPOLL_CTL_ADD, app.timerfd, &tev);
 
     struct sluice_curl_loop *loop;
-    struct sluice_curl_loop_desc desc = {.engine = engine, .watch = watch, .timer = timer, .ctx = &app};
+    struct sluice_curl_loop_desc desc = {
+        .engine = engine, .watch = watch, .timer = timer, .ctx = &app};
     if (sluice_curl_loop_create(&desc, &loop) != SLUICE_OK)
         return 1;
 
@@ -97,7 +98,8 @@ int main(int argc, char **argv)
         curl_easy_setopt(easy, CURLOPT_POSTFIELDS,
                          "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
         curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, discard);
-        struct sluice_curl_request req = {.backend = "local", .easy = easy, .done = done, .data = &app};
+        struct sluice_curl_request req = {
+            .backend = "local", .easy = easy, .done = done, .data = &app};
         int status = sluice_curl_loop_submit(loop, &req, NULL);
         if (status == SLUICE_OK)
             app.accepted++;

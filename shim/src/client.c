@@ -138,7 +138,8 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
     c->base_url = sluice__dup(d->base_url);
     c->model = sluice__dup(d->model);
     c->api_key = sluice__dup(key);
-    c->repair_prompt = sluice__dup(d->repair_prompt ? d->repair_prompt : SLUICE__CHAT_REPAIR_DEFAULT);
+    c->repair_prompt =
+        sluice__dup(d->repair_prompt ? d->repair_prompt : SLUICE__CHAT_REPAIR_DEFAULT);
     c->max_tokens = d->max_tokens;
     c->retry_after_max_ns = d->retry_after_max_ns;
     c->validate = d->validate;
@@ -205,8 +206,7 @@ static int sluice__chat_parse(struct sluice_chat *c)
 {
     json_t *root = c->body ? json_loadb(c->body, c->body_len, 0, NULL) : NULL;
     json_t *content = json_object_get(
-        json_object_get(json_array_get(json_object_get(root, "choices"), 0), "message"),
-        "content");
+        json_object_get(json_array_get(json_object_get(root, "choices"), 0), "message"), "content");
     int status = SLUICE_EIO;
     if (json_is_string(content)) {
         mi_free(c->reply);
@@ -254,7 +254,8 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
                                     .retry_after_max_ns = c->retry_after_max_ns};
     int status = sluice_curl_transfer(&call, &c->result);
     gen->outcome = c->result.outcome;
-    gen->retry_after_ns = c->result.outcome == SLUICE_OUTCOME_OVERLOAD ? c->result.retry_after_ns : 0;
+    gen->retry_after_ns =
+        c->result.outcome == SLUICE_OUTCOME_OVERLOAD ? c->result.retry_after_ns : 0;
     if (status != SLUICE_OK)
         return status;
     if (c->result.kind != SLUICE_CURL_SUCCESS || c->body_truncated)

@@ -149,9 +149,9 @@ static bool sluice__parse_reset(const char *s, int64_t now_s, int64_t *out)
         return true;
     }
     int64_t left_ms = at_ms - now_s * 1000;
-    *out = left_ms <= 0 ? 0
-                        : (left_ms > INT64_MAX / SLUICE_NS_PER_MS ? INT64_MAX
-                                                                  : left_ms * SLUICE_NS_PER_MS);
+    *out = left_ms <= 0
+               ? 0
+               : (left_ms > INT64_MAX / SLUICE_NS_PER_MS ? INT64_MAX : left_ms * SLUICE_NS_PER_MS);
     return true;
 }
 
@@ -167,8 +167,9 @@ static bool sluice__parse_retry_after(const char *s, int64_t now_s, int64_t *out
     if (at == (time_t)-1)
         return false;
     int64_t left = (int64_t)at - now_s;
-    *out = left <= 0 ? 0 : (left > INT64_MAX / SLUICE_NS_PER_SEC ? INT64_MAX
-                                                                   : left * SLUICE_NS_PER_SEC);
+    *out = left <= 0
+               ? 0
+               : (left > INT64_MAX / SLUICE_NS_PER_SEC ? INT64_MAX : left * SLUICE_NS_PER_SEC);
     return true;
 }
 
@@ -187,18 +188,25 @@ static void sluice__read_headers(const struct sluice_curl_response *r, int64_t n
 {
     static const struct {
         const char *name;
-        size_t field; /* offset in struct sluice_curl_ratelimit */
-        int parse;    /* 0 integer, 1 duration, 2 reset (bare number = epoch or seconds) */
+        size_t field;  /* offset in struct sluice_curl_ratelimit */
+        int parse;     /* 0 integer, 1 duration, 2 reset (bare number = epoch or seconds) */
         bool fallback; /* the plain form: used only when the specific one is absent */
     } known[] = {
-        {"x-ratelimit-limit-requests", offsetof(struct sluice_curl_ratelimit, limit_requests), 0, false},
-        {"x-ratelimit-remaining-requests", offsetof(struct sluice_curl_ratelimit, remaining_requests), 0, false},
-        {"x-ratelimit-reset-requests", offsetof(struct sluice_curl_ratelimit, reset_requests_ns), 1, false},
-        {"x-ratelimit-limit-tokens", offsetof(struct sluice_curl_ratelimit, limit_tokens), 0, false},
-        {"x-ratelimit-remaining-tokens", offsetof(struct sluice_curl_ratelimit, remaining_tokens), 0, false},
-        {"x-ratelimit-reset-tokens", offsetof(struct sluice_curl_ratelimit, reset_tokens_ns), 1, false},
+        {"x-ratelimit-limit-requests", offsetof(struct sluice_curl_ratelimit, limit_requests), 0,
+         false},
+        {"x-ratelimit-remaining-requests",
+         offsetof(struct sluice_curl_ratelimit, remaining_requests), 0, false},
+        {"x-ratelimit-reset-requests", offsetof(struct sluice_curl_ratelimit, reset_requests_ns), 1,
+         false},
+        {"x-ratelimit-limit-tokens", offsetof(struct sluice_curl_ratelimit, limit_tokens), 0,
+         false},
+        {"x-ratelimit-remaining-tokens", offsetof(struct sluice_curl_ratelimit, remaining_tokens),
+         0, false},
+        {"x-ratelimit-reset-tokens", offsetof(struct sluice_curl_ratelimit, reset_tokens_ns), 1,
+         false},
         {"x-ratelimit-limit", offsetof(struct sluice_curl_ratelimit, limit_requests), 0, true},
-        {"x-ratelimit-remaining", offsetof(struct sluice_curl_ratelimit, remaining_requests), 0, true},
+        {"x-ratelimit-remaining", offsetof(struct sluice_curl_ratelimit, remaining_requests), 0,
+         true},
         {"x-ratelimit-reset", offsetof(struct sluice_curl_ratelimit, reset_requests_ns), 2, true},
     };
     *retry_after = *retry_after_ms = -1;
@@ -238,8 +246,8 @@ enum sluice_curl_kind sluice_curl_classify(const struct sluice_curl_response *r,
                                            struct sluice_curl_result *out)
 {
     int64_t now_s = r->now_s ? r->now_s : (int64_t)time(NULL);
-    int64_t max_ns = r->retry_after_max_ns > 0 ? r->retry_after_max_ns
-                                               : SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS;
+    int64_t max_ns =
+        r->retry_after_max_ns > 0 ? r->retry_after_max_ns : SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS;
     struct sluice_curl_ratelimit rl = {-1, -1, -1, -1, -1, -1};
     int64_t retry, retry_ms;
     sluice__read_headers(r, now_s, &rl, &retry, &retry_ms);

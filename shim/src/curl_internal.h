@@ -27,9 +27,9 @@ static inline enum sluice_outcome sluice__curl_kind_outcome(enum sluice_curl_kin
 
 /* Why a transfer stopped early, as the driver saw it. */
 enum sluice__curl_stop {
-    SLUICE__CURL_RAN = 0,      /* it ran to its end (any CURLcode) */
-    SLUICE__CURL_CANCELED,     /* the caller's token (or chained xferinfo) aborted it */
-    SLUICE__CURL_CLOSED,       /* the loop shut down under it */
+    SLUICE__CURL_RAN = 0,  /* it ran to its end (any CURLcode) */
+    SLUICE__CURL_CANCELED, /* the caller's token (or chained xferinfo) aborted it */
+    SLUICE__CURL_CLOSED,   /* the loop shut down under it */
 };
 
 /*

@@ -93,8 +93,8 @@ struct sluice__rec {
     struct sluice_curl_loop *loop;
     uint64_t live_id; /* 0 = not live in the loop */
     enum sluice__stage stage;
-    int stop;      /* why it must end early (ECANCELED, ETIMEDOUT, ECLOSED); 0 = no */
-    bool hooked;   /* its token hook is registered */
+    int stop;    /* why it must end early (ECANCELED, ETIMEDOUT, ECLOSED); 0 = no */
+    bool hooked; /* its token hook is registered */
     size_t heap_index;
     int64_t deadline_ns;
     int64_t queued_ns; /* admission to permit, set when the permit came */
@@ -471,8 +471,7 @@ static void sluice__scan_cancels(struct sluice_curl_loop *loop)
 {
     for (uint32_t i = 0; i < loop->n_recs; i++) {
         struct sluice__rec *rec = &loop->recs[i];
-        if (rec->live_id &&
-            atomic_load_explicit(&rec->cancel_id, SLUICE_RELAXED) == rec->live_id)
+        if (rec->live_id && atomic_load_explicit(&rec->cancel_id, SLUICE_RELAXED) == rec->live_id)
             sluice__stop(rec, SLUICE_ECANCELED);
     }
 }
@@ -863,9 +862,8 @@ int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_c
     rec = (struct sluice__rec *)item;
     rec->req = *req;
     rec->pool = b->pool;
-    rec->pool_index = b == &loop->engine->endpoint_only
-                          ? (uint32_t)(loop->n_pools - 1)
-                          : (uint32_t)(b - loop->engine->backends);
+    rec->pool_index = b == &loop->engine->endpoint_only ? (uint32_t)(loop->n_pools - 1)
+                                                        : (uint32_t)(b - loop->engine->backends);
     rec->admitted_ns = sluice_monotonic_ns();
     rec->id = (++rec->generation << SLUICE__SLOT_BITS) | (uint64_t)(rec - loop->recs);
     if (id)

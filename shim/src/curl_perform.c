@@ -103,9 +103,9 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
 
     if (code == CURLE_ABORTED_BY_CALLBACK && stop == SLUICE__CURL_RAN)
         stop = SLUICE__CURL_CANCELED; /* the chained xferinfo asked */
-    bool deadline_hit = code == CURLE_OPERATION_TIMEDOUT && deadline &&
-                        sluice_timespec_ns(deadline) - sluice_monotonic_ns() <=
-                            SLUICE__DEADLINE_SLACK_NS;
+    bool deadline_hit =
+        code == CURLE_OPERATION_TIMEDOUT && deadline &&
+        sluice_timespec_ns(deadline) - sluice_monotonic_ns() <= SLUICE__DEADLINE_SLACK_NS;
     if (stop != SLUICE__CURL_RAN || deadline_hit) {
         res->kind = SLUICE_CURL_ABORTED;
         res->outcome = SLUICE_OUTCOME_IGNORE;
@@ -135,8 +135,7 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
     struct curl_header *ra;
     curl_off_t retry_after = 0;
     if (curl_easy_header(easy, "Retry-After", 0, CURLH_HEADER, -1, &ra) == CURLHE_OK &&
-        curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK &&
-        retry_after >= 0)
+        curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK && retry_after >= 0)
         resp.retry_after_s = (int64_t)retry_after;
     sluice_curl_classify(&resp, res);
     res->status = code == CURLE_OK ? SLUICE_OK : SLUICE_EIO;
@@ -271,14 +270,13 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     return res->status = status;
 }
 
-int sluice_curl_perform_call(const struct sluice_engine *engine, const struct sluice_curl_call *call,
-                             struct sluice_curl_result *result)
+int sluice_curl_perform_call(const struct sluice_engine *engine,
+                             const struct sluice_curl_call *call, struct sluice_curl_result *result)
 {
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
-    struct sluice_pool *pool = engine && call && call->easy
-                                   ? sluice_engine_pool(engine, call->backend)
-                                   : NULL;
+    struct sluice_pool *pool =
+        engine && call && call->easy ? sluice_engine_pool(engine, call->backend) : NULL;
     if (!pool)
         res.status = SLUICE_EINVAL;
     else if ((res.status = sluice_pool_admit(pool)) == SLUICE_OK) {

@@ -101,7 +101,7 @@ Test(classify, other_5xx_are_server_errors_and_ignored)
 Test(classify, connection_failures_are_transport_errors_and_ignored)
 {
     CURLcode codes[] = {CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_SSL_CONNECT_ERROR,
-                        CURLE_RECV_ERROR, CURLE_SEND_ERROR, CURLE_GOT_NOTHING};
+                        CURLE_RECV_ERROR,      CURLE_SEND_ERROR,           CURLE_GOT_NOTHING};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
         struct sluice_curl_result r = classify(0, codes[i], i % 2 == 0);
         cr_assert_eq(r.kind, SLUICE_CURL_TRANSPORT, "code %d", (int)codes[i]);
@@ -165,8 +165,7 @@ Test(classify, retry_after_ms_is_preferred_for_its_precision)
 {
     cr_assert_eq(retry_after_of("retry-after-ms", "1500"), 1500 * SLUICE_NS_PER_MS);
     struct sluice_curl_header both[] = {{"Retry-After", "2"}, {"retry-after-ms", "1250"}};
-    cr_assert_eq(classify_h(429, CURLE_OK, true, both, 2).retry_after_ns,
-                 1250 * SLUICE_NS_PER_MS);
+    cr_assert_eq(classify_h(429, CURLE_OK, true, both, 2).retry_after_ns, 1250 * SLUICE_NS_PER_MS);
     struct sluice_curl_header bad_ms[] = {{"Retry-After", "2"}, {"retry-after-ms", "x"}};
     cr_assert_eq(classify_h(429, CURLE_OK, true, bad_ms, 2).retry_after_ns, 2 * SEC,
                  "an unparseable retry-after-ms falls back to Retry-After");
@@ -186,8 +185,8 @@ Test(classify, curlinfo_retry_after_is_used_when_the_transfer_read_it)
 Test(classify, openai_rate_limit_headers_are_parsed)
 {
     struct sluice_curl_header h[] = {
-        {"x-ratelimit-limit-requests", "500"},   {"x-ratelimit-remaining-requests", "499"},
-        {"x-ratelimit-reset-requests", "120ms"}, {"x-ratelimit-limit-tokens", "30000"},
+        {"x-ratelimit-limit-requests", "500"},     {"x-ratelimit-remaining-requests", "499"},
+        {"x-ratelimit-reset-requests", "120ms"},   {"x-ratelimit-limit-tokens", "30000"},
         {"x-ratelimit-remaining-tokens", "29000"}, {"x-ratelimit-reset-tokens", "6m0.5s"},
     };
     struct sluice_curl_result r = classify_h(200, CURLE_OK, true, h, 6);

@@ -11,7 +11,8 @@
 
 #include <sluice/client.h>
 
-#define CLIENT_TEST(name) Test(curl_client, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
+#define CLIENT_TEST(name)                                                                          \
+    Test(curl_client, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
 
 static char *sim_base(char *buf, size_t n)
 {
@@ -30,18 +31,18 @@ CLIENT_TEST(a_run_with_the_chat_client_gets_the_providers_reply)
     const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "10", NULL};
     fx_start(args);
     char base[64];
-    struct sluice_backend_desc b = {.id = FX_BACKEND, .endpoint = sim_base(base, sizeof base),
-                                    .active = 4};
+    struct sluice_backend_desc b = {
+        .id = FX_BACKEND, .endpoint = sim_base(base, sizeof base), .active = 4};
     struct sluice_engine *e = NULL;
-    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
-                 SLUICE_OK);
+    cr_assert_eq(
+        sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
+        SLUICE_OK);
     struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
     cr_assert_null(sluice_chat_reply(chat));
     struct sluice_run_result rr;
-    int status = sluice_run(e, &(struct sluice_run_desc){.backend = FX_BACKEND,
-                                                         .ops = &sluice_chat_ops,
-                                                         .ctx = chat},
-                            &rr);
+    int status = sluice_run(
+        e, &(struct sluice_run_desc){.backend = FX_BACKEND, .ops = &sluice_chat_ops, .ctx = chat},
+        &rr);
     cr_assert_eq(status, SLUICE_OK, "run: %s (client %s)", sluice_status_name(status),
                  sluice_status_name(rr.client_status));
     cr_assert_not_null(sluice_chat_reply(chat));
@@ -79,8 +80,8 @@ static void *runner_main(void *arg)
 
 CLIENT_TEST(the_openrouter_preset_with_an_endpoint_override_keeps_its_16_permits)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "100", "--median-ms", "200", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "100", "--median-ms",
+                          "200",    "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = NULL;
     cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
@@ -108,8 +109,8 @@ CLIENT_TEST(the_openrouter_preset_with_an_endpoint_override_keeps_its_16_permits
 
 CLIENT_TEST(a_429_fails_the_run_as_a_client_error_and_backs_discovery_off)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "1", "--median-ms", "400", "--sigma", "0",
-                          "--retry-after", "2", NULL};
+    const char *args[] = {"--mode",  "reject", "--cap",         "1", "--median-ms", "400",
+                          "--sigma", "0",      "--retry-after", "2", NULL};
     fx_start(args);
     char base[64];
     struct sluice_discovery_desc dd = fx_discovery();
@@ -117,8 +118,9 @@ CLIENT_TEST(a_429_fails_the_run_as_a_client_error_and_backs_discovery_off)
     struct sluice_backend_desc b = {
         .id = FX_BACKEND, .endpoint = sim_base(base, sizeof base), .active = 8, .discovery = &dd};
     struct sluice_engine *e = NULL;
-    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
-                 SLUICE_OK);
+    cr_assert_eq(
+        sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
+        SLUICE_OK);
     CURL *busy = fx_easy();
     CURLM *multi = curl_multi_init(); /* hold the simulator's only slot, outside sluice */
     curl_multi_add_handle(multi, busy);
@@ -130,10 +132,9 @@ CLIENT_TEST(a_429_fails_the_run_as_a_client_error_and_backs_discovery_off)
     }
     struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
     struct sluice_run_result rr;
-    int status = sluice_run(e, &(struct sluice_run_desc){.backend = FX_BACKEND,
-                                                         .ops = &sluice_chat_ops,
-                                                         .ctx = chat},
-                            &rr);
+    int status = sluice_run(
+        e, &(struct sluice_run_desc){.backend = FX_BACKEND, .ops = &sluice_chat_ops, .ctx = chat},
+        &rr);
     cr_assert_eq(status, SLUICE_ECLIENT);
     cr_assert_eq(rr.client_status, SLUICE_EIO);
     cr_assert_eq(rr.client_stage, SLUICE_STAGE_GENERATE);
@@ -158,7 +159,7 @@ CLIENT_TEST(a_429_fails_the_run_as_a_client_error_and_backs_discovery_off)
 
 struct capture {
     int listen_fd, port;
-    int n;                      /* requests served */
+    int n; /* requests served */
     char req[CAPTURE_MAX][8192];
     pthread_t thread;
 };
@@ -251,16 +252,17 @@ CLIENT_TEST(the_request_carries_the_key_from_the_environment_the_model_and_the_r
     char base[64];
     snprintf(base, sizeof base, "http://127.0.0.1:%d/api/v1/", cap.port);
     struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){.base_url = base,
-                                                                  .model = "vendor/model-1",
-                                                                  .system = "be brief",
-                                                                  .prompt = "2+2?",
-                                                                  .max_tokens = 7,
-                                                                  .validate = reject_first});
+                                                                   .model = "vendor/model-1",
+                                                                   .system = "be brief",
+                                                                   .prompt = "2+2?",
+                                                                   .max_tokens = 7,
+                                                                   .validate = reject_first});
     unsetenv(SLUICE_CHAT_API_KEY_ENV);
     struct sluice_engine *e = NULL;
     cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
     struct sluice_run_result rr;
-    int status = sluice_run(e, &(struct sluice_run_desc){.ops = &sluice_chat_ops, .ctx = chat}, &rr);
+    int status =
+        sluice_run(e, &(struct sluice_run_desc){.ops = &sluice_chat_ops, .ctx = chat}, &rr);
     capture_stop(&cap);
     cr_assert_eq(status, SLUICE_OK, "run: %s (client %s)", sluice_status_name(status),
                  sluice_status_name(rr.client_status));
@@ -278,7 +280,8 @@ CLIENT_TEST(the_request_carries_the_key_from_the_environment_the_model_and_the_r
     json_t *msgs = json_object_get(j, "messages");
     cr_assert_eq(json_array_size(msgs), 2);
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 0), "role")), "system");
-    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 1), "content")), "2+2?");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(msgs, 1), "content")),
+                     "2+2?");
     json_decref(j);
     j = json_loads(strstr(second, "\r\n\r\n") + 4, 0, NULL);
     msgs = json_object_get(j, "messages");
@@ -295,13 +298,15 @@ CLIENT_TEST(the_request_carries_the_key_from_the_environment_the_model_and_the_r
 CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval)
 {
     struct sluice_chat *chat = NULL;
-    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.prompt = "hi"}, &chat), SLUICE_EINVAL);
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.prompt = "hi"}, &chat),
+                 SLUICE_EINVAL);
     chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
     struct sluice_engine *e = NULL;
     cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
     struct sluice_run_result rr;
-    cr_assert_eq(sluice_run(e, &(struct sluice_run_desc){.ops = &sluice_chat_ops, .ctx = chat}, &rr),
-                 SLUICE_ECLIENT);
+    cr_assert_eq(
+        sluice_run(e, &(struct sluice_run_desc){.ops = &sluice_chat_ops, .ctx = chat}, &rr),
+        SLUICE_ECLIENT);
     cr_assert_eq(rr.client_status, SLUICE_EINVAL, "the endpoint-only backend has no URL");
     sluice_chat_destroy(chat);
     sluice_engine_destroy(e);

@@ -285,8 +285,8 @@ static void *burst_main(void *arg)
 
 LOOP_TEST(of_500_simultaneous_submissions_exactly_active_plus_waiting_are_accepted)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "500", "--median-ms", "150", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "500", "--median-ms",
+                          "150",    "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(20, 80, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
@@ -333,8 +333,8 @@ LOOP_TEST(of_500_simultaneous_submissions_exactly_active_plus_waiting_are_accept
 
 LOOP_TEST(submissions_past_max_requests_get_eagain_and_unknown_backends_einval)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "8", "--median-ms", "300", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "8", "--median-ms",
+                          "300",    "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(8, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 2);
@@ -367,8 +367,8 @@ LOOP_TEST(submissions_past_max_requests_get_eagain_and_unknown_backends_einval)
 
 LOOP_TEST(cancel_by_id_aborts_a_transfer_within_50_ms_and_frees_the_provider_slot)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "5000", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "5000",   "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
@@ -400,8 +400,8 @@ LOOP_TEST(cancel_by_id_aborts_a_transfer_within_50_ms_and_frees_the_provider_slo
 
 LOOP_TEST(a_token_cancels_a_request_waiting_for_a_permit_without_touching_the_provider)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "600", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "600",    "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(1, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
@@ -435,8 +435,8 @@ LOOP_TEST(a_token_cancels_a_request_waiting_for_a_permit_without_touching_the_pr
 
 LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "800", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "800",    "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 1;
@@ -476,8 +476,8 @@ LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
 
 LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 {
-    const char *args[] = {"--mode",         "reject", "--cap", "1", "--median-ms", "400", "--sigma",
-                          "0",              "--retry-after", "1", "--retry-after-date", NULL};
+    const char *args[] = {"--mode",  "reject", "--cap",         "1", "--median-ms",        "400",
+                          "--sigma", "0",      "--retry-after", "1", "--retry-after-date", NULL};
     fx_start(args);
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 4;
@@ -516,8 +516,8 @@ LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 
 LOOP_TEST(shutdown_completes_every_request_with_eclosed_and_leaks_nothing)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "8", "--median-ms", "5000", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "8", "--median-ms",
+                          "5000",   "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
@@ -708,8 +708,8 @@ LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
 
 LOOP_TEST(closing_the_engine_completes_queued_requests_with_eclosed_from_another_thread)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "300", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "300",    "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(1, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);

@@ -6,7 +6,8 @@
  */
 #include "e2e/curl_fixture.h"
 
-#define PERFORM_TEST(name) Test(curl_perform, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
+#define PERFORM_TEST(name)                                                                         \
+    Test(curl_perform, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
 
 /* ---- discovery from closed-loop callers ---------------------------------------------- */
 
@@ -129,8 +130,8 @@ static void wait_in_flight(long n)
 
 PERFORM_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 {
-    const char *args[] = {"--mode",   "reject", "--cap", "1", "--median-ms", "400", "--sigma", "0",
-                          "--retry-after", "1", NULL};
+    const char *args[] = {"--mode",  "reject", "--cap",         "1", "--median-ms", "400",
+                          "--sigma", "0",      "--retry-after", "1", NULL};
     fx_start(args);
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 4;
@@ -168,8 +169,8 @@ PERFORM_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 
 PERFORM_TEST(a_token_fired_mid_transfer_cancels_within_50_ms_and_frees_the_provider_slot)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "5000", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "5000",   "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(2, 0, NULL);
     struct sluice_cancel token;
@@ -207,8 +208,8 @@ PERFORM_TEST(a_token_fired_mid_transfer_cancels_within_50_ms_and_frees_the_provi
 
 PERFORM_TEST(a_deadline_shorter_than_the_service_time_times_out_and_keeps_capacity)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "600", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "600",    "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(8, -1, &dd);
@@ -217,8 +218,8 @@ PERFORM_TEST(a_deadline_shorter_than_the_service_time_times_out_and_keeps_capaci
     struct timespec deadline;
     struct sluice_curl_result r;
     int64_t t0 = sluice_monotonic_ns();
-    int status = sluice_curl_perform(e, FX_BACKEND, easy, sluice_deadline_in(&deadline, 100 * SLUICE_NS_PER_MS),
-                                     NULL, &r);
+    int status = sluice_curl_perform(
+        e, FX_BACKEND, easy, sluice_deadline_in(&deadline, 100 * SLUICE_NS_PER_MS), NULL, &r);
     int64_t took_ms = (sluice_monotonic_ns() - t0) / SLUICE_NS_PER_MS;
     cr_assert_eq(status, SLUICE_ETIMEDOUT, "status %s", sluice_status_name(status));
     cr_assert_eq(r.kind, SLUICE_CURL_ABORTED);
@@ -237,8 +238,8 @@ PERFORM_TEST(a_deadline_shorter_than_the_service_time_times_out_and_keeps_capaci
 
 PERFORM_TEST(a_deadline_that_passes_while_queued_never_starts_the_transfer)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "400", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "400",    "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(1, -1, NULL);
     struct bg_call busy;
@@ -248,7 +249,8 @@ PERFORM_TEST(a_deadline_that_passes_while_queued_never_starts_the_transfer)
     struct timespec deadline;
     struct sluice_curl_result r;
     cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy,
-                                     sluice_deadline_in(&deadline, 100 * SLUICE_NS_PER_MS), NULL, &r),
+                                     sluice_deadline_in(&deadline, 100 * SLUICE_NS_PER_MS), NULL,
+                                     &r),
                  SLUICE_ETIMEDOUT);
     cr_assert_not(r.transferred);
     cr_assert_geq(r.queued_ns, 90 * SLUICE_NS_PER_MS);
@@ -263,8 +265,8 @@ PERFORM_TEST(a_deadline_that_passes_while_queued_never_starts_the_transfer)
 
 PERFORM_TEST(a_full_pool_rejects_at_once_and_never_starts_the_transfer)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "300", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "300",    "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(1, 0, NULL);
     struct bg_call busy;
@@ -363,8 +365,8 @@ static int count_progress(void *clientp, curl_off_t dt, curl_off_t dn, curl_off_
 
 PERFORM_TEST(the_callers_own_xferinfo_callback_keeps_working)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "100", "--sigma", "0",
-                          NULL};
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "100",    "--sigma", "0",     NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(4, -1, NULL);
     CURL *easy = fx_easy();

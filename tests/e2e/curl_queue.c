@@ -6,7 +6,8 @@
  */
 #include "e2e/curl_fixture.h"
 
-#define QUEUE_TEST(name) Test(curl_queue, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
+#define QUEUE_TEST(name)                                                                           \
+    Test(curl_queue, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
 
 struct closed_loop {
     struct sluice_curl_loop *loop;
@@ -28,7 +29,8 @@ static void resubmit(const struct sluice_curl_result *r, CURL *easy, void *data)
         atomic_fetch_add(&s->cl->ok, 1);
     if (atomic_load(&s->cl->stop))
         return;
-    struct sluice_curl_request rq = {.backend = FX_BACKEND, .easy = easy, .done = resubmit, .data = s};
+    struct sluice_curl_request rq = {
+        .backend = FX_BACKEND, .easy = easy, .done = resubmit, .data = s};
     if (sluice_curl_loop_submit(s->cl->loop, &rq, NULL) != SLUICE_OK)
         atomic_fetch_add(&s->cl->refused, 1);
 }

@@ -59,14 +59,14 @@ extern "C" {
 struct sluice_chat;
 
 struct sluice_chat_desc {
-    const char *base_url; /* e.g. "https://api.openai.com/v1"; "/chat/completions" is appended
-                             (default: NULL = the run's endpoint) */
-    const char *model;    /* required */
-    const char *api_key;  /* (default: NULL = $SLUICE_API_KEY, else $OPENROUTER_API_KEY, else
-                             no Authorization header) */
-    const char *system;   /* system message (default: none) */
-    const char *prompt;   /* the user message (required) */
-    long max_tokens;      /* (default: 0 = the provider's) */
+    const char *base_url;      /* e.g. "https://api.openai.com/v1"; "/chat/completions" is appended
+                                  (default: NULL = the run's endpoint) */
+    const char *model;         /* required */
+    const char *api_key;       /* (default: NULL = $SLUICE_API_KEY, else $OPENROUTER_API_KEY, else
+                                  no Authorization header) */
+    const char *system;        /* system message (default: none) */
+    const char *prompt;        /* the user message (required) */
+    long max_tokens;           /* (default: 0 = the provider's) */
     const char *repair_prompt; /* user message after a rejected reply (default: "That answer
                                   was rejected; answer again, correctly.") */
     /* Check generation `attempt`'s reply (sluice_chat_reply); as sluice_run_ops.validate

@@ -155,10 +155,10 @@ struct sluice_curl_header {
 
 /* What a finished transfer looked like: the input of sluice_curl_classify. */
 struct sluice_curl_response {
-    long http_status;     /* CURLINFO_RESPONSE_CODE of the last response (0 = none) */
-    CURLcode code;        /* the transfer's result */
-    bool request_sent;    /* the request left (CURLINFO_REQUEST_SIZE > 0): decides whether
-                             a timeout is the provider's */
+    long http_status;      /* CURLINFO_RESPONSE_CODE of the last response (0 = none) */
+    CURLcode code;         /* the transfer's result */
+    bool request_sent;     /* the request left (CURLINFO_REQUEST_SIZE > 0): decides whether
+                              a timeout is the provider's */
     int64_t retry_after_s; /* CURLINFO_RETRY_AFTER when a Retry-After header came (its
                               seconds, or its HTTP-date minus now); < 0 = not read: the
                               header in `headers` is parsed instead (default for tests) */
@@ -242,7 +242,8 @@ int sluice_curl_perform(const struct sluice_engine *engine, const char *backend_
                         struct sluice_curl_result *result);
 
 /* sluice_curl_perform with every option (chained xferinfo, Retry-After clamp). */
-int sluice_curl_perform_call(const struct sluice_engine *engine, const struct sluice_curl_call *call,
+int sluice_curl_perform_call(const struct sluice_engine *engine,
+                             const struct sluice_curl_call *call,
                              struct sluice_curl_result *result);
 
 /*
@@ -291,9 +292,9 @@ typedef void (*sluice_curl_timer_fn)(void *ctx, long timeout_ms);
 
 struct sluice_curl_loop_desc {
     const struct sluice_engine *engine; /* required; must outlive the loop */
-    uint32_t max_requests;   /* requests accepted and not yet completed, all backends
-                                (default: 4096; at most SLUICE_CURL_LOOP_REQUESTS_MAX);
-                                submissions past it get SLUICE_EAGAIN */
+    uint32_t max_requests;              /* requests accepted and not yet completed, all backends
+                                           (default: 4096; at most SLUICE_CURL_LOOP_REQUESTS_MAX);
+                                           submissions past it get SLUICE_EAGAIN */
     /* Embedder's-loop mode: set both (default: NULL = the loop runs its own thread). */
     sluice_curl_watch_fn watch;
     sluice_curl_timer_fn timer;
