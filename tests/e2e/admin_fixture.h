@@ -223,8 +223,9 @@ static inline void fixture_rmtree(const char *dir)
 {
     if (!dir[0] || strncmp(dir, "/tmp/sluice-e2e-", 16) != 0)
         return;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "chmod -R u+rwx '%s' 2>/dev/null; rm -rf '%s'", dir, dir);
+    char cmd[128];
+    /* Temp dirs are /tmp/sluice-e2e-XXXXXX: short, no quotes. */
+    snprintf(cmd, sizeof cmd, "chmod -R u+rwx '%.40s' 2>/dev/null; rm -rf '%.40s'", dir, dir);
     if (system(cmd) != 0) {
         /* best effort: a leftover temp dir is not a test failure */
     }
