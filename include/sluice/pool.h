@@ -396,6 +396,8 @@ SLUICE_INLINE void sluice_pool_destroy(struct sluice_pool *p)
 {
     if (!p)
         return;
+    if (p->discovery)
+        sluice_discovery_sync(p->discovery); /* a store write still on its way lands first */
     struct sluice_allocator a = p->allocator;
     sluice__free(&a, p, p->block_size);
 }

@@ -30,12 +30,22 @@
  *                      in the kernel (default 256)
  *   SLUICE_DISCOVERY_DRAIN_SPIN  pauses a window's closer spins for samples still
  *                      adding to it before it yields to them (default 1024)
+ *   SLUICE_SPIN_BACKOFF_MAX  longest pause run of a contended spinlock before it
+ *                      yields the CPU (default 64)
  *
  * Feature macros: the core calls clock_gettime and syscall(2); compile with
- *   _DEFAULT_SOURCE or _GNU_SOURCE (the CMake and pkg-config targets add it).
+ *   _DEFAULT_SOURCE or _GNU_SOURCE (the CMake and pkg-config targets add it;
+ *   a strict -std=c11 build without it stops at one #error saying so).
  *
- * Link: the core is header-only; link Concurrency Kit (-lck) and -pthread,
- * or use the CMake target sluice::core / pkg-config sluice-core.
+ * Link: the core is header-only; link Concurrency Kit (-lck), -pthread and
+ * -lm, or use the CMake target sluice::core / pkg-config sluice-core.
+ *
+ * Threads and callbacks: every blocking wait takes an absolute deadline and a
+ * cancel token (cancel wins over the deadline and over a close). Async
+ * waiters' callbacks (gate, pool) run exactly once, on the thread that
+ * settles them, from the outermost sluice frame on that thread (never
+ * nested). Store calls and event callbacks run after locks are dropped and
+ * permits released (sluice_discovery_flush), one at a time per node.
  *
  * Example — at most 4 calls in flight, FIFO, with a 2 s deadline:
  *
