@@ -7,6 +7,7 @@ set(SLUICE_DEBIAN_PACKAGES
   libck-dev             # core: Concurrency Kit
   pkg-config            # build: finds ck and the shim's libraries
   libcriterion-dev      # tests
+  chromium              # tests: the admin endpoint's page in a headless browser (skipped without it)
   libcurl4-openssl-dev  # shim: transport
   libjansson-dev        # shim: state file and event JSON
   libmicrohttpd-dev     # shim: admin endpoint and provider simulator

@@ -236,7 +236,7 @@ static inline void fixture_rmtree(const char *dir)
 struct proc_result {
     int exit_code; /* -1: killed by a signal or timed out */
     bool timed_out;
-    char out[16384], err[16384];
+    char out[1 << 20], err[1 << 16]; /* a page's DOM fits */
 };
 
 /* Drain fd into buf (bounded); false on EOF. */

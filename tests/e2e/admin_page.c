@@ -1,0 +1,246 @@
+/*
+ * The Concurrency Health page in a real browser: an engine with live
+ * traffic to the provider simulator and the admin endpoint, loaded by
+ * headless Chromium. The rendered DOM must show every node's status line
+ * with its glyph, the event feed rendered from the live feed, a Clear
+ * button per adaptive node only, and the page polling ("live"). Skipped,
+ * saying so, where Debian's chromium package is missing.
+ *
+ * SLUICE_ADMIN_SCREENSHOT=/path/page.png also saves a screenshot after a
+ * longer run (about 25 s of traffic, so the chart has a climb to show):
+ * that is how docs/admin-page.png is made.
+ */
+#include <pthread.h>
+#include <regex.h>
+
+#include <sluice/curl.h>
+
+#include "admin_fixture.h"
+#include "e2e/sim_process.h"
+
+static struct sim_process sim;
+static struct sluice_memstore *mem;
+static struct sluice_engine *engine;
+static struct sluice_admin *admin;
+static _Atomic(bool) stop_traffic;
+static char url_chat[128];
+
+enum { WORKERS = 40 };
+static pthread_t workers[WORKERS];
+static int n_workers;
+
+static void *traffic(void *arg)
+{
+    (void)arg;
+    CURL *easy = curl_easy_init();
+    curl_easy_setopt(easy, CURLOPT_URL, url_chat);
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, "{}");
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, reply_body);
+    struct reply sink = {0};
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    while (!atomic_load(&stop_traffic)) {
+        struct timespec dl;
+        sluice_curl_perform(engine, "cloud:default_ollama", easy,
+                            sluice_deadline_in(&dl, 2 * SLUICE_NS_PER_SEC), NULL, NULL);
+        free(sink.body);
+        sink.body = NULL;
+        sink.len = 0;
+    }
+    curl_easy_cleanup(easy);
+    return NULL;
+}
+
+static void stop_everything(void)
+{
+    atomic_store(&stop_traffic, true);
+    for (int i = 0; i < n_workers; i++)
+        pthread_join(workers[i], NULL);
+    n_workers = 0;
+    sluice_admin_stop(admin);
+    admin = NULL;
+    if (engine) {
+        sluice_engine_close(engine);
+        sluice_engine_destroy(engine);
+        engine = NULL;
+    }
+    sluice_memstore_destroy(mem);
+    mem = NULL;
+    sim_process_stop(&sim);
+}
+
+TestSuite(admin_page, .fini = stop_everything, .timeout = 90);
+
+static const char *chromium(void)
+{
+    static const char *const candidates[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+                                             "/usr/bin/google-chrome"};
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++)
+        if (access(candidates[i], X_OK) == 0)
+            return candidates[i];
+    return NULL;
+}
+
+/* Every kind of node: live traffic, a restored lock, a backoff, a cleared one, a fixed limit. */
+static void start_world(char *url_base, size_t size)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    cr_assert_eq(sluice_memstore_create(8, NULL, &mem), SLUICE_OK);
+    struct sluice_store_ops ops = sluice_memstore_ops(mem);
+    struct sluice_lock_record rec = fixture_lock(32, 20 * 3600);
+    cr_assert_eq(ops.save(ops.ctx, "cloud:together", &rec), SLUICE_OK);
+    cr_assert_eq(ops.save(ops.ctx, "cloud:groq", &rec), SLUICE_OK);
+    static const struct sluice_discovery_desc adaptive = {0};
+    const struct sluice_backend_desc backends[] = {
+        {.id = "cloud:default_ollama", .active = 64, .discovery = &adaptive},
+        {.id = "cloud:together", .active = 64, .discovery = &adaptive},
+        {.id = "cloud:openrouter-byok", .active = 64, .discovery = &adaptive},
+        {.id = "cloud:groq", .active = 64, .discovery = &adaptive},
+        {.id = "local:gpu", .active = 4},
+    };
+    char err[256];
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = backends,
+                                                                   .n_backends = 5, .store = &ops,
+                                                                   .error = err,
+                                                                   .error_size = sizeof err},
+                                      &engine),
+                 SLUICE_OK, "%s", err);
+    fixture_backoff(engine, "cloud:openrouter-byok");
+    sluice_engine_clear(engine, "cloud:groq"); /* restored, then cleared: probing again */
+    cr_assert_eq(sluice_admin_start(&(struct sluice_admin_desc){.engine = engine,
+                                                                .port = SLUICE_SOME(0),
+                                                                .error = err,
+                                                                .error_size = sizeof err},
+                                    &admin),
+                 SLUICE_OK, "%s", err);
+    snprintf(url_base, size, "http://127.0.0.1:%u/", sluice_admin_port(admin));
+    for (; n_workers < WORKERS; n_workers++)
+        pthread_create(&workers[n_workers], NULL, traffic, NULL);
+}
+
+/* Seconds until node has at least `events` events (bounded by `limit_s`). */
+static void wait_events(const char *node, uint64_t events, int limit_s)
+{
+    for (int i = 0; i < limit_s * 20; i++) {
+        if (sluice_event_ring_count(sluice_engine_events(engine, node)) >= events)
+            return;
+        usleep(50 * 1000);
+    }
+    cr_assert_fail("%s had fewer than %llu events after %d s", node, (unsigned long long)events,
+                   limit_s);
+}
+
+static bool matches(const char *text, const char *pattern)
+{
+    regex_t re;
+    cr_assert_eq(regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB), 0, "bad pattern %s", pattern);
+    bool ok = regexec(&re, text, 0, NULL, 0) == 0;
+    regfree(&re);
+    return ok;
+}
+
+/* The DOM of one node's card (from its <section> to the next). */
+static char *card(const char *dom, const char *node)
+{
+    char open[160];
+    snprintf(open, sizeof open, "<section class=\"node\" data-node=\"%s\">", node);
+    const char *start = strstr(dom, open);
+    cr_assert_not_null(start, "no card for %s", node);
+    const char *end = strstr(start + 1, "<section ");
+    size_t n = end ? (size_t)(end - start) : strlen(start);
+    char *c = malloc(n + 1);
+    memcpy(c, start, n);
+    c[n] = '\0';
+    return c;
+}
+
+static int count(const char *s, const char *what)
+{
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, what)); p += strlen(what))
+        n++;
+    return n;
+}
+
+Test(admin_page, chromium_renders_status_lines_glyphs_events_and_clear_buttons)
+{
+    const char *browser = chromium();
+    if (!browser)
+        cr_skip_test("chromium not found (install Debian's chromium package): the Concurrency "
+                     "Health page was not tested in a browser");
+    const char *args[] = {"--mode", "reject", "--cap", "24", "--median-ms", "150", NULL};
+    cr_assert_eq(sim_process_start(&sim, args), 0);
+    sim_process_url(&sim, "/v1/chat/completions", url_chat, sizeof url_chat);
+    char base[64];
+    start_world(base, sizeof base);
+    wait_events("cloud:default_ollama", 2, 20); /* the climb has begun */
+
+    const char *screenshot = getenv("SLUICE_ADMIN_SCREENSHOT");
+    if (screenshot && *screenshot)
+        sleep(25); /* a longer history for the chart */
+
+    char profile[256];
+    fixture_tmpdir(profile, sizeof profile);
+    char user_dir[300];
+    snprintf(user_dir, sizeof user_dir, "--user-data-dir=%s", profile);
+    const char *argv[] = {browser, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--no-first-run", user_dir, "--virtual-time-budget=5000",
+                          "--dump-dom", base, NULL};
+    const char *env[] = {"HOME=/tmp", NULL};
+    struct proc_result *r = proc_run(argv, env, 60000);
+    cr_assert_eq(r->exit_code, 0, "chromium failed (exit %d): %.2000s", r->exit_code, r->err);
+    const char *dom = r->out;
+    cr_assert(strstr(dom, "Concurrency Health") != NULL, "no page: %.500s", dom);
+
+    /* Status lines exactly as the reference writes them, glyph included. */
+    cr_expect(matches(dom, "<span class=\"line\">cloud:default_ollama [0-9]+/[0-9]+ (📈|🔒|🌧️)</span>"),
+              "live node's status line missing");
+    cr_expect(strstr(dom, "<span class=\"line\">cloud:together 0/32 🔒</span>") != NULL);
+    cr_expect(strstr(dom, "<span class=\"line\">cloud:openrouter-byok 0/4 🌧️</span>") != NULL);
+    cr_expect(strstr(dom, "<span class=\"line\">cloud:groq 0/5 📈</span>") != NULL);
+    cr_expect(strstr(dom, "<span class=\"line\">local:gpu 0/4</span>") != NULL);
+
+    /* The event feed, rendered from the live feed, newest first. */
+    char *live = card(dom, "cloud:default_ollama");
+    cr_expect(strstr(live, "<li class=\"ev ev-probe\"") != NULL, "no probe event: %.2000s", live);
+    cr_expect(strstr(live, "slow start") != NULL, "the cause is shown");
+    const char *first = strstr(live, "data-seq=\"");
+    cr_assert_not_null(first);
+    unsigned long newest = strtoul(first + 10, NULL, 10);
+    cr_expect_geq(newest, 2, "newest first");
+    char *locked = card(dom, "cloud:together");
+    cr_expect(strstr(locked, "<li class=\"ev ev-restore\"") != NULL, "restore event: %s", locked);
+    cr_expect(strstr(locked, "lock expires in") != NULL);
+    cr_expect(matches(locked, "<path class=\"limit\""), "the chart drew the limit");
+
+    /* Clear buttons on adaptive nodes only; the page is polling. */
+    char *cleared = card(dom, "cloud:groq");
+    cr_expect(strstr(cleared, "<li class=\"ev ev-clear\"") != NULL, "clear event: %s", cleared);
+    free(cleared);
+    cr_expect_eq(count(dom, "<button class=\"clear\">"), 4, "four adaptive nodes");
+    char *fixed = card(dom, "local:gpu");
+    cr_expect(strstr(fixed, "<button") == NULL, "a fixed node has no Clear button");
+    cr_expect(matches(dom, "<span id=\"conn\" class=\"live\">live · updated [0-9:]+</span>"),
+              "the page did not poll");
+    free(live);
+    free(locked);
+    free(fixed);
+    free(r);
+
+    if (screenshot && *screenshot) {
+        char shot[512];
+        snprintf(shot, sizeof shot, "--screenshot=%s", screenshot);
+        const char *sargv[] = {browser, "--headless", "--no-sandbox", "--disable-gpu",
+                               "--no-first-run", user_dir, "--hide-scrollbars",
+                               "--window-size=1440,1120", "--virtual-time-budget=5000", shot,
+                               base, NULL};
+        r = proc_run(sargv, env, 60000);
+        cr_expect_eq(r->exit_code, 0, "screenshot: %.1000s", r->err);
+        struct stat st;
+        cr_expect(stat(screenshot, &st) == 0 && st.st_size > 10000, "no screenshot at %s",
+                  screenshot);
+        fprintf(stderr, "admin page screenshot: %s\n", screenshot);
+        free(r);
+    }
+    fixture_rmtree(profile);
+}
