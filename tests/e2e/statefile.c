@@ -607,3 +607,79 @@ Test(statefile, a_lock_discovered_by_one_process_restores_locked_in_the_next)
     cr_expect_str_eq(line, "cloud:a 0/8 📈");
     sluice_engine_destroy(e);
 }
+
+/* ---- clear through the API and over HTTP, with the state file as the store ------------------ */
+
+static char *line_of(const char *text, const char *node)
+{
+    char key[64];
+    snprintf(key, sizeof key, "\"%s\": ", node);
+    const char *p = strstr(text, key);
+    return p ? strndup(p, strcspn(p, "\n")) : NULL;
+}
+
+static void expect_node(struct sluice_engine *e, const char *node, const char *line)
+{
+    char got[128];
+    sluice_engine_status_line(e, node, got, sizeof got);
+    cr_expect_str_eq(got, line, "%s", node);
+}
+
+Test(statefile, clear_through_the_api_and_over_http_drops_only_that_nodes_lock)
+{
+    const char *path = open_in_tmp();
+    struct sluice_lock_record r = record(20, "discover");
+    const char *nodes[] = {"cloud:a", "cloud:b", "cloud:c"};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(sluice_statefile_save(sf, nodes[i], &r), SLUICE_OK);
+    char *before = slurp(path);
+    struct sluice_store_ops ops = sluice_statefile_ops(sf);
+    struct sluice_discovery_desc disc = {0};
+    struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 64, .discovery = &disc},
+                                      {.id = "cloud:b", .active = 64, .discovery = &disc},
+                                      {.id = "cloud:c", .active = 64, .discovery = &disc},
+                                      {.id = "local:gpu", .active = 4}};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = b, .n_backends = 4, .store = &ops}, &e),
+                 SLUICE_OK);
+    struct sluice_admin *a = NULL;
+    cr_assert_eq(sluice_admin_start(&(struct sluice_admin_desc){.engine = e, .port = SLUICE_SOME(0)}, &a),
+                 SLUICE_OK);
+
+    /* The C API. */
+    cr_assert_eq(sluice_engine_clear(e, "cloud:a"), SLUICE_OK);
+    sluice_discovery_sync(sluice_pool_discovery(sluice_engine_pool(e, "cloud:a")));
+    expect_node(e, "cloud:a", "cloud:a 0/5 📈");
+    expect_node(e, "cloud:b", "cloud:b 0/20 🔒");
+    expect_node(e, "cloud:c", "cloud:c 0/20 🔒");
+    expect_node(e, "local:gpu", "local:gpu 0/4");
+    char *mid = slurp(path);
+    cr_expect_null(line_of(mid, "cloud:a"), "cloud:a's lock left the file");
+    for (int i = 1; i < 3; i++) {
+        char *x = line_of(before, nodes[i]), *y = line_of(mid, nodes[i]);
+        cr_expect_str_eq(y, x, "%s untouched", nodes[i]);
+        free(x);
+        free(y);
+    }
+
+    /* HTTP POST, as the reference's curl line does. */
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%u", sluice_admin_port(a));
+    struct reply rep = http("POST", base, "/compute/concurrency/clear?node_id=cloud:b", NULL, NULL);
+    cr_expect_eq(rep.status, 200, "%s", rep.body);
+    reply_free(&rep);
+    expect_node(e, "cloud:b", "cloud:b 0/5 📈");
+    expect_node(e, "cloud:c", "cloud:c 0/20 🔒");
+    char *after = slurp(path);
+    cr_expect_null(line_of(after, "cloud:b"), "the answer came after the file dropped cloud:b");
+    char *x = line_of(before, "cloud:c"), *y = line_of(after, "cloud:c");
+    cr_expect_str_eq(y, x);
+    free(x);
+    free(y);
+
+    sluice_admin_stop(a);
+    sluice_engine_destroy(e);
+    free(before);
+    free(mid);
+    free(after);
+}
