@@ -21,8 +21,10 @@
  * #error below that names the macro, rather than at a missing
  * CLOCK_MONOTONIC deep in time.h.
  *
- * C++: the core uses C11 <stdatomic.h>. C++ translation units need C++23
- * (which provides <stdatomic.h> and the _Atomic(T) macro).
+ * C++: the core uses C11 <stdatomic.h>. C++23 provides it (with the
+ * _Atomic(T) macro); for C++17 and C++20, which do not, the block below
+ * spells the same names with <atomic>, as libstdc++'s C++23 <stdatomic.h>
+ * does. So every header compiles as C11 and as C++17 or later.
  */
 #ifndef SLUICE_CC_H
 #define SLUICE_CC_H
@@ -40,7 +42,31 @@
 #define _DEFAULT_SOURCE 1
 #endif
 
+#if defined(__cplusplus) && __cplusplus <= 202002L
+/* C++17/20: std::atomic<T> has the layout and operations of C11's _Atomic(T)
+ * on every ABI sluice targets, and the free functions below are the C11
+ * names. Skipped when a C++ <stdatomic.h> already defined the macro. */
+#include <atomic>
+#ifndef _Atomic
+#define _Atomic(T) std::atomic<T>
+using std::atomic_compare_exchange_strong_explicit;
+using std::atomic_compare_exchange_weak_explicit;
+using std::atomic_exchange_explicit;
+using std::atomic_fetch_add_explicit;
+using std::atomic_fetch_sub_explicit;
+using std::atomic_init;
+using std::atomic_load_explicit;
+using std::atomic_store_explicit;
+using std::memory_order;
+using std::memory_order_acq_rel;
+using std::memory_order_acquire;
+using std::memory_order_relaxed;
+using std::memory_order_release;
+using std::memory_order_seq_cst;
+#endif
+#else
 #include <stdatomic.h>
+#endif
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
