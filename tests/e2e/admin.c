@@ -15,12 +15,14 @@
 
 static struct fixture fx;
 
-static void stop_all(void)
+__attribute__((unused)) static void stop_all(void)
 {
     fixture_stop(&fx);
 }
 
-TestSuite(admin, .fini = stop_all, .timeout = 20);
+/* Per-test options rather than TestSuite: the TSan build's Criterion stand-in
+ * (tests/tsan/) has no TestSuite. */
+#define ADMIN_TEST(name) Test(admin, name, .fini = stop_all, .timeout = 20)
 
 static json_t *parse(const struct reply *r)
 {
@@ -57,7 +59,7 @@ static void expect_error(struct reply r, long status, const char *mentions)
     reply_free(&r);
 }
 
-Test(admin, status_lists_every_node_with_state_glyph_and_status_line)
+ADMIN_TEST(status_lists_every_node_with_state_glyph_and_status_line)
 {
     fixture_start(&fx, NULL, NULL);
     struct reply r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
@@ -100,7 +102,7 @@ Test(admin, status_lists_every_node_with_state_glyph_and_status_line)
     reply_free(&r);
 }
 
-Test(admin, events_route_answers_json_lines_after_a_seq)
+ADMIN_TEST(events_route_answers_json_lines_after_a_seq)
 {
     fixture_start(&fx, NULL, NULL);
     sluice_engine_clear(fx.engine, "cloud:locked"); /* restore, then clear */
@@ -137,7 +139,7 @@ Test(admin, events_route_answers_json_lines_after_a_seq)
     reply_free(&r);
 }
 
-Test(admin, post_clear_resets_only_that_node_and_answers_its_new_state)
+ADMIN_TEST(post_clear_resets_only_that_node_and_answers_its_new_state)
 {
     fixture_start(&fx, NULL, NULL);
     struct reply before = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
@@ -176,7 +178,7 @@ Test(admin, post_clear_resets_only_that_node_and_answers_its_new_state)
     reply_free(&after);
 }
 
-Test(admin, missing_or_malformed_node_id_is_400)
+ADMIN_TEST(missing_or_malformed_node_id_is_400)
 {
     fixture_start(&fx, NULL, NULL);
     expect_error(http("POST", fx.base, "/compute/concurrency/clear", NULL, NULL), 400, "missing node_id");
@@ -192,7 +194,7 @@ Test(admin, missing_or_malformed_node_id_is_400)
                  400, "follow");
 }
 
-Test(admin, unknown_node_or_route_is_404)
+ADMIN_TEST(unknown_node_or_route_is_404)
 {
     fixture_start(&fx, NULL, NULL);
     expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:nope", NULL, NULL),
@@ -201,7 +203,7 @@ Test(admin, unknown_node_or_route_is_404)
     expect_error(http("GET", fx.base, "/compute/nothing", NULL, NULL), 404, "no route");
 }
 
-Test(admin, wrong_method_is_405_with_allow)
+ADMIN_TEST(wrong_method_is_405_with_allow)
 {
     fixture_start(&fx, NULL, NULL);
     struct reply r = http("GET", fx.base, "/compute/concurrency/clear?node_id=cloud:locked", NULL, NULL);
@@ -219,7 +221,7 @@ Test(admin, wrong_method_is_405_with_allow)
     cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED);
 }
 
-Test(admin, oversized_body_is_413)
+ADMIN_TEST(oversized_body_is_413)
 {
     fixture_start(&fx, NULL, &(struct sluice_admin_desc){.max_body_bytes = 1024});
     char *big = malloc(64 * 1024 + 1);
@@ -233,14 +235,14 @@ Test(admin, oversized_body_is_413)
     cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED, "the refused request cleared nothing");
 }
 
-Test(admin, clearing_a_fixed_node_is_409_saying_why)
+ADMIN_TEST(clearing_a_fixed_node_is_409_saying_why)
 {
     fixture_start(&fx, NULL, NULL);
     expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=local:gpu", NULL, NULL),
                  409, "fixed limit");
 }
 
-Test(admin, foreign_origin_post_and_non_loopback_host_are_403)
+ADMIN_TEST(foreign_origin_post_and_non_loopback_host_are_403)
 {
     fixture_start(&fx, NULL, NULL);
     const char *evil[] = {"Origin: http://evil.example", NULL};
@@ -260,7 +262,7 @@ Test(admin, foreign_origin_post_and_non_loopback_host_are_403)
     reply_free(&r);
 }
 
-Test(admin, page_and_head_are_served)
+ADMIN_TEST(page_and_head_are_served)
 {
     fixture_start(&fx, NULL, NULL);
     struct reply r = http("GET", fx.base, "/", NULL, NULL);
@@ -400,7 +402,7 @@ static double prom_value(const char *text, const char *series)
     return NAN;
 }
 
-Test(admin, metrics_parse_as_prometheus_text_with_node_labels)
+ADMIN_TEST(metrics_parse_as_prometheus_text_with_node_labels)
 {
     fixture_start(&fx, NULL, NULL);
     struct reply r = http("GET", fx.base, "/metrics", NULL, NULL);
@@ -483,7 +485,7 @@ static bool follower_saw(struct follower *f, const char *what, int within_ms)
     return false;
 }
 
-Test(admin, follow_streams_new_events_as_sse_and_stop_ends_the_stream)
+ADMIN_TEST(follow_streams_new_events_as_sse_and_stop_ends_the_stream)
 {
     fixture_start(&fx, NULL, NULL);
     static struct follower f = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -506,7 +508,7 @@ Test(admin, follow_streams_new_events_as_sse_and_stop_ends_the_stream)
     cr_expect_lt(t1.tv_sec - t0.tv_sec, 5, "stop waited for the stream");
 }
 
-Test(admin, streams_beyond_max_streams_are_503)
+ADMIN_TEST(streams_beyond_max_streams_are_503)
 {
     fixture_start(&fx, NULL, &(struct sluice_admin_desc){.max_streams = 1});
     static struct follower f = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -523,7 +525,7 @@ Test(admin, streams_beyond_max_streams_are_503)
 
 /* ---- binding and hostile clients ------------------------------------------------ */
 
-Test(admin, binds_loopback_and_refuses_other_addresses_without_allow_remote)
+ADMIN_TEST(binds_loopback_and_refuses_other_addresses_without_allow_remote)
 {
     fixture_start(&fx, NULL, NULL);
     char err[256];
@@ -582,7 +584,7 @@ static int closed_within(int fd, int limit_ms)
     }
 }
 
-Test(admin, slow_clients_time_out_and_connections_are_capped)
+ADMIN_TEST(slow_clients_time_out_and_connections_are_capped)
 {
     fixture_start(&fx, NULL, &(struct sluice_admin_desc){.timeout_s = 1, .max_connections = 2});
     uint16_t port = sluice_admin_port(fx.admin);
@@ -609,7 +611,7 @@ Test(admin, slow_clients_time_out_and_connections_are_capped)
     reply_free(&r);
 }
 
-Test(admin, oversized_headers_are_refused_not_crashed_on)
+ADMIN_TEST(oversized_headers_are_refused_not_crashed_on)
 {
     fixture_start(&fx, NULL, &(struct sluice_admin_desc){.max_request_bytes = 4096});
     char *big = malloc(20000);

@@ -92,9 +92,12 @@ static inline void fixture_backoff(struct sluice_engine *e, const char *node)
 }
 
 /* Engine (+ memory store unless `store`) and admin on a free port. */
+static inline void fixture_stop(struct fixture *f);
+
 static inline void fixture_start(struct fixture *f, const struct sluice_store_ops *store,
                                  const struct sluice_admin_desc *extra)
 {
+    fixture_stop(f); /* a runner without .fini (the TSan stand-in) leaves the last one */
     memset(f, 0, sizeof *f);
     if (!store) {
         cr_assert_eq(sluice_memstore_create(16, NULL, &f->mem), SLUICE_OK);

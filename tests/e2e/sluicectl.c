@@ -23,14 +23,16 @@ static struct sim_process sim;
 static char dir[256];
 static char state[512];
 
-static void cleanup(void)
+__attribute__((unused)) static void cleanup(void)
 {
     fixture_stop(&fx);
     sim_process_stop(&sim);
     fixture_rmtree(dir);
 }
 
-TestSuite(sluicectl, .fini = cleanup, .timeout = 60);
+/* Per-test options rather than TestSuite: the TSan build's Criterion stand-in
+ * (tests/tsan/) has no TestSuite. */
+#define SLUICECTL_TEST(name) Test(sluicectl, name, .fini = cleanup, .timeout = 60)
 
 /* Run sluicectl with up to 16 arguments (NULL-terminated). */
 static struct proc_result *ctl(int timeout_ms, const char *const *args)
@@ -70,7 +72,7 @@ static struct sluice_statefile *make_state(void)
     return f;
 }
 
-Test(sluicectl, help_for_every_command_and_usage_errors_exit_2_with_one_line)
+SLUICECTL_TEST(help_for_every_command_and_usage_errors_exit_2_with_one_line)
 {
     struct proc_result *r = CTL("--help");
     cr_expect_eq(r->exit_code, 0);
@@ -112,7 +114,7 @@ Test(sluicectl, help_for_every_command_and_usage_errors_exit_2_with_one_line)
     free(r);
 }
 
-Test(sluicectl, status_from_the_state_file_shows_glyphs_ceilings_and_time_left)
+SLUICECTL_TEST(status_from_the_state_file_shows_glyphs_ceilings_and_time_left)
 {
     struct sluice_statefile *f = make_state();
     sluice_statefile_close(f);
@@ -154,7 +156,7 @@ Test(sluicectl, status_from_the_state_file_shows_glyphs_ceilings_and_time_left)
     free(r);
 }
 
-Test(sluicectl, status_from_a_live_process_shows_every_nodes_status_line)
+SLUICECTL_TEST(status_from_a_live_process_shows_every_nodes_status_line)
 {
     fixture_start(&fx, NULL, NULL);
     struct proc_result *r = CTL("status", "--admin", fx.base);
@@ -172,7 +174,7 @@ Test(sluicectl, status_from_a_live_process_shows_every_nodes_status_line)
     free(r);
 }
 
-Test(sluicectl, clear_in_the_state_file_makes_the_next_process_probe_only_that_node)
+SLUICECTL_TEST(clear_in_the_state_file_makes_the_next_process_probe_only_that_node)
 {
     struct sluice_statefile *f = make_state();
     struct proc_result *r = CTL("clear", "cloud:a", "--state", state);
@@ -200,7 +202,7 @@ Test(sluicectl, clear_in_the_state_file_makes_the_next_process_probe_only_that_n
     free(r);
 }
 
-Test(sluicectl, clear_through_the_admin_endpoint_resets_the_live_node_only)
+SLUICECTL_TEST(clear_through_the_admin_endpoint_resets_the_live_node_only)
 {
     fixture_start(&fx, NULL, NULL);
     char before[128];
@@ -299,7 +301,7 @@ static int interrupt(struct spawned *s)
     return rc;
 }
 
-Test(sluicectl, events_prints_the_feed_and_follow_streams_until_ctrl_c)
+SLUICECTL_TEST(events_prints_the_feed_and_follow_streams_until_ctrl_c)
 {
     fixture_start(&fx, NULL, NULL);
     struct proc_result *r = CTL("events", "cloud:locked", "--admin", fx.base);
@@ -385,7 +387,7 @@ static void expect_one_line_failure(struct proc_result *r, const char *mentions)
     free(r);
 }
 
-Test(sluicectl, refused_non_http_and_silent_endpoints_fail_with_one_line)
+SLUICECTL_TEST(refused_non_http_and_silent_endpoints_fail_with_one_line)
 {
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%u", closed_port());
@@ -454,7 +456,7 @@ static unsigned probe_cap(int cap, const char *save_as)
     return best;
 }
 
-Test(sluicectl, probe_discovers_cap_16_and_52_within_15_percent)
+SLUICECTL_TEST(probe_discovers_cap_16_and_52_within_15_percent)
 {
     unsigned n16 = probe_cap(16, NULL);
     cr_expect(n16 >= 0.85 * 16 && n16 <= 1.15 * 16, "cap 16: discovered %u", n16);
@@ -475,7 +477,7 @@ Test(sluicectl, probe_discovers_cap_16_and_52_within_15_percent)
     free(r);
 }
 
-Test(sluicectl, probe_stops_on_ctrl_c_with_what_it_found)
+SLUICECTL_TEST(probe_stops_on_ctrl_c_with_what_it_found)
 {
     const char *args[] = {"--mode", "reject", "--cap", "16", "--median-ms", "3000", "--sigma", "0", NULL};
     cr_assert_eq(sim_process_start(&sim, args), 0);

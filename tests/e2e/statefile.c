@@ -24,7 +24,9 @@ static void cleanup(void)
     fixture_rmtree(dir);
 }
 
-TestSuite(statefile, .fini = cleanup, .timeout = 30);
+/* Per-test options rather than TestSuite: the TSan build's Criterion stand-in
+ * (tests/tsan/) has no TestSuite. */
+#define STATEFILE_TEST(name) Test(statefile, name, .fini = cleanup, .timeout = 30)
 
 static char *slurp(const char *path)
 {
@@ -78,7 +80,7 @@ static int count_tmp_files(const char *d)
     return n;
 }
 
-Test(statefile, default_path_is_xdg_state_home_then_home_local_state)
+STATEFILE_TEST(default_path_is_xdg_state_home_then_home_local_state)
 {
     char buf[512];
     setenv("XDG_STATE_HOME", "/xdg/state", 1);
@@ -112,7 +114,7 @@ Test(statefile, default_path_is_xdg_state_home_then_home_local_state)
     cr_expect_eq(st.st_mode & 0777, 0600, "file mode %o", st.st_mode & 0777);
 }
 
-Test(statefile, save_then_load_round_trips_ceiling_times_and_policy)
+STATEFILE_TEST(save_then_load_round_trips_ceiling_times_and_policy)
 {
     const char *path = open_in_tmp();
     struct sluice_lock_record r = record(52, "discover"), back;
@@ -135,7 +137,7 @@ Test(statefile, save_then_load_round_trips_ceiling_times_and_policy)
     cr_expect_eq(count_tmp_files(dir), 0);
 }
 
-Test(statefile, a_save_rewrites_only_its_node_and_keeps_every_other_entry_byte_identical)
+STATEFILE_TEST(a_save_rewrites_only_its_node_and_keeps_every_other_entry_byte_identical)
 {
     const char *path = open_in_tmp();
     struct sluice_lock_record r = record(7, "discover");
@@ -178,7 +180,7 @@ Test(statefile, a_save_rewrites_only_its_node_and_keeps_every_other_entry_byte_i
     free(again);
 }
 
-Test(statefile, clear_drops_only_that_node)
+STATEFILE_TEST(clear_drops_only_that_node)
 {
     open_in_tmp();
     struct sluice_lock_record r = record(10, "discover"), back;
@@ -252,7 +254,7 @@ static void check_bad_file(const struct bad_case *c)
     cleanup();
 }
 
-Test(statefile, empty_torn_corrupt_and_foreign_files_are_errors_and_read_as_empty)
+STATEFILE_TEST(empty_torn_corrupt_and_foreign_files_are_errors_and_read_as_empty)
 {
     const struct bad_case cases[] = {
         {"empty", "", "empty"},
@@ -269,7 +271,7 @@ Test(statefile, empty_torn_corrupt_and_foreign_files_are_errors_and_read_as_empt
         check_bad_file(&cases[i]);
 }
 
-Test(statefile, wrong_typed_out_of_range_and_future_dated_records_are_errors_for_that_node_only)
+STATEFILE_TEST(wrong_typed_out_of_range_and_future_dated_records_are_errors_for_that_node_only)
 {
     char future[512];
     snprintf(future, sizeof future,
@@ -376,7 +378,7 @@ static int readonly_child(const char *path)
     return 0;
 }
 
-Test(statefile, a_read_only_directory_fails_writes_clearly_and_the_engine_serves_from_memory)
+STATEFILE_TEST(a_read_only_directory_fails_writes_clearly_and_the_engine_serves_from_memory)
 {
     const char *path = open_in_tmp();
     struct sluice_lock_record r = record(FIXTURE_LOCKED_CEILING, "discover");
@@ -423,7 +425,7 @@ static int full_disk_child(const char *path)
     return 0;
 }
 
-Test(statefile, a_full_disk_fails_the_save_leaving_the_old_file_and_no_temp_file)
+STATEFILE_TEST(a_full_disk_fails_the_save_leaving_the_old_file_and_no_temp_file)
 {
     const char *path = open_in_tmp();
     struct sluice_lock_record r = record(12, "discover");
@@ -477,7 +479,7 @@ static int reader_child(const char *path)
     return 0;
 }
 
-Test(statefile, processes_saving_different_nodes_at_once_all_keep_their_saves)
+STATEFILE_TEST(processes_saving_different_nodes_at_once_all_keep_their_saves)
 {
     const char *path = open_in_tmp();
     struct sluice_lock_record r = record(1, "discover");
@@ -562,7 +564,7 @@ static int discover_child(const char *path)
     return 0;
 }
 
-Test(statefile, a_lock_discovered_by_one_process_restores_locked_in_the_next)
+STATEFILE_TEST(a_lock_discovered_by_one_process_restores_locked_in_the_next)
 {
     const char *path = open_in_tmp();
     cr_assert_eq(in_child(discover_child, path, false), 0, "the first process did not lock");
@@ -625,7 +627,7 @@ static void expect_node(struct sluice_engine *e, const char *node, const char *l
     cr_expect_str_eq(got, line, "%s", node);
 }
 
-Test(statefile, clear_through_the_api_and_over_http_drops_only_that_nodes_lock)
+STATEFILE_TEST(clear_through_the_api_and_over_http_drops_only_that_nodes_lock)
 {
     const char *path = open_in_tmp();
     struct sluice_lock_record r = record(20, "discover");
