@@ -3,6 +3,17 @@
  * concurrency cap: seeded random numbers, lognormal service times, and what
  * the provider does with a call past its cap (reject, queue, knee).
  *
+ * Modes, by what the provider does with load:
+ *   reject  past C in service: 429 at once (optionally with Retry-After)
+ *   queue   past C in service: wait FIFO (Ollama-like); 503 past queue_bound
+ *   knee    admit all, but a call admitted with n > C in service is slower
+ *   rate    a sliding-window rate limit: at most rate_per_s·rate_window_s
+ *           calls accepted per rate_window_s, 429 beyond (no concurrency cap)
+ *   slow    no cap at all: service time grows with every call in service
+ *           (a saturating link), so only latency and timeouts say "enough"
+ *   drop    past C in service the call is silently dropped: never answered,
+ *           so the client sees nothing until its own timeout
+ *
  * One model, two drivers:
  *   tests/sim/provider_sim.h            runs it in virtual time (the
  *                                       discovery scenarios and the bench)
@@ -109,17 +120,21 @@ static inline double sim_exponential(struct sim_rng *r, double mean)
 
 /* ---- the provider ---------------------------------------------------------- */
 
-enum sim_mode { SIM_REJECT, SIM_QUEUE, SIM_KNEE };
+/* New modes go at the end: the values are part of both drivers' contract. */
+enum sim_mode { SIM_REJECT, SIM_QUEUE, SIM_KNEE, SIM_RATE, SIM_SLOW, SIM_DROP };
+#define SIM_MODE_LAST SIM_DROP
 
 static inline const char *sim_mode_name(enum sim_mode m)
 {
-    return m == SIM_REJECT ? "reject" : m == SIM_QUEUE ? "queue" : "knee";
+    static const char *const names[] = {"reject", "queue", "knee", "rate", "slow", "drop"};
+    return (unsigned)m <= SIM_MODE_LAST ? names[m] : "unknown";
 }
 
-/* The mode called `name` ("reject", "queue", "knee"); false if none is. */
+/* The mode called `name` ("reject", "queue", "knee", "rate", "slow", "drop");
+ * false if none is. */
 static inline bool sim_mode_parse(const char *name, enum sim_mode *out)
 {
-    for (int m = SIM_REJECT; m <= SIM_KNEE; m++)
+    for (int m = SIM_REJECT; m <= SIM_MODE_LAST; m++)
         if (!strcmp(name, sim_mode_name((enum sim_mode)m))) {
             *out = (enum sim_mode)m;
             return true;
@@ -132,6 +147,7 @@ static inline bool sim_mode_parse(const char *name, enum sim_mode *out)
 #define SIM_DEFAULT_SIGMA 0.4
 #define SIM_DEFAULT_KNEE_SLOPE 2.0
 #define SIM_DEFAULT_QUEUE_BOUND(cap) (2 * (cap))
+#define SIM_DEFAULT_RATE_WINDOW_S 1.0
 
 /*
  * What the provider is. The cap may change while it runs (a plan upgrade, a
@@ -146,27 +162,73 @@ struct sim_provider {
     double retry_after_s;  /* reject mode: Retry-After sent with each 429 (0 = none) */
     uint32_t queue_bound;  /* queue mode: waiting calls past which it answers 503
                               (SIM_DEFAULT_QUEUE_BOUND(C)) */
-    double knee_slope;     /* knee mode: slow-down per unit of overload fraction
-                              (SIM_DEFAULT_KNEE_SLOPE) */
+    double knee_slope;     /* knee mode: slow-down per unit of overload fraction; slow mode:
+                              per C calls in service (SIM_DEFAULT_KNEE_SLOPE) */
+    double rate_per_s;     /* rate mode: calls accepted per second, on average over the window
+                              (rate_per_s·rate_window_s of them per window) */
+    double rate_window_s;  /* rate mode: the sliding window (SIM_DEFAULT_RATE_WINDOW_S) */
 };
 
 /* What the provider does with a call that has just arrived. */
 enum sim_verdict {
     SIM_SERVE,        /* start serving it now */
-    SIM_WAIT,         /* queue mode: put it at the tail of the FIFO */
-    SIM_REFUSE_429,   /* reject mode: too many requests, at once */
+    SIM_WAIT,         /* queue mode: put it at the tail of the FIFO; drop mode: hold it
+                         and never answer (sim_provider_may_start_waiting stays false) */
+    SIM_REFUSE_429,   /* reject and rate mode: too many requests, at once */
     SIM_REFUSE_503    /* queue mode: the FIFO is full, unavailable at once */
 };
 
-/* `in_service` and `waiting` count the calls already there, not this one. */
+/* `in_service` and `waiting` count the calls already there, not this one.
+ * Rate mode: this is the verdict once the rate window accepted the call
+ * (sim_rate_admit); it has no concurrency cap. */
 static inline enum sim_verdict sim_provider_admit(const struct sim_provider *p, uint32_t in_service,
                                                   uint32_t waiting)
 {
-    if (p->mode == SIM_KNEE || in_service < p->cap)
+    if (p->mode == SIM_KNEE || p->mode == SIM_RATE || p->mode == SIM_SLOW || in_service < p->cap)
         return SIM_SERVE;
     if (p->mode == SIM_REJECT)
         return SIM_REFUSE_429;
+    if (p->mode == SIM_DROP)
+        return SIM_WAIT; /* held unanswered, whatever is waiting already */
     return waiting < p->queue_bound ? SIM_WAIT : SIM_REFUSE_503;
+}
+
+/* Drop mode: a SIM_WAIT verdict means the call is lost, not queued. */
+static inline bool sim_provider_drops(const struct sim_provider *p)
+{
+    return p->mode == SIM_DROP;
+}
+
+/*
+ * Rate mode's sliding window: when the last calls were accepted. The driver
+ * owns it (one per provider, storage for sim_rate_slots(p) times) and asks
+ * sim_rate_admit before sim_provider_admit. Times are the driver's seconds,
+ * never decreasing.
+ */
+struct sim_rate_window {
+    double *t;      /* acceptance times, oldest first, a ring of `slots` */
+    uint32_t slots, head, len;
+};
+
+/* Calls one window accepts: rate_per_s·rate_window_s, at least 1. */
+static inline uint32_t sim_rate_slots(const struct sim_provider *p)
+{
+    double n = floor(p->rate_per_s * p->rate_window_s);
+    return n < 1.0 ? 1u : n > 1e8 ? 100000000u : (uint32_t)n;
+}
+
+/* Accept (and remember) a call arriving at now_s, or refuse it (false: 429). */
+static inline bool sim_rate_admit(const struct sim_provider *p, struct sim_rate_window *w,
+                                  double now_s)
+{
+    while (w->len && w->t[w->head] <= now_s - p->rate_window_s) {
+        w->head = (w->head + 1) % w->slots;
+        w->len--;
+    }
+    if (w->len >= w->slots)
+        return false;
+    w->t[(w->head + w->len++) % w->slots] = now_s;
+    return true;
 }
 
 /* Whether the head of the FIFO may start now (after a completion, a call
@@ -179,11 +241,15 @@ static inline bool sim_provider_may_start_waiting(const struct sim_provider *p, 
 
 /*
  * Knee mode: a call admitted with n in service (itself included) takes
- * S·(1 + slope·(n−C)/C) when n > C, so throughput falls past C. Other modes
+ * S·(1 + slope·(n−C)/C) when n > C, so throughput falls past C. Slow mode:
+ * S·(1 + slope·(n−1)/C) for every n, so latency rises from the first extra
+ * call and throughput creeps towards C·S/slope without a knee. Other modes
  * and n <= C: S.
  */
 static inline double sim_provider_slowdown(const struct sim_provider *p, uint32_t n)
 {
+    if (p->mode == SIM_SLOW)
+        return 1.0 + p->knee_slope * (double)(n - 1) / p->cap;
     if (p->mode != SIM_KNEE || n <= p->cap)
         return 1.0;
     return 1.0 + p->knee_slope * (double)(n - p->cap) / p->cap;

@@ -21,13 +21,19 @@
  *   provider   the model of provider_model.h (shared with the HTTP
  *              simulator, shim/tools/sluice-provider-sim): a hidden cap C
  *              on calls in service, with lognormal service times, and one
- *              of three behaviours past the cap:
+ *              of these behaviours past the cap:
  *                reject  answer 429 at once (optionally with Retry-After)
  *                queue   (Ollama-like) queue FIFO behind C slots, so latency
  *                        grows with the queue; 503 past queue_bound waiting
  *                knee    admit everyone but slow down: a call admitted with
  *                        n in service takes S·(1 + slope·(n−C)/C) when n > C,
  *                        so throughput falls past C
+ *                drop    never answer: the caller's timeout is the only sign
+ *              or no cap at all:
+ *                rate    at most rate_per_s·rate_window_s calls accepted per
+ *                        sliding rate_window_s; 429 beyond
+ *                slow    every call in service slows the others:
+ *                        S·(1 + slope·(n−1)/C), no knee
  *              The cap may be changed between sim_run_until() calls.
  *   timeouts   a call still unanswered after timeout_s is an overload for
  *              the caller (the provider keeps working on it).
@@ -64,7 +70,9 @@ struct sim_config {
     double net_s;          /* network round trip, also a rejection's latency (default 0.05 s) */
     double retry_after_s;  /* reject mode: Retry-After sent with each 429 (0 = none) */
     uint32_t queue_bound;  /* queue mode: waiting calls past which it answers 503 (default 2·C) */
-    double knee_slope;     /* knee mode: slow-down per unit of overload fraction (default 2) */
+    double knee_slope;     /* knee and slow mode: slow-down per unit of load (default 2) */
+    double rate_per_s;     /* rate mode: accepted calls per second over the window */
+    double rate_window_s;  /* rate mode: the sliding window (default 1 s) */
     /* callers */
     uint32_t workers;      /* closed loop: callers issuing back to back (0 = none) */
     double think_s;        /* closed loop: mean pause between a caller's calls (0 = none) */
@@ -85,6 +93,7 @@ static inline void sim_config_defaults(struct sim_config *c)
     SLUICE__DEFAULT(c->net_s, 0.05);
     SLUICE__DEFAULT(c->queue_bound, SIM_DEFAULT_QUEUE_BOUND(c->cap));
     SLUICE__DEFAULT(c->knee_slope, SIM_DEFAULT_KNEE_SLOPE);
+    SLUICE__DEFAULT(c->rate_window_s, SIM_DEFAULT_RATE_WINDOW_S);
     SLUICE__DEFAULT(c->burst_mean, 1.0);
     SLUICE__DEFAULT(c->retry_s, 0.5);
     SLUICE__DEFAULT(c->timeout_s, 120.0);
@@ -103,6 +112,8 @@ static inline struct sim_provider sim_config_provider(const struct sim_config *c
     p.retry_after_s = c->retry_after_s;
     p.queue_bound = c->queue_bound;
     p.knee_slope = c->knee_slope;
+    p.rate_per_s = c->rate_per_s;
+    p.rate_window_s = c->rate_window_s;
     return p;
 }
 
@@ -149,6 +160,7 @@ struct sim_req {
 
 struct sim_stats {
     uint64_t attempts, ok, rejected, unavailable, timeouts, served, dropped;
+    uint64_t lost;       /* drop mode: calls the provider never answered */
     double *e2e_s;       /* per served caller request */
     size_t n_e2e, cap_e2e;
     int64_t t90_ns;      /* first time the limit reached t90_target (-1 = never) */
@@ -174,6 +186,7 @@ struct sim {
     uint32_t *queue;     /* FIFO of request ids waiting at the provider (queue mode) */
     uint64_t *queue_gen;
     uint32_t q_head, q_len, q_cap;
+    struct sim_rate_window rate; /* rate mode: recent acceptances */
     /* observation */
     struct sim_stats stats;
     uint32_t t90_target;
@@ -328,7 +341,14 @@ static inline void sim__serve(struct sim *s, uint32_t id, uint64_t gen)
 static inline void sim__provider_arrive(struct sim *s, uint32_t id, uint64_t gen)
 {
     int64_t back = sim__ns(s->cfg.net_s / 2);
-    enum sim_verdict v = sim_provider_admit(&s->provider, s->in_service, s->q_len);
+    enum sim_verdict v = s->provider.mode == SIM_RATE &&
+                                 !sim_rate_admit(&s->provider, &s->rate, (double)s->now / SIM_NS)
+                             ? SIM_REFUSE_429
+                             : sim_provider_admit(&s->provider, s->in_service, s->q_len);
+    if (v == SIM_WAIT && sim_provider_drops(&s->provider)) {
+        s->stats.lost++; /* never answered: the caller's timeout fires */
+        return;
+    }
     if (v == SIM_WAIT && s->q_len >= s->q_cap) /* out of storage: as if the bound were hit */
         v = SIM_REFUSE_503;
     switch (v) {
@@ -393,10 +413,12 @@ static inline void sim__response(struct sim *s, struct sim_req *r)
 {
     r->answered = true;
     struct sluice_sample sample;
+    memset(&sample, 0, sizeof sample); /* fields this sim does not know stay "unknown" */
     sample.latency_ns = s->now - r->t_start;
     sample.in_flight_at_start = r->in_flight_at_start;
     sample.outcome = r->outcome;
     sample.retry_after_ns = r->retry_after_ns;
+    sample.start_ns = r->t_start;
     if (s->ctl.on_sample)
         s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
     r->holding = false;
@@ -540,6 +562,10 @@ static inline struct sim *sim_create(const struct sim_config *config)
     s->q_cap = s->n_reqs ? s->n_reqs : 1;
     s->queue = (uint32_t *)calloc(s->q_cap, sizeof *s->queue);
     s->queue_gen = (uint64_t *)calloc(s->q_cap, sizeof *s->queue_gen);
+    if (s->cfg.mode == SIM_RATE) {
+        s->rate.slots = sim_rate_slots(&s->provider);
+        s->rate.t = (double *)calloc(s->rate.slots, sizeof *s->rate.t);
+    }
     s->stats.t90_ns = -1;
     s->t90_target = (uint32_t)(0.9 * s->cfg.cap);
     return s;
@@ -577,6 +603,7 @@ static inline void sim_destroy(struct sim *s)
     free(s->reqs);
     free(s->queue);
     free(s->queue_gen);
+    free(s->rate.t);
     free(s->stats.e2e_s);
     free(s);
 }
