@@ -419,7 +419,6 @@ static void *sampler_main(void *arg)
 
 struct request {
     size_t body_bytes;
-    bool seen; /* the first call (headers only) has happened */
 };
 
 static enum MHD_Result send_body(struct MHD_Connection *c, unsigned status, const char *type,
@@ -448,7 +447,6 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
     if (!s)
         return MHD_NO;
     size_t len = strlen(s);
-    s[len] = '\0';
     /* A trailing newline, so `curl` output ends cleanly. */
     char *t = realloc(s, len + 2);
     if (t) {
@@ -902,9 +900,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
+        /* A body the routes never read: count it, drop it, answer 413 once it has ended.
+         * libmicrohttpd cannot answer mid-upload, so a stream that goes on far past the
+         * limit (chunked, no Content-Length) is cut off instead of drained forever. */
         rq->body_bytes += *upload_size;
         *upload_size = 0;
-        return MHD_YES;
+        return rq->body_bytes > (size_t)a->cfg.max_body_bytes * 16 + 65536 ? MHD_NO : MHD_YES;
     }
     if (rq->body_bytes > a->cfg.max_body_bytes)
         return send_error(c, 413, NULL,

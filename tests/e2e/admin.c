@@ -221,6 +221,50 @@ ADMIN_TEST(wrong_method_is_405_with_allow)
     cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED);
 }
 
+struct chunks {
+    long left; /* bytes still to send; < 0: endless */
+};
+
+static size_t chunk_read(char *buf, size_t size, size_t n, void *ctx)
+{
+    struct chunks *c = ctx;
+    size_t want = size * n < 4096 ? size * n : 4096;
+    if (c->left >= 0 && (long)want > c->left)
+        want = (size_t)c->left;
+    memset(buf, 'x', want);
+    if (c->left >= 0)
+        c->left -= (long)want;
+    return want;
+}
+
+/* POST a chunked body of `bytes` (< 0: endless, stopped by a 10 s timeout at worst). */
+static CURLcode chunked_post(const char *base, long bytes, long *status)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/compute/concurrency/clear?node_id=cloud:locked", base);
+    struct chunks c = {bytes};
+    struct reply sink = {0};
+    CURL *e = curl_easy_init();
+    struct curl_slist *h = curl_slist_append(NULL, "Transfer-Encoding: chunked");
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "POST");
+    curl_easy_setopt(e, CURLOPT_READFUNCTION, chunk_read);
+    curl_easy_setopt(e, CURLOPT_READDATA, &c);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, reply_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(e);
+    *status = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
+    curl_easy_cleanup(e);
+    curl_slist_free_all(h);
+    free(sink.body);
+    return rc;
+}
+
 ADMIN_TEST(oversized_body_is_413)
 {
     fixture_start(&fx, NULL, &(struct sluice_admin_desc){.max_body_bytes = 1024});
@@ -233,6 +277,19 @@ ADMIN_TEST(oversized_body_is_413)
     struct sluice_discovery_status st;
     sluice_engine_status(fx.engine, "cloud:locked", &st);
     cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED, "the refused request cleared nothing");
+
+    /* Chunked, without Content-Length: 413 once it ends; an endless one is cut off. */
+    long status = 0;
+    CURLcode rc = chunked_post(fx.base, 20 * 1024, &status);
+    cr_expect_eq(rc, CURLE_OK, "%s", curl_easy_strerror(rc));
+    cr_expect_eq(status, 413);
+    rc = chunked_post(fx.base, -1, &status);
+    cr_expect_neq(rc, CURLE_OK, "an endless body was drained instead of cut off");
+    struct reply r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    cr_expect_eq(r.status, 200, "still serving");
+    reply_free(&r);
+    sluice_engine_status(fx.engine, "cloud:locked", &st);
+    cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED);
 }
 
 ADMIN_TEST(clearing_a_fixed_node_is_409_saying_why)

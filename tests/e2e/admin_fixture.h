@@ -91,7 +91,8 @@ static inline void fixture_backoff(struct sluice_engine *e, const char *node)
     sluice_discovery_sync(sluice_pool_discovery(p));
 }
 
-/* Engine (+ memory store unless `store`) and admin on a free port. */
+/* Engine (+ memory store unless `store`) and admin on a free port. `f` is zeroed (static)
+ * or was started before: what it still runs is stopped first. */
 static inline void fixture_stop(struct fixture *f);
 
 static inline void fixture_start(struct fixture *f, const struct sluice_store_ops *store,
