@@ -918,7 +918,9 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
     int64_t latency = s->latency_ns < 0                                 ? 0
                       : s->latency_ns > SLUICE_DISCOVERY_LATENCY_MAX_NS ? SLUICE_DISCOVERY_LATENCY_MAX_NS
                                                                         : s->latency_ns;
-    int64_t started = sluice_add_ns(now, -latency);
+    /* A sample may measure less than its whole call (time to first byte of a
+     * streamed answer): its own start, when given, places it in its window. */
+    int64_t started = s->start_ns ? s->start_ns : sluice_add_ns(now, -latency);
     bool fresh = false, measured = false;
     int64_t ref = atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED);
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {

@@ -65,10 +65,14 @@ enum sluice_outcome {
 
 /* One completed generation call. */
 struct sluice_sample {
-    int64_t latency_ns;          /* call start to end, queue wait excluded */
-    uint32_t in_flight_at_start; /* permits held when the call started, itself included */
+    int64_t latency_ns;          /* what the call's latency signal measured: call start to end,
+                                    or to the first byte of a streamed answer; queue wait
+                                    excluded */
+    uint32_t in_flight_at_start; /* calls in flight when the call started, itself included */
     enum sluice_outcome outcome;
     int64_t retry_after_ns;      /* provider's Retry-After, 0 = none */
+    int64_t start_ns;            /* discovery clock when the call started (0 = unknown: taken
+                                    as now - latency_ns) */
 };
 
 /*

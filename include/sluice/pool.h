@@ -773,26 +773,24 @@ SLUICE_INLINE void sluice_pool_poll(struct sluice_pool *p)
 /* ---- ending a call ---------------------------------------------------------- */
 
 /*
- * End a call that sluice_pool_call_begin (or an async call's SLUICE_OK)
- * started: give its permit back (waking the next call in line) and return
- * its sample. `outcome` says what the call showed about the provider's
- * capacity; `retry_after_ns` is the provider's Retry-After with
- * SLUICE_OUTCOME_OVERLOAD (0 = none). An adaptive pool feeds the sample to
- * its discovery first, so a limit cut or hold it causes is in force before
- * the permit moves on; discovery's effects (grants after a raise, store
- * I/O, event callbacks) run after the permit is released, on this thread
- * unless another thread is already running them.
+ * End a call with the latency signal the caller measured (see
+ * sluice_pool_call_end): `latency_ns` is what discovery learns from — for a
+ * streamed answer, time to first byte, because total time measures output
+ * length, not queueing; a negative value means "start to now". The sample
+ * keeps the call's own start, so it lands in the window it started in.
  */
-SLUICE_INLINE struct sluice_sample sluice_pool_call_end(struct sluice_pool *p,
-                                                        const struct sluice_call *call,
-                                                        enum sluice_outcome outcome,
-                                                        int64_t retry_after_ns)
+SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_pool *p,
+                                                                const struct sluice_call *call,
+                                                                enum sluice_outcome outcome,
+                                                                int64_t retry_after_ns,
+                                                                int64_t latency_ns)
 {
     struct sluice_sample sample;
-    sample.latency_ns = sluice_clock_now(&p->clock) - call->start_ns;
+    sample.latency_ns = latency_ns >= 0 ? latency_ns : sluice_clock_now(&p->clock) - call->start_ns;
     sample.in_flight_at_start = call->in_flight_at_start;
     sample.outcome = outcome;
     sample.retry_after_ns = retry_after_ns;
+    sample.start_ns = call->start_ns;
     atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
     if (SLUICE_UNLIKELY(p->discovery != NULL))
         sluice__discovery_record(p->discovery, &sample);
@@ -803,6 +801,25 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end(struct sluice_pool *p,
         sluice_pool_poll(p);
     }
     return sample;
+}
+
+/*
+ * End a call that sluice_pool_call_begin (or an async call's SLUICE_OK)
+ * started: give its permit back (waking the next call in line) and return
+ * its sample, whose latency is start to now. `outcome` says what the call
+ * showed about the provider's capacity; `retry_after_ns` is the provider's
+ * Retry-After with SLUICE_OUTCOME_OVERLOAD (0 = none). An adaptive pool
+ * feeds the sample to its discovery first, so a limit cut or hold it causes
+ * is in force before the permit moves on; discovery's effects (grants after
+ * a raise, store I/O, event callbacks) run after the permit is released, on
+ * this thread unless another thread is already running them.
+ */
+SLUICE_INLINE struct sluice_sample sluice_pool_call_end(struct sluice_pool *p,
+                                                        const struct sluice_call *call,
+                                                        enum sluice_outcome outcome,
+                                                        int64_t retry_after_ns)
+{
+    return sluice_pool_call_end_latency(p, call, outcome, retry_after_ns, -1);
 }
 
 /* The pool's gate (tests and diagnostics only); NULL when unlimited. */

@@ -65,6 +65,9 @@ struct sluice_generation {
                                     OK is recorded as SLUICE_OUTCOME_IGNORE) */
     int64_t retry_after_ns;      /* with SLUICE_OUTCOME_OVERLOAD: the provider's Retry-After
                                     (default: 0 = none) */
+    int64_t latency_ns;          /* the latency signal the client measured, e.g. time to the
+                                    first byte of a streamed answer (default: -1 = the pool
+                                    times the whole call) */
 };
 
 struct sluice_run_ops {
@@ -134,12 +137,14 @@ SLUICE_INLINE int sluice__run_generate(struct sluice_pool *pool, const struct sl
         return status;
     gen->outcome = SLUICE_OUTCOME_OK;
     gen->retry_after_ns = 0;
+    gen->latency_ns = -1;
     status = d->ops->generate(d->ctx, gen);
     r->generations++;
     /* A failed call cannot tell discovery the provider served it. */
     if (status != SLUICE_OK && gen->outcome == SLUICE_OUTCOME_OK)
         gen->outcome = SLUICE_OUTCOME_IGNORE;
-    r->last = sluice_pool_call_end(pool, &call, gen->outcome, gen->retry_after_ns);
+    r->last = sluice_pool_call_end_latency(pool, &call, gen->outcome, gen->retry_after_ns,
+                                           gen->latency_ns);
     return status == SLUICE_OK ? SLUICE_OK
                                : sluice__run_client_failed(r, SLUICE_STAGE_GENERATE, status);
 }

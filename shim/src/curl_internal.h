@@ -54,8 +54,8 @@ void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline);
 
 /*
  * End a pool call for a finished transfer: the sample's latency is the
- * time to first byte (res->latency_ns), so start_ns is moved to now minus
- * that before sluice_pool_call_end, which measures from start_ns.
+ * time to first byte (res->latency_ns), given to sluice_pool_call_end_latency
+ * with the call's own start.
  */
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res);

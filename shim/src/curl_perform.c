@@ -144,15 +144,10 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res)
 {
-    struct sluice_call c = *call;
-    if (res->transferred) {
-        /* Never before the real start: the pool's clock may be virtual. */
-        int64_t first_byte_start = sluice_clock_now(&pool->clock) - res->latency_ns;
-        if (first_byte_start > c.start_ns)
-            c.start_ns = first_byte_start;
-    }
-    sluice_pool_call_end(pool, &c, res->outcome,
-                         res->outcome == SLUICE_OUTCOME_OVERLOAD ? res->retry_after_ns : 0);
+    /* Time to first byte when there was a response; the pool times the rest. */
+    sluice_pool_call_end_latency(pool, call, res->outcome,
+                                 res->outcome == SLUICE_OUTCOME_OVERLOAD ? res->retry_after_ns : 0,
+                                 res->transferred ? res->latency_ns : -1);
 }
 
 /* ---- the transfer ------------------------------------------------------------------ */
