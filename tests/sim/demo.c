@@ -2,11 +2,13 @@
  * The discovery demo, in virtual time: a cloud provider with a hidden cap of
  * 52 parallel requests, discovered from live traffic and locked; then a plan
  * upgrade to 120, a clear, and the new ceiling discovered. It prints the
- * live status line and every event as they happen (run: ctest -L demo -V).
+ * live status line and every event as they happen (run: ctest -R sim.demo -V).
+ * The real-HTTP demo a person runs is shim/tools/sluice-demo.c
+ * (`cmake --workflow --preset demo`); this one covers the plan upgrade.
  *
- * SLUICE_DEMO_PACE_MS (the demo preset sets it) paces the virtual clock:
- * that many real milliseconds per 5 simulated seconds, so a person can
- * watch the limit climb, back off and lock. The test suite runs unpaced.
+ * SLUICE_DEMO_PACE_MS paces the virtual clock: that many real milliseconds
+ * per 5 simulated seconds (try 100), so a person can watch the limit climb,
+ * back off and lock. The test suite runs unpaced.
  */
 #include <stdlib.h>
 #include <time.h>
