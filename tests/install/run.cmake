@@ -1,6 +1,8 @@
-# Install this build into a scratch prefix, then build the consumer against
-# it twice: once with find_package(sluice), once with pkg-config.
+# Install this build into a scratch prefix, then build the consumers against
+# it twice: once with find_package(sluice), once with pkg-config (sluice and
+# sluice-shim), and run what was built.
 #   -DBUILD_DIR=<sluice build> -DSOURCE_DIR=<tests/install> -DWORK_DIR=<scratch>
+#   -DWITH_SHIM=ON|OFF -DLIBDIR=<CMAKE_INSTALL_LIBDIR> -DDATADIR=<CMAKE_INSTALL_DATADIR>
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
@@ -9,21 +11,39 @@ function(run)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
   endif()
+  message(STATUS "${out}")
 endfunction()
 
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/consumer -DCMAKE_PREFIX_PATH=${prefix})
+
+# find_package(sluice) with sluice::core (and sluice::shim).
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/consumer -DCMAKE_PREFIX_PATH=${prefix}
+    -DWITH_SHIM=${WITH_SHIM})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
 run(${WORK_DIR}/consumer/consumer)
+if(WITH_SHIM)
+  run(${WORK_DIR}/consumer/consumer_shim ${WORK_DIR}/state-cmake.json)
+endif()
 
 # pkg-config: what a Makefile-based embedder would use.
-set(ENV{PKG_CONFIG_PATH} ${prefix}/share/pkgconfig)
-execute_process(COMMAND pkg-config --cflags --libs sluice-core OUTPUT_VARIABLE flags
-  RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "pkg-config cannot find sluice-core in ${prefix}/share/pkgconfig")
+set(ENV{PKG_CONFIG_PATH} "${prefix}/${DATADIR}/pkgconfig:${prefix}/${LIBDIR}/pkgconfig")
+function(pkg_flags module out)
+  execute_process(COMMAND pkg-config --cflags --libs ${module} OUTPUT_VARIABLE flags
+    RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config cannot use ${module} from $ENV{PKG_CONFIG_PATH}: ${err}")
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  set(${out} ${flags} PARENT_SCOPE)
+endfunction()
+foreach(module sluice sluice-core)
+  pkg_flags(${module} flags)
+  run(cc -std=c11 ${SOURCE_DIR}/consumer.c -o ${WORK_DIR}/consumer-${module} ${flags})
+  run(${WORK_DIR}/consumer-${module})
+endforeach()
+if(WITH_SHIM)
+  pkg_flags(sluice-shim flags)
+  run(cc -std=c11 ${SOURCE_DIR}/consumer_shim.c -o ${WORK_DIR}/consumer_shim-pc ${flags})
+  run(${WORK_DIR}/consumer_shim-pc ${WORK_DIR}/state-pc.json)
 endif()
-separate_arguments(flags UNIX_COMMAND "${flags}")
-run(cc -std=c11 ${SOURCE_DIR}/consumer.c -o ${WORK_DIR}/consumer-pc ${flags})
-run(${WORK_DIR}/consumer-pc)
-message(STATUS "find_package(sluice) and pkg-config sluice-core both work")
+message(STATUS "find_package(sluice) and pkg-config (sluice, sluice-core, sluice-shim: ${WITH_SHIM}) all work")
