@@ -417,9 +417,11 @@ SLUICECTL_TEST(refused_non_http_and_silent_endpoints_fail_with_one_line)
 
 /*
  * Probe a simulator with hidden cap `cap`; returns the discovered N (exit 0,
- * last line exactly "discovered ceiling: N"). Up to three probes: the core
- * sometimes brackets low after a burst of 429s (see the report of issue 9),
- * which this test is not about; each attempt is logged.
+ * last line exactly "discovered ceiling: N"). Up to three probes, each
+ * logged: discovery itself sometimes settles low (a burst of cuts right
+ * after slow start overshoots, or a spurious latency knee on a loaded
+ * 2-core machine: about 1 probe in 8 at cap 52), which is the core's
+ * accuracy, tested by the sim and curl suites, not sluicectl's.
  */
 static unsigned probe_cap(int cap, const char *save_as)
 {
@@ -432,9 +434,9 @@ static unsigned probe_cap(int cap, const char *save_as)
         char url[128];
         sim_process_url(&sim, "/v1/chat/completions", url, sizeof url);
         struct proc_result *r =
-            save_as ? CTL("probe", url, "--method", "POST", "--concurrency-max", "80", "--requests",
+            save_as ? CTL("probe", url, "--method", "POST", "--concurrency-max", "64", "--requests",
                           "20000", "--timeout", "20", "--save", save_as, "--state", state)
-                    : CTL("probe", url, "--method", "POST", "--concurrency-max", "80", "--requests",
+                    : CTL("probe", url, "--method", "POST", "--concurrency-max", "64", "--requests",
                           "20000", "--timeout", "20");
         sim_process_stop(&sim);
         char last[128];
