@@ -142,6 +142,9 @@ struct sluice_pool_counts {
     uint32_t waiting_capacity; /* the configured waiting capacity: admitted runs beyond
                                   `active`, so admission capacity is active + waiting_capacity */
     bool closed;               /* sluice_pool_close was called */
+    uint64_t calls_ok;         /* calls ended with SLUICE_OUTCOME_OK, since create */
+    uint64_t calls_overload;   /* ... with SLUICE_OUTCOME_OVERLOAD (429/503, provider timeout) */
+    uint64_t calls_ignored;    /* ... with SLUICE_OUTCOME_IGNORE (transport errors, aborts) */
 };
 
 /* One generation call, filled by sluice_pool_call_begin. */
@@ -187,6 +190,8 @@ struct sluice_pool {
     /* Admissions and calls are written by different moments of a run. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) admitted;
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) in_flight;
+    _Atomic(uint64_t) ended[3]; /* calls ended, by enum sluice_outcome: call_end already owns
+                                   this line, so counting costs no extra cache miss */
     /* Immutable after create, read by every call. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) uint32_t active; /* configured; 0 = unlimited, no gate */
     uint32_t waiting;
@@ -370,6 +375,8 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
     memset((void *)p, 0, sizeof *p);
     atomic_init(&p->admitted, 0u);
     atomic_init(&p->in_flight, 0u);
+    for (int i = 0; i < 3; i++)
+        atomic_init(&p->ended[i], 0u);
     atomic_init(&p->holding, 0u);
     atomic_init(&p->n_async_held, 0u);
     atomic_init(&p->hold_epoch, 0u);
@@ -792,6 +799,10 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_po
     sample.retry_after_ns = retry_after_ns;
     sample.start_ns = call->start_ns;
     atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
+    atomic_fetch_add_explicit(&p->ended[(unsigned)outcome <= SLUICE_OUTCOME_IGNORE
+                                            ? (unsigned)outcome
+                                            : (unsigned)SLUICE_OUTCOME_IGNORE],
+                              1u, SLUICE_RELAXED);
     if (SLUICE_UNLIKELY(p->discovery != NULL))
         sluice__discovery_record(p->discovery, &sample);
     if (p->active)
@@ -892,6 +903,9 @@ SLUICE_INLINE struct sluice_pool_counts sluice_pool_stats(const struct sluice_po
     c.active_max = p->active;
     c.waiting_capacity = p->waiting;
     c.closed = atomic_load_explicit(&p->closed, SLUICE_RELAXED) != 0u;
+    c.calls_ok = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_OK], SLUICE_RELAXED);
+    c.calls_overload = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_OVERLOAD], SLUICE_RELAXED);
+    c.calls_ignored = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_IGNORE], SLUICE_RELAXED);
     return c;
 }
 

@@ -344,6 +344,16 @@ char *sluice_admin_metrics(struct sluice_admin *a)
     ADMIN_GAUGE(&b, a, sts, "sluice_waiting",
                 "Generation calls queued for a permit or a Retry-After hold.",
                 fmt_u64(v, pc->queued));
+    metric_head(&b, "sluice_requests_total", "counter",
+                "Generation calls ended, by what they said about capacity.");
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t by_outcome[] = {pcs[i].calls_ok, pcs[i].calls_overload, pcs[i].calls_ignored};
+        static const char *const outcome_names[] = {"ok", "overload", "ignore"};
+        for (size_t o = 0; o < 3; o++) {
+            metric_node(&b, "sluice_requests_total", a->nodes[i].id);
+            sb_printf(&b, ",outcome=\"%s\"} %" PRIu64 "\n", outcome_names[o], by_outcome[o]);
+        }
+    }
     metric_head(&b, "sluice_state", "gauge", "Discovery state of the node: 1 for the current one.");
     static const enum sluice_discovery_state states[] = {
         SLUICE_DISCOVERY_PROBING, SLUICE_DISCOVERY_BACKOFF, SLUICE_DISCOVERY_LOCKED,

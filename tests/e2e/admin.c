@@ -479,6 +479,9 @@ ADMIN_TEST(metrics_parse_as_prometheus_text_with_node_labels)
     cr_expect_eq(prom_value(t, "sluice_backoffs_total{node=\"cloud:rainy\",cause=\"overload\"}"), 1);
     cr_expect_eq(prom_value(t, "sluice_backoffs_total{node=\"cloud:locked\",cause=\"overload\"}"), 0);
     cr_expect_eq(prom_value(t, "sluice_events_total{node=\"cloud:locked\",event=\"restore\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_requests_total{node=\"cloud:rainy\",outcome=\"overload\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_requests_total{node=\"cloud:rainy\",outcome=\"ok\"}"), 0);
+    cr_expect_eq(prom_value(t, "sluice_requests_total{node=\"local:gpu\",outcome=\"ignore\"}"), 0);
     cr_expect(prom_value(t, "sluice_lock_expiry_timestamp_seconds{node=\"cloud:locked\"}") >
               (double)fixture_now_s());
     reply_free(&r);
@@ -488,6 +491,8 @@ ADMIN_TEST(metrics_parse_as_prometheus_text_with_node_labels)
     r = http("GET", fx.base, "/metrics", NULL, NULL);
     prom_check(r.body);
     cr_expect_eq(prom_value(r.body, "sluice_backoffs_total{node=\"cloud:default_ollama\",cause=\"overload\"}"), 1);
+    cr_expect_eq(prom_value(r.body, "sluice_requests_total{node=\"cloud:default_ollama\",outcome=\"overload\"}"),
+                 1, "every ended call is counted by its outcome");
     reply_free(&r);
 }
 

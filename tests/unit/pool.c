@@ -581,3 +581,21 @@ Test(pool, create_failures_name_the_field_to_fix)
     cr_assert_str_eq(err, "", "success clears the message");
     sluice_pool_destroy(p);
 }
+
+Test(pool, stats_count_ended_calls_by_outcome)
+{
+    struct sluice_pool *p = make_pool(2, omitted);
+    const enum sluice_outcome outcomes[] = {SLUICE_OUTCOME_OK, SLUICE_OUTCOME_OK,
+                                            SLUICE_OUTCOME_OVERLOAD, SLUICE_OUTCOME_IGNORE,
+                                            (enum sluice_outcome)77};
+    for (size_t i = 0; i < sizeof outcomes / sizeof outcomes[0]; i++) {
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+        sluice_pool_call_end(p, &call, outcomes[i], 0);
+    }
+    struct sluice_pool_counts c = sluice_pool_stats(p);
+    cr_assert_eq(c.calls_ok, 2);
+    cr_assert_eq(c.calls_overload, 1);
+    cr_assert_eq(c.calls_ignored, 2, "an out-of-range outcome counts as ignored");
+    sluice_pool_destroy(p);
+}
