@@ -921,11 +921,14 @@ static void hold(struct demo *d)
 {
     if (!d->o->hold || !d->admin || interrupted)
         return;
-    fprintf(stderr, "\nholding: the Concurrency Health page stays at %s/ until Ctrl-C\n",
+    fprintf(stderr, "\nholding: the Concurrency Health page stays at %s/ until Ctrl-C;\n"
+                    "events (a clear through the endpoint, say) show below\n",
             d->admin_url);
+    d->tty = false; /* no live line to redraw any more */
     while (!interrupted) {
         sim__sleep_ms(200);
         sluice_engine_poll(d->engine);
+        print_new_events(d);
     }
 }
 
