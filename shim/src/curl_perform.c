@@ -132,11 +132,9 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
         .n_headers = n,
         .retry_after_max_ns = retry_after_max_ns,
     };
-    struct curl_header *ra;
-    curl_off_t retry_after = 0;
-    if (curl_easy_header(easy, "Retry-After", 0, CURLH_HEADER, -1, &ra) == CURLHE_OK &&
-        curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK && retry_after >= 0)
-        resp.retry_after_s = (int64_t)retry_after;
+    /* Retry-After is parsed from `kept`, not read as CURLINFO_RETRY_AFTER: curl takes the
+     * leading digits of "12abc" and turns an overflowing value into 0, where the rule in
+     * sluice/curl.h says garbage is none and an overflow is the maximum. */
     sluice_curl_classify(&resp, res);
     res->status = code == CURLE_OK ? SLUICE_OK : SLUICE_EIO;
 }
