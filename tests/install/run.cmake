@@ -3,6 +3,9 @@
 # sluice-shim), and run what was built.
 #   -DBUILD_DIR=<sluice build> -DSOURCE_DIR=<tests/install> -DWORK_DIR=<scratch>
 #   -DWITH_SHIM=ON|OFF -DLIBDIR=<CMAKE_INSTALL_LIBDIR> -DDATADIR=<CMAKE_INSTALL_DATADIR>
+#   -DC_FLAGS=<CMAKE_C_FLAGS> -DLINK_FLAGS=<CMAKE_EXE_LINKER_FLAGS>
+# The consumers build with the build's own flags: a sanitizer build installs a
+# sanitized libsluice-shim, which only links into sanitized programs.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 
@@ -18,7 +21,7 @@ run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
 # find_package(sluice) with sluice::core (and sluice::shim).
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/consumer -DCMAKE_PREFIX_PATH=${prefix}
-    -DWITH_SHIM=${WITH_SHIM})
+    -DWITH_SHIM=${WITH_SHIM} "-DCMAKE_C_FLAGS=${C_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${LINK_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
 run(${WORK_DIR}/consumer/consumer)
 if(WITH_SHIM)
@@ -33,7 +36,7 @@ function(pkg_flags module out)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "pkg-config cannot use ${module} from $ENV{PKG_CONFIG_PATH}: ${err}")
   endif()
-  separate_arguments(flags UNIX_COMMAND "${flags}")
+  separate_arguments(flags UNIX_COMMAND "${C_FLAGS} ${flags} ${LINK_FLAGS}")
   set(${out} ${flags} PARENT_SCOPE)
 endfunction()
 foreach(module sluice sluice-core)
