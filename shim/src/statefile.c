@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include <sluice/statefile.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -719,6 +720,26 @@ static int sf_rewrite(struct sluice_statefile *f, const char *node,
     return status;
 }
 
+/*
+ * Remove "<file>.tmp.*" left next to the file. Call with the flock held:
+ * every writer creates, renames or unlinks its temp file under the flock,
+ * so any temp file seen now belongs to a writer that died mid-save (each
+ * SIGKILL or power cut would otherwise leave one behind for good).
+ */
+static void sf_sweep_temps(const struct sluice_statefile *f)
+{
+    const char *slash = strrchr(f->path, '/');
+    const char *base = slash ? slash + 1 : f->path;
+    size_t n = strlen(base);
+    DIR *d = opendir(f->dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));)
+        if (!strncmp(e->d_name, base, n) && !strncmp(e->d_name + n, ".tmp.", 5))
+            unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+}
+
 static int sf_modify(struct sluice_statefile *f, const char *node,
                      const struct sluice_lock_record *rec)
 {
@@ -728,6 +749,7 @@ static int sf_modify(struct sluice_statefile *f, const char *node,
         status = sf_mkdirs(f);
     int lock = status == SLUICE_OK ? sf_lock(f, &status) : -1;
     if (lock >= 0) {
+        sf_sweep_temps(f);
         status = sf_rewrite(f, node, rec);
         close(lock); /* drops the flock */
     }

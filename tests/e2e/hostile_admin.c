@@ -1,0 +1,199 @@
+/*
+ * Slow and hostile clients of the admin endpoint: slowloris connections
+ * that fill every connection slot, some silent, some dribbling a byte at a
+ * time, and oversized requests. Each ends in bounded time with the right
+ * answer, and the endpoint serves normal requests afterwards.
+ *
+ * The admin runs with max_connections 4 and timeout_s 1, so the bounds
+ * below (an order of magnitude above those) are the endpoint's own limits
+ * at work, not the test's patience.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "admin_fixture.h"
+
+#define SLOTS 4        /* sluice_admin_desc.max_connections */
+#define IDLE_S 1       /* sluice_admin_desc.timeout_s */
+#define BOUND_MS 10000 /* "bounded": ten times the idle timeout */
+
+static struct fixture fx;
+static int socks[SLOTS + 2];
+
+static void teardown(void)
+{
+    for (size_t i = 0; i < sizeof socks / sizeof socks[0]; i++)
+        if (socks[i] > 0) {
+            close(socks[i]);
+            socks[i] = 0;
+        }
+    fixture_stop(&fx);
+}
+
+#define HOSTILE_ADMIN_TEST(name) Test(hostile_admin, name, .fini = teardown, .timeout = 60)
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void start(void)
+{
+    struct sluice_admin_desc d;
+    memset(&d, 0, sizeof d);
+    d.max_connections = SLOTS;
+    d.max_streams = 1;
+    d.timeout_s = IDLE_S;
+    fixture_start(&fx, NULL, &d);
+}
+
+static int connect_admin(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons(sluice_admin_port(fx.admin)),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+static void send_all(int fd, const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Has the server closed fd (EOF or reset)? Reads and drops what it sent. */
+static bool closed_by_server(int fd)
+{
+    char buf[4096];
+    struct pollfd p = {fd, POLLIN, 0};
+    while (poll(&p, 1, 0) > 0) {
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            return true;
+        if (n < 0)
+            return false;
+    }
+    return false;
+}
+
+/* GET /compute/concurrency over a fresh connection: the HTTP status, 0 if refused or cut. */
+static long probe_status(void)
+{
+    char url[128];
+    snprintf(url, sizeof url, "%s/compute/concurrency", fx.base);
+    CURL *c = curl_easy_init();
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 3000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, reply_body);
+    struct reply r;
+    memset(&r, 0, sizeof r);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
+    long status = 0;
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(c);
+    reply_free(&r);
+    return status;
+}
+
+/* Wait until every socket in [0, n) is closed by the server, or BOUND_MS; with
+ * `dribble`, each still-open socket sends one more byte every 300 ms meanwhile. */
+static int64_t wait_all_cut(int n, bool dribble)
+{
+    static const char line[] = "GET /compute/concurrency HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+    int64_t t0 = now_ms(), next_byte = t0;
+    size_t sent = 0;
+    for (;;) {
+        int open = 0;
+        for (int i = 0; i < n; i++)
+            open += !closed_by_server(socks[i]);
+        if (!open)
+            return now_ms() - t0;
+        cr_assert_lt(now_ms() - t0, BOUND_MS,
+                     "%d of %d slow connections still open after %d ms%s", open, n, BOUND_MS,
+                     dribble ? " (one byte every 300 ms keeps an idle timeout from firing: the "
+                               "endpoint needs a deadline for the whole request head)"
+                             : "");
+        if (dribble && now_ms() >= next_byte) {
+            for (int i = 0; i < n; i++)
+                send_all(socks[i], sent < sizeof line - 1 ? &line[sent] : "a", 1);
+            sent++;
+            next_byte += 300;
+        }
+        nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
+    }
+}
+
+HOSTILE_ADMIN_TEST(silent_slowloris_connections_are_cut_after_the_idle_timeout_and_service_resumes)
+{
+    start();
+    cr_assert_eq(probe_status(), 200);
+    for (int i = 0; i < SLOTS; i++) {
+        socks[i] = connect_admin();
+        send_all(socks[i], "GET /compute/concurr", 20); /* then nothing */
+    }
+    int64_t took = wait_all_cut(SLOTS, false);
+    cr_log_info("silent slowloris: all %d cut after %lld ms", SLOTS, (long long)took);
+    cr_assert_eq(probe_status(), 200, "the endpoint serves again once they are gone");
+}
+
+/*
+ * Fails today, so it is disabled: libmicrohttpd's connection timeout is an
+ * idle timeout, and admin.c sets no deadline for the request head, so a
+ * client that sends one byte every 300 ms (under timeout_s) holds its slot
+ * until max_request_bytes is reached (16 KiB: over an hour), and
+ * max_connections such clients shut the endpoint to everyone. Enable it
+ * with the fix (a head deadline of timeout_s, enforced from the sampler's
+ * tick by shutting down connections whose request has not started).
+ */
+Test(hostile_admin, dribbling_slowloris_connections_are_cut_in_bounded_time_and_service_resumes,
+     .fini = teardown, .timeout = 60, .disabled = true)
+{
+    start();
+    for (int i = 0; i < SLOTS; i++)
+        socks[i] = connect_admin();
+    int64_t took = wait_all_cut(SLOTS, true);
+    cr_log_info("dribbling slowloris: all %d cut after %lld ms", SLOTS, (long long)took);
+    cr_assert_eq(probe_status(), 200, "the endpoint serves again once they are gone");
+}
+
+HOSTILE_ADMIN_TEST(a_request_head_beyond_max_request_bytes_is_refused_at_once)
+{
+    start();
+    socks[0] = connect_admin();
+    char head[8192];
+    int n = snprintf(head, sizeof head, "GET /compute/concurrency HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                        "X-Big: ");
+    memset(head + n, 'b', sizeof head - (size_t)n);
+    for (int k = 0; k < 4; k++) /* 32 KiB of header against the 16 KiB default */
+        send_all(socks[0], head, sizeof head);
+    char reply[512] = "";
+    int64_t t0 = now_ms();
+    size_t len = 0;
+    while (len < sizeof reply - 1 && now_ms() - t0 < BOUND_MS) {
+        struct pollfd p = {socks[0], POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t got = recv(socks[0], reply + len, sizeof reply - 1 - len, 0);
+        if (got <= 0)
+            break;
+        len += (size_t)got;
+    }
+    reply[len] = '\0';
+    cr_assert(strncmp(reply, "HTTP/1.1 431", 12) == 0 || strncmp(reply, "HTTP/1.1 414", 12) == 0,
+              "an oversized head gets 431 (or 414): %.80s", reply);
+    cr_assert_eq(probe_status(), 200);
+}
