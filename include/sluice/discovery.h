@@ -1340,6 +1340,9 @@ SLUICE_INLINE int sluice_discovery_create(const struct sluice_discovery_desc *de
     if (status != SLUICE_OK)
         return status;
     const struct sluice_allocator *a = desc->allocator;
+    if (!sluice__allocator_valid(a))
+        return sluice__discovery_fail(why, "sluice_discovery_desc.allocator sets only one of "
+                                           "alloc and free (set both, or leave it NULL)");
     struct sluice_discovery *d =
         (struct sluice_discovery *)sluice__alloc(a, sizeof *d, SLUICE_CACHELINE);
     struct sluice_event_slot *slots = (struct sluice_event_slot *)sluice__alloc(

@@ -86,7 +86,9 @@
 
 struct sluice_backend_desc {
     const char *id;                /* ID runs select the backend by; copied (required;
-                                      1..SLUICE_BACKEND_ID_MAX bytes, unique per engine) */
+                                      1..SLUICE_BACKEND_ID_MAX bytes, unique per engine; an
+                                      adaptive backend's ID is its node ID, so at most
+                                      SLUICE_NODE_ID_MAX - 1 = 127 bytes) */
     const char *endpoint;          /* endpoint runs use unless they override it; copied
                                       (default: NULL = none) */
     uint32_t active;               /* most generation calls in flight (default: 0 = unlimited;

@@ -190,13 +190,15 @@ SLUICE_INLINE int sluice_gate_init(struct sluice_gate *g, uint32_t limit)
     return SLUICE_OK;
 }
 
-/* Allocate and initialise a gate (the only allocation the gate ever makes). */
+/* Allocate and initialise a gate (the only allocation the gate ever makes).
+ * SLUICE_EINVAL for a limit above SLUICE_GATE_LIMIT_MAX or an allocator with
+ * only one of alloc and free. */
 SLUICE_INLINE int sluice_gate_create(const struct sluice_gate_desc *desc, struct sluice_gate **out)
 {
     uint32_t limit = desc && desc->limit ? desc->limit : 1;
     const struct sluice_allocator *a = desc ? desc->allocator : NULL;
     *out = NULL;
-    if (limit > SLUICE_GATE_LIMIT_MAX)
+    if (limit > SLUICE_GATE_LIMIT_MAX || !sluice__allocator_valid(a))
         return SLUICE_EINVAL;
     struct sluice_gate *g = (struct sluice_gate *)sluice__alloc(a, sizeof *g, SLUICE_CACHELINE);
     if (!g)

@@ -442,6 +442,17 @@ static void count_free(void *ctx, void *ptr, size_t size)
     free(ptr);
 }
 
+Test(gate, create_refuses_an_allocator_with_only_one_of_alloc_and_free)
+{
+    struct counting counts = {0, 0};
+    struct sluice_allocator half = {count_alloc, NULL, &counts};
+    struct sluice_gate *g = (struct sluice_gate *)1;
+    cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = 2, .allocator = &half}, &g),
+                 SLUICE_EINVAL);
+    cr_assert_null(g);
+    cr_assert_eq(counts.allocs, 0, "nothing allocated through a half allocator");
+}
+
 Test(gate, acquire_and_release_never_allocate)
 {
     struct counting counts = {0, 0};
