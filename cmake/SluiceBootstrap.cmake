@@ -3,7 +3,7 @@
 # exact command. Only the presets enable it (SLUICE_BOOTSTRAP_DEPS=ON).
 
 set(SLUICE_DEBIAN_PACKAGES
-  gcc g++ make          # build: C11, the C++23 header check, the Makefile generator
+  gcc g++ make          # build: C11, the C++17 header check, the Makefile generator
   libck-dev             # core: Concurrency Kit
   pkg-config            # build: finds ck and the shim's libraries
   libcriterion-dev      # tests
