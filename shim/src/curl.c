@@ -246,6 +246,9 @@ enum sluice_curl_kind sluice_curl_classify(const struct sluice_curl_response *r,
                                            struct sluice_curl_result *out)
 {
     int64_t now_s = r->now_s ? r->now_s : (int64_t)time(NULL);
+    /* A clock past year 100000 or before 1970 is nonsense; clamped, the date arithmetic
+     * below (now_s * 1000, date - now_s) cannot overflow whatever the caller passed. */
+    now_s = now_s < 0 ? 0 : now_s > (INT64_C(1) << 42) ? (INT64_C(1) << 42) : now_s;
     int64_t max_ns =
         r->retry_after_max_ns > 0 ? r->retry_after_max_ns : SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS;
     struct sluice_curl_ratelimit rl = {-1, -1, -1, -1, -1, -1};

@@ -1,0 +1,161 @@
+/*
+ * fuzz_classify — sluice_curl_classify on any response: a status, a curl
+ * code, whether the request left, a CURLINFO_RETRY_AFTER value or none, a
+ * clock, a clamp, and up to 32 headers parsed from the rest of the input
+ * ("Name: value" lines; some with NULL names or values). The seeds hold
+ * Retry-After in both forms (delay-seconds and HTTP-date), retry-after-ms,
+ * and the x-ratelimit-* families.
+ *
+ * Checked for every input (the rule in sluice/curl.h):
+ *   - the kind follows the table from the status and the curl code alone,
+ *     the outcome follows the kind, and the return value is the kind;
+ *   - 0 <= retry_after_ns <= the clamp; rate-limit fields are -1 or >= 0;
+ *   - a lone delay-seconds Retry-After (no retry-after-ms, no
+ *     CURLINFO value) is exactly min(seconds, clamp);
+ *   - only the fields the header names are written, and a second call on
+ *     the same input gives the same bytes (pure).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <sluice/curl.h>
+
+#include "fuzz_input.h"
+
+#define MAX_HEADERS 32
+
+static void check(bool ok, const char *what)
+{
+    if (!ok) {
+        fprintf(stderr, "fuzz_classify: %s\n", what);
+        abort();
+    }
+}
+
+static enum sluice_curl_kind expected_kind(long s, CURLcode code, bool sent)
+{
+    if (code == CURLE_OPERATION_TIMEDOUT && sent)
+        return SLUICE_CURL_PROVIDER_TIMEOUT;
+    if (code != CURLE_OK)
+        return SLUICE_CURL_TRANSPORT;
+    if (s >= 200 && s < 300)
+        return SLUICE_CURL_SUCCESS;
+    if (s == 429 || s == 503 || s == 529)
+        return SLUICE_CURL_OVERLOADED;
+    if (s == 504)
+        return SLUICE_CURL_PROVIDER_TIMEOUT;
+    if (s >= 400 && s < 500)
+        return SLUICE_CURL_CLIENT_ERROR;
+    if (s >= 500 && s < 600)
+        return SLUICE_CURL_SERVER_ERROR;
+    return SLUICE_CURL_UNEXPECTED;
+}
+
+static enum sluice_outcome expected_outcome(enum sluice_curl_kind k)
+{
+    return k == SLUICE_CURL_SUCCESS ? SLUICE_OUTCOME_OK
+           : k == SLUICE_CURL_OVERLOADED || k == SLUICE_CURL_PROVIDER_TIMEOUT
+               ? SLUICE_OUTCOME_OVERLOAD
+               : SLUICE_OUTCOME_IGNORE;
+}
+
+/* Digits only (no blanks, sign or fraction), at most 18 of them: the value, else -1. */
+static int64_t plain_seconds(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n > 18 || strspn(v, "0123456789") != n)
+        return -1;
+    return strtoll(v, NULL, 10);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct fuzz_in in = {data, size};
+    static const long statuses[] = {0, 100, 199, 200, 204, 299, 300, 302, 399, 400, 404, 428,
+                                    429, 430, 499, 500, 502, 503, 504, 505, 529, 599, 600, -1};
+    struct sluice_curl_response r;
+    memset(&r, 0, sizeof r);
+    uint8_t how = fuzz_u8(&in);
+    r.http_status = how & 1 ? (long)(int32_t)fuzz_u32(&in)
+                            : statuses[fuzz_pick(&in, sizeof statuses / sizeof statuses[0])];
+    r.code = how & 2 ? (CURLcode)(fuzz_u8(&in) % 100) : CURLE_OK;
+    r.request_sent = how & 4;
+    r.retry_after_s = how & 8 ? fuzz_i64(&in) : -1;
+    r.now_s = how & 16 ? fuzz_i64(&in) : INT64_C(1764547200); /* 0 would read time() */
+    if (r.now_s == 0)
+        r.now_s = 1;
+    r.retry_after_max_ns = how & 32 ? fuzz_i64(&in) : 0;
+
+    /* The rest: header lines. */
+    static char text[1 << 16];
+    size_t len = in.n < sizeof text - 1 ? in.n : sizeof text - 1;
+    memcpy(text, in.p, len);
+    text[len] = '\0';
+    struct sluice_curl_header h[MAX_HEADERS];
+    size_t n = 0;
+    for (char *line = text; line && *line && n < MAX_HEADERS;) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        char *colon = strchr(line, ':');
+        if (colon) {
+            *colon = '\0';
+            char *v = colon + 1;
+            while (*v == ' ')
+                v++;
+            h[n].name = line[0] == '!' ? NULL : line; /* "!" marks a NULL name ... */
+            h[n].value = v[0] == '!' ? NULL : v;      /* ... or value */
+            n++;
+        }
+        line = next;
+    }
+    r.headers = n ? h : (how & 64 ? h : NULL);
+    r.n_headers = n;
+
+    struct sluice_curl_result out, again;
+    memset(&out, 0xA5, sizeof out);
+    memset(&again, 0xA5, sizeof again);
+    enum sluice_curl_kind kind = sluice_curl_classify(&r, &out);
+    sluice_curl_classify(&r, &again);
+    check(memcmp(&out, &again, sizeof out) == 0, "classify is pure: same input, same bytes");
+
+    enum sluice_curl_kind want = expected_kind(r.http_status, r.code, r.request_sent);
+    check(kind == out.kind, "the return value is out->kind");
+    check(kind == want, "the kind follows the table");
+    check(out.outcome == expected_outcome(kind), "the outcome follows the kind");
+    check(out.http_status == r.http_status && out.curl_code == r.code, "status and code copied");
+    check(strcmp(sluice_curl_kind_name(kind), "unknown") != 0, "every kind has a name");
+    int64_t max = r.retry_after_max_ns > 0 ? r.retry_after_max_ns
+                                           : SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS;
+    check(out.retry_after_ns >= 0 && out.retry_after_ns <= max, "Retry-After is clamped");
+    const int64_t *rl = &out.ratelimit.limit_requests;
+    for (int i = 0; i < 6; i++)
+        check(rl[i] >= -1, "a rate-limit field is -1 or a value");
+
+    /* A lone delay-seconds Retry-After is exactly its value, clamped. */
+    int retry_after = 0, retry_after_ms = 0;
+    int64_t seconds = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (!h[i].name || !h[i].value)
+            continue;
+        if (!strcasecmp(h[i].name, "retry-after")) {
+            retry_after++;
+            seconds = plain_seconds(h[i].value);
+        }
+        retry_after_ms += !strcasecmp(h[i].name, "retry-after-ms");
+    }
+    if (retry_after == 1 && !retry_after_ms && r.retry_after_s < 0 && seconds >= 0) {
+        int64_t ns = seconds > INT64_MAX / SLUICE_NS_PER_SEC ? INT64_MAX
+                                                             : seconds * SLUICE_NS_PER_SEC;
+        check(out.retry_after_ns == (ns < max ? ns : max), "delay-seconds is read exactly");
+    }
+
+    /* Fields classify does not own are untouched. */
+    struct sluice_curl_result pristine;
+    memset(&pristine, 0xA5, sizeof pristine);
+    check(out.status == pristine.status && out.latency_ns == pristine.latency_ns &&
+              out.transfer_ns == pristine.transfer_ns && out.queued_ns == pristine.queued_ns &&
+              out.in_flight_at_start == pristine.in_flight_at_start,
+          "classify writes only the fields its header names");
+    return 0;
+}
