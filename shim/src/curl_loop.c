@@ -891,10 +891,10 @@ int sluice_curl_loop_cancel(struct sluice_curl_loop *loop, uint64_t id)
     return SLUICE_OK;
 }
 
-struct sluice_curl_loop_stats sluice_curl_loop_stats(const struct sluice_curl_loop *loop)
+struct sluice_curl_loop_counts sluice_curl_loop_stats(const struct sluice_curl_loop *loop)
 {
     struct sluice_curl_loop *l = (struct sluice_curl_loop *)loop;
-    struct sluice_curl_loop_stats s = {
+    struct sluice_curl_loop_counts s = {
         .live = atomic_load_explicit(&l->n_live, SLUICE_RELAXED),
         .waiting = atomic_load_explicit(&l->n_waiting, SLUICE_RELAXED),
         .transferring = atomic_load_explicit(&l->n_transferring, SLUICE_RELAXED),

@@ -353,13 +353,13 @@ int sluice_curl_loop_cancel(struct sluice_curl_loop *loop, uint64_t id);
 int sluice_curl_loop_action(struct sluice_curl_loop *loop, curl_socket_t fd, int events);
 
 /* A snapshot for tests and status views. */
-struct sluice_curl_loop_stats {
+struct sluice_curl_loop_counts {
     uint32_t live;         /* accepted, not yet completed */
     uint32_t waiting;      /* waiting for a permit or a Retry-After hold */
     uint32_t transferring; /* in curl_multi */
     uint64_t completed;    /* completions delivered */
 };
-struct sluice_curl_loop_stats sluice_curl_loop_stats(const struct sluice_curl_loop *loop);
+struct sluice_curl_loop_counts sluice_curl_loop_stats(const struct sluice_curl_loop *loop);
 
 /*
  * Shut down: from any thread (own-thread mode: not from a `done`;
