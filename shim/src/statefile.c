@@ -249,6 +249,11 @@ static int sf_parse(struct sluice_statefile *f, const struct text *t, json_t **r
     if (t->len == 0)
         return sf_fail(f, SLUICE_EINVAL, "%s: the file is empty (a torn write?)" SF_EMPTY_NOTE,
                        f->path);
+    /* jansson lets a NUL byte after a number pass, but the rewrite's span scanner stops at
+     * it and would drop every member after it: no JSON text holds a raw NUL, so refuse. */
+    if (memchr(t->p, '\0', t->len))
+        return sf_fail(f, SLUICE_EINVAL, "%s: not valid JSON (a NUL byte at offset %zu)" SF_EMPTY_NOTE,
+                       f->path, (size_t)((const char *)memchr(t->p, '\0', t->len) - t->p));
     json_error_t e;
     json_t *j = json_loadb(t->p, t->len, JSON_REJECT_DUPLICATES, &e);
     if (!j)
