@@ -35,7 +35,7 @@
 #include "admin_fixture.h"
 #include "common.h"
 
-#define KILLS 300      /* "hundreds of times" */
+#define KILLS 200      /* "hundreds of times": about 5 s when an fsync takes 12 ms */
 #define KEEP_A 7u      /* ceilings of the two nodes no one writes */
 #define KEEP_B 9u
 #define SAVE_WAIT_MS 5000 /* bound on waiting for a child's first save */
@@ -43,7 +43,7 @@
 static char dir[256], scratch_dir[256], mnt[256];
 static pid_t kids[2];
 
-static void cleanup(void)
+__attribute__((unused)) static void cleanup(void) /* .fini; the TSan stand-in ignores it */
 {
     for (int i = 0; i < 2; i++)
         if (kids[i] > 0) {
@@ -57,7 +57,16 @@ static void cleanup(void)
         mnt[0] = '\0';
     }
     fixture_rmtree(dir);
-    fixture_rmtree(scratch_dir);
+    if (!strncmp(scratch_dir, "/dev/shm/sluice-e2e-", 20) && strlen(scratch_dir) < 40) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch_dir);
+        if (system(cmd) != 0) {
+            /* best effort */
+        }
+    } else {
+        fixture_rmtree(scratch_dir);
+    }
+    scratch_dir[0] = '\0';
 }
 
 #define CRASH_TEST(name, secs) Test(crash, name, .fini = cleanup, .timeout = secs)
@@ -225,7 +234,11 @@ static int64_t median_save_us(struct sluice_statefile *f, struct sluice_lock_rec
 CRASH_TEST(a_save_killed_at_any_moment_leaves_the_old_or_the_new_file_and_readers_never_crash, 120)
 {
     fixture_tmpdir(dir, sizeof dir);
-    fixture_tmpdir(scratch_dir, sizeof scratch_dir);
+    /* The expected bytes are built in memory-backed scratch when there is some: they need
+     * no durability, and each kill builds one. */
+    snprintf(scratch_dir, sizeof scratch_dir, "/dev/shm/sluice-e2e-XXXXXX");
+    if (!mkdtemp(scratch_dir))
+        fixture_tmpdir(scratch_dir, sizeof scratch_dir);
     char path[400];
     snprintf(path, sizeof path, "%s/ceilings.json", dir);
     struct sluice_statefile *f = open_file(path, 1000);

@@ -22,7 +22,7 @@
 static struct fixture fx;
 static int socks[SLOTS + 2];
 
-static void teardown(void)
+__attribute__((unused)) static void teardown(void) /* .fini; the TSan stand-in ignores it */
 {
     for (size_t i = 0; i < sizeof socks / sizeof socks[0]; i++)
         if (socks[i] > 0) {

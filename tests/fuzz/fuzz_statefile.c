@@ -101,15 +101,28 @@ static void check_kept(const struct census *before, const struct census *after)
     }
 }
 
-static char path[512];
+static char dir[256], path[512];
 static struct sluice_statefile *sf;
+
+/* The private directory goes when the fuzzer exits (a crash leaves it for the post-mortem). */
+static void remove_dir(void)
+{
+    char p[600];
+    static const char *const names[] = {"ceilings.json", "ceilings.json.lock"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+    sluice_statefile_close(sf);
+}
 
 static void setup(void)
 {
     const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR");
-    char dir[256];
     snprintf(dir, sizeof dir, "%s/sluice-fuzz-XXXXXX", base ? base : "/tmp");
     check(mkdtemp(dir) != NULL, "mkdtemp", dir);
+    atexit(remove_dir);
     snprintf(path, sizeof path, "%s/ceilings.json", dir);
     static struct sluice_clock wall = {fixed_now, NULL};
     char err[256];
