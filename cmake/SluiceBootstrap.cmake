@@ -13,6 +13,11 @@ set(SLUICE_DEBIAN_PACKAGES
   libmicrohttpd-dev     # shim: admin endpoint and provider simulator
   libmimalloc-dev       # shim: allocator
 )
+# The fuzz preset builds libFuzzer targets: clang, and its fuzzer runtime,
+# which Debian 12 ships only as a Recommends of clang.
+if(SLUICE_BUILD_FUZZ)
+  list(APPEND SLUICE_DEBIAN_PACKAGES clang libclang-rt-14-dev)
+endif()
 
 function(sluice_bootstrap_packages)
   set(missing "")
