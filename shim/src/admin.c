@@ -7,6 +7,18 @@
  * admin's condition variable, which the sampler broadcasts every tick and
  * stop broadcasts once. The sampler owns the per-node counters and chart
  * history; request threads read them under the same mutex.
+ *
+ * Request deadline: libmicrohttpd's connection timeout only counts idle
+ * time, so a client dribbling a byte at a time would keep its slot for
+ * hours. Each connection therefore gets an entry in admin.conns (added when
+ * libmicrohttpd reports it started, removed when it reports it closed),
+ * stamped when it opens and again after each answer; the access handler
+ * marks it once the request has arrived in full, and the sampler's tick
+ * shuts down the reading side of any connection still waiting after
+ * timeout_s (libmicrohttpd then closes it as if the client had hung up).
+ * libmicrohttpd reports a connection closed before it closes the socket,
+ * and entries change only under conns_mutex, which the sampler holds while
+ * it shuts sockets down: it never touches a closed (or reused) descriptor.
  */
 #define _GNU_SOURCE
 #include <sluice/admin.h>
@@ -43,6 +55,15 @@ struct sample {
     uint32_t limit, in_flight;
 };
 
+/* One open connection as the request deadline tracks it (under admin.conns_mutex). */
+struct conn {
+    struct conn *prev, *next;
+    int fd;           /* its socket */
+    bool waiting;     /* its (next) request has not arrived in full yet */
+    bool cut;         /* shut down already */
+    int64_t since_ms; /* monotonic: when it opened, or when its last answer ended */
+};
+
 /* One engine node as the admin tracks it (under admin.mutex). */
 struct node {
     const char *id;                     /* engine-owned */
@@ -67,6 +88,8 @@ struct sluice_admin {
     bool sampler_started;
     atomic_bool stopping;
     atomic_uint streams;
+    pthread_mutex_t conns_mutex; /* taken inside mutex, never around it */
+    struct conn *conns;          /* open connections, a doubly linked list */
     struct node *nodes;
     size_t n_nodes;
 };
@@ -84,6 +107,13 @@ static int admin_fail(const struct sluice_admin_desc *d, int status, const char 
         va_end(ap);
     }
     return status;
+}
+
+static int64_t mono_ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int64_t wall_ms_now(void)
@@ -404,6 +434,82 @@ char *sluice_admin_metrics(struct sluice_admin *a)
     return sb_take(&b);
 }
 
+/* ---- the request deadline --------------------------------------------------- */
+
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct sluice_admin *a = cls;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        struct conn *k = *socket_context;
+        if (!k)
+            return;
+        pthread_mutex_lock(&a->conns_mutex);
+        if (k->prev)
+            k->prev->next = k->next;
+        else
+            a->conns = k->next;
+        if (k->next)
+            k->next->prev = k->prev;
+        pthread_mutex_unlock(&a->conns_mutex);
+        *socket_context = NULL;
+        mi_free(k);
+        return;
+    }
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct conn *k = info ? mi_calloc(1, sizeof *k) : NULL;
+    if (!k) {
+        /* Untracked, it would escape the deadline: refuse it (as the sampler cuts one). */
+        if (info)
+            shutdown((int)info->connect_fd, SHUT_RD);
+        return;
+    }
+    k->fd = (int)info->connect_fd;
+    k->waiting = true;
+    k->since_ms = mono_ms_now();
+    pthread_mutex_lock(&a->conns_mutex);
+    k->next = a->conns;
+    if (a->conns)
+        a->conns->prev = k;
+    a->conns = k;
+    pthread_mutex_unlock(&a->conns_mutex);
+    *socket_context = k;
+}
+
+/* The connection's request has arrived in full (waiting = false), or its answer
+ * has ended and the deadline starts over for the next one (waiting = true). */
+static void conn_mark(struct sluice_admin *a, struct MHD_Connection *c, bool waiting)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn *k = info ? info->socket_context : NULL;
+    if (!k)
+        return;
+    pthread_mutex_lock(&a->conns_mutex);
+    k->waiting = waiting;
+    k->since_ms = mono_ms_now();
+    pthread_mutex_unlock(&a->conns_mutex);
+}
+
+/* From the sampler's tick: shut down the reading side of every connection whose
+ * request is overdue. Its own thread then reads end of file and libmicrohttpd closes
+ * it as it does a client that hung up, so the client sees the close only after the
+ * server has let go of the connection (with SHUT_RDWR it would see it at once, and a
+ * client that reconnects then could find the slot still taken). */
+static void cut_overdue(struct sluice_admin *a)
+{
+    int64_t deadline = mono_ms_now() - (int64_t)a->cfg.timeout_s * 1000;
+    pthread_mutex_lock(&a->conns_mutex);
+    for (struct conn *k = a->conns; k; k = k->next)
+        if (k->waiting && !k->cut && k->since_ms <= deadline) {
+            shutdown(k->fd, SHUT_RD);
+            k->cut = true;
+        }
+    pthread_mutex_unlock(&a->conns_mutex);
+}
+
 /* ---- the sampler thread ----------------------------------------------------- */
 
 static void *sampler_main(void *arg)
@@ -411,6 +517,7 @@ static void *sampler_main(void *arg)
     struct sluice_admin *a = arg;
     pthread_mutex_lock(&a->mutex);
     while (!atomic_load(&a->stopping)) {
+        cut_overdue(a);
         count_events(a);
         record_history(a);
         pthread_cond_broadcast(&a->tick);
@@ -901,12 +1008,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = rq;
         /* Refuse an announced oversized body before reading it. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > a->cfg.max_body_bytes)
+        if (cl && strtoull(cl, NULL, 10) > a->cfg.max_body_bytes) {
+            conn_mark(a, c, false);
             return send_error(c, 413, NULL,
                               "these routes take no request body; send the parameters in the "
                               "query string",
                               "request body of %.20s bytes is over the limit of %u bytes", cl,
                               a->cfg.max_body_bytes);
+        }
         return MHD_YES;
     }
     if (*upload_size) {
@@ -917,6 +1026,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return rq->body_bytes > (size_t)a->cfg.max_body_bytes * 16 + 65536 ? MHD_NO : MHD_YES;
     }
+    /* The head and any body are in: the deadline is met, however long the answer (an
+     * event stream) then takes. */
+    conn_mark(a, c, false);
     if (rq->body_bytes > a->cfg.max_body_bytes)
         return send_error(c, 413, NULL,
                           "these routes take no request body; send the parameters in the query "
@@ -942,9 +1054,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)c;
     (void)toe;
+    /* A kept-alive connection gets timeout_s for its next request too. */
+    conn_mark(cls, c, true);
     mi_free(*con_cls);
     *con_cls = NULL;
 }
@@ -1057,6 +1169,7 @@ static void admin_free(struct sluice_admin *a)
     for (size_t i = 0; a->nodes && i < a->n_nodes; i++)
         mi_free(a->nodes[i].history);
     mi_free(a->nodes);
+    pthread_mutex_destroy(&a->conns_mutex); /* conns is empty: every close was reported */
     pthread_cond_destroy(&a->tick);
     pthread_mutex_destroy(&a->mutex);
     mi_free(a);
@@ -1075,6 +1188,7 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
     if (!a)
         return SLUICE_ENOMEM;
     pthread_mutex_init(&a->mutex, NULL);
+    pthread_mutex_init(&a->conns_mutex, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1110,7 +1224,8 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
         NULL, on_request, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)d.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)d.timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)d.max_request_bytes,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        a, MHD_OPTION_END);
     if (!a->daemon) {
         close(fd);
         admin_free(a);

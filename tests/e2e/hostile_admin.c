@@ -1,7 +1,7 @@
 /*
  * Slow and hostile clients of the admin endpoint: slowloris connections
  * that fill every connection slot, some silent, some dribbling a byte at a
- * time, and oversized requests. Each ends in bounded time with the right
+ * time in the head or in the body, and oversized requests. Each ends in bounded time with the right
  * answer, and the endpoint serves normal requests afterwards.
  *
  * The admin runs with max_connections 4 and timeout_s 1, so the bounds
@@ -109,11 +109,16 @@ static long probe_status(void)
     return status;
 }
 
-/* Wait until every socket in [0, n) is closed by the server, or BOUND_MS; with
- * `dribble`, each still-open socket sends one more byte every 300 ms meanwhile. */
-static int64_t wait_all_cut(int n, bool dribble)
+/* The dribbling clients' request head, sent a byte at a time (then 'a' forever). */
+static const char dribbled_head[] =
+    "GET /compute/concurrency HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+
+/* Wait until every socket in [0, n) is closed by the server, or BOUND_MS; with a
+ * `dribble` text, each still-open socket sends one more byte of it every 300 ms
+ * meanwhile, then one 'a' every 300 ms. */
+static int64_t wait_all_cut(int n, const char *dribble)
 {
-    static const char line[] = "GET /compute/concurrency HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+    size_t len = dribble ? strlen(dribble) : 0;
     int64_t t0 = now_ms(), next_byte = t0;
     size_t sent = 0;
     for (;;) {
@@ -125,11 +130,11 @@ static int64_t wait_all_cut(int n, bool dribble)
         cr_assert_lt(now_ms() - t0, BOUND_MS,
                      "%d of %d slow connections still open after %d ms%s", open, n, BOUND_MS,
                      dribble ? " (one byte every 300 ms keeps an idle timeout from firing: the "
-                               "endpoint needs a deadline for the whole request head)"
+                               "endpoint needs a deadline for the whole request)"
                              : "");
         if (dribble && now_ms() >= next_byte) {
             for (int i = 0; i < n; i++)
-                send_all(socks[i], sent < sizeof line - 1 ? &line[sent] : "a", 1);
+                send_all(socks[i], sent < len ? &dribble[sent] : "a", 1);
             sent++;
             next_byte += 300;
         }
@@ -145,28 +150,43 @@ HOSTILE_ADMIN_TEST(silent_slowloris_connections_are_cut_after_the_idle_timeout_a
         socks[i] = connect_admin();
         send_all(socks[i], "GET /compute/concurr", 20); /* then nothing */
     }
-    int64_t took = wait_all_cut(SLOTS, false);
+    int64_t took = wait_all_cut(SLOTS, NULL);
     cr_log_info("silent slowloris: all %d cut after %lld ms", SLOTS, (long long)took);
     cr_assert_eq(probe_status(), 200, "the endpoint serves again once they are gone");
 }
 
 /*
- * Fails today, so it is disabled: libmicrohttpd's connection timeout is an
- * idle timeout, and admin.c sets no deadline for the request head, so a
- * client that sends one byte every 300 ms (under timeout_s) holds its slot
- * until max_request_bytes is reached (16 KiB: over an hour), and
- * max_connections such clients shut the endpoint to everyone. Enable it
- * with the fix (a head deadline of timeout_s, enforced from the sampler's
- * tick by shutting down connections whose request has not started).
+ * libmicrohttpd's connection timeout is an idle timeout: a client that
+ * sends one byte every 300 ms (under timeout_s) would hold its slot until
+ * max_request_bytes is reached (16 KiB: over an hour), and max_connections
+ * such clients would shut the endpoint to everyone. The admin's request
+ * deadline (timeout_s for the whole request, enforced from the sampler's
+ * tick) cuts them.
  */
-Test(hostile_admin, dribbling_slowloris_connections_are_cut_in_bounded_time_and_service_resumes,
-     .fini = teardown, .timeout = 60, .disabled = true)
+HOSTILE_ADMIN_TEST(dribbling_slowloris_connections_are_cut_in_bounded_time_and_service_resumes)
 {
     start();
     for (int i = 0; i < SLOTS; i++)
         socks[i] = connect_admin();
-    int64_t took = wait_all_cut(SLOTS, true);
+    int64_t took = wait_all_cut(SLOTS, dribbled_head);
     cr_log_info("dribbling slowloris: all %d cut after %lld ms", SLOTS, (long long)took);
+    cr_assert_eq(probe_status(), 200, "the endpoint serves again once they are gone");
+}
+
+/* The deadline covers the whole request, not just its head: a body announced
+ * under max_body_bytes but dribbled (4000 bytes at one every 300 ms: 20 min)
+ * is cut just the same. */
+HOSTILE_ADMIN_TEST(a_dribbled_request_body_is_cut_in_bounded_time_and_service_resumes)
+{
+    static const char head[] = "POST /compute/concurrency/clear?node_id=n HTTP/1.1\r\n"
+                               "Host: 127.0.0.1\r\nContent-Length: 4000\r\n\r\n";
+    start();
+    for (int i = 0; i < SLOTS; i++) {
+        socks[i] = connect_admin();
+        send_all(socks[i], head, sizeof head - 1);
+    }
+    int64_t took = wait_all_cut(SLOTS, "");
+    cr_log_info("dribbled bodies: all %d cut after %lld ms", SLOTS, (long long)took);
     cr_assert_eq(probe_status(), 200, "the endpoint serves again once they are gone");
 }
 

@@ -41,12 +41,18 @@
  * Slow or hostile clients: at most max_connections at once (one thread
  * each), each with max_request_bytes for its request line and headers and
  * max_body_bytes for a body (the routes take none), and closed after
- * timeout_s idle seconds; at most max_streams follow=1 streams, which send
- * a keep-alive comment well inside timeout_s.
+ * timeout_s idle seconds. Idle time alone does not bound a client that
+ * dribbles a byte at a time, so each request must also arrive in full
+ * (head and any body) within timeout_s of the connection opening, or of
+ * the previous answer on a kept-alive connection; one that has not is cut
+ * at the sampler's next tick (so within timeout_s + 1 s). At most
+ * max_streams follow=1 streams, which send a keep-alive comment well
+ * inside timeout_s (a stream's request arrived long ago: no deadline).
  *
  * Threads: libmicrohttpd's listener plus one thread per connection, and one
  * sampler thread that once a second records each node's limit and in-flight
- * count for the chart and counts events for /metrics. All of them only read
+ * count for the chart, counts events for /metrics and cuts connections
+ * whose request is overdue. All of them only read
  * the engine through its public status calls, except the clear route, which
  * calls sluice_engine_clear. sluice_admin_stop() returns after every one of
  * them has ended (streams are told to finish first).
@@ -84,7 +90,9 @@ struct sluice_admin_desc {
                                       (default: 32; 1..1024) */
     uint32_t max_streams;          /* follow=1 event streams at once, counted in
                                       max_connections (default: 8; at most max_connections) */
-    uint32_t timeout_s;            /* an idle connection is closed after this
+    uint32_t timeout_s;            /* an idle connection is closed after this, and so is one
+                                      whose request (head and body) has not arrived in full
+                                      this long after it opened or after its previous answer
                                       (default: 10; 1..3600) */
     uint32_t max_request_bytes;    /* memory for a request line and headers
                                       (default: 16384; 4096..1048576) */

@@ -30,11 +30,18 @@
  * saves: the lock orders them and each rewrites the newest file. A lock
  * held by someone else is waited for up to lock_wait_ms, then the write
  * fails. Reads (load) take no lock: rename makes a file whole or absent.
+ * Each write, under the flock, also removes the "<path>.tmp.*" files left
+ * by writers killed mid-save (SIGKILL, power cut): every writer creates
+ * and renames or removes its temp file under the flock, so any temp file
+ * seen while holding it is orphaned, and none piles up for good.
  *
- * Bad input: a file that is empty, torn, not JSON, of an unknown format or
- * version, or has a wrong-typed, out-of-range or future-dated record
- * makes load fail (SLUICE_EINVAL; SLUICE_EIO for an I/O error) with a
- * message from sluice_statefile_last_error. The engine turns that into a
+ * Bad input: a file that is empty, torn, not JSON (a NUL byte anywhere
+ * counts as not JSON: jansson would let one after a number pass, and the
+ * byte-for-byte copy of other nodes' entries would stop at it and drop
+ * them), of an unknown format or version, or has a wrong-typed,
+ * out-of-range or future-dated record makes load fail (SLUICE_EINVAL;
+ * SLUICE_EIO for an I/O error) with a message from
+ * sluice_statefile_last_error. The engine turns that into a
  * "store" event and starts the node empty; it never crashes. The next save
  * rewrites the file cleanly (a file that cannot be parsed is replaced; a
  * bad record of another node is carried over untouched). A read-only
