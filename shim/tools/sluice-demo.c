@@ -54,6 +54,7 @@
 static const char *demo_sim_path = "sluice-provider-sim";
 #define SLUICE_PROVIDER_SIM_PATH demo_sim_path
 #include "e2e/sim_process.h"
+#include "tool.h"
 
 #define PROG "sluice-demo"
 #define NODE "cloud:demo"
@@ -65,7 +66,6 @@ static const char *demo_sim_path = "sluice-provider-sim";
 #define TICK_MS 50
 #define BAR_MAX 30
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
 struct options {
     unsigned cap;          /* the simulator's hidden cap */
@@ -108,37 +108,6 @@ static const char usage_text[] =
     "The last line is 'discovered ceiling: N (true cap: C)'. Exit status: 0 when a\n"
     "ceiling locked, 1 when none did (or the demo could not start), 2 on a bad flag.\n";
 
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs(PROG ": ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return EXIT_FAIL;
-}
-
-static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int bad_usage(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs(PROG ": ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs(" (see " PROG " --help)\n", stderr);
-    va_end(ap);
-    return EXIT_USAGE;
-}
 
 /* ---- the command line ---------------------------------------------------------- */
 
@@ -178,7 +147,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     const char *env = getenv(CAP_ENV);
     if (env && *env) {
         if (!parse_num(env, 1, CAP_MAX, &v) || v != floor(v))
-            return bad_usage("$" CAP_ENV " must be a whole number from 1 to %d, got '%s'",
+            return usage_error("$" CAP_ENV " must be a whole number from 1 to %d, got '%s'",
                              CAP_MAX, env);
         o->cap = (unsigned)v;
         o->cap_from = "$" CAP_ENV;
@@ -189,7 +158,7 @@ static int parse_options(int argc, char **argv, struct options *o)
 #define NUM_FLAG(flag, lo, hi, dst)                                                                \
     if ((val = flag_value(argc, argv, &i, flag))) {                                                \
         if (!parse_num(val, lo, hi, &v))                                                           \
-            return bad_usage(flag " needs a number from %g to %g, got '%s'", (double)(lo),        \
+            return usage_error(flag " needs a number from %g to %g, got '%s'", (double)(lo),        \
                              (double)(hi), val);                                                   \
         dst = v;                                                                                   \
         continue;                                                                                  \
@@ -208,7 +177,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         }
         if ((val = flag_value(argc, argv, &i, "--cap"))) {
             if (!parse_num(val, 1, CAP_MAX, &v) || v != floor(v))
-                return bad_usage("--cap needs a whole number from 1 to %d, got '%s'", CAP_MAX, val);
+                return usage_error("--cap needs a whole number from 1 to %d, got '%s'", CAP_MAX, val);
             o->cap = (unsigned)v;
             o->cap_from = "--cap";
             continue;
@@ -228,7 +197,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->svg = val;
             continue;
         }
-        return bad_usage("unknown flag or missing value: '%s'", a);
+        return usage_error("unknown flag or missing value: '%s'", a);
     }
     if (o->seconds > o->timeout_s)
         o->timeout_s = o->seconds;
@@ -952,12 +921,13 @@ static void cleanup(struct demo *d)
 
 int main(int argc, char **argv)
 {
+    tool_name = PROG;
     struct options o;
     int rc = parse_options(argc, argv, &o);
     if (rc != EXIT_OK)
         return rc;
     signal(SIGPIPE, SIG_IGN);
-    struct sigaction sa = {.sa_handler = on_signal};
+    struct sigaction sa = {.sa_handler = on_interrupt};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

@@ -34,40 +34,7 @@
 #include <sluice/sluice.h>
 #include <sluice/statefile.h>
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
-
-static const char *cmd_name = "sluicectl";
-static volatile sig_atomic_t interrupted;
-
-static void on_sigint(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
-
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", cmd_name);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return EXIT_FAIL;
-}
-
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", cmd_name);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see %s --help)\n", cmd_name);
-    va_end(ap);
-    return EXIT_USAGE;
-}
+#include "tool.h"
 
 /* ---- help -------------------------------------------------------------------- */
 
@@ -776,7 +743,7 @@ static int events_cmd(const struct opts *o, const char *node)
         return EXIT_OK; /* Ctrl-C, or the stream ended */
     if (rc == CURLE_PARTIAL_FILE && http == 200) {
         fprintf(stderr, "%s: the event stream ended (the process stopped its admin endpoint)\n",
-                cmd_name);
+                tool_name);
         return EXIT_OK;
     }
     if (http >= 400)
@@ -1091,7 +1058,7 @@ static int probe_report(struct probe *p, const char *why)
     if (!locked)
         fprintf(stderr, "%s: probe stopped before a ceiling locked (%s%s%s); %u is the limit it "
                         "had reached\n",
-                cmd_name, why, p->last_failure[0] ? "; last failure: " : "", p->last_failure,
+                tool_name, why, p->last_failure[0] ? "; last failure: " : "", p->last_failure,
                 found);
     if (p->state) {
         if (locked)
@@ -1219,6 +1186,7 @@ static int probe_cmd(const struct opts *o, const char *url)
 
 int main(int argc, char **argv)
 {
+    tool_name = "sluicectl";
     if (argc < 2) {
         fputs(usage_main, stderr);
         return EXIT_USAGE;
@@ -1240,12 +1208,12 @@ int main(int argc, char **argv)
     struct opts o;
     int rc;
     signal(SIGPIPE, SIG_IGN);
-    struct sigaction sa = {.sa_handler = on_sigint};
+    struct sigaction sa = {.sa_handler = on_interrupt};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     if (!strcmp(cmd, "status")) {
-        cmd_name = name;
+        tool_name = name;
         if ((rc = parse_opts(argc, argv, 2, OPT_JSON | OPT_STATE | OPT_ADMIN, 0, &o)))
             return rc;
         if (o.help)
@@ -1253,7 +1221,7 @@ int main(int argc, char **argv)
         curl_global_init(CURL_GLOBAL_DEFAULT);
         rc = o.admin ? status_from_admin(&o) : status_from_file(&o);
     } else if (!strcmp(cmd, "clear")) {
-        cmd_name = name;
+        tool_name = name;
         if ((rc = parse_opts(argc, argv, 2, OPT_JSON | OPT_STATE | OPT_ADMIN, 1, &o)))
             return rc;
         if (o.help)
@@ -1263,7 +1231,7 @@ int main(int argc, char **argv)
         curl_global_init(CURL_GLOBAL_DEFAULT);
         rc = o.admin ? clear_in_admin(&o, o.pos[0]) : clear_in_file(&o, o.pos[0]);
     } else if (!strcmp(cmd, "events")) {
-        cmd_name = name;
+        tool_name = name;
         if ((rc = parse_opts(argc, argv, 2, OPT_ADMIN | OPT_FOLLOW, 1, &o)))
             return rc;
         if (o.help)
@@ -1275,7 +1243,7 @@ int main(int argc, char **argv)
         curl_global_init(CURL_GLOBAL_DEFAULT);
         rc = events_cmd(&o, o.pos[0]);
     } else if (!strcmp(cmd, "probe")) {
-        cmd_name = name;
+        tool_name = name;
         if ((rc = parse_opts(argc, argv, 2, OPT_PROBE | OPT_STATE | OPT_JSON, 1, &o)))
             return rc;
         if (o.help)
