@@ -35,11 +35,42 @@
  * p50/p99_latency_s (end to end from the caller's view: gate wait,
  * provider queueing and retries included). Each number is the median over
  * opts->repeats seeds.
+ *
+ * Three scenarios model providers without a plain concurrency cap, each
+ * with its own target (target_met: the share of seeds that met it):
+ *   rate_r100        a sliding-window rate limit of 100 calls/s, 0.1 s calls
+ *                    (R·L = 10 concurrent): the limit settles in [0.8, 2]·R·L
+ *                    with at most 5% 429s after the first minute, and no
+ *                    lock below 0.8·R·L
+ *   slow_link        latency grows with every call in service, no cap, 1 s
+ *                    client timeout: after the first 10 s at most 1% of
+ *                    calls time out, and the second half's mean latency is at
+ *                    most twice the unloaded one
+ *   drop_timeout_c5  calls past cap 5 are silently dropped (1 s timeout):
+ *                    locked in [0.85·C, C] within 60 simulated seconds
+ * Their oracle is the best fixed limit (R·L; the load at twice the unloaded
+ * latency; C).
+ *
+ * The robustness table (rows discovery.robust.<mode>_c<C>, after the
+ * scoreboard) runs each policy and peer over many seeds — 300, or 30 with
+ * --quick, or SLUICE_BENCH_SEEDS — per mode and cap: queue and knee at
+ * C in {8, 12, 16, 24, 52, 200}, reject at {3, 8, 16, 52, 200}, and the
+ * three scenarios above. Per row: seeds, outside_band (seeds whose ceiling
+ * — the lock, or the final limit where there is none — left [0.8·C,
+ * 1.25·C], [0.85·C, C] in reject mode; for the scenarios, seeds that missed
+ * their target), gp_median and gp_worst (served over the oracle's on the
+ * same seed), p99_ratio (the median over seeds of p99 end-to-end latency
+ * over the oracle's). Seeds run in parallel on every online CPU
+ * (SLUICE_BENCH_THREADS to change); progress goes to stderr;
+ * SLUICE_BENCH_IMPLS=discover,vegas keeps only the rows it names.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sluice/policy/aimd.h>
 #include <sluice/policy/gradient.h>
@@ -53,29 +84,46 @@
 
 /* ---- scenarios ------------------------------------------------------------- */
 
+/* What a scenario must achieve, beyond the common columns. */
+enum target { TARGET_BAND, TARGET_RATE, TARGET_SLOW, TARGET_DROP };
+
 struct scenario {
     const char *name;
     enum sim_mode mode;
-    uint32_t cap;
+    uint32_t cap;       /* C; rate mode: R·L rounded; slow mode: the load scale */
     double retry_after_s;
     double change_at_s; /* 0 = the cap never changes */
     uint32_t new_cap;
     bool clear;         /* the operator clears discovery at the change */
+    /* Provider and callers, 0 = the simulator's default. */
+    double median_s, sigma, net_s, timeout_s, rate_per_s, slope;
+    uint32_t oracle;    /* the oracle's limit when it is not the cap (0 = the cap) */
+    enum target target;
 };
 
+#define PLAIN 0, 0, 0, 0, 0, 0, 0, TARGET_BAND
+
 static const struct scenario scenarios[] = {
-    {"reject_c3", SIM_REJECT, 3, 0, 0, 0, false},
-    {"reject_c16", SIM_REJECT, 16, 0, 0, 0, false},
-    {"reject_c52", SIM_REJECT, 52, 0, 0, 0, false},
-    {"reject_c52_retry_after", SIM_REJECT, 52, 2.0, 0, 0, false},
-    {"reject_c200", SIM_REJECT, 200, 0, 0, 0, false},
-    {"queue_c52", SIM_QUEUE, 52, 0, 0, 0, false},
-    {"knee_c52", SIM_KNEE, 52, 0, 0, 0, false},
-    {"cap_cut_52_to_20", SIM_REJECT, 52, 0, 600, 20, false},
-    {"cap_raise_52_to_120", SIM_REJECT, 52, 0, 600, 120, true},
+    {"reject_c3", SIM_REJECT, 3, 0, 0, 0, false, PLAIN},
+    {"reject_c16", SIM_REJECT, 16, 0, 0, 0, false, PLAIN},
+    {"reject_c52", SIM_REJECT, 52, 0, 0, 0, false, PLAIN},
+    {"reject_c52_retry_after", SIM_REJECT, 52, 2.0, 0, 0, false, PLAIN},
+    {"reject_c200", SIM_REJECT, 200, 0, 0, 0, false, PLAIN},
+    {"queue_c52", SIM_QUEUE, 52, 0, 0, 0, false, PLAIN},
+    {"knee_c52", SIM_KNEE, 52, 0, 0, 0, false, PLAIN},
+    {"cap_cut_52_to_20", SIM_REJECT, 52, 0, 600, 20, false, PLAIN},
+    {"cap_raise_52_to_120", SIM_REJECT, 52, 0, 600, 120, true, PLAIN},
+    /* 100 calls/s over a sliding second; 0.1 s round trips: R·L = 10. */
+    {"rate_r100", SIM_RATE, 10, 0, 0, 0, false, 0.075, 0.3, 0.02, 0, 100, 0, 0, TARGET_RATE},
+    /* 0.1-0.5 s calls, twice the unloaded latency at 10 in service. */
+    {"slow_link", SIM_SLOW, 9, 0, 0, 0, false, 0.1, 0.5, 0.01, 1.0, 0, 1.0, 10, TARGET_SLOW},
+    {"drop_timeout_c5", SIM_DROP, 5, 0, 0, 0, false, 0.05, 0.4, 0.02, 1.0, 0, 0, 0, TARGET_DROP},
 };
 
 #define RUN_S (30 * 60.0)
+#define RATE_SETTLE_S 60.0 /* rate_r100: 429s count after this */
+#define SLOW_SETTLE_S 10.0 /* slow_link: timeouts count after this */
+#define DROP_LOCK_S 60.0   /* drop_timeout_c5: locked by this */
 
 /* ---- the peer baselines: their update rules, our code ----------------------- */
 
@@ -266,7 +314,82 @@ static const struct impl impls[] = {
 
 struct result {
     double ceiling, served, reject_share, t90_s, p50_s, p99_s;
+    bool target_met; /* the scenario's target (TARGET_BAND: ceiling in the band) */
 };
+
+/* What the scenario targets need from a run: every sample after a settle
+ * time, and the lowest ceiling ever locked. Wraps the run's controller. */
+struct observer {
+    struct sim_controller inner;
+    int64_t settle_ns, half_ns;
+    double timeout_s;
+    uint64_t n, overload, timeouts, late_ok;
+    double late_latency_s; /* sum over late_ok: served calls in the second half */
+    uint32_t lowest_lock;  /* 0 = never locked */
+};
+
+static void observer_sample(void *ctx, const struct sluice_sample *s, int64_t now)
+{
+    struct observer *o = (struct observer *)ctx;
+    if (now >= o->settle_ns) {
+        o->n++;
+        if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
+            o->overload++;
+            if ((double)s->latency_ns >= o->timeout_s * 1e9 - 1)
+                o->timeouts++;
+        }
+    }
+    if (now >= o->half_ns && s->outcome == SLUICE_OUTCOME_OK) {
+        o->late_ok++;
+        o->late_latency_s += (double)s->latency_ns / 1e9;
+    }
+    if (o->inner.on_sample)
+        o->inner.on_sample(o->inner.ctx, s, now);
+}
+
+static int64_t observer_hold(void *ctx)
+{
+    struct observer *o = (struct observer *)ctx;
+    return o->inner.hold_until ? o->inner.hold_until(o->inner.ctx) : 0;
+}
+
+static void observer_event(void *ctx, const struct sluice_event *ev)
+{
+    struct observer *o = (struct observer *)ctx;
+    if (ev->kind == SLUICE_EVENT_LOCK && ev->ceiling &&
+        (!o->lowest_lock || ev->ceiling < o->lowest_lock))
+        o->lowest_lock = ev->ceiling;
+}
+
+static void observer_attach(struct observer *o, struct sim *s, double settle_s)
+{
+    o->inner = s->ctl;
+    o->settle_ns = (int64_t)(settle_s * 1e9);
+    o->half_ns = (int64_t)(RUN_S / 2 * 1e9);
+    o->timeout_s = s->cfg.timeout_s;
+    struct sim_controller c = {o, observer_sample, observer_hold};
+    sim_set_controller(s, &c);
+}
+
+static double round_trip_s(const struct scenario *sc)
+{
+    struct sim_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.median_s = sc->median_s;
+    cfg.sigma = sc->sigma;
+    cfg.net_s = sc->net_s;
+    sim_config_defaults(&cfg);
+    return sim_round_trip_s(&cfg);
+}
+
+/* The band a locked ceiling must fall in: [0.85·C, C] against 429s (they
+ * say exactly where C is), [0.8·C, 1.25·C] where only latency can. */
+static bool in_band(const struct scenario *sc, double ceiling)
+{
+    double c = sc->new_cap ? sc->new_cap : sc->cap;
+    bool refused = sc->mode == SIM_REJECT || sc->mode == SIM_DROP;
+    return refused ? ceiling >= 0.85 * c && ceiling <= c : ceiling >= 0.8 * c && ceiling <= 1.25 * c;
+}
 
 /* The policy prototype of a sluice row: discovery copies it into the node at
  * create, so it only has to live until sim_discovery returns. */
@@ -301,17 +424,28 @@ static struct result run_one(const struct scenario *sc, const struct impl *im, u
     cfg.mode = sc->mode;
     cfg.cap = sc->cap;
     cfg.retry_after_s = sc->retry_after_s;
+    cfg.median_s = sc->median_s;
+    cfg.sigma = sc->sigma;
+    cfg.net_s = sc->net_s;
+    cfg.timeout_s = sc->timeout_s;
+    cfg.rate_per_s = sc->rate_per_s;
+    cfg.knee_slope = sc->slope;
     uint32_t most = sc->new_cap > sc->cap ? sc->new_cap : sc->cap;
+    uint32_t oracle = sc->oracle ? sc->oracle : sc->cap;
+    if (oracle > most)
+        most = oracle;
     cfg.workers = 2 * most + 8;
     cfg.queue_bound = 2 * sc->cap;
     cfg.gate_limit = im->kind == IMPL_FIXED    ? im->fixed_limit
-                     : im->kind == IMPL_ORACLE ? sc->cap
+                     : im->kind == IMPL_ORACLE ? oracle
                                                : JUMPSTART;
     struct sim *s = sim_create(&cfg);
     struct sluice_discovery *disc = NULL;
     union any_policy storage;
     struct peer peer;
     memset(&peer, 0, sizeof peer);
+    struct observer obs;
+    memset(&obs, 0, sizeof obs);
     if (im->kind == IMPL_SLUICE) {
         struct sluice_discovery_desc desc;
         memset(&desc, 0, sizeof desc);
@@ -319,6 +453,8 @@ static struct result run_one(const struct scenario *sc, const struct impl *im, u
         desc.policy = make_policy(im->name, &storage);
         desc.jumpstart = JUMPSTART;
         desc.max_limit = MAX_LIMIT;
+        desc.on_event = observer_event;
+        desc.on_event_ctx = &obs;
         disc = sim_discovery(s, &desc, NULL);
     } else if (im->kind == IMPL_PEER) {
         peer.gate = &s->gate;
@@ -328,7 +464,17 @@ static struct result run_one(const struct scenario *sc, const struct impl *im, u
         struct sim_controller c = {&peer, peer_on_sample, NULL};
         sim_set_controller(s, &c);
     }
+    observer_attach(&obs, s, sc->target == TARGET_RATE ? RATE_SETTLE_S : SLOW_SETTLE_S);
     sim_start(s);
+    bool drop_locked = false;
+    if (sc->target == TARGET_DROP) {
+        sim_run_until(s, DROP_LOCK_S);
+        if (disc) {
+            struct sluice_discovery_status st;
+            sluice_discovery_snapshot(disc, &st);
+            drop_locked = st.state == SLUICE_DISCOVERY_LOCKED && in_band(sc, st.ceiling);
+        }
+    }
     if (sc->change_at_s > 0) {
         sim_run_until(s, sc->change_at_s);
         sim_set_cap(s, sc->new_cap);
@@ -339,12 +485,32 @@ static struct result run_one(const struct scenario *sc, const struct impl *im, u
     }
     sim_run_until(s, RUN_S);
     struct result r;
+    uint32_t limit = sluice_gate_limit(&s->gate);
     if (disc) {
         struct sluice_discovery_status st;
         sluice_discovery_snapshot(disc, &st);
         r.ceiling = st.ceiling;
     } else {
-        r.ceiling = sluice_gate_limit(&s->gate);
+        r.ceiling = limit;
+    }
+    double ceiling_or_limit = r.ceiling > 0 ? r.ceiling : limit;
+    double rl = sc->rate_per_s * round_trip_s(sc);
+    switch (sc->target) {
+    case TARGET_BAND:
+        r.target_met = in_band(sc, ceiling_or_limit);
+        break;
+    case TARGET_RATE:
+        r.target_met = limit >= 0.8 * rl && limit <= 2.0 * rl &&
+                       (!obs.lowest_lock || obs.lowest_lock >= 0.8 * rl) &&
+                       obs.overload <= 0.05 * (double)obs.n;
+        break;
+    case TARGET_SLOW:
+        r.target_met = obs.timeouts <= 0.01 * (double)obs.n && obs.late_ok &&
+                       obs.late_latency_s / (double)obs.late_ok <= 2.0 * round_trip_s(sc);
+        break;
+    case TARGET_DROP:
+        r.target_met = drop_locked;
+        break;
     }
     r.served = (double)s->stats.served;
     r.reject_share = sim_reject_share(s);
@@ -361,7 +527,7 @@ static struct result run_one(const struct scenario *sc, const struct impl *im, u
 #define MAX_REPEATS 16
 
 struct summary {
-    double ceiling, goodput, reject_share, t90_s, p50_s, p99_s;
+    double ceiling, goodput, reject_share, t90_s, p50_s, p99_s, target_met;
 };
 
 static double median_of(double *v, int n)
@@ -382,8 +548,12 @@ static struct summary summarise(struct result *runs, const double *oracle_served
         p50[i] = runs[i].p50_s;
         p99[i] = runs[i].p99_s;
     }
-    struct summary m = {median_of(c, n), median_of(g, n), median_of(rs, n), median_of(t, n),
-                        median_of(p50, n), median_of(p99, n)};
+    int met = 0;
+    for (int i = 0; i < n; i++)
+        met += runs[i].target_met;
+    struct summary m = {median_of(c, n),   median_of(g, n),   median_of(rs, n),
+                        median_of(t, n),   median_of(p50, n), median_of(p99, n),
+                        (double)met / n};
     if (m.t90_s >= 1e12)
         m.t90_s = -1;
     return m;
@@ -394,13 +564,20 @@ static void emit(const struct scenario *sc, const struct impl *im, const struct 
     char name[64];
     snprintf(name, sizeof name, "discovery.%s", sc->name);
     struct bench_row row = bench_row_make(name, im->name, 1);
-    bench_row_extra(&row, "true_cap", sc->new_cap ? sc->new_cap : sc->cap);
+    double cap = sc->new_cap ? sc->new_cap : sc->cap;
+    if (sc->target == TARGET_RATE)
+        cap = sc->rate_per_s * round_trip_s(sc);
+    else if (sc->oracle)
+        cap = sc->oracle;
+    bench_row_extra(&row, "true_cap", cap);
     bench_row_extra(&row, "locked_ceiling", m->ceiling);
     bench_row_extra(&row, "goodput_ratio", m->goodput);
     bench_row_extra(&row, "reject_share", m->reject_share);
     bench_row_extra(&row, "t90_s", m->t90_s);
     bench_row_extra(&row, "p50_latency_s", m->p50_s);
     bench_row_extra(&row, "p99_latency_s", m->p99_s);
+    if (sc->target != TARGET_BAND)
+        bench_row_extra(&row, "target_met", m->target_met);
     bench_emit(&row);
 }
 
@@ -453,3 +630,167 @@ static void discovery_scoreboard(const struct bench_opts *opts)
 }
 
 BENCH_REGISTER(discovery, discovery_scoreboard, true)
+
+/* ---- the robustness table -------------------------------------------------- */
+
+static const uint32_t robust_queue_caps[] = {8, 12, 16, 24, 52, 200};
+static const uint32_t robust_reject_caps[] = {3, 8, 16, 52, 200};
+#define ROBUST_MAX_ROWS 32
+
+/* Every policy and peer that learns a limit (not the fixed rows); only those
+ * named in SLUICE_BENCH_IMPLS (comma-separated) when it is set. */
+static bool robust_impl(const struct impl *im)
+{
+    if (im->kind != IMPL_SLUICE && im->kind != IMPL_PEER)
+        return false;
+    const char *only = getenv("SLUICE_BENCH_IMPLS");
+    if (!only)
+        return true;
+    size_t n = strlen(im->name);
+    for (const char *at = strstr(only, im->name); at; at = strstr(at + 1, im->name))
+        if ((at == only || at[-1] == ',') && (at[n] == ',' || at[n] == 0))
+            return true;
+    return false;
+}
+
+/* One row of the table: a scenario, run for every seed by every impl. */
+struct robust_job {
+    struct scenario sc;
+    char name[64];
+    int seeds;
+    struct result *runs; /* [seed][impl] (N_IMPLS per seed; fixed rows unused) */
+    _Atomic int next;    /* the next seed to run */
+    _Atomic int done;
+};
+
+static void robust_run_seed(struct robust_job *job, int k)
+{
+    uint64_t seed = 1 + (uint64_t)k;
+    for (size_t i = 0; i < N_IMPLS; i++)
+        if (robust_impl(&impls[i]) || impls[i].kind == IMPL_ORACLE)
+            job->runs[(size_t)k * N_IMPLS + i] = run_one(&job->sc, &impls[i], seed);
+}
+
+static void *robust_worker(void *arg)
+{
+    struct robust_job *job = (struct robust_job *)arg;
+    int k;
+    while ((k = atomic_fetch_add(&job->next, 1)) < job->seeds) {
+        robust_run_seed(job, k);
+        atomic_fetch_add(&job->done, 1);
+    }
+    return NULL;
+}
+
+static int robust_threads(void)
+{
+    const char *env = getenv("SLUICE_BENCH_THREADS");
+    long n = env ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}
+
+static int robust_seeds(const struct bench_opts *opts)
+{
+    const char *env = getenv("SLUICE_BENCH_SEEDS");
+    long n = env ? atol(env) : (long)(300 * opts->scale + 0.5);
+    return n < 1 ? 1 : n > 100000 ? 100000 : (int)n;
+}
+
+/* Run every seed of one row on `threads` threads, printing progress to stderr. */
+static void robust_run(struct robust_job *job, int threads)
+{
+    pthread_t tid[64];
+    int started = 0;
+    for (int t = 1; t < threads; t++)
+        if (pthread_create(&tid[started], NULL, robust_worker, job) == 0)
+            started++;
+    robust_worker(job); /* this thread works too; it returns when no seed is left */
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+}
+
+static void robust_emit(struct robust_job *job)
+{
+    int n = job->seeds;
+    double *gp = (double *)malloc(sizeof(double) * (size_t)n);
+    double *p99 = (double *)malloc(sizeof(double) * (size_t)n);
+    for (size_t i = 0; i < N_IMPLS; i++) {
+        if (!robust_impl(&impls[i]))
+            continue;
+        int outside = 0;
+        for (int k = 0; k < n; k++) {
+            const struct result *r = &job->runs[(size_t)k * N_IMPLS + i];
+            const struct result *o = &job->runs[(size_t)k * N_IMPLS + N_IMPLS - 1];
+            outside += !r->target_met;
+            gp[k] = o->served > 0 ? r->served / o->served : 0;
+            p99[k] = o->p99_s > 0 ? r->p99_s / o->p99_s : 0;
+        }
+        double worst = gp[0];
+        for (int k = 1; k < n; k++)
+            worst = gp[k] < worst ? gp[k] : worst;
+        struct bench_row row = bench_row_make(job->name, impls[i].name, 1);
+        bench_row_extra(&row, "seeds", n);
+        bench_row_extra(&row, "outside_band", outside);
+        bench_row_extra(&row, "gp_median", bench_median(gp, (size_t)n));
+        bench_row_extra(&row, "gp_worst", worst);
+        bench_row_extra(&row, "p99_ratio", bench_median(p99, (size_t)n));
+        bench_emit(&row);
+    }
+    free(gp);
+    free(p99);
+}
+
+/* The rows of the table, in order: queue, knee, reject, then the scenarios. */
+static int robust_rows(struct scenario *rows)
+{
+    int n = 0;
+    static const enum sim_mode modes[] = {SIM_QUEUE, SIM_KNEE, SIM_REJECT};
+    for (size_t m = 0; m < 3; m++) {
+        const uint32_t *caps = modes[m] == SIM_REJECT ? robust_reject_caps : robust_queue_caps;
+        size_t n_caps = modes[m] == SIM_REJECT
+                            ? sizeof robust_reject_caps / sizeof robust_reject_caps[0]
+                            : sizeof robust_queue_caps / sizeof robust_queue_caps[0];
+        for (size_t c = 0; c < n_caps; c++) {
+            struct scenario sc = {sim_mode_name(modes[m]), modes[m], caps[c], 0, 0, 0, false, PLAIN};
+            rows[n++] = sc;
+        }
+    }
+    for (size_t k = 0; k < sizeof scenarios / sizeof scenarios[0]; k++)
+        if (scenarios[k].target != TARGET_BAND)
+            rows[n++] = scenarios[k];
+    return n;
+}
+
+static void discovery_robustness(const struct bench_opts *opts)
+{
+    struct scenario rows[ROBUST_MAX_ROWS];
+    int n_rows = robust_rows(rows), seeds = robust_seeds(opts), threads = robust_threads();
+    printf("  (%d seeds per row, %d threads; outside_band = seeds that missed the band or target)\n",
+           seeds, threads);
+    int64_t t0 = bench_now_ns();
+    for (int r = 0; r < n_rows; r++) {
+        struct robust_job *job = (struct robust_job *)calloc(1, sizeof *job);
+        job->sc = rows[r];
+        if (rows[r].target == TARGET_BAND)
+            snprintf(job->name, sizeof job->name, "discovery.robust.%s_c%u", rows[r].name,
+                     rows[r].cap);
+        else
+            snprintf(job->name, sizeof job->name, "discovery.robust.%s", rows[r].name);
+        if (!bench_case_enabled(opts, job->name)) {
+            free(job);
+            continue;
+        }
+        job->seeds = seeds;
+        job->runs = (struct result *)calloc((size_t)seeds * N_IMPLS, sizeof *job->runs);
+        int64_t t_row = bench_now_ns();
+        robust_run(job, threads);
+        fprintf(stderr, "  [robust] row %d/%d %-34s %6.1f s (%.0f s so far)\n", r + 1, n_rows,
+                job->name, (double)(bench_now_ns() - t_row) / 1e9,
+                (double)(bench_now_ns() - t0) / 1e9);
+        robust_emit(job);
+        free(job->runs);
+        free(job);
+    }
+}
+
+BENCH_REGISTER(discovery_robust, discovery_robustness, true)

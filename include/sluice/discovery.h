@@ -391,6 +391,7 @@ SLUICE_INLINE int sluice_discovery_validate(const struct sluice_discovery_desc *
 struct sluice__window_acc {
     _Atomic(uint32_t) writers; /* samples adding to this buffer right now */
     _Atomic(uint32_t) n_ok, n_overload, n_fresh, n_ignore, max_in_flight;
+    _Atomic(uint32_t) n_ok_other; /* served calls outside the measured cohort (in n_ignore too) */
     _Atomic(int64_t) latency_sum, latency_min, latency_dev, retry_after;
 };
 
@@ -702,6 +703,9 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
     w.n_overload = atomic_exchange_explicit(&a->n_overload, 0u, SLUICE_RELAXED);
     w.n_fresh_overload = atomic_exchange_explicit(&a->n_fresh, 0u, SLUICE_RELAXED);
     w.n_ignore = atomic_exchange_explicit(&a->n_ignore, 0u, SLUICE_RELAXED);
+    w.n_served = w.n_ok + atomic_exchange_explicit(&a->n_ok_other, 0u, SLUICE_RELAXED);
+    int64_t until = atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED);
+    w.measured_ns = until == INT64_MAX ? 0 : until - w.start_ns;
     w.max_in_flight = atomic_exchange_explicit(&a->max_in_flight, 0u, SLUICE_RELAXED);
     int64_t sum = atomic_exchange_explicit(&a->latency_sum, 0, SLUICE_RELAXED);
     int64_t dev = atomic_exchange_explicit(&a->latency_dev, 0, SLUICE_RELAXED);
@@ -952,6 +956,8 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
         sluice__atomic_max_u32(&a->max_in_flight, s->in_flight_at_start);
         atomic_fetch_add_explicit(&a->n_ok, 1u, SLUICE_RELAXED);
     } else {
+        if (s->outcome == SLUICE_OUTCOME_OK)
+            atomic_fetch_add_explicit(&a->n_ok_other, 1u, SLUICE_RELAXED);
         atomic_fetch_add_explicit(&a->n_ignore, 1u, SLUICE_RELAXED);
     }
     sluice__discovery_leave(a);
@@ -1246,6 +1252,7 @@ SLUICE_INLINE void sluice__discovery_init_acc(struct sluice__window_acc *a)
     atomic_init(&a->n_overload, 0u);
     atomic_init(&a->n_fresh, 0u);
     atomic_init(&a->n_ignore, 0u);
+    atomic_init(&a->n_ok_other, 0u);
     atomic_init(&a->max_in_flight, 0u);
     atomic_init(&a->latency_sum, 0);
     atomic_init(&a->latency_min, INT64_MAX);

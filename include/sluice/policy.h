@@ -16,8 +16,9 @@
  *   aimd.h      additive increase, multiplicative decrease on overload
  *   gradient.h  long/short latency-ratio controller
  *   vegas.h     queue estimate L·(1 − minRTT/RTT)
- *   discover.h  the default: slow start, additive probing, backoff on
- *               overload or on a latency knee
+ *   discover.h  the default: slow start, bisection, backoff on overload;
+ *               queueing judged against a min-filtered no-queue latency,
+ *               Little's law for what the provider serves
  *
  * Writing a policy: embed `struct sluice_policy` as the first member of your
  * state struct, point its `ops` at a static ops table whose `size` is
@@ -148,6 +149,10 @@ struct sluice_window {
     int64_t latency_min_ns;     /* their minimum; 0 when n_ok == 0 */
     int64_t latency_mad_ns;     /* their mean absolute deviation from the previous mean */
     int64_t retry_after_ns;     /* largest Retry-After among the overloads; 0 = none */
+    int64_t measured_ns;        /* the start period of the n_ok calls: they started in
+                                   [start_ns, start_ns + measured_ns); 0 = not scheduled yet */
+    uint32_t n_served;          /* calls that ended OK while the window was open, measured or
+                                   not: n_served / (end_ns - start_ns) is the completion rate */
 };
 
 /* A policy's answer to one window. */
@@ -161,7 +166,8 @@ struct sluice_verdict {
 struct sluice_policy;
 
 /* The most bytes a policy object may take: the size of the per-node copy
- * (see "A policy object is a value"). The built-ins take under 128. */
+ * (see "A policy object is a value"). discover takes 320 (its per-limit
+ * statistics); the other built-ins under 128. */
 #define SLUICE_POLICY_STATE_MAX 512
 
 /* The highest limit any policy parameter may name (= SLUICE_GATE_LIMIT_MAX). */

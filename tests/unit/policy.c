@@ -99,62 +99,140 @@ Test(policy, discover_doubles_in_slow_start_then_probes_half_way_to_the_cap)
     v = sluice_policy_update(&p.base, &w);
     cr_assert_eq(v.limit, 72);
     cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
-    /* After congestion: binary steps towards discovery's cap, +1 near it. */
+    /* After congestion: the first window after the cut drains the old queue
+     * and counts for nothing; then binary steps towards discovery's cap. */
     w = healthy(60, 60, 2 * SEC, 0.4);
     w.probe_cap = 79;
+    cr_assert_eq(sluice_policy_update(&p.base, &w).cause, SLUICE_CAUSE_NONE, "drain window");
     v = sluice_policy_update(&p.base, &w);
     cr_assert_eq(v.limit, 69);
     cr_assert_eq(v.cause, SLUICE_CAUSE_ADDITIVE);
     w = healthy(78, 78, 2 * SEC, 0.4);
     w.probe_cap = 79;
-    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 79);
-    w.probe_cap = 0;
-    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 79, "no cap: +1");
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 79, "+1 at the edge");
 }
 
-Test(policy, discover_calls_a_knee_only_after_confirm_windows_and_estimates_the_cap)
+/* Feed `windows` windows of `n` calls at `limit`; returns the last verdict. */
+static struct sluice_verdict feed(struct sluice_policy_discover *p, uint32_t limit, uint32_t n,
+                                  int64_t mean_ns, int windows)
+{
+    struct sluice_verdict v;
+    memset(&v, 0, sizeof v);
+    for (int i = 0; i < windows; i++) {
+        struct sluice_window w = healthy(limit, n, mean_ns, 0.4);
+        v = sluice_policy_update(&p->base, &w);
+    }
+    return v;
+}
+
+Test(policy, discover_measures_queueing_against_the_lowest_limit_not_a_learnt_baseline)
 {
     struct sluice_policy_discover p;
     sluice_policy_discover_init(&p, NULL, NULL);
-    sluice_policy_reset(&p.base, 20, false);
-    for (int i = 0; i < 10; i++) { /* a well-known baseline of 2 s */
-        struct sluice_window w = healthy(20, 100, 2 * SEC, 0.4);
-        w.saturated = false;
+    sluice_policy_reset(&p.base, 8, true); /* warm: no slow start, growth is additive */
+    /* 200 calls at 8 in 2 s; then limit 10 queues (+25%): doubt after one
+     * window, queueing after `confirm`. */
+    feed(&p, 8, 50, 2 * SEC, 4);
+    struct sluice_verdict v = feed(&p, 10, 50, 5 * SEC / 2, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "+25%% on 50 calls: within 2 SE of the knee, hold");
+    v = feed(&p, 10, 50, 5 * SEC / 2, 3);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY, "+25%% over 200 calls: queueing");
+    cr_assert_eq(v.limit, 8, "cut back to the highest limit that passed");
+    cr_assert_eq(v.estimate, 8, "discovery may lock no higher than that");
+    /* However many calls were measured at 10, the no-queue latency stayed the
+     * lowest limit's: a queueing limit never became its own reference. At
+     * +40%, one window is beyond the noise. */
+    v = feed(&p, 10, 50, 14 * SEC / 5, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
+}
+
+Test(policy, discover_holds_a_rise_within_the_noise_and_decides_after_confirm_windows)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_reset(&p.base, 8, true);
+    feed(&p, 8, 50, 2 * SEC, 4);
+    /* +20% on 12 spread calls: above the knee, well inside the noise: hold. */
+    struct sluice_verdict v = feed(&p, 9, 12, 12 * SEC / 5, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE);
+    cr_assert_eq(v.limit, 9);
+    /* It persists: after `confirm` (4) windows of doubt the estimate decides. */
+    v = feed(&p, 9, 12, 12 * SEC / 5, 3);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
+    /* A flat level passes at once and grows. */
+    struct sluice_policy_discover q;
+    sluice_policy_discover_init(&q, NULL, NULL);
+    sluice_policy_reset(&q.base, 8, true);
+    feed(&q, 8, 50, 2 * SEC, 4);
+    cr_assert_eq(feed(&q, 9, 50, 2 * SEC, 1).cause, SLUICE_CAUSE_ADDITIVE);
+}
+
+Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behind_it)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_reset(&p.base, 5, false);
+    feed(&p, 5, 16, 2 * SEC, 1);
+    feed(&p, 10, 20, 2 * SEC, 1);
+    /* Slow start reaches 20, which clearly queues (x2), with only 16 calls
+     * behind s0: cut below the cap to measure s0 (PROBE_RTT), then return. */
+    struct sluice_verdict v = feed(&p, 20, 40, 4 * SEC, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
+    uint32_t probe = v.limit;
+    cr_assert(probe >= 5 && probe < 10, "probe at %u: below the cap, not below the start", probe);
+    feed(&p, probe, 16, 2 * SEC, 1); /* drain window */
+    v = feed(&p, probe, 16, 2 * SEC, 4);
+    cr_assert_eq(v.limit, probe, "hold the probe until s0 has its calls");
+    v = feed(&p, probe, 64, 2 * SEC, 2);
+    cr_assert_gt(v.limit, probe, "then grow again");
+    cr_assert_eq(v.cause, SLUICE_CAUSE_ADDITIVE);
+}
+
+Test(policy, discover_never_cuts_below_what_a_rate_limit_served)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_reset(&p.base, 10, true);
+    /* 100 calls per second of 0.1 s each at limit 10 (R·L = 10), for 10 s. */
+    for (int i = 0; i < 10; i++) {
+        struct sluice_window w = healthy(10, 100, SEC / 10, 0.3);
+        w.start_ns = (int64_t)i * SEC;
+        w.end_ns = w.start_ns + SEC;
+        w.n_served = 100;
         sluice_policy_update(&p.base, &w);
     }
-    cr_assert_float_eq(p.baseline_ns, 2.0 * SEC, 1e-3 * SEC);
-    /* One slow window (+50%) is suspect: hold, not a cut. */
-    struct sluice_window slow = healthy(40, 100, 3 * SEC, 0.4);
-    struct sluice_verdict v = sluice_policy_update(&p.base, &slow);
-    cr_assert_eq(v.limit, 40);
-    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE);
-    /* A normal window in between resets the count. */
-    struct sluice_window normal = healthy(40, 100, 2 * SEC, 0.4);
-    normal.saturated = false;
-    sluice_policy_update(&p.base, &normal);
-    cr_assert_eq(sluice_policy_update(&p.base, &slow).cause, SLUICE_CAUSE_NONE);
-    /* The second slow window in a row is a knee: cut to what the provider
-     * serves without a queue (40 / 1.5 = 26.7), estimate that plus 7.5%. */
-    v = sluice_policy_update(&p.base, &slow);
-    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
-    cr_assert_eq(v.limit, 26);
-    cr_assert_eq(v.estimate, 28);
-    cr_assert_float_eq(p.baseline_ns, 2.0 * SEC, 1e-3 * SEC, "knee windows never feed the baseline");
+    /* The sliding window keeps refusing after each cut: a cut from 12 stops
+     * at backoff·R·L, and a refusal at 8 — below what was just served — is
+     * the echo of the earlier burst: hold, no cut. */
+    struct sluice_window w = overloaded(12, 0);
+    w.start_ns = 10 * SEC;
+    w.end_ns = w.start_ns + SEC / 20;
+    struct sluice_verdict v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
+    cr_assert_eq(v.limit, 10, "12 x 0.9 = 10.8, not below 0.9 x R·L");
+    w = overloaded(8, 0);
+    w.start_ns = 10 * SEC + SEC / 20;
+    w.end_ns = w.start_ns + SEC / 20;
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "an echo of the burst: hold");
+    cr_assert_eq(v.limit, 8);
 }
 
-Test(policy, discover_ignores_a_rise_within_the_noise_of_a_small_window)
+Test(policy, discover_trusts_refusals_over_a_latency_doubt)
 {
     struct sluice_policy_discover p;
     sluice_policy_discover_init(&p, NULL, NULL);
-    sluice_policy_reset(&p.base, 8, false);
-    struct sluice_window w = healthy(8, 8, 2 * SEC, 0.8);
-    w.saturated = false;
-    sluice_policy_update(&p.base, &w);
-    /* +25% on 8 very spread calls is well inside 3 standard errors. */
-    for (int i = 0; i < 4; i++) {
-        struct sluice_window up = healthy(8, 8, 5 * SEC / 2, 0.8);
-        cr_assert_neq(sluice_policy_update(&p.base, &up).cause, SLUICE_CAUSE_LATENCY);
-    }
+    sluice_policy_reset(&p.base, 8, true);
+    feed(&p, 8, 50, 2 * SEC, 4);
+    struct sluice_window o = overloaded(12, 0);
+    sluice_policy_update(&p.base, &o);
+    /* A bracket made by 429s at 12: a +20% doubt at 9 passes and grows. */
+    struct sluice_window w = healthy(9, 12, 12 * SEC / 5, 0.4);
+    w.probe_cap = 11;
+    sluice_policy_update(&p.base, &w); /* the window after the cut drains */
+    struct sluice_verdict v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_ADDITIVE);
+    cr_assert_eq(v.limit, 10);
 }
 
 Test(policy, gradient_creeps_up_while_flat_and_falls_when_latency_rises)
@@ -246,7 +324,9 @@ Test(policy, every_parameter_is_bounded_and_non_finite_values_are_rejected)
     EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, knee, 101);
     EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, knee_floor, NAN);
     EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, noise_z, 1e9);
-    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, baseline_weight, 2);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, memory_s, -1);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, memory_s, INFINITY);
+    EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, reference_samples, 1000001);
     EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, confirm, 1001);
     EXPECT_PARAM_EINVAL(sluice_policy_discover_init, discover, min_samples, 65537);
     EXPECT_PARAM_EINVAL(sluice_policy_gradient_init, gradient, tolerance, 1e9);
@@ -287,13 +367,18 @@ Test(policy, the_largest_valid_parameters_at_the_largest_limit_stay_defined)
     struct sluice_policy_discover_params kp = {.knee = 100, .noise_z = 100, .confirm = 1,
                                                .min_samples = 1};
     cr_assert_eq(sluice_policy_discover_init(&dp, &kp, NULL), SLUICE_OK);
-    sluice_policy_reset(&dp.base, UINT32_MAX, false);
-    w = healthy(UINT32_MAX, 1000, SEC, 0.0);
+    sluice_policy_reset(&dp.base, 1000, true);
+    w = healthy(1000, 1000, SEC, 0.0);
     sluice_policy_update(&dp.base, &w);
-    w.latency_mean_ns = 1000 * SEC; /* a thousandfold rise: a knee */
+    w = healthy(UINT32_MAX, 1000, 1000 * SEC, 0.0); /* a thousandfold rise: a knee */
+    w.start_ns = 0;
+    w.end_ns = INT64_MAX;
+    w.n_served = UINT32_MAX;
+    w.measured_ns = INT64_MAX;
     verdict = sluice_policy_update(&dp.base, &w);
     cr_assert_eq(verdict.cause, SLUICE_CAUSE_LATENCY);
     cr_assert_geq(verdict.estimate, 1);
+    cr_assert_lt(verdict.limit, UINT32_MAX);
 
     struct sluice_policy_aimd a;
     struct sluice_policy_aimd_params ap = {.increase = SLUICE_POLICY_LIMIT_MAX};
@@ -319,5 +404,6 @@ Test(policy, every_built_in_states_its_size_for_the_per_node_copy)
     cr_assert_eq(g.base.ops->size, sizeof g);
     cr_assert_eq(v.base.ops->size, sizeof v);
     cr_assert_eq(f.base.ops->size, sizeof f);
-    cr_assert_leq(d.base.ops->size, SLUICE_POLICY_STATE_MAX / 4, "headroom for custom policies");
+    cr_assert_leq(d.base.ops->size, SLUICE_POLICY_STATE_MAX, "discover fits the per-node copy");
+    cr_assert_leq(a.base.ops->size, SLUICE_POLICY_STATE_MAX / 4, "the small ones stay small");
 }
