@@ -704,8 +704,6 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
     w.n_fresh_overload = atomic_exchange_explicit(&a->n_fresh, 0u, SLUICE_RELAXED);
     w.n_ignore = atomic_exchange_explicit(&a->n_ignore, 0u, SLUICE_RELAXED);
     w.n_served = w.n_ok + atomic_exchange_explicit(&a->n_ok_other, 0u, SLUICE_RELAXED);
-    int64_t until = atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED);
-    w.measured_ns = until == INT64_MAX ? 0 : until - w.start_ns;
     w.max_in_flight = atomic_exchange_explicit(&a->max_in_flight, 0u, SLUICE_RELAXED);
     int64_t sum = atomic_exchange_explicit(&a->latency_sum, 0, SLUICE_RELAXED);
     int64_t dev = atomic_exchange_explicit(&a->latency_dev, 0, SLUICE_RELAXED);

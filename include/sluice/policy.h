@@ -149,8 +149,6 @@ struct sluice_window {
     int64_t latency_min_ns;     /* their minimum; 0 when n_ok == 0 */
     int64_t latency_mad_ns;     /* their mean absolute deviation from the previous mean */
     int64_t retry_after_ns;     /* largest Retry-After among the overloads; 0 = none */
-    int64_t measured_ns;        /* the start period of the n_ok calls: they started in
-                                   [start_ns, start_ns + measured_ns); 0 = not scheduled yet */
     uint32_t n_served;          /* calls that ended OK while the window was open, measured or
                                    not: n_served / (end_ns - start_ns) is the completion rate */
 };

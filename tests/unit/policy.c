@@ -374,7 +374,6 @@ Test(policy, the_largest_valid_parameters_at_the_largest_limit_stay_defined)
     w.start_ns = 0;
     w.end_ns = INT64_MAX;
     w.n_served = UINT32_MAX;
-    w.measured_ns = INT64_MAX;
     verdict = sluice_policy_update(&dp.base, &w);
     cr_assert_eq(verdict.cause, SLUICE_CAUSE_LATENCY);
     cr_assert_geq(verdict.estimate, 1);

@@ -50,12 +50,6 @@
  *            under what it sustained. A refusal at a limit the provider
  *            demonstrably served (cut >= limit) is the echo of an older
  *            burst: hold. (A Retry-After becomes discovery's hold.)
- *   stuck    On the first window after a raise: if its served calls fill
- *            well under the permits (Little: n_ok·mean/measured < 3/4 of
- *            the limit, by 2 or more), the rest are neither answered nor
- *            refused — dropped, or timing out. Cut for latency to what is
- *            served, before a window whose late timeouts have not arrived
- *            can lock this limit.
  *   latency  The window is pooled into its level (the limit, or the peak in
  *            flight when demand fell short), then the level is tested:
  *            x = ln(mean/s0) against t = ln(1 + knee), with se the standard
@@ -85,12 +79,13 @@
  *   drain    The first window after the limit came down measures calls that
  *            waited behind the old queue: it counts for nothing.
  *
- * Measured (sluice-bench --only-discovery, robustness table, 300 seeds): see
- * the README. Known limits: a provider that silently drops calls past a
- * small cap is locked exactly at it in about a third of the seeds (the
- * windows of one extra call look clean until its timeout, and discovery
- * locks on a clean window); a sliding-window rate limit settles inside
- * [0.8, 2]·R·L in 97% of the seeds.
+ * Measured by the robustness table of sluice-bench --only-discovery (300
+ * seeds per row; the README has the table). Known limits: against a
+ * provider that silently drops calls past its cap, the windows of one call
+ * too many look clean until that call's timeout, and discovery locks on a
+ * clean window, so the lock lands at C only in about a third of the seeds
+ * (drop_timeout_c5); a sliding-window rate limit settles inside
+ * [0.8, 2]·R·L in 97% of them (rate_r100).
  *
  * Progress, concurrency and memory ordering: see sluice/policy.h — called
  * only under the owning discovery's update lock, which orders each call
@@ -471,7 +466,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
         return sluice__discover_knee(p, w, l, &ref);
     if (x > threshold + k->noise_z * se)
         return sluice__discover_knee(p, w, l, &ref);
-    /* A pass: below the knee, and two standard errors below twice the knee.
+    /* A pass: below the knee, and two standard errors below 1.5 knees.
      * Where refusals made the bracket, they are the sharper signal: latency
      * then counts only beyond the noise (above), and doubt passes. */
     bool trusted = w->probe_cap && (!p->est || w->limit == p->settled);
