@@ -24,7 +24,7 @@ static int outside_band(enum sim_mode mode, uint32_t cap, int n)
         uint32_t ceiling = scenario_status(&sc).ceiling;
         if (ceiling < 0.8 * cap || ceiling > 1.25 * cap) {
             outside++;
-            cr_log_warn("%s C=%u seed %d: locked at %u", sim_mode_name(mode), cap, 1 + k, ceiling);
+            cr_log_info("%s C=%u seed %d: locked at %u", sim_mode_name(mode), cap, 1 + k, ceiling);
         }
         scenario_stop(&sc);
     }
