@@ -3,12 +3,13 @@
  *
  * What it is: inline/alignment/branch-hint/thread-local macros, the
  * optional-value type used by description structs (SLUICE_SOME), a
- * test-and-test-and-set spinlock with backoff for slow paths, the CPU relax
+ * spinlock with backoff for slow paths (Concurrency Kit's ck_spinlock_fas
+ * word, taken test-and-test-and-set style), the CPU relax
  * hint, and the allocator hook through which the core does all of its
  * (create-time only) allocation.
  *
  * Concurrency: everything here is stateless except sluice_spinlock, a
- * test-and-test-and-set lock with acquire/release ordering. It guards slow
+ * ck_spinlock_fas lock with acquire/release ordering. It guards slow
  * paths only (cancel-token registration, the gate's waiter queue, limit
  * changes), never the uncontended acquire/release. Those slow paths can still
  * be contended (hundreds of waiters woken by one cancel token all leave the
@@ -75,6 +76,7 @@ using std::memory_order_seq_cst;
 #include <sched.h>
 
 #include <ck_pr.h>
+#include <spinlock/fas.h>
 
 
 #define SLUICE_INLINE static inline
@@ -138,32 +140,68 @@ SLUICE_INLINE uint64_t sluice_next_pow2(uint64_t x)
 }
 
 /*
- * A test-and-test-and-set spinlock for slow paths. The holder runs a few
- * dozen instructions, but on a machine with more runnable threads than CPUs
- * it can be preempted inside them; a waiter that only paused would then burn
- * its whole time slice while the holder waits for a CPU (a convoy). So the
- * contended path pauses in runs that double up to SLUICE_SPIN_BACKOFF_MAX,
- * then yields the CPU between runs. Concurrency Kit's ck_spinlock_*_eb
- * variants back off too, but never yield, which is the part that matters
- * when threads outnumber cores. Not fair, and not meant to be.
+ * ThreadSanitizer cannot see Concurrency Kit's atomics (inline assembly on
+ * x86-64), so code built with -fsanitize=thread describes them to it:
+ * SLUICE_TSAN is 1 there, and the sluice__tsan_* helpers below tell it
+ * about the lock (and the gate's recycled memory) instead.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define SLUICE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SLUICE_TSAN 1
+#endif
+#endif
+#ifndef SLUICE_TSAN
+#define SLUICE_TSAN 0
+#endif
+#if SLUICE_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+/*
+ * The spinlock for slow paths: Concurrency Kit's fetch-and-store lock
+ * (ck_spinlock_fas), taken test-and-test-and-set style. The holder runs a
+ * few dozen instructions, but on a machine with more runnable threads than
+ * CPUs it can be preempted inside them; a waiter that only paused would then
+ * burn its whole time slice while the holder waits for a CPU (a convoy). So
+ * the contended path pauses in runs that double up to
+ * SLUICE_SPIN_BACKOFF_MAX, then yields the CPU between runs. ck's own
+ * ck_spinlock_fas_lock_eb backs off too, but never yields, which is the part
+ * that matters when threads outnumber cores; so the lock word and its
+ * acquire/release fences are ck's, the waiting policy is ours. Not fair, and
+ * not meant to be.
  */
 #ifndef SLUICE_SPIN_BACKOFF_MAX
 #define SLUICE_SPIN_BACKOFF_MAX 64 /* pauses in the longest run before yielding */
 #endif
 
 typedef struct sluice_spinlock {
-    _Atomic(uint32_t) held;
+    ck_spinlock_fas_t ck;
 } sluice_spinlock;
 
 SLUICE_INLINE void sluice_spinlock_init(sluice_spinlock *l)
 {
-    atomic_init(&l->held, 0u);
+    ck_spinlock_fas_init(&l->ck);
+}
+
+/* One attempt: a plain load first, so a waiter polls its cache line instead
+ * of bouncing it with exchanges (the "test" before the test-and-set). */
+SLUICE_INLINE bool sluice__spinlock_try(sluice_spinlock *l)
+{
+    return !ck_spinlock_fas_locked(&l->ck) && ck_spinlock_fas_trylock(&l->ck);
 }
 
 SLUICE_INLINE bool sluice_spinlock_trylock(sluice_spinlock *l)
 {
-    return atomic_load_explicit(&l->held, SLUICE_RELAXED) == 0u &&
-           atomic_exchange_explicit(&l->held, 1u, SLUICE_ACQUIRE) == 0u;
+#if SLUICE_TSAN
+    __tsan_mutex_pre_lock(l, __tsan_mutex_try_lock);
+    bool got = sluice__spinlock_try(l);
+    __tsan_mutex_post_lock(l, __tsan_mutex_try_lock | (got ? 0u : __tsan_mutex_try_lock_failed), 0);
+    return got;
+#else
+    return sluice__spinlock_try(l);
+#endif
 }
 
 /* The contended path, out of line in spirit: the fast path stays one exchange. */
@@ -177,18 +215,30 @@ SLUICE_INLINE void sluice__spinlock_contended(sluice_spinlock *l)
             run *= 2;
         else
             sched_yield();
-    } while (!sluice_spinlock_trylock(l));
+    } while (!sluice__spinlock_try(l));
 }
 
 SLUICE_INLINE void sluice_spinlock_lock(sluice_spinlock *l)
 {
-    if (SLUICE_UNLIKELY(!sluice_spinlock_trylock(l)))
+#if SLUICE_TSAN
+    __tsan_mutex_pre_lock(l, 0);
+#endif
+    if (SLUICE_UNLIKELY(!sluice__spinlock_try(l)))
         sluice__spinlock_contended(l);
+#if SLUICE_TSAN
+    __tsan_mutex_post_lock(l, 0, 0);
+#endif
 }
 
 SLUICE_INLINE void sluice_spinlock_unlock(sluice_spinlock *l)
 {
-    atomic_store_explicit(&l->held, 0u, SLUICE_RELEASE);
+#if SLUICE_TSAN
+    __tsan_mutex_pre_unlock(l, 0);
+#endif
+    ck_spinlock_fas_unlock(&l->ck);
+#if SLUICE_TSAN
+    __tsan_mutex_post_unlock(l, 0);
+#endif
 }
 
 /*
