@@ -12,6 +12,8 @@ set(SLUICE_DEBIAN_PACKAGES
   libjansson-dev        # shim: state file and event JSON
   libmicrohttpd-dev     # shim: admin endpoint and provider simulator
   libmimalloc-dev       # shim: allocator
+  libhiredis-dev        # shim: the Redis fleet (shared cap, leader lease, fleet permits)
+  redis-server          # tests: the fleet's tests start their own server on loopback
 )
 # The fuzz preset builds libFuzzer targets: clang, and its fuzzer runtime,
 # which Debian 12 ships only as a Recommends of clang.

@@ -1,0 +1,992 @@
+/*
+ * fleet.c — the Redis-backed fleet (sluice/fleet.h): configuration, the
+ * follower policy and store a pool runs, the agent thread, the leader's
+ * discovery node, and the Lua scripts every Redis operation is.
+ *
+ * Who owns what: the agent thread owns the Redis connection, the leader's
+ * discovery node and its gate, and every `a_` field; pools touch only the
+ * report accumulator (under `report_lock`) and read `published`. Status
+ * fields are relaxed atomics the agent writes and anyone reads.
+ */
+#include <sluice/fleet.h>
+
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <inttypes.h>
+#include <mimalloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FLEET_EVENTS 256             /* fleet event ring capacity */
+#define FLEET_BACKOFF_MAX_MS 5000    /* reconnect backoff ceiling */
+#define FLEET_REPORTS_KEPT 1024      /* reports a leaderless fleet keeps (lua_report's LTRIM) */
+#define FLEET_SAMPLES_PER_REPORT 64  /* samples the leader feeds per report and outcome */
+#define FLEET_CUT_BEATS 3            /* heartbeats the fleet takes to apply a cut of S */
+
+/* ---- Lua scripts ------------------------------------------------------------- */
+
+/* Server time in ms, the one clock every process agrees on. */
+#define FLEET_LUA_NOW                                                                              \
+    "local t = redis.call('TIME')\n"                                                               \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+
+/*
+ * beat: KEYS state holders held waiters clears load; ARGV id want keep k
+ * ttl_ms default_limit load. Expire silent holders, refresh this one and
+ * its load (calls it runs), then move its leased permits towards `want`
+ * (never below `keep`, what its pool still uses): release at once; acquire
+ * only as the first waiter (strict order of first ask), at most the free
+ * permits. The target is capped by the pool of leasable permits (S − N);
+ * while others wait, by the fair share ceil(pool / N) rounded up to k;
+ * while the fleet leases more than the pool (S fell, or N grew), by
+ * floor(pool / N), so the excess drains at every holder's next beat. Returns {leased, target, S, N, waiters, state, ceiling, expires,
+ * clears, fleet load}.
+ */
+static const char lua_beat[] =
+    FLEET_LUA_NOW
+    "local id, want, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+    "local k, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
+    "for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - ttl)) do\n"
+    "  redis.call('ZREM', KEYS[2], d); redis.call('HDEL', KEYS[3], d)\n"
+    "  redis.call('ZREM', KEYS[4], d); redis.call('HDEL', KEYS[6], d)\n"
+    "end\n"
+    "redis.call('ZADD', KEYS[2], now, id)\n"
+    "redis.call('HSET', KEYS[6], id, ARGV[7])\n"
+    "local S = tonumber(redis.call('HGET', KEYS[1], 'limit') or ARGV[6])\n"
+    "local n = redis.call('ZCARD', KEYS[2])\n"
+    "local pool = math.max(S - n, 0)\n"
+    "local total = 0\n"
+    "for _, v in ipairs(redis.call('HVALS', KEYS[3])) do total = total + tonumber(v) end\n"
+    "local mine = tonumber(redis.call('HGET', KEYS[3], id) or 0)\n"
+    "local rank = redis.call('ZRANK', KEYS[4], id)\n"
+    "local others = redis.call('ZCARD', KEYS[4]) - (rank and 1 or 0)\n"
+    "local share = math.ceil(math.ceil(pool / n) / k) * k\n"
+    "local target = math.min(want, pool)\n"
+    "if total > pool then target = math.min(target, math.floor(pool / n))\n"
+    "elseif others > 0 then target = math.min(target, share) end\n"
+    "if target < mine then\n"
+    "  mine = math.min(mine, math.max(target, keep))\n"
+    "  redis.call('ZREM', KEYS[4], id)\n"
+    "elseif target > mine then\n"
+    "  if not rank then redis.call('ZADD', KEYS[4], now, id); rank = redis.call('ZRANK', KEYS[4], id) end\n"
+    "  local free = pool - total\n"
+    "  if rank == 0 and free > 0 then mine = mine + math.min(target - mine, free) end\n"
+    "  if mine >= target then redis.call('ZREM', KEYS[4], id) end\n"
+    "else\n"
+    "  redis.call('ZREM', KEYS[4], id)\n"
+    "end\n"
+    "if mine > 0 then redis.call('HSET', KEYS[3], id, mine) else redis.call('HDEL', KEYS[3], id) end\n"
+    "local st = redis.call('HMGET', KEYS[1], 'state', 'ceiling', 'expires')\n"
+    "local load = 0\n"
+    "for _, v in ipairs(redis.call('HVALS', KEYS[6])) do load = load + tonumber(v) end\n"
+    "return {mine, target, S, n, redis.call('ZCARD', KEYS[4]), st[1] or '',\n"
+    "        tonumber(st[2] or 0), tonumber(st[3] or 0), tonumber(redis.call('GET', KEYS[5]) or 0),\n"
+    "        load}\n";
+
+/* report: KEYS reports; ARGV fields age_ms. Stamps the window's start in server time. */
+static const char lua_report[] =
+    FLEET_LUA_NOW
+    "redis.call('RPUSH', KEYS[1], ARGV[1] .. ' ' .. (now - tonumber(ARGV[2])))\n"
+    "redis.call('LTRIM', KEYS[1], -1024, -1)\n" /* FLEET_REPORTS_KEPT */
+    "return 1\n";
+
+/* drain: KEYS reports. Returns {now_ms, {report...}} and empties the list. */
+static const char lua_drain[] =
+    FLEET_LUA_NOW
+    "local r = redis.call('LRANGE', KEYS[1], 0, -1)\n"
+    "redis.call('DEL', KEYS[1])\n"
+    "return {now, r}\n";
+
+/* leader: KEYS leader; ARGV id lease_ms. 1 = renewed, 2 = newly taken, 0 = someone else's. */
+static const char lua_leader[] =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2]); return 1\n"
+    "end\n"
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 end\n"
+    "return 0\n";
+
+/* publish: KEYS state leader; ARGV id limit state ttl_s. Only the leader writes S. */
+static const char lua_publish[] =
+    "if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end\n"
+    "redis.call('HSET', KEYS[1], 'limit', ARGV[2], 'state', ARGV[3], 'leader', ARGV[1])\n"
+    "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
+    "return 1\n";
+
+/* clear: KEYS state clears. Drops the shared state; returns the new clear count. */
+static const char lua_clear[] = "redis.call('DEL', KEYS[1])\n"
+                                "return redis.call('INCR', KEYS[2])\n";
+
+/* leave: KEYS holders held waiters leader load; ARGV id. Gives everything back. */
+static const char lua_leave[] =
+    "redis.call('ZREM', KEYS[1], ARGV[1]); redis.call('HDEL', KEYS[2], ARGV[1])\n"
+    "redis.call('ZREM', KEYS[3], ARGV[1]); redis.call('HDEL', KEYS[5], ARGV[1])\n"
+    "if redis.call('GET', KEYS[4]) == ARGV[1] then redis.call('DEL', KEYS[4]) end\n"
+    "return 1\n";
+
+const char *sluice__fleet_script(const char *name)
+{
+    static const struct {
+        const char *name, *text;
+    } scripts[] = {{"beat", lua_beat},   {"report", lua_report}, {"drain", lua_drain},
+                   {"leader", lua_leader}, {"publish", lua_publish}, {"clear", lua_clear},
+                   {"leave", lua_leave}};
+    for (size_t i = 0; name && i < sizeof scripts / sizeof scripts[0]; i++)
+        if (!strcmp(name, scripts[i].name))
+            return scripts[i].text;
+    return NULL;
+}
+
+/* ---- the fleet ------------------------------------------------------------------ */
+
+enum fleet_key { KEY_STATE, KEY_LEADER, KEY_HOLDERS, KEY_HELD, KEY_WAITERS, KEY_REPORTS,
+                 KEY_CLEARS, KEY_LOAD, KEY_COUNT };
+static const char *const key_suffix[KEY_COUNT] = {"state",   "leader",  "holders", "held",
+                                                  "waiters", "reports", "clears",  "load"};
+
+/* One report's worth of closed local windows (under report_lock). */
+struct fleet_report {
+    uint64_t n_ok, n_overload, n_served;
+    int64_t latency_sum, latency_min, retry_after;
+    uint32_t max_in_flight;
+    int64_t first_start_ns; /* pool clock: the oldest window's start; 0 = empty */
+};
+
+/* The follower policy a fleet's pool runs (see "the follower policy" below). */
+struct sluice_policy_fleet {
+    struct sluice_policy base;
+    struct sluice_fleet *fleet; /* shared, outlives the pool's calls (see destroy) */
+};
+
+struct sluice_fleet {
+    /* Configuration (immutable after create). */
+    char host[256];
+    int port;
+    char node[SLUICE_NODE_ID_MAX];
+    char id[SLUICE_FLEET_ID_MAX];
+    char key[KEY_COUNT][SLUICE_NODE_ID_MAX + 24];
+    uint32_t lease, holder_ttl_beats, leader_ttl_beats, floor;
+    int64_t heartbeat_ms;
+    struct sluice_discovery_desc leader_desc; /* policy, limits, TTL; jumpstart per takeover */
+    union {
+        max_align_t align;
+        unsigned char bytes[SLUICE_POLICY_STATE_MAX];
+    } policy; /* the leader's policy prototype (a copy of the description's) */
+    sluice_event_fn on_event;
+    void *on_event_ctx;
+    struct sluice_policy_fleet follower;  /* the pool's policy prototype */
+    struct sluice_store_ops store_ops;    /* the pool's store */
+
+    /* Pools' side. */
+    sluice_spinlock report_lock;
+    struct fleet_report report;
+    _Atomic(uint32_t) published; /* the local limit the follower policy answers */
+
+    /* Status, written by the agent. */
+    _Atomic(uint32_t) s_connected, s_leader, s_shared, s_ceiling, s_state, s_processes, s_leased;
+    _Atomic(int64_t) s_expires;
+    _Atomic(uint64_t) s_beats, s_fallbacks, s_reconnects;
+
+    /* The agent's own. */
+    struct sluice_pool *pool;
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu; /* guards stop and clear_requests; cv wakes the agent early */
+    pthread_cond_t cv;
+    bool stop;
+    uint32_t clear_requests;
+    redisContext *a_redis;
+    int64_t a_retry_at_ms, a_backoff_ms;
+    bool a_ever_connected;
+    uint64_t a_clears_seen; /* the clears counter the leader has acted on */
+    uint32_t a_fleet_load;  /* calls the fleet runs, summed over processes at the last beat */
+    struct sluice_discovery *a_leader; /* non-NULL while this process leads */
+    struct sluice_gate a_leader_gate;  /* the leader node's gate: S, never acquired */
+    struct sluice_store_ops a_leader_store;
+
+    struct sluice_event_ring events;
+    struct sluice_event_slot slots[FLEET_EVENTS];
+};
+
+static int64_t mono_ms(void) { return sluice_monotonic_ns() / SLUICE_NS_PER_MS; }
+
+static int fleet_fail(const struct sluice_fleet_desc *d, const char *msg)
+{
+    if (d && d->error && d->error_size) {
+        snprintf(d->error, d->error_size, "%s", msg);
+    }
+    return SLUICE_EINVAL;
+}
+
+/* "redis://HOST:PORT", "HOST:PORT" or "HOST" into host and port; false when malformed. */
+static bool parse_url(const char *url, char *host, size_t host_size, int *port)
+{
+    static const char scheme[] = "redis://";
+    if (!strncmp(url, scheme, sizeof scheme - 1))
+        url += sizeof scheme - 1;
+    const char *colon = strrchr(url, ':');
+    size_t n = colon ? (size_t)(colon - url) : strlen(url);
+    if (n == 0 || n >= host_size || strchr(url, '/') || strchr(url, '@'))
+        return false;
+    memcpy(host, url, n);
+    host[n] = '\0';
+    *port = 6379;
+    if (colon) {
+        char *end;
+        errno = 0;
+        long p = strtol(colon + 1, &end, 10);
+        if (colon[1] == '\0' || *end != '\0' || errno || p < 1 || p > 65535)
+            return false;
+        *port = (int)p;
+    }
+    return true;
+}
+
+/* Check the description and fill the fleet's configuration. */
+static int fleet_configure(struct sluice_fleet *f, const struct sluice_fleet_desc *d)
+{
+    if (!d)
+        return SLUICE_EINVAL;
+    if (!d->redis_url || !d->redis_url[0])
+        return fleet_fail(d, "sluice_fleet_desc.redis_url is required (\"redis://HOST:PORT\")");
+    if (!parse_url(d->redis_url, f->host, sizeof f->host, &f->port))
+        return fleet_fail(d, "sluice_fleet_desc.redis_url must be \"redis://HOST:PORT\" or "
+                             "\"HOST:PORT\" with a port in [1, 65535]");
+    if (!d->node_id || !d->node_id[0] || strlen(d->node_id) >= SLUICE_NODE_ID_MAX)
+        return fleet_fail(d, "sluice_fleet_desc.node_id is required, at most "
+                             "SLUICE_NODE_ID_MAX-1 bytes");
+    if (d->process_id && (!d->process_id[0] || strlen(d->process_id) >= SLUICE_FLEET_ID_MAX))
+        return fleet_fail(d, "sluice_fleet_desc.process_id must be non-empty, at most "
+                             "SLUICE_FLEET_ID_MAX-1 bytes");
+    f->lease = sluice_opt_or(d->lease, 4);
+    if (f->lease < 1 || f->lease > SLUICE_FLEET_LEASE_MAX)
+        return fleet_fail(d, "sluice_fleet_desc.lease must be in [1, 1024] (permits per lease)");
+    f->heartbeat_ms = d->heartbeat_ms ? d->heartbeat_ms : 200;
+    if (f->heartbeat_ms < SLUICE_FLEET_HEARTBEAT_MIN_MS ||
+        f->heartbeat_ms > SLUICE_FLEET_HEARTBEAT_MAX_MS)
+        return fleet_fail(d, "sluice_fleet_desc.heartbeat_ms must be in [10, 10000]");
+    f->holder_ttl_beats = d->holder_ttl_beats ? d->holder_ttl_beats : 5;
+    f->leader_ttl_beats = d->leader_ttl_beats ? d->leader_ttl_beats : 5;
+    if (f->holder_ttl_beats < 2 || f->holder_ttl_beats > SLUICE_FLEET_TTL_BEATS_MAX)
+        return fleet_fail(d, "sluice_fleet_desc.holder_ttl_beats must be in [2, 100]");
+    if (f->leader_ttl_beats < 2 || f->leader_ttl_beats > SLUICE_FLEET_TTL_BEATS_MAX)
+        return fleet_fail(d, "sluice_fleet_desc.leader_ttl_beats must be in [2, 100]");
+    if (d->max_limit > SLUICE_POOL_ACTIVE_MAX)
+        return fleet_fail(d, "sluice_fleet_desc.max_limit is above SLUICE_POOL_ACTIVE_MAX");
+    /* The leader's node: discovery checks the rest and names the field. */
+    struct sluice_discovery_desc *ld = &f->leader_desc;
+    memset(ld, 0, sizeof *ld);
+    strcpy(f->node, d->node_id);
+    ld->node_id = f->node;
+    ld->gate = &f->a_leader_gate;
+    ld->jumpstart = d->jumpstart;
+    ld->min_limit = d->min_limit;
+    ld->max_limit = d->max_limit;
+    ld->lock_ttl_s = d->lock_ttl_s;
+    ld->policy = d->policy;
+    const char *why = NULL;
+    if (sluice_discovery_validate(ld, &why) != SLUICE_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "sluice_fleet_desc.%s",
+                 why + strlen("sluice_discovery_desc."));
+        return fleet_fail(d, msg);
+    }
+    uint32_t max = d->max_limit ? d->max_limit : 1024;
+    f->floor = d->floor ? d->floor : 1;
+    if (f->floor > max)
+        return fleet_fail(d, "sluice_fleet_desc.floor is above max_limit");
+    if (d->policy) { /* a value: keep our own copy of the prototype */
+        memcpy(f->policy.bytes, (const void *)d->policy, d->policy->ops->size);
+        ld->policy = (const struct sluice_policy *)(void *)f->policy.bytes;
+    }
+    ld->lock_ttl_s = d->lock_ttl_s ? d->lock_ttl_s : 86400;
+    if (d->process_id) {
+        snprintf(f->id, sizeof f->id, "%s", d->process_id);
+    } else {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = '\0';
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        snprintf(f->id, sizeof f->id, "%s:%ld:%08lx", host, (long)getpid(),
+                 (unsigned long)(ts.tv_nsec ^ (long)getpid() << 16));
+    }
+    for (int i = 0; i < KEY_COUNT; i++)
+        snprintf(f->key[i], sizeof f->key[i], "sluice:{%s}:%s", f->node, key_suffix[i]);
+    f->on_event = d->on_event;
+    f->on_event_ctx = d->on_event_ctx;
+    return SLUICE_OK;
+}
+
+/* ---- events -------------------------------------------------------------------- */
+
+/* Record and deliver one fleet event (agent thread: the ring's one writer). */
+static void fleet_emit(struct sluice_fleet *f, enum sluice_event_kind kind, enum sluice_cause cause,
+                       uint32_t old_limit, uint32_t new_limit)
+{
+    struct sluice_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.t_ns = sluice_monotonic_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ev.wall_ms = sluice_timespec_ns(&ts) / SLUICE_NS_PER_MS;
+    ev.kind = kind;
+    ev.cause = cause;
+    ev.old_limit = old_limit;
+    ev.new_limit = new_limit;
+    ev.in_flight = f->pool ? sluice_pool_stats(f->pool).in_flight : 0;
+    ev.ceiling = atomic_load_explicit(&f->s_ceiling, SLUICE_RELAXED);
+    sluice_event_ring_push(&f->events, &ev);
+    if (f->on_event)
+        f->on_event(f->on_event_ctx, &ev);
+}
+
+/* The leader node's events join the fleet's feed. */
+static void fleet_leader_event(void *ctx, const struct sluice_event *ev)
+{
+    struct sluice_fleet *f = ctx;
+    struct sluice_event copy = *ev;
+    sluice_event_ring_push(&f->events, &copy);
+    if (f->on_event)
+        f->on_event(f->on_event_ctx, &copy);
+}
+
+/* ---- the follower policy (runs in the pool, under its discovery's try-lock) ------ */
+
+static uint32_t fleet_policy_reset(struct sluice_policy *self, uint32_t jumpstart, bool warm)
+{
+    (void)jumpstart;
+    (void)warm;
+    struct sluice_policy_fleet *p = (struct sluice_policy_fleet *)self;
+    return atomic_load_explicit(&p->fleet->published, SLUICE_RELAXED);
+}
+
+/* Add the closed window to the next report, answer the published limit. No I/O. */
+static struct sluice_verdict fleet_policy_update(struct sluice_policy *self,
+                                                 const struct sluice_window *w)
+{
+    struct sluice_policy_fleet *p = (struct sluice_policy_fleet *)self;
+    struct sluice_fleet *f = p->fleet;
+    sluice_spinlock_lock(&f->report_lock);
+    struct fleet_report *r = &f->report;
+    r->n_ok += w->n_ok;
+    r->n_overload += w->n_overload;
+    r->n_served += w->n_served;
+    r->latency_sum += w->latency_mean_ns * (int64_t)w->n_ok;
+    if (w->n_ok && (!r->latency_min || w->latency_min_ns < r->latency_min))
+        r->latency_min = w->latency_min_ns;
+    if (w->retry_after_ns > r->retry_after)
+        r->retry_after = w->retry_after_ns;
+    if (w->max_in_flight > r->max_in_flight)
+        r->max_in_flight = w->max_in_flight;
+    if (!r->first_start_ns)
+        r->first_start_ns = w->start_ns ? w->start_ns : 1;
+    sluice_spinlock_unlock(&f->report_lock);
+    uint32_t limit = atomic_load_explicit(&f->published, SLUICE_RELAXED);
+    return sluice__verdict(limit, limit > w->limit ? SLUICE_CAUSE_ADDITIVE : SLUICE_CAUSE_NONE, 0);
+}
+
+static const struct sluice_policy_ops fleet_policy_ops = {
+    "fleet", true, fleet_policy_reset, fleet_policy_update, sizeof(struct sluice_policy_fleet)};
+
+/* ---- the pool's store: clear is fleet-wide, the lock is the leader's ------------- */
+
+static int fleet_store_load(void *ctx, const char *node, struct sluice_lock_record *out)
+{
+    (void)ctx;
+    (void)node;
+    memset(out, 0, sizeof *out); /* a process's limit is its lease, never the ceiling */
+    return SLUICE_OK;
+}
+
+static int fleet_store_save(void *ctx, const char *node, const struct sluice_lock_record *rec)
+{
+    (void)ctx;
+    (void)node;
+    (void)rec; /* the leader alone writes the shared lock */
+    return SLUICE_OK;
+}
+
+static int fleet_store_clear(void *ctx, const char *node)
+{
+    (void)node;
+    return sluice_fleet_clear(ctx);
+}
+
+/* ---- Redis -------------------------------------------------------------------- */
+
+static struct timeval ms_timeval(int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    return tv;
+}
+
+static void fleet_disconnect(struct sluice_fleet *f)
+{
+    if (f->a_redis)
+        redisFree(f->a_redis);
+    f->a_redis = NULL;
+}
+
+/*
+ * EVAL `script` with `nkeys` of the fleet's keys and argv; NULL (and the
+ * connection dropped) on any transport or script error. The caller frees.
+ */
+static redisReply *fleet_eval(struct sluice_fleet *f, const char *script, const enum fleet_key *keys,
+                              int nkeys, const char *const *args, int nargs)
+{
+    if (!f->a_redis)
+        return NULL;
+    const char *argv[16];
+    char nk[8];
+    snprintf(nk, sizeof nk, "%d", nkeys);
+    int argc = 0;
+    argv[argc++] = "EVAL";
+    argv[argc++] = script;
+    argv[argc++] = nk;
+    for (int i = 0; i < nkeys; i++)
+        argv[argc++] = f->key[keys[i]];
+    for (int i = 0; i < nargs; i++)
+        argv[argc++] = args[i];
+    redisReply *r = redisCommandArgv(f->a_redis, argc, argv, NULL);
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        if (r)
+            freeReplyObject(r);
+        fleet_disconnect(f);
+        return NULL;
+    }
+    return r;
+}
+
+/* A plain command (the leader's store); NULL and disconnected on error. */
+static redisReply *fleet_command(struct sluice_fleet *f, int argc, const char **argv)
+{
+    if (!f->a_redis)
+        return NULL;
+    redisReply *r = redisCommandArgv(f->a_redis, argc, argv, NULL);
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        if (r)
+            freeReplyObject(r);
+        fleet_disconnect(f);
+        return NULL;
+    }
+    return r;
+}
+
+static int64_t reply_int(const redisReply *r)
+{
+    if (!r)
+        return 0;
+    if (r->type == REDIS_REPLY_INTEGER)
+        return r->integer;
+    if (r->type == REDIS_REPLY_STRING)
+        return strtoll(r->str, NULL, 10);
+    return 0;
+}
+
+/* ---- the leader's store: the state hash, called on the agent thread -------------- */
+
+static int leader_store_load(void *ctx, const char *node, struct sluice_lock_record *out)
+{
+    struct sluice_fleet *f = ctx;
+    (void)node;
+    memset(out, 0, sizeof *out);
+    const char *argv[] = {"HMGET", f->key[KEY_STATE], "ceiling", "expires", "locked_at", "policy"};
+    redisReply *r = fleet_command(f, 6, argv);
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
+        if (r)
+            freeReplyObject(r);
+        return SLUICE_EIO;
+    }
+    out->ceiling = (uint32_t)reply_int(r->element[0]);
+    out->expires_s = reply_int(r->element[1]);
+    out->locked_at_s = reply_int(r->element[2]);
+    if (r->element[3]->type == REDIS_REPLY_STRING)
+        snprintf(out->policy, sizeof out->policy, "%s", r->element[3]->str);
+    freeReplyObject(r);
+    return SLUICE_OK;
+}
+
+static int leader_store_save(void *ctx, const char *node, const struct sluice_lock_record *rec)
+{
+    struct sluice_fleet *f = ctx;
+    (void)node;
+    char ceiling[16], expires[24], locked[24], ttl[24];
+    snprintf(ceiling, sizeof ceiling, "%" PRIu32, rec->ceiling);
+    snprintf(expires, sizeof expires, "%" PRId64, rec->expires_s);
+    snprintf(locked, sizeof locked, "%" PRId64, rec->locked_at_s);
+    snprintf(ttl, sizeof ttl, "%" PRId64, f->leader_desc.lock_ttl_s);
+    const char *hset[] = {"HSET",      f->key[KEY_STATE], "ceiling", ceiling, "expires", expires,
+                          "locked_at", locked,            "policy",  rec->policy};
+    const char *expire[] = {"EXPIRE", f->key[KEY_STATE], ttl};
+    redisReply *r = fleet_command(f, 10, hset);
+    if (r) {
+        freeReplyObject(r);
+        r = fleet_command(f, 3, expire);
+    }
+    if (r)
+        freeReplyObject(r);
+    return r ? SLUICE_OK : SLUICE_EIO;
+}
+
+static int leader_store_clear(void *ctx, const char *node)
+{
+    struct sluice_fleet *f = ctx;
+    (void)node;
+    const char *argv[] = {"HDEL", f->key[KEY_STATE], "ceiling", "expires", "locked_at", "policy"};
+    redisReply *r = fleet_command(f, 6, argv);
+    if (r)
+        freeReplyObject(r);
+    return r ? SLUICE_OK : SLUICE_EIO;
+}
+
+/* ---- leadership ------------------------------------------------------------------ */
+
+static void leader_stop(struct sluice_fleet *f)
+{
+    if (!f->a_leader)
+        return;
+    sluice_discovery_sync(f->a_leader);
+    sluice_discovery_destroy(f->a_leader);
+    f->a_leader = NULL;
+    atomic_store_explicit(&f->s_leader, 0u, SLUICE_RELAXED);
+}
+
+/* Took the lease: start the fleet's discovery from the shared state. */
+static void leader_start(struct sluice_fleet *f, uint32_t shared_limit, uint64_t clears)
+{
+    struct sluice_discovery_desc d = f->leader_desc;
+    uint32_t min = d.min_limit ? d.min_limit : 1, max = d.max_limit ? d.max_limit : 1024;
+    if (shared_limit)
+        d.jumpstart = shared_limit < min ? min : shared_limit > max ? max : shared_limit;
+    f->a_leader_store = (struct sluice_store_ops){leader_store_load, leader_store_save,
+                                                  leader_store_clear, f};
+    d.store = &f->a_leader_store;
+    d.window_min_ns = 2 * f->heartbeat_ms * SLUICE_NS_PER_MS; /* see leader_feed */
+    d.on_event = fleet_leader_event;
+    d.on_event_ctx = f;
+    sluice_gate_init(&f->a_leader_gate, max);
+    if (sluice_discovery_create(&d, &f->a_leader, NULL) != SLUICE_OK) {
+        f->a_leader = NULL;
+        return;
+    }
+    f->a_clears_seen = clears;
+    atomic_store_explicit(&f->s_leader, 1u, SLUICE_RELAXED);
+}
+
+/*
+ * Feed one drained report ("ok overload served lat_sum lat_min maxif retry start_ms") to
+ * the leader's node. Served calls count as started now: reports arrive a beat or two
+ * late, and the node measures only calls that started in its open window (which lasts
+ * at least two beats, see leader_start). Overloads keep the report's start (its oldest
+ * window's, in server time): one that started before the node's last cut is stale, so
+ * the burst of 429s a cut was made for does not cut again when it arrives late.
+ */
+static void leader_feed(struct sluice_fleet *f, const char *report, int64_t now_srv_ms)
+{
+    unsigned long long ok, overload, served;
+    long long lat_sum, lat_min, retry, start_ms;
+    unsigned maxif;
+    if (sscanf(report, "%llu %llu %llu %lld %lld %u %lld %lld", &ok, &overload, &served, &lat_sum,
+               &lat_min, &maxif, &retry, &start_ms) != 8)
+        return;
+    int64_t now = sluice_monotonic_ns();
+    int64_t age_ns = (now_srv_ms - start_ms) * SLUICE_NS_PER_MS;
+    struct sluice_sample s = {0};
+    s.start_ns = now;
+    s.in_flight_at_start = f->a_fleet_load;
+    s.outcome = SLUICE_OUTCOME_OK;
+    s.latency_ns = ok ? (int64_t)(lat_sum / (long long)ok) : 0;
+    for (unsigned long long i = 0; i < ok && i < FLEET_SAMPLES_PER_REPORT; i++) {
+        /* One at the window's fastest, so the policy's minimum filter sees it. */
+        struct sluice_sample one = s;
+        if (i == 0 && lat_min > 0)
+            one.latency_ns = lat_min;
+        sluice_discovery_on_sample(f->a_leader, &one);
+    }
+    s.outcome = SLUICE_OUTCOME_OVERLOAD;
+    /* ... less the time the fleet takes to apply a cut (publish, each process's beat,
+     * its pool's next window), so overloads until then count as the cut's own. */
+    s.start_ns = now - (age_ns > 0 ? age_ns : 0) -
+                 FLEET_CUT_BEATS * f->heartbeat_ms * SLUICE_NS_PER_MS;
+    s.retry_after_ns = retry;
+    s.latency_ns = 0;
+    for (unsigned long long i = 0; i < overload && i < FLEET_SAMPLES_PER_REPORT; i++)
+        sluice_discovery_on_sample(f->a_leader, &s);
+}
+
+/* The leader's beat: drain the fleet's reports into its node, publish S. Every sample
+ * says the fleet ran a_fleet_load calls when it started (the processes' loads summed
+ * at this beat), so the node sees the fleet saturated when every process is. */
+static bool leader_beat(struct sluice_fleet *f)
+{
+    static const enum fleet_key drain_keys[] = {KEY_REPORTS};
+    redisReply *r = fleet_eval(f, lua_drain, drain_keys, 1, NULL, 0);
+    if (!r)
+        return false;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_ARRAY) {
+        int64_t now_srv = reply_int(r->element[0]);
+        const redisReply *list = r->element[1];
+        for (size_t i = 0; i < list->elements; i++)
+            leader_feed(f, list->element[i]->str, now_srv);
+    }
+    freeReplyObject(r);
+    sluice_discovery_poll(f->a_leader);
+    if (!f->a_redis)
+        return false; /* the store lost the connection */
+    struct sluice_discovery_status st;
+    sluice_discovery_snapshot(f->a_leader, &st);
+    char limit[16], ttl[24];
+    snprintf(limit, sizeof limit, "%" PRIu32, st.limit);
+    snprintf(ttl, sizeof ttl, "%" PRId64, f->leader_desc.lock_ttl_s);
+    static const enum fleet_key publish_keys[] = {KEY_STATE, KEY_LEADER};
+    const char *args[] = {f->id, limit, sluice_discovery_state_name(st.state), ttl};
+    r = fleet_eval(f, lua_publish, publish_keys, 2, args, 4);
+    if (!r)
+        return false;
+    freeReplyObject(r);
+    return true;
+}
+
+/* Take or renew the leader lease; start or stop the leader's node accordingly. */
+static bool leader_elect(struct sluice_fleet *f, uint32_t shared_limit, uint64_t clears)
+{
+    char lease[24];
+    snprintf(lease, sizeof lease, "%" PRId64, f->heartbeat_ms * f->leader_ttl_beats);
+    static const enum fleet_key keys[] = {KEY_LEADER};
+    const char *args[] = {f->id, lease};
+    redisReply *r = fleet_eval(f, lua_leader, keys, 1, args, 2);
+    if (!r)
+        return false;
+    int64_t got = reply_int(r);
+    freeReplyObject(r);
+    if (got == 0)
+        leader_stop(f);
+    else if (!f->a_leader)
+        leader_start(f, shared_limit, clears);
+    if (f->a_leader && clears > f->a_clears_seen) { /* a fleet-wide clear: start over */
+        f->a_clears_seen = clears;
+        sluice_discovery_clear(f->a_leader);
+    }
+    return f->a_leader ? leader_beat(f) : true;
+}
+
+/* ---- the agent ------------------------------------------------------------------- */
+
+static uint32_t clamp_u32(uint64_t v, uint32_t lo, uint32_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : (uint32_t)v;
+}
+
+static void publish_limit(struct sluice_fleet *f, uint32_t limit)
+{
+    struct sluice_pool_counts c = sluice_pool_stats(f->pool);
+    atomic_store_explicit(&f->published, clamp_u32(limit, 1, c.active_max), SLUICE_RELAXED);
+}
+
+/* Fallback: the local share of the last state seen. */
+static void fleet_fallback(struct sluice_fleet *f)
+{
+    bool was = atomic_exchange_explicit(&f->s_connected, 0u, SLUICE_RELAXED) != 0u;
+    atomic_store_explicit(&f->s_leased, 0u, SLUICE_RELAXED);
+    leader_stop(f);
+    uint32_t shared = atomic_load_explicit(&f->s_shared, SLUICE_RELAXED);
+    uint32_t n = atomic_load_explicit(&f->s_processes, SLUICE_RELAXED);
+    uint32_t share = n ? shared / n : shared;
+    uint32_t old = atomic_load_explicit(&f->published, SLUICE_RELAXED);
+    publish_limit(f, share > f->floor ? share : f->floor);
+    if (was || !f->a_ever_connected) {
+        if (was)
+            atomic_fetch_add_explicit(&f->s_fallbacks, 1u, SLUICE_RELAXED);
+        f->a_ever_connected = true; /* one event for a Redis that was never there, too */
+        fleet_emit(f, SLUICE_EVENT_STORE, SLUICE_CAUSE_STORE_ERROR, old,
+                   atomic_load_explicit(&f->published, SLUICE_RELAXED));
+    }
+}
+
+static bool fleet_connect(struct sluice_fleet *f)
+{
+    int64_t now = mono_ms();
+    if (now < f->a_retry_at_ms)
+        return false;
+    redisContext *c = redisConnectWithTimeout(f->host, f->port, ms_timeval(f->heartbeat_ms));
+    if (!c || c->err || redisSetTimeout(c, ms_timeval(f->heartbeat_ms)) != REDIS_OK) {
+        if (c)
+            redisFree(c);
+        f->a_backoff_ms = f->a_backoff_ms ? f->a_backoff_ms * 2 : f->heartbeat_ms;
+        if (f->a_backoff_ms > FLEET_BACKOFF_MAX_MS)
+            f->a_backoff_ms = FLEET_BACKOFF_MAX_MS;
+        f->a_retry_at_ms = now + f->a_backoff_ms;
+        return false;
+    }
+    f->a_redis = c;
+    f->a_backoff_ms = 0;
+    return true;
+}
+
+/* Send the windows closed since the last beat. */
+static bool fleet_report(struct sluice_fleet *f)
+{
+    struct fleet_report r;
+    sluice_spinlock_lock(&f->report_lock);
+    r = f->report;
+    memset(&f->report, 0, sizeof f->report);
+    sluice_spinlock_unlock(&f->report_lock);
+    if (!r.first_start_ns)
+        return true;
+    char fields[256], age[24];
+    snprintf(fields, sizeof fields,
+             "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64 " %" PRId64 " %" PRIu32 " %" PRId64,
+             r.n_ok, r.n_overload, r.n_served, r.latency_sum, r.latency_min, r.max_in_flight,
+             r.retry_after);
+    int64_t age_ms = (sluice_monotonic_ns() - r.first_start_ns) / SLUICE_NS_PER_MS;
+    snprintf(age, sizeof age, "%" PRId64, age_ms > 0 ? age_ms : 0);
+    static const enum fleet_key keys[] = {KEY_REPORTS};
+    const char *args[] = {fields, age};
+    redisReply *reply = fleet_eval(f, lua_report, keys, 1, args, 2);
+    if (reply)
+        freeReplyObject(reply);
+    return reply != NULL;
+}
+
+static enum sluice_discovery_state state_from_name(const char *s)
+{
+    return !strcmp(s, "locked")    ? SLUICE_DISCOVERY_LOCKED
+           : !strcmp(s, "backoff") ? SLUICE_DISCOVERY_BACKOFF
+                                   : SLUICE_DISCOVERY_PROBING;
+}
+
+/* Lease towards the pool's demand, read the shared state, publish the local limit. */
+static bool fleet_lease(struct sluice_fleet *f, uint32_t *shared, uint64_t *clears)
+{
+    struct sluice_pool_counts c = sluice_pool_stats(f->pool);
+    uint64_t demand = (uint64_t)c.in_flight + c.queued;
+    /* Its load: all its limit when calls queue for it, else what runs. */
+    uint32_t load = demand >= c.active ? c.active : c.in_flight;
+    uint64_t want = demand > 1 ? (demand - 1 + f->lease - 1) / f->lease * f->lease : 0;
+    uint32_t uses = c.active > c.in_flight ? c.active : c.in_flight;
+    char a_want[24], a_keep[24], a_k[16], a_ttl[24], a_def[16], a_load[16];
+    snprintf(a_load, sizeof a_load, "%" PRIu32, load);
+    snprintf(a_want, sizeof a_want, "%" PRIu64, want);
+    snprintf(a_keep, sizeof a_keep, "%" PRIu32, uses > 0 ? uses - 1 : 0);
+    snprintf(a_k, sizeof a_k, "%" PRIu32, f->lease);
+    snprintf(a_ttl, sizeof a_ttl, "%" PRId64, f->heartbeat_ms * f->holder_ttl_beats);
+    snprintf(a_def, sizeof a_def, "%" PRIu32,
+             f->leader_desc.jumpstart ? f->leader_desc.jumpstart : 5);
+    static const enum fleet_key keys[] = {KEY_STATE, KEY_HOLDERS, KEY_HELD,
+                                          KEY_WAITERS, KEY_CLEARS, KEY_LOAD};
+    const char *args[] = {f->id, a_want, a_keep, a_k, a_ttl, a_def, a_load};
+    redisReply *r = fleet_eval(f, lua_beat, keys, 6, args, 7);
+    if (!r)
+        return false;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 10) {
+        freeReplyObject(r);
+        fleet_disconnect(f);
+        return false;
+    }
+    uint32_t leased = (uint32_t)reply_int(r->element[0]);
+    uint32_t target = (uint32_t)reply_int(r->element[1]);
+    *shared = (uint32_t)reply_int(r->element[2]);
+    atomic_store_explicit(&f->s_leased, leased, SLUICE_RELAXED);
+    atomic_store_explicit(&f->s_shared, *shared, SLUICE_RELAXED);
+    atomic_store_explicit(&f->s_processes, (uint32_t)reply_int(r->element[3]), SLUICE_RELAXED);
+    const char *state = r->element[5]->type == REDIS_REPLY_STRING ? r->element[5]->str : "";
+    atomic_store_explicit(&f->s_state, (uint32_t)state_from_name(state), SLUICE_RELAXED);
+    atomic_store_explicit(&f->s_ceiling, (uint32_t)reply_int(r->element[6]), SLUICE_RELAXED);
+    atomic_store_explicit(&f->s_expires, reply_int(r->element[7]), SLUICE_RELAXED);
+    *clears = (uint64_t)reply_int(r->element[8]);
+    f->a_fleet_load = (uint32_t)reply_int(r->element[9]);
+    freeReplyObject(r);
+    /* Never more than leased: a lower target shows in the pool first, and the permits
+     * go back at a later beat, once its limit and its calls in flight are down. */
+    publish_limit(f, 1 + (leased < target ? leased : target));
+    return true;
+}
+
+/* Run the fleet-wide clears asked for since the last beat. */
+static bool fleet_run_clears(struct sluice_fleet *f)
+{
+    pthread_mutex_lock(&f->mu);
+    uint32_t n = f->clear_requests;
+    f->clear_requests = 0;
+    pthread_mutex_unlock(&f->mu);
+    if (!n)
+        return true;
+    static const enum fleet_key keys[] = {KEY_STATE, KEY_CLEARS};
+    redisReply *r = fleet_eval(f, lua_clear, keys, 2, NULL, 0);
+    if (r) {
+        freeReplyObject(r);
+        return true;
+    }
+    pthread_mutex_lock(&f->mu); /* try again once Redis is back */
+    f->clear_requests += n;
+    pthread_mutex_unlock(&f->mu);
+    return false;
+}
+
+static void fleet_beat(struct sluice_fleet *f)
+{
+    atomic_fetch_add_explicit(&f->s_beats, 1u, SLUICE_RELAXED);
+    bool was_connected = atomic_load_explicit(&f->s_connected, SLUICE_RELAXED) != 0u;
+    if (!f->a_redis && !fleet_connect(f)) {
+        fleet_fallback(f);
+        sluice_pool_poll(f->pool);
+        return;
+    }
+    uint32_t shared = 0;
+    uint64_t clears = 0;
+    bool ok = fleet_run_clears(f) && fleet_report(f) && fleet_lease(f, &shared, &clears) &&
+              leader_elect(f, shared, clears);
+    if (!ok) {
+        fleet_fallback(f);
+        return;
+    }
+    atomic_store_explicit(&f->s_connected, 1u, SLUICE_RELAXED);
+    if (!was_connected && f->a_ever_connected) {
+        atomic_fetch_add_explicit(&f->s_reconnects, 1u, SLUICE_RELAXED);
+        uint32_t limit = atomic_load_explicit(&f->published, SLUICE_RELAXED);
+        fleet_emit(f, SLUICE_EVENT_RESTORE, SLUICE_CAUSE_STORE, limit, limit);
+    }
+    f->a_ever_connected = true;
+    /* A pool with no traffic closes no window: poll, so the new limit applies. */
+    sluice_discovery_poll(sluice_pool_discovery(f->pool));
+}
+
+static void *fleet_agent(void *arg)
+{
+    struct sluice_fleet *f = arg;
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop) {
+        pthread_mutex_unlock(&f->mu);
+        fleet_beat(f);
+        pthread_mutex_lock(&f->mu);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        int64_t ns = sluice_timespec_ns(&until) + f->heartbeat_ms * SLUICE_NS_PER_MS;
+        until.tv_sec = (time_t)(ns / SLUICE_NS_PER_SEC);
+        until.tv_nsec = (long)(ns % SLUICE_NS_PER_SEC);
+        while (!f->stop && !f->clear_requests &&
+               pthread_cond_timedwait(&f->cv, &f->mu, &until) != ETIMEDOUT) {
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+/* ---- public ---------------------------------------------------------------------- */
+
+int sluice_fleet_create(const struct sluice_fleet_desc *desc, struct sluice_fleet **out)
+{
+    *out = NULL;
+    if (desc && desc->error && desc->error_size)
+        desc->error[0] = '\0';
+    struct sluice_fleet *f = mi_zalloc_aligned(sizeof *f, SLUICE_CACHELINE);
+    if (!f)
+        return SLUICE_ENOMEM;
+    int status = fleet_configure(f, desc);
+    if (status != SLUICE_OK) {
+        mi_free(f);
+        return status;
+    }
+    sluice_spinlock_init(&f->report_lock);
+    atomic_init(&f->published, 1u);
+    sluice_event_ring_init(&f->events, f->slots, FLEET_EVENTS, f->node);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&f->mu, NULL);
+    *out = f;
+    return SLUICE_OK;
+}
+
+void sluice_fleet_discovery(struct sluice_fleet *f, struct sluice_discovery_desc *dd)
+{
+    /* The description keeps pointers: the prototype and the ops live in the fleet. */
+    f->follower.base.ops = &fleet_policy_ops;
+    f->follower.fleet = f;
+    f->store_ops = (struct sluice_store_ops){fleet_store_load, fleet_store_save,
+                                             fleet_store_clear, f};
+    dd->node_id = f->node;
+    dd->policy = &f->follower.base;
+    /* Short local windows (about four mean latencies): a window is what the next
+     * report carries, so its length is how late the leader hears of an overload. */
+    if (!dd->window_samples)
+        dd->window_samples = 1;
+    dd->store = &f->store_ops;
+}
+
+int sluice_fleet_attach(struct sluice_fleet *f, struct sluice_pool *pool)
+{
+    if (!f || !pool || !sluice_pool_discovery(pool) || f->started)
+        return SLUICE_EINVAL;
+    f->pool = pool;
+    f->a_retry_at_ms = 0;
+    if (pthread_create(&f->thread, NULL, fleet_agent, f) != 0)
+        return SLUICE_ENOMEM;
+    f->started = true;
+    return SLUICE_OK;
+}
+
+int sluice_fleet_clear(struct sluice_fleet *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->clear_requests++;
+    pthread_cond_signal(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    return SLUICE_OK;
+}
+
+void sluice_fleet_status(const struct sluice_fleet *fleet, struct sluice_fleet_status *out)
+{
+    struct sluice_fleet *f = (struct sluice_fleet *)fleet;
+    memset(out, 0, sizeof *out);
+    out->connected = atomic_load_explicit(&f->s_connected, SLUICE_RELAXED) != 0u;
+    out->leader = atomic_load_explicit(&f->s_leader, SLUICE_RELAXED) != 0u;
+    out->shared_limit = atomic_load_explicit(&f->s_shared, SLUICE_RELAXED);
+    out->ceiling = atomic_load_explicit(&f->s_ceiling, SLUICE_RELAXED);
+    out->lock_expires_s = atomic_load_explicit(&f->s_expires, SLUICE_RELAXED);
+    out->state = (enum sluice_discovery_state)atomic_load_explicit(&f->s_state, SLUICE_RELAXED);
+    out->processes = atomic_load_explicit(&f->s_processes, SLUICE_RELAXED);
+    out->leased = atomic_load_explicit(&f->s_leased, SLUICE_RELAXED);
+    out->local_limit = atomic_load_explicit(&f->published, SLUICE_RELAXED);
+    out->beats = atomic_load_explicit(&f->s_beats, SLUICE_RELAXED);
+    out->fallbacks = atomic_load_explicit(&f->s_fallbacks, SLUICE_RELAXED);
+    out->reconnects = atomic_load_explicit(&f->s_reconnects, SLUICE_RELAXED);
+}
+
+const struct sluice_event_ring *sluice_fleet_events(const struct sluice_fleet *f)
+{
+    return &f->events;
+}
+
+void sluice_fleet_destroy(struct sluice_fleet *f)
+{
+    if (!f)
+        return;
+    if (f->started) {
+        pthread_mutex_lock(&f->mu);
+        f->stop = true;
+        pthread_cond_signal(&f->cv);
+        pthread_mutex_unlock(&f->mu);
+        pthread_join(f->thread, NULL);
+    }
+    leader_stop(f);
+    if (f->a_redis) {
+        static const enum fleet_key keys[] = {KEY_HOLDERS, KEY_HELD, KEY_WAITERS, KEY_LEADER,
+                                              KEY_LOAD};
+        const char *args[] = {f->id};
+        redisReply *r = fleet_eval(f, lua_leave, keys, 5, args, 1);
+        if (r)
+            freeReplyObject(r);
+    }
+    fleet_disconnect(f);
+    pthread_cond_destroy(&f->cv);
+    pthread_mutex_destroy(&f->mu);
+    mi_free(f);
+}

@@ -1,0 +1,85 @@
+/*
+ * fleet_cap.c — eight processes, one provider, one cap: the fleet keeps
+ * their calls together within what sluice/fleet.h promises, measured by
+ * the simulator's own in-flight counter.
+ */
+#include "e2e/redis_fixture.h"
+
+#define WORKERS 8
+#define RUN_MS 5000
+
+static void setup(void)
+{
+    fx_setup();
+    rfx_start();
+}
+
+TestSuite(fleet_cap, .init = setup, .fini = rfx_teardown, .timeout = 30);
+
+/* Sample the fleet every 20 ms for `ms`: the most permits leased beyond what
+ * the shared limit allows (S - N), and the lowest S seen. */
+static long long watch_leases(int ms, long long *min_shared)
+{
+    long long worst = LLONG_MIN;
+    *min_shared = LLONG_MAX;
+    for (int64_t end = fx_now_ms() + ms; fx_now_ms() < end; fx_sleep_ms(20)) {
+        long long shared = rfx_int("HGET %s limit", rfx_key("state"));
+        long long n = rfx_int("ZCARD %s", rfx_key("holders"));
+        long long over = rfx_leased_total() - (shared > n ? shared - n : 0);
+        if (shared && over > worst)
+            worst = over;
+        if (shared && shared < *min_shared)
+            *min_shared = shared;
+    }
+    return worst;
+}
+
+/* The fleet's own limit is the only cap here (the simulator takes 1000): eight
+ * processes wanting 32 calls run at most max(S, N) = 12 together, where each
+ * alone would run up to its pool's 64. Measured once all eight have joined
+ * and had three heartbeats to shed what they leased while the fleet was
+ * smaller (the documented join transient). */
+Test(fleet_cap, eight_processes_never_run_more_than_the_shared_limit_together)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
+    fx_start(args);
+    for (int i = 0; i < WORKERS; i++)
+        rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 4, .max_limit = 12});
+    cr_assert(RFX_WAIT_UNTIL(rfx_int("ZCARD %s", rfx_key("holders")) == WORKERS, 5000),
+              "the workers did not all join");
+    fx_sleep_ms(300);
+    rfx_sim_reset();
+    long long min_shared;
+    long long over = watch_leases(RUN_MS, &min_shared);
+    struct fx_stats s = fx_stats();
+    cr_log_info("peak in flight %ld, %ld served, leases over S - N by at most %lld",
+                s.peak_in_flight, s.ok, over);
+    cr_expect_leq(over, 0, "the leases exceeded S - N by %lld", over);
+    cr_expect_leq(s.peak_in_flight, 12, "the fleet ran %ld calls at once; its limit is 12",
+                  s.peak_in_flight);
+    cr_expect_geq(s.peak_in_flight, 8, "every process runs at least its own permit");
+    cr_expect_gt(s.ok, 500, "the fleet served only %ld calls in %d ms", s.ok, RUN_MS);
+}
+
+/* A hidden cap the fleet must discover: the simulator refuses past 12. One
+ * leader probes for all eight, so the 429s stay a small share of the calls
+ * (eight independent controllers would each push towards 12 on their own). */
+Test(fleet_cap, eight_processes_discover_one_hidden_cap_together)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "12", "--median-ms", "20", NULL};
+    fx_start(args);
+    for (int i = 0; i < WORKERS; i++)
+        rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 4});
+    long long min_shared;
+    fx_sleep_ms(RUN_MS - 1000); /* S moves down as the leader backs off: leases follow */
+    long long over = watch_leases(1000, &min_shared);
+    struct fx_stats s = fx_stats();
+    long long shared = rfx_int("HGET %s limit", rfx_key("state"));
+    double share = (double)s.rejected / (double)(s.ok + s.rejected);
+    cr_log_info("S = %lld at the end, peak in flight %ld, %ld served, %ld refused (%.1f%%)",
+                shared, s.peak_in_flight, s.ok, s.rejected, 100 * share);
+    cr_expect_leq(over, 0, "the leases exceeded S - N by %lld", over);
+    cr_expect_leq(s.peak_in_flight, 12);
+    cr_expect(shared >= 8 && shared <= 16, "S = %lld, far from the cap 12", shared);
+    cr_expect_lt(share, 0.25, "%.1f%% of the calls were refused", 100 * share);
+}
