@@ -184,6 +184,7 @@ struct sluice_fleet {
     sluice_spinlock report_lock;
     struct fleet_report report;
     _Atomic(uint32_t) published; /* the local limit the follower policy answers */
+    _Atomic(uint32_t) kicks;     /* marker overloads the agent fed, not yet taken out */
 
     /* Status, written by the agent. */
     _Atomic(uint32_t) s_connected, s_leader, s_shared, s_ceiling, s_state, s_processes, s_leased;
@@ -370,10 +371,19 @@ static struct sluice_verdict fleet_policy_update(struct sluice_policy *self,
 {
     struct sluice_policy_fleet *p = (struct sluice_policy_fleet *)self;
     struct sluice_fleet *f = p->fleet;
+    /* The agent's marker (see fleet_kick) is no overload of the provider's. */
+    uint32_t overloads = w->n_overload;
+    uint32_t kicks = atomic_load_explicit(&f->kicks, SLUICE_RELAXED);
+    while (kicks && w->n_fresh_overload &&
+           !atomic_compare_exchange_weak_explicit(&f->kicks, &kicks, kicks - 1, SLUICE_RELAXED,
+                                                  SLUICE_RELAXED)) {
+    }
+    if (kicks && w->n_fresh_overload && overloads)
+        overloads--;
     sluice_spinlock_lock(&f->report_lock);
     struct fleet_report *r = &f->report;
     r->n_ok += w->n_ok;
-    r->n_overload += w->n_overload;
+    r->n_overload += overloads;
     r->n_served += w->n_served;
     r->latency_sum += w->latency_mean_ns * (int64_t)w->n_ok;
     if (w->n_ok && (!r->latency_min || w->latency_min_ns < r->latency_min))
@@ -688,6 +698,27 @@ static void publish_limit(struct sluice_fleet *f, uint32_t limit)
     atomic_store_explicit(&f->published, clamp_u32(limit, 1, c.active_max), SLUICE_RELAXED);
 }
 
+/*
+ * Make the pool take the published limit now. Its discovery moves the limit only
+ * when a window closes, and a window must span a few call latencies to measure
+ * them (seconds, with a real provider); a fresh overload closes one at once. So
+ * the agent feeds one marker overload, which the follower policy takes back out
+ * of its report (`kicks`). Public API only: sluice/discovery.h's on_sample.
+ */
+static void fleet_kick(struct sluice_fleet *f)
+{
+    struct sluice_discovery *d = sluice_pool_discovery(f->pool);
+    uint32_t want = atomic_load_explicit(&f->published, SLUICE_RELAXED);
+    if (sluice_discovery_limit(d) == want)
+        return;
+    atomic_fetch_add_explicit(&f->kicks, 1u, SLUICE_RELAXED);
+    struct sluice_sample marker = {0};
+    marker.outcome = SLUICE_OUTCOME_OVERLOAD;
+    marker.start_ns = sluice_clock_now(&f->pool->clock); /* after any cut: fresh */
+    sluice_discovery_on_sample(d, &marker);
+    sluice_discovery_poll(d); /* if a closer held the lock, the window is due now */
+}
+
 /* Fallback: the local share of the last state seen. */
 static void fleet_fallback(struct sluice_fleet *f)
 {
@@ -834,7 +865,7 @@ static void fleet_beat(struct sluice_fleet *f)
     bool was_connected = atomic_load_explicit(&f->s_connected, SLUICE_RELAXED) != 0u;
     if (!f->a_redis && !fleet_connect(f)) {
         fleet_fallback(f);
-        sluice_pool_poll(f->pool);
+        fleet_kick(f);
         return;
     }
     uint32_t shared = 0;
@@ -843,6 +874,7 @@ static void fleet_beat(struct sluice_fleet *f)
               leader_elect(f, shared, clears);
     if (!ok) {
         fleet_fallback(f);
+        fleet_kick(f);
         return;
     }
     atomic_store_explicit(&f->s_connected, 1u, SLUICE_RELAXED);
@@ -852,8 +884,7 @@ static void fleet_beat(struct sluice_fleet *f)
         fleet_emit(f, SLUICE_EVENT_RESTORE, SLUICE_CAUSE_STORE, limit, limit);
     }
     f->a_ever_connected = true;
-    /* A pool with no traffic closes no window: poll, so the new limit applies. */
-    sluice_discovery_poll(sluice_pool_discovery(f->pool));
+    fleet_kick(f);
 }
 
 static void *fleet_agent(void *arg)
@@ -894,6 +925,7 @@ int sluice_fleet_create(const struct sluice_fleet_desc *desc, struct sluice_flee
     }
     sluice_spinlock_init(&f->report_lock);
     atomic_init(&f->published, 1u);
+    atomic_init(&f->kicks, 0u);
     sluice_event_ring_init(&f->events, f->slots, FLEET_EVENTS, f->node);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -1,0 +1,182 @@
+/*
+ * fleet_config.c — the fleet's unit-level promises: a bad description is
+ * refused with a message naming the field, a Redis that does not answer
+ * means the fallback (with an event), and the permit script against a real
+ * redis-server serves waiters in the order they asked and takes back a
+ * silent holder's permits after the holder TTL.
+ */
+#include "e2e/redis_fixture.h"
+
+static void setup(void)
+{
+    fx_setup();
+}
+
+TestSuite(fleet_config, .init = setup, .fini = rfx_teardown, .timeout = 20);
+
+/* create's status and message for one description. */
+static int try_create(struct sluice_fleet_desc d, char *err, size_t n)
+{
+    d.error = err;
+    d.error_size = n;
+    struct sluice_fleet *f = NULL;
+    int status = sluice_fleet_create(&d, &f);
+    sluice_fleet_destroy(f);
+    return status;
+}
+
+/* A valid description with one change (`set`, a statement on `d`) is refused, naming `field`. */
+#define EXPECT_REFUSED(field, set)                                                                 \
+    do {                                                                                           \
+        char err[256] = "";                                                                        \
+        struct sluice_fleet_desc d = {.redis_url = "127.0.0.1:6379", .node_id = "n"};              \
+        set;                                                                                       \
+        cr_expect_eq(try_create(d, err, sizeof err), SLUICE_EINVAL);                               \
+        cr_expect(strstr(err, field) != NULL, "\"%s\" does not name %s", err, field);             \
+    } while (0)
+
+Test(fleet_config, bad_descriptions_are_refused_with_the_field_named)
+{
+    EXPECT_REFUSED("sluice_fleet_desc.redis_url", d.redis_url = NULL);
+    EXPECT_REFUSED("sluice_fleet_desc.redis_url", d.redis_url = "redis://:6379");
+    EXPECT_REFUSED("sluice_fleet_desc.redis_url", d.redis_url = "redis://host:0");
+    EXPECT_REFUSED("sluice_fleet_desc.redis_url", d.redis_url = "host:65536");
+    EXPECT_REFUSED("sluice_fleet_desc.redis_url", d.redis_url = "host:63x");
+    EXPECT_REFUSED("sluice_fleet_desc.node_id", d.node_id = NULL);
+    EXPECT_REFUSED("sluice_fleet_desc.lease", d.lease = SLUICE_SOME(0));
+    EXPECT_REFUSED("sluice_fleet_desc.lease", d.lease = SLUICE_SOME(SLUICE_FLEET_LEASE_MAX + 1));
+    EXPECT_REFUSED("sluice_fleet_desc.heartbeat_ms", d.heartbeat_ms = 5);
+    EXPECT_REFUSED("sluice_fleet_desc.heartbeat_ms", d.heartbeat_ms = 20000);
+    EXPECT_REFUSED("sluice_fleet_desc.holder_ttl_beats", d.holder_ttl_beats = 1);
+    EXPECT_REFUSED("sluice_fleet_desc.min_limit", d.min_limit = 9; d.max_limit = 4);
+    EXPECT_REFUSED("sluice_fleet_desc.floor", d.floor = 20; d.max_limit = 10);
+    char err[256] = "x";
+    cr_expect_eq(try_create((struct sluice_fleet_desc){.redis_url = "redis://localhost",
+                                                       .node_id = "n"},
+                            err, sizeof err),
+                 SLUICE_OK, "a URL without a port means 6379");
+    cr_expect_str_empty(err);
+}
+
+static void count_event(void *ctx, const struct sluice_event *ev)
+{
+    if (ev->kind == SLUICE_EVENT_STORE && ev->cause == SLUICE_CAUSE_STORE_ERROR)
+        atomic_fetch_add((_Atomic int *)ctx, 1);
+}
+
+/* No server on the port: the fleet starts in fallback (the floor), says so once, and
+ * the pool serves. */
+Test(fleet_config, a_redis_that_does_not_answer_means_the_fallback_and_an_event)
+{
+    static _Atomic int events;
+    char url[64];
+    snprintf(url, sizeof url, "127.0.0.1:%d", rfx_free_port());
+    struct sluice_fleet *f;
+    cr_assert_eq(sluice_fleet_create(&(struct sluice_fleet_desc){.redis_url = url,
+                                                                 .node_id = "n",
+                                                                 .heartbeat_ms = 20,
+                                                                 .floor = 3,
+                                                                 .on_event = count_event,
+                                                                 .on_event_ctx = &events},
+                                     &f),
+                 SLUICE_OK);
+    struct sluice_discovery_desc dd = {0};
+    sluice_fleet_discovery(f, &dd);
+    struct sluice_pool *pool;
+    cr_assert_eq(sluice_pool_create(&(struct sluice_pool_desc){.active = 8, .discovery = &dd},
+                                    &pool),
+                 SLUICE_OK);
+    cr_assert_eq(sluice_fleet_attach(f, pool), SLUICE_OK);
+    cr_expect_eq(sluice_fleet_attach(f, pool), SLUICE_EINVAL, "attached twice");
+    cr_expect(RFX_WAIT_UNTIL(atomic_load(&events) >= 1, 2000), "no fallback event");
+    struct sluice_fleet_status st;
+    cr_expect(RFX_WAIT_UNTIL((sluice_fleet_status(f, &st), st.beats >= 5), 2000));
+    cr_expect_not(st.connected);
+    cr_expect_eq(st.local_limit, 3, "the fallback is the floor when no state was ever seen");
+    cr_expect_eq(atomic_load(&events), 1, "one event for the outage, not one per beat");
+    /* The pool follows the published limit once a window closes (poll, without traffic). */
+    cr_expect(RFX_WAIT_UNTIL(sluice_pool_stats(pool).active == 3, 2000),
+              "the pool's limit is %u", sluice_pool_stats(pool).active);
+    struct sluice_call call;
+    cr_expect_eq(sluice_pool_admit(pool), SLUICE_OK);
+    cr_expect_eq(sluice_pool_call_begin(pool, NULL, NULL, &call), SLUICE_OK, "it keeps serving");
+    sluice_pool_call_end(pool, &call, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_leave(pool);
+    sluice_fleet_destroy(f);
+    sluice_pool_destroy(pool);
+}
+
+/* ---- the permit script against a real server ------------------------------------ */
+
+/* One beat of process `id`: returns its leased permits. */
+static long long beat(const char *id, int want, int keep, int ttl_ms)
+{
+    char a_want[16], a_keep[16], a_ttl[16];
+    snprintf(a_want, sizeof a_want, "%d", want);
+    snprintf(a_keep, sizeof a_keep, "%d", keep);
+    snprintf(a_ttl, sizeof a_ttl, "%d", ttl_ms);
+    const char *argv[] = {"EVAL", sluice__fleet_script("beat"), "6", rfx_key("state"),
+                          rfx_key("holders"), rfx_key("held"), rfx_key("waiters"),
+                          rfx_key("clears"), rfx_key("load"), id, a_want, a_keep, "1", a_ttl,
+                          "5", "0"};
+    redisReply *r = redisCommandArgv(rfx.c, 16, argv, NULL);
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY, "beat failed: %s",
+              r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply");
+    long long leased = r->element[0]->integer;
+    freeReplyObject(r);
+    return leased;
+}
+
+/* S = 7 and four processes: three leasable permits (S − N), one per lease (k = 1). */
+Test(fleet_config, waiters_are_served_in_the_order_they_first_asked)
+{
+    rfx_start();
+    freeReplyObject(rfx_cmd("HSET %s limit 7", rfx_key("state")));
+    const int ttl = 60000;
+    for (const char *const *id = (const char *const[]){"x", "a", "b", "c", NULL}; *id; id++)
+        beat(*id, 0, 0, ttl);
+    cr_assert_eq(beat("x", 3, 0, ttl), 3, "x takes the whole pool while nobody waits");
+    cr_expect_eq(beat("a", 1, 0, ttl), 0);
+    cr_expect_eq(beat("b", 1, 0, ttl), 0);
+    cr_expect_eq(beat("c", 1, 0, ttl), 0);
+    cr_expect_eq(rfx_int("ZRANK %s c", rfx_key("waiters")), 2);
+    /* x, over its fair share while others wait, gives back what its pool no longer uses. */
+    cr_expect_eq(beat("x", 1, 0, ttl), 1);
+    /* Two permits free. c and b ask first, but a asked first of all. */
+    cr_expect_eq(beat("c", 1, 0, ttl), 0, "c jumped the queue");
+    cr_expect_eq(beat("b", 1, 0, ttl), 0, "b jumped the queue");
+    cr_expect_eq(beat("a", 1, 0, ttl), 1, "a, first in line, is served");
+    cr_expect_eq(beat("c", 1, 0, ttl), 0, "c jumped the queue");
+    cr_expect_eq(beat("b", 1, 0, ttl), 1, "b, next in line, is served");
+    cr_expect_eq(beat("c", 1, 0, ttl), 0, "nothing is free for c");
+    cr_expect_eq(rfx_leased_total(), 3, "never more than S − N leased");
+}
+
+Test(fleet_config, a_holder_that_keeps_what_its_pool_uses_is_not_drained_below_it)
+{
+    rfx_start();
+    freeReplyObject(rfx_cmd("HSET %s limit 10", rfx_key("state")));
+    beat("x", 0, 0, 60000);
+    beat("a", 0, 0, 60000);
+    cr_assert_eq(beat("x", 8, 0, 60000), 8);
+    /* a waits; x's share is now 4, but its pool still runs 6 of its permits. */
+    cr_expect_eq(beat("a", 4, 0, 60000), 0);
+    cr_expect_eq(beat("x", 8, 6, 60000), 6);
+    cr_expect_eq(beat("x", 8, 3, 60000), 4, "down to the fair share once the pool is");
+}
+
+Test(fleet_config, a_silent_holders_permits_return_after_the_holder_ttl)
+{
+    rfx_start();
+    freeReplyObject(rfx_cmd("HSET %s limit 6", rfx_key("state")));
+    beat("x", 0, 0, 200);
+    beat("a", 0, 0, 200);
+    cr_assert_eq(beat("x", 4, 0, 200), 4);
+    cr_expect_eq(beat("a", 2, 0, 200), 0, "nothing free while x is alive");
+    fx_sleep_ms(100);
+    cr_expect_eq(beat("a", 2, 0, 200), 0, "x is still within its TTL");
+    fx_sleep_ms(150); /* x silent for 250 ms > 200: gone at a's next beat */
+    cr_expect_eq(beat("a", 2, 0, 200), 2, "x's permits came back");
+    cr_expect_not(rfx_holder("x"));
+    cr_expect_eq(rfx_int("HEXISTS %s x", rfx_key("held")), 0);
+}
