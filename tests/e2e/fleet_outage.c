@@ -1,0 +1,61 @@
+/*
+ * fleet_outage.c — Redis goes away mid-run: every process falls back to its
+ * local share (a "store" event with cause store_error), keeps serving, and
+ * once Redis is back on the same port reconnects with backoff (a "restore"
+ * event with cause store) and leases again.
+ */
+#include "e2e/redis_fixture.h"
+
+#define WORKERS 4
+
+static void setup(void)
+{
+    fx_setup();
+    rfx_start();
+    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
+    fx_start(args);
+}
+
+TestSuite(fleet_outage, .init = setup, .fini = rfx_teardown, .timeout = 30);
+
+static int workers_with(const char *event)
+{
+    int n = 0;
+    for (int i = 0; i < WORKERS; i++)
+        n += rfx_events(i, event) > 0;
+    return n;
+}
+
+Test(fleet_outage, processes_fall_back_keep_serving_and_recover_when_redis_returns)
+{
+    for (int i = 0; i < WORKERS; i++)
+        rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 4, .max_limit = 12});
+    cr_assert(RFX_WAIT_UNTIL(rfx_int("ZCARD %s", rfx_key("holders")) == WORKERS, 5000));
+    fx_sleep_ms(500);
+    cr_assert_eq(workers_with("store store_error"), 0, "a fallback before the outage");
+
+    rfx_stop_server();
+    cr_expect(RFX_WAIT_UNTIL(workers_with("store store_error") == WORKERS, 2000),
+              "%d of %d workers reported the fallback", workers_with("store store_error"),
+              WORKERS);
+    long served = fx_stats().ok;
+    fx_sleep_ms(1000);
+    long during = fx_stats().ok - served;
+    cr_log_info("%ld calls served in the second without Redis", during);
+    cr_expect_gt(during, 50, "the fleet stopped serving without Redis");
+    struct fx_stats s = fx_stats();
+    cr_expect_leq(s.peak_in_flight, 12, "the local shares overran S: %ld", s.peak_in_flight);
+
+    rfx_launch(); /* same port, empty: the processes re-register from scratch */
+    int64_t back = fx_now_ms();
+    bool recovered = RFX_WAIT_UNTIL(workers_with("restore store") == WORKERS &&
+                                        rfx_int("ZCARD %s", rfx_key("holders")) == WORKERS,
+                                    8000);
+    cr_log_info("all %d workers back %lld ms after Redis returned", WORKERS,
+                (long long)(fx_now_ms() - back));
+    cr_expect(recovered, "%d of %d workers reconnected", workers_with("restore store"), WORKERS);
+    char leader[32];
+    cr_expect(RFX_WAIT_UNTIL((rfx_leader(leader, sizeof leader), leader[0] != '\0'), 2000),
+              "no leader after the outage");
+    cr_expect(RFX_WAIT_UNTIL(rfx_leased_total() > 0, 3000), "nobody leases after the outage");
+}
