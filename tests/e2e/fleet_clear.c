@@ -1,0 +1,73 @@
+/*
+ * fleet_clear.c — a clear from any process clears the node fleet-wide:
+ * through the pool's store (the path sluice_pool_clear, sluice_engine_clear
+ * and the admin endpoint's POST take) the shared lock goes, the leader
+ * restarts discovery from the jumpstart, and every process sees the next
+ * lock within a heartbeat or two.
+ */
+#include "e2e/redis_fixture.h"
+
+#define WORKERS 4
+#define BEAT_MS 100
+
+static void setup(void)
+{
+    fx_setup();
+    rfx_start();
+    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
+    fx_start(args);
+    for (int i = 0; i < WORKERS; i++)
+        rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 6, .max_limit = 16});
+}
+
+TestSuite(fleet_clear, .init = setup, .fini = rfx_teardown, .timeout = 30);
+
+Test(fleet_clear, a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
+{
+    cr_assert(RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 8000),
+              "the fleet did not lock at max_limit");
+    /* This process joins the fleet with an idle pool of its own. */
+    char url[64];
+    rfx_url(url, sizeof url);
+    struct sluice_fleet *f;
+    cr_assert_eq(sluice_fleet_create(&(struct sluice_fleet_desc){.redis_url = url,
+                                                                 .node_id = RFX_NODE,
+                                                                 .process_id = "tester",
+                                                                 .heartbeat_ms = BEAT_MS,
+                                                                 .max_limit = 16},
+                                     &f),
+                 SLUICE_OK);
+    struct sluice_discovery_desc dd = {0};
+    sluice_fleet_discovery(f, &dd);
+    struct sluice_pool *pool;
+    cr_assert_eq(sluice_pool_create(&(struct sluice_pool_desc){.active = 8, .discovery = &dd},
+                                    &pool),
+                 SLUICE_OK);
+    cr_assert_eq(sluice_fleet_attach(f, pool), SLUICE_OK);
+    struct sluice_fleet_status st;
+    cr_assert(RFX_WAIT_UNTIL((sluice_fleet_status(f, &st), st.ceiling == 16), 3 * BEAT_MS),
+              "this process does not see the lock the others found");
+
+    cr_assert_eq(sluice_pool_clear(pool), SLUICE_OK);
+    long long lowest = LLONG_MAX;
+    bool unlocked = false;
+    for (int64_t end = fx_now_ms() + 10 * BEAT_MS; fx_now_ms() < end; fx_sleep_ms(5)) {
+        long long s = rfx_int("HGET %s limit", rfx_key("state"));
+        if (s && s < lowest)
+            lowest = s;
+        unlocked |= rfx_int("HGET %s ceiling", rfx_key("state")) == 0;
+    }
+    cr_expect(unlocked, "the shared lock survived the clear");
+    cr_expect_leq(lowest, 5, "S never went back to the jumpstart (lowest %lld)", lowest);
+
+    /* The fleet probes again and locks again; this process sees it within two beats. */
+    cr_assert(RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 8000),
+              "the fleet did not lock again");
+    int64_t locked = fx_now_ms();
+    bool seen = RFX_WAIT_UNTIL((sluice_fleet_status(f, &st), st.ceiling == 16), 10 * BEAT_MS);
+    cr_expect(seen, "this process never saw the new lock");
+    cr_expect_leq(fx_now_ms() - locked, 2 * BEAT_MS + 50, "seen after %lld ms",
+                  (long long)(fx_now_ms() - locked));
+    sluice_fleet_destroy(f);
+    sluice_pool_destroy(pool);
+}
