@@ -39,9 +39,16 @@
  * policy's estimate of the queue-free limit caps the ceiling as well
  * (latency cannot tell C from a little more than C as sharply as a 429
  * can). A node that never sees congestion locks at max_limit after a stable
- * window there. While locked, a congestion signal at the ceiling is only a
- * backoff (a transient); an overload (not a knee) that strikes below the
- * ceiling, while recovering towards it, is evidence that capacity fell, and
+ * window there. Refusals count against the limit their call *started*
+ * under (sluice_sample.limit_at_start): a timeout surfaces a second after
+ * its call started, when slow start has long moved on, and it is fresh as
+ * long as the limit is not yet below the one it struck at; `bad` and the
+ * cut go by the lowest such limit in the window. While locked, a
+ * congestion signal at the ceiling is only a backoff (a transient), unless
+ * its call started before the window that confirmed the ceiling (it was
+ * part of that window after all: the ceiling is lowered); an overload (not
+ * a knee) that strikes below the ceiling, while recovering towards it, is
+ * evidence that capacity fell, and
  * lowers the ceiling to just under where it struck (a "lock" event with
  * reason "lowered"). A lowered ceiling is a guess until a stable window
  * runs at it (another "lock" event, reason "bracket"); until then an
@@ -392,6 +399,9 @@ struct sluice__window_acc {
     _Atomic(uint32_t) writers; /* samples adding to this buffer right now */
     _Atomic(uint32_t) n_ok, n_overload, n_fresh, n_ignore, max_in_flight;
     _Atomic(uint32_t) n_ok_other; /* served calls outside the measured cohort (in n_ignore too) */
+    _Atomic(uint32_t) overload_limit; /* lowest limit_at_start of a fresh overload; UINT32_MAX =
+                                         none known */
+    _Atomic(int64_t) overload_start;  /* earliest start of a fresh overload; INT64_MAX = none */
     _Atomic(int64_t) latency_sum, latency_min, latency_dev, retry_after;
 };
 
@@ -435,6 +445,8 @@ struct sluice_discovery {
     sluice_spinlock lock;
     bool congested;         /* a congestion signal opened the bracket */
     bool confirmed;         /* a stable window ran at the locked ceiling */
+    int64_t confirmed_ns;   /* when it did: a refusal at the ceiling from a call started
+                               earlier was part of that window after all (a late timeout) */
     bool fx_dirty;          /* this locked section left effects for the flusher */
     uint32_t bad;           /* the limit at which the last congestion struck */
     uint32_t knee_estimate; /* the policy's queue-free estimate at the last knee; 0 = none */
@@ -604,6 +616,7 @@ SLUICE_INLINE void sluice__discovery_forget(struct sluice_discovery *d)
     atomic_store_explicit(&d->lock_expires_s, 0, SLUICE_RELAXED);
     d->congested = false;
     d->confirmed = false;
+    d->confirmed_ns = INT64_MIN;
     d->bad = 0;
     d->knee_estimate = 0;
 }
@@ -705,6 +718,9 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
     w.n_ignore = atomic_exchange_explicit(&a->n_ignore, 0u, SLUICE_RELAXED);
     w.n_served = w.n_ok + atomic_exchange_explicit(&a->n_ok_other, 0u, SLUICE_RELAXED);
     w.max_in_flight = atomic_exchange_explicit(&a->max_in_flight, 0u, SLUICE_RELAXED);
+    uint32_t refused_at = atomic_exchange_explicit(&a->overload_limit, UINT32_MAX, SLUICE_RELAXED);
+    w.overload_limit = refused_at == UINT32_MAX ? 0 : refused_at;
+    w.overload_start_ns = atomic_exchange_explicit(&a->overload_start, INT64_MAX, SLUICE_RELAXED);
     int64_t sum = atomic_exchange_explicit(&a->latency_sum, 0, SLUICE_RELAXED);
     int64_t dev = atomic_exchange_explicit(&a->latency_dev, 0, SLUICE_RELAXED);
     int64_t min = atomic_exchange_explicit(&a->latency_min, INT64_MAX, SLUICE_RELAXED);
@@ -740,18 +756,27 @@ SLUICE_INLINE void sluice__discovery_opened(struct sluice_discovery *d)
 
 /* A congestion verdict: cut, move the bracket or lower the lock. Call locked. */
 SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int64_t now,
+                                                const struct sluice_window *w,
                                                 const struct sluice_verdict *v, uint32_t old)
 {
-    uint32_t next = v->limit < old ? v->limit : (old > 1 ? old - 1 : 1);
+    /* Where it struck: the limit the refused calls started under, which a
+     * late refusal (a timeout) reports after the limit moved on. */
+    uint32_t struck = w->overload_limit && w->overload_limit < old ? w->overload_limit : old;
+    if (v->cause == SLUICE_CAUSE_LATENCY)
+        struck = old;
+    uint32_t next = v->limit < struck ? v->limit : (struck > 1 ? struck - 1 : 1);
     uint32_t ceiling = atomic_load_explicit(&d->ceiling, SLUICE_RELAXED);
     uint32_t lowered = 0;
+    /* A refusal at the ceiling from a call that started before the window that
+     * confirmed it was one of that window's calls: the confirmation was early. */
+    bool unconfirmed = !d->confirmed || w->overload_start_ns < d->confirmed_ns;
     bool refused = v->cause != SLUICE_CAUSE_LATENCY &&
-                   (old < ceiling || (old == ceiling && !d->confirmed));
+                   (struck < ceiling || (struck == ceiling && unconfirmed));
     if (ceiling && refused) {
         /* Refused below the lock while recovering towards it: capacity fell.
          * (Only an explicit refusal lowers a lock: latency is noisier, and a
          * provider that is merely slow today would ratchet it down.) */
-        lowered = old > 1 ? old - 1 : 1;
+        lowered = struck > 1 ? struck - 1 : 1;
         if (v->estimate && v->estimate < lowered)
             lowered = v->estimate;
         lowered = sluice__discovery_clamp(d, lowered);
@@ -761,7 +786,7 @@ SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int6
             next = lowered;
     } else if (!ceiling) {
         d->congested = true;
-        d->bad = old;
+        d->bad = struck;
         d->knee_estimate = v->cause == SLUICE_CAUSE_LATENCY ? v->estimate : 0;
     }
     next = sluice__discovery_clamp(d, next);
@@ -798,6 +823,7 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
     }
     if (ceiling && !d->confirmed && old == ceiling && sluice__discovery_stable(d, w)) {
         d->confirmed = true;
+        d->confirmed_ns = now;
         sluice__discovery_lock(d, ceiling); /* re-persist with a fresh expiry */
         sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_BRACKET, old, old);
         return;
@@ -809,6 +835,7 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
             at = sluice__discovery_clamp(d, d->knee_estimate);
         sluice__discovery_lock(d, at);
         d->confirmed = at == old;
+        d->confirmed_ns = now;
         sluice__discovery_set_state(d, SLUICE_DISCOVERY_LOCKED);
         sluice__discovery_set_limit(d, at, now);
         sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK,
@@ -838,7 +865,7 @@ SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t n
     struct sluice_verdict v = sluice_policy_update(sluice__discovery_policy(d), &w);
     uint32_t old = w.limit;
     if (sluice_cause_is_congestion(v.cause))
-        sluice__discovery_congestion(d, now, &v, old);
+        sluice__discovery_congestion(d, now, &w, &v, old);
     else
         sluice__discovery_healthy(d, now, &w, &v, old);
     sluice__discovery_schedule(d, now, atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED));
@@ -881,6 +908,7 @@ SLUICE_INLINE void sluice__discovery_maybe_close(struct sluice_discovery *d, int
         }                                                                                          \
     }
 SLUICE__ATOMIC_EXTREMUM(max_u32, uint32_t, >)
+SLUICE__ATOMIC_EXTREMUM(min_u32, uint32_t, <)
 SLUICE__ATOMIC_EXTREMUM(max_i64, int64_t, >)
 SLUICE__ATOMIC_EXTREMUM(min_i64, int64_t, <)
 #undef SLUICE__ATOMIC_EXTREMUM
@@ -932,7 +960,12 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
             /* retry_after_max_ns may be INT64_MAX: saturate, never wrap into the past. */
             sluice__atomic_max_i64(&d->hold_until_ns, sluice_add_ns(now, hold));
         }
-        fresh = started >= atomic_load_explicit(&d->last_cut_ns, SLUICE_RELAXED);
+        /* Fresh: started after the last cut, or under a limit no higher than
+         * today's — a late timeout still counts against the limit it started
+         * under, which the cuts since may not have gone below. */
+        fresh = started >= atomic_load_explicit(&d->last_cut_ns, SLUICE_RELAXED) ||
+                (s->limit_at_start &&
+                 s->limit_at_start <= atomic_load_explicit(&d->limit, SLUICE_RELAXED));
     } else if (s->outcome == SLUICE_OUTCOME_OK) {
         measured = started >= atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED) &&
                    started < atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED);
@@ -944,6 +977,9 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
         atomic_fetch_add_explicit(&a->n_overload, 1u, SLUICE_RELAXED);
         if (fresh) {
             sluice__atomic_max_i64(&a->retry_after, s->retry_after_ns);
+            if (s->limit_at_start)
+                sluice__atomic_min_u32(&a->overload_limit, s->limit_at_start);
+            sluice__atomic_min_i64(&a->overload_start, started);
             atomic_fetch_add_explicit(&a->n_fresh, 1u, SLUICE_RELAXED);
         }
     } else if (measured) {
@@ -1238,6 +1274,7 @@ SLUICE_INLINE void sluice__discovery_restore(struct sluice_discovery *d, int64_t
     atomic_store_explicit(&d->ceiling, ceiling, SLUICE_RELAXED);
     atomic_store_explicit(&d->lock_expires_s, rec.expires_s, SLUICE_RELAXED);
     d->confirmed = true; /* it was confirmed when it was stored */
+    d->confirmed_ns = INT64_MIN;
     sluice__discovery_set_state(d, SLUICE_DISCOVERY_LOCKED);
     sluice__discovery_set_limit(d, ceiling, now);
     sluice__discovery_emit(d, now, SLUICE_EVENT_RESTORE, SLUICE_CAUSE_STORE, old, ceiling);
@@ -1252,6 +1289,8 @@ SLUICE_INLINE void sluice__discovery_init_acc(struct sluice__window_acc *a)
     atomic_init(&a->n_ignore, 0u);
     atomic_init(&a->n_ok_other, 0u);
     atomic_init(&a->max_in_flight, 0u);
+    atomic_init(&a->overload_limit, UINT32_MAX);
+    atomic_init(&a->overload_start, INT64_MAX);
     atomic_init(&a->latency_sum, 0);
     atomic_init(&a->latency_min, INT64_MAX);
     atomic_init(&a->latency_dev, 0);

@@ -74,6 +74,9 @@ struct sluice_sample {
     int64_t retry_after_ns;      /* provider's Retry-After, 0 = none */
     int64_t start_ns;            /* discovery clock when the call started (0 = unknown: taken
                                     as now - latency_ns) */
+    uint32_t limit_at_start;     /* the limit in force when the call started; an overload
+                                    counts against it, however late it surfaces (a timeout).
+                                    0 = unknown: freshness then goes by start time alone */
 };
 
 /*
@@ -151,6 +154,10 @@ struct sluice_window {
     int64_t retry_after_ns;     /* largest Retry-After among the overloads; 0 = none */
     uint32_t n_served;          /* calls that ended OK while the window was open, measured or
                                    not: n_served / (end_ns - start_ns) is the completion rate */
+    uint32_t overload_limit;    /* the lowest limit under which a fresh overload's call
+                                   started: where the provider refused (0 = none known) */
+    int64_t overload_start_ns;  /* the earliest start among the fresh overloads' calls
+                                   (INT64_MAX = none) */
 };
 
 /* A policy's answer to one window. */

@@ -153,6 +153,7 @@ struct sluice_call {
                                     Retry-After hold over) */
     int64_t queued_ns;           /* pool clock time spent waiting for the permit and any hold */
     uint32_t in_flight_at_start; /* calls in flight once this one started, itself included */
+    uint32_t limit_at_start;     /* the discovered limit when it started (0 = not adaptive) */
 };
 
 /* A call waiting out a Retry-After hold: on its own stack, linked into the pool. */
@@ -574,6 +575,7 @@ SLUICE_INLINE int sluice__pool_hold(struct sluice_pool *p, const struct timespec
 SLUICE_INLINE void sluice__pool_start(struct sluice_pool *p, struct sluice_call *call)
 {
     call->in_flight_at_start = atomic_fetch_add_explicit(&p->in_flight, 1u, SLUICE_RELAXED) + 1u;
+    call->limit_at_start = p->discovery ? sluice_discovery_limit(p->discovery) : 0;
 }
 
 /*
@@ -605,7 +607,7 @@ SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct tim
     }
     if (SLUICE_UNLIKELY(p->discovery != NULL) && status == SLUICE_OK)
         status = sluice__pool_hold(p, deadline, cancel, call);
-    call->in_flight_at_start = 0;
+    call->in_flight_at_start = call->limit_at_start = 0;
     if (status == SLUICE_OK)
         sluice__pool_start(p, call);
     return status;
@@ -691,7 +693,7 @@ SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sl
     w->sluice__next = w->sluice__prev = NULL;
     w->sluice__held = false;
     w->sluice__arrived = sluice_clock_now(&p->clock);
-    w->call.in_flight_at_start = 0;
+    w->call.in_flight_at_start = w->call.limit_at_start = 0;
     if (SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED))) {
         w->cb(w, SLUICE_ECLOSED);
         return;
@@ -798,6 +800,7 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_po
     sample.outcome = outcome;
     sample.retry_after_ns = retry_after_ns;
     sample.start_ns = call->start_ns;
+    sample.limit_at_start = call->limit_at_start;
     atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
     atomic_fetch_add_explicit(&p->ended[(unsigned)outcome <= SLUICE_OUTCOME_IGNORE
                                             ? (unsigned)outcome

@@ -151,6 +151,7 @@ struct sim_req {
     int64_t t_issue;     /* when the caller first asked (end-to-end latency) */
     int64_t t_start;     /* when this attempt started (permit held, hold passed) */
     uint32_t in_flight_at_start;
+    uint32_t limit_at_start;
     bool holding, answered;
     enum sluice_outcome outcome;
     int64_t retry_after_ns;
@@ -419,6 +420,7 @@ static inline void sim__response(struct sim *s, struct sim_req *r)
     sample.outcome = r->outcome;
     sample.retry_after_ns = r->retry_after_ns;
     sample.start_ns = r->t_start;
+    sample.limit_at_start = r->limit_at_start;
     if (s->ctl.on_sample)
         s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
     r->holding = false;
@@ -451,6 +453,7 @@ static inline void sim__start(struct sim *s, struct sim_req *r)
     }
     r->t_start = s->now;
     r->in_flight_at_start = s->held;
+    r->limit_at_start = sluice_gate_limit(&s->gate);
     s->stats.attempts++;
     sim__push(s, s->now + sim__ns(s->cfg.net_s / 2), SIM_EV_PROVIDER, sim__req_id(s, r), r->gen);
     sim__push(s, s->now + sim__ns(s->cfg.timeout_s), SIM_EV_TIMEOUT, sim__req_id(s, r), r->gen);

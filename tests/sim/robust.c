@@ -61,7 +61,7 @@ Test(robust, knee_provider_locks_inside_the_band_for_99_percent_of_seeds, .timeo
 struct watch {
     struct sim_controller inner;
     int64_t from_ns, half_ns, timeout_ns;
-    uint64_t calls, timeouts, late_ok;
+    uint64_t calls, timeouts, late_ok, overloads;
     double late_latency_s;
 };
 
@@ -71,6 +71,7 @@ static void watch_sample(void *ctx, const struct sluice_sample *s, int64_t now)
     if (now >= w->from_ns) {
         w->calls++;
         w->timeouts += s->outcome == SLUICE_OUTCOME_OVERLOAD && s->latency_ns >= w->timeout_ns;
+        w->overloads += s->outcome == SLUICE_OUTCOME_OVERLOAD;
     }
     if (now >= w->half_ns && s->outcome == SLUICE_OUTCOME_OK) {
         w->late_ok++;
@@ -104,7 +105,7 @@ Test(robust, slow_link_keeps_timeouts_under_1_percent_and_latency_under_twice_un
         struct scenario sc;
         scenario_start(&sc, cfg, default_desc());
         struct watch w = {sc.sim->ctl, 10 * (int64_t)SIM_NS, (int64_t)(RUN_S / 2 * SIM_NS),
-                          (int64_t)(cfg.timeout_s * SIM_NS) - 1, 0, 0, 0, 0};
+                          (int64_t)(cfg.timeout_s * SIM_NS) - 1, 0, 0, 0, 0, 0};
         struct sim_controller c = {&w, watch_sample, watch_hold};
         sim_set_controller(sc.sim, &c);
         sim_run_until(sc.sim, RUN_S);
@@ -115,6 +116,66 @@ Test(robust, slow_link_keeps_timeouts_under_1_percent_and_latency_under_twice_un
         double mean = w.late_latency_s / (double)w.late_ok;
         cr_expect_leq(mean, 2.0 * sc.rtt_s, "seed %" PRIu64 ": settled latency %.3f s, unloaded %.3f s",
                       seed, mean, sc.rtt_s);
+        scenario_stop(&sc);
+    }
+}
+
+/* A provider that silently drops calls past cap 5; the client times out
+ * after 1 s (drop_timeout_c5). A timeout counts against the limit its call
+ * started under, however far the limit moved since: locked at C within 60
+ * simulated seconds, on every seed. */
+Test(robust, dropping_provider_locks_at_its_cap_within_60_s_on_every_seed, .timeout = 120)
+{
+    for (uint64_t seed = 1; seed <= 100; seed++) {
+        struct sim_config cfg = reject_config(5, seed);
+        cfg.mode = SIM_DROP;
+        cfg.median_s = 0.05;
+        cfg.sigma = 0.4;
+        cfg.net_s = 0.02;
+        cfg.timeout_s = 1.0;
+        struct scenario sc;
+        scenario_start(&sc, cfg, default_desc());
+        sim_run_until(sc.sim, 60.0);
+        struct sluice_discovery_status st = scenario_status(&sc);
+        cr_expect(st.state == SLUICE_DISCOVERY_LOCKED && st.ceiling == 5,
+                  "seed %" PRIu64 ": %s, ceiling %u after 60 s", seed,
+                  sluice_discovery_state_name(st.state), st.ceiling);
+        scenario_stop(&sc);
+    }
+}
+
+/* A sliding-window rate limit of 100 calls a second, 0.1 s round trips:
+ * R·L = 10 concurrent (rate_r100). Calls started after a cut keep getting
+ * 429 until the window slides; that must not ratchet the limit down. After
+ * the first minute, at most 5% of calls are refused, the limit sits in
+ * [0.8, 2]·R·L, and no lock ever lands below 0.8·R·L. */
+Test(robust, rate_limited_provider_settles_near_its_rate_times_latency, .timeout = 120)
+{
+    for (uint64_t seed = 1; seed <= 50; seed++) {
+        struct sim_config cfg = reject_config(10, seed);
+        cfg.mode = SIM_RATE;
+        cfg.rate_per_s = 100;
+        cfg.median_s = 0.075;
+        cfg.sigma = 0.3;
+        cfg.net_s = 0.02;
+        struct scenario sc;
+        scenario_start(&sc, cfg, default_desc());
+        struct watch w = {sc.sim->ctl, 60 * (int64_t)SIM_NS, INT64_MAX, INT64_MAX, 0, 0, 0, 0, 0};
+        struct sim_controller c = {&w, watch_sample, watch_hold};
+        sim_set_controller(sc.sim, &c);
+        sim_run_until(sc.sim, 600.0);
+        double rl = cfg.rate_per_s * sc.rtt_s;
+        uint32_t limit = sluice_gate_limit(&sc.sim->gate);
+        cr_expect(limit >= 0.8 * rl && limit <= 2.0 * rl,
+                  "seed %" PRIu64 ": limit %u, R·L %.1f", seed, limit, rl);
+        cr_expect_leq((double)w.overloads, 0.05 * (double)w.calls,
+                      "seed %" PRIu64 ": %" PRIu64 " of %" PRIu64 " calls refused", seed,
+                      w.overloads, w.calls);
+        for (size_t i = 0; i < sc.trace.n; i++)
+            if (sc.trace.ev[i].kind == SLUICE_EVENT_LOCK)
+                cr_expect_geq(sc.trace.ev[i].new_limit, 0.8 * rl,
+                              "seed %" PRIu64 ": locked at %u at t = %.1f s, R·L %.1f", seed,
+                              sc.trace.ev[i].new_limit, (double)sc.trace.ev[i].t_ns / SIM_NS, rl);
         scenario_stop(&sc);
     }
 }

@@ -83,7 +83,7 @@ static void advance(struct node *n, int64_t ns)
 static void feed(struct node *n, int64_t latency_ns, uint32_t in_flight, enum sluice_outcome o,
                  int64_t retry_after_ns)
 {
-    struct sluice_sample s = {latency_ns, in_flight, o, retry_after_ns, 0};
+    struct sluice_sample s = {latency_ns, in_flight, o, retry_after_ns, 0, 0};
     sluice_discovery_on_sample(n->disc, &s);
 }
 
@@ -505,7 +505,7 @@ static void *complete_calls(void *arg)
                                 : r % 50 == 1 ? SLUICE_OUTCOME_IGNORE
                                               : SLUICE_OUTCOME_OK;
         struct sluice_sample s = {(int64_t)(r % 200000), c.in_flight, o,
-                                  r % 97 == 0 ? 1000 : 0, 0};
+                                  r % 97 == 0 ? 1000 : 0, 0, 0};
         sluice_discovery_on_sample(h->disc, &s);
         sluice_gate_release(h->gate);
     }
@@ -625,7 +625,7 @@ struct closer {
 static void *close_and_flush(void *arg)
 {
     struct closer *c = (struct closer *)arg;
-    struct sluice_sample s = {SEC, 2, SLUICE_OUTCOME_OK, 0, 0};
+    struct sluice_sample s = {SEC, 2, SLUICE_OUTCOME_OK, 0, 0, 0};
     int64_t t0 = sluice_monotonic_ns();
     sluice__discovery_record(c->n->disc, &s);
     c->record_ns = sluice_monotonic_ns() - t0;
@@ -734,10 +734,10 @@ Test(discovery, a_limit_raise_hands_out_its_grants_in_flush_not_in_record)
     cr_assert_eq(granted, 0, "queued behind the held permit");
     /* A healthy saturated window in slow start doubles the limit 1 -> 2. */
     advance(&n, SEC);
-    struct sluice_sample ok = {SEC, 1, SLUICE_OUTCOME_OK, 0, 0};
+    struct sluice_sample ok = {SEC, 1, SLUICE_OUTCOME_OK, 0, 0, 0};
     sluice__discovery_record(n.disc, &ok);
     advance(&n, 60 * SEC);
-    struct sluice_sample late = {0, 1, SLUICE_OUTCOME_IGNORE, 0, 0};
+    struct sluice_sample late = {0, 1, SLUICE_OUTCOME_IGNORE, 0, 0, 0};
     sluice__discovery_record(n.disc, &late);
     cr_assert_eq(sluice_discovery_limit(n.disc), 2, "the close raised the limit");
     cr_assert_eq(granted, 0, "record ran a waiter callback");
@@ -945,7 +945,7 @@ static void *sample_node(void *arg)
     for (int i = 0; i < SCALED(20000); i++) {
         uint64_t r = test_rand(&seed);
         struct sluice_sample s = {(int64_t)(r % 100000), 4,
-                                  r % 20 == 0 ? SLUICE_OUTCOME_OVERLOAD : SLUICE_OUTCOME_OK, 0, 0};
+                                  r % 20 == 0 ? SLUICE_OUTCOME_OVERLOAD : SLUICE_OUTCOME_OK, 0, 0, 0};
         sluice_discovery_on_sample(d, &s);
         if (r % 500 == 1)
             sluice_discovery_clear(d);
@@ -981,7 +981,7 @@ Test(discovery, nodes_built_from_one_description_share_no_policy_state)
     cr_assert_eq(memcmp(&proto, &pristine, sizeof proto), 0, "the prototype was written to");
 
     /* Node 0 leaves slow start on an overload; clearing node 1 must not put it back. */
-    struct sluice_sample overload = {0, 4, SLUICE_OUTCOME_OVERLOAD, 0, 0};
+    struct sluice_sample overload = {0, 4, SLUICE_OUTCOME_OVERLOAD, 0, 0, 0};
     sluice_discovery_clear(t.disc[0]);
     sluice_discovery_on_sample(t.disc[0], &overload);
     const struct sluice_policy_discover *own =
@@ -1104,7 +1104,7 @@ Test(discovery, the_largest_window_parameters_and_absurd_latencies_stay_defined)
 static void *steady_calls(void *arg)
 {
     struct sluice_discovery *d = (struct sluice_discovery *)arg;
-    struct sluice_sample s = {1000, 4, SLUICE_OUTCOME_OK, 0, 0}; /* every call takes 1 µs */
+    struct sluice_sample s = {1000, 4, SLUICE_OUTCOME_OK, 0, 0, 0}; /* every call takes 1 µs */
     for (int i = 0; i < SCALED(100000); i++)
         sluice_discovery_on_sample(d, &s);
     return NULL;
@@ -1168,7 +1168,7 @@ static void check_order(void *ctx, const struct sluice_event *ev)
 static void *event_storm(void *arg)
 {
     struct sluice_discovery *d = (struct sluice_discovery *)arg;
-    struct sluice_sample overload = {0, 4, SLUICE_OUTCOME_OVERLOAD, 0, 0};
+    struct sluice_sample overload = {0, 4, SLUICE_OUTCOME_OVERLOAD, 0, 0, 0};
     for (int i = 0; i < SCALED(4000); i++) {
         if (i % 50 == 49)
             sluice_discovery_clear(d);

@@ -37,7 +37,8 @@
  *            window and BBR's PROBE_RTT do. Slow start resumes after a probe
  *            if the doubt was only the reference's.
  *   rate     Completions per second: an average over ~4 latencies, its
- *            windowed max over ~20 (BBR's BtlBw) and the pace over ~1.
+ *            windowed max over ~20 (BBR's BtlBw) and the pace over ~1
+ *            (at least a second, the usual rate-limit window).
  *            max x s0 is, by Little's law, the concurrency the provider
  *            recently served: its cap when it refuses the rest, R·s0 for a
  *            rate limit.
@@ -45,15 +46,18 @@
  *            higher (discovery.h, "Lock criterion").
  *
  * Per window (discovery closes one per operating point, see discovery.h):
- *   refusal  A fresh 429/503/timeout cuts to limit·backoff, but never below
+ *   refusal  A fresh 429/503/timeout cuts to backoff times the limit its
+ *            call started under (a timeout surfaces a second later, after
+ *            the limit moved on; see discovery.h), but never below
  *            backoff·rate_max·s0 while the pace keeps up with that plateau:
  *            a sliding-window rate limit, which keeps refusing for a while
  *            after a cut but still serves R a second, cannot ratchet the
  *            limit under what it sustained. A refusal at a limit the
- *            provider demonstrably serves (cut >= limit) is the echo of an
- *            older burst: hold. A cap that really came down serves less at
- *            once, the pace falls, and the cuts go on. (A Retry-After
- *            becomes discovery's hold.)
+ *            provider demonstrably serves (at most 0.95·rate_max·s0, or a
+ *            cut that would not go below it) is the echo of an older
+ *            burst: hold. A cap that really came down serves less at once,
+ *            the pace falls, and the cuts go on. (A Retry-After becomes
+ *            discovery's hold.)
  *   latency  The window is pooled into its level (the limit, or the peak in
  *            flight when demand fell short), then the level is tested:
  *            x = ln(mean/s0) against t = ln(1 + knee), with se the standard
@@ -84,14 +88,14 @@
  *            waited behind the old queue: it counts for nothing.
  *
  * Measured by the robustness table of sluice-bench --only-discovery (300
- * seeds per row; the README has the table). Known limits: against a
- * provider that silently drops calls past its cap, the windows of one call
- * too many look clean until that call's timeout, and discovery locks on a
- * clean window, so the lock lands at C only in about a third of the seeds
- * (drop_timeout_c5); a sliding-window rate limit settles inside
- * [0.8, 2]·R·L in 96% of them (rate_r100); and the echo rule costs a
- * cap cut from 52 to 20 a few seconds of 429s (2.3% of the run's calls,
- * against 0.3% without it).
+ * seeds per row; the README has the table). Known limits: the echo rule
+ * costs a cap cut from 52 to 20 a few seconds of 429s (2.3% of the run's
+ * calls, against 0.3% without it: the pace needs about a latency to show
+ * the cut); and a reference probe in slow start, against a provider that
+ * refuses rather than queues, costs the unlucky seed whose first levels
+ * look queued a minute at the jumpstart (worst goodput 0.95 at C = 16
+ * against 0.986 without probes, which in turn missed the band at C = 8 in
+ * 38 seeds of 300).
  *
  * Progress, concurrency and memory ordering: see sluice/policy.h — called
  * only under the owning discovery's update lock, which orders each call
@@ -355,7 +359,10 @@ SLUICE_INLINE void sluice__discover_rate(struct sluice_policy_discover *p,
     if (span <= 0 || lat <= 0)
         return;
     double f = exp(-span / (4.0 * lat));
-    double g = exp(-span / lat);
+    /* The pace spans one latency, or a second where calls are shorter: a
+     * rate limit refuses in bursts until its window (typically a second)
+     * slides, and a pace over less reads each burst as a cap that fell. */
+    double g = exp(-span / (lat > 1e9 ? lat : 1e9));
     p->now_n = p->now_n * g + w->n_served;
     p->now_ns = p->now_ns * g + span;
     p->rate_n = p->rate_n * f + w->n_served;
@@ -382,10 +389,15 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
                                                               double s0)
 {
     double backoff = p->params.backoff, served = sluice__discover_served(p, s0);
-    double cut = (double)w->limit * backoff;
+    /* A late refusal (a timeout) struck at the limit its call started under. */
+    uint32_t struck = w->overload_limit && w->overload_limit < w->limit ? w->overload_limit
+                                                                        : w->limit;
+    double cut = (double)struck * backoff;
     if (cut < backoff * served)
         cut = backoff * served;
-    if (cut >= (double)w->limit) /* refused below what it serves: an echo */
+    /* Refused at a concurrency it serves (5% margin: rate_max is a max of
+     * noisy rates): the echo of an older burst. */
+    if (cut >= (double)w->limit || (double)struck <= 0.95 * served)
         return sluice__verdict_hold(w);
     p->slow_start = false;
     p->est = 0;
