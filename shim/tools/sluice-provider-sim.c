@@ -9,6 +9,13 @@
  *                                 queue   wait in a FIFO (Ollama-like); 503
  *                                         past --queue-bound waiting
  *                                 knee    served, but slower: S·(1+slope·(n−C)/C)
+ *                               and three providers without a plain cap:
+ *                                 rate    --rate R calls per sliding second
+ *                                         (--rate-window), 429 past it
+ *                                 slow    every call in service slows the
+ *                                         rest: S·(1+slope·(n−1)/C), no cap
+ *                                 drop    past C in service the call is never
+ *                                         answered (the client times out)
  *   GET  /stats                 counters as JSON (see stats_json)
  *   POST /stats/reset           zero the counters; peaks restart from now
  *
@@ -107,18 +114,23 @@ static void usage(FILE *f)
           "concurrency cap. Prints the bound port on stdout as the first line.\n"
           "\n"
           "  --port N            port on 127.0.0.1 (default 0: pick a free one)\n"
-          "  --mode M            reject | queue | knee (default reject)\n"
-          "  --cap N             hidden concurrency cap (default 8; >= 1 in knee mode)\n"
+          "  --mode M            reject | queue | knee | rate | slow | drop (default reject)\n"
+          "  --cap N             hidden concurrency cap (default 8; >= 1 in knee and slow\n"
+          "                      mode, where it scales the slow-down; unused in rate mode)\n"
           "  --cap-at T:N        at time T after start, set the cap to N; T takes ms, s or m\n"
           "                      (default s), e.g. --cap-at 60s:52; repeatable\n"
           "  --median-ms X       median service time in ms (default 2000; 0 = answer at once)\n"
           "  --sigma X           lognormal shape of service times (default 0.4; 0 = always\n"
           "                      the median)\n"
-          "  --retry-after S     reject mode: send Retry-After: S (whole seconds) with each 429\n"
+          "  --retry-after S     reject and rate mode: send Retry-After: S (whole seconds)\n"
+          "                      with each 429\n"
           "  --retry-after-date  send that Retry-After as an HTTP date (now + S) instead\n"
           "  --queue-bound N     queue mode: waiting calls past which it answers 503\n"
           "                      (default 2 x cap)\n"
-          "  --knee-slope X      knee mode: slow-down per unit of overload (default 2)\n"
+          "  --knee-slope X      knee mode: slow-down per unit of overload; slow mode: per C\n"
+          "                      calls in service (default 2)\n"
+          "  --rate R            rate mode: calls accepted per window second (required, > 0)\n"
+          "  --rate-window S     rate mode: the sliding window in seconds (default 1)\n"
           "  --seed N            seed of the service-time stream (default 1)\n"
           "  --quiet             no per-second lines and no libmicrohttpd log on stderr\n"
           "  --help              this text\n"
@@ -217,7 +229,8 @@ static int flag_takes_value(const char *flag)
 {
     static const char *const with_value[] = {"--port", "--mode", "--cap", "--cap-at",
                                              "--median-ms", "--sigma", "--retry-after",
-                                             "--queue-bound", "--knee-slope", "--seed"};
+                                             "--queue-bound", "--knee-slope", "--seed",
+                                             "--rate", "--rate-window"};
     static const char *const without[] = {"--help", "-h", "--quiet", "--retry-after-date"};
     for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
         if (!strcmp(flag, with_value[i]))
@@ -272,7 +285,8 @@ static void parse_options(int argc, char **argv, struct options *o)
             o->port = (uint16_t)p;
         } else if (!strcmp(flag, "--mode")) {
             if (!sim_mode_parse(value, &o->model.mode))
-                bad_usage("%s needs reject, queue or knee, got '%s'", flag, value);
+                bad_usage("%s needs reject, queue, knee, rate, slow or drop, got '%s'", flag,
+                          value);
         } else if (!strcmp(flag, "--cap")) {
             o->model.cap = need_count(flag, value);
         } else if (!strcmp(flag, "--cap-at")) {
@@ -294,6 +308,10 @@ static void parse_options(int argc, char **argv, struct options *o)
             o->queue_bound_set = true;
         } else if (!strcmp(flag, "--knee-slope")) {
             o->model.knee_slope = need_number(flag, value);
+        } else if (!strcmp(flag, "--rate")) {
+            o->model.rate_per_s = need_number(flag, value);
+        } else if (!strcmp(flag, "--rate-window")) {
+            o->model.rate_window_s = need_number(flag, value);
         } else if (!strcmp(flag, "--seed")) {
             if (!parse_u64(value, UINT64_MAX, &o->seed))
                 bad_usage("%s needs a whole number, got '%s'", flag, value);
@@ -303,14 +321,30 @@ static void parse_options(int argc, char **argv, struct options *o)
         o->model.queue_bound = SIM_DEFAULT_QUEUE_BOUND(o->model.cap);
     if (o->retry_after_date && !o->retry_after_set)
         bad_usage("--retry-after-date needs --retry-after S as well");
-    if (o->retry_after_set && o->model.mode != SIM_REJECT)
-        bad_usage("--retry-after applies to --mode reject only, not %s", sim_mode_name(o->model.mode));
-    if (o->model.mode == SIM_KNEE) { /* the knee formula divides by the cap */
+    if (o->retry_after_set && o->model.mode != SIM_REJECT && o->model.mode != SIM_RATE)
+        bad_usage("--retry-after applies to --mode reject and rate only, not %s",
+                  sim_mode_name(o->model.mode));
+    if ((o->model.rate_per_s > 0 || o->model.rate_window_s > 0) && o->model.mode != SIM_RATE)
+        bad_usage("--rate and --rate-window apply to --mode rate only, not %s",
+                  sim_mode_name(o->model.mode));
+    if (o->model.mode == SIM_RATE) {
+        if (!(o->model.rate_per_s > 0))
+            bad_usage("--mode rate needs --rate R, the calls accepted per second (> 0)");
+        if (o->model.rate_window_s == 0)
+            o->model.rate_window_s = SIM_DEFAULT_RATE_WINDOW_S;
+        if (!(o->model.rate_window_s >= 0.001 && o->model.rate_window_s <= 86400))
+            bad_usage("--rate-window needs seconds from 0.001 to 86400");
+        if (o->model.rate_per_s * o->model.rate_window_s > MAX_COUNT)
+            bad_usage("--rate x --rate-window must be at most %u calls per window", MAX_COUNT);
+    }
+    /* The knee and slow formulas divide by the cap. */
+    if (o->model.mode == SIM_KNEE || o->model.mode == SIM_SLOW) {
         bool zero = o->model.cap == 0;
         for (size_t i = 0; i < o->n_changes; i++)
             zero = zero || o->changes[i].cap == 0;
         if (zero)
-            bad_usage("--cap must be at least 1 in knee mode (also in --cap-at)");
+            bad_usage("--cap must be at least 1 in %s mode (also in --cap-at)",
+                      sim_mode_name(o->model.mode));
     }
     qsort(o->changes, o->n_changes, sizeof o->changes[0], cmp_change);
 }
@@ -319,7 +353,7 @@ static void parse_options(int argc, char **argv, struct options *o)
 
 enum req_state {
     REQ_READING, /* request still arriving, or not a chat call */
-    REQ_WAITING, /* in the provider's FIFO (queue mode) */
+    REQ_WAITING, /* in the provider's FIFO (queue mode), or dropped: never started (drop mode) */
     REQ_SERVING, /* holds a slot until due_ns */
     REQ_DONE     /* answered or counted as cancelled */
 };
@@ -347,6 +381,7 @@ static struct server {
     pthread_mutex_t lock;
     struct sim_provider model; /* .cap changes with --cap-at */
     struct sim_rng rng;
+    struct sim_rate_window rate; /* rate mode: when the last calls were accepted */
     uint32_t in_service, waiting;
     uint32_t peak_in_flight, peak_in_service; /* in flight = in service + waiting */
     struct req *head, *tail;                  /* FIFO of waiting calls */
@@ -447,7 +482,12 @@ static int arrive(struct server *sv, struct req *r)
     }
     sv->total.requests++;
     r->id = ++sv->next_id;
-    switch (sim_provider_admit(&sv->model, sv->in_service, sv->waiting)) {
+    enum sim_verdict verdict =
+        sv->model.mode == SIM_RATE &&
+                !sim_rate_admit(&sv->model, &sv->rate, (double)(now_ns() - sv->t0_ns) / 1e9)
+            ? SIM_REFUSE_429
+            : sim_provider_admit(&sv->model, sv->in_service, sv->waiting);
+    switch (verdict) {
     case SIM_SERVE:
         start_service(sv, r);
         if (r->due_ns <= now_ns()) { /* --median-ms 0: answer at once */
@@ -634,7 +674,9 @@ static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *con
     if (status == 429) {
         char ra[64];
         return respond_json(conn, 429,
-                            error_body("the provider's concurrency cap is reached",
+                            error_body(sv->model.mode == SIM_RATE
+                                           ? "the provider's rate limit is reached"
+                                           : "the provider's concurrency cap is reached",
                                        "rate_limit_error", "rate_limit_exceeded"),
                             retry_after_value(sv, ra, sizeof ra));
     }
@@ -838,6 +880,14 @@ int main(int argc, char **argv)
     struct server *sv = &server;
     sv->model = o.model;
     sv->retry_after_date = o.retry_after_date;
+    if (sv->model.mode == SIM_RATE) {
+        sv->rate.slots = sim_rate_slots(&sv->model);
+        sv->rate.t = calloc(sv->rate.slots, sizeof *sv->rate.t);
+        if (!sv->rate.t) {
+            fprintf(stderr, PROG ": cannot allocate the rate window (%u calls)\n", sv->rate.slots);
+            return 1;
+        }
+    }
     sim_rng_seed(&sv->rng, o.seed);
     sv->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (sv->stop_fd < 0) {
