@@ -159,7 +159,7 @@ static void fleet_cases(const struct bench_opts *opts)
         sluice_fleet_attach(fleet, fp) != SLUICE_OK)
         goto out;
     struct sluice_fleet_status st;
-    for (int i = 0; i < 250 && (sluice_fleet_status(fleet, &st), !st.connected); i++)
+    for (int i = 0; i < 250 && (sluice_fleet_snapshot(fleet, &st), !st.connected); i++)
         fh_sleep_ms(20);
     if (!st.connected)
         printf("  !!! WARNING: fleet.hot_path: the fleet did not connect to %s\n", url);

@@ -204,6 +204,7 @@ struct sluice_fleet {
     bool a_ever_connected;
     uint64_t a_clears_seen; /* the clears counter the leader has acted on */
     uint32_t a_fleet_load;  /* calls the fleet runs, summed over processes at the last beat */
+    uint32_t a_kicked_for;  /* the published limit the last marker was fed for */
     struct sluice_discovery *a_leader; /* non-NULL while this process leads */
     struct sluice_gate a_leader_gate;  /* the leader node's gate: S, never acquired */
     struct sluice_store_ops a_leader_store;
@@ -291,8 +292,9 @@ static int fleet_configure(struct sluice_fleet *f, const struct sluice_fleet_des
     const char *why = NULL;
     if (sluice_discovery_validate(ld, &why) != SLUICE_OK) {
         char msg[256];
+        static const char root[] = "sluice_discovery_desc.";
         snprintf(msg, sizeof msg, "sluice_fleet_desc.%s",
-                 why + strlen("sluice_discovery_desc."));
+                 strncmp(why, root, sizeof root - 1) ? why : why + sizeof root - 1);
         return fleet_fail(d, msg);
     }
     uint32_t max = d->max_limit ? d->max_limit : 1024;
@@ -709,8 +711,12 @@ static void fleet_kick(struct sluice_fleet *f)
 {
     struct sluice_discovery *d = sluice_pool_discovery(f->pool);
     uint32_t want = atomic_load_explicit(&f->published, SLUICE_RELAXED);
-    if (sluice_discovery_limit(d) == want)
+    /* Once per published value: a marker that lost the race for the window's lock
+     * leaves the next window due at once, so the next completion or poll applies it
+     * (and a pool whose own max_limit clamps `want` is not kicked every beat). */
+    if (sluice_discovery_limit(d) == want || want == f->a_kicked_for)
         return;
+    f->a_kicked_for = want;
     atomic_fetch_add_explicit(&f->kicks, 1u, SLUICE_RELAXED);
     struct sluice_sample marker = {0};
     marker.outcome = SLUICE_OUTCOME_OVERLOAD;
@@ -974,7 +980,7 @@ int sluice_fleet_clear(struct sluice_fleet *f)
     return SLUICE_OK;
 }
 
-void sluice_fleet_status(const struct sluice_fleet *fleet, struct sluice_fleet_status *out)
+void sluice_fleet_snapshot(const struct sluice_fleet *fleet, struct sluice_fleet_status *out)
 {
     struct sluice_fleet *f = (struct sluice_fleet *)fleet;
     memset(out, 0, sizeof *out);

@@ -45,7 +45,7 @@ Test(fleet_clear, a_pool_clear_in_one_process_restarts_discovery_for_the_whole_f
                  SLUICE_OK);
     cr_assert_eq(sluice_fleet_attach(f, pool), SLUICE_OK);
     struct sluice_fleet_status st;
-    cr_assert(RFX_WAIT_UNTIL((sluice_fleet_status(f, &st), st.ceiling == 16), 3 * BEAT_MS),
+    cr_assert(RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.ceiling == 16), 3 * BEAT_MS),
               "this process does not see the lock the others found");
 
     cr_assert_eq(sluice_pool_clear(pool), SLUICE_OK);
@@ -64,7 +64,7 @@ Test(fleet_clear, a_pool_clear_in_one_process_restarts_discovery_for_the_whole_f
     cr_assert(RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 8000),
               "the fleet did not lock again");
     int64_t locked = fx_now_ms();
-    bool seen = RFX_WAIT_UNTIL((sluice_fleet_status(f, &st), st.ceiling == 16), 10 * BEAT_MS);
+    bool seen = RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.ceiling == 16), 10 * BEAT_MS);
     cr_expect(seen, "this process never saw the new lock");
     cr_expect_leq(fx_now_ms() - locked, 2 * BEAT_MS + 50, "seen after %lld ms",
                   (long long)(fx_now_ms() - locked));

@@ -90,7 +90,7 @@ Test(fleet_config, a_redis_that_does_not_answer_means_the_fallback_and_an_event)
     cr_expect_eq(sluice_fleet_attach(f, pool), SLUICE_EINVAL, "attached twice");
     cr_expect(RFX_WAIT_UNTIL(atomic_load(&events) >= 1, 2000), "no fallback event");
     struct sluice_fleet_status st;
-    cr_expect(RFX_WAIT_UNTIL((sluice_fleet_status(f, &st), st.beats >= 5), 2000));
+    cr_expect(RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.beats >= 5), 2000));
     cr_expect_not(st.connected);
     cr_expect_eq(st.local_limit, 3, "the fallback is the floor when no state was ever seen");
     cr_expect_eq(atomic_load(&events), 1, "one event for the outage, not one per beat");

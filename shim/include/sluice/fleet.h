@@ -199,7 +199,8 @@ struct sluice_fleet_status {
     uint64_t reconnects;     /* times it came back */
 };
 
-void sluice_fleet_status(const struct sluice_fleet *fleet, struct sluice_fleet_status *out);
+/* A snapshot of the fleet as this process last saw it (relaxed reads; callable from any thread). */
+void sluice_fleet_snapshot(const struct sluice_fleet *fleet, struct sluice_fleet_status *out);
 
 /* Fleet events (fallback, reconnect, and the leader's discovery), for
  * sluice_event_ring_read / _write_json. */
