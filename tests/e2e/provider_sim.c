@@ -281,6 +281,56 @@ SIM_TEST(reject_mode_sends_retry_after_as_an_http_date_when_asked)
     cr_expect(ahead >= 25 && ahead <= 31, "Retry-After '%s' is %lld s ahead, not ~30", c.retry_after, ahead);
 }
 
+SIM_TEST(rate_mode_serves_its_rate_per_window_and_refuses_the_rest_with_retry_after)
+{
+    start((const char *[]){"--mode", "rate", "--rate", "5", "--rate-window", "10", "--median-ms",
+                           "0", "--retry-after", "3", NULL});
+    struct call calls[12];
+    run_together(calls, 12, 10000);
+    /* 5 a second over a 10 s window: 50 may pass, so all 12 do; the cap is unused. */
+    cr_expect_eq(count_status(calls, 12, 200), 12);
+    start((const char *[]){"--mode", "rate", "--rate", "1", "--rate-window", "4", "--median-ms",
+                           "0", "--retry-after", "3", NULL});
+    run_together(calls, 12, 10000);
+    cr_expect_eq(count_status(calls, 12, 200), 4, "1 a second over 4 s: four pass");
+    cr_expect_eq(count_status(calls, 12, 429), 8);
+    for (int i = 0; i < 12; i++)
+        if (calls[i].status == 429) {
+            cr_expect_str_eq(calls[i].retry_after, "3");
+            cr_expect(strstr(calls[i].body, "rate limit"), "%s", calls[i].body);
+        }
+}
+
+SIM_TEST(drop_mode_never_answers_past_the_cap_and_frees_the_slot_when_the_client_leaves)
+{
+    start((const char *[]){"--mode", "drop", "--cap", "2", "--median-ms", "200", "--sigma", "0",
+                           NULL});
+    struct call calls[5];
+    run_together(calls, 5, 1500);
+    cr_expect_eq(count_status(calls, 5, 200), 2, "the cap is served");
+    cr_expect_eq(count_status(calls, 5, 0), 3, "the rest time out unanswered");
+    cr_expect(stat_becomes("in_flight", 0, 2000), "dropped calls left when their client did");
+    cr_expect_eq(stats_get("cancelled"), 3);
+    cr_expect_eq(stats_get("peak_in_service"), 2);
+}
+
+SIM_TEST(slow_mode_slows_every_call_as_more_are_in_service)
+{
+    start((const char *[]){"--mode", "slow", "--cap", "2", "--knee-slope", "1", "--median-ms",
+                           "200", "--sigma", "0", NULL});
+    struct call one;
+    run_together(&one, 1, 10000);
+    struct call calls[6];
+    run_together(calls, 6, 10000);
+    cr_expect_eq(count_status(calls, 6, 200), 6, "no cap: everyone is served");
+    double slowest = 0;
+    for (int i = 0; i < 6; i++)
+        slowest = calls[i].seconds > slowest ? calls[i].seconds : slowest;
+    /* The sixth in service takes 0.2·(1 + 5/2) = 0.7 s; alone, 0.2 s. */
+    cr_expect_lt(one.seconds, 0.45, "alone it took %.3f s", one.seconds);
+    cr_expect_geq(slowest, 0.6, "six at once: the slowest took %.3f s", slowest);
+}
+
 SIM_TEST(queue_mode_queues_past_the_cap_so_later_calls_take_longer)
 {
     start((const char *[]){"--mode", "queue", "--cap", "2", "--queue-bound", "10", "--median-ms", "300",
@@ -446,6 +496,15 @@ SIM_TEST(a_bad_flag_exits_2_with_one_line_naming_it)
     expect_usage_error((const char *[]){"--cap-at", "soon:3", NULL}, "--cap-at");
     expect_usage_error((const char *[]){"--retry-after-date", NULL}, "--retry-after");
     expect_usage_error((const char *[]){"--mode", "knee", "--cap", "0", NULL}, "--cap");
+    expect_usage_error((const char *[]){"--mode", "slow", "--cap", "0", NULL}, "--cap");
+    expect_usage_error((const char *[]){"--mode", "rate", NULL}, "--rate");
+    expect_usage_error((const char *[]){"--mode", "rate", "--rate", "-1", NULL}, "--rate");
+    expect_usage_error((const char *[]){"--mode", "queue", "--rate", "5", NULL}, "--rate");
+    expect_usage_error((const char *[]){"--mode", "rate", "--rate", "5", "--rate-window", "0.0001",
+                                        NULL},
+                       "--rate-window");
+    expect_usage_error((const char *[]){"--mode", "queue", "--retry-after", "2", NULL},
+                       "--retry-after");
 }
 
 SIM_TEST(help_prints_the_flags_and_exits_0)
