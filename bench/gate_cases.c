@@ -58,7 +58,9 @@
 #include <string.h>
 #include <time.h>
 
-#include <sluice/gate.h>
+#include <sluice/gate_cqs.h>
+
+#include "baseline_gate_queue.h"
 
 #define GB_ALWAYS_INLINE static inline __attribute__((always_inline))
 #define GB_BATCH 1000             /* pairs per timed batch (uncontended) */
@@ -68,7 +70,10 @@
 #define GB_MIN_RUN_NS 50000000    /* handoff: shortest single run */
 #define GB_SAMPLES_TOTAL (UINT32_C(8) << 20) /* wait samples kept per run */
 #define GB_WATCHDOG_NS (INT64_C(3) * 1000000000) /* a run that does not drain */
-#define GB_MAX_THREADS 8
+#define GB_MAX_THREADS 16
+#define GB_HOLD_NS 100000           /* handoff_latency: busy work per permit held */
+#define GB_STORM_WORK_NS 20000      /* cancel_storm: the cycling workers' work per permit */
+#define GB_STORM_PATIENCE_NS 200000 /* cancel_storm: how long the others wait before giving up */
 #define GB_MAX_REPEATS 64
 
 static int gb_warnings;
@@ -106,74 +111,88 @@ struct gb_waiter {
 };
 
 typedef void (*gb_acquire_fn)(void *gate, struct gb_waiter *w);
+typedef bool (*gb_acquire_until_fn)(void *gate, struct gb_waiter *w,
+                                    const struct timespec *deadline);
 typedef void (*gb_release_fn)(void *gate);
 
-/* ---- sluice -------------------------------------------------------------- */
+/* ---- sluice (gate v2) and sluice_queue (today's queue gate) ---------------
+ * The same functions for both, spelled once: P is the name prefix
+ * (sluice_gate or sluice_qgate), id the bench's short name. */
 
-static void *gb_sluice_create(uint32_t limit)
-{
-    struct sluice_gate *g;
-    int rc = sluice_gate_create(&(struct sluice_gate_desc){.limit = limit}, &g);
-    if (rc != SLUICE_OK) {
-        fprintf(stderr, "gate bench: sluice_gate_create: %s\n", sluice_strerror(rc));
-        exit(1);
+#define GB_SLUICE_FNS(id, P)                                                                       \
+    static void *gb_##id##_create(uint32_t limit)                                                  \
+    {                                                                                              \
+        struct P *g;                                                                               \
+        int rc = P##_create(&(struct P##_desc){.limit = limit}, &g);                               \
+        if (rc != SLUICE_OK) {                                                                     \
+            fprintf(stderr, "gate bench: " #P "_create: %s\n", sluice_strerror(rc));               \
+            exit(1);                                                                               \
+        }                                                                                          \
+        return g;                                                                                  \
+    }                                                                                              \
+    static void gb_##id##_destroy(void *gate)                                                      \
+    {                                                                                              \
+        P##_destroy(gate);                                                                         \
+    }                                                                                              \
+    GB_ALWAYS_INLINE void gb_##id##_acquire(void *gate, struct gb_waiter *w)                       \
+    {                                                                                              \
+        (void)w;                                                                                   \
+        int rc = P##_acquire(gate, NULL, NULL);                                                    \
+        if (SLUICE_UNLIKELY(rc != SLUICE_OK))                                                      \
+            gb_sluice_failed(rc);                                                                  \
+    }                                                                                              \
+    GB_ALWAYS_INLINE bool gb_##id##_acquire_until(void *gate, struct gb_waiter *w,                 \
+                                                  const struct timespec *deadline)                 \
+    {                                                                                              \
+        (void)w;                                                                                   \
+        int rc = P##_acquire(gate, deadline, NULL);                                                \
+        if (SLUICE_UNLIKELY(rc != SLUICE_OK && rc != SLUICE_ETIMEDOUT))                            \
+            gb_sluice_failed(rc);                                                                  \
+        return rc == SLUICE_OK;                                                                    \
+    }                                                                                              \
+    GB_ALWAYS_INLINE void gb_##id##_release(void *gate)                                            \
+    {                                                                                              \
+        P##_release(gate);                                                                         \
+    }                                                                                              \
+    /* Quiet: stats say nobody holds or waits, and exactly `limit` permits                         \
+     * can be taken (and no more) through the public API. */                                      \
+    static bool gb_##id##_quiet(void *gate, uint32_t limit, char *why, size_t len)                 \
+    {                                                                                              \
+        struct P *g = gate;                                                                        \
+        struct P##_counts st = P##_stats(g);                                                       \
+        if (st.in_flight != 0 || st.waiting != 0 || st.limit != limit) {                           \
+            snprintf(why, len, "stats limit %u in_flight %u waiting %u (want %u/0/0)", st.limit,   \
+                     st.in_flight, st.waiting, limit);                                             \
+            return false;                                                                          \
+        }                                                                                          \
+        uint32_t taken = 0;                                                                        \
+        while (taken <= limit && P##_tryacquire(g) == SLUICE_OK)                                   \
+            taken++;                                                                               \
+        for (uint32_t i = 0; i < taken; i++)                                                       \
+            P##_release(g);                                                                        \
+        if (taken != limit) {                                                                      \
+            snprintf(why, len, "tryacquire took %u permits on a quiet gate (want %u)", taken,      \
+                     limit);                                                                       \
+            return false;                                                                          \
+        }                                                                                          \
+        st = P##_stats(g);                                                                         \
+        if (st.in_flight != 0 || st.waiting != 0) {                                                \
+            snprintf(why, len, "after tryacquire/release: in_flight %u waiting %u", st.in_flight,  \
+                     st.waiting);                                                                  \
+            return false;                                                                          \
+        }                                                                                          \
+        return true;                                                                               \
     }
-    return g;
-}
-
-static void gb_sluice_destroy(void *gate)
-{
-    sluice_gate_destroy(gate);
-}
 
 static void gb_sluice_failed(int rc)
 {
-    fprintf(stderr, "gate bench: sluice_gate_acquire returned %s with no deadline or cancel\n",
+    fprintf(stderr, "gate bench: acquire returned %s with no cancel token\n",
             sluice_status_name(rc));
     abort();
 }
 
-GB_ALWAYS_INLINE void gb_sluice_acquire(void *gate, struct gb_waiter *w)
-{
-    (void)w;
-    int rc = sluice_gate_acquire(gate, NULL, NULL);
-    if (SLUICE_UNLIKELY(rc != SLUICE_OK))
-        gb_sluice_failed(rc);
-}
-
-GB_ALWAYS_INLINE void gb_sluice_release(void *gate)
-{
-    sluice_gate_release(gate);
-}
-
-/* Quiet means: stats say nobody holds or waits, and exactly `limit` permits
- * can be taken (and no more) through the public API. */
-static bool gb_sluice_quiet(void *gate, uint32_t limit, char *why, size_t len)
-{
-    struct sluice_gate *g = gate;
-    struct sluice_gate_counts st = sluice_gate_stats(g);
-    if (st.in_flight != 0 || st.waiting != 0 || st.limit != limit) {
-        snprintf(why, len, "stats limit %u in_flight %u waiting %u (want %u/0/0)", st.limit,
-                 st.in_flight, st.waiting, limit);
-        return false;
-    }
-    uint32_t taken = 0;
-    while (taken <= limit && sluice_gate_tryacquire(g) == SLUICE_OK)
-        taken++;
-    for (uint32_t i = 0; i < taken; i++)
-        sluice_gate_release(g);
-    if (taken != limit) {
-        snprintf(why, len, "tryacquire took %u permits on a quiet gate (want %u)", taken, limit);
-        return false;
-    }
-    st = sluice_gate_stats(g);
-    if (st.in_flight != 0 || st.waiting != 0) {
-        snprintf(why, len, "after tryacquire/release: in_flight %u waiting %u", st.in_flight,
-                 st.waiting);
-        return false;
-    }
-    return true;
-}
+GB_SLUICE_FNS(sluice, sluice_gate)
+GB_SLUICE_FNS(queue, sluice_qgate)
 
 /* ---- sem_t ---------------------------------------------------------------- */
 
@@ -199,6 +218,22 @@ GB_ALWAYS_INLINE void gb_sem_acquire(void *gate, struct gb_waiter *w)
     while (SLUICE_UNLIKELY(sem_wait(gate) != 0)) {
         if (errno != EINTR) {
             perror("gate bench: sem_wait");
+            abort();
+        }
+    }
+}
+
+GB_ALWAYS_INLINE bool gb_sem_acquire_until(void *gate, struct gb_waiter *w,
+                                          const struct timespec *deadline)
+{
+    (void)w;
+    for (;;) {
+        if (sem_clockwait(gate, CLOCK_MONOTONIC, deadline) == 0)
+            return true;
+        if (errno == ETIMEDOUT)
+            return false;
+        if (errno != EINTR) {
+            perror("gate bench: sem_clockwait");
             abort();
         }
     }
@@ -342,6 +377,13 @@ static bool gb_pair_quiet(void *gate, uint32_t limit, char *why, size_t len)
 
 /* ---- the two timed loops, instantiated per implementation ---------------- */
 
+static void gb_sleep_ns(int64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
 /* Busy work that costs about the same on every call; calibrated below. */
 GB_ALWAYS_INLINE void gb_spin(uint32_t iters)
 {
@@ -355,6 +397,8 @@ GB_ALWAYS_INLINE void gb_spin(uint32_t iters)
 /* Holders in the low half, entries in the high half: one RMW per side. */
 #define GB_CS_ENTRY ((UINT64_C(1) << 32) | 1u)
 
+struct gb_thread;
+
 struct gb_run {
     void *gate;
     uint32_t limit;
@@ -363,7 +407,12 @@ struct gb_run {
     _Atomic(int) finished;
     _Atomic(bool) go;
     _Atomic(bool) stop;
+    void (*body)(struct gb_thread *t); /* the impl's loop for this case */
+    int64_t start_ns;                   /* the threads' time origin (handoff_latency) */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) cs_word;
+    /* handoff_latency: the latest release not yet followed by another
+     * thread's return from acquire, as (ns since start_ns) << 8 | index + 1. */
+    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) release_stamp;
 };
 
 struct gb_thread {
@@ -373,6 +422,8 @@ struct gb_thread {
     uint32_t *samples; /* preallocated and pre-faulted */
     size_t cap;
     uint64_t ops, over_limit;
+    size_t n_samples;  /* samples[] written (wait times, or release-to-return latencies) */
+    uint64_t timeouts; /* cancel_storm: timed waits that gave up */
     int64_t end_ns;
     _Atomic(bool) done;
     struct gb_waiter waiter;
@@ -417,7 +468,132 @@ GB_ALWAYS_INLINE void gb_handoff_loop(struct gb_thread *t, gb_acquire_fn acquire
         gb_spin(think);
     }
     t->ops = n;
+    t->n_samples = n;
     t->over_limit = over;
+}
+
+/* Enter and leave the bench's critical section: counts entries, and whether
+ * `limit` holders were already inside. */
+GB_ALWAYS_INLINE uint64_t gb_cs_enter(struct gb_run *run)
+{
+    uint64_t before = atomic_fetch_add_explicit(&run->cs_word, GB_CS_ENTRY, SLUICE_RELAXED);
+    return (uint32_t)before >= run->limit;
+}
+
+GB_ALWAYS_INLINE void gb_cs_exit(struct gb_run *run)
+{
+    atomic_fetch_sub_explicit(&run->cs_word, 1, SLUICE_RELAXED);
+}
+
+/* Busy until `until` (ns on bench_now_ns's clock): work that holds the CPU. */
+GB_ALWAYS_INLINE void gb_busy_until(int64_t until)
+{
+    while (bench_now_ns() < until)
+        gb_spin(16);
+}
+
+/*
+ * gate.handoff_latency: hold each permit for GB_HOLD_NS of busy work; stamp
+ * the release; the next thread other than the stamper to return from acquire
+ * takes the stamp and records the time from that release() call to its own
+ * return. A thread that barges back in on its own release leaves the stamp
+ * for the next waiter.
+ */
+GB_ALWAYS_INLINE void gb_latency_loop(struct gb_thread *t, gb_acquire_fn acquire,
+                                      gb_release_fn release)
+{
+    struct gb_run *run = t->run;
+    void *gate = run->gate;
+    const uint64_t me = (uint64_t)t->index + 1;
+    uint32_t *samples = t->samples;
+    const size_t cap = t->cap;
+    size_t n = 0;
+    uint64_t ops = 0, over = 0;
+    while (!atomic_load_explicit(&run->stop, SLUICE_RELAXED) && n < cap) {
+        acquire(gate, &t->waiter);
+        int64_t back = bench_now_ns();
+        uint64_t stamp = atomic_exchange_explicit(&run->release_stamp, 0, SLUICE_ACQ_REL);
+        if (stamp && (stamp & 0xff) != me) {
+            int64_t lat = back - run->start_ns - (int64_t)(stamp >> 8);
+            samples[n++] = lat < 0 ? 0 : lat > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)lat;
+        } else if (stamp) {
+            uint64_t none = 0; /* our own: keep it for the next waiter */
+            atomic_compare_exchange_strong_explicit(&run->release_stamp, &none, stamp,
+                                                    SLUICE_ACQ_REL, SLUICE_RELAXED);
+        }
+        ops++;
+        over += gb_cs_enter(run);
+        gb_busy_until(back + GB_HOLD_NS);
+        gb_cs_exit(run);
+        uint64_t rel = (uint64_t)(bench_now_ns() - run->start_ns);
+        atomic_store_explicit(&run->release_stamp, rel << 8 | me, SLUICE_RELEASE);
+        release(gate);
+    }
+    if (n == cap)
+        atomic_store_explicit(&run->stop, true, SLUICE_RELAXED);
+    t->ops = ops;
+    t->n_samples = n;
+    t->over_limit = over;
+}
+
+/*
+ * gate.cancel_storm, limit 2: thread 0 is the slow holder (one permit for
+ * the whole run); threads 1 and 2 cycle the other permit (wait, GB_STORM_WORK_NS
+ * of work, release) and record their waits; every other thread waits at
+ * most GB_STORM_PATIENCE_NS and gives up, again and again, releasing at once
+ * the few permits it does get (their waits are recorded too: they did not
+ * time out). So most tickets are abandoned, behind a holder that never moves.
+ */
+GB_ALWAYS_INLINE void gb_storm_loop(struct gb_thread *t, gb_acquire_fn acquire,
+                                    gb_acquire_until_fn acquire_until, gb_release_fn release)
+{
+    struct gb_run *run = t->run;
+    void *gate = run->gate;
+    uint32_t *samples = t->samples;
+    const size_t cap = t->cap;
+    size_t n = 0;
+    uint64_t ops = 0, over = 0, timeouts = 0;
+    if (t->index == 0) {
+        acquire(gate, &t->waiter);
+        ops++;
+        over += gb_cs_enter(run);
+        while (!atomic_load_explicit(&run->stop, SLUICE_RELAXED))
+            gb_sleep_ns(1000000);
+        gb_cs_exit(run);
+        release(gate);
+    }
+    while (t->index != 0 && !atomic_load_explicit(&run->stop, SLUICE_RELAXED) && n < cap) {
+        int64_t t0 = bench_now_ns();
+        bool got;
+        if (t->index <= 2) {
+            acquire(gate, &t->waiter);
+            got = true;
+        } else {
+            int64_t until = t0 + GB_STORM_PATIENCE_NS;
+            struct timespec dl = {.tv_sec = (time_t)(until / 1000000000),
+                                  .tv_nsec = (long)(until % 1000000000)};
+            got = acquire_until(gate, &t->waiter, &dl);
+        }
+        int64_t back = bench_now_ns();
+        if (!got) {
+            timeouts++;
+            continue;
+        }
+        int64_t waited = back - t0;
+        samples[n++] = waited > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)waited;
+        ops++;
+        over += gb_cs_enter(run);
+        if (t->index <= 2)
+            gb_busy_until(back + GB_STORM_WORK_NS);
+        gb_cs_exit(run);
+        release(gate);
+    }
+    if (n == cap)
+        atomic_store_explicit(&run->stop, true, SLUICE_RELAXED);
+    t->ops = ops;
+    t->n_samples = n;
+    t->over_limit = over;
+    t->timeouts = timeouts;
 }
 
 struct gb_impl {
@@ -428,11 +604,13 @@ struct gb_impl {
     bool (*quiet)(void *gate, uint32_t limit, char *why, size_t len);
     void (*pairs)(void *gate, struct gb_waiter *w, uint64_t pairs);
     void (*handoff)(struct gb_thread *t); /* NULL: not a gate (uncontended only) */
+    void (*latency)(struct gb_thread *t); /* NULL: not a gate */
+    void (*storm)(struct gb_thread *t);   /* NULL: no timed acquire */
 };
 
 /* The loops inline each implementation's acquire/release: no indirect call
  * inside the timed region, so the uncontended floor is not padded. */
-#define GB_IMPL(id, label, with_handoff)                                                           \
+#define GB_IMPL_LOOPS(id)                                                                          \
     static void gb_##id##_pairs(void *gate, struct gb_waiter *w, uint64_t pairs)                   \
     {                                                                                              \
         gb_pairs_loop(gate, w, pairs, gb_##id##_acquire, gb_##id##_release);                       \
@@ -441,20 +619,41 @@ struct gb_impl {
     {                                                                                              \
         gb_handoff_loop(t, gb_##id##_acquire, gb_##id##_release);                                  \
     }                                                                                              \
+    static void gb_##id##_latency(struct gb_thread *t)                                             \
+    {                                                                                              \
+        gb_latency_loop(t, gb_##id##_acquire, gb_##id##_release);                                  \
+    }
+#define GB_IMPL_STORM(id)                                                                          \
+    static void gb_##id##_storm(struct gb_thread *t)                                               \
+    {                                                                                              \
+        gb_storm_loop(t, gb_##id##_acquire, gb_##id##_acquire_until, gb_##id##_release);           \
+    }
+#define GB_IMPL(id, label, gate_loops, storm_loop)                                                 \
     static const struct gb_impl gb_impl_##id = {label,                                             \
                                                  gb_##id##_create,                                 \
                                                  gb_##id##_destroy,                                \
                                                  gb_##id##_quiet,                                  \
                                                  gb_##id##_pairs,                                  \
-                                                 (with_handoff) ? gb_##id##_handoff : NULL};
+                                                 gate_loops ? gb_##id##_handoff : NULL,            \
+                                                 gate_loops ? gb_##id##_latency : NULL,            \
+                                                 storm_loop};
 
-GB_IMPL(sluice, "sluice", true)
-GB_IMPL(sem, "sem_t", true)
-GB_IMPL(cvq, "condvar_fifo", true)
-GB_IMPL(pair, "atomic_pair", false)
+GB_IMPL_LOOPS(sluice)
+GB_IMPL_STORM(sluice)
+GB_IMPL_LOOPS(queue)
+GB_IMPL_STORM(queue)
+GB_IMPL_LOOPS(sem)
+GB_IMPL_STORM(sem)
+GB_IMPL_LOOPS(cvq)
+GB_IMPL_LOOPS(pair)
+GB_IMPL(sluice, "sluice", true, gb_sluice_storm)
+GB_IMPL(queue, "sluice_queue", true, gb_queue_storm)
+GB_IMPL(sem, "sem_t", true, gb_sem_storm)
+GB_IMPL(cvq, "condvar_fifo", true, NULL)
+GB_IMPL(pair, "atomic_pair", false, NULL)
 
-static const struct gb_impl *const gb_impls[] = {&gb_impl_sluice, &gb_impl_sem, &gb_impl_cvq,
-                                                 &gb_impl_pair};
+static const struct gb_impl *const gb_impls[] = {&gb_impl_sluice, &gb_impl_queue, &gb_impl_sem,
+                                                 &gb_impl_cvq, &gb_impl_pair};
 #define GB_N_IMPLS ((int)(sizeof gb_impls / sizeof gb_impls[0]))
 
 /* ---- statistics ------------------------------------------------------------ */
@@ -504,11 +703,12 @@ static ptrdiff_t gb_rank(size_t n, double pct)
 
 struct gb_waits {
     double p50, p99, p999, max;
+    size_t n;
 };
 
 static struct gb_waits gb_wait_stats(uint32_t *a, size_t n)
 {
-    struct gb_waits w = {0, 0, 0, 0};
+    struct gb_waits w = {0, 0, 0, 0, n};
     if (n == 0)
         return w;
     ptrdiff_t k50 = gb_rank(n, 50), k99 = gb_rank(n, 99), k999 = gb_rank(n, 99.9);
@@ -643,9 +843,17 @@ struct gb_handoff {
 };
 
 struct gb_result {
-    double ops_per_s, min_share;
+    double ops_per_s, min_share, timeouts_per_s;
     struct gb_waits waits;
 };
+
+/* Which loop a run's threads execute. */
+enum gb_body { GB_HANDOFF, GB_LATENCY, GB_STORM };
+
+static void (*gb_body_of(const struct gb_impl *impl, enum gb_body body))(struct gb_thread *)
+{
+    return body == GB_HANDOFF ? impl->handoff : body == GB_LATENCY ? impl->latency : impl->storm;
+}
 
 static struct gb_arena *gb_arena_new(void)
 {
@@ -668,18 +876,11 @@ static void *gb_handoff_thread(void *arg)
     atomic_fetch_add(&run->ready, 1);
     while (!atomic_load_explicit(&run->go, SLUICE_ACQUIRE))
         sched_yield();
-    t->impl->handoff(t);
+    run->body(t);
     t->end_ns = bench_now_ns();
     atomic_store(&t->done, true);
     atomic_fetch_add(&run->finished, 1);
     return NULL;
-}
-
-static void gb_sleep_ns(int64_t ns)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
 }
 
 /* After the threads are joined: the counts agree and the gate is quiet. */
@@ -737,7 +938,7 @@ static void gb_abandon_stuck(struct gb_handoff *h, const struct gb_impl *impl, s
 
 /* One timed run; false if its threads did not drain (nothing to report). */
 static bool gb_handoff_once(struct gb_handoff *h, const struct gb_impl *impl, const char *case_name,
-                            uint32_t limit, int n_threads, struct gb_result *out)
+                            uint32_t limit, int n_threads, enum gb_body body, struct gb_result *out)
 {
     char label[128];
     snprintf(label, sizeof label, "%s %s %d thr", case_name, impl->name, n_threads);
@@ -747,6 +948,7 @@ static bool gb_handoff_once(struct gb_handoff *h, const struct gb_impl *impl, co
     run->limit = limit;
     run->cs_iters = h->cs_iters;
     run->think_iters = h->think_iters;
+    run->body = gb_body_of(impl, body);
     size_t cap = GB_SAMPLES_TOTAL / (size_t)n_threads;
     pthread_t tids[GB_MAX_THREADS];
     for (int i = 0; i < n_threads; i++) {
@@ -766,6 +968,7 @@ static bool gb_handoff_once(struct gb_handoff *h, const struct gb_impl *impl, co
     while (atomic_load(&run->ready) < n_threads)
         sched_yield();
     int64_t start = bench_now_ns();
+    run->start_ns = start;
     atomic_store_explicit(&run->go, true, SLUICE_RELEASE);
     gb_sleep_ns(h->run_ns);
     atomic_store(&run->stop, true);
@@ -786,37 +989,43 @@ static bool gb_handoff_once(struct gb_handoff *h, const struct gb_impl *impl, co
 
     /* Gather the samples contiguously; thread i's segment starts at i*cap. */
     size_t total = 0;
-    uint64_t min_ops = UINT64_MAX;
+    uint64_t min_ops = UINT64_MAX, ops = 0, timeouts = 0;
     for (int i = 0; i < n_threads; i++) {
         struct gb_thread *t = &arena->threads[i];
-        memmove(arena->samples + total, t->samples, t->ops * sizeof *t->samples);
-        total += t->ops;
+        memmove(arena->samples + total, t->samples, t->n_samples * sizeof *t->samples);
+        total += t->n_samples;
+        ops += t->ops;
+        timeouts += t->timeouts;
         min_ops = t->ops < min_ops ? t->ops : min_ops;
         pthread_cond_destroy(&t->waiter.cv);
     }
-    out->ops_per_s = (double)total * 1e9 / (double)(end - start);
-    out->min_share = total ? (double)min_ops * n_threads / (double)total : 0;
+    out->ops_per_s = (double)ops * 1e9 / (double)(end - start);
+    out->timeouts_per_s = (double)timeouts * 1e9 / (double)(end - start);
+    out->min_share = ops ? (double)min_ops * n_threads / (double)ops : 0;
     out->waits = gb_wait_stats(arena->samples, total);
     impl->destroy(run->gate);
     free(run);
     return true;
 }
 
+/* One row per implementation: every repetition runs each implementation once,
+ * in an order that rotates, and the row reports medians over repetitions. */
 static void gb_handoff_row(struct gb_handoff *h, const struct bench_opts *opts,
-                           const char *case_name, uint32_t limit, int n_threads)
+                           const char *case_name, uint32_t limit, int n_threads, enum gb_body body)
 {
     enum { N = GB_N_IMPLS };
     int repeats = gb_repeats(opts);
     static double ops[N][GB_MAX_REPEATS], p50[N][GB_MAX_REPEATS], p99[N][GB_MAX_REPEATS],
-        p999[N][GB_MAX_REPEATS], max[N][GB_MAX_REPEATS], share[N][GB_MAX_REPEATS];
+        p999[N][GB_MAX_REPEATS], max[N][GB_MAX_REPEATS], share[N][GB_MAX_REPEATS],
+        tmo[N][GB_MAX_REPEATS], samples[N][GB_MAX_REPEATS];
     int ok[N] = {0}, hung[N] = {0};
     for (int r = 0; r < repeats; r++) {
         for (int k = 0; k < N; k++) {
             int i = (k + r) % N;
-            if (!gb_impls[i]->handoff)
+            if (!gb_body_of(gb_impls[i], body))
                 continue;
             struct gb_result res;
-            if (!gb_handoff_once(h, gb_impls[i], case_name, limit, n_threads, &res)) {
+            if (!gb_handoff_once(h, gb_impls[i], case_name, limit, n_threads, body, &res)) {
                 hung[i]++;
                 continue;
             }
@@ -827,10 +1036,12 @@ static void gb_handoff_row(struct gb_handoff *h, const struct bench_opts *opts,
             p999[i][j] = res.waits.p999;
             max[i][j] = res.waits.max;
             share[i][j] = res.min_share;
+            tmo[i][j] = res.timeouts_per_s;
+            samples[i][j] = (double)res.waits.n;
         }
     }
     for (int i = 0; i < N; i++) {
-        if (!gb_impls[i]->handoff)
+        if (!gb_body_of(gb_impls[i], body))
             continue;
         struct bench_row row = bench_row_make(case_name, gb_impls[i]->name, n_threads);
         if (ok[i]) {
@@ -840,6 +1051,9 @@ static void gb_handoff_row(struct gb_handoff *h, const struct bench_opts *opts,
             row.p999_ns = gb_median_of(p999[i], ok[i]);
             row.max_wait_ns = gb_median_of(max[i], ok[i]);
             bench_row_extra(&row, "min_share", gb_median_of(share[i], ok[i]));
+            bench_row_extra(&row, "samples", gb_median_of(samples[i], ok[i]));
+            if (body == GB_STORM)
+                bench_row_extra(&row, "timeouts_per_s", gb_median_of(tmo[i], ok[i]));
         }
         if (hung[i])
             bench_row_extra(&row, "HUNG_runs", hung[i]);
@@ -847,32 +1061,99 @@ static void gb_handoff_row(struct gb_handoff *h, const struct bench_opts *opts,
     }
 }
 
-static void gb_case_handoff(const struct bench_opts *opts)
+/* Thread counts for the contended cases: 2, 4, 8, or the comma-separated
+ * list in SLUICE_BENCH_GATE_THREADS (e.g. "4,8,16" on a larger machine; at
+ * most GB_MAX_THREADS each). */
+static int gb_thread_counts(int *out, int cap)
 {
-    static const uint32_t limits[] = {1, 2};
-    static const int thread_counts[] = {2, 4, 8};
-    struct gb_handoff h = {0};
+    const char *env = getenv("SLUICE_BENCH_GATE_THREADS");
+    int n = 0;
+    if (env) {
+        for (const char *p = env; *p && n < cap;) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p)
+                break;
+            if (v >= 1 && v <= GB_MAX_THREADS)
+                out[n++] = (int)v;
+            p = *end == ',' ? end + 1 : end;
+        }
+    }
+    if (n == 0) {
+        static const int defaults[] = {2, 4, 8};
+        for (n = 0; n < 3; n++)
+            out[n] = defaults[n];
+    }
+    return n;
+}
+
+/* Calibrate once and size the runs: GB_ROW_BUDGET_NS per row, all repeats. */
+static void gb_handoff_setup(struct gb_handoff *h, const struct bench_opts *opts)
+{
+    if (h->arena)
+        return;
+    h->arena = gb_arena_new();
+    h->cs_iters = gb_spin_iters_for(GB_CS_NS);
+    h->think_iters = gb_spin_iters_for(GB_THINK_NS);
+    int64_t per_run = (int64_t)(GB_ROW_BUDGET_NS * opts->scale) / gb_repeats(opts);
+    h->run_ns = per_run > GB_MIN_RUN_NS ? per_run : GB_MIN_RUN_NS;
+}
+
+static void gb_case_handoff(const struct bench_opts *opts, struct gb_handoff *h)
+{
+    static const uint32_t limits[] = {1, 2, 4};
+    int threads[8], n_threads = gb_thread_counts(threads, 8);
     for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
         char case_name[32];
         snprintf(case_name, sizeof case_name, "gate.handoff.l%u", limits[l]);
         if (!bench_case_enabled(opts, case_name))
             continue;
-        if (!h.arena) {
-            h.arena = gb_arena_new();
-            h.cs_iters = gb_spin_iters_for(GB_CS_NS);
-            h.think_iters = gb_spin_iters_for(GB_THINK_NS);
-            int64_t per_run = (int64_t)(GB_ROW_BUDGET_NS * opts->scale) / gb_repeats(opts);
-            h.run_ns = per_run > GB_MIN_RUN_NS ? per_run : GB_MIN_RUN_NS;
-            printf("  (handoff: critical section %d ns = %u spins, think %d ns = %u spins, "
-                   "%.0f ms per run; wait = acquire call to permit held; values are medians "
-                   "over repeats)\n",
-                   GB_CS_NS, h.cs_iters, GB_THINK_NS, h.think_iters, (double)h.run_ns / 1e6);
-        }
-        for (size_t t = 0; t < sizeof thread_counts / sizeof thread_counts[0]; t++)
-            gb_handoff_row(&h, opts, case_name, limits[l], thread_counts[t]);
+        gb_handoff_setup(h, opts);
+        printf("  (%s: critical section %d ns = %u spins, think %d ns = %u spins, "
+               "%.0f ms per run; wait = acquire call to permit held; values are medians "
+               "over repeats)\n",
+               case_name, GB_CS_NS, h->cs_iters, GB_THINK_NS, h->think_iters,
+               (double)h->run_ns / 1e6);
+        for (int t = 0; t < n_threads; t++)
+            gb_handoff_row(h, opts, case_name, limits[l], threads[t], GB_HANDOFF);
     }
-    if (h.arena)
-        gb_arena_free(h.arena);
+}
+
+/* ---- gate.handoff_latency.lN and gate.cancel_storm ------------------------- */
+
+static void gb_case_latency(const struct bench_opts *opts, struct gb_handoff *h)
+{
+    static const uint32_t limits[] = {1, 4};
+    int threads[8], n_threads = gb_thread_counts(threads, 8);
+    for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
+        char case_name[40];
+        snprintf(case_name, sizeof case_name, "gate.handoff_latency.l%u", limits[l]);
+        if (!bench_case_enabled(opts, case_name))
+            continue;
+        gb_handoff_setup(h, opts);
+        printf("  (%s: each holder works %d us busy; p50/p99/max = release() call to another "
+               "thread's return from acquire; ops_per_s = acquires; no waiter when threads <= "
+               "limit, so no samples)\n",
+               case_name, GB_HOLD_NS / 1000);
+        for (int t = 0; t < n_threads; t++)
+            gb_handoff_row(h, opts, case_name, limits[l], threads[t], GB_LATENCY);
+    }
+}
+
+static void gb_case_storm(const struct bench_opts *opts, struct gb_handoff *h)
+{
+    if (!bench_case_enabled(opts, "gate.cancel_storm"))
+        return;
+    int threads[8], n_threads = gb_thread_counts(threads, 8);
+    gb_handoff_setup(h, opts);
+    printf("  (gate.cancel_storm, limit 2: 1 slow holder keeps a permit all run, 2 threads "
+           "cycle the other (%d us work), the rest wait %d us and give up, again and again; "
+           "ops_per_s = grants, timeouts_per_s = abandoned waits, p50/p99/max = waits that "
+           "got the permit; condvar_fifo has no timed wait)\n",
+           GB_STORM_WORK_NS / 1000, GB_STORM_PATIENCE_NS / 1000);
+    for (int t = 0; t < n_threads; t++)
+        if (threads[t] >= 4)
+            gb_handoff_row(h, opts, "gate.cancel_storm", 2, threads[t], GB_STORM);
 }
 
 /* ---- gate.cancel_fire ------------------------------------------------------ */
@@ -1034,8 +1315,13 @@ static void gb_case_cancel_fire(const struct bench_opts *opts)
 static void bench_gate(const struct bench_opts *opts)
 {
     gb_warnings = 0;
+    struct gb_handoff h = {0};
     gb_case_uncontended(opts);
-    gb_case_handoff(opts);
+    gb_case_handoff(opts, &h);
+    gb_case_latency(opts, &h);
+    gb_case_storm(opts, &h);
+    if (h.arena)
+        gb_arena_free(h.arena);
     gb_case_cancel_fire(opts);
     if (gb_warnings)
         printf("  !!! gate: %d verification warning(s) above\n", gb_warnings);

@@ -1,0 +1,760 @@
+/*
+ * bench/baseline_gate_queue.h — generated copy of today's queue gate
+ * (include/sluice/gate.h, spinlock-guarded FIFO queue) with every name
+ * renamed sluice_qgate / sluice__qgate / SLUICE_QGATE / SLUICE__QNODE, so
+ * the bench can run it beside gate v2 (sluice/gate_cqs.h) in one process as
+ * the `sluice_queue` baseline of issue 14's A/B. Regenerate with:
+ *   sed -e 's/sluice_gate/sluice_qgate/g; s/sluice__gate/sluice__qgate/g' \
+ *       -e 's/SLUICE_GATE/SLUICE_QGATE/g; s/SLUICE__GATE/SLUICE__QGATE/g' \
+ *       -e 's/SLUICE__NODE/SLUICE__QNODE/g; s/#include "\(.*\)"/#include <sluice\/\1>/' \
+ *       include/sluice/gate.h
+ */
+/*
+ * sluice/gate.h — a FIFO permit gate: a counting semaphore that serves
+ * waiters strictly in arrival order, with deadlines, cancel tokens, async
+ * waiters and a limit that can move at run time.
+ *
+ * What it is: `limit` permits. acquire() takes one, waiting in FIFO order if
+ * none is free; release() gives one back. Raising the limit grants the newly
+ * eligible waiters at once; lowering it takes effect as holders release
+ * (holders are never interrupted, and nobody new is granted while the
+ * number of holders is at or above the new limit).
+ *
+ * How it works: one 64-bit word packs `available` (signed: negative after a
+ * limit cut, until releases repay it) and `waiters` (queued waiters). The
+ * uncontended acquire is one CAS (available > 0 and nobody waiting ->
+ * available - 1) and the uncontended release one CAS (nobody waiting ->
+ * available + 1): two atomic RMWs for the pair. Because the fast acquire
+ * requires waiters == 0, an arrival can never overtake a queued waiter.
+ *
+ * Contended path: a waiter links its own node into an intrusive FIFO queue
+ * under a spinlock held for a few dozen instructions (sluice/cc.h: it backs
+ * off and yields when contended); the waiter next in line spins briefly on
+ * its node, every other one parks on its node's futex word at once
+ * (spinning behind the head only steals CPU from holders). A grant to the
+ * head also rouses the new head, so its wake-up latency overlaps the
+ * permit's use rather than following it. A release that finds waiters pops
+ * the head and hands the permit to that node directly (the permit never
+ * becomes "available", so nobody can barge), waking exactly that one
+ * thread: no herd. Cancellation and timeout remove the node from the queue
+ * under the same lock, so nothing is left behind for a later release to
+ * skip, and a cancelled waiter can never be credited a permit. If a grant
+ * wins the race (the node was already popped), the waiter waits for that
+ * verdict (a brief spin, then a park on its node: the popper may be slow to
+ * hand it over, see below), and passes a permit on with release() before
+ * returning its error.
+ *
+ * Why not tickets and a slot array (DESIGN.md's first sketch): an abandoned
+ * ticket keeps its slot until the grant frontier reaches it, so repeated
+ * timeouts behind a slow holder create unboundedly many outstanding
+ * tickets; a fixed slot array then laps, and a later ticket can occupy the
+ * slot of an earlier, still-unpublished one, stalling the gate for good.
+ * The queue keeps the same FIFO order, exactly-one wake-ups and two-RMW
+ * fast path, with no capacity limit and no lapping.
+ *
+ * Progress: tryacquire and the uncontended acquire/release are lock-free.
+ * Contended release, set_limit, close and cancel take the spinlock briefly;
+ * no callback or syscall runs under it. acquire blocks: the waiter next in
+ * line spins up to SLUICE_PARK_SPIN pauses, every waiter parks in the
+ * kernel after that (or at once when it is not next). Every waker issues
+ * the futex wakes it owes before it runs any async callback, so a slow
+ * callback never delays a sync waiter's wake-up.
+ *
+ * Concurrency: every function may run concurrently with every other on the
+ * same gate, except init/create/destroy.
+ *
+ * Memory ordering: a successful fast acquire is an acquire CAS and a fast
+ * release a release CAS on the same word; slow paths publish under the
+ * spinlock and hand over through the node's state word (seq_cst exchange
+ * by the granter, acquire load by the waiter). So a holder always sees
+ * everything the previous holder wrote before release().
+ *
+ * Deadlines and cancellation (sluice/cancel.h has the contract): a deadline
+ * that is not normalised fails with SLUICE_EINVAL before anything else. A
+ * wait that ends without a permit returns SLUICE_ECANCELED if its token has
+ * fired by then, whatever else happened (deadline passed, gate closed): cancel
+ * wins. A permit granted before the wait noticed the token is kept (OK).
+ *
+ * Async waiters (event loops): sluice_qgate_acquire_async() queues a waiter
+ * record whose callback runs exactly once, with SLUICE_OK (granted),
+ * SLUICE_ECANCELED (sluice_qgate_cancel_async) or SLUICE_ECLOSED
+ * (sluice_qgate_close). The record belongs to the gate from the moment
+ * acquire_async is called until its callback starts (whatever it held
+ * before is overwritten). The callback runs on the thread whose gate call
+ * decided the outcome: the caller of acquire_async when it is known at once
+ * (permit free, gate closed), otherwise the thread that releases the permit,
+ * raises the limit, cancels, or closes, always after the gate's lock is
+ * dropped. It must not block, and may call back into the gate (any gate).
+ *
+ * The trampoline: a callback that releases grants the next async waiter,
+ * whose callback would release in turn; run as nested calls, a queue of a
+ * million such waiters would need a million stack frames. So outcomes are
+ * not delivered by nesting: each thread keeps a FIFO list of decided async
+ * outcomes (thread-local; one per translation unit that includes this
+ * header), and only the outermost gate call on the thread runs it, one
+ * callback after another, until it is empty. A gate call made from inside a
+ * callback appends to the list and returns; the outcomes it decided run
+ * right after the current callback returns, before the outermost call does.
+ * Stack depth stays constant whatever the queue length, and no outcome is
+ * left behind when the outermost call returns.
+ */
+#ifndef SLUICE_QGATE_H
+#define SLUICE_QGATE_H
+
+#include <sluice/cancel.h>
+#include <sluice/park.h>
+#include <sluice/status.h>
+#include <sluice/time.h>
+
+#define SLUICE_QGATE_LIMIT_MAX (UINT32_C(1) << 30)
+
+/* A queued waiter. Sync waiters keep theirs on the stack during the wait;
+ * async waiters embed one in struct sluice_qgate_waiter. Every field is
+ * written by the gate before the node is used (sluice__qgate_node_init). */
+struct sluice_qgate_node {
+    /* Queue links, guarded by the gate's lock while queued; once popped,
+     * `next` chains the node in a grant batch or the thread's trampoline. */
+    struct sluice_qgate_node *next, *prev;
+    bool queued;                      /* guarded by the gate's lock */
+    _Atomic(uint32_t) state;          /* SLUICE__QNODE_*; sync: the futex word; async: the verdict */
+    struct sluice_qgate_waiter *async; /* NULL for a sync waiter */
+};
+
+struct sluice_qgate_waiter;
+typedef void (*sluice_qgate_cb)(struct sluice_qgate_waiter *waiter, int status);
+
+/* An async waiter: set `cb` (and `data`), keep it alive until cb has run.
+ * sluice__node is the gate's: acquire_async initialises it. */
+struct sluice_qgate_waiter {
+    sluice_qgate_cb cb;
+    void *data;
+    struct sluice_qgate_node sluice__node;
+};
+
+struct sluice_qgate_counts {
+    uint32_t limit;
+    uint32_t in_flight; /* permits held */
+    uint32_t waiting;   /* waiters queued for a permit */
+};
+
+struct sluice_qgate {
+    /* The hot word gets its own line; the queue and lock another. */
+    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) word;
+    SLUICE_ALIGNED(SLUICE_CACHELINE) sluice_spinlock lock;
+    struct sluice_qgate_node *head, *tail; /* guarded by lock */
+    /* A lock-free copy of `head`, read by spinning waiters: only the next in
+     * line spins, the rest park at once and leave the CPU to the holders. */
+    _Atomic(struct sluice_qgate_node *) head_hint;
+    _Atomic(uint32_t) limit;
+    _Atomic(uint32_t) closed;
+    struct sluice_allocator allocator;
+    bool owns_memory;
+};
+
+struct sluice_qgate_desc {
+    uint32_t limit; /* permits (default: 1; at most SLUICE_QGATE_LIMIT_MAX) */
+    const struct sluice_allocator *allocator; /* (default: aligned_alloc/free) */
+};
+
+/* WAITING and SLEEPING: no verdict yet (SLEEPING: the sync owner is parked,
+ * or about to, and must be woken). GRANTED, CLOSED, CANCELED: verdicts
+ * (CANCELED only for async nodes, whose sync twin reads the token). */
+enum { SLUICE__QNODE_WAITING = 0, SLUICE__QNODE_SLEEPING = 1, SLUICE__QNODE_GRANTED = 2,
+       SLUICE__QNODE_CLOSED = 3, SLUICE__QNODE_CANCELED = 4 };
+
+/* ---- the packed word: waiters * 2^32 + available (available is signed) ----
+ * It is one 64-bit number, not two bit fields: adding -1 to available when
+ * it is 0 borrows from the waiter half, so decoding subtracts it back out. */
+
+#define SLUICE__QGATE_ONE_WAITER (UINT64_C(1) << 32)
+
+SLUICE_INLINE int32_t sluice__qgate_available(uint64_t word)
+{
+    return (int32_t)(uint32_t)word;
+}
+
+SLUICE_INLINE uint32_t sluice__qgate_waiters(uint64_t word)
+{
+    return (uint32_t)((word - (uint64_t)(int64_t)sluice__qgate_available(word)) >> 32);
+}
+
+SLUICE_INLINE uint64_t sluice__qgate_word(int32_t available, uint32_t waiters)
+{
+    return ((uint64_t)waiters << 32) + (uint64_t)(int64_t)available;
+}
+
+/* Initialise a gate in caller storage. Returns SLUICE_EINVAL for a bad limit. */
+SLUICE_INLINE int sluice_qgate_init(struct sluice_qgate *g, uint32_t limit)
+{
+    if (!g || limit > SLUICE_QGATE_LIMIT_MAX)
+        return SLUICE_EINVAL;
+    atomic_init(&g->word, sluice__qgate_word((int32_t)limit, 0));
+    sluice_spinlock_init(&g->lock);
+    g->head = g->tail = NULL;
+    atomic_init(&g->head_hint, (struct sluice_qgate_node *)NULL);
+    atomic_init(&g->limit, limit);
+    atomic_init(&g->closed, 0u);
+    g->allocator.alloc = NULL;
+    g->allocator.free = NULL;
+    g->allocator.ctx = NULL;
+    g->owns_memory = false;
+    return SLUICE_OK;
+}
+
+/* Allocate and initialise a gate (the only allocation the gate ever makes).
+ * SLUICE_EINVAL for a limit above SLUICE_QGATE_LIMIT_MAX or an allocator with
+ * only one of alloc and free. */
+SLUICE_INLINE int sluice_qgate_create(const struct sluice_qgate_desc *desc, struct sluice_qgate **out)
+{
+    uint32_t limit = desc && desc->limit ? desc->limit : 1;
+    const struct sluice_allocator *a = desc ? desc->allocator : NULL;
+    *out = NULL;
+    if (limit > SLUICE_QGATE_LIMIT_MAX || !sluice__allocator_valid(a))
+        return SLUICE_EINVAL;
+    struct sluice_qgate *g = (struct sluice_qgate *)sluice__alloc(a, sizeof *g, SLUICE_CACHELINE);
+    if (!g)
+        return SLUICE_ENOMEM;
+    sluice_qgate_init(g, limit);
+    if (a)
+        g->allocator = *a;
+    g->owns_memory = true;
+    *out = g;
+    return SLUICE_OK;
+}
+
+/* Free a gate made by sluice_qgate_create. No thread may be using it. */
+SLUICE_INLINE void sluice_qgate_destroy(struct sluice_qgate *g)
+{
+    if (!g || !g->owns_memory)
+        return;
+    struct sluice_allocator a = g->allocator;
+    sluice__free(&a, g, sizeof *g);
+}
+
+/* ---- the queue (callers hold g->lock) ------------------------------------- */
+
+SLUICE_INLINE void sluice__qgate_enqueue(struct sluice_qgate *g, struct sluice_qgate_node *n)
+{
+    n->next = NULL;
+    n->prev = g->tail;
+    if (g->tail)
+        g->tail->next = n;
+    else
+        g->head = n;
+    g->tail = n;
+    n->queued = true;
+    atomic_store_explicit(&g->head_hint, g->head, SLUICE_RELAXED);
+}
+
+SLUICE_INLINE void sluice__qgate_unlink(struct sluice_qgate *g, struct sluice_qgate_node *n)
+{
+    if (n->prev)
+        n->prev->next = n->next;
+    else
+        g->head = n->next;
+    if (n->next)
+        n->next->prev = n->prev;
+    else
+        g->tail = n->prev;
+    n->next = n->prev = NULL;
+    n->queued = false;
+    atomic_store_explicit(&g->head_hint, g->head, SLUICE_RELAXED);
+}
+
+/* Add `delta` to the word. Callers hold the lock; a fetch-add is enough
+ * because fast paths only ever move `available` while nobody waits, and a
+ * waiter joins only while no permit is available. */
+SLUICE_INLINE void sluice__qgate_add(struct sluice_qgate *g, uint64_t delta)
+{
+    atomic_fetch_add_explicit(&g->word, delta, SLUICE_ACQ_REL);
+}
+
+/* Move a sleeping waiter back to WAITING without granting anything, so it
+ * re-checks its condition. Returns true if it was asleep (then wake it). */
+SLUICE_INLINE bool sluice__qgate_unsleep(struct sluice_qgate_node *n)
+{
+    uint32_t sleeping = SLUICE__QNODE_SLEEPING;
+    return atomic_compare_exchange_strong_explicit(&n->state, &sleeping, SLUICE__QNODE_WAITING,
+                                                   SLUICE_SEQ_CST, SLUICE_SEQ_CST);
+}
+
+/*
+ * With the lock held, give one permit to the queue's head if there is one
+ * and no limit cut is outstanding; otherwise make it available. Returns the
+ * node to hand the permit to (after unlocking), or NULL. If the new head is
+ * asleep, it is roused and *rouse set: waking it now, while the permit it
+ * will get is still in use, hides the wake-up latency behind that use.
+ */
+SLUICE_INLINE struct sluice_qgate_node *sluice__qgate_give_locked(struct sluice_qgate *g,
+                                                               _Atomic(uint32_t) **rouse)
+{
+    uint64_t w = atomic_load_explicit(&g->word, SLUICE_ACQUIRE);
+    if (sluice__qgate_available(w) < 0 || !g->head) {
+        sluice__qgate_add(g, 1);
+        return NULL;
+    }
+    struct sluice_qgate_node *n = g->head;
+    sluice__qgate_unlink(g, n);
+    sluice__qgate_add(g, (uint64_t)0 - SLUICE__QGATE_ONE_WAITER);
+    struct sluice_qgate_node *next = g->head;
+    if (rouse && next && !next->async && sluice__qgate_unsleep(next))
+        *rouse = &next->state;
+    return n;
+}
+
+/* ---- async outcomes: the per-thread trampoline ---------------------------- */
+
+/* Decided async outcomes whose callbacks have not run yet, in decision
+ * order, and whether a frame of this thread is already running them. It is
+ * empty whenever no gate call is in progress on the thread. */
+struct sluice__qgate_trampoline {
+    struct sluice_qgate_node *head, *tail; /* linked through node->next */
+    bool running;
+};
+
+static SLUICE_THREAD_LOCAL struct sluice__qgate_trampoline sluice__qgate_pending SLUICE_UNUSED;
+
+/* Queue an async node's verdict for its callback. */
+SLUICE_INLINE void sluice__qgate_defer(struct sluice_qgate_node *n, uint32_t verdict)
+{
+    struct sluice__qgate_trampoline *t = &sluice__qgate_pending;
+    atomic_store_explicit(&n->state, verdict, SLUICE_RELAXED);
+    n->next = NULL;
+    if (t->tail)
+        t->tail->next = n;
+    else
+        t->head = n;
+    t->tail = n;
+}
+
+/*
+ * Run the deferred callbacks, unless an outer frame of this thread already
+ * is (it will reach them after its current callback returns). Every gate
+ * call that may have deferred one ends with this, so a callback that calls
+ * back into a gate never nests another callback inside itself.
+ */
+SLUICE_INLINE void sluice__qgate_run_callbacks(void)
+{
+    struct sluice__qgate_trampoline *t = &sluice__qgate_pending;
+    if (t->running || !t->head)
+        return;
+    t->running = true;
+    struct sluice_qgate_node *n;
+    while ((n = t->head) != NULL) {
+        t->head = n->next;
+        if (!t->head)
+            t->tail = NULL;
+        struct sluice_qgate_waiter *w = n->async;
+        uint32_t verdict = atomic_load_explicit(&n->state, SLUICE_RELAXED);
+        int status = verdict == SLUICE__QNODE_GRANTED  ? (int)SLUICE_OK
+                     : verdict == SLUICE__QNODE_CLOSED ? (int)SLUICE_ECLOSED
+                                                      : (int)SLUICE_ECANCELED;
+        w->cb(w, status); /* last touch: the record is the owner's again */
+    }
+    t->running = false;
+}
+
+/*
+ * Hand a verdict (GRANTED or CLOSED) to a popped node: a sync waiter is
+ * woken now; an async one is deferred to the trampoline, so the caller must
+ * end with sluice__qgate_run_callbacks. Last touch of a sync node.
+ */
+SLUICE_INLINE void sluice__qgate_notify(struct sluice_qgate_node *n, uint32_t verdict)
+{
+    if (n->async) {
+        sluice__qgate_defer(n, verdict);
+        return;
+    }
+    /* After this exchange the waiter may return and free its node; a
+     * FUTEX_WAKE on a dead private address is harmless (glibc relies on
+     * the same for mutex unlock). */
+    if (atomic_exchange_explicit(&n->state, verdict, SLUICE_SEQ_CST) == SLUICE__QNODE_SLEEPING)
+        sluice_futex_wake(&n->state);
+}
+
+/* ---- release -------------------------------------------------------------- */
+
+SLUICE_INLINE void sluice__qgate_release_slow(struct sluice_qgate *g)
+{
+    _Atomic(uint32_t) *rouse = NULL;
+    sluice_spinlock_lock(&g->lock);
+    struct sluice_qgate_node *n = sluice__qgate_give_locked(g, &rouse);
+    sluice_spinlock_unlock(&g->lock);
+    if (n)
+        sluice__qgate_notify(n, SLUICE__QNODE_GRANTED);
+    /* The roused waiter looks awake to every later waker (a grant or its
+     * token, possibly from the callback below), so nobody else will wake
+     * it: this wake must come before any callback runs. */
+    if (rouse)
+        sluice_futex_wake(rouse);
+    sluice__qgate_run_callbacks();
+}
+
+/* Give a permit back. Wakes at most the one waiter next in line. */
+SLUICE_INLINE void sluice_qgate_release(struct sluice_qgate *g)
+{
+    uint64_t w = atomic_load_explicit(&g->word, SLUICE_RELAXED);
+    while (sluice__qgate_waiters(w) == 0) {
+        if (atomic_compare_exchange_weak_explicit(&g->word, &w, w + 1, SLUICE_RELEASE,
+                                                  SLUICE_RELAXED))
+            return;
+    }
+    sluice__qgate_release_slow(g);
+}
+
+/* ---- acquire -------------------------------------------------------------- */
+
+/* Take an available permit if nobody is queued; never jumps the queue. */
+SLUICE_INLINE bool sluice__qgate_take_fast(struct sluice_qgate *g)
+{
+    uint64_t w = atomic_load_explicit(&g->word, SLUICE_RELAXED);
+    while (sluice__qgate_available(w) > 0 && sluice__qgate_waiters(w) == 0) {
+        if (atomic_compare_exchange_weak_explicit(&g->word, &w, w - 1, SLUICE_ACQUIRE,
+                                                  SLUICE_RELAXED))
+            return true;
+    }
+    return false;
+}
+
+/* Make every field of a node the gate's, whatever the memory held before. */
+SLUICE_INLINE void sluice__qgate_node_init(struct sluice_qgate_node *n,
+                                          struct sluice_qgate_waiter *async)
+{
+    n->next = n->prev = NULL;
+    n->queued = false;
+    n->async = async;
+    atomic_store_explicit(&n->state, SLUICE__QNODE_WAITING, SLUICE_RELAXED);
+}
+
+/*
+ * Under the lock: take a permit that became free since the fast path
+ * failed, or join the queue with an initialised node. Returns SLUICE_OK
+ * (granted, not queued), SLUICE_EAGAIN (queued) or SLUICE_ECLOSED.
+ */
+SLUICE_INLINE int sluice__qgate_join(struct sluice_qgate *g, struct sluice_qgate_node *n)
+{
+    sluice_spinlock_lock(&g->lock);
+    int status;
+    if (atomic_load_explicit(&g->closed, SLUICE_ACQUIRE)) {
+        status = SLUICE_ECLOSED;
+    } else {
+        /* One CAS decides, against fast releases racing us: either a permit
+         * is free (take it) or we count ourselves as a waiter, after which
+         * no release can make a permit available without seeing us. */
+        uint64_t w = atomic_load_explicit(&g->word, SLUICE_RELAXED);
+        for (;;) {
+            bool free_permit = sluice__qgate_available(w) > 0 && sluice__qgate_waiters(w) == 0;
+            uint64_t next = free_permit ? w - 1 : w + SLUICE__QGATE_ONE_WAITER;
+            if (atomic_compare_exchange_weak_explicit(&g->word, &w, next, SLUICE_ACQ_REL,
+                                                      SLUICE_RELAXED)) {
+                status = free_permit ? SLUICE_OK : SLUICE_EAGAIN;
+                break;
+            }
+        }
+        if (status == SLUICE_EAGAIN)
+            sluice__qgate_enqueue(g, n);
+    }
+    sluice_spinlock_unlock(&g->lock);
+    return status;
+}
+
+/*
+ * Leave the queue. Returns true if the node was still queued (it holds
+ * nothing); false if it was already popped by a grant or close, whose
+ * verdict is on its way.
+ */
+SLUICE_INLINE bool sluice__qgate_leave(struct sluice_qgate *g, struct sluice_qgate_node *n)
+{
+    sluice_spinlock_lock(&g->lock);
+    bool queued = n->queued;
+    if (queued) {
+        sluice__qgate_unlink(g, n);
+        sluice__qgate_add(g, (uint64_t)0 - SLUICE__QGATE_ONE_WAITER);
+    }
+    sluice_spinlock_unlock(&g->lock);
+    return queued;
+}
+
+struct sluice__qgate_cancel_hook {
+    struct sluice_cancel_hook hook;
+    struct sluice_qgate_node *node;
+};
+
+static inline void sluice__qgate_on_cancel(struct sluice_cancel_hook *hook)
+{
+    struct sluice_qgate_node *n = ((struct sluice__qgate_cancel_hook *)hook)->node;
+    /* Wake without granting: the waiter sees the token and leaves. */
+    if (sluice__qgate_unsleep(n))
+        sluice_futex_wake(&n->state);
+}
+
+SLUICE_INLINE uint32_t sluice__qgate_verdict(struct sluice_qgate_node *n)
+{
+    uint32_t s = atomic_load_explicit(&n->state, SLUICE_ACQUIRE);
+    return s == SLUICE__QNODE_GRANTED || s == SLUICE__QNODE_CLOSED ? s : (uint32_t)SLUICE__QNODE_WAITING;
+}
+
+/*
+ * The waiter gives up: leave the queue, or pass on a grant that won the
+ * race. A popped node's verdict is on its way, but the popper may deliver
+ * it late (preempted, or a set_limit_collect caller finishing work under
+ * its own lock first): spin briefly, then park until it lands.
+ */
+SLUICE_INLINE int sluice__qgate_abandon(struct sluice_qgate *g, struct sluice_qgate_node *n, int status)
+{
+    if (sluice__qgate_leave(g, n))
+        return status;
+    uint32_t verdict = sluice_park_while(&n->state, SLUICE__QNODE_WAITING, SLUICE__QNODE_SLEEPING);
+    if (verdict == SLUICE__QNODE_GRANTED)
+        sluice_qgate_release(g);
+    return verdict == SLUICE__QNODE_CLOSED ? (int)SLUICE_ECLOSED : status;
+}
+
+/* How a wait that got no permit ends: a fired token wins over a closed gate
+ * and a passed deadline (an argument error stays one). */
+SLUICE_INLINE int sluice__qgate_failed(int status, const struct sluice_cancel *cancel)
+{
+    return status != SLUICE_EINVAL && sluice_cancel_fired(cancel) ? (int)SLUICE_ECANCELED : status;
+}
+
+SLUICE_INLINE int sluice__qgate_wait(struct sluice_qgate *g, const struct timespec *deadline,
+                                    struct sluice_cancel *cancel)
+{
+    struct sluice_qgate_node node;
+    sluice__qgate_node_init(&node, NULL);
+    int status = sluice__qgate_join(g, &node);
+    if (status != SLUICE_EAGAIN)
+        return status == SLUICE_OK ? status : sluice__qgate_failed(status, cancel);
+    struct sluice__qgate_cancel_hook hook;
+    hook.hook.fn = sluice__qgate_on_cancel;
+    hook.node = &node;
+    bool hooked = cancel && sluice_cancel_register(cancel, &hook.hook);
+    for (;;) {
+        uint32_t verdict = sluice__qgate_verdict(&node);
+        if (verdict != SLUICE__QNODE_WAITING) {
+            status = verdict == SLUICE__QNODE_GRANTED ? (int)SLUICE_OK : (int)SLUICE_ECLOSED;
+            break;
+        }
+        status = sluice_wait_stop_reason(deadline, cancel);
+        if (status != SLUICE_OK) {
+            status = sluice__qgate_abandon(g, &node, status);
+            break;
+        }
+        /* Next in line: the grant is probably moments away. */
+        for (int i = 0; i < SLUICE_PARK_SPIN &&
+                        atomic_load_explicit(&g->head_hint, SLUICE_RELAXED) == &node &&
+                        sluice__qgate_verdict(&node) == SLUICE__QNODE_WAITING;
+             i++)
+            sluice_cpu_relax();
+        uint32_t waiting = SLUICE__QNODE_WAITING;
+        if (!atomic_compare_exchange_strong_explicit(&node.state, &waiting, SLUICE__QNODE_SLEEPING,
+                                                     SLUICE_SEQ_CST, SLUICE_SEQ_CST))
+            continue; /* a verdict just landed */
+        /* Re-check after announcing sleep: a token fired in between found us
+         * WAITING and did not wake us. */
+        int slept = SLUICE_OK;
+        if (sluice_wait_stop_reason(deadline, cancel) == SLUICE_OK)
+            slept = sluice_futex_wait(&node.state, SLUICE__QNODE_SLEEPING, deadline);
+        sluice__qgate_unsleep(&node);
+        if (SLUICE_UNLIKELY(slept == SLUICE_EINVAL)) {
+            /* The kernel refuses to sleep: looping would spin, so give up. */
+            status = sluice__qgate_abandon(g, &node, slept);
+            break;
+        }
+    }
+    if (hooked)
+        sluice_cancel_unregister(cancel, &hook.hook);
+    return status == SLUICE_OK ? status : sluice__qgate_failed(status, cancel);
+}
+
+/*
+ * Take a permit, waiting in FIFO order until `deadline` (absolute
+ * CLOCK_MONOTONIC; NULL = none) or until `cancel` fires (NULL = none).
+ * Returns SLUICE_OK (caller holds a permit and must release it),
+ * SLUICE_ECANCELED, SLUICE_ETIMEDOUT or SLUICE_ECLOSED (caller holds nothing),
+ * or SLUICE_EINVAL for a deadline that is not normalised (time.h). A token
+ * that has already fired fails at once, even on a closed gate; a deadline
+ * that has passed is only noticed once the call has to wait.
+ */
+SLUICE_INLINE int sluice_qgate_acquire(struct sluice_qgate *g, const struct timespec *deadline,
+                                      struct sluice_cancel *cancel)
+{
+    /* Checked whether or not the call waits, so a bad deadline cannot hide
+     * until the gate is contended. */
+    if (SLUICE_UNLIKELY(!sluice_deadline_valid(deadline)))
+        return SLUICE_EINVAL;
+    /* A fired token fails every acquire, even one that would not wait, so
+     * "cancel wins before the call starts" needs no check by the caller. */
+    if (cancel && sluice_cancel_fired(cancel))
+        return SLUICE_ECANCELED;
+    if (SLUICE_UNLIKELY(atomic_load_explicit(&g->closed, SLUICE_RELAXED)))
+        return SLUICE_ECLOSED;
+    if (SLUICE_LIKELY(sluice__qgate_take_fast(g)))
+        return SLUICE_OK;
+    return sluice__qgate_wait(g, deadline, cancel);
+}
+
+/*
+ * Take a permit only if one is free and nobody is waiting: never jumps the
+ * queue. Returns SLUICE_OK, SLUICE_EAGAIN or SLUICE_ECLOSED.
+ */
+SLUICE_INLINE int sluice_qgate_tryacquire(struct sluice_qgate *g)
+{
+    if (SLUICE_UNLIKELY(atomic_load_explicit(&g->closed, SLUICE_RELAXED)))
+        return SLUICE_ECLOSED;
+    return sluice__qgate_take_fast(g) ? SLUICE_OK : SLUICE_EAGAIN;
+}
+
+/*
+ * Queue `w` for a permit; w->cb runs exactly once (see the header comment
+ * for its thread). `w` must stay valid until then; its sluice__node may hold
+ * anything beforehand (a reused record): the gate initialises it first.
+ */
+SLUICE_INLINE void sluice_qgate_acquire_async(struct sluice_qgate *g, struct sluice_qgate_waiter *w)
+{
+    struct sluice_qgate_node *n = &w->sluice__node;
+    sluice__qgate_node_init(n, w);
+    int status;
+    if (atomic_load_explicit(&g->closed, SLUICE_RELAXED))
+        status = SLUICE_ECLOSED;
+    else if (sluice__qgate_take_fast(g))
+        status = SLUICE_OK;
+    else
+        status = sluice__qgate_join(g, n);
+    if (status == SLUICE_EAGAIN)
+        return;
+    sluice__qgate_defer(n, status == SLUICE_OK ? SLUICE__QNODE_GRANTED : SLUICE__QNODE_CLOSED);
+    sluice__qgate_run_callbacks();
+}
+
+/*
+ * Withdraw an async waiter. If it was still queued, its callback runs with
+ * SLUICE_ECANCELED (now, or right after the current callback when called
+ * from one) and this returns SLUICE_OK. If the outcome was already decided
+ * (granted, closed, or decided inline by acquire_async), returns
+ * SLUICE_EAGAIN: the callback has run or is about to, with that outcome.
+ * Call only after sluice_qgate_acquire_async has returned, and before the
+ * record is reused.
+ */
+SLUICE_INLINE int sluice_qgate_cancel_async(struct sluice_qgate *g, struct sluice_qgate_waiter *w)
+{
+    if (!sluice__qgate_leave(g, &w->sluice__node))
+        return SLUICE_EAGAIN;
+    sluice__qgate_defer(&w->sluice__node, SLUICE__QNODE_CANCELED);
+    sluice__qgate_run_callbacks();
+    return SLUICE_OK;
+}
+
+/* ---- limit, stats, close -------------------------------------------------- */
+
+/*
+ * Change the limit under the gate's lock and return the waiters it granted,
+ * chained through `next`, for sluice__qgate_notify_chain. A caller that holds
+ * a lock of its own (discovery's update lock) hands the grants out only
+ * after dropping it, so no waiter callback runs under that lock. `limit`
+ * must be at most SLUICE_QGATE_LIMIT_MAX.
+ */
+SLUICE_INLINE struct sluice_qgate_node *sluice__qgate_set_limit_collect(struct sluice_qgate *g,
+                                                                     uint32_t limit)
+{
+    struct sluice_qgate_node *granted = NULL, **last = &granted;
+    sluice_spinlock_lock(&g->lock);
+    uint32_t old = atomic_load_explicit(&g->limit, SLUICE_RELAXED);
+    atomic_store_explicit(&g->limit, limit, SLUICE_RELAXED);
+    if (limit < old)
+        sluice__qgate_add(g, (uint64_t)0 - (old - limit));
+    /* New permits repay a cut first, then go to waiters in order; the rest
+     * become available in one step. */
+    for (uint32_t extra = limit > old ? limit - old : 0; extra > 0;) {
+        int32_t available = sluice__qgate_available(atomic_load_explicit(&g->word, SLUICE_ACQUIRE));
+        uint32_t bulk = available < 0 ? ((uint32_t)-available < extra ? (uint32_t)-available : extra)
+                        : !g->head  ? extra
+                                    : 0;
+        if (bulk) {
+            sluice__qgate_add(g, bulk);
+            extra -= bulk;
+            continue;
+        }
+        struct sluice_qgate_node *n = sluice__qgate_give_locked(g, NULL);
+        *last = n; /* reuse the popped node's link to batch the grants */
+        last = &n->next;
+        extra--;
+    }
+    *last = NULL;
+    sluice_spinlock_unlock(&g->lock);
+    return granted;
+}
+
+/* Hand out the grants sluice__qgate_set_limit_collect returned (NULL: none):
+ * sync waiters are woken first, then async callbacks run (trampoline). */
+SLUICE_INLINE void sluice__qgate_notify_chain(struct sluice_qgate_node *granted)
+{
+    while (granted) {
+        struct sluice_qgate_node *next = granted->next;
+        sluice__qgate_notify(granted, SLUICE__QNODE_GRANTED);
+        granted = next;
+    }
+    sluice__qgate_run_callbacks();
+}
+
+/*
+ * Change the limit. Raising it grants the newly eligible waiters now;
+ * lowering it lets current holders finish and grants nobody new until the
+ * number of holders is below the new limit. Returns SLUICE_EINVAL if
+ * `limit` exceeds SLUICE_QGATE_LIMIT_MAX.
+ */
+SLUICE_INLINE int sluice_qgate_set_limit(struct sluice_qgate *g, uint32_t limit)
+{
+    if (limit > SLUICE_QGATE_LIMIT_MAX)
+        return SLUICE_EINVAL;
+    sluice__qgate_notify_chain(sluice__qgate_set_limit_collect(g, limit));
+    return SLUICE_OK;
+}
+
+SLUICE_INLINE uint32_t sluice_qgate_limit(const struct sluice_qgate *g)
+{
+    return atomic_load_explicit(&((struct sluice_qgate *)g)->limit, SLUICE_RELAXED);
+}
+
+/* A snapshot of limit, holders and waiters. */
+SLUICE_INLINE struct sluice_qgate_counts sluice_qgate_stats(const struct sluice_qgate *gate)
+{
+    struct sluice_qgate *g = (struct sluice_qgate *)gate;
+    uint64_t w = atomic_load_explicit(&g->word, SLUICE_ACQUIRE);
+    uint32_t limit = atomic_load_explicit(&g->limit, SLUICE_RELAXED);
+    /* Every permit is either available or held (a cut shows as negative
+     * availability), so holders = limit - available. */
+    int64_t in_flight = (int64_t)limit - sluice__qgate_available(w);
+    struct sluice_qgate_counts c;
+    c.limit = limit;
+    c.in_flight = in_flight < 0 ? 0 : (uint32_t)in_flight;
+    c.waiting = sluice__qgate_waiters(w);
+    return c;
+}
+
+/*
+ * Close the gate: every queued waiter gets SLUICE_ECLOSED (a sync waiter
+ * whose token has fired gets SLUICE_ECANCELED), and so does every later
+ * acquire. Holders may still release. Idempotent.
+ */
+SLUICE_INLINE void sluice_qgate_close(struct sluice_qgate *g)
+{
+    sluice_spinlock_lock(&g->lock);
+    atomic_store_explicit(&g->closed, 1u, SLUICE_RELEASE);
+    struct sluice_qgate_node *n = g->head;
+    uint32_t count = 0;
+    for (struct sluice_qgate_node *i = n; i; i = i->next, count++)
+        i->queued = false;
+    g->head = g->tail = NULL;
+    atomic_store_explicit(&g->head_hint, (struct sluice_qgate_node *)NULL, SLUICE_RELAXED);
+    sluice__qgate_add(g, (uint64_t)0 - count * SLUICE__QGATE_ONE_WAITER);
+    sluice_spinlock_unlock(&g->lock);
+    while (n) {
+        struct sluice_qgate_node *next = n->next;
+        sluice__qgate_notify(n, SLUICE__QNODE_CLOSED);
+        n = next;
+    }
+    sluice__qgate_run_callbacks();
+}
+
+#endif /* SLUICE_QGATE_H */
