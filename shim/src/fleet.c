@@ -1,219 +1,24 @@
 /*
  * fleet.c — the Redis-backed fleet (sluice/fleet.h): configuration, the
- * follower policy and store a pool runs, the agent thread, the leader's
- * discovery node, and the Lua scripts every Redis operation is.
- *
- * Who owns what: the agent thread owns the Redis connection, the leader's
- * discovery node and its gate, and every `a_` field; pools touch only the
- * report accumulator (under `report_lock`) and read `published`. Status
- * fields are relaxed atomics the agent writes and anyone reads.
+ * follower policy and store a pool runs, the leader's discovery node and the
+ * agent thread. The Lua scripts, the hiredis connection and the leader's
+ * store are in fleet_redis.c; the fleet's struct is in fleet_internal.h.
  */
-#include <sluice/fleet.h>
+#include "fleet_internal.h"
 
 #include <errno.h>
-#include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <mimalloc.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define FLEET_EVENTS 256             /* fleet event ring capacity */
-#define FLEET_BACKOFF_MAX_MS 5000    /* reconnect backoff ceiling */
-#define FLEET_REPORTS_KEPT 1024      /* reports a leaderless fleet keeps (lua_report's LTRIM) */
 #define FLEET_SAMPLES_PER_REPORT 64  /* samples the leader feeds per report and outcome */
 #define FLEET_CUT_BEATS 3            /* heartbeats the fleet takes to apply a cut of S */
 
-/* ---- Lua scripts ------------------------------------------------------------- */
-
-/* Server time in ms, the one clock every process agrees on. */
-#define FLEET_LUA_NOW                                                                              \
-    "local t = redis.call('TIME')\n"                                                               \
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-
-/*
- * beat: KEYS state holders held waiters clears load; ARGV id want keep k
- * ttl_ms default_limit load. Expire silent holders, refresh this one and
- * its load (calls it runs), then move its leased permits towards `want`
- * (never below `keep`, what its pool still uses): release at once; acquire
- * only as the first waiter (strict order of first ask), at most the free
- * permits. The target is capped by the pool of leasable permits (S − N);
- * while others wait, by the fair share ceil(pool / N) rounded up to k;
- * while the fleet leases more than the pool (S fell, or N grew), by
- * floor(pool / N), so the excess drains at every holder's next beat. Returns {leased, target, S, N, waiters, state, ceiling, expires,
- * clears, fleet load}.
- */
-static const char lua_beat[] =
-    FLEET_LUA_NOW
-    "local id, want, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
-    "local k, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
-    "for _, d in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - ttl)) do\n"
-    "  redis.call('ZREM', KEYS[2], d); redis.call('HDEL', KEYS[3], d)\n"
-    "  redis.call('ZREM', KEYS[4], d); redis.call('HDEL', KEYS[6], d)\n"
-    "end\n"
-    "redis.call('ZADD', KEYS[2], now, id)\n"
-    "redis.call('HSET', KEYS[6], id, ARGV[7])\n"
-    "local S = tonumber(redis.call('HGET', KEYS[1], 'limit') or ARGV[6])\n"
-    "local n = redis.call('ZCARD', KEYS[2])\n"
-    "local pool = math.max(S - n, 0)\n"
-    "local total = 0\n"
-    "for _, v in ipairs(redis.call('HVALS', KEYS[3])) do total = total + tonumber(v) end\n"
-    "local mine = tonumber(redis.call('HGET', KEYS[3], id) or 0)\n"
-    "local rank = redis.call('ZRANK', KEYS[4], id)\n"
-    "local others = redis.call('ZCARD', KEYS[4]) - (rank and 1 or 0)\n"
-    "local share = math.ceil(math.ceil(pool / n) / k) * k\n"
-    "local target = math.min(want, pool)\n"
-    "if total > pool then target = math.min(target, math.floor(pool / n))\n"
-    "elseif others > 0 then target = math.min(target, share) end\n"
-    "if target < mine then\n"
-    "  mine = math.min(mine, math.max(target, keep))\n"
-    "  redis.call('ZREM', KEYS[4], id)\n"
-    "elseif target > mine then\n"
-    "  if not rank then redis.call('ZADD', KEYS[4], now, id); rank = redis.call('ZRANK', KEYS[4], id) end\n"
-    "  local free = pool - total\n"
-    "  if rank == 0 and free > 0 then mine = mine + math.min(target - mine, free) end\n"
-    "  if mine >= target then redis.call('ZREM', KEYS[4], id) end\n"
-    "else\n"
-    "  redis.call('ZREM', KEYS[4], id)\n"
-    "end\n"
-    "if mine > 0 then redis.call('HSET', KEYS[3], id, mine) else redis.call('HDEL', KEYS[3], id) end\n"
-    "local st = redis.call('HMGET', KEYS[1], 'state', 'ceiling', 'expires')\n"
-    "local load = 0\n"
-    "for _, v in ipairs(redis.call('HVALS', KEYS[6])) do load = load + tonumber(v) end\n"
-    "return {mine, target, S, n, redis.call('ZCARD', KEYS[4]), st[1] or '',\n"
-    "        tonumber(st[2] or 0), tonumber(st[3] or 0), tonumber(redis.call('GET', KEYS[5]) or 0),\n"
-    "        load}\n";
-
-/* report: KEYS reports; ARGV fields age_ms. Stamps the window's start in server time. */
-static const char lua_report[] =
-    FLEET_LUA_NOW
-    "redis.call('RPUSH', KEYS[1], ARGV[1] .. ' ' .. (now - tonumber(ARGV[2])))\n"
-    "redis.call('LTRIM', KEYS[1], -1024, -1)\n" /* FLEET_REPORTS_KEPT */
-    "return 1\n";
-
-/* drain: KEYS reports. Returns {now_ms, {report...}} and empties the list. */
-static const char lua_drain[] =
-    FLEET_LUA_NOW
-    "local r = redis.call('LRANGE', KEYS[1], 0, -1)\n"
-    "redis.call('DEL', KEYS[1])\n"
-    "return {now, r}\n";
-
-/* leader: KEYS leader; ARGV id lease_ms. 1 = renewed, 2 = newly taken, 0 = someone else's. */
-static const char lua_leader[] =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[2]); return 1\n"
-    "end\n"
-    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 end\n"
-    "return 0\n";
-
-/* publish: KEYS state leader; ARGV id limit state ttl_s. Only the leader writes S. */
-static const char lua_publish[] =
-    "if redis.call('GET', KEYS[2]) ~= ARGV[1] then return 0 end\n"
-    "redis.call('HSET', KEYS[1], 'limit', ARGV[2], 'state', ARGV[3], 'leader', ARGV[1])\n"
-    "redis.call('EXPIRE', KEYS[1], ARGV[4])\n"
-    "return 1\n";
-
-/* clear: KEYS state clears. Drops the shared state; returns the new clear count. */
-static const char lua_clear[] = "redis.call('DEL', KEYS[1])\n"
-                                "return redis.call('INCR', KEYS[2])\n";
-
-/* leave: KEYS holders held waiters leader load; ARGV id. Gives everything back. */
-static const char lua_leave[] =
-    "redis.call('ZREM', KEYS[1], ARGV[1]); redis.call('HDEL', KEYS[2], ARGV[1])\n"
-    "redis.call('ZREM', KEYS[3], ARGV[1]); redis.call('HDEL', KEYS[5], ARGV[1])\n"
-    "if redis.call('GET', KEYS[4]) == ARGV[1] then redis.call('DEL', KEYS[4]) end\n"
-    "return 1\n";
-
-const char *sluice__fleet_script(const char *name)
-{
-    static const struct {
-        const char *name, *text;
-    } scripts[] = {{"beat", lua_beat},   {"report", lua_report}, {"drain", lua_drain},
-                   {"leader", lua_leader}, {"publish", lua_publish}, {"clear", lua_clear},
-                   {"leave", lua_leave}};
-    for (size_t i = 0; name && i < sizeof scripts / sizeof scripts[0]; i++)
-        if (!strcmp(name, scripts[i].name))
-            return scripts[i].text;
-    return NULL;
-}
-
-/* ---- the fleet ------------------------------------------------------------------ */
-
-enum fleet_key { KEY_STATE, KEY_LEADER, KEY_HOLDERS, KEY_HELD, KEY_WAITERS, KEY_REPORTS,
-                 KEY_CLEARS, KEY_LOAD, KEY_COUNT };
-static const char *const key_suffix[KEY_COUNT] = {"state",   "leader",  "holders", "held",
-                                                  "waiters", "reports", "clears",  "load"};
-
-/* One report's worth of closed local windows (under report_lock). */
-struct fleet_report {
-    uint64_t n_ok, n_overload, n_served;
-    int64_t latency_sum, latency_min, retry_after;
-    uint32_t max_in_flight;
-    int64_t first_start_ns; /* pool clock: the oldest window's start; 0 = empty */
-};
-
-/* The follower policy a fleet's pool runs (see "the follower policy" below). */
-struct sluice_policy_fleet {
-    struct sluice_policy base;
-    struct sluice_fleet *fleet; /* shared, outlives the pool's calls (see destroy) */
-};
-
-struct sluice_fleet {
-    /* Configuration (immutable after create). */
-    char host[256];
-    int port;
-    char node[SLUICE_NODE_ID_MAX];
-    char id[SLUICE_FLEET_ID_MAX];
-    char key[KEY_COUNT][SLUICE_NODE_ID_MAX + 24];
-    uint32_t lease, holder_ttl_beats, leader_ttl_beats, floor;
-    int64_t heartbeat_ms;
-    struct sluice_discovery_desc leader_desc; /* policy, limits, TTL; jumpstart per takeover */
-    union {
-        max_align_t align;
-        unsigned char bytes[SLUICE_POLICY_STATE_MAX];
-    } policy; /* the leader's policy prototype (a copy of the description's) */
-    sluice_event_fn on_event;
-    void *on_event_ctx;
-    struct sluice_policy_fleet follower;  /* the pool's policy prototype */
-    struct sluice_store_ops store_ops;    /* the pool's store */
-
-    /* Pools' side. */
-    sluice_spinlock report_lock;
-    struct fleet_report report;
-    _Atomic(uint32_t) published; /* the local limit the follower policy answers */
-    _Atomic(uint32_t) kicks;     /* marker overloads the agent fed, not yet taken out */
-
-    /* Status, written by the agent. */
-    _Atomic(uint32_t) s_connected, s_leader, s_shared, s_ceiling, s_state, s_processes, s_leased;
-    _Atomic(int64_t) s_expires;
-    _Atomic(uint64_t) s_beats, s_fallbacks, s_reconnects;
-
-    /* The agent's own. */
-    struct sluice_pool *pool;
-    pthread_t thread;
-    bool started;
-    pthread_mutex_t mu; /* guards stop and clear_requests; cv wakes the agent early */
-    pthread_cond_t cv;
-    bool stop;
-    uint32_t clear_requests;
-    redisContext *a_redis;
-    int64_t a_retry_at_ms, a_backoff_ms;
-    bool a_ever_connected;
-    uint64_t a_clears_seen; /* the clears counter the leader has acted on */
-    uint32_t a_fleet_load;  /* calls the fleet runs, summed over processes at the last beat */
-    uint32_t a_kicked_for;  /* the published limit the last marker was fed for */
-    struct sluice_discovery *a_leader; /* non-NULL while this process leads */
-    struct sluice_gate a_leader_gate;  /* the leader node's gate: S, never acquired */
-    struct sluice_store_ops a_leader_store;
-
-    struct sluice_event_ring events;
-    struct sluice_event_slot slots[FLEET_EVENTS];
-};
-
-static int64_t mono_ms(void) { return sluice_monotonic_ns() / SLUICE_NS_PER_MS; }
+/* ---- configuration ------------------------------------------------------------ */
 
 static int fleet_fail(const struct sluice_fleet_desc *d, const char *msg)
 {
@@ -318,7 +123,7 @@ static int fleet_configure(struct sluice_fleet *f, const struct sluice_fleet_des
                  (unsigned long)(ts.tv_nsec ^ (long)getpid() << 16));
     }
     for (int i = 0; i < KEY_COUNT; i++)
-        snprintf(f->key[i], sizeof f->key[i], "sluice:{%s}:%s", f->node, key_suffix[i]);
+        snprintf(f->key[i], sizeof f->key[i], "sluice:{%s}:%s", f->node, sluice__fleet_key_suffix[i]);
     f->on_event = d->on_event;
     f->on_event_ctx = d->on_event_ctx;
     return SLUICE_OK;
@@ -428,133 +233,6 @@ static int fleet_store_clear(void *ctx, const char *node)
     return sluice_fleet_clear(ctx);
 }
 
-/* ---- Redis -------------------------------------------------------------------- */
-
-static struct timeval ms_timeval(int64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    return tv;
-}
-
-static void fleet_disconnect(struct sluice_fleet *f)
-{
-    if (f->a_redis)
-        redisFree(f->a_redis);
-    f->a_redis = NULL;
-}
-
-/*
- * EVAL `script` with `nkeys` of the fleet's keys and argv; NULL (and the
- * connection dropped) on any transport or script error. The caller frees.
- */
-static redisReply *fleet_eval(struct sluice_fleet *f, const char *script, const enum fleet_key *keys,
-                              int nkeys, const char *const *args, int nargs)
-{
-    if (!f->a_redis)
-        return NULL;
-    const char *argv[16];
-    char nk[8];
-    snprintf(nk, sizeof nk, "%d", nkeys);
-    int argc = 0;
-    argv[argc++] = "EVAL";
-    argv[argc++] = script;
-    argv[argc++] = nk;
-    for (int i = 0; i < nkeys; i++)
-        argv[argc++] = f->key[keys[i]];
-    for (int i = 0; i < nargs; i++)
-        argv[argc++] = args[i];
-    redisReply *r = redisCommandArgv(f->a_redis, argc, argv, NULL);
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-        if (r)
-            freeReplyObject(r);
-        fleet_disconnect(f);
-        return NULL;
-    }
-    return r;
-}
-
-/* A plain command (the leader's store); NULL and disconnected on error. */
-static redisReply *fleet_command(struct sluice_fleet *f, int argc, const char **argv)
-{
-    if (!f->a_redis)
-        return NULL;
-    redisReply *r = redisCommandArgv(f->a_redis, argc, argv, NULL);
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-        if (r)
-            freeReplyObject(r);
-        fleet_disconnect(f);
-        return NULL;
-    }
-    return r;
-}
-
-static int64_t reply_int(const redisReply *r)
-{
-    if (!r)
-        return 0;
-    if (r->type == REDIS_REPLY_INTEGER)
-        return r->integer;
-    if (r->type == REDIS_REPLY_STRING)
-        return strtoll(r->str, NULL, 10);
-    return 0;
-}
-
-/* ---- the leader's store: the state hash, called on the agent thread -------------- */
-
-static int leader_store_load(void *ctx, const char *node, struct sluice_lock_record *out)
-{
-    struct sluice_fleet *f = ctx;
-    (void)node;
-    memset(out, 0, sizeof *out);
-    const char *argv[] = {"HMGET", f->key[KEY_STATE], "ceiling", "expires", "locked_at", "policy"};
-    redisReply *r = fleet_command(f, 6, argv);
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
-        if (r)
-            freeReplyObject(r);
-        return SLUICE_EIO;
-    }
-    out->ceiling = (uint32_t)reply_int(r->element[0]);
-    out->expires_s = reply_int(r->element[1]);
-    out->locked_at_s = reply_int(r->element[2]);
-    if (r->element[3]->type == REDIS_REPLY_STRING)
-        snprintf(out->policy, sizeof out->policy, "%s", r->element[3]->str);
-    freeReplyObject(r);
-    return SLUICE_OK;
-}
-
-static int leader_store_save(void *ctx, const char *node, const struct sluice_lock_record *rec)
-{
-    struct sluice_fleet *f = ctx;
-    (void)node;
-    char ceiling[16], expires[24], locked[24], ttl[24];
-    snprintf(ceiling, sizeof ceiling, "%" PRIu32, rec->ceiling);
-    snprintf(expires, sizeof expires, "%" PRId64, rec->expires_s);
-    snprintf(locked, sizeof locked, "%" PRId64, rec->locked_at_s);
-    snprintf(ttl, sizeof ttl, "%" PRId64, f->leader_desc.lock_ttl_s);
-    const char *hset[] = {"HSET",      f->key[KEY_STATE], "ceiling", ceiling, "expires", expires,
-                          "locked_at", locked,            "policy",  rec->policy};
-    const char *expire[] = {"EXPIRE", f->key[KEY_STATE], ttl};
-    redisReply *r = fleet_command(f, 10, hset);
-    if (r) {
-        freeReplyObject(r);
-        r = fleet_command(f, 3, expire);
-    }
-    if (r)
-        freeReplyObject(r);
-    return r ? SLUICE_OK : SLUICE_EIO;
-}
-
-static int leader_store_clear(void *ctx, const char *node)
-{
-    struct sluice_fleet *f = ctx;
-    (void)node;
-    const char *argv[] = {"HDEL", f->key[KEY_STATE], "ceiling", "expires", "locked_at", "policy"};
-    redisReply *r = fleet_command(f, 6, argv);
-    if (r)
-        freeReplyObject(r);
-    return r ? SLUICE_OK : SLUICE_EIO;
-}
-
 /* ---- leadership ------------------------------------------------------------------ */
 
 static void leader_stop(struct sluice_fleet *f)
@@ -574,8 +252,7 @@ static void leader_start(struct sluice_fleet *f, uint32_t shared_limit, uint64_t
     uint32_t min = d.min_limit ? d.min_limit : 1, max = d.max_limit ? d.max_limit : 1024;
     if (shared_limit)
         d.jumpstart = shared_limit < min ? min : shared_limit > max ? max : shared_limit;
-    f->a_leader_store = (struct sluice_store_ops){leader_store_load, leader_store_save,
-                                                  leader_store_clear, f};
+    f->a_leader_store = sluice__fleet_leader_store(f);
     d.store = &f->a_leader_store;
     d.window_min_ns = 2 * f->heartbeat_ms * SLUICE_NS_PER_MS; /* see leader_feed */
     d.on_event = fleet_leader_event;
@@ -636,12 +313,12 @@ static void leader_feed(struct sluice_fleet *f, const char *report, int64_t now_
 static bool leader_beat(struct sluice_fleet *f)
 {
     static const enum fleet_key drain_keys[] = {KEY_REPORTS};
-    redisReply *r = fleet_eval(f, lua_drain, drain_keys, 1, NULL, 0);
+    redisReply *r = sluice__fleet_eval(f, sluice__fleet_lua_drain, drain_keys, 1, NULL, 0);
     if (!r)
         return false;
     if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
         r->element[1]->type == REDIS_REPLY_ARRAY) {
-        int64_t now_srv = reply_int(r->element[0]);
+        int64_t now_srv = sluice__fleet_reply_int(r->element[0]);
         const redisReply *list = r->element[1];
         for (size_t i = 0; i < list->elements; i++)
             leader_feed(f, list->element[i]->str, now_srv);
@@ -657,7 +334,7 @@ static bool leader_beat(struct sluice_fleet *f)
     snprintf(ttl, sizeof ttl, "%" PRId64, f->leader_desc.lock_ttl_s);
     static const enum fleet_key publish_keys[] = {KEY_STATE, KEY_LEADER};
     const char *args[] = {f->id, limit, sluice_discovery_state_name(st.state), ttl};
-    r = fleet_eval(f, lua_publish, publish_keys, 2, args, 4);
+    r = sluice__fleet_eval(f, sluice__fleet_lua_publish, publish_keys, 2, args, 4);
     if (!r)
         return false;
     freeReplyObject(r);
@@ -671,10 +348,10 @@ static bool leader_elect(struct sluice_fleet *f, uint32_t shared_limit, uint64_t
     snprintf(lease, sizeof lease, "%" PRId64, f->heartbeat_ms * f->leader_ttl_beats);
     static const enum fleet_key keys[] = {KEY_LEADER};
     const char *args[] = {f->id, lease};
-    redisReply *r = fleet_eval(f, lua_leader, keys, 1, args, 2);
+    redisReply *r = sluice__fleet_eval(f, sluice__fleet_lua_leader, keys, 1, args, 2);
     if (!r)
         return false;
-    int64_t got = reply_int(r);
+    int64_t got = sluice__fleet_reply_int(r);
     freeReplyObject(r);
     if (got == 0)
         leader_stop(f);
@@ -745,26 +422,6 @@ static void fleet_fallback(struct sluice_fleet *f)
     }
 }
 
-static bool fleet_connect(struct sluice_fleet *f)
-{
-    int64_t now = mono_ms();
-    if (now < f->a_retry_at_ms)
-        return false;
-    redisContext *c = redisConnectWithTimeout(f->host, f->port, ms_timeval(f->heartbeat_ms));
-    if (!c || c->err || redisSetTimeout(c, ms_timeval(f->heartbeat_ms)) != REDIS_OK) {
-        if (c)
-            redisFree(c);
-        f->a_backoff_ms = f->a_backoff_ms ? f->a_backoff_ms * 2 : f->heartbeat_ms;
-        if (f->a_backoff_ms > FLEET_BACKOFF_MAX_MS)
-            f->a_backoff_ms = FLEET_BACKOFF_MAX_MS;
-        f->a_retry_at_ms = now + f->a_backoff_ms;
-        return false;
-    }
-    f->a_redis = c;
-    f->a_backoff_ms = 0;
-    return true;
-}
-
 /* Send the windows closed since the last beat. */
 static bool fleet_report(struct sluice_fleet *f)
 {
@@ -784,7 +441,7 @@ static bool fleet_report(struct sluice_fleet *f)
     snprintf(age, sizeof age, "%" PRId64, age_ms > 0 ? age_ms : 0);
     static const enum fleet_key keys[] = {KEY_REPORTS};
     const char *args[] = {fields, age};
-    redisReply *reply = fleet_eval(f, lua_report, keys, 1, args, 2);
+    redisReply *reply = sluice__fleet_eval(f, sluice__fleet_lua_report, keys, 1, args, 2);
     if (reply)
         freeReplyObject(reply);
     return reply != NULL;
@@ -817,26 +474,26 @@ static bool fleet_lease(struct sluice_fleet *f, uint32_t *shared, uint64_t *clea
     static const enum fleet_key keys[] = {KEY_STATE, KEY_HOLDERS, KEY_HELD,
                                           KEY_WAITERS, KEY_CLEARS, KEY_LOAD};
     const char *args[] = {f->id, a_want, a_keep, a_k, a_ttl, a_def, a_load};
-    redisReply *r = fleet_eval(f, lua_beat, keys, 6, args, 7);
+    redisReply *r = sluice__fleet_eval(f, sluice__fleet_lua_beat, keys, 6, args, 7);
     if (!r)
         return false;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 10) {
         freeReplyObject(r);
-        fleet_disconnect(f);
+        sluice__fleet_disconnect(f);
         return false;
     }
-    uint32_t leased = (uint32_t)reply_int(r->element[0]);
-    uint32_t target = (uint32_t)reply_int(r->element[1]);
-    *shared = (uint32_t)reply_int(r->element[2]);
+    uint32_t leased = (uint32_t)sluice__fleet_reply_int(r->element[0]);
+    uint32_t target = (uint32_t)sluice__fleet_reply_int(r->element[1]);
+    *shared = (uint32_t)sluice__fleet_reply_int(r->element[2]);
     atomic_store_explicit(&f->s_leased, leased, SLUICE_RELAXED);
     atomic_store_explicit(&f->s_shared, *shared, SLUICE_RELAXED);
-    atomic_store_explicit(&f->s_processes, (uint32_t)reply_int(r->element[3]), SLUICE_RELAXED);
+    atomic_store_explicit(&f->s_processes, (uint32_t)sluice__fleet_reply_int(r->element[3]), SLUICE_RELAXED);
     const char *state = r->element[5]->type == REDIS_REPLY_STRING ? r->element[5]->str : "";
     atomic_store_explicit(&f->s_state, (uint32_t)state_from_name(state), SLUICE_RELAXED);
-    atomic_store_explicit(&f->s_ceiling, (uint32_t)reply_int(r->element[6]), SLUICE_RELAXED);
-    atomic_store_explicit(&f->s_expires, reply_int(r->element[7]), SLUICE_RELAXED);
-    *clears = (uint64_t)reply_int(r->element[8]);
-    f->a_fleet_load = (uint32_t)reply_int(r->element[9]);
+    atomic_store_explicit(&f->s_ceiling, (uint32_t)sluice__fleet_reply_int(r->element[6]), SLUICE_RELAXED);
+    atomic_store_explicit(&f->s_expires, sluice__fleet_reply_int(r->element[7]), SLUICE_RELAXED);
+    *clears = (uint64_t)sluice__fleet_reply_int(r->element[8]);
+    f->a_fleet_load = (uint32_t)sluice__fleet_reply_int(r->element[9]);
     freeReplyObject(r);
     /* Never more than leased: a lower target shows in the pool first, and the permits
      * go back at a later beat, once its limit and its calls in flight are down. */
@@ -854,7 +511,7 @@ static bool fleet_run_clears(struct sluice_fleet *f)
     if (!n)
         return true;
     static const enum fleet_key keys[] = {KEY_STATE, KEY_CLEARS};
-    redisReply *r = fleet_eval(f, lua_clear, keys, 2, NULL, 0);
+    redisReply *r = sluice__fleet_eval(f, sluice__fleet_lua_clear, keys, 2, NULL, 0);
     if (r) {
         freeReplyObject(r);
         return true;
@@ -869,7 +526,7 @@ static void fleet_beat(struct sluice_fleet *f)
 {
     atomic_fetch_add_explicit(&f->s_beats, 1u, SLUICE_RELAXED);
     bool was_connected = atomic_load_explicit(&f->s_connected, SLUICE_RELAXED) != 0u;
-    if (!f->a_redis && !fleet_connect(f)) {
+    if (!f->a_redis && !sluice__fleet_connect(f)) {
         fleet_fallback(f);
         fleet_kick(f);
         return;
@@ -971,6 +628,31 @@ int sluice_fleet_attach(struct sluice_fleet *f, struct sluice_pool *pool)
     return SLUICE_OK;
 }
 
+int sluice_fleet_clear_node(const char *redis_url, const char *node_id, char *error,
+                            size_t error_size)
+{
+    struct sluice_fleet *f;
+    int status = sluice_fleet_create(&(struct sluice_fleet_desc){.redis_url = redis_url,
+                                                                 .node_id = node_id,
+                                                                 .heartbeat_ms = 1000,
+                                                                 .error = error,
+                                                                 .error_size = error_size},
+                                     &f);
+    if (status != SLUICE_OK)
+        return status;
+    static const enum fleet_key keys[] = {KEY_STATE, KEY_CLEARS};
+    redisReply *r = sluice__fleet_connect(f)
+                        ? sluice__fleet_eval(f, sluice__fleet_lua_clear, keys, 2, NULL, 0)
+                        : NULL;
+    if (r)
+        freeReplyObject(r);
+    else if (error && error_size)
+        snprintf(error, error_size, "%s:%d did not answer (or refused the clear)", f->host,
+                 f->port);
+    sluice_fleet_destroy(f);
+    return r ? SLUICE_OK : SLUICE_EIO;
+}
+
 int sluice_fleet_clear(struct sluice_fleet *f)
 {
     pthread_mutex_lock(&f->mu);
@@ -1019,11 +701,11 @@ void sluice_fleet_destroy(struct sluice_fleet *f)
         static const enum fleet_key keys[] = {KEY_HOLDERS, KEY_HELD, KEY_WAITERS, KEY_LEADER,
                                               KEY_LOAD};
         const char *args[] = {f->id};
-        redisReply *r = fleet_eval(f, lua_leave, keys, 5, args, 1);
+        redisReply *r = sluice__fleet_eval(f, sluice__fleet_lua_leave, keys, 5, args, 1);
         if (r)
             freeReplyObject(r);
     }
-    fleet_disconnect(f);
+    sluice__fleet_disconnect(f);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
     mi_free(f);

@@ -2,7 +2,7 @@
  * sluicectl — inspect, clear and probe discovered concurrency ceilings.
  *
  *   sluicectl status [--json] [--state FILE | --admin URL]
- *   sluicectl clear NODE [--state FILE | --admin URL]
+ *   sluicectl clear NODE [--state FILE | --admin URL | --redis URL]
  *   sluicectl events NODE --admin URL [--follow]
  *   sluicectl probe URL [--requests N] [--concurrency-max M] [--header H]... [--body FILE]
  *                       [--method M] [--timeout S] [--request-timeout S] [--save NODE]
@@ -33,6 +33,9 @@
 #include <sluice/curl.h>
 #include <sluice/sluice.h>
 #include <sluice/statefile.h>
+#ifdef SLUICE_HAVE_FLEET
+#include <sluice/fleet.h>
+#endif
 
 #include "tool.h"
 
@@ -64,7 +67,7 @@ static const char usage_status[] =
     "  --json         print JSON instead of a table\n";
 
 static const char usage_clear[] =
-    "usage: sluicectl clear NODE [--state FILE | --admin URL]\n"
+    "usage: sluicectl clear NODE [--state FILE | --admin URL | --redis URL]\n"
     "\n"
     "Drop NODE's discovered ceiling: its 24-hour lock is removed and discovery\n"
     "restarts from the jumpstart at its next request. Other nodes are untouched.\n"
@@ -74,6 +77,9 @@ static const char usage_clear[] =
     "                 curl -X POST 'URL/compute/concurrency/clear?node_id=NODE'\n"
     "  --state FILE   clear it in the state file only (default location as for status);\n"
     "                 a running process keeps its lock in memory until it restarts\n"
+    "  --redis URL    clear it for a whole fleet (sluice/fleet.h) sharing the Redis\n"
+    "                 server at URL (redis://HOST:PORT); its processes follow within\n"
+    "                 a heartbeat\n"
     "  --json         print the node's new state as JSON (with --admin)\n";
 
 static const char usage_events[] =
@@ -118,13 +124,14 @@ enum {
     OPT_ADMIN = 1 << 2,
     OPT_FOLLOW = 1 << 3,
     OPT_PROBE = 1 << 4, /* requests, concurrency-max, header, body, method, timeouts, save */
+    OPT_REDIS = 1 << 5,
 };
 
 #define MAX_HEADERS 64
 
 struct opts {
     bool json, follow, help;
-    const char *state, *admin;
+    const char *state, *admin, *redis;
     const char *pos[4];
     int n_pos;
     long requests, concurrency_max;
@@ -196,6 +203,7 @@ static int parse_opts(int argc, char **argv, int first, unsigned allowed, int ma
             {"--header", OPT_PROBE, true},         {"--body", OPT_PROBE, true},
             {"--method", OPT_PROBE, true},         {"--timeout", OPT_PROBE, true},
             {"--request-timeout", OPT_PROBE, true}, {"--save", OPT_PROBE, true},
+            {"--redis", OPT_REDIS, true},
         };
         size_t k = 0;
         for (; k < sizeof table / sizeof *table; k++)
@@ -222,6 +230,8 @@ static int parse_opts(int argc, char **argv, int first, unsigned allowed, int ma
             o->state = val;
         else if (!strcmp(name, "--admin"))
             o->admin = val;
+        else if (!strcmp(name, "--redis"))
+            o->redis = val;
         else if (!strcmp(name, "--requests")) {
             if (!parse_long(val, 1, 100000000, &o->requests))
                 return usage_error("--requests '%s' is not a number in 1..100000000", val);
@@ -253,8 +263,8 @@ static int parse_opts(int argc, char **argv, int first, unsigned allowed, int ma
             o->save = val;
         }
     }
-    if (o->state && o->admin)
-        return usage_error("--state and --admin exclude each other");
+    if (!!o->state + !!o->admin + !!o->redis > 1)
+        return usage_error("--state, --admin and --redis exclude each other");
     return 0;
 }
 
@@ -649,6 +659,21 @@ static int clear_in_admin(const struct opts *o, const char *node)
         printf("cleared: %s\n", json_string_value(json_object_get(n, "status_line")));
     json_decref(r);
     return EXIT_OK;
+}
+
+static int clear_in_redis(const struct opts *o, const char *node)
+{
+#ifdef SLUICE_HAVE_FLEET
+    char err[512];
+    if (sluice_fleet_clear_node(o->redis, node, err, sizeof err) != SLUICE_OK)
+        return fail("%s", err);
+    fprintf(stderr, "cleared %s for the fleet at %s\n", node, o->redis);
+    return EXIT_OK;
+#else
+    (void)node;
+    return fail("--redis %s: this sluicectl was built without the Redis fleet (hiredis)",
+                o->redis);
+#endif
 }
 
 /* ---- events ----------------------------------------------------------------- */
@@ -1222,14 +1247,16 @@ int main(int argc, char **argv)
         rc = o.admin ? status_from_admin(&o) : status_from_file(&o);
     } else if (!strcmp(cmd, "clear")) {
         tool_name = name;
-        if ((rc = parse_opts(argc, argv, 2, OPT_JSON | OPT_STATE | OPT_ADMIN, 1, &o)))
+        if ((rc = parse_opts(argc, argv, 2, OPT_JSON | OPT_STATE | OPT_ADMIN | OPT_REDIS, 1, &o)))
             return rc;
         if (o.help)
             return fputs(usage_clear, stdout), EXIT_OK;
         if (o.n_pos != 1)
             return usage_error("clear needs a NODE, e.g. sluicectl clear cloud:default_ollama");
         curl_global_init(CURL_GLOBAL_DEFAULT);
-        rc = o.admin ? clear_in_admin(&o, o.pos[0]) : clear_in_file(&o, o.pos[0]);
+        rc = o.redis ? clear_in_redis(&o, o.pos[0])
+             : o.admin ? clear_in_admin(&o, o.pos[0])
+                       : clear_in_file(&o, o.pos[0]);
     } else if (!strcmp(cmd, "events")) {
         tool_name = name;
         if ((rc = parse_opts(argc, argv, 2, OPT_ADMIN | OPT_FOLLOW, 1, &o)))

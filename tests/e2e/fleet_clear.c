@@ -71,3 +71,27 @@ Test(fleet_clear, a_pool_clear_in_one_process_restarts_discovery_for_the_whole_f
     sluice_fleet_destroy(f);
     sluice_pool_destroy(pool);
 }
+
+/* The same from outside the fleet: sluicectl clear NODE --redis URL. */
+Test(fleet_clear, sluicectl_clear_with_redis_clears_the_fleet)
+{
+    cr_assert(RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 8000),
+              "the fleet did not lock at max_limit");
+    char url[64], cmd[512];
+    rfx_url(url, sizeof url);
+    snprintf(cmd, sizeof cmd, "%s clear %s --redis %s 2>/dev/null", SLUICECTL_PATH, RFX_NODE, url);
+    int status = system(cmd);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "sluicectl exited %d", status);
+    cr_expect_eq(rfx_int("GET %s", rfx_key("clears")), 1);
+    long long lowest = LLONG_MAX;
+    for (int64_t end = fx_now_ms() + 10 * BEAT_MS; fx_now_ms() < end; fx_sleep_ms(5)) {
+        long long s = rfx_int("HGET %s limit", rfx_key("state"));
+        if (s && s < lowest)
+            lowest = s;
+    }
+    cr_expect_leq(lowest, 5, "the leader did not restart from the jumpstart (lowest %lld)", lowest);
+    snprintf(cmd, sizeof cmd, "%s clear %s --redis 127.0.0.1:%d 2>/dev/null", SLUICECTL_PATH,
+             RFX_NODE, rfx_free_port());
+    status = system(cmd);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 1, "no server: exit 1, got %d", status);
+}

@@ -184,6 +184,15 @@ int sluice_fleet_attach(struct sluice_fleet *fleet, struct sluice_pool *pool);
 /* Clear the node fleet-wide (see "Clear"); runs on the agent's next beat. */
 int sluice_fleet_clear(struct sluice_fleet *fleet);
 
+/*
+ * The same clear from outside the fleet (a tool: sluicectl clear --redis):
+ * connects, clears node_id's shared state, disconnects; blocks for at most
+ * a second. SLUICE_EINVAL for a bad URL (message in error), SLUICE_EIO when
+ * the server does not answer.
+ */
+int sluice_fleet_clear_node(const char *redis_url, const char *node_id, char *error,
+                            size_t error_size);
+
 struct sluice_fleet_status {
     bool connected;          /* the last Redis call succeeded */
     bool leader;             /* this process holds the leader lease */
