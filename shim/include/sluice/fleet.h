@@ -31,6 +31,8 @@
  *   held     hash: process id -> fleet permits it leases.
  *   waiters  sorted set: processes waiting for permits, scored by the
  *            server TIME of their first ask: served strictly in that order.
+ *   load     hash: process id -> calls it runs (its whole limit while calls
+ *            queue for it); their sum is the fleet's in-flight for the leader.
  *   reports  list: each process's closed windows (completions, overloads,
  *            latency sums, peak in flight), drained by the leader.
  *   clears   counter: bumped by every fleet-wide clear.
@@ -74,9 +76,10 @@
  * it may run its old limit (1 + a multiple of 4) for up to 200 ms.
  * The same holds for a process cut off from Redis: see Failure.
  *
- * Clear: sluice_fleet_clear, or a clear of the pool (C API, admin POST,
- * sluice_engine_clear: the pool's store is the fleet's), clears the node
- * fleet-wide: the state hash is dropped and the clears counter bumped; the
+ * Clear: sluice_fleet_clear, a clear of the pool (C API, admin POST,
+ * sluice_engine_clear: the pool's store is the fleet's) or, from outside,
+ * sluice_fleet_clear_node (`sluicectl clear NODE --redis URL`) clears the
+ * node fleet-wide: the state hash is dropped and the clears counter bumped; the
  * leader restarts discovery from the jumpstart; every process sees the new
  * state (and any new lock) at its next heartbeat.
  *
@@ -103,7 +106,7 @@
  * report accumulator is under its spinlock (acquire/release); the agent's
  * stop flag and clear requests use a mutex and condition variable.
  *
- * Allocation: at create (the fleet, its Redis context) and at each
+ * Allocation: at create (the fleet, with its event ring) and at each
  * (re)connect and leadership change (hiredis, the leader's discovery node).
  */
 #ifndef SLUICE_FLEET_H
