@@ -50,12 +50,15 @@
  * Permits: every live process always has one permit of its own (a pool's
  * limit never falls below discovery's min_limit, 1); the other S − N (N =
  * live processes) are leased in batches of `lease` (k) permits from a fair
- * distributed semaphore. A process asks for ceil(demand / k)·k − 1 leased
+ * distributed semaphore. A process asks for ceil((demand − 1) / k)·k leased
  * permits (demand = its calls in flight + queued); while others wait, at
  * most its fair share ceil((S − N) / N) rounded up to k; waiters are served
  * in the order they first asked. Its pool's limit is 1 + its leased permits.
  * A permit is given back only once the pool's limit is down and its calls
- * in flight fit, so a healthy fleet never runs more than max(S, N) calls.
+ * in flight fit, so a steady fleet never runs more than max(S, N) calls.
+ * When S falls or a process joins, leases granted before exceed the new
+ * S − N until each holder's next beats shed them (to floor((S − N) / N)
+ * each, as soon as its calls fit): a few heartbeats.
  *
  * The hot path never talks to Redis: call_begin/call_end are the pool's
  * own (the local gate still orders waiters FIFO). The pool's discovery
