@@ -274,7 +274,8 @@ static void leader_start(struct sluice_fleet *f, uint32_t shared_limit, uint64_t
  * window's, in server time): one that started before the node's last cut is stale, so
  * the burst of 429s a cut was made for does not cut again when it arrives late.
  */
-static void leader_feed(struct sluice_fleet *f, const char *report, int64_t now_srv_ms)
+static void leader_feed(struct sluice_fleet *f, const char *report, int64_t now_srv_ms,
+                        enum sluice_outcome outcome)
 {
     unsigned long long ok, overload, served;
     long long lat_sum, lat_min, retry, start_ms;
@@ -289,7 +290,7 @@ static void leader_feed(struct sluice_fleet *f, const char *report, int64_t now_
     s.in_flight_at_start = f->a_fleet_load;
     s.outcome = SLUICE_OUTCOME_OK;
     s.latency_ns = ok ? (int64_t)(lat_sum / (long long)ok) : 0;
-    for (unsigned long long i = 0; i < ok && i < FLEET_SAMPLES_PER_REPORT; i++) {
+    for (unsigned long long i = 0; outcome == SLUICE_OUTCOME_OK && i < ok && i < FLEET_SAMPLES_PER_REPORT; i++) {
         /* One at the window's fastest, so the policy's minimum filter sees it. */
         struct sluice_sample one = s;
         if (i == 0 && lat_min > 0)
@@ -303,7 +304,8 @@ static void leader_feed(struct sluice_fleet *f, const char *report, int64_t now_
                  FLEET_CUT_BEATS * f->heartbeat_ms * SLUICE_NS_PER_MS;
     s.retry_after_ns = retry;
     s.latency_ns = 0;
-    for (unsigned long long i = 0; i < overload && i < FLEET_SAMPLES_PER_REPORT; i++)
+    for (unsigned long long i = 0;
+         outcome == SLUICE_OUTCOME_OVERLOAD && i < overload && i < FLEET_SAMPLES_PER_REPORT; i++)
         sluice_discovery_on_sample(f->a_leader, &s);
 }
 
@@ -320,8 +322,12 @@ static bool leader_beat(struct sluice_fleet *f)
         r->element[1]->type == REDIS_REPLY_ARRAY) {
         int64_t now_srv = sluice__fleet_reply_int(r->element[0]);
         const redisReply *list = r->element[1];
+        /* Every report's served calls first: an overload closes the node's window at
+         * once, and that window should hold all the fleet served meanwhile. */
         for (size_t i = 0; i < list->elements; i++)
-            leader_feed(f, list->element[i]->str, now_srv);
+            leader_feed(f, list->element[i]->str, now_srv, SLUICE_OUTCOME_OK);
+        for (size_t i = 0; i < list->elements; i++)
+            leader_feed(f, list->element[i]->str, now_srv, SLUICE_OUTCOME_OVERLOAD);
     }
     freeReplyObject(r);
     sluice_discovery_poll(f->a_leader);

@@ -69,24 +69,38 @@ Test(fleet_cap, eight_processes_never_run_more_than_the_shared_limit_together)
     cr_expect_gt(s.ok, 500, "the fleet served only %ld calls in %d ms", s.ok, RUN_MS);
 }
 
-/* A hidden cap the fleet must discover: the simulator refuses past 12. One
- * leader probes for all eight, so the 429s stay a small share of the calls
- * (eight independent controllers would each push towards 12 on their own). */
+/* The share of calls the simulator refused over `ms`, from a fresh count. */
+static double refused_share(int ms, struct fx_stats *out)
+{
+    rfx_sim_reset();
+    fx_sleep_ms(ms);
+    *out = fx_stats();
+    long calls = out->ok + out->rejected;
+    return calls ? (double)out->rejected / (double)calls : 0.0;
+}
+
+/* A hidden cap the fleet must discover: the simulator refuses past 12. One leader
+ * probes for all eight; once it has locked, S sits near 12 and the 429s stop (the
+ * probing itself, one controller a beat or two behind the fleet, draws them:
+ * 15-20 % of the calls in the first seconds here). */
 Test(fleet_cap, eight_processes_discover_one_hidden_cap_together)
 {
     const char *args[] = {"--mode", "reject", "--cap", "12", "--median-ms", "20", NULL};
     fx_start(args);
     for (int i = 0; i < WORKERS; i++)
         rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 4});
+    struct fx_stats probing, settled;
+    double probing_share = refused_share(RUN_MS, &probing);
     long long min_shared;
-    long long over = watch_leases(RUN_MS, &min_shared);
-    struct fx_stats s = fx_stats();
+    long long over = watch_leases(1000, &min_shared);
+    double settled_share = refused_share(2000, &settled);
     long long shared = rfx_int("HGET %s limit", rfx_key("state"));
-    double share = (double)s.rejected / (double)(s.ok + s.rejected);
-    cr_log_info("S = %lld at the end, peak in flight %ld, %ld served, %ld refused (%.1f%%)",
-                shared, s.peak_in_flight, s.ok, s.rejected, 100 * share);
+    cr_log_info("first %d ms: %ld served, %.1f%% refused; then 2 s: %ld served, %.1f%% "
+                "refused; S = %lld",
+                RUN_MS, probing.ok, 100 * probing_share, settled.ok, 100 * settled_share, shared);
     cr_expect_leq(over, 0, "the leases exceeded S - N by %lld", over);
-    cr_expect_leq(s.peak_in_flight, 12);
+    cr_expect_leq(settled.peak_in_flight, 12);
     cr_expect(shared >= 8 && shared <= 16, "S = %lld, far from the cap 12", shared);
-    cr_expect_lt(share, 0.25, "%.1f%% of the calls were refused", 100 * share);
+    cr_expect_lt(settled_share, 0.05, "%.1f%% of the calls were refused after the lock",
+                 100 * settled_share);
 }

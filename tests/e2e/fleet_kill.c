@@ -37,8 +37,8 @@ Test(fleet_kill, a_killed_holders_permits_return_within_the_holder_ttl)
     cr_log_info("w1's permits came back %lld ms after the kill (holder TTL %d ms)", (long long)took,
                 TTL_MS);
     cr_assert(gone, "w1 still holds permits %lld ms after it died", (long long)took);
-    cr_expect_leq(took, TTL_MS + 3 * BEAT_MS, "gone after %lld ms, the TTL is %d", (long long)took,
-                  TTL_MS);
+    /* Due at the first beat of a survivor after the TTL; slack for a loaded machine. */
+    cr_expect_leq(took, 3 * TTL_MS, "gone after %lld ms, the TTL is %d", (long long)took, TTL_MS);
     /* And the survivors lease them: the pool of S − N fills again. */
     long long shared = rfx_int("HGET %s limit", rfx_key("state"));
     cr_expect(RFX_WAIT_UNTIL(rfx_leased_total() == shared - (WORKERS - 1), 3000),
@@ -69,8 +69,8 @@ Test(fleet_kill, a_new_leader_takes_over_within_the_lease_from_the_shared_state)
     cr_log_info("%s took over from %s after %lld ms; S never below %lld", now, old,
                 (long long)took, lowest);
     cr_assert_geq(took, 0, "nobody took over from %s", old);
-    cr_expect_leq(took, TTL_MS + 3 * BEAT_MS, "took over after %lld ms; the lease is %d ms",
-                  (long long)took, TTL_MS);
+    cr_expect_leq(took, 3 * TTL_MS, "took over after %lld ms; the lease is %d ms", (long long)took,
+                  TTL_MS);
     cr_expect_eq(lowest, 16, "S fell to %lld: the new leader started from the jumpstart", lowest);
     char state[16] = "";
     redisReply *r = rfx_cmd("HGET %s state", rfx_key("state"));

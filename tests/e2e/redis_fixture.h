@@ -284,6 +284,18 @@ static void *rfx_child_caller(void *arg)
     return NULL;
 }
 
+/* Start the worker's callers and wait to be killed. */
+static __attribute__((noreturn)) void rfx_child_run(const struct rfx_worker_cfg *cfg,
+                                                    struct rfx_child *child)
+{
+    for (int i = 0; i < cfg->threads; i++) {
+        pthread_t t;
+        pthread_create(&t, NULL, rfx_child_caller, child);
+    }
+    for (;;)
+        pause();
+}
+
 static __attribute__((noreturn)) void rfx_child_main(const struct rfx_worker_cfg *cfg,
                                                      const struct rfx_worker *w)
 {
@@ -320,12 +332,7 @@ static __attribute__((noreturn)) void rfx_child_main(const struct rfx_worker_cfg
                            &child.pool) != SLUICE_OK ||
         sluice_fleet_attach(fleet, child.pool) != SLUICE_OK)
         _exit(4);
-    for (int i = 0; i < cfg->threads; i++) {
-        pthread_t t;
-        pthread_create(&t, NULL, rfx_child_caller, &child);
-    }
-    for (;;)
-        pause();
+    rfx_child_run(cfg, &child);
 }
 
 /* Fork worker `i` (process id "w<i>"). */
