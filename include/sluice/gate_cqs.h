@@ -45,7 +45,9 @@
  * seen by the embedder, and there is nothing to do at thread exit); so a
  * destroyed gate leaves no deferred callback behind in some thread's record.
  * Retired segments are recycled through a ck_stack free list: a steady state
- * allocates nothing. Segments are unlinked at the front of the list once
+ * allocates nothing, and a segment's memory stays the gate's until fini, so a
+ * late look at a cell that was recycled meanwhile reads a value that is not
+ * the looker's node, and is harmless. Segments are unlinked at the front of the list once
  * both sides are done with them; a front segment whose unserved cells are all
  * SKIP is unlinked at once and the dequeue ticket jumps over it, so timeouts
  * behind a slow holder leave memory flat. Known limit: a fully cancelled
@@ -55,7 +57,9 @@
  * Progress: acquire blocks; every other path is lock-free (no lock at all;
  * a new segment or epoch record is allocated through the gate's allocator,
  * and running out of memory there aborts). The next waiter in line spins
- * SLUICE_PARK_SPIN pauses, the others park on their own futex word at once.
+ * SLUICE_PARK_SPIN pauses, the others park at once, each on the futex word of
+ * its own cell (so a wake reaches exactly one thread); a grant also rouses
+ * the waiter behind, as in gate.h.
  *
  * Concurrency: every function may run concurrently with every other on the
  * same gate, except init/create/destroy/fini.
@@ -151,6 +155,42 @@ enum {
     SLUICE__CELL_HANDOFF_GRANT = 7, /* a release met CANCELLING and left its grant to the canceller */
     SLUICE__CELL_HANDOFF_CLOSE = 8  /* the same for close */
 };
+
+/* A queued waiter's cell holds its node pointer; the waiter sets this bit
+ * when it goes to sleep, on the cell itself (the low 32 bits are its futex
+ * word). A waker clears it (or replaces the pointer) and wakes the cell, so
+ * nobody ever needs to touch a node they have not claimed: a node may be gone
+ * the moment it leaves its cell, the cell's segment is not. */
+#define SLUICE__CELL_SLEEPING ((uintptr_t)2)
+
+SLUICE_INLINE bool sluice__cell_is_node(uintptr_t v)
+{
+    return v > SLUICE__CELL_HANDOFF_CLOSE;
+}
+
+SLUICE_INLINE struct sluice_gate_node *sluice__cell_node(uintptr_t v)
+{
+    return (struct sluice_gate_node *)(v & ~SLUICE__CELL_SLEEPING);
+}
+
+/* The futex word of a cell: its low 32 bits. */
+SLUICE_INLINE _Atomic(uint32_t) *sluice__cell_futex(_Atomic(uintptr_t) *cell)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return (_Atomic(uint32_t) *)(void *)cell;
+#else
+    return (_Atomic(uint32_t) *)(void *)cell + (sizeof(uintptr_t) / sizeof(uint32_t) - 1);
+#endif
+}
+
+/* Clear a sleeping waiter's bit and wake it, so it looks at the gate again
+ * (a token fired, or it is next in line now). */
+SLUICE_INLINE void sluice__cell_rouse(_Atomic(uintptr_t) *cell, uintptr_t node)
+{
+    uintptr_t v = node | SLUICE__CELL_SLEEPING;
+    if (atomic_compare_exchange_strong_explicit(cell, &v, node, SLUICE_SEQ_CST, SLUICE_RELAXED))
+        sluice_futex_wake(sluice__cell_futex(cell));
+}
 
 /* Serving a cell hands it one of two things: a permit, or "closed". */
 enum { SLUICE__SERVE_GRANT = 0, SLUICE__SERVE_CLOSE = 1 };
@@ -573,6 +613,23 @@ SLUICE_INLINE void sluice__cqs_serve(struct sluice_gate *g, struct sluice__cqs_r
             if (atomic_compare_exchange_weak_explicit(cell, &v, to, SLUICE_ACQ_REL, SLUICE_ACQUIRE))
                 break;
         }
+        if (sluice__cell_is_node(v)) {
+            if (v & SLUICE__CELL_SLEEPING)
+                sluice_futex_wake(sluice__cell_futex(cell));
+            if (kind == SLUICE__SERVE_GRANT) {
+                /* Rouse the waiter now next in line, so its wake-up overlaps
+                 * the use of this permit rather than following it. */
+                uint64_t nt = t + 1;
+                struct sluice__cqs_segment *ns =
+                    nt % SLUICE__CQS_CELLS ? s : atomic_load_explicit(&s->next, SLUICE_ACQUIRE);
+                if (ns) {
+                    _Atomic(uintptr_t) *next = &ns->cells[nt % SLUICE__CQS_CELLS];
+                    uintptr_t nv = atomic_load_explicit(next, SLUICE_RELAXED);
+                    if (sluice__cell_is_node(nv) && (nv & SLUICE__CELL_SLEEPING))
+                        sluice__cell_rouse(next, nv & ~SLUICE__CELL_SLEEPING);
+                }
+            }
+        }
         atomic_fetch_add_explicit(&s->deq_done, 1u, SLUICE_ACQ_REL);
         if (v == SLUICE__CELL_SKIP)
             continue; /* its waiter left uncounted: serve the next one */
@@ -581,8 +638,8 @@ SLUICE_INLINE void sluice__cqs_serve(struct sluice_gate *g, struct sluice__cqs_r
                 sluice__cqs_put_permit(g, r, chain); /* its waiter left: the permit goes back */
             return;
         }
-        if (v > SLUICE__CELL_HANDOFF_CLOSE) { /* a node, now ours */
-            struct sluice_gate_node *n = (struct sluice_gate_node *)v;
+        if (sluice__cell_is_node(v)) { /* a node, now ours */
+            struct sluice_gate_node *n = sluice__cell_node(v);
             if (chain && kind == SLUICE__SERVE_GRANT) {
                 **chain = n;
                 *chain = &n->next;
@@ -723,12 +780,14 @@ SLUICE_INLINE bool sluice__gate_leave(struct sluice_gate *g, struct sluice_gate_
     }
     struct sluice__cqs_segment *s = n->seg;
     _Atomic(uintptr_t) *cell = &s->cells[n->ticket % SLUICE__CQS_CELLS];
-    uintptr_t v = (uintptr_t)n;
-    if (!atomic_compare_exchange_strong_explicit(cell, &v, (uintptr_t)SLUICE__CELL_CANCELLING,
-                                                 SLUICE_ACQ_REL, SLUICE_ACQUIRE)) {
-        sluice__cqs_leave(g, r);
-        return false;
-    }
+    uintptr_t v = atomic_load_explicit(cell, SLUICE_ACQUIRE);
+    do {
+        if (!sluice__cell_is_node(v) || sluice__cell_node(v) != n) {
+            sluice__cqs_leave(g, r); /* claimed by a grant or close */
+            return false;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(cell, &v, (uintptr_t)SLUICE__CELL_CANCELLING,
+                                                    SLUICE_ACQ_REL, SLUICE_ACQUIRE));
     n->queued = false;
     /* Uncount ourselves if a waiter is still counted; otherwise a release
      * (or close) is already committed to this cell. */
@@ -762,6 +821,8 @@ struct sluice__gate_cancel_hook {
     struct sluice_gate_node *node;
 };
 
+/* Move a node sleeping on its state back to WAITING without a verdict.
+ * Returns true if it was asleep (then wake it). */
 SLUICE_INLINE bool sluice__gate_unsleep(struct sluice_gate_node *n)
 {
     uint32_t sleeping = SLUICE__NODE_SLEEPING;
@@ -769,9 +830,12 @@ SLUICE_INLINE bool sluice__gate_unsleep(struct sluice_gate_node *n)
                                                    SLUICE_SEQ_CST, SLUICE_SEQ_CST);
 }
 
+/* A token fired: wake the waiter without granting, so it sees the token and
+ * leaves (it sleeps on its cell, or on its node while a verdict is due). */
 static inline void sluice__gate_on_cancel(struct sluice_cancel_hook *hook)
 {
     struct sluice_gate_node *n = ((struct sluice__gate_cancel_hook *)hook)->node;
+    sluice__cell_rouse(&n->seg->cells[n->ticket % SLUICE__CQS_CELLS], (uintptr_t)n);
     if (sluice__gate_unsleep(n))
         sluice_futex_wake(&n->state);
 }
@@ -811,6 +875,8 @@ SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, const struct timespec
     hook.hook.fn = sluice__gate_on_cancel;
     hook.node = &node;
     bool hooked = cancel && sluice_cancel_register(cancel, &hook.hook);
+    _Atomic(uintptr_t) *cell = &node.seg->cells[node.ticket % SLUICE__CQS_CELLS];
+    const uintptr_t mine = (uintptr_t)&node;
     for (;;) {
         uint32_t verdict = sluice__gate_verdict(&node);
         if (verdict != SLUICE__NODE_WAITING) {
@@ -822,20 +888,39 @@ SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, const struct timespec
             status = sluice__gate_abandon(g, &node, status);
             break;
         }
-        /* Next in line: the grant is probably moments away. */
+        if ((atomic_load_explicit(cell, SLUICE_ACQUIRE) & ~SLUICE__CELL_SLEEPING) != mine) {
+            /* Claimed by a grant or close whose verdict is still on its way
+             * (a collect caller may hand it out late): sleep on the node's
+             * state until it lands, or the deadline or token says stop. */
+            uint32_t waiting = SLUICE__NODE_WAITING;
+            if (atomic_compare_exchange_strong_explicit(&node.state, &waiting,
+                                                        SLUICE__NODE_SLEEPING, SLUICE_SEQ_CST,
+                                                        SLUICE_SEQ_CST)) {
+                if (sluice_wait_stop_reason(deadline, cancel) == SLUICE_OK)
+                    sluice_futex_wait(&node.state, SLUICE__NODE_SLEEPING, deadline);
+                sluice__gate_unsleep(&node);
+            }
+            continue;
+        }
+        /* Next in line (deq == ticket), or already being served (deq past
+         * it, the server about to claim the cell): the grant is moments away. */
         for (int i = 0; i < SLUICE_PARK_SPIN &&
-                        atomic_load_explicit(&g->deq, SLUICE_RELAXED) == node.ticket &&
-                        sluice__gate_verdict(&node) == SLUICE__NODE_WAITING;
+                        atomic_load_explicit(&g->deq, SLUICE_RELAXED) >= node.ticket &&
+                        atomic_load_explicit(cell, SLUICE_RELAXED) == mine;
              i++)
             sluice_cpu_relax();
-        uint32_t waiting = SLUICE__NODE_WAITING;
-        if (!atomic_compare_exchange_strong_explicit(&node.state, &waiting, SLUICE__NODE_SLEEPING,
+        /* Announce sleep on the cell, re-check, sleep: a grant, a close, a
+         * fired token or a rouse all change the cell first, then wake it. */
+        uintptr_t v = mine;
+        if (!atomic_compare_exchange_strong_explicit(cell, &v, mine | SLUICE__CELL_SLEEPING,
                                                      SLUICE_SEQ_CST, SLUICE_SEQ_CST))
             continue;
         int slept = SLUICE_OK;
         if (sluice_wait_stop_reason(deadline, cancel) == SLUICE_OK)
-            slept = sluice_futex_wait(&node.state, SLUICE__NODE_SLEEPING, deadline);
-        sluice__gate_unsleep(&node);
+            slept = sluice_futex_wait(sluice__cell_futex(cell),
+                                      (uint32_t)(mine | SLUICE__CELL_SLEEPING), deadline);
+        v = mine | SLUICE__CELL_SLEEPING;
+        atomic_compare_exchange_strong_explicit(cell, &v, mine, SLUICE_SEQ_CST, SLUICE_RELAXED);
         if (SLUICE_UNLIKELY(slept == SLUICE_EINVAL)) {
             status = sluice__gate_abandon(g, &node, slept);
             break;
