@@ -44,6 +44,8 @@ def primitives(rows):
 
 
 def discovery(rows):
+    robust_rows = [r for r in rows if r["case"].startswith("discovery.robust.")]
+    rows = [r for r in rows if not r["case"].startswith("discovery.robust.")]
     impls = []
     cases = []
     for r in rows:
@@ -58,13 +60,43 @@ def discovery(rows):
     for case in cases:
         by = {r["impl"]: r for r in rows if r["case"] == case}
         d = by.get("discover", {})
-        head = f"`{case.removeprefix('discovery.')}` ({d.get('true_cap', '?'):g} → {d.get('locked_ceiling', 0):g})"
+        head = f"`{case.removeprefix('discovery.')}` ({d.get('true_cap', 0):.3g} → {d.get('locked_ceiling', 0):.3g})"
         cells = []
         for impl in impls:
             r = by.get(impl)
             cells.append("" if r is None else
                          f"{r['goodput_ratio']:.3f} / {r['reject_share']:.3f} / {r['p99_latency_s']:.1f}")
         print(f"| {head} | " + " | ".join(cells) + " |")
+    if robust_rows:
+        print()
+        robust(robust_rows)
+
+
+def robust(rows):
+    """One row per mode and cap; per implementation: seeds outside the band
+    (or missing the scenario's target) / median goodput / worst goodput /
+    p99 over the oracle's."""
+    impls = []
+    cases = []
+    for r in rows:
+        if r["impl"] not in impls:
+            impls.append(r["impl"])
+        if r["case"] not in cases:
+            cases.append(r["case"])
+    seeds = int(rows[0]["seeds"])
+    print(f"Each cell: seeds outside the band (of {seeds}) / median goodput / worst goodput /")
+    print("p99 ÷ the oracle's.\n")
+    print("| mode, cap | " + " | ".join(impls) + " |")
+    print("|---|" + "---|" * len(impls))
+    for case in cases:
+        by = {r["impl"]: r for r in rows if r["case"] == case}
+        cells = []
+        for impl in impls:
+            r = by.get(impl)
+            cells.append("" if r is None else
+                         f"{r['outside_band']:g} / {r['gp_median']:.3f} / {r['gp_worst']:.3f} / "
+                         f"{r['p99_ratio']:.2f}")
+        print(f"| `{case.removeprefix('discovery.robust.')}` | " + " | ".join(cells) + " |")
 
 
 def main():
