@@ -4,11 +4,30 @@
  * gate.uncontended   one thread, acquire+release in a loop, limit 1. Rows are
  *                    ns per acquire+release pair: median and p99 over batches
  *                    of GB_BATCH pairs, and pairs per second.
- * gate.handoff.lN    2, 4 and 8 threads contending for N permits (N = 1, 2).
+ * gate.handoff.lN    2, 4 and 8 threads (or SLUICE_BENCH_GATE_THREADS, e.g.
+ *                    "4,8,16") contending for N permits (N = 1, 2, 4).
  *                    Each thread loops: acquire, a fixed critical section,
  *                    release, a fixed think time. Rows are total acquires per
  *                    second and the wait-time distribution (call of acquire
- *                    to holding the permit): median, p99, p99.9, max.
+ *                    to holding the permit): median, p99, p99.9, max. With
+ *                    more threads than cores and no work per permit this
+ *                    mostly measures the scheduler.
+ * gate.handoff_latency.lN  the figure a server feels (N = 1, 4; the same
+ *                    thread counts): each holder works GB_HOLD_NS (100 us)
+ *                    busy, stamps the time, releases; the next thread other
+ *                    than the stamper to return from acquire records the time
+ *                    from that release() call to its own return. p50, p99,
+ *                    max of those; ops_per_s = acquires per second. With no
+ *                    more threads than permits nobody waits: no samples.
+ * gate.cancel_storm  limit 2, 4 or more threads: one slow holder keeps a
+ *                    permit for the whole run, two threads cycle the other
+ *                    (GB_STORM_WORK_NS of work each), every other thread
+ *                    waits at most GB_STORM_PATIENCE_NS and gives up, again
+ *                    and again: most tickets are abandoned. ops_per_s =
+ *                    grants; timeouts_per_s = abandoned waits; p50/p99/max =
+ *                    the waits that got a permit (the longest wait of the
+ *                    waiters that did not time out). Only implementations
+ *                    with a timed acquire (not condvar_fifo).
  * gate.cancel_fire   N threads asleep in sluice_gate_acquire on a gate whose
  *                    only permit is held, then cancelled: impl "sluice" with
  *                    one token shared by all N (one sluice_cancel_fire),
@@ -23,8 +42,10 @@
  *                    if the machine will not start that many threads.
  *
  * Implementations, all in this process, all cache-line aligned:
- *   sluice        sluice_gate_acquire / sluice_gate_release (strict FIFO)
- *   sem_t         POSIX sem_wait / sem_post (a releaser may barge back in)
+ *   sluice        sluice_gate_acquire / sluice_gate_release (strict FIFO;
+ *                 cancel_storm: sluice_gate_acquire with a deadline)
+ *   sem_t         POSIX sem_wait / sem_post (a releaser may barge back in;
+ *                 cancel_storm: sem_clockwait)
  *   condvar_fifo  mutex + explicit FIFO queue of waiters, one condvar per
  *                 waiter, direct hand-off on release (strict FIFO, no herd)
  *   atomic_pair   fetch_add + fetch_sub on one counter: the floor for the
@@ -58,9 +79,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <sluice/gate_cqs.h>
-
-#include "baseline_gate_queue.h"
+#include <sluice/gate.h>
 
 #define GB_ALWAYS_INLINE static inline __attribute__((always_inline))
 #define GB_BATCH 1000             /* pairs per timed batch (uncontended) */
@@ -115,9 +134,10 @@ typedef bool (*gb_acquire_until_fn)(void *gate, struct gb_waiter *w,
                                     const struct timespec *deadline);
 typedef void (*gb_release_fn)(void *gate);
 
-/* ---- sluice (gate v2) and sluice_queue (today's queue gate) ---------------
- * The same functions for both, spelled once: P is the name prefix
- * (sluice_gate or sluice_qgate), id the bench's short name. */
+/* ---- sluice -----------------------------------------------------------------
+ * Spelled once for any gate with sluice's API: P is its name prefix, id the
+ * bench's short name. Issue 14's A/B instantiated it a second time, for the
+ * CQS gate next to this one (with the queue gate renamed by sed). */
 
 #define GB_SLUICE_FNS(id, P)                                                                       \
     static void *gb_##id##_create(uint32_t limit)                                                  \
@@ -192,7 +212,6 @@ static void gb_sluice_failed(int rc)
 }
 
 GB_SLUICE_FNS(sluice, sluice_gate)
-GB_SLUICE_FNS(queue, sluice_qgate)
 
 /* ---- sem_t ---------------------------------------------------------------- */
 
@@ -640,20 +659,17 @@ struct gb_impl {
 
 GB_IMPL_LOOPS(sluice)
 GB_IMPL_STORM(sluice)
-GB_IMPL_LOOPS(queue)
-GB_IMPL_STORM(queue)
 GB_IMPL_LOOPS(sem)
 GB_IMPL_STORM(sem)
 GB_IMPL_LOOPS(cvq)
 GB_IMPL_LOOPS(pair)
 GB_IMPL(sluice, "sluice", true, gb_sluice_storm)
-GB_IMPL(queue, "sluice_queue", true, gb_queue_storm)
 GB_IMPL(sem, "sem_t", true, gb_sem_storm)
 GB_IMPL(cvq, "condvar_fifo", true, NULL)
 GB_IMPL(pair, "atomic_pair", false, NULL)
 
-static const struct gb_impl *const gb_impls[] = {&gb_impl_sluice, &gb_impl_queue, &gb_impl_sem,
-                                                 &gb_impl_cvq, &gb_impl_pair};
+static const struct gb_impl *const gb_impls[] = {&gb_impl_sluice, &gb_impl_sem, &gb_impl_cvq,
+                                                 &gb_impl_pair};
 #define GB_N_IMPLS ((int)(sizeof gb_impls / sizeof gb_impls[0]))
 
 /* ---- statistics ------------------------------------------------------------ */

@@ -102,7 +102,7 @@ static void *fire_on_the_line(void *p)
 Test(gate_cqs_races, a_release_racing_a_cancel_never_admits_two_holders, .timeout = 60)
 {
     _Atomic(int) inside = 0, violations = 0;
-    for (int round = 0; round < SCALED(1000); round++) {
+    for (int round = 0; round < SCALED(400); round++) {
         struct sluice_gate *g = make_gate(1);
         struct sluice_cancel token;
         sluice_cancel_init(&token);
@@ -141,7 +141,7 @@ Test(gate_cqs_races, a_grant_racing_a_cancel_or_a_deadline_is_passed_on_never_le
     _Atomic(int) inside = 0, violations = 0;
     uint64_t rng = 1477;
     int outcomes[3] = {0, 0, 0}; /* OK, ECANCELED, ETIMEDOUT */
-    for (int round = 0; round < SCALED(1000); round++) {
+    for (int round = 0; round < SCALED(500); round++) {
         struct sluice_gate *g = make_gate(1);
         struct sluice_cancel token;
         sluice_cancel_init(&token);
@@ -192,7 +192,7 @@ struct trier {
     _Atomic(int) *waiter_done; /* the waiter has had its turn and released */
     _Atomic(int) *stop;
     long barged, tries;
-    bool got_it_after;
+    _Atomic(bool) got_it_after;
 };
 
 static void *try_until_it_works(void *p)
@@ -204,7 +204,7 @@ static void *try_until_it_works(void *p)
         if (sluice_gate_tryacquire(t->g) == SLUICE_OK) {
             if (!done_before && !atomic_load(t->waiter_done))
                 t->barged++;
-            t->got_it_after = true;
+            atomic_store(&t->got_it_after, true);
             sluice_gate_release(t->g);
             break;
         }
@@ -247,13 +247,14 @@ Test(gate_cqs_races, tryacquire_never_succeeds_past_a_counted_waiter_and_succeed
         sluice_gate_release(g);
         pthread_join(tw, NULL);
         int64_t until = sluice_monotonic_ns() + 10 * SLUICE_NS_PER_SEC;
-        while (!t.got_it_after && sluice_monotonic_ns() < until)
+        while (!atomic_load(&t.got_it_after) && sluice_monotonic_ns() < until)
             usleep(100);
         atomic_store(&stop, 1);
         pthread_join(tt, NULL);
         cr_assert_eq(w.status, SLUICE_OK);
         cr_assert_eq(t.barged, 0, "round %d: tryacquire won while the waiter was in line", round);
-        cr_assert(t.got_it_after, "round %d: a free permit with nobody waiting was refused", round);
+        cr_assert(atomic_load(&t.got_it_after),
+                  "round %d: a free permit with nobody waiting was refused", round);
         assert_quiet(g, 1, round);
         sluice_gate_destroy(g);
     }
