@@ -35,7 +35,8 @@
  * no fresh overload and no knee, and that served at least
  * min(limit, window_samples)/2 calls. The node locks when a stable window
  * runs at bad−1: the highest limit the provider took cleanly, directly below
- * the one it refused. If the last congestion was a latency knee, the
+ * the one it refused — unless the policy's verdict on that window steps
+ * down (it wants to measure below first, or it is still smoothing). If the last congestion was a latency knee, the
  * policy's estimate of the queue-free limit caps the ceiling as well
  * (latency cannot tell C from a little more than C as sharply as a 429
  * can). A node that never sees congestion locks at max_limit after a stable
@@ -828,7 +829,9 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
         sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_BRACKET, old, old);
         return;
     }
-    if (!ceiling && sluice__discovery_stable(d, w) &&
+    /* A policy that asks to step down (to measure below, or smoothing) is
+     * not settled: no lock on this window. */
+    if (!ceiling && sluice__discovery_stable(d, w) && v->limit >= old &&
         (d->congested ? old + 1 >= d->bad : old >= d->cfg.max_limit)) {
         uint32_t at = old;
         if (d->congested && d->knee_estimate && d->knee_estimate < at)

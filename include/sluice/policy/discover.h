@@ -37,8 +37,8 @@
  *            window and BBR's PROBE_RTT do. Slow start resumes after a probe
  *            if the doubt was only the reference's.
  *   rate     Completions per second: an average over ~4 latencies, its
- *            windowed max over ~20 (BBR's BtlBw) and the pace over ~1
- *            (at least a second, the usual rate-limit window).
+ *            windowed max over ~20 (BBR's BtlBw) and the pace over half
+ *            of one (at least a second, the usual rate-limit window).
  *            max x s0 is, by Little's law, the concurrency the provider
  *            recently served: its cap when it refuses the rest, R·s0 for a
  *            rate limit.
@@ -78,7 +78,12 @@
  *            always on a measured limit. The estimate is the highest limit
  *            that passed, or the one below it whose throughput (limit/mean,
  *            one SE low) was highest: past a knee, throughput falls, and
- *            the cap is its peak.
+ *            the cap is its peak. So before that lock the level just below
+ *            is measured if nothing has been (discovery does not lock on a
+ *            window whose verdict steps down), and the lock goes to the
+ *            one of the two that served more calls per second: against a
+ *            knee at C = 12, where one above the cap costs 7%, median
+ *            goodput 0.938 -> 0.960.
  *   growth   A passing, saturated window doubles the limit in slow start
  *            (bounded by the calls it served). After that, half way to
  *            discovery's probe cap (a bisection between the highest level
@@ -359,10 +364,11 @@ SLUICE_INLINE void sluice__discover_rate(struct sluice_policy_discover *p,
     if (span <= 0 || lat <= 0)
         return;
     double f = exp(-span / (4.0 * lat));
-    /* The pace spans one latency, or a second where calls are shorter: a
-     * rate limit refuses in bursts until its window (typically a second)
-     * slides, and a pace over less reads each burst as a cap that fell. */
-    double g = exp(-span / (lat > 1e9 ? lat : 1e9));
+    /* The pace spans half a latency, so a cap that fell shows soon, but at
+     * least a second: a rate limit refuses in bursts until its window
+     * (typically a second) slides, and a pace over less reads each burst as
+     * a cap that fell. */
+    double g = exp(-span / (0.5 * lat > 1e9 ? 0.5 * lat : 1e9));
     p->now_n = p->now_n * g + w->n_served;
     p->now_ns = p->now_ns * g + span;
     p->rate_n = p->rate_n * f + w->n_served;
@@ -486,6 +492,17 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
      * brings the bracket down to what did pass. */
     bool last_step = w->saturated && p->est && w->probe_cap && w->limit == w->probe_cap &&
                      w->limit != p->settled;
+    if (last_step && l->passed && w->limit > 1) {
+        /* Past a knee throughput falls, so the cap is where it peaks: before
+         * locking, measure the level just below (if nothing has), and lock
+         * on whichever of the two served more calls per second. */
+        const struct sluice__discover_level *below = sluice__discover_find(p, w->limit - 1);
+        if (!below || below->n < (float)k->min_samples)
+            return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
+        uint32_t best = sluice__discover_best(p, w->limit + 1);
+        if (best && best < w->limit && best < p->est)
+            p->est = best;
+    }
     if (last_step && !(l->passed && p->est >= w->limit))
         return sluice__discover_knee(p, w, l, &ref);
     if (x > threshold + k->noise_z * se)
