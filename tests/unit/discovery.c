@@ -424,6 +424,84 @@ Test(discovery, locks_just_below_the_limit_that_was_refused)
     sluice_discovery_destroy(n.disc);
 }
 
+/* A call that ends now, having run since `start_ns` under `limit_at_start`. */
+static void feed_started(struct node *n, int64_t start_ns, uint32_t limit_at_start,
+                         enum sluice_outcome o)
+{
+    struct sluice_sample s = {n->time.mono_ns - start_ns, limit_at_start, o, 0, start_ns,
+                              limit_at_start};
+    sluice_discovery_on_sample(n->disc, &s);
+}
+
+Test(discovery, a_late_timeout_counts_against_the_limit_its_call_started_under)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 20;
+    node_create(&n, &d);
+    int64_t t0 = n.time.mono_ns;
+    /* Started under limit 6, a second ago; the limit is 20 now. The timeout
+     * says 6 was too many: cut below 6 at once, not to 20 x 0.9. */
+    advance(&n, SEC);
+    feed_started(&n, t0, 6, SLUICE_OUTCOME_OVERLOAD);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 5, "cut to below where it struck");
+    struct sluice_discovery_status st = status_of(&n);
+    cr_assert_eq(st.last_event.kind, SLUICE_EVENT_BACKOFF);
+    cr_assert_eq(st.last_event.old_limit, 20);
+    /* Another call from before the cut that struck at 6: already acted on. */
+    feed_started(&n, t0, 6, SLUICE_OUTCOME_OVERLOAD);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 5);
+    /* One from before the cut that started under 5: 5 is refused too. */
+    advance(&n, SEC / 10);
+    feed_started(&n, t0, 5, SLUICE_OUTCOME_OVERLOAD);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 4, "a late refusal at the current limit is news");
+    /* And the bracket sits under 5: the lock lands at 4. */
+    for (int i = 0; i < 10 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++)
+        run_window(&n, 16, SEC);
+    cr_assert_eq(status_of(&n).ceiling, 4);
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, a_refusal_from_the_window_that_confirmed_the_ceiling_lowers_it)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 10;
+    node_create(&n, &d);
+    advance(&n, SEC);
+    feed(&n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, 0); /* refused at 10: bracket [?, 9] */
+    int64_t before_lock = 0;
+    for (int i = 0; i < 10 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++) {
+        before_lock = n.time.mono_ns;
+        run_window(&n, 16, SEC);
+    }
+    cr_assert_eq(status_of(&n).ceiling, 9);
+    /* A call of the confirming window times out only now: 9 was one too many
+     * after all. The ceiling comes down instead of merely backing off. */
+    advance(&n, SEC);
+    feed_started(&n, before_lock, 9, SLUICE_OUTCOME_OVERLOAD);
+    struct sluice_discovery_status st = status_of(&n);
+    cr_assert_eq(st.ceiling, 8, "lowered");
+    cr_assert_eq(st.last_event.kind, SLUICE_EVENT_LOCK);
+    cr_assert_eq(st.last_event.cause, SLUICE_CAUSE_LOWERED);
+    /* Once a window confirms 8, a refusal at 8 from a call that started
+     * after that is a transient: back off, keep the ceiling. */
+    for (int i = 0; i < 10 && !(status_of(&n).last_event.kind == SLUICE_EVENT_LOCK &&
+                                status_of(&n).last_event.cause == SLUICE_CAUSE_BRACKET);
+         i++)
+        run_window(&n, 16, SEC);
+    cr_assert_eq(status_of(&n).last_event.cause, SLUICE_CAUSE_BRACKET, "8 confirmed");
+    advance(&n, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 8, SLUICE_OUTCOME_OVERLOAD);
+    st = status_of(&n);
+    cr_assert_eq(st.ceiling, 8, "kept");
+    cr_assert_eq(st.last_event.kind, SLUICE_EVENT_BACKOFF);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 7);
+    sluice_discovery_destroy(n.disc);
+}
+
 Test(discovery, a_fixed_node_ignores_samples_and_clear)
 {
     struct node n;
