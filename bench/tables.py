@@ -43,16 +43,17 @@ def primitives(rows):
                   f"{fmt_ns(r.get('p999_ns'))} | {fmt_ns(r.get('max_wait_ns'))} | {ratio} |")
 
 
+def columns(rows):
+    """The implementations and the cases, each in the order they first appear."""
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    return impls, cases
+
+
 def discovery(rows):
     robust_rows = [r for r in rows if r["case"].startswith("discovery.robust.")]
     rows = [r for r in rows if not r["case"].startswith("discovery.robust.")]
-    impls = []
-    cases = []
-    for r in rows:
-        if r["impl"] not in impls:
-            impls.append(r["impl"])
-        if r["case"] not in cases:
-            cases.append(r["case"])
+    impls, cases = columns(rows)
     print("Each cell: goodput ratio / reject share / p99 latency (s); the locked")
     print("ceiling and true cap are in the first column.\n")
     print("| scenario (cap → sluice ceiling) | " + " | ".join(impls) + " |")
@@ -76,13 +77,7 @@ def robust(rows):
     """One row per mode and cap; per implementation: seeds outside the band
     (or missing the scenario's target) / median goodput / worst goodput /
     p99 over the oracle's."""
-    impls = []
-    cases = []
-    for r in rows:
-        if r["impl"] not in impls:
-            impls.append(r["impl"])
-        if r["case"] not in cases:
-            cases.append(r["case"])
+    impls, cases = columns(rows)
     seeds = int(rows[0]["seeds"])
     print(f"Each cell: seeds outside the band (of {seeds}) / median goodput / worst goodput /")
     print("p99 ÷ the oracle's.\n")

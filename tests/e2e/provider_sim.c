@@ -170,6 +170,15 @@ static void call_join(struct call *c)
     call_cleanup(c);
 }
 
+/* The longest transfer among `n` calls, in seconds. */
+static double slowest_seconds(const struct call *calls, int n)
+{
+    double slowest = 0;
+    for (int i = 0; i < n; i++)
+        slowest = calls[i].seconds > slowest ? calls[i].seconds : slowest;
+    return slowest;
+}
+
 static int count_status(const struct call *calls, int n, long status)
 {
     int k = 0;
@@ -323,9 +332,7 @@ SIM_TEST(slow_mode_slows_every_call_as_more_are_in_service)
     struct call calls[6];
     run_together(calls, 6, 10000);
     cr_expect_eq(count_status(calls, 6, 200), 6, "no cap: everyone is served");
-    double slowest = 0;
-    for (int i = 0; i < 6; i++)
-        slowest = calls[i].seconds > slowest ? calls[i].seconds : slowest;
+    double slowest = slowest_seconds(calls, 6);
     /* The sixth in service takes 0.2·(1 + 5/2) = 0.7 s; alone, 0.2 s. */
     cr_expect_lt(one.seconds, 0.45, "alone it took %.3f s", one.seconds);
     cr_expect_geq(slowest, 0.6, "six at once: the slowest took %.3f s", slowest);
@@ -338,9 +345,7 @@ SIM_TEST(queue_mode_queues_past_the_cap_so_later_calls_take_longer)
     struct call calls[6];
     run_together(calls, 6, 10000);
     cr_expect_eq(count_status(calls, 6, 200), 6, "everyone within the queue bound is served");
-    double slowest = 0;
-    for (int i = 0; i < 6; i++)
-        slowest = calls[i].seconds > slowest ? calls[i].seconds : slowest;
+    double slowest = slowest_seconds(calls, 6);
     /* Two at a time, 0.3 s each: the last pair cannot finish before 0.9 s. */
     cr_expect_geq(slowest, 0.85, "the last call took %.3f s; it did not wait its turn", slowest);
     cr_expect_eq(stats_get("peak_in_service"), 2);
@@ -366,9 +371,7 @@ SIM_TEST(knee_mode_serves_everyone_but_slows_down_past_the_cap)
     struct call calls[6];
     run_together(calls, 6, 10000);
     cr_expect_eq(count_status(calls, 6, 200), 6, "knee mode refuses nobody");
-    double slowest = 0;
-    for (int i = 0; i < 6; i++)
-        slowest = calls[i].seconds > slowest ? calls[i].seconds : slowest;
+    double slowest = slowest_seconds(calls, 6);
     /* The call admitted with n in service takes 0.2·(1 + 2·(n−2)/2) s: 1.0 s for n = 6.
      * Without the knee every call would take 0.2 s. */
     cr_expect_geq(slowest, 0.6, "the slowest call took %.3f s: no slow-down past the cap", slowest);

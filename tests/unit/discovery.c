@@ -401,18 +401,30 @@ Test(discovery, one_overload_burst_cuts_once_and_holds_for_retry_after)
     sluice_discovery_destroy(n.disc);
 }
 
+/* A node at jumpstart 10 that sees one refusal there (bracket [?, 9]) and
+ * then clean saturated windows until it locks. Returns when the window that
+ * locked it started. */
+static int64_t lock_after_a_refusal_at_10(struct node *n)
+{
+    node_init(n);
+    struct sluice_discovery_desc d = node_desc(n, "cloud:x");
+    d.jumpstart = 10;
+    node_create(n, &d);
+    advance(n, SEC);
+    feed(n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, 0);
+    cr_assert_eq(sluice_discovery_limit(n->disc), 9);
+    int64_t started = 0;
+    for (int i = 0; i < 10 && sluice_discovery_state(n->disc) != SLUICE_DISCOVERY_LOCKED; i++) {
+        started = n->time.mono_ns;
+        run_window(n, 16, SEC);
+    }
+    return started;
+}
+
 Test(discovery, locks_just_below_the_limit_that_was_refused)
 {
     struct node n;
-    node_init(&n);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.jumpstart = 10;
-    node_create(&n, &d);
-    advance(&n, SEC);
-    feed(&n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, 0); /* refused at 10: bracket [?, 9] */
-    cr_assert_eq(sluice_discovery_limit(n.disc), 9);
-    for (int i = 0; i < 10 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++)
-        run_window(&n, 16, SEC);
+    lock_after_a_refusal_at_10(&n);
     struct sluice_discovery_status st = status_of(&n);
     cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED);
     cr_assert_eq(st.ceiling, 9);
@@ -466,17 +478,7 @@ Test(discovery, a_late_timeout_counts_against_the_limit_its_call_started_under)
 Test(discovery, a_refusal_from_the_window_that_confirmed_the_ceiling_lowers_it)
 {
     struct node n;
-    node_init(&n);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.jumpstart = 10;
-    node_create(&n, &d);
-    advance(&n, SEC);
-    feed(&n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, 0); /* refused at 10: bracket [?, 9] */
-    int64_t before_lock = 0;
-    for (int i = 0; i < 10 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++) {
-        before_lock = n.time.mono_ns;
-        run_window(&n, 16, SEC);
-    }
+    int64_t before_lock = lock_after_a_refusal_at_10(&n);
     cr_assert_eq(status_of(&n).ceiling, 9);
     /* A call of the confirming window times out only now: 9 was one too many
      * after all. The ceiling comes down instead of merely backing off. */
