@@ -17,6 +17,7 @@
 
 #define FLEET_SAMPLES_PER_REPORT 64  /* samples the leader feeds per report and outcome */
 #define FLEET_CUT_BEATS 3            /* heartbeats the fleet takes to apply a cut of S */
+#define FLEET_BACKOFF 0.75           /* the default leader policy's cut on an overload */
 
 /* ---- configuration ------------------------------------------------------------ */
 
@@ -108,8 +109,15 @@ static int fleet_configure(struct sluice_fleet *f, const struct sluice_fleet_des
         return fleet_fail(d, "sluice_fleet_desc.floor is above max_limit");
     if (d->policy) { /* a value: keep our own copy of the prototype */
         memcpy(f->policy.bytes, (const void *)d->policy, d->policy->ops->size);
-        ld->policy = (const struct sluice_policy *)(void *)f->policy.bytes;
+    } else {
+        /* discover, backing off harder than alone: the leader hears of an overload a
+         * beat or two late, when every process has run at the overshoot meanwhile. */
+        struct sluice_policy_discover def;
+        sluice_policy_discover_init(
+            &def, &(struct sluice_policy_discover_params){.backoff = FLEET_BACKOFF}, NULL);
+        memcpy(f->policy.bytes, (const void *)&def, sizeof def);
     }
+    ld->policy = (const struct sluice_policy *)(void *)f->policy.bytes;
     ld->lock_ttl_s = d->lock_ttl_s ? d->lock_ttl_s : 86400;
     if (d->process_id) {
         snprintf(f->id, sizeof f->id, "%s", d->process_id);

@@ -83,7 +83,7 @@ static double refused_share(int ms, struct fx_stats *out)
 /* A hidden cap the fleet must discover: the simulator refuses past 12. One leader
  * probes for all eight; once it has locked, S sits near 12 and the 429s stop (the
  * probing itself, one controller a beat or two behind the fleet, draws them:
- * 15-20 % of the calls in the first seconds here). */
+ * 6-7 % of the calls in the first 5 s here). */
 FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
 {
     const char *args[] = {"--mode", "reject", "--cap", "12", "--median-ms", "20", NULL};

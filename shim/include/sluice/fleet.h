@@ -148,7 +148,8 @@ struct sluice_fleet_desc {
     uint32_t floor;                 /* least local limit while Redis is unreachable, at most
                                        max_limit (default: 1) */
     /* The fleet's discovery, run by the leader on the summed windows. */
-    const struct sluice_policy *policy; /* prototype, copied (default: discover) */
+    const struct sluice_policy *policy; /* prototype, copied (default: discover with
+                                       backoff 0.75: the leader hears of overloads late) */
     uint32_t jumpstart;             /* S at the start and after a clear (default: 5) */
     uint32_t min_limit;             /* S never falls below (default: 1) */
     uint32_t max_limit;             /* S never rises above, at most SLUICE_POOL_ACTIVE_MAX
