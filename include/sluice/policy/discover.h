@@ -147,6 +147,8 @@ struct sluice_policy_discover {
     uint32_t at;         /* the limit of the last window seen */
     uint32_t probing;    /* the limit of a running probe of s0 (0 = not probing) */
     uint32_t resume;     /* the limit that probe returns to (0 = grow from the probe) */
+    uint32_t compared;   /* the limit whose lock lost to the level below it on throughput
+                            (0 = none): that level locks without another comparison */
     uint32_t settled;    /* the limit that passed just below the bracket: discovery locked
                             there, so the last-step rule no longer applies (0 = none) */
     uint32_t est;        /* the estimate the last latency cut carried (discovery locks no
@@ -167,6 +169,7 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
     p->at = 0;
     p->probing = 0;
     p->resume = 0;
+    p->compared = 0;
     p->settled = 0;
     p->est = 0;
     p->last_ns = 0;
@@ -492,16 +495,24 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
      * brings the bracket down to what did pass. */
     bool last_step = w->saturated && p->est && w->probe_cap && w->limit == w->probe_cap &&
                      w->limit != p->settled;
-    if (last_step && l->passed && w->limit > 1) {
+    if (last_step && l->passed && w->limit > 1 && w->limit + 1 != p->compared &&
+        (double)w->limit * k->knee <= 4.0) {
         /* Past a knee throughput falls, so the cap is where it peaks: before
          * locking, measure the level just below (if nothing has), and lock
-         * on whichever of the two served more calls per second. */
+         * on whichever of the two served more calls per second. Only where
+         * one level is a coarse step (at least a quarter of the knee: at
+         * C = 12, one above the cap costs 7%); at large limits the test's
+         * own resolution dominates and the comparison is noise. And once:
+         * the level that won locks without a comparison of its own, or
+         * noise would walk the lock down one level per round. */
         const struct sluice__discover_level *below = sluice__discover_find(p, w->limit - 1);
         if (!below || below->n < (float)k->min_samples)
             return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
         uint32_t best = sluice__discover_best(p, w->limit + 1);
-        if (best && best < w->limit && best < p->est)
+        if (best && best < w->limit && best < p->est) {
             p->est = best;
+            p->compared = w->limit;
+        }
     }
     if (last_step && !(l->passed && p->est >= w->limit))
         return sluice__discover_knee(p, w, l, &ref);
