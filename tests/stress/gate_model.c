@@ -218,7 +218,7 @@ static const char *op_name(enum op_kind k)
     return names[k];
 }
 
-Test(gate_cqs_model, random_three_thread_histories_linearize_against_a_sequential_semaphore,
+Test(gate_model, random_three_thread_histories_linearize_against_a_sequential_semaphore,
      .timeout = 120)
 {
     struct history *h = calloc(1, sizeof *h);

@@ -1,7 +1,7 @@
 /*
  * The races that broke kotlinx.coroutines' CQS semaphore, and the CQS gate's
- * own memory promise, as gate tests: they hold for any sluice gate, and the
- * build runs them against gate v2 too (unit.gate_cqs_races_cqs).
+ * own memory promise, as gate tests: they hold for any sluice gate (issue
+ * 14 ran them against the CQS candidate too, which lost its A/B).
  *   #1477  a release and a cancel racing on one waiter admitted two holders;
  *   #2390 / #2396  a permit granted to a waiter that was being cancelled leaked;
  *   #1898  tryacquire was not linearizable (it could succeed past a waiter).
@@ -99,7 +99,7 @@ static void *fire_on_the_line(void *p)
     return NULL;
 }
 
-Test(gate_cqs_races, a_release_racing_a_cancel_never_admits_two_holders, .timeout = 60)
+Test(gate_races, a_release_racing_a_cancel_never_admits_two_holders, .timeout = 60)
 {
     _Atomic(int) inside = 0, violations = 0;
     for (int round = 0; round < SCALED(400); round++) {
@@ -136,7 +136,7 @@ Test(gate_cqs_races, a_release_racing_a_cancel_never_admits_two_holders, .timeou
 
 /* ---- #2390/#2396: a grant racing a cancel or a deadline is passed on -------- */
 
-Test(gate_cqs_races, a_grant_racing_a_cancel_or_a_deadline_is_passed_on_never_leaked, .timeout = 60)
+Test(gate_races, a_grant_racing_a_cancel_or_a_deadline_is_passed_on_never_leaked, .timeout = 60)
 {
     _Atomic(int) inside = 0, violations = 0;
     uint64_t rng = 1477;
@@ -229,7 +229,7 @@ static void *acquire_mark_release(void *p)
     return NULL;
 }
 
-Test(gate_cqs_races, tryacquire_never_succeeds_past_a_counted_waiter_and_succeeds_once_free,
+Test(gate_races, tryacquire_never_succeeds_past_a_counted_waiter_and_succeeds_once_free,
      .timeout = 60)
 {
     for (int round = 0; round < SCALED(1000); round++) {
@@ -300,7 +300,7 @@ static void *cancel_the_doomed(void *p)
     return NULL;
 }
 
-Test(gate_cqs_races, cancelled_neighbours_are_trimmed_while_the_live_waiter_behind_them_is_granted,
+Test(gate_races, cancelled_neighbours_leave_the_line_while_the_live_waiter_behind_them_is_granted,
      .timeout = 60)
 {
     struct neighbour *recs = calloc(NEIGHBOURS, sizeof *recs);
@@ -366,7 +366,7 @@ static void count_free(void *ctx, void *ptr, size_t size)
     free(ptr);
 }
 
-Test(gate_cqs_races, a_million_timeouts_behind_one_slow_holder_leave_memory_flat, .timeout = 60)
+Test(gate_races, a_million_timeouts_behind_one_slow_holder_leave_memory_flat, .timeout = 60)
 {
     struct counting counts = {0, 0};
     struct sluice_allocator a = {count_alloc, count_free, &counts};
