@@ -55,9 +55,10 @@
  *            limit under what it sustained. A refusal at a limit the
  *            provider demonstrably serves (at most 0.95·rate_max·s0, or a
  *            cut that would not go below it) is the echo of an older
- *            burst: hold. A cap that really came down serves less at once,
- *            the pace falls, and the cuts go on. (A Retry-After becomes
- *            discovery's hold.)
+ *            burst: hold, for at most a second (or half a latency) of
+ *            refusals in a row. A cap that really came down keeps refusing
+ *            past that, and serves less, so the pace falls; either way the
+ *            cuts go on. (A Retry-After becomes discovery's hold.)
  *   latency  The window is pooled into its level (the limit, or the peak in
  *            flight when demand fell short), then the level is tested:
  *            x = ln(mean/s0) against t = ln(1 + knee), with se the standard
@@ -94,13 +95,12 @@
  *
  * Measured by the robustness table of sluice-bench --only-discovery (300
  * seeds per row; the README has the table). Known limits: the echo rule
- * costs a cap cut from 52 to 20 a few seconds of 429s (2.3% of the run's
- * calls, against 0.3% without it: the pace needs about a latency to show
- * the cut); and a reference probe in slow start, against a provider that
- * refuses rather than queues, costs the unlucky seed whose first levels
- * look queued a minute at the jumpstart (worst goodput 0.95 at C = 16
- * against 0.986 without probes, which in turn missed the band at C = 8 in
- * 38 seeds of 300).
+ * costs a cap cut from 52 to 20 about a second of 429s (1.1% of the run's
+ * calls, against 0.3% without it); and a reference probe in slow start,
+ * against a provider that refuses rather than queues, costs the unlucky
+ * seed whose first levels look queued a minute at the jumpstart (worst
+ * goodput 0.95 at C = 16 against 0.986 without probes, which in turn missed
+ * the band at C = 8 in 38 seeds of 300).
  *
  * Progress, concurrency and memory ordering: see sluice/policy.h — called
  * only under the owning discovery's update lock, which orders each call
@@ -157,6 +157,8 @@ struct sluice_policy_discover {
     double cv2;          /* squared coefficient of variation of latency (0 = none yet) */
     double rate_n, rate_ns; /* completions and time, decayed: rate = rate_n / rate_ns */
     double rate_max;     /* windowed max of that rate, per ns: the throughput plateau */
+    int64_t echo_ns;     /* when the refusals last taken for an echo began (0 = none since
+                            the last window without a fresh refusal) */
     double now_n, now_ns; /* the same over about one latency: the current pace */
     struct sluice__discover_level levels[SLUICE__DISCOVER_LEVELS];
 };
@@ -176,6 +178,7 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
     p->cv2 = 0;
     p->rate_n = p->rate_ns = p->rate_max = 0;
     p->now_n = p->now_ns = 0;
+    p->echo_ns = 0;
     memset(p->levels, 0, sizeof p->levels);
     return jumpstart;
 }
@@ -406,8 +409,17 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
         cut = backoff * served;
     /* Refused at a concurrency it serves (5% margin: rate_max is a max of
      * noisy rates): the echo of an older burst. */
-    if (cut >= (double)w->limit || (double)struck <= 0.95 * served)
-        return sluice__verdict_hold(w);
+    if (cut >= (double)w->limit || (double)struck <= 0.95 * served) {
+        /* An echo dies out once the rate window slides (about a second, or
+         * half a latency for slow calls); refusals that outlast it are news,
+         * and they cut from the limit, as a cap that fell needs. */
+        if (!p->echo_ns)
+            p->echo_ns = w->end_ns;
+        double span = 0.5 * s0 > 1e9 ? 0.5 * s0 : 1e9;
+        if ((double)(w->end_ns - p->echo_ns) < span)
+            return sluice__verdict_hold(w);
+        cut = (double)struck * backoff;
+    }
     p->slow_start = false;
     p->est = 0;
     uint32_t next = cut < 1.0 ? 1u : (uint32_t)cut;
@@ -470,6 +482,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     p->at = w->limit;
     if (w->n_fresh_overload)
         return sluice__discover_overload(p, w, ref.mean_ns);
+    p->echo_ns = 0;
     /* Where demand fell short of the limit, the calls ran at most max_in_flight at once. */
     uint32_t level = w->saturated ? w->limit : w->max_in_flight;
     if (w->n_ok < k->min_samples || w->latency_mean_ns <= 0 || !level || !drained)
