@@ -36,10 +36,10 @@
  * min(limit, window_samples)/2 calls. The node locks when a stable window
  * runs at bad−1: the highest limit the provider took cleanly, directly below
  * the one it refused — unless the policy's verdict on that window steps
- * down (it wants to measure below first, or it is still smoothing). If the last congestion was a latency knee, the
- * policy's estimate of the queue-free limit caps the ceiling as well
- * (latency cannot tell C from a little more than C as sharply as a 429
- * can). A node that never sees congestion locks at max_limit after a stable
+ * down (it wants to measure below first, or it is still smoothing). If the
+ * last congestion was a latency knee, the policy's estimate of the
+ * queue-free limit caps the ceiling as well (latency cannot tell C from a
+ * little more than C as sharply as a 429 can). A node that never sees congestion locks at max_limit after a stable
  * window there. Refusals count against the limit their call *started*
  * under (sluice_sample.limit_at_start): a timeout surfaces a second after
  * its call started, when slow start has long moved on, and it is fresh as
@@ -49,12 +49,11 @@
  * its call started before the window that confirmed the ceiling (it was
  * part of that window after all: the ceiling is lowered); an overload (not
  * a knee) that strikes below the ceiling, while recovering towards it, is
- * evidence that capacity fell, and
- * lowers the ceiling to just under where it struck (a "lock" event with
- * reason "lowered"). A lowered ceiling is a guess until a stable window
- * runs at it (another "lock" event, reason "bracket"); until then an
- * overload at the ceiling lowers it again, so a cut cap is tracked down to
- * the last limit it accepts and the 429s stop. The ceiling is never raised
+ * evidence that capacity fell, and lowers the ceiling to just under where
+ * it struck (a "lock" event with reason "lowered"). A lowered ceiling is a
+ * guess until a stable window runs at it (another "lock" event, reason
+ * "bracket"); until then an overload at the ceiling lowers it again, so a
+ * cut cap is tracked down to the last limit it accepts and the 429s stop. The ceiling is never raised
  * while locked: only expiry or clear reopen probing.
  *
  * Windows are start-time cohorts. A window measures the calls that
