@@ -96,7 +96,7 @@
  * starts in fallback, so a process can boot during a Redis outage.
  *
  * Threads: create, attach and destroy from one thread; sluice_fleet_clear,
- * sluice_fleet_status and the event ring from any. The agent thread runs
+ * sluice_fleet_snapshot and the event ring from any. The agent thread runs
  * on_event (not under any lock; it must not call destroy).
  *
  * Progress: the pool's hot path is as without a fleet (lock-free admit,
