@@ -1190,6 +1190,24 @@ SLUICE_INLINE void sluice_discovery_poll(struct sluice_discovery *d)
     sluice_discovery_flush(d);
 }
 
+/*
+ * Close the open window now, however young, and act on the policy's answer
+ * at once: for a policy steered from outside the pool (a fleet's follower,
+ * sluice/fleet.h), whose answer changes between the pool's own windows.
+ * The window's calls count as usual; its latency statistics cover fewer
+ * calls. A slow path, like poll: takes the update lock (bounded), then
+ * flushes on this thread.
+ */
+SLUICE_INLINE void sluice_discovery_update_now(struct sluice_discovery *d)
+{
+    if (d->fixed)
+        return;
+    sluice_spinlock_lock(&d->lock);
+    sluice__discovery_close(d, sluice_clock_now(&d->clock)); /* now under the lock: see maybe_close */
+    sluice__discovery_unlock(d);
+    sluice_discovery_flush(d);
+}
+
 /* Empty the open window and make every call in flight count for nothing.
  * A Retry-After hold stays (see sluice_discovery_clear). Call locked. */
 SLUICE_INLINE void sluice__discovery_restart(struct sluice_discovery *d, int64_t now)

@@ -186,19 +186,10 @@ static struct sluice_verdict fleet_policy_update(struct sluice_policy *self,
 {
     struct sluice_policy_fleet *p = (struct sluice_policy_fleet *)self;
     struct sluice_fleet *f = p->fleet;
-    /* The agent's marker (see fleet_kick) is no overload of the provider's. */
-    uint32_t overloads = w->n_overload;
-    uint32_t kicks = atomic_load_explicit(&f->kicks, SLUICE_RELAXED);
-    while (kicks && w->n_fresh_overload &&
-           !atomic_compare_exchange_weak_explicit(&f->kicks, &kicks, kicks - 1, SLUICE_RELAXED,
-                                                  SLUICE_RELAXED)) {
-    }
-    if (kicks && w->n_fresh_overload && overloads)
-        overloads--;
     sluice_spinlock_lock(&f->report_lock);
     struct fleet_report *r = &f->report;
     r->n_ok += w->n_ok;
-    r->n_overload += overloads;
+    r->n_overload += w->n_overload;
     r->n_served += w->n_served;
     r->latency_sum += w->latency_mean_ns * (int64_t)w->n_ok;
     if (w->n_ok && (!r->latency_min || w->latency_min_ns < r->latency_min))
@@ -393,27 +384,20 @@ static void publish_limit(struct sluice_fleet *f, uint32_t limit)
 
 /*
  * Make the pool take the published limit now. Its discovery moves the limit only
- * when a window closes, and a window must span a few call latencies to measure
- * them (seconds, with a real provider); a fresh overload closes one at once. So
- * the agent feeds one marker overload, which the follower policy takes back out
- * of its report (`kicks`). Public API only: sluice/discovery.h's on_sample.
+ * when a window closes, and a window spans a few call latencies (seconds, with a
+ * real provider): sluice_discovery_update_now closes it at once, and the follower
+ * policy answers the published limit.
  */
 static void fleet_kick(struct sluice_fleet *f)
 {
     struct sluice_discovery *d = sluice_pool_discovery(f->pool);
     uint32_t want = atomic_load_explicit(&f->published, SLUICE_RELAXED);
-    /* Once per published value: a marker that lost the race for the window's lock
-     * leaves the next window due at once, so the next completion or poll applies it
-     * (and a pool whose own max_limit clamps `want` is not kicked every beat). */
+    /* Once per published value, so a pool whose own max_limit clamps `want` is
+     * not closed every beat. */
     if (sluice_discovery_limit(d) == want || want == f->a_kicked_for)
         return;
     f->a_kicked_for = want;
-    atomic_fetch_add_explicit(&f->kicks, 1u, SLUICE_RELAXED);
-    struct sluice_sample marker = {0};
-    marker.outcome = SLUICE_OUTCOME_OVERLOAD;
-    marker.start_ns = sluice_clock_now(&f->pool->clock); /* after any cut: fresh */
-    sluice_discovery_on_sample(d, &marker);
-    sluice_discovery_poll(d); /* if a closer held the lock, the window is due now */
+    sluice_discovery_update_now(d);
 }
 
 /* Fallback: the local share of the last state seen. */
@@ -602,7 +586,6 @@ int sluice_fleet_create(const struct sluice_fleet_desc *desc, struct sluice_flee
     }
     sluice_spinlock_init(&f->report_lock);
     atomic_init(&f->published, 1u);
-    atomic_init(&f->kicks, 0u);
     sluice_event_ring_init(&f->events, f->slots, FLEET_EVENTS, f->node);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

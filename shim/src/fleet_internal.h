@@ -5,7 +5,7 @@
  *
  * Who owns what: the agent thread owns the Redis connection, the leader's
  * discovery node and its gate, and every `a_` field; pools touch only the
- * report accumulator (under `report_lock`), `published` and `kicks`.
+ * report accumulator (under `report_lock`) and `published`.
  * Status fields (`s_`) are relaxed atomics the agent writes and anyone
  * reads. `mu` guards `stop` and `clear_requests`.
  */
@@ -61,7 +61,6 @@ struct sluice_fleet {
     sluice_spinlock report_lock;
     struct fleet_report report;
     _Atomic(uint32_t) published; /* the local limit the follower policy answers */
-    _Atomic(uint32_t) kicks;     /* marker overloads the agent fed, not yet taken out */
 
     /* Status, written by the agent. */
     _Atomic(uint32_t) s_connected, s_leader, s_shared, s_ceiling, s_state, s_processes, s_leased;
@@ -81,7 +80,7 @@ struct sluice_fleet {
     bool a_ever_connected;
     uint64_t a_clears_seen; /* the clears counter the leader has acted on */
     uint32_t a_fleet_load;  /* calls the fleet runs, summed over processes at the last beat */
-    uint32_t a_kicked_for;  /* the published limit the last marker was fed for */
+    uint32_t a_kicked_for;  /* the published limit the pool was last told to take now */
     struct sluice_discovery *a_leader; /* non-NULL while this process leads */
     struct sluice_gate a_leader_gate;  /* the leader node's gate: S, never acquired */
     struct sluice_store_ops a_leader_store;

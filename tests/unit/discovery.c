@@ -401,6 +401,24 @@ Test(discovery, one_overload_burst_cuts_once_and_holds_for_retry_after)
     sluice_discovery_destroy(n.disc);
 }
 
+Test(discovery, update_now_closes_a_young_window_and_acts_on_the_policys_answer)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 5;
+    node_create(&n, &d);
+    advance(&n, SEC);
+    for (int i = 0; i < 16; i++)
+        feed(&n, SEC, 5, SLUICE_OUTCOME_OK, 0);
+    sluice_discovery_poll(n.disc);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 5, "the window is not due yet");
+    sluice_discovery_update_now(n.disc);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 10, "closed now: slow start doubled");
+    cr_assert_eq(status_of(&n).last_event.kind, SLUICE_EVENT_PROBE);
+    sluice_discovery_destroy(n.disc);
+}
+
 /* A node at jumpstart 10 that sees one refusal there (bracket [?, 9]) and
  * then clean saturated windows until it locks. Returns when the window that
  * locked it started. */
