@@ -3,7 +3,12 @@
 #define SLUICE_TESTS_COMMON_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice/cc.h>
 
 /* Threaded tests scale their iteration counts down under ThreadSanitizer. */
 #ifndef SLUICE_TEST_SCALE
@@ -28,6 +33,45 @@ static inline void test_run_threads(int n, void *(*fn)(void *), void *args, size
         pthread_create(&tids[i], NULL, fn, (char *)args + (size_t)i * stride);
     for (int i = 0; i < n; i++)
         pthread_join(tids[i], NULL);
+}
+
+/* Counts live allocations and bytes; allocation number fail_at (0-based) fails. */
+struct counting_alloc {
+    long fail_at; /* -1: never fail */
+    long calls;
+    long live;
+    long live_bytes;
+    bool misaligned; /* set if a caller ever asked for an alignment it did not get */
+};
+
+static inline void *counting_alloc_fn(void *ctx, size_t size, size_t align)
+{
+    struct counting_alloc *c = (struct counting_alloc *)ctx;
+    if (c->calls++ == c->fail_at)
+        return NULL;
+    void *p = aligned_alloc(align, (size + align - 1) / align * align);
+    if (p) {
+        memset(p, 0xA5, size); /* callers must not rely on zeroed memory */
+        c->live++;
+        c->live_bytes += (long)size;
+        if ((uintptr_t)p % align)
+            c->misaligned = true;
+    }
+    return p;
+}
+
+static inline void counting_free_fn(void *ctx, void *ptr, size_t size)
+{
+    struct counting_alloc *c = (struct counting_alloc *)ctx;
+    c->live--;
+    c->live_bytes -= (long)size;
+    free(ptr);
+}
+
+static inline struct sluice_allocator counting_allocator(struct counting_alloc *c)
+{
+    struct sluice_allocator a = {counting_alloc_fn, counting_free_fn, c};
+    return a;
 }
 
 #endif

@@ -19,45 +19,6 @@
 
 #include "common.h"
 
-/* Counts live allocations and bytes; allocation number fail_at (0-based) fails. */
-struct counting_alloc {
-    long fail_at; /* -1: never fail */
-    long calls;
-    long live;
-    long live_bytes;
-    bool misaligned; /* set if a caller ever asked for an alignment it did not get */
-};
-
-static inline void *counting_alloc_fn(void *ctx, size_t size, size_t align)
-{
-    struct counting_alloc *c = (struct counting_alloc *)ctx;
-    if (c->calls++ == c->fail_at)
-        return NULL;
-    void *p = aligned_alloc(align, (size + align - 1) / align * align);
-    if (p) {
-        memset(p, 0xA5, size); /* callers must not rely on zeroed memory */
-        c->live++;
-        c->live_bytes += (long)size;
-        if ((uintptr_t)p % align)
-            c->misaligned = true;
-    }
-    return p;
-}
-
-static inline void counting_free_fn(void *ctx, void *ptr, size_t size)
-{
-    struct counting_alloc *c = (struct counting_alloc *)ctx;
-    c->live--;
-    c->live_bytes -= (long)size;
-    free(ptr);
-}
-
-static inline struct sluice_allocator counting_allocator(struct counting_alloc *c)
-{
-    struct sluice_allocator a = {counting_alloc_fn, counting_free_fn, c};
-    return a;
-}
-
 /*
  * One object to build under allocation failure: `create` builds it from
  * `desc` with allocator `a`, leaving it (or NULL) in *obj; `check`, if set,

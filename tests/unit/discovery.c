@@ -546,40 +546,23 @@ Test(discovery, a_fixed_node_ignores_samples_and_clear)
 
 /* ---- allocation ---------------------------------------------------------------- */
 
-struct counting {
-    long allocs, frees;
-};
-
-static void *count_alloc(void *ctx, size_t size, size_t align)
-{
-    ((struct counting *)ctx)->allocs++;
-    return aligned_alloc(align, (size + align - 1) / align * align);
-}
-
-static void count_free(void *ctx, void *p, size_t size)
-{
-    (void)size;
-    ((struct counting *)ctx)->frees++;
-    free(p);
-}
-
 Test(discovery, allocates_only_at_create_through_the_allocator_hook)
 {
     struct node n;
     node_init(&n);
-    struct counting c = {0, 0};
-    struct sluice_allocator a = {count_alloc, count_free, &c};
+    struct counting_alloc c = {.fail_at = -1};
+    struct sluice_allocator a = counting_allocator(&c);
     struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
     d.allocator = &a;
     node_create(&n, &d);
-    long after_create = c.allocs;
+    long after_create = c.calls;
     cr_assert_gt(after_create, 0);
     for (int i = 0; i < 30; i++)
         run_window(&n, 16, SEC);
     sluice_discovery_clear(n.disc);
-    cr_assert_eq(c.allocs, after_create, "samples, windows and clear allocate nothing");
+    cr_assert_eq(c.calls, after_create, "samples, windows and clear allocate nothing");
     sluice_discovery_destroy(n.disc);
-    cr_assert_eq(c.frees, c.allocs);
+    cr_assert_eq(c.live, 0);
 }
 
 /* ---- threads ------------------------------------------------------------------- */

@@ -425,42 +425,25 @@ Test(gate, async_grant_skips_a_cancelled_async_waiter)
 
 /* ---- allocation ---------------------------------------------------------- */
 
-struct counting {
-    int allocs, frees;
-};
-
-static void *count_alloc(void *ctx, size_t size, size_t align)
-{
-    ((struct counting *)ctx)->allocs++;
-    return aligned_alloc(align, (size + align - 1) / align * align);
-}
-
-static void count_free(void *ctx, void *ptr, size_t size)
-{
-    (void)size;
-    ((struct counting *)ctx)->frees++;
-    free(ptr);
-}
-
 Test(gate, create_refuses_an_allocator_with_only_one_of_alloc_and_free)
 {
-    struct counting counts = {0, 0};
-    struct sluice_allocator half = {count_alloc, NULL, &counts};
+    struct counting_alloc counts = {.fail_at = -1};
+    struct sluice_allocator half = {counting_alloc_fn, NULL, &counts};
     struct sluice_gate *g = (struct sluice_gate *)1;
     cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = 2, .allocator = &half}, &g),
                  SLUICE_EINVAL);
     cr_assert_null(g);
-    cr_assert_eq(counts.allocs, 0, "nothing allocated through a half allocator");
+    cr_assert_eq(counts.calls, 0, "nothing allocated through a half allocator");
 }
 
 Test(gate, acquire_and_release_never_allocate)
 {
-    struct counting counts = {0, 0};
-    struct sluice_allocator a = {count_alloc, count_free, &counts};
+    struct counting_alloc counts = {.fail_at = -1};
+    struct sluice_allocator a = counting_allocator(&counts);
     struct sluice_gate *g;
     cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = 2, .allocator = &a}, &g),
                  SLUICE_OK);
-    int after_create = counts.allocs;
+    long after_create = counts.calls;
     cr_assert_gt(after_create, 0);
     struct sluice_cancel token;
     sluice_cancel_init(&token);
@@ -478,10 +461,10 @@ Test(gate, acquire_and_release_never_allocate)
                  SLUICE_ETIMEDOUT);
     sluice_gate_release(g);
     sluice_gate_release(g);
-    cr_assert_eq(counts.allocs, after_create);
-    cr_assert_eq(counts.frees, 0);
+    cr_assert_eq(counts.calls, after_create);
+    cr_assert_eq(counts.live, after_create, "nothing freed either");
     sluice_gate_destroy(g);
-    cr_assert_eq(counts.frees, counts.allocs);
+    cr_assert_eq(counts.live, 0);
 }
 
 /* ---- async callbacks that call back into the gate ------------------------- */

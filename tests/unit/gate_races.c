@@ -349,52 +349,58 @@ Test(gate_races, cancelled_neighbours_leave_the_line_while_the_live_waiter_behin
 
 /* ---- a million timeouts behind one slow holder: memory stays flat ----------- */
 
-struct counting {
-    long allocs, frees;
+struct queue_watch {
+    struct sluice_gate *g;
+    _Atomic(bool) done;
+    long seen_waiting; /* samples that found a waiter queued */
 };
 
-static void *count_alloc(void *ctx, size_t size, size_t align)
+static void *watch_queue(void *arg)
 {
-    ((struct counting *)ctx)->allocs++;
-    return aligned_alloc(align, (size + align - 1) / align * align);
+    struct queue_watch *w = arg;
+    while (!atomic_load(&w->done)) {
+        w->seen_waiting += sluice_gate_stats(w->g).waiting > 0;
+        usleep(100); /* a sample now and then, not a core taken from the waiters */
+    }
+    return NULL;
 }
 
-static void count_free(void *ctx, void *ptr, size_t size)
+Test(gate_races, a_million_timeouts_behind_one_slow_holder_leave_memory_flat, .timeout = 120)
 {
-    (void)size;
-    ((struct counting *)ctx)->frees++;
-    free(ptr);
-}
-
-Test(gate_races, a_million_timeouts_behind_one_slow_holder_leave_memory_flat, .timeout = 60)
-{
-    struct counting counts = {0, 0};
-    struct sluice_allocator a = {count_alloc, count_free, &counts};
+    struct counting_alloc counts = {.fail_at = -1};
+    struct sluice_allocator a = counting_allocator(&counts);
     struct sluice_gate *g;
     cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = 1, .allocator = &a}, &g),
                  SLUICE_OK);
     cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK); /* the slow holder */
-    struct timespec past;
-    sluice_deadline_in(&past, -SLUICE_NS_PER_MS);
-    /* Warm up: whatever a steady state needs is allocated by now. */
-    for (int i = 0; i < 1000; i++)
-        cr_assert_eq(sluice_gate_acquire(g, &past, NULL), SLUICE_ETIMEDOUT);
-    long live = counts.allocs - counts.frees;
+    /* Each waiter's deadline is a few microseconds out, so it really joins
+     * the line behind the holder and leaves it on timeout (a deadline
+     * already past would return before queueing and prove nothing). */
+    struct timespec dl;
+    for (int i = 0; i < 1000; i++) /* warm up: whatever a steady state needs */
+        cr_assert_eq(sluice_gate_acquire(g, sluice_deadline_in(&dl, 2000), NULL),
+                     SLUICE_ETIMEDOUT);
+    long live = counts.live;
+    struct queue_watch w = {g, false, 0};
+    pthread_t watcher;
+    pthread_create(&watcher, NULL, watch_queue, &w);
     long n = SCALED(1000000);
     for (long i = 0; i < n; i++) {
-        if (sluice_gate_acquire(g, &past, NULL) != SLUICE_ETIMEDOUT)
+        if (sluice_gate_acquire(g, sluice_deadline_in(&dl, 2000), NULL) != SLUICE_ETIMEDOUT)
             cr_assert_fail("timeout %ld did not time out", i);
     }
-    long after = counts.allocs - counts.frees;
-    cr_assert_leq(after, live + 2, "%ld timeouts grew the gate from %ld to %ld blocks", n, live,
-                  after);
+    atomic_store(&w.done, true);
+    pthread_join(watcher, NULL);
+    cr_assert_gt(w.seen_waiting, 0, "the timed-out waiters were queued");
+    cr_assert_leq(counts.live, live + 2, "%ld timeouts grew the gate from %ld to %ld blocks", n,
+                  live, counts.live);
     struct sluice_gate_counts c = sluice_gate_stats(g);
     cr_assert_eq(c.waiting, 0);
     cr_assert_eq(c.in_flight, 1);
-    sluice_gate_release(g); /* and the abandoned tickets cost the release nothing */
+    sluice_gate_release(g); /* and the abandoned waits cost the release nothing */
     cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_OK);
     cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_EAGAIN);
     sluice_gate_release(g);
     sluice_gate_destroy(g);
-    cr_assert_eq(counts.frees, counts.allocs);
+    cr_assert_eq(counts.live, 0);
 }
