@@ -1115,24 +1115,40 @@ static void gb_handoff_setup(struct gb_handoff *h, const struct bench_opts *opts
     h->run_ns = per_run > GB_MIN_RUN_NS ? per_run : GB_MIN_RUN_NS;
 }
 
-static void gb_case_handoff(const struct bench_opts *opts, struct gb_handoff *h)
+/* One handoff-style case at each of `limits` and every thread count: the
+ * zero-hold throughput rows (gate.handoff.lN) and the 100 us-hold latency
+ * rows (gate.handoff_latency.lN) differ only in their mode and legend. */
+static void gb_case_limits(const struct bench_opts *opts, struct gb_handoff *h,
+                           const char *prefix, const uint32_t *limits, size_t n_limits,
+                           enum gb_body mode)
 {
-    static const uint32_t limits[] = {1, 2, 4};
     int threads[8], n_threads = gb_thread_counts(threads, 8);
-    for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
-        char case_name[32];
-        snprintf(case_name, sizeof case_name, "gate.handoff.l%u", limits[l]);
+    for (size_t l = 0; l < n_limits; l++) {
+        char case_name[40];
+        snprintf(case_name, sizeof case_name, "%s.l%u", prefix, limits[l]);
         if (!bench_case_enabled(opts, case_name))
             continue;
         gb_handoff_setup(h, opts);
-        printf("  (%s: critical section %d ns = %u spins, think %d ns = %u spins, "
-               "%.0f ms per run; wait = acquire call to permit held; values are medians "
-               "over repeats)\n",
-               case_name, GB_CS_NS, h->cs_iters, GB_THINK_NS, h->think_iters,
-               (double)h->run_ns / 1e6);
+        if (mode == GB_HANDOFF)
+            printf("  (%s: critical section %d ns = %u spins, think %d ns = %u spins, "
+                   "%.0f ms per run; wait = acquire call to permit held; values are medians "
+                   "over repeats)\n",
+                   case_name, GB_CS_NS, h->cs_iters, GB_THINK_NS, h->think_iters,
+                   (double)h->run_ns / 1e6);
+        else
+            printf("  (%s: each holder works %d us busy; p50/p99/max = release() call to "
+                   "another thread's return from acquire; ops_per_s = acquires; no waiter when "
+                   "threads <= limit, so no samples)\n",
+                   case_name, GB_HOLD_NS / 1000);
         for (int t = 0; t < n_threads; t++)
-            gb_handoff_row(h, opts, case_name, limits[l], threads[t], GB_HANDOFF);
+            gb_handoff_row(h, opts, case_name, limits[l], threads[t], mode);
     }
+}
+
+static void gb_case_handoff(const struct bench_opts *opts, struct gb_handoff *h)
+{
+    static const uint32_t limits[] = {1, 2, 4};
+    gb_case_limits(opts, h, "gate.handoff", limits, sizeof limits / sizeof limits[0], GB_HANDOFF);
 }
 
 /* ---- gate.handoff_latency.lN and gate.cancel_storm ------------------------- */
@@ -1140,20 +1156,8 @@ static void gb_case_handoff(const struct bench_opts *opts, struct gb_handoff *h)
 static void gb_case_latency(const struct bench_opts *opts, struct gb_handoff *h)
 {
     static const uint32_t limits[] = {1, 4};
-    int threads[8], n_threads = gb_thread_counts(threads, 8);
-    for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
-        char case_name[40];
-        snprintf(case_name, sizeof case_name, "gate.handoff_latency.l%u", limits[l]);
-        if (!bench_case_enabled(opts, case_name))
-            continue;
-        gb_handoff_setup(h, opts);
-        printf("  (%s: each holder works %d us busy; p50/p99/max = release() call to another "
-               "thread's return from acquire; ops_per_s = acquires; no waiter when threads <= "
-               "limit, so no samples)\n",
-               case_name, GB_HOLD_NS / 1000);
-        for (int t = 0; t < n_threads; t++)
-            gb_handoff_row(h, opts, case_name, limits[l], threads[t], GB_LATENCY);
-    }
+    gb_case_limits(opts, h, "gate.handoff_latency", limits, sizeof limits / sizeof limits[0],
+                   GB_LATENCY);
 }
 
 static void gb_case_storm(const struct bench_opts *opts, struct gb_handoff *h)

@@ -142,6 +142,22 @@ void sluice__fleet_disconnect(struct sluice_fleet *f)
     f->a_redis = NULL;
 }
 
+/* A plain command (the leader's store, and every EVAL); NULL and the
+ * connection dropped on a transport or script error. The caller frees. */
+static redisReply *fleet_command(struct sluice_fleet *f, int argc, const char **argv)
+{
+    if (!f->a_redis)
+        return NULL;
+    redisReply *r = redisCommandArgv(f->a_redis, argc, argv, NULL);
+    if (!r || r->type == REDIS_REPLY_ERROR) {
+        if (r)
+            freeReplyObject(r);
+        sluice__fleet_disconnect(f);
+        return NULL;
+    }
+    return r;
+}
+
 /*
  * EVAL `script` with `nkeys` of the fleet's keys and argv; NULL (and the
  * connection dropped) on any transport or script error. The caller frees.
@@ -163,29 +179,7 @@ redisReply *sluice__fleet_eval(struct sluice_fleet *f, const char *script,
         argv[argc++] = f->key[keys[i]];
     for (int i = 0; i < nargs; i++)
         argv[argc++] = args[i];
-    redisReply *r = redisCommandArgv(f->a_redis, argc, argv, NULL);
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-        if (r)
-            freeReplyObject(r);
-        sluice__fleet_disconnect(f);
-        return NULL;
-    }
-    return r;
-}
-
-/* A plain command (the leader's store); NULL and disconnected on error. */
-static redisReply *fleet_command(struct sluice_fleet *f, int argc, const char **argv)
-{
-    if (!f->a_redis)
-        return NULL;
-    redisReply *r = redisCommandArgv(f->a_redis, argc, argv, NULL);
-    if (!r || r->type == REDIS_REPLY_ERROR) {
-        if (r)
-            freeReplyObject(r);
-        sluice__fleet_disconnect(f);
-        return NULL;
-    }
-    return r;
+    return fleet_command(f, argc, argv);
 }
 
 int64_t sluice__fleet_reply_int(const redisReply *r)

@@ -12,12 +12,7 @@
 
 __attribute__((unused)) static void setup(void)
 {
-    fx_setup();
-    rfx_start();
-    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
-    fx_start(args);
-    for (int i = 0; i < WORKERS; i++)
-        rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 6, .max_limit = 16});
+    rfx_setup_workers(WORKERS);
 }
 
 /* Per-test options, not TestSuite: the TSan build's Criterion stand-in has none. */
@@ -30,21 +25,13 @@ FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
     /* This process joins the fleet with an idle pool of its own. */
     char url[64];
     rfx_url(url, sizeof url);
-    struct sluice_fleet *f;
-    cr_assert_eq(sluice_fleet_create(&(struct sluice_fleet_desc){.redis_url = url,
-                                                                 .node_id = RFX_NODE,
-                                                                 .process_id = "tester",
-                                                                 .heartbeat_ms = BEAT_MS,
-                                                                 .max_limit = 16},
-                                     &f),
-                 SLUICE_OK);
-    struct sluice_discovery_desc dd = {0};
-    sluice_fleet_discovery(f, &dd);
     struct sluice_pool *pool;
-    cr_assert_eq(sluice_pool_create(&(struct sluice_pool_desc){.active = 8, .discovery = &dd},
-                                    &pool),
-                 SLUICE_OK);
-    cr_assert_eq(sluice_fleet_attach(f, pool), SLUICE_OK);
+    struct sluice_fleet *f = rfx_join(&(struct sluice_fleet_desc){.redis_url = url,
+                                                                  .node_id = RFX_NODE,
+                                                                  .process_id = "tester",
+                                                                  .heartbeat_ms = BEAT_MS,
+                                                                  .max_limit = 16},
+                                      &pool);
     struct sluice_fleet_status st;
     cr_assert(RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.ceiling == 16), 3 * BEAT_MS),
               "this process does not see the lock the others found");

@@ -72,22 +72,14 @@ FLEET_TEST(a_redis_that_does_not_answer_means_the_fallback_and_an_event)
     static _Atomic int events;
     char url[64];
     snprintf(url, sizeof url, "127.0.0.1:%d", rfx_free_port());
-    struct sluice_fleet *f;
-    cr_assert_eq(sluice_fleet_create(&(struct sluice_fleet_desc){.redis_url = url,
-                                                                 .node_id = "n",
-                                                                 .heartbeat_ms = 20,
-                                                                 .floor = 3,
-                                                                 .on_event = count_event,
-                                                                 .on_event_ctx = &events},
-                                     &f),
-                 SLUICE_OK);
-    struct sluice_discovery_desc dd = {0};
-    sluice_fleet_discovery(f, &dd);
     struct sluice_pool *pool;
-    cr_assert_eq(sluice_pool_create(&(struct sluice_pool_desc){.active = 8, .discovery = &dd},
-                                    &pool),
-                 SLUICE_OK);
-    cr_assert_eq(sluice_fleet_attach(f, pool), SLUICE_OK);
+    struct sluice_fleet *f = rfx_join(&(struct sluice_fleet_desc){.redis_url = url,
+                                                                  .node_id = "n",
+                                                                  .heartbeat_ms = 20,
+                                                                  .floor = 3,
+                                                                  .on_event = count_event,
+                                                                  .on_event_ctx = &events},
+                                      &pool);
     cr_expect_eq(sluice_fleet_attach(f, pool), SLUICE_EINVAL, "attached twice");
     cr_expect(RFX_WAIT_UNTIL(atomic_load(&events) >= 1, 2000), "no fallback event");
     struct sluice_fleet_status st;

@@ -12,12 +12,7 @@
 
 __attribute__((unused)) static void setup(void)
 {
-    fx_setup();
-    rfx_start();
-    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
-    fx_start(args);
-    for (int i = 0; i < WORKERS; i++)
-        rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 6, .max_limit = 16});
+    rfx_setup_workers(WORKERS);
 }
 
 /* Per-test options, not TestSuite: the TSan build's Criterion stand-in has none. */

@@ -10,10 +10,7 @@
 
 __attribute__((unused)) static void setup(void)
 {
-    fx_setup();
-    rfx_start();
-    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
-    fx_start(args);
+    rfx_setup_workers(0); /* the test spawns its own */
 }
 
 /* Per-test options, not TestSuite: the TSan build's Criterion stand-in has none. */

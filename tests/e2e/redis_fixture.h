@@ -349,6 +349,34 @@ static inline void rfx_spawn(int i, const struct rfx_worker_cfg *cfg)
     w->pid = pid;
 }
 
+/* The usual stage: redis, a provider simulator that takes 1000 at once, and
+ * `n` workers of 6 callers each whose fleet may run 16 at most. */
+static inline void rfx_setup_workers(int n)
+{
+    fx_setup();
+    rfx_start();
+    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
+    fx_start(args);
+    for (int i = 0; i < n; i++)
+        rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 6, .max_limit = 16});
+}
+
+/* Join this test process to the fleet `d` describes with a pool of 8 that
+ * the fleet steers; both are the caller's to destroy (fleet first). */
+static inline struct sluice_fleet *rfx_join(const struct sluice_fleet_desc *d,
+                                            struct sluice_pool **pool)
+{
+    struct sluice_fleet *f;
+    cr_assert_eq(sluice_fleet_create(d, &f), SLUICE_OK);
+    struct sluice_discovery_desc dd = {0};
+    sluice_fleet_discovery(f, &dd);
+    cr_assert_eq(sluice_pool_create(&(struct sluice_pool_desc){.active = 8, .discovery = &dd},
+                                    pool),
+                 SLUICE_OK);
+    cr_assert_eq(sluice_fleet_attach(f, *pool), SLUICE_OK);
+    return f;
+}
+
 /* Kill worker i now (SIGKILL: no goodbye to Redis). */
 static inline void rfx_kill(int i)
 {
