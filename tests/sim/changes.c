@@ -38,6 +38,37 @@ Test(changes, cap_cut_from_52_to_20_is_followed_within_10_round_trips_and_reject
     scenario_stop(&sc);
 }
 
+/* An echo of a rate limit needs a burst of ours inside the provider's rate
+ * window. Under a lock steady for minutes there is none, so a cap that
+ * falls is news at once: the policy cuts instead of holding the limit for a
+ * second of 429s (the hold cost about 200 per seed here, against 11-23
+ * without it). A seed whose window opened within a second of the cut still
+ * holds (1 in 20 here), so the test counts seeds. */
+Test(changes, a_cap_cut_under_a_steady_lock_is_cut_at_once_not_held_as_a_rate_limit_echo,
+     .timeout = 120)
+{
+    enum { SEEDS = 21 };
+    int held = 0;
+    for (int k = 0; k < SEEDS; k++) {
+        struct scenario sc;
+        scenario_start(&sc, reject_config(52, 1 + (uint64_t)k), default_desc());
+        sim_run_until(sc.sim, minutes(10));
+        cr_assert_eq(scenario_status(&sc).ceiling, 52, "seed %d did not lock at 52", 1 + k);
+        double cut_at = sim_now_s(sc.sim);
+        uint64_t before = sc.sim->stats.rejected;
+        sim_set_cap(sc.sim, 20);
+        sim_run_until(sc.sim, cut_at + 10.0);
+        uint64_t refused = sc.sim->stats.rejected - before;
+        if (refused >= 50) {
+            held++;
+            cr_log_info("seed %d: %" PRIu64 " 429s in the 10 s after the cut", 1 + k, refused);
+        }
+        scenario_stop(&sc);
+    }
+    cr_assert_leq(held, SEEDS / 3, "%d of %d seeds took 50 or more 429s in the 10 s after the cut",
+                  held, SEEDS);
+}
+
 Test(changes, clear_then_plan_upgrade_to_120_finds_a_new_ceiling_within_10_minutes)
 {
     struct sim_config cfg = reject_config(52, 6);
