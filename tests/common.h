@@ -8,13 +8,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include <criterion/criterion.h>
 #include <sluice/cc.h>
+#include <sluice/gate.h>
+#include <sluice/time.h>
 
 /* Threaded tests scale their iteration counts down under ThreadSanitizer. */
 #ifndef SLUICE_TEST_SCALE
 #define SLUICE_TEST_SCALE 1
 #endif
 #define SCALED(n) ((n) / SLUICE_TEST_SCALE > 0 ? (n) / SLUICE_TEST_SCALE : 1)
+
+/* Bounded wait for a condition another thread makes true; guards against a
+ * hang, it is not a timing claim (10 s is orders of magnitude above need).
+ * WAIT_PAUSE() runs between looks: a 200 µs sleep, unless the file defines
+ * its own before including this one. */
+#ifndef WAIT_PAUSE
+#define WAIT_PAUSE() usleep(200)
+#endif
+#define WAIT_UNTIL(cond)                                                                           \
+    do {                                                                                           \
+        int64_t wait_until_deadline = sluice_monotonic_ns() + 10 * SLUICE_NS_PER_SEC;               \
+        while (!(cond)) {                                                                          \
+            cr_assert_lt(sluice_monotonic_ns(), wait_until_deadline, "timed out: " #cond);         \
+            WAIT_PAUSE();                                                                          \
+        }                                                                                          \
+    } while (0)
+
+/* A gate with `limit` permits; the test fails if it cannot be made. */
+static inline struct sluice_gate *make_gate(uint32_t limit)
+{
+    struct sluice_gate *g = NULL;
+    cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = limit}, &g), SLUICE_OK);
+    return g;
+}
 
 /* splitmix64: a tiny deterministic per-thread RNG. */
 static inline uint64_t test_rand(uint64_t *state)

@@ -7,17 +7,6 @@
 
 #include "common.h"
 
-/* Bounded wait for a condition another thread makes true; a hang guard,
- * not a timing claim. */
-#define WAIT_UNTIL(cond)                                                                           \
-    do {                                                                                           \
-        int64_t wait_until_deadline = sluice_monotonic_ns() + 10 * SLUICE_NS_PER_SEC;               \
-        while (!(cond)) {                                                                          \
-            cr_assert_lt(sluice_monotonic_ns(), wait_until_deadline, "timed out: " #cond);         \
-            usleep(200);                                                                           \
-        }                                                                                          \
-    } while (0)
-
 struct probe_hook {
     struct sluice_cancel_hook hook; /* first: the hook pointer is the probe's */
     _Atomic(int) runs;

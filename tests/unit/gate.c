@@ -8,24 +8,6 @@
 
 #include "common.h"
 
-/* Bounded wait for a condition another thread makes true; guards against a
- * hang, it is not a timing claim (10 s is orders of magnitude above need). */
-#define WAIT_UNTIL(cond)                                                                           \
-    do {                                                                                           \
-        int64_t wait_until_deadline = sluice_monotonic_ns() + 10 * SLUICE_NS_PER_SEC;               \
-        while (!(cond)) {                                                                          \
-            cr_assert_lt(sluice_monotonic_ns(), wait_until_deadline, "timed out: " #cond);         \
-            usleep(200);                                                                           \
-        }                                                                                          \
-    } while (0)
-
-static struct sluice_gate *make_gate(uint32_t limit)
-{
-    struct sluice_gate *g = NULL;
-    cr_assert_eq(sluice_gate_create(&(struct sluice_gate_desc){.limit = limit}, &g), SLUICE_OK);
-    return g;
-}
-
 Test(gate, uncontended_acquire_release_tracks_in_flight)
 {
     struct sluice_gate *g = make_gate(2);
