@@ -490,10 +490,10 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
     if (p->probing) {
         p->probing = next;
         /* Queueing seen against a reference not yet sampled may be the
-         * reference's own noise (a lucky-fast first level): no bracket
-         * from it, only the probe. The level is tested again once the
-         * reference is sampled. A bracket from noise held a cap of 200 at
-         * 8, on 1 seed in 1000. */
+         * reference's own noise (a lucky-fast first level): while no
+         * latency bracket stands, none is made from it, only the probe.
+         * The level is tested again once the reference is sampled. A
+         * bracket from noise held a cap of 200 at 8, on 1 seed in 1000. */
         if (!p->est)
             return sluice__verdict(next, SLUICE_CAUSE_NONE, 0);
     }
