@@ -206,7 +206,8 @@ struct sluice_pool {
     struct sluice__pool_holder *holders;       /* calls asleep on a hold; guarded by hold_lock */
     struct sluice_pool_waiter *async_held;     /* async calls waiting out a hold; hold_lock */
     _Atomic(uint32_t) holding;                 /* calls waiting out a hold (both kinds), for stats */
-    _Atomic(uint32_t) n_async_held;            /* entries on async_held: call_end's cheap test */
+    _Atomic(uint32_t) n_async_held;            /* entries on async_held, and calls about to
+                                                  park there: call_end's cheap test */
     _Atomic(uint32_t) hold_epoch;              /* bumped when close wakes the sleepers */
     _Atomic(uint32_t) closed;
     struct sluice_gate gate; /* initialised only when active > 0 */
@@ -486,13 +487,16 @@ SLUICE_INLINE struct timespec sluice__pool_wake_at(int64_t hold_left_ns,
     return at;
 }
 
-/* Why a call waiting out a hold must stop now: close, cancel, deadline (in that order). */
+/* Why a call waiting out a hold must stop now: cancel, close, deadline (in that order:
+ * cancel wins over close, as in the gate; close over a deadline, as a closed gate's verdict). */
 SLUICE_INLINE int sluice__pool_stop_reason(struct sluice_pool *p, const struct timespec *deadline,
                                            struct sluice_cancel *cancel)
 {
-    if (atomic_load_explicit(&p->closed, SLUICE_SEQ_CST))
+    int status = sluice_wait_stop_reason(deadline, cancel);
+    if (status != SLUICE_ECANCELED && status != SLUICE_EINVAL &&
+        atomic_load_explicit(&p->closed, SLUICE_SEQ_CST))
         return SLUICE_ECLOSED;
-    return sluice_wait_stop_reason(deadline, cancel);
+    return status;
 }
 
 /*
@@ -650,24 +654,35 @@ static inline void sluice__pool_async_granted(struct sluice_gate_waiter *gw, int
     }
     if (p->discovery &&
         sluice_discovery_hold_until(p->discovery) > sluice_clock_now(&p->clock)) {
+        /* Counted before the re-check below (seq_cst, as a poll's cheap test
+         * reads it): a poll that finds the hold over after that re-check
+         * found it live also finds this call counted, and takes the lock. */
+        atomic_fetch_add_explicit(&p->n_async_held, 1u, SLUICE_SEQ_CST);
         sluice_spinlock_lock(&p->hold_lock);
         bool closed = atomic_load_explicit(&p->closed, SLUICE_ACQUIRE) != 0u;
-        if (!closed) {
+        /* Re-checked under the lock: had the hold ended since the test above,
+         * and a poll run in between, nobody would ever start a parked call. */
+        bool held = !closed &&
+                    sluice_discovery_hold_until(p->discovery) > sluice_clock_now(&p->clock);
+        if (held) {
             w->sluice__prev = NULL;
             w->sluice__next = p->async_held;
             if (p->async_held)
                 p->async_held->sluice__prev = w;
             p->async_held = w;
             w->sluice__held = true;
-            atomic_fetch_add_explicit(&p->n_async_held, 1u, SLUICE_RELAXED);
             atomic_fetch_add_explicit(&p->holding, 1u, SLUICE_RELAXED);
+        } else {
+            atomic_fetch_sub_explicit(&p->n_async_held, 1u, SLUICE_RELAXED);
         }
         sluice_spinlock_unlock(&p->hold_lock);
-        if (!closed)
+        if (held)
             return; /* sluice_pool_poll or a later call_end starts it */
-        sluice_gate_release(&p->gate);
-        w->cb(w, SLUICE_ECLOSED);
-        return;
+        if (closed) {
+            sluice_gate_release(&p->gate);
+            w->cb(w, SLUICE_ECLOSED);
+            return;
+        }
     }
     sluice__pool_async_start(p, w);
 }
@@ -747,7 +762,7 @@ SLUICE_INLINE struct sluice_pool_waiter *sluice__pool_take_async(struct sluice_p
 {
     /* The empty test is only a shortcut for polls: close must look under the
      * lock, or an async grant racing it could park a call after it looked. */
-    if (!all && !atomic_load_explicit(&p->n_async_held, SLUICE_ACQUIRE))
+    if (!all && !atomic_load_explicit(&p->n_async_held, SLUICE_SEQ_CST))
         return NULL;
     struct sluice_pool_waiter *list = NULL;
     sluice_spinlock_lock(&p->hold_lock);

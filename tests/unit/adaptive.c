@@ -728,6 +728,108 @@ Test(adaptive, closing_the_engine_settles_calls_waiting_out_a_hold_with_eclosed,
     sluice_engine_destroy(e);
 }
 
+/*
+ * A virtual pool clock with one scripted moment: the `at`-th read from now
+ * (1 = the next) runs `act` once, then reads on. Tests use it to land an
+ * event (the hold ends, a token fires, the pool closes) between two steps
+ * of a single thread's call, where a race would put it.
+ */
+struct script_clock {
+    _Atomic(int64_t) now;
+    int reads_left; /* 0: disarmed */
+    void (*act)(struct script_clock *c);
+    struct sluice_pool *pool;
+    struct sluice_cancel *token;
+    int64_t jump_to;
+};
+
+static int64_t script_clock_now(void *ctx)
+{
+    struct script_clock *c = (struct script_clock *)ctx;
+    int64_t t = atomic_load(&c->now);
+    if (c->reads_left > 0 && --c->reads_left == 0)
+        c->act(c);
+    return t;
+}
+
+/* A pool on a script clock, held by a 30 s Retry-After from a 429. */
+static struct sluice_pool *held_pool(struct script_clock *sc, struct sluice_clock *hook)
+{
+    memset(sc, 0, sizeof *sc);
+    atomic_store(&sc->now, SEC);
+    *hook = (struct sluice_clock){script_clock_now, sc};
+    struct sluice_discovery_desc disc = {.node_id = "cloud:h", .jumpstart = 4};
+    struct sluice_pool_desc d = {.active = 8, .clock = hook, .discovery = &disc};
+    struct sluice_pool *p;
+    cr_assert_eq(sluice_pool_create(&d, &p), SLUICE_OK);
+    struct sluice_call call;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+    sluice_pool_call_end(p, &call, SLUICE_OUTCOME_OVERLOAD, 30 * SEC);
+    cr_assert_gt(sluice_pool_hold_until(p), atomic_load(&sc->now), "the 429 set a hold");
+    sc->pool = p;
+    return p;
+}
+
+/* The hold ends and the event loop's timer polls at once. */
+static void hold_ends_and_poll(struct script_clock *c)
+{
+    atomic_store(&c->now, c->jump_to);
+    sluice_pool_poll(c->pool);
+}
+
+Test(adaptive, an_async_call_granted_as_a_hold_ends_is_started_not_stranded)
+{
+    struct script_clock sc;
+    struct sluice_clock hook;
+    struct sluice_pool *p = held_pool(&sc, &hook);
+    /* Read 1 stamps the arrival, read 2 is the grant's look at the hold:
+     * right after it the hold ends and the timer's poll finds nothing held. */
+    sc.jump_to = sluice_pool_hold_until(p);
+    sc.act = hold_ends_and_poll;
+    sc.reads_left = 2;
+    struct held_async a = {.w = {.cb = held_async_cb, .data = &a}};
+    sluice_pool_call_begin_async(p, &a.w);
+    cr_assert_eq(sc.reads_left, 0, "the script ran");
+    cr_assert_eq(atomic_load(&a.calls), 1,
+                 "the hold is over and no poll will come: the call must start now");
+    cr_assert_eq(atomic_load(&a.status), SLUICE_OK);
+    struct sluice_pool_counts c = sluice_pool_stats(p);
+    cr_assert_eq(c.queued, 0, "nothing waits out a hold that is over");
+    cr_assert_eq(c.in_flight, 1);
+    sluice_pool_call_end(p, &a.w.call, SLUICE_OUTCOME_OK, 0);
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+}
+
+/* The token fires, then the pool closes, before the call looks at either. */
+static void fire_then_close(struct script_clock *c)
+{
+    sluice_cancel_fire(c->token);
+    sluice_pool_close(c->pool);
+}
+
+Test(adaptive, during_a_hold_a_fired_token_wins_over_a_close)
+{
+    struct script_clock sc;
+    struct sluice_clock hook;
+    struct sluice_pool *p = held_pool(&sc, &hook);
+    struct sluice_cancel token;
+    sluice_cancel_init(&token);
+    sc.token = &token;
+    sc.act = fire_then_close;
+    sc.reads_left = 1; /* the start stamp of a call whose permit was free: then the hold */
+    struct sluice_call call;
+    int status = sluice_pool_call_begin(p, NULL, &token, &call);
+    cr_assert_eq(sc.reads_left, 0, "the script ran");
+    cr_assert_eq(status, SLUICE_ECANCELED, "cancel wins over close; got %s",
+                 sluice_status_name(status));
+    struct sluice_pool_counts c = sluice_pool_stats(p);
+    cr_assert_eq(c.queued, 0);
+    cr_assert_eq(c.in_flight, 0);
+    cr_assert_eq(sluice_gate_stats(sluice__pool_gate(p)).in_flight, 0, "the permit came back");
+    sluice_pool_destroy(p);
+}
+
 /* ---- admission follows the discovered limit ---------------------------------------- */
 
 Test(adaptive, admission_capacity_is_the_current_limit_plus_waiting)
