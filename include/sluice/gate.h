@@ -617,6 +617,20 @@ SLUICE_INLINE void sluice_gate_acquire_async(struct sluice_gate *g, struct sluic
 }
 
 /*
+ * Deliver an async outcome decided without this gate's queue (GRANTED,
+ * CLOSED or CANCELED: a pool that is unlimited or closed, or one settling a
+ * call that waited out a hold) through the trampoline, so a callback that
+ * starts the next call from inside itself never nests another (constant
+ * stack however long the chain). `w` is initialised here.
+ */
+SLUICE_INLINE void sluice__gate_settle_async(struct sluice_gate_waiter *w, uint32_t verdict)
+{
+    sluice__gate_node_init(&w->sluice__node, w);
+    sluice__gate_defer(&w->sluice__node, verdict);
+    sluice__gate_run_callbacks();
+}
+
+/*
  * Withdraw an async waiter. If it was still queued, its callback runs with
  * SLUICE_ECANCELED (now, or right after the current callback when called
  * from one) and this returns SLUICE_OK. If the outcome was already decided

@@ -643,7 +643,9 @@ SLUICE_INLINE void sluice__pool_async_unlink(struct sluice_pool *p, struct sluic
     atomic_fetch_sub_explicit(&p->holding, 1u, SLUICE_RELAXED);
 }
 
-/* The gate settled an async call's wait: start it, or park it on the hold. */
+/* Every outcome of an async call comes here, through the gate's trampoline
+ * (so callbacks never nest): start it, park it on the hold, or pass the
+ * failure on. */
 static inline void sluice__pool_async_granted(struct sluice_gate_waiter *gw, int status)
 {
     struct sluice_pool_waiter *w = (struct sluice_pool_waiter *)gw->data;
@@ -696,11 +698,15 @@ static inline void sluice__pool_async_granted(struct sluice_gate_waiter *gw, int
  *   SLUICE_ECANCELED  withdrawn by sluice_pool_call_cancel_async;
  *   SLUICE_ECLOSED    the pool is (or was meanwhile) closed.
  * It runs inline when the outcome is known at once (a permit is free, the
- * pool is closed), otherwise on the thread that releases the permit it
- * gets (a call_end), raises the limit (discovery's flush), cancels, closes,
- * or calls sluice_pool_poll after a hold. It must not block; it may call
- * back into the pool. Deadlines are the event loop's business: arm a timer
- * and cancel. `w` must stay valid until cb has run.
+ * pool is unlimited or closed), otherwise on the thread that releases the
+ * permit it gets (a call_end), raises the limit (discovery's flush),
+ * cancels, closes, or calls sluice_pool_poll after a hold. It must not
+ * block; it may call back into the pool, and may start its next call with
+ * the same record. Callbacks never nest (sluice/gate.h, "The trampoline"):
+ * one started from inside a callback runs right after it returns, so a
+ * chain of calls started from callbacks runs in constant stack. Deadlines
+ * are the event loop's business: arm a timer and cancel. `w` must stay
+ * valid until cb has run.
  */
 SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sluice_pool_waiter *w)
 {
@@ -709,17 +715,16 @@ SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sl
     w->sluice__held = false;
     w->sluice__arrived = sluice_clock_now(&p->clock);
     w->call.in_flight_at_start = w->call.limit_at_start = 0;
-    if (SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED))) {
-        w->cb(w, SLUICE_ECLOSED);
-        return;
-    }
-    if (!p->active) {
-        sluice__pool_async_start(p, w);
-        return;
-    }
     w->sluice__gate.cb = sluice__pool_async_granted;
     w->sluice__gate.data = w;
-    sluice_gate_acquire_async(&p->gate, &w->sluice__gate);
+    /* Outcomes known at once go through the trampoline too: a callback that
+     * ends its call and starts the next must not recurse once per call. */
+    if (SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED)))
+        sluice__gate_settle_async(&w->sluice__gate, SLUICE__NODE_CLOSED);
+    else if (!p->active)
+        sluice__gate_settle_async(&w->sluice__gate, SLUICE__NODE_GRANTED);
+    else
+        sluice_gate_acquire_async(&p->gate, &w->sluice__gate);
 }
 
 /*
@@ -743,7 +748,7 @@ SLUICE_INLINE int sluice_pool_call_cancel_async(struct sluice_pool *p, struct sl
     if (!held)
         return SLUICE_EAGAIN;
     sluice_gate_release(&p->gate);
-    w->cb(w, SLUICE_ECANCELED);
+    sluice__gate_settle_async(&w->sluice__gate, SLUICE__NODE_CANCELED);
     return SLUICE_OK;
 }
 
@@ -789,7 +794,7 @@ SLUICE_INLINE void sluice_pool_poll(struct sluice_pool *p)
     for (struct sluice_pool_waiter *w = sluice__pool_take_async(p, false); w;) {
         struct sluice_pool_waiter *next = w->sluice__next;
         w->sluice__next = NULL;
-        sluice__pool_async_start(p, w);
+        sluice__gate_settle_async(&w->sluice__gate, SLUICE__NODE_GRANTED); /* starts it */
         w = next;
     }
 }
@@ -900,7 +905,7 @@ SLUICE_INLINE void sluice_pool_close(struct sluice_pool *p)
         struct sluice_pool_waiter *next = w->sluice__next;
         w->sluice__next = NULL;
         sluice_gate_release(&p->gate);
-        w->cb(w, SLUICE_ECLOSED);
+        sluice__gate_settle_async(&w->sluice__gate, SLUICE__NODE_CLOSED);
         w = next;
     }
 }

@@ -502,6 +502,62 @@ Test(pool, async_calls_on_an_unlimited_pool_start_at_once)
     sluice_pool_destroy(p);
 }
 
+/* An event loop's chain: each callback ends its call and starts the next one. */
+struct chain {
+    struct sluice_pool_waiter w;
+    long left;              /* calls still to start */
+    long ok, closed;        /* callbacks by status */
+    int depth, max_depth;   /* callbacks running on this thread, nested */
+};
+
+static void chain_cb(struct sluice_pool_waiter *w, int status)
+{
+    struct chain *c = (struct chain *)w->data;
+    if (++c->depth > c->max_depth)
+        c->max_depth = c->depth;
+    if (status == SLUICE_OK) {
+        c->ok++;
+        sluice_pool_call_end(w->sluice__pool, &w->call, SLUICE_OUTCOME_OK, 0);
+    } else {
+        c->closed += status == SLUICE_ECLOSED;
+    }
+    if (--c->left > 0)
+        sluice_pool_call_begin_async(w->sluice__pool, w); /* the record is ours again */
+    c->depth--;
+}
+
+/* Run a chain of n calls on p and check that no callback ever ran inside another. */
+static struct chain run_chain(struct sluice_pool *p, long n)
+{
+    struct chain c = {.w = {.cb = chain_cb}, .left = n};
+    c.w.data = &c;
+    sluice_pool_call_begin_async(p, &c.w);
+    cr_assert_eq(c.left, 0, "%ld of %ld calls started", n - c.left, n);
+    cr_assert_eq(c.max_depth, 1, "callbacks nested %d deep: one stack frame per call",
+                 c.max_depth);
+    return c;
+}
+
+Test(pool, a_chain_of_async_calls_on_an_unlimited_or_closed_pool_runs_in_constant_stack,
+     .timeout = 60)
+{
+    /* A million nested frames would overflow any thread's stack (SIGSEGV). */
+    const long n = SCALED(1000000);
+    struct sluice_pool *p = make_pool(0, omitted);
+    struct chain c = run_chain(p, n);
+    cr_assert_eq(c.ok, n);
+    cr_assert_eq(sluice_pool_stats(p).in_flight, 0);
+    sluice_pool_close(p);
+    c = run_chain(p, n);
+    cr_assert_eq(c.closed, n, "a closed unlimited pool says ECLOSED to every call");
+    sluice_pool_destroy(p);
+    struct sluice_pool *limited = make_pool(1, omitted);
+    sluice_pool_close(limited);
+    c = run_chain(limited, n);
+    cr_assert_eq(c.closed, n, "a closed limited pool likewise");
+    sluice_pool_destroy(limited);
+}
+
 /* ---- close ---------------------------------------------------------------------- */
 
 Test(pool, close_refuses_new_runs_and_wakes_every_queued_call_with_eclosed, .timeout = 20)
