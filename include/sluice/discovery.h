@@ -1068,6 +1068,15 @@ SLUICE_INLINE void sluice__discovery_run_effects(struct sluice_discovery *d)
     }
 }
 
+/* Hand out the gate grants of limit raises: sync waiters are woken, async
+ * callbacks run through the trampoline. Call with no lock held. */
+SLUICE_INLINE void sluice__discovery_hand_out_grants(struct sluice_discovery *d)
+{
+    if (atomic_load_explicit(&d->grants, SLUICE_RELAXED))
+        sluice__gate_notify_chain(atomic_exchange_explicit(
+            &d->grants, (struct sluice_gate_node *)NULL, SLUICE_ACQUIRE));
+}
+
 /*
  * Apply the effects recorded so far (see "Two steps per sample" and "Who
  * runs the effects"): hand out gate grants from limit raises, then — unless
@@ -1079,9 +1088,7 @@ SLUICE_INLINE void sluice_discovery_flush(struct sluice_discovery *d)
 {
     /* Grants first, and by whoever finds them: a grant is a wake-up, not I/O,
      * so it need not wait behind a slow store call on the flusher. */
-    if (atomic_load_explicit(&d->grants, SLUICE_RELAXED))
-        sluice__gate_notify_chain(atomic_exchange_explicit(
-            &d->grants, (struct sluice_gate_node *)NULL, SLUICE_ACQUIRE));
+    sluice__discovery_hand_out_grants(d);
     while (atomic_load_explicit(&d->fx_posted, SLUICE_SEQ_CST) !=
            atomic_load_explicit(&d->fx_done, SLUICE_RELAXED)) {
         if (atomic_exchange_explicit(&d->flushing, 1u, SLUICE_SEQ_CST))

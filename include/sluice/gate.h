@@ -344,6 +344,29 @@ SLUICE_INLINE void sluice__gate_run_callbacks(void)
 }
 
 /*
+ * Hold this thread's async callbacks back, as if a callback were running,
+ * until sluice__gate_resume_callbacks(outer) with what this returned (true:
+ * this frame is the outermost and will run them). For a caller whose one
+ * operation both releases and hands out other grants: every sync waiter it
+ * grants is woken before any callback runs.
+ */
+SLUICE_INLINE bool sluice__gate_hold_callbacks(void)
+{
+    struct sluice__gate_trampoline *t = &sluice__gate_pending;
+    bool outer = !t->running;
+    t->running = true;
+    return outer;
+}
+
+SLUICE_INLINE void sluice__gate_resume_callbacks(bool outer)
+{
+    if (!outer)
+        return;
+    sluice__gate_pending.running = false;
+    sluice__gate_run_callbacks();
+}
+
+/*
  * Hand a verdict (GRANTED or CLOSED) to a popped node: a sync waiter is
  * woken now; an async one is deferred to the trampoline, so the caller must
  * end with sluice__gate_run_callbacks. Last touch of a sync node.

@@ -42,9 +42,11 @@
  *
  * Effects off the permit path: call_end feeds the sample to discovery
  * (bounded in-memory work under discovery's update try-lock), releases the
- * permit, and only then runs discovery's effects (sluice_discovery_flush:
- * grants from a limit raise, store I/O, event callbacks). So no store call
- * and no user callback delays the next call in line.
+ * permit and hands out the grants of a limit raise that sample made
+ * (waking every sync waiter granted before any async callback runs), and
+ * only then runs discovery's effects (sluice_discovery_flush: store
+ * hand-off, event callbacks). So no store call and no user callback delays
+ * the next call in line.
  *
  * Two call paths with one queue: sluice_pool_call_begin blocks the calling
  * thread; sluice_pool_call_begin_async (event loops) queues a waiter whose
@@ -802,6 +804,24 @@ SLUICE_INLINE void sluice_pool_poll(struct sluice_pool *p)
 /* ---- ending a call ---------------------------------------------------------- */
 
 /*
+ * Give a call's permit back. In an adaptive pool the sample just recorded
+ * may also have raised the limit, granting other waiters: every sync waiter
+ * granted either way is woken before any async callback runs (as gate.h
+ * promises), so a slow callback delays no thread's wake-up.
+ */
+SLUICE_INLINE void sluice__pool_release(struct sluice_pool *p)
+{
+    if (SLUICE_LIKELY(p->discovery == NULL)) {
+        sluice_gate_release(&p->gate);
+        return;
+    }
+    bool outer = sluice__gate_hold_callbacks();
+    sluice_gate_release(&p->gate);
+    sluice__discovery_hand_out_grants(p->discovery);
+    sluice__gate_resume_callbacks(outer);
+}
+
+/*
  * End a call with the latency signal the caller measured (see
  * sluice_pool_call_end): `latency_ns` is what discovery learns from — for a
  * streamed answer, time to first byte, because total time measures output
@@ -829,7 +849,7 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_po
     if (SLUICE_UNLIKELY(p->discovery != NULL))
         sluice__discovery_record(p->discovery, &sample);
     if (p->active)
-        sluice_gate_release(&p->gate);
+        sluice__pool_release(p);
     if (SLUICE_UNLIKELY(p->discovery != NULL)) {
         sluice_discovery_flush(p->discovery);
         sluice_pool_poll(p);

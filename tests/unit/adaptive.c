@@ -361,6 +361,94 @@ Test(adaptive, call_end_feeds_discovery_before_the_permit_moves_on)
     sluice_pool_destroy(p);
 }
 
+/* An event loop's callback that takes a while: it waits (boundedly) for the
+ * sync waiter to return, and notes whether it had. */
+struct slow_async {
+    struct sluice_pool_waiter w;
+    _Atomic(int) *sync_returned;
+    _Atomic(int) status;
+    _Atomic(int) saw_sync_return; /* -1 until the callback ends */
+};
+
+static void slow_async_cb(struct sluice_pool_waiter *w, int status)
+{
+    struct slow_async *a = (struct slow_async *)w->data;
+    int64_t give_up = sluice_monotonic_ns() + 5 * SEC; /* a failure must not hang */
+    while (!atomic_load(a->sync_returned) && sluice_monotonic_ns() < give_up)
+        sched_yield();
+    atomic_store(&a->status, status);
+    atomic_store(&a->saw_sync_return, atomic_load(a->sync_returned));
+}
+
+struct sync_beginner {
+    struct beginner b;
+    _Atomic(int) returned;
+};
+
+static void *sync_beginner_main(void *arg)
+{
+    struct sync_beginner *s = (struct sync_beginner *)arg;
+    beginner_main(&s->b);
+    atomic_store(&s->returned, 1);
+    return NULL;
+}
+
+static void *call_end_main(void *arg)
+{
+    struct beginner *b = (struct beginner *)arg;
+    sluice_pool_call_end(b->pool, &b->call, SLUICE_OUTCOME_OK, 0);
+    return NULL;
+}
+
+Test(adaptive, a_sync_waiter_granted_by_a_limit_raise_is_woken_before_async_callbacks_run,
+     .timeout = 30)
+{
+    struct fake_clock fc = {1000 * SEC};
+    struct sluice_clock hook = fake_clock_hook(&fc);
+    struct sluice_policy_discover quick;
+    struct sluice_policy_discover_params params = {.min_samples = 1};
+    cr_assert_eq(sluice_policy_discover_init(&quick, &params, NULL), SLUICE_OK);
+    struct sluice_discovery_desc disc = {.node_id = "cloud:r", .jumpstart = 1, .policy = &quick.base};
+    struct sluice_pool_desc d = {.active = 8, .clock = &hook, .discovery = &disc};
+    struct sluice_pool *p;
+    cr_assert_eq(sluice_pool_create(&d, &p), SLUICE_OK);
+    /* One call teaches discovery its latency and opens the first window. */
+    struct sluice_call first;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &first), SLUICE_OK);
+    fake_clock_advance(&fc, SEC);
+    sluice_pool_call_end(p, &first, SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(sluice_pool_stats(p).active, 1);
+    /* The one permit is held; a sync call queues first, an async one behind it. */
+    struct beginner holder = {.pool = p};
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder.call), SLUICE_OK);
+    fake_clock_advance(&fc, SEC);
+    struct sync_beginner sync = {.b = {.pool = p, .status = -1}};
+    pthread_create(&sync.b.tid, NULL, sync_beginner_main, &sync);
+    WAIT_UNTIL(sluice_pool_stats(p).queued == 1);
+    struct slow_async a = {.w = {.cb = slow_async_cb}, .sync_returned = &sync.returned,
+                           .status = 1, .saw_sync_return = -1};
+    a.w.data = &a;
+    sluice_pool_call_begin_async(p, &a.w);
+    cr_assert_eq(sluice_pool_stats(p).queued, 2);
+    /* Past the window's close: this call_end raises the limit 1 -> 2, which
+     * grants the sync call at the head, and its release grants the async one. */
+    fake_clock_advance(&fc, 60 * SEC);
+    pthread_t ender;
+    pthread_create(&ender, NULL, call_end_main, &holder);
+    pthread_join(ender, NULL);
+    pthread_join(sync.b.tid, NULL);
+    cr_assert_eq(sluice_pool_stats(p).active, 2, "the close raised the limit");
+    cr_assert_eq(sync.b.status, SLUICE_OK);
+    cr_assert_eq(atomic_load(&a.status), SLUICE_OK);
+    cr_assert_eq(atomic_load(&a.saw_sync_return), 1,
+                 "the sync waiter the raise granted stayed asleep until the async callback "
+                 "ended");
+    sluice_pool_call_end(p, &sync.b.call, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_call_end(p, &a.w.call, SLUICE_OUTCOME_OK, 0);
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+}
+
 /* ---- clear ------------------------------------------------------------------- */
 
 Test(adaptive, clear_resets_only_that_node_and_drops_its_stored_lock)
