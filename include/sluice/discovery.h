@@ -98,7 +98,9 @@
  * thread that was already flushing that node; never under a core lock,
  * never twice at once for one node, and events in seq order. No caller
  * waits for another thread's I/O — except sluice_discovery_sync, which
- * exists to wait (tests, shutdown, sluicectl). Persistence is "latest
+ * exists to wait (tests, shutdown, sluicectl), also for a store that
+ * writes on a thread of its own (sluice_store_ops.sync, e.g. the state
+ * file, whose save only hands the write over). Persistence is "latest
  * wins": the flusher saves the newest record, so an older save never lands
  * after a newer clear. A store failure (load, save or clear returning an
  * error) becomes a "store" event; discovery keeps serving from memory.
@@ -1099,14 +1101,8 @@ SLUICE_INLINE void sluice_discovery_flush(struct sluice_discovery *d)
     }
 }
 
-/*
- * Wait until every effect recorded before this call (store writes, event
- * deliveries) has been applied, running them itself when nobody else is.
- * Blocks: parks on a futex word while another thread's store call or
- * callback runs. For tests, shutdown and tools; not from an event or store
- * callback (it would wait for itself).
- */
-SLUICE_INLINE void sluice_discovery_sync(struct sluice_discovery *d)
+/* The effects part of sluice_discovery_sync: every effect recorded before the call has run. */
+SLUICE_INLINE void sluice__discovery_sync_effects(struct sluice_discovery *d)
 {
     uint64_t target = atomic_load_explicit(&d->fx_posted, SLUICE_SEQ_CST);
     for (;;) {
@@ -1122,6 +1118,25 @@ SLUICE_INLINE void sluice_discovery_sync(struct sluice_discovery *d)
             atomic_load_explicit(&d->flushing, SLUICE_SEQ_CST))
             sluice_futex_wait(&d->fx_epoch, epoch, NULL);
         atomic_fetch_sub_explicit(&d->fx_sleepers, 1u, SLUICE_SEQ_CST);
+    }
+}
+
+/*
+ * Wait until every effect recorded before this call (store writes, event
+ * deliveries) has been applied, running them itself when nobody else is,
+ * and — for a store that writes in the background (sluice_store_ops.sync)
+ * — until those writes have landed; a background write that failed
+ * becomes a "store" event, delivered before this returns. Blocks: parks on
+ * a futex word while another thread's store call or callback runs, and in
+ * the store's sync. For tests, shutdown and tools; not from an event or
+ * store callback (it would wait for itself).
+ */
+SLUICE_INLINE void sluice_discovery_sync(struct sluice_discovery *d)
+{
+    sluice__discovery_sync_effects(d);
+    if (d->has_store && d->store.sync && d->store.sync(d->store.ctx, d->node) != SLUICE_OK) {
+        sluice__discovery_store_failed(d);
+        sluice__discovery_sync_effects(d);
     }
 }
 

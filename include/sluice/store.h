@@ -17,7 +17,11 @@
  * node — never under a core lock and never twice at once for one node.
  * Different nodes may share one store, which must then be thread-safe
  * (the memory store is). A store may block (disk, network): nobody waits
- * for it but the thread that runs it and sluice_discovery_sync.
+ * for it but the thread that runs it and sluice_discovery_sync. A store
+ * whose writes must stay off those threads altogether (the state file:
+ * call_end may run on an event loop) hands save and clear to a thread of
+ * its own and returns, and implements `sync`, which sluice_discovery_sync
+ * calls on its own thread to wait until the node's writes have landed.
  *
  * Progress: the memory store takes a spinlock around a linear scan of its
  * table (capacity entries): bounded, short, blocking.
@@ -58,6 +62,12 @@ struct sluice_store_ops {
     int (*save)(void *ctx, const char *node, const struct sluice_lock_record *rec);
     int (*clear)(void *ctx, const char *node);
     void *ctx;
+    /* For a store that writes in the background: wait until every save and
+     * clear of `node` handed to it so far has landed; return SLUICE_OK, or
+     * the error of one that failed and was not yet returned by a later save
+     * or clear (each failure is reported once, so it becomes one "store"
+     * event). (default: NULL = save and clear have landed when they return) */
+    int (*sync)(void *ctx, const char *node);
 };
 
 /* ---- the memory store ------------------------------------------------------ */
@@ -191,6 +201,7 @@ SLUICE_INLINE struct sluice_store_ops sluice_memstore_ops(struct sluice_memstore
     ops.save = sluice__memstore_save;
     ops.clear = sluice__memstore_clear;
     ops.ctx = m;
+    ops.sync = NULL; /* its writes land before they return */
     return ops;
 }
 

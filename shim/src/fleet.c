@@ -602,8 +602,8 @@ void sluice_fleet_discovery(struct sluice_fleet *f, struct sluice_discovery_desc
     /* The description keeps pointers: the prototype and the ops live in the fleet. */
     f->follower.base.ops = &fleet_policy_ops;
     f->follower.fleet = f;
-    f->store_ops = (struct sluice_store_ops){fleet_store_load, fleet_store_save,
-                                             fleet_store_clear, f};
+    f->store_ops = (struct sluice_store_ops){.load = fleet_store_load, .save = fleet_store_save,
+                                             .clear = fleet_store_clear, .ctx = f};
     dd->node_id = f->node;
     dd->policy = &f->follower.base;
     /* Short local windows (about four mean latencies): a window is what the next

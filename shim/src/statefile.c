@@ -35,15 +35,34 @@
 
 #include <sluice/sluice.h>
 
+/* One node's writes waiting for (or done by) the writer thread. */
+struct sf_pending {
+    char node[SLUICE_NODE_ID_MAX];
+    struct sluice_lock_record rec; /* the newest record handed in; ceiling 0 = clear */
+    uint64_t queued;               /* its sequence number (0: nothing handed in yet) */
+    uint64_t landed;               /* the sequence number of the newest one written (or failed) */
+    int last_status;               /* how that write ended */
+    int unreported;                /* a background write's failure nobody was told of (0: none) */
+    uint64_t unreported_seq;       /* the write it came from */
+};
+
 struct sluice_statefile {
     char *path, *lock_path, *dir; /* mimalloc */
     struct sluice_clock wall;
     bool has_wall;
     uint32_t lock_wait_ms;
-    pthread_mutex_t mu;           /* serialises this handle's calls and guards error */
+    pthread_mutex_t mu;           /* serialises this handle's file I/O and guards error */
     char error[1024];
     uint64_t failures;
     unsigned tmp_seq;
+    /* The writer thread and its queue, guarded by wmu (never held across I/O). */
+    pthread_mutex_t wmu;
+    pthread_cond_t work, landed;
+    struct sf_pending *pending; /* mimalloc; entries are never removed, so indices stay */
+    size_t n_pending, cap_pending, cursor;
+    uint64_t seq;
+    pthread_t writer;
+    bool writer_running, writer_failed, stopping;
 };
 
 static int sf_fail(struct sluice_statefile *f, int status, const char *fmt, ...)
@@ -144,6 +163,9 @@ int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluic
     }
     f->lock_wait_ms = d.lock_wait_ms ? d.lock_wait_ms : 5000;
     pthread_mutex_init(&f->mu, NULL);
+    pthread_mutex_init(&f->wmu, NULL);
+    pthread_cond_init(&f->work, NULL);
+    pthread_cond_init(&f->landed, NULL);
     *out = f;
     return SLUICE_OK;
 }
@@ -152,8 +174,21 @@ void sluice_statefile_close(struct sluice_statefile *f)
 {
     if (!f)
         return;
-    if (f->path && f->lock_path && f->dir)
+    if (f->path && f->lock_path && f->dir) {
+        /* The writer lands what is queued before it stops. */
+        pthread_mutex_lock(&f->wmu);
+        f->stopping = true;
+        bool running = f->writer_running;
+        pthread_cond_signal(&f->work);
+        pthread_mutex_unlock(&f->wmu);
+        if (running)
+            pthread_join(f->writer, NULL);
+        pthread_cond_destroy(&f->landed);
+        pthread_cond_destroy(&f->work);
+        pthread_mutex_destroy(&f->wmu);
         pthread_mutex_destroy(&f->mu);
+    }
+    mi_free(f->pending);
     mi_free(f->path);
     mi_free(f->lock_path);
     mi_free(f->dir);
@@ -325,9 +360,12 @@ static int sf_check_node(struct sluice_statefile *f, const char *node)
     return SLUICE_OK;
 }
 
+static void sf_wait_all(struct sluice_statefile *f);
+
 int sluice_statefile_load(struct sluice_statefile *f, const char *node, struct sluice_lock_record *out)
 {
     memset(out, 0, sizeof *out);
+    sf_wait_all(f); /* read this process's own writes */
     pthread_mutex_lock(&f->mu);
     struct text t;
     json_t *root = NULL;
@@ -356,6 +394,7 @@ int sluice_statefile_foreach(struct sluice_statefile *f,
                                        const struct sluice_lock_record *rec, const char *problem),
                              void *ctx)
 {
+    sf_wait_all(f);
     pthread_mutex_lock(&f->mu);
     struct text t;
     json_t *root = NULL;
@@ -745,13 +784,12 @@ static void sf_sweep_temps(const struct sluice_statefile *f)
     closedir(d);
 }
 
+/* Write (rec NULL: drop) one node's record now, on this thread. */
 static int sf_modify(struct sluice_statefile *f, const char *node,
                      const struct sluice_lock_record *rec)
 {
     pthread_mutex_lock(&f->mu);
-    int status = sf_check_node(f, node);
-    if (status == SLUICE_OK)
-        status = sf_mkdirs(f);
+    int status = sf_mkdirs(f);
     int lock = status == SLUICE_OK ? sf_lock(f, &status) : -1;
     if (lock >= 0) {
         sf_sweep_temps(f);
@@ -762,17 +800,213 @@ static int sf_modify(struct sluice_statefile *f, const char *node,
     return status;
 }
 
+/* ---- the writer thread ------------------------------------------------------------ */
+
+/* The next node with a record not yet written, round robin so that no node's
+ * stream of saves starves another's; NULL if none. Call under wmu. */
+static struct sf_pending *sf_next_queued(struct sluice_statefile *f)
+{
+    for (size_t i = 0; i < f->n_pending; i++) {
+        struct sf_pending *e = &f->pending[(f->cursor + i) % f->n_pending];
+        if (e->queued > e->landed) {
+            f->cursor = (size_t)(e - f->pending) + 1;
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* Write each node's newest record until the queue is empty and close asks to stop. */
+static void *sf_writer(void *arg)
+{
+    struct sluice_statefile *f = arg;
+    pthread_mutex_lock(&f->wmu);
+    for (;;) {
+        struct sf_pending *e = sf_next_queued(f);
+        if (!e) {
+            if (f->stopping)
+                break;
+            pthread_cond_wait(&f->work, &f->wmu);
+            continue;
+        }
+        size_t at = (size_t)(e - f->pending); /* the array may move while we write */
+        char node[SLUICE_NODE_ID_MAX];
+        memcpy(node, e->node, sizeof node);
+        struct sluice_lock_record rec = e->rec;
+        uint64_t seq = e->queued;
+        pthread_mutex_unlock(&f->wmu);
+        int status = sf_modify(f, node, rec.ceiling ? &rec : NULL);
+        pthread_mutex_lock(&f->wmu);
+        e = &f->pending[at];
+        e->landed = seq;
+        e->last_status = status;
+        if (status != SLUICE_OK) {
+            e->unreported = status;
+            e->unreported_seq = seq;
+        }
+        pthread_cond_broadcast(&f->landed);
+    }
+    pthread_mutex_unlock(&f->wmu);
+    return NULL;
+}
+
+/* The pending entry of `node`, made if needed; NULL when out of memory. Call under wmu. */
+static struct sf_pending *sf_entry(struct sluice_statefile *f, const char *node, bool make)
+{
+    for (size_t i = 0; i < f->n_pending; i++)
+        if (!strcmp(f->pending[i].node, node))
+            return &f->pending[i];
+    if (!make)
+        return NULL;
+    if (f->n_pending == f->cap_pending) {
+        size_t cap = f->cap_pending ? 2 * f->cap_pending : 8;
+        struct sf_pending *grown = mi_realloc(f->pending, cap * sizeof *grown);
+        if (!grown)
+            return NULL;
+        f->pending = grown;
+        f->cap_pending = cap;
+    }
+    struct sf_pending *e = &f->pending[f->n_pending++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->node, sizeof e->node, "%s", node);
+    return e;
+}
+
+/*
+ * Hand `node`'s record (rec NULL: drop it) to the writer thread, replacing
+ * any record of that node it has not written yet. Returns SLUICE_OK and the
+ * write's ticket in *ticket; SLUICE_EAGAIN when there is no writer thread
+ * (it could not be started: the caller writes itself); or SLUICE_ENOMEM.
+ * *reported (NULL: leave it for someone else) takes a background failure of
+ * that node nobody was told of yet.
+ */
+static int sf_enqueue(struct sluice_statefile *f, const char *node,
+                      const struct sluice_lock_record *rec, uint64_t *ticket, int *reported)
+{
+    int status = SLUICE_OK;
+    pthread_mutex_lock(&f->wmu);
+    if (!f->writer_running && !f->writer_failed) {
+        if (pthread_create(&f->writer, NULL, sf_writer, f) == 0)
+            f->writer_running = true;
+        else
+            f->writer_failed = true;
+    }
+    struct sf_pending *e = f->writer_running ? sf_entry(f, node, true) : NULL;
+    if (!f->writer_running) {
+        status = SLUICE_EAGAIN;
+    } else if (!e) {
+        status = SLUICE_ENOMEM;
+    } else {
+        if (rec)
+            e->rec = *rec;
+        else
+            memset(&e->rec, 0, sizeof e->rec);
+        e->queued = *ticket = ++f->seq;
+        if (reported) {
+            *reported = e->unreported;
+            e->unreported = SLUICE_OK;
+        }
+        pthread_cond_signal(&f->work);
+    }
+    pthread_mutex_unlock(&f->wmu);
+    if (status == SLUICE_ENOMEM) {
+        pthread_mutex_lock(&f->mu);
+        status = sf_fail(f, SLUICE_ENOMEM, "%s: out of memory queueing the write of node \"%s\"",
+                         f->path, node);
+        pthread_mutex_unlock(&f->mu);
+    }
+    return status;
+}
+
+/*
+ * Wait until `node`'s write `ticket` (or a newer one) has landed. Returns
+ * that write's status, or (report_any) the background failure nobody was
+ * told of yet, if any; either way that failure counts as told.
+ */
+static int sf_wait(struct sluice_statefile *f, const char *node, uint64_t ticket, bool report_any)
+{
+    pthread_mutex_lock(&f->wmu);
+    struct sf_pending *e = sf_entry(f, node, false);
+    size_t at = e ? (size_t)(e - f->pending) : 0;
+    while (e && f->pending[at].landed < ticket)
+        pthread_cond_wait(&f->landed, &f->wmu);
+    int status = SLUICE_OK;
+    if (e) {
+        e = &f->pending[at];
+        status = report_any ? e->unreported : e->last_status;
+        if (report_any || e->unreported_seq >= ticket)
+            e->unreported = SLUICE_OK; /* this caller is told */
+    }
+    pthread_mutex_unlock(&f->wmu);
+    return status;
+}
+
+/* Wait until every write handed in so far has landed (or been replaced by one that has). */
+static void sf_wait_all(struct sluice_statefile *f)
+{
+    pthread_mutex_lock(&f->wmu);
+    uint64_t target = f->seq;
+    for (size_t i = 0; i < f->n_pending; i++)
+        while (f->pending[i].landed < (f->pending[i].queued < target ? f->pending[i].queued : target))
+            pthread_cond_wait(&f->landed, &f->wmu);
+    pthread_mutex_unlock(&f->wmu);
+}
+
+/* A write the caller waits for: through the writer, so it is ordered with every other. */
+static int sf_write_now(struct sluice_statefile *f, const char *node,
+                        const struct sluice_lock_record *rec)
+{
+    pthread_mutex_lock(&f->mu);
+    int status = sf_check_node(f, node);
+    pthread_mutex_unlock(&f->mu);
+    if (status != SLUICE_OK)
+        return status;
+    uint64_t ticket = 0;
+    status = sf_enqueue(f, node, rec, &ticket, NULL);
+    if (status == SLUICE_EAGAIN)
+        return sf_modify(f, node, rec);
+    return status == SLUICE_OK ? sf_wait(f, node, ticket, false) : status;
+}
+
+/* A write handed off: returns at once (see sluice_statefile_ops). */
+static int sf_write_later(struct sluice_statefile *f, const char *node,
+                          const struct sluice_lock_record *rec)
+{
+    pthread_mutex_lock(&f->mu);
+    int status = sf_check_node(f, node);
+    pthread_mutex_unlock(&f->mu);
+    if (status != SLUICE_OK)
+        return status;
+    uint64_t ticket;
+    int reported = SLUICE_OK;
+    status = sf_enqueue(f, node, rec, &ticket, &reported);
+    if (status == SLUICE_EAGAIN)
+        return sf_modify(f, node, rec);
+    return status == SLUICE_OK ? reported : status;
+}
+
 int sluice_statefile_save(struct sluice_statefile *f, const char *node,
                           const struct sluice_lock_record *rec)
 {
-    if (!rec || rec->ceiling == 0)
-        return sf_modify(f, node, NULL); /* "no record" */
-    return sf_modify(f, node, rec);
+    return sf_write_now(f, node, rec && rec->ceiling ? rec : NULL); /* ceiling 0: "no record" */
 }
 
 int sluice_statefile_clear(struct sluice_statefile *f, const char *node)
 {
-    return sf_modify(f, node, NULL);
+    return sf_write_now(f, node, NULL);
+}
+
+int sluice_statefile_sync(struct sluice_statefile *f, const char *node)
+{
+    if (!node) {
+        sf_wait_all(f);
+        return SLUICE_OK;
+    }
+    pthread_mutex_lock(&f->wmu);
+    struct sf_pending *e = sf_entry(f, node, false);
+    uint64_t ticket = e ? e->queued : 0;
+    pthread_mutex_unlock(&f->wmu);
+    return sf_wait(f, node, ticket, true);
 }
 
 static int sf_ops_load(void *ctx, const char *node, struct sluice_lock_record *out)
@@ -782,16 +1016,22 @@ static int sf_ops_load(void *ctx, const char *node, struct sluice_lock_record *o
 
 static int sf_ops_save(void *ctx, const char *node, const struct sluice_lock_record *rec)
 {
-    return sluice_statefile_save((struct sluice_statefile *)ctx, node, rec);
+    return sf_write_later((struct sluice_statefile *)ctx, node, rec && rec->ceiling ? rec : NULL);
 }
 
 static int sf_ops_clear(void *ctx, const char *node)
 {
-    return sluice_statefile_clear((struct sluice_statefile *)ctx, node);
+    return sf_write_later((struct sluice_statefile *)ctx, node, NULL);
+}
+
+static int sf_ops_sync(void *ctx, const char *node)
+{
+    return sluice_statefile_sync((struct sluice_statefile *)ctx, node);
 }
 
 struct sluice_store_ops sluice_statefile_ops(struct sluice_statefile *f)
 {
-    struct sluice_store_ops ops = {sf_ops_load, sf_ops_save, sf_ops_clear, f};
+    struct sluice_store_ops ops = {.load = sf_ops_load, .save = sf_ops_save,
+                                   .clear = sf_ops_clear, .ctx = f, .sync = sf_ops_sync};
     return ops;
 }

@@ -7,6 +7,8 @@
  */
 #include <dirent.h>
 #include <jansson.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 
 #include <sluice/statefile.h>
@@ -684,4 +686,134 @@ STATEFILE_TEST(clear_through_the_api_and_over_http_drops_only_that_nodes_lock)
     free(before);
     free(mid);
     free(after);
+}
+
+/* ---- saves run on the state file's writer thread, never in call_end ----------------------- */
+
+/* Take the state file's flock, as another process saving would: until the
+ * test lets go, a save waits for it (up to lock_wait_ms). Returns the fd. */
+static int hold_flock(const char *path)
+{
+    char sub[400], lock[600];
+    snprintf(sub, sizeof sub, "%s/state", dir);
+    mkdir(sub, 0700);
+    snprintf(sub, sizeof sub, "%s/state/sluice", dir);
+    mkdir(sub, 0700);
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    cr_assert_geq(fd, 0, "%s: %s", lock, strerror(errno));
+    cr_assert_eq(flock(fd, LOCK_EX), 0);
+    return fd;
+}
+
+/* An adaptive node that locks at its first full window (limit 1), on a virtual clock. */
+static struct sluice_engine *quick_lock_engine(struct sluice_store_ops *ops, struct fake_clock *mono,
+                                               struct sluice_clock *hook,
+                                               struct sluice_policy_discover *quick)
+{
+    atomic_store(&mono->now, 1000 * SLUICE_NS_PER_SEC);
+    *hook = fake_clock_hook(mono);
+    struct sluice_policy_discover_params params = {.min_samples = 1};
+    cr_assert_eq(sluice_policy_discover_init(quick, &params, NULL), SLUICE_OK);
+    struct sluice_discovery_desc disc = {.jumpstart = 1, .max_limit = 1, .policy = &quick->base};
+    struct sluice_backend_desc b[] = {{.id = "cloud:s", .active = 1, .discovery = &disc}};
+    struct sluice_engine *e = NULL;
+    char err[256];
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = b, .n_backends = 1,
+                                                                   .store = ops, .clock = hook,
+                                                                   .error = err,
+                                                                   .error_size = sizeof err},
+                                      &e),
+                 SLUICE_OK, "%s", err);
+    return e;
+}
+
+/* One call of a virtual second; `close_window` ends it past its window's close. */
+static void one_call(struct sluice_pool *p, struct fake_clock *mono, bool close_window)
+{
+    struct sluice_call call;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+    fake_clock_advance(mono, SLUICE_NS_PER_SEC);
+    if (close_window)
+        fake_clock_advance(mono, 60 * SLUICE_NS_PER_SEC);
+    sluice_pool_call_end(p, &call, SLUICE_OUTCOME_OK, 0);
+}
+
+STATEFILE_TEST(call_end_hands_the_save_to_the_writer_thread_and_never_waits_for_it)
+{
+    const char *path = open_in_tmp();
+    int held = hold_flock(path); /* the latch: the save cannot land until we let go */
+    struct sluice_store_ops ops = sluice_statefile_ops(sf);
+    struct fake_clock mono;
+    struct sluice_clock hook;
+    struct sluice_policy_discover quick;
+    struct sluice_engine *e = quick_lock_engine(&ops, &mono, &hook, &quick);
+    struct sluice_pool *p = sluice_engine_pool(e, "cloud:s");
+    one_call(p, &mono, false); /* teaches the latency, opens the first window */
+    one_call(p, &mono, true);  /* closes it: lock, and the save is handed off */
+    struct sluice_discovery_status st;
+    cr_assert_eq(sluice_engine_status(e, "cloud:s", &st), SLUICE_OK);
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED, "the second call_end locked the node");
+    /* call_end has returned, and the save is still waiting for the flock. */
+    char *text = slurp(path);
+    cr_assert(!text || !strstr(text, "cloud:s"), "the save landed before call_end returned");
+    free(text);
+    close(held);
+    sluice_discovery_sync(sluice_pool_discovery(p)); /* "landed" */
+    text = slurp(path);
+    cr_assert(text && strstr(text, "\"cloud:s\""), "sync returned before the save landed");
+    free(text);
+    struct sluice_lock_record rec;
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:s", &rec), SLUICE_OK);
+    cr_expect_eq(rec.ceiling, 1);
+    cr_assert_eq(sluice_engine_status(e, "cloud:s", &st), SLUICE_OK);
+    cr_expect_neq(st.last_event.kind, SLUICE_EVENT_STORE, "the save did not fail");
+    sluice_engine_destroy(e);
+}
+
+STATEFILE_TEST(saves_queued_behind_a_slow_write_coalesce_and_the_newest_record_per_node_wins)
+{
+    const char *path = open_in_tmp();
+    int held = hold_flock(path);
+    char sub[400];
+    snprintf(sub, sizeof sub, "%s/state/sluice", dir);
+    int watch = inotify_init1(IN_NONBLOCK | IN_CLOEXEC); /* counts the file's rewrites */
+    cr_assert_geq(watch, 0);
+    cr_assert_geq(inotify_add_watch(watch, sub, IN_MOVED_FROM), 0);
+    struct sluice_store_ops ops = sluice_statefile_ops(sf);
+    /* The first write takes the writer; the rest queue behind it and coalesce. */
+    for (uint32_t c = 1; c <= 50; c++) {
+        struct sluice_lock_record r = record(c, "discover");
+        cr_assert_eq(ops.save(ops.ctx, "cloud:a", &r), SLUICE_OK);
+        r.ceiling = 1000 + c;
+        cr_assert_eq(ops.save(ops.ctx, "cloud:b", &r), SLUICE_OK);
+    }
+    cr_assert_eq(ops.clear(ops.ctx, "cloud:b"), SLUICE_OK);
+    struct sluice_lock_record r = record(7, "discover");
+    cr_assert_eq(ops.save(ops.ctx, "cloud:c", &r), SLUICE_OK);
+    close(held);
+    cr_assert_eq(ops.sync(ops.ctx, "cloud:a"), SLUICE_OK);
+    cr_assert_eq(sluice_statefile_sync(sf, NULL), SLUICE_OK);
+    struct sluice_lock_record back;
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 50, "the newest record of cloud:a won");
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:b", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 0, "the clear after cloud:b's saves won");
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:c", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 7);
+    /* Each rewrite renames its own temp file (a unique name, so the kernel
+     * never merges two of these events). */
+    int renames = 0;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    for (ssize_t n; (n = read(watch, buf, sizeof buf)) > 0;)
+        for (char *at = buf; at < buf + n;) {
+            struct inotify_event *ev = (struct inotify_event *)(void *)at;
+            renames += strstr(ev->name, ".tmp.") != NULL;
+            at += sizeof *ev + ev->len;
+        }
+    close(watch);
+    cr_expect_geq(renames, 2, "cloud:a and cloud:c were written");
+    cr_expect_leq(renames, 4, "100 saves and a clear of 3 nodes took %d rewrites: they did not "
+                              "coalesce", renames);
+    (void)path;
 }

@@ -267,7 +267,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct sluice_allocator half = {fa_alloc, NULL, &fa};
     struct fuzz_store fs;
     memset(&fs, 0, sizeof fs);
-    struct sluice_store_ops store = {fs_load, fs_save, fs_clear, &fs};
+    struct sluice_store_ops store = {fs_load, fs_save, fs_clear, &fs, NULL};
     if (opts & 2) {
         fs.n = (int)n;
         for (size_t i = 0; i < n; i++) {

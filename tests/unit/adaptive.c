@@ -1007,7 +1007,7 @@ Test(adaptive, a_slow_store_never_delays_the_permit_hand_off_or_a_clear, .timeou
     struct world w;
     world_init(&w);
     struct slow_store slow = {.mem = w.store, .inner = w.store_ops};
-    struct sluice_store_ops ops = {slow_load, slow_save, slow_clear, &slow};
+    struct sluice_store_ops ops = {slow_load, slow_save, slow_clear, &slow, NULL};
     w.store_ops = ops;
     /* max_limit 1 and no congestion: the first stable window locks, and saves. */
     struct sluice_discovery_desc disc = {.jumpstart = 1, .max_limit = 1, .policy = &w.policy.base};

@@ -721,7 +721,7 @@ Test(discovery, a_slow_store_runs_after_record_and_never_delays_a_clear, .timeou
     struct sluice_store_ops mem_ops;
     struct sluice_discovery_desc d = node_with_memstore(&n, &mem, &mem_ops);
     struct slow_store slow = {.mem = mem, .inner = mem_ops};
-    struct sluice_store_ops ops = {slow_load, slow_save, slow_clear, &slow};
+    struct sluice_store_ops ops = {slow_load, slow_save, slow_clear, &slow, NULL};
     d.store = &ops;
     d.jumpstart = 2;
     d.max_limit = 2;
@@ -864,7 +864,7 @@ Test(discovery, store_failures_are_events_and_the_node_keeps_serving_from_memory
 {
     struct node n;
     node_init(&n);
-    struct sluice_store_ops ops = {failing_load, failing_save, failing_clear, NULL};
+    struct sluice_store_ops ops = {failing_load, failing_save, failing_clear, NULL, NULL};
     struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
     d.store = &ops;
     lock_at_max(&n, &d, 8);

@@ -48,9 +48,25 @@
  * directory or a full disk fails save/clear with SLUICE_EIO and a message
  * naming the path and the cause; the engine keeps serving from memory.
  *
- * Threads: every function may be called from any thread; one file's calls
- * are serialised by a mutex (different nodes of one engine share it).
- * Calls block on disk I/O and on the flock (bounded by lock_wait_ms).
+ * Who writes: each handle has a writer thread (started by its first write,
+ * stopped by close), and every save and clear goes through it, so writes
+ * are ordered and a node's records coalesce: while a write is under way,
+ * further records of a node replace each other and only the newest is
+ * written (the newest record per node wins). The store ops
+ * (sluice_statefile_ops) hand their write to that thread and return at
+ * once, so no save or clear runs on the thread of a call_end, a clear or
+ * an event loop; a background write that fails is returned by that node's
+ * next save or clear through the ops, or by sync (sluice_discovery_sync
+ * calls it), which makes it one "store" event. sluice_statefile_save and
+ * sluice_statefile_clear, called directly, wait for their write to land
+ * and return its status. Load and foreach first wait for this handle's
+ * queued writes, so a process reads its own saves. Should the thread fail
+ * to start, writes run on the caller's thread, as a direct call would.
+ *
+ * Threads: every function may be called from any thread; one file's I/O
+ * is serialised by a mutex (different nodes of one engine share it).
+ * Direct calls, load, foreach and sync block on disk I/O and on the flock
+ * (bounded by lock_wait_ms); the store ops' save and clear do not.
  *
  * Memory: the handle and its buffers come from mimalloc; jansson parses.
  */
@@ -92,10 +108,13 @@ struct sluice_statefile;
  */
 int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluice_statefile **out);
 
-/* Free the handle (no engine may still use its ops). NULL is a no-op. */
+/* Land every queued write, stop the writer thread and free the handle (no
+ * engine may still use its ops). NULL is a no-op. */
 void sluice_statefile_close(struct sluice_statefile *f);
 
-/* The store ops to put in sluice_engine_desc.store; ctx is the handle. */
+/* The store ops to put in sluice_engine_desc.store; ctx is the handle. save
+ * and clear hand their write to the writer thread and return at once (see
+ * "Who writes"); sync waits for a node's writes. */
 struct sluice_store_ops sluice_statefile_ops(struct sluice_statefile *f);
 
 /* The resolved path of the file. */
@@ -121,6 +140,15 @@ int sluice_statefile_load(struct sluice_statefile *f, const char *node, struct s
 int sluice_statefile_save(struct sluice_statefile *f, const char *node,
                           const struct sluice_lock_record *rec);
 int sluice_statefile_clear(struct sluice_statefile *f, const char *node);
+
+/*
+ * Wait until every write of `node` (NULL: of every node) handed to this
+ * handle so far has landed. Returns SLUICE_OK, or the status of a
+ * background write of that node that failed and was not yet returned by a
+ * later save or clear through the ops (once: it is then told); NULL: always
+ * SLUICE_OK (the failures stay for each node's own report).
+ */
+int sluice_statefile_sync(struct sluice_statefile *f, const char *node);
 
 /*
  * Call fn once per node in the file, in file order. A node whose record is
