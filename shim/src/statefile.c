@@ -219,6 +219,26 @@ static int64_t sf_now_s(const struct sluice_statefile *f)
     return (int64_t)ts.tv_sec;
 }
 
+/* What a path that must be a regular file is instead, for a message. */
+static const char *sf_file_kind(const struct stat *st)
+{
+    return S_ISFIFO(st->st_mode)  ? "a FIFO"
+           : S_ISDIR(st->st_mode) ? "a directory"
+           : S_ISSOCK(st->st_mode) ? "a socket"
+           : S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ? "a device"
+           : S_ISLNK(st->st_mode) ? "a symbolic link"
+                                  : "of an unknown kind";
+}
+
+/* Refuse a state or lock file that is not a regular file: nothing is read or replaced. */
+static int sf_not_regular(struct sluice_statefile *f, const char *what, const struct stat *st)
+{
+    return sf_fail(f, SLUICE_EIO,
+                   "%s: %s is %s, not a regular file; it is left alone (remove it, or set "
+                   "sluice_statefile_desc.path to a regular file)",
+                   f->path, what, sf_file_kind(st));
+}
+
 /* ---- reading and validating ---------------------------------------------------- */
 
 struct text {
@@ -231,16 +251,19 @@ static int sf_read(struct sluice_statefile *f, struct text *t)
 {
     t->p = NULL;
     t->len = 0;
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO at the path must not block the open (with the
+     * handle's mutex held) before fstat can refuse it. */
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         if (errno == ENOENT)
             return SLUICE_OK;
         return sf_fail(f, SLUICE_EIO, "%s: cannot open: %s", f->path, strerror(errno));
     }
     struct stat st;
+    memset(&st, 0, sizeof st);
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return sf_fail(f, SLUICE_EIO, "%s: not a regular file", f->path);
+        return sf_not_regular(f, f->path, &st);
     }
     size_t cap = (size_t)st.st_size + 1;
     if (cap > SLUICE_STATEFILE_MAX_BYTES + 1) {
@@ -564,10 +587,17 @@ static int sf_mkdirs(struct sluice_statefile *f)
 /* Take the exclusive flock on the lock file, waiting up to lock_wait_ms; the fd or -1. */
 static int sf_lock(struct sluice_statefile *f, int *status)
 {
-    int fd = open(f->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = open(f->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0600);
     if (fd < 0) {
         *status = sf_fail(f, SLUICE_EIO, "%s: cannot open lock file %s: %s", f->path, f->lock_path,
                           strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    memset(&st, 0, sizeof st);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        *status = sf_not_regular(f, f->lock_path, &st);
         return -1;
     }
     for (uint32_t waited = 0;; waited += 10) {

@@ -817,3 +817,57 @@ STATEFILE_TEST(saves_queued_behind_a_slow_write_coalesce_and_the_newest_record_p
                               "coalesce", renames);
     (void)path;
 }
+
+/* ---- what is at the path: FIFOs, symbolic links, a file too large ------------------------------ */
+
+static void make_state_dir(void)
+{
+    char sub[400];
+    snprintf(sub, sizeof sub, "%s/state", dir);
+    mkdir(sub, 0700);
+    snprintf(sub, sizeof sub, "%s/state/sluice", dir);
+    mkdir(sub, 0700);
+}
+
+static void expect_last_error(const char *a, const char *b)
+{
+    char err[1024];
+    sluice_statefile_last_error(sf, err, sizeof err);
+    cr_expect(strstr(err, a) && strstr(err, b), "message \"%s\" lacks \"%s\" or \"%s\"", err, a, b);
+}
+
+STATEFILE_TEST(a_fifo_at_the_state_or_lock_path_is_refused_at_once_never_waited_on)
+{
+    const char *path = open_in_tmp();
+    make_state_dir();
+    cr_assert_eq(mkfifo(path, 0600), 0, "%s", strerror(errno));
+    /* No writer ever opens the FIFO: an open that waits for one would hang
+     * here (the test's timeout turns that into a failure). */
+    struct sluice_lock_record r = record(9, "discover"), back;
+    cr_expect_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_EIO);
+    expect_last_error(path, "is a FIFO, not a regular file");
+    cr_expect_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_EIO);
+    cr_expect_eq(sluice_statefile_clear(sf, "cloud:a"), SLUICE_EIO);
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0);
+    cr_expect(S_ISFIFO(st.st_mode), "the FIFO was left alone, not replaced");
+    const char *argv[] = {SLUICECTL_PATH, "status", "--state", path, NULL};
+    struct proc_result *res = proc_run(argv, NULL, 10000);
+    cr_expect_not(res->timed_out, "sluicectl status hung on the FIFO");
+    cr_expect_neq(res->exit_code, 0);
+    cr_expect(strstr(res->err, "FIFO"), "sluicectl says why: %s", res->err);
+    free(res);
+
+    /* A FIFO where the lock file goes: the write is refused, the state file untouched. */
+    unlink(path);
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK);
+    char lock[600];
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    unlink(lock);
+    cr_assert_eq(mkfifo(lock, 0600), 0);
+    r.ceiling = 10;
+    cr_expect_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_EIO);
+    expect_last_error(lock, "is a FIFO, not a regular file");
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 9);
+}

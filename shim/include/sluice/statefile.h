@@ -47,6 +47,10 @@
  * bad record of another node is carried over untouched). A read-only
  * directory or a full disk fails save/clear with SLUICE_EIO and a message
  * naming the path and the cause; the engine keeps serving from memory.
+ * A state file or lock file that is not a regular file (a FIFO, a
+ * directory, a device, a socket) fails every call with SLUICE_EIO and a
+ * message saying what it is; it is never waited on (opens do not block)
+ * and never replaced.
  *
  * Who writes: each handle has a writer thread (started by its first write,
  * stopped by close), and every save and clear goes through it, so writes
