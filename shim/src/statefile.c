@@ -708,20 +708,22 @@ static int sf_rewrite(struct sluice_statefile *f, const char *node,
                       const struct sluice_lock_record *rec)
 {
     struct text t;
+    char kept[sizeof f->error];
+    memcpy(kept, f->error, sizeof kept);
+    uint64_t failures = f->failures;
     int status = sf_read(f, &t);
     if (status != SLUICE_OK && status != SLUICE_EINVAL)
         return status; /* cannot read it: do not replace what we could not see */
     json_t *root = NULL;
-    if (t.p) {
-        /* An unreadable file is replaced by a clean one; that is this write succeeding, not
-         * failing, so the parse error (reported by every load) is not counted again here. */
-        char kept[sizeof f->error];
-        memcpy(kept, f->error, sizeof kept);
-        uint64_t failures = f->failures;
-        if (sf_parse(f, &t, &root) != SLUICE_OK) {
-            memcpy(f->error, kept, sizeof kept);
-            f->failures = failures;
-        }
+    if (status == SLUICE_OK && t.p)
+        status = sf_parse(f, &t, &root);
+    if (status != SLUICE_OK) {
+        /* A file too large or not a state file is replaced by a clean one, as its message
+         * says; that is this write succeeding, not failing, so the problem (reported by
+         * every load) is not counted again here. */
+        memcpy(f->error, kept, sizeof kept);
+        f->failures = failures;
+        status = SLUICE_OK;
     }
     struct member *top = NULL, *nodes = NULL;
     size_t n_top = 0, n_nodes = 0;

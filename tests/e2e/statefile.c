@@ -871,3 +871,24 @@ STATEFILE_TEST(a_fifo_at_the_state_or_lock_path_is_refused_at_once_never_waited_
     cr_assert_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_OK);
     cr_expect_eq(back.ceiling, 9);
 }
+
+STATEFILE_TEST(a_file_over_the_size_limit_is_rewritten_by_the_next_save_as_its_message_says)
+{
+    const char *path = open_in_tmp();
+    make_state_dir();
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, (off_t)SLUICE_STATEFILE_MAX_BYTES + 1), 0); /* sparse: quick */
+    close(fd);
+    struct sluice_lock_record r = record(21, "discover"), back;
+    cr_expect_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_EINVAL);
+    expect_last_error("over the", "the next save rewrites it");
+    uint64_t failures = sluice_statefile_last_error(sf, NULL, 0);
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK, "the save did not rewrite it");
+    cr_expect_eq(sluice_statefile_last_error(sf, NULL, 0), failures, "the save succeeded");
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 21);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_expect_lt(st.st_size, 4096, "a clean small file replaced it");
+}
