@@ -46,8 +46,14 @@ struct sf_pending {
     uint64_t unreported_seq;       /* the write it came from */
 };
 
+/* Where a write goes: the path, or the file its symbolic link points to (see statefile.h). */
+struct sf_target {
+    char file[4096], lock[4096 + 8], dir[4096];
+};
+
 struct sluice_statefile {
-    char *path, *lock_path, *dir; /* mimalloc */
+    char *path; /* mimalloc: the path as given (or the default); messages name it */
+    struct sf_target target; /* the current write's; under mu */
     struct sluice_clock wall;
     bool has_wall;
     uint32_t lock_wait_ms;
@@ -142,19 +148,8 @@ int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluic
     if (!f)
         return SLUICE_ENOMEM;
     f->path = sf_strdup(path);
-    char tmp[4096 + 8];
-    snprintf(tmp, sizeof tmp, "%s.lock", path);
-    f->lock_path = sf_strdup(tmp);
-    char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(tmp, sizeof tmp, ".");
-    else if (slash == path)
-        snprintf(tmp, sizeof tmp, "/");
-    else
-        snprintf(tmp, sizeof tmp, "%.*s", (int)(slash - path), path);
-    f->dir = sf_strdup(tmp);
-    if (!f->path || !f->lock_path || !f->dir) {
-        sluice_statefile_close(f);
+    if (!f->path) {
+        mi_free(f);
         return SLUICE_ENOMEM;
     }
     if (d.wall_clock) {
@@ -174,7 +169,7 @@ void sluice_statefile_close(struct sluice_statefile *f)
 {
     if (!f)
         return;
-    if (f->path && f->lock_path && f->dir) {
+    {
         /* The writer lands what is queued before it stops. */
         pthread_mutex_lock(&f->wmu);
         f->stopping = true;
@@ -190,8 +185,6 @@ void sluice_statefile_close(struct sluice_statefile *f)
     }
     mi_free(f->pending);
     mi_free(f->path);
-    mi_free(f->lock_path);
-    mi_free(f->dir);
     mi_free(f);
 }
 
@@ -568,7 +561,7 @@ static void out_str(struct out *o, const char *s)
 static int sf_mkdirs(struct sluice_statefile *f)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s", f->dir);
+    snprintf(path, sizeof path, "%s", f->target.dir);
     for (char *p = path + 1;; p++) {
         if (*p == '/' || *p == '\0') {
             char c = *p;
@@ -587,9 +580,19 @@ static int sf_mkdirs(struct sluice_statefile *f)
 /* Take the exclusive flock on the lock file, waiting up to lock_wait_ms; the fd or -1. */
 static int sf_lock(struct sluice_statefile *f, int *status)
 {
-    int fd = open(f->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0600);
+    /* O_NOFOLLOW: the lock file is sluice's own; a link there (dangling or not) would have
+     * a write create and lock whatever it points to. */
+    const char *lock = f->target.lock;
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW, 0600);
+    if (fd < 0 && errno == ELOOP) {
+        *status = sf_fail(f, SLUICE_EIO,
+                          "%s: lock file %s is a symbolic link; sluice never follows it (remove "
+                          "the link: the lock file is made on the next write)",
+                          f->path, lock);
+        return -1;
+    }
     if (fd < 0) {
-        *status = sf_fail(f, SLUICE_EIO, "%s: cannot open lock file %s: %s", f->path, f->lock_path,
+        *status = sf_fail(f, SLUICE_EIO, "%s: cannot open lock file %s: %s", f->path, lock,
                           strerror(errno));
         return -1;
     }
@@ -597,14 +600,14 @@ static int sf_lock(struct sluice_statefile *f, int *status)
     memset(&st, 0, sizeof st);
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        *status = sf_not_regular(f, f->lock_path, &st);
+        *status = sf_not_regular(f, lock, &st);
         return -1;
     }
     for (uint32_t waited = 0;; waited += 10) {
         if (flock(fd, LOCK_EX | LOCK_NB) == 0)
             return fd;
         if (errno != EWOULDBLOCK && errno != EINTR) {
-            *status = sf_fail(f, SLUICE_EIO, "%s: cannot lock %s: %s", f->path, f->lock_path,
+            *status = sf_fail(f, SLUICE_EIO, "%s: cannot lock %s: %s", f->path, lock,
                               strerror(errno));
             break;
         }
@@ -612,7 +615,7 @@ static int sf_lock(struct sluice_statefile *f, int *status)
             *status = sf_fail(f, SLUICE_EIO,
                               "%s: another process held %s for more than %u ms (raise "
                               "sluice_statefile_desc.lock_wait_ms, or find the stuck process)",
-                              f->path, f->lock_path, f->lock_wait_ms);
+                              f->path, lock, f->lock_wait_ms);
             break;
         }
         struct timespec ten_ms = {0, 10 * 1000 * 1000};
@@ -626,7 +629,7 @@ static int sf_lock(struct sluice_statefile *f, int *status)
 static int sf_write_atomic(struct sluice_statefile *f, const char *data, size_t len)
 {
     char tmp[4096 + 64];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", f->path, (long)getpid(), f->tmp_seq++);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", f->target.file, (long)getpid(), f->tmp_seq++);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return sf_fail(f, SLUICE_EIO, "%s: cannot create %s: %s (is the directory writable?)",
@@ -652,13 +655,13 @@ static int sf_write_atomic(struct sluice_statefile *f, const char *data, size_t 
         return sf_fail(f, SLUICE_EIO, "%s: cannot write %s: %s (the old file is unchanged)",
                        f->path, tmp, strerror(err));
     }
-    if (rename(tmp, f->path) != 0) {
+    if (rename(tmp, f->target.file) != 0) {
         err = errno;
         unlink(tmp);
         return sf_fail(f, SLUICE_EIO, "%s: cannot rename %s over it: %s", f->path, tmp,
                        strerror(err));
     }
-    int dfd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dfd = open(f->target.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         /* Some file systems cannot fsync a directory (EINVAL); the rename stands. */
         if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
@@ -667,7 +670,7 @@ static int sf_write_atomic(struct sluice_statefile *f, const char *data, size_t 
     }
     if (err)
         return sf_fail(f, SLUICE_EIO, "%s: saved, but fsync of directory %s failed: %s", f->path,
-                       f->dir, strerror(err));
+                       f->target.dir, strerror(err));
     return SLUICE_OK;
 }
 
@@ -804,10 +807,10 @@ static int sf_rewrite(struct sluice_statefile *f, const char *node,
  */
 static void sf_sweep_temps(const struct sluice_statefile *f)
 {
-    const char *slash = strrchr(f->path, '/');
-    const char *base = slash ? slash + 1 : f->path;
+    const char *slash = strrchr(f->target.file, '/');
+    const char *base = slash ? slash + 1 : f->target.file;
     size_t n = strlen(base);
-    DIR *d = opendir(f->dir);
+    DIR *d = opendir(f->target.dir);
     if (!d)
         return;
     for (struct dirent *e; (e = readdir(d));)
@@ -816,12 +819,67 @@ static void sf_sweep_temps(const struct sluice_statefile *f)
     closedir(d);
 }
 
+/* Put `path`'s directory into dir (".", "/", or everything before the last slash). */
+static void sf_dirname(const char *path, char *dir, size_t size)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, size, ".");
+    else if (slash == path)
+        snprintf(dir, size, "/");
+    else
+        snprintf(dir, size, "%.*s", (int)(slash - path), path);
+}
+
+/*
+ * Fill f->target for a write: the path, or, when it is a symbolic link, the
+ * file the link (or chain of links, up to SF_LINKS_MAX) points to, relative
+ * targets taken from the link's directory; the lock file and the temp
+ * files go beside that file, so the link survives the rename and every
+ * process that writes the file, by whichever name, takes the same flock
+ * (git's lockfile does the same). Call under mu.
+ */
+#define SF_LINKS_MAX 8
+static int sf_resolve(struct sluice_statefile *f)
+{
+    struct sf_target *t = &f->target;
+    snprintf(t->file, sizeof t->file, "%s", f->path);
+    int hops = 0;
+    for (;; hops++) {
+        char link[4096];
+        ssize_t n = readlink(t->file, link, sizeof link);
+        if (n < 0 && (errno == EINVAL || errno == ENOENT || errno == ENOTDIR))
+            break; /* not a link, or nothing there yet: write it here */
+        if (n < 0)
+            return sf_fail(f, SLUICE_EIO, "%s: cannot read the symbolic link %s: %s", f->path,
+                           t->file, strerror(errno));
+        if (hops == SF_LINKS_MAX || (size_t)n == sizeof link)
+            return sf_fail(f, SLUICE_EIO,
+                           "%s: more than %d symbolic links (or one too long) to follow; point "
+                           "sluice_statefile_desc.path at the file itself",
+                           f->path, SF_LINKS_MAX);
+        link[n] = '\0';
+        char dir[4096];
+        sf_dirname(t->file, dir, sizeof dir);
+        int len = link[0] == '/' ? snprintf(t->file, sizeof t->file, "%s", link)
+                                 : snprintf(t->file, sizeof t->file, "%s/%s", dir, link);
+        if (len < 0 || (size_t)len >= sizeof t->file - 32)
+            return sf_fail(f, SLUICE_EIO, "%s: the file its link points to has too long a path",
+                           f->path);
+    }
+    snprintf(t->lock, sizeof t->lock, "%s.lock", t->file);
+    sf_dirname(t->file, t->dir, sizeof t->dir);
+    return SLUICE_OK;
+}
+
 /* Write (rec NULL: drop) one node's record now, on this thread. */
 static int sf_modify(struct sluice_statefile *f, const char *node,
                      const struct sluice_lock_record *rec)
 {
     pthread_mutex_lock(&f->mu);
-    int status = sf_mkdirs(f);
+    int status = sf_resolve(f);
+    if (status == SLUICE_OK)
+        status = sf_mkdirs(f);
     int lock = status == SLUICE_OK ? sf_lock(f, &status) : -1;
     if (lock >= 0) {
         sf_sweep_temps(f);

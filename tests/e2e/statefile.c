@@ -892,3 +892,61 @@ STATEFILE_TEST(a_file_over_the_size_limit_is_rewritten_by_the_next_save_as_its_m
     cr_assert_eq(stat(path, &st), 0);
     cr_expect_lt(st.st_size, 4096, "a clean small file replaced it");
 }
+
+STATEFILE_TEST(a_symlinked_state_file_is_written_through_its_link_and_the_link_survives)
+{
+    const char *path = open_in_tmp();
+    make_state_dir();
+    char real_dir[400], real[500], real_lock[600], link_lock[600];
+    snprintf(real_dir, sizeof real_dir, "%s/elsewhere", dir);
+    cr_assert_eq(mkdir(real_dir, 0700), 0);
+    snprintf(real, sizeof real, "%s/ceilings.json", real_dir);
+    snprintf(real_lock, sizeof real_lock, "%s.lock", real);
+    snprintf(link_lock, sizeof link_lock, "%s.lock", path);
+    /* A relative link, dangling until the first save makes its target. */
+    cr_assert_eq(symlink("../../elsewhere/ceilings.json", path), 0, "%s", strerror(errno));
+    struct sluice_lock_record r = record(33, "discover"), back;
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK);
+    r.ceiling = 34;
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:b", &r), SLUICE_OK);
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0);
+    cr_expect(S_ISLNK(st.st_mode), "the save replaced the link with a regular file");
+    cr_assert_eq(lstat(real, &st), 0, "the link's target was written");
+    cr_expect(S_ISREG(st.st_mode));
+    char *text = slurp(real);
+    cr_expect(text && strstr(text, "\"cloud:a\"") && strstr(text, "\"cloud:b\""), "%s", text);
+    free(text);
+    cr_expect_eq(lstat(real_lock, &st), 0, "the lock file sits beside the file it locks");
+    cr_expect_neq(lstat(link_lock, &st), 0, "no second lock file beside the link");
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 33, "read back through the link");
+    cr_expect_eq(count_tmp_files(real_dir), 0);
+}
+
+STATEFILE_TEST(a_symlink_at_the_lock_path_is_never_followed)
+{
+    const char *path = open_in_tmp();
+    make_state_dir();
+    char lock[600], victim[400];
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    cr_assert_eq(symlink(victim, lock), 0); /* dangling */
+    struct sluice_lock_record r = record(5, "discover"), back;
+    cr_expect_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_EIO);
+    expect_last_error(lock, "is a symbolic link");
+    struct stat st;
+    cr_expect_neq(lstat(victim, &st), 0, "the link's target was created");
+    cr_expect_neq(lstat(path, &st), 0, "nothing was written without the lock");
+    /* Pointing at an existing file changes nothing. */
+    int fd = open(victim, O_WRONLY | O_CREAT, 0600);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_expect_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_EIO);
+    unlink(lock);
+    cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK, "a real lock file works");
+    cr_assert_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_OK);
+    cr_expect_eq(back.ceiling, 5);
+    cr_assert_eq(lstat(lock, &st), 0);
+    cr_expect(S_ISREG(st.st_mode));
+}

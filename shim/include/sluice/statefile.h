@@ -22,7 +22,8 @@
  * 0700, the file 0600.
  *
  * Writes (save, clear): under an exclusive flock on "<path>.lock" (a
- * separate file, so readers never wait), read the current file, replace or
+ * separate file, so readers never wait; <path> resolved through a symbolic
+ * link, see "Symbolic links"), read the current file, replace or
  * drop the one node, write a temp file next to it, fsync it, rename it over
  * the file, fsync the directory (Redis rdb.c's durable save). Every other
  * node's entry is copied byte for byte from the old file, whatever its
@@ -34,6 +35,17 @@
  * by writers killed mid-save (SIGKILL, power cut): every writer creates
  * and renames or removes its temp file under the flock, so any temp file
  * seen while holding it is orphaned, and none piles up for good.
+ *
+ * Symbolic links: a link at the path is followed, as git does for its
+ * config files: a write goes to the file the link points to (through up to
+ * 8 links; a relative target is taken from the link's directory), with its
+ * temp file and its lock file ("<that file>.lock") beside that file. So the
+ * rename replaces the target, not the link, which keeps pointing at the
+ * current file, and processes naming the file by the link or by its target
+ * take the same flock. A dangling link gets its target created. The lock
+ * file is never followed: a link there, dangling or not, fails the write
+ * with SLUICE_EIO and a message, and nothing is created or locked where it
+ * points. Reads follow links as any open does.
  *
  * Bad input: a file that is empty, torn, not JSON (a NUL byte anywhere
  * counts as not JSON: jansson would let one after a number pass, and the
