@@ -79,13 +79,21 @@
  * whose callback would release in turn; run as nested calls, a queue of a
  * million such waiters would need a million stack frames. So outcomes are
  * not delivered by nesting: each thread keeps a FIFO list of decided async
- * outcomes (thread-local; one per translation unit that includes this
- * header), and only the outermost gate call on the thread runs it, one
- * callback after another, until it is empty. A gate call made from inside a
- * callback appends to the list and returns; the outcomes it decided run
- * right after the current callback returns, before the outermost call does.
- * Stack depth stays constant whatever the queue length, and no outcome is
- * left behind when the outermost call returns.
+ * outcomes (thread-local, one per thread in the whole program: every
+ * translation unit that includes this header shares it), and only the
+ * outermost gate call on the thread runs it, one callback after another,
+ * until it is empty. A gate call made from inside a callback — from any .c
+ * file — appends to the list and returns; the outcomes it decided run right
+ * after the current callback returns, before the outermost call does. So
+ * no callback ever runs inside another, stack depth stays constant whatever
+ * the queue length, and no outcome is left behind when the outermost call
+ * returns. The one rule: the list is one symbol (sluice__gate_pending, a
+ * weak definition with default visibility), so a module that hides it from
+ * the dynamic linker — a shared library linked with -Bsymbolic or a version
+ * script that makes it local, a library dlopen'ed into a program that does
+ * not export it — gets a list of its own, and a callback that crosses into
+ * such a module may run one callback nested inside it (once per module
+ * boundary, never unboundedly).
  */
 #ifndef SLUICE_GATE_H
 #define SLUICE_GATE_H
@@ -301,7 +309,15 @@ struct sluice__gate_trampoline {
     bool running;
 };
 
-static SLUICE_THREAD_LOCAL struct sluice__gate_trampoline sluice__gate_pending SLUICE_UNUSED;
+/* One list per thread for the whole program, not one per translation unit
+ * (which a `static` would make): a callback that gives its permit back
+ * through code in another .c file must find the list its caller is already
+ * running. Every unit that includes this header emits a weak definition and
+ * the linker keeps one; default visibility lets the dynamic linker bind a
+ * shared library's references to the same one. */
+extern SLUICE_THREAD_LOCAL struct sluice__gate_trampoline sluice__gate_pending;
+__attribute__((weak, visibility("default"))) SLUICE_THREAD_LOCAL
+    struct sluice__gate_trampoline sluice__gate_pending;
 
 /* Queue an async node's verdict for its callback. */
 SLUICE_INLINE void sluice__gate_defer(struct sluice_gate_node *n, uint32_t verdict)
