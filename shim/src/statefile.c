@@ -1042,9 +1042,14 @@ static void sf_wait_all(struct sluice_statefile *f)
     pthread_mutex_unlock(&f->wmu);
 }
 
-/* A write the caller waits for: through the writer, so it is ordered with every other. */
-static int sf_write_now(struct sluice_statefile *f, const char *node,
-                        const struct sluice_lock_record *rec)
+/*
+ * Hand a write to the writer thread. `wait`: wait for it to land and return
+ * its status (direct calls; ordered with every other write, as they share
+ * the thread); else return at once, with an earlier background failure of
+ * that node if one was never reported (the store ops).
+ */
+static int sf_write(struct sluice_statefile *f, const char *node,
+                    const struct sluice_lock_record *rec, bool wait)
 {
     pthread_mutex_lock(&f->mu);
     int status = sf_check_node(f, node);
@@ -1052,38 +1057,24 @@ static int sf_write_now(struct sluice_statefile *f, const char *node,
     if (status != SLUICE_OK)
         return status;
     uint64_t ticket = 0;
-    status = sf_enqueue(f, node, rec, &ticket, NULL);
+    int reported = SLUICE_OK;
+    status = sf_enqueue(f, node, rec, &ticket, wait ? NULL : &reported);
     if (status == SLUICE_EAGAIN)
         return sf_modify(f, node, rec);
-    return status == SLUICE_OK ? sf_wait(f, node, ticket, false) : status;
-}
-
-/* A write handed off: returns at once (see sluice_statefile_ops). */
-static int sf_write_later(struct sluice_statefile *f, const char *node,
-                          const struct sluice_lock_record *rec)
-{
-    pthread_mutex_lock(&f->mu);
-    int status = sf_check_node(f, node);
-    pthread_mutex_unlock(&f->mu);
     if (status != SLUICE_OK)
         return status;
-    uint64_t ticket;
-    int reported = SLUICE_OK;
-    status = sf_enqueue(f, node, rec, &ticket, &reported);
-    if (status == SLUICE_EAGAIN)
-        return sf_modify(f, node, rec);
-    return status == SLUICE_OK ? reported : status;
+    return wait ? sf_wait(f, node, ticket, false) : reported;
 }
 
 int sluice_statefile_save(struct sluice_statefile *f, const char *node,
                           const struct sluice_lock_record *rec)
 {
-    return sf_write_now(f, node, rec && rec->ceiling ? rec : NULL); /* ceiling 0: "no record" */
+    return sf_write(f, node, rec && rec->ceiling ? rec : NULL, true); /* ceiling 0: "no record" */
 }
 
 int sluice_statefile_clear(struct sluice_statefile *f, const char *node)
 {
-    return sf_write_now(f, node, NULL);
+    return sf_write(f, node, NULL, true);
 }
 
 int sluice_statefile_sync(struct sluice_statefile *f, const char *node)
@@ -1106,12 +1097,12 @@ static int sf_ops_load(void *ctx, const char *node, struct sluice_lock_record *o
 
 static int sf_ops_save(void *ctx, const char *node, const struct sluice_lock_record *rec)
 {
-    return sf_write_later((struct sluice_statefile *)ctx, node, rec && rec->ceiling ? rec : NULL);
+    return sf_write((struct sluice_statefile *)ctx, node, rec && rec->ceiling ? rec : NULL, false);
 }
 
 static int sf_ops_clear(void *ctx, const char *node)
 {
-    return sf_write_later((struct sluice_statefile *)ctx, node, NULL);
+    return sf_write((struct sluice_statefile *)ctx, node, NULL, false);
 }
 
 static int sf_ops_sync(void *ctx, const char *node)

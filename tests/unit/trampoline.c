@@ -56,6 +56,15 @@ static void nesting_leave(struct nesting *n)
     n->depth--;
 }
 
+/* All `calls` callbacks ran, none inside another. */
+static void nesting_check(struct nesting *n, int calls)
+{
+    cr_assert_eq(n->calls, calls);
+    cr_assert_eq(n->deadlocks, 0, "a callback ran inside another and its lock said EDEADLK");
+    cr_assert_eq(n->max_depth, 1, "callbacks nested %d deep", n->max_depth);
+    pthread_mutex_destroy(&n->mu);
+}
+
 struct gate_rec {
     struct sluice_gate_waiter w;
     struct sluice_gate *g;
@@ -85,11 +94,8 @@ Test(trampoline, a_gate_callback_releasing_through_another_file_never_nests_the_
         sluice_gate_acquire_async(g, &r[i].w);
     }
     sluice_gate_release(g);
-    cr_assert_eq(n.calls, N);
-    cr_assert_eq(n.deadlocks, 0, "a callback ran inside another and its lock said EDEADLK");
-    cr_assert_eq(n.max_depth, 1, "callbacks nested %d deep", n.max_depth);
+    nesting_check(&n, N);
     cr_assert_eq(sluice_gate_stats(g).in_flight, 0);
-    pthread_mutex_destroy(&n.mu);
     sluice_gate_destroy(g);
 }
 
@@ -124,10 +130,7 @@ Test(trampoline, a_pool_callback_ending_its_call_in_another_file_never_nests_the
         sluice_pool_call_begin_async(p, &r[i].w);
     }
     sluice_pool_call_end(p, &first, SLUICE_OUTCOME_OK, 0);
-    cr_assert_eq(n.calls, N);
-    cr_assert_eq(n.deadlocks, 0, "a callback ran inside another and its lock said EDEADLK");
-    cr_assert_eq(n.max_depth, 1, "callbacks nested %d deep", n.max_depth);
+    nesting_check(&n, N);
     cr_assert_eq(sluice_pool_stats(p).in_flight, 0);
-    pthread_mutex_destroy(&n.mu);
     sluice_pool_destroy(p);
 }
