@@ -616,7 +616,7 @@ SLUICE_INLINE int sluice_gate_acquire(struct sluice_gate *g, const struct timesp
     if (cancel && sluice_cancel_fired(cancel))
         return SLUICE_ECANCELED;
     if (SLUICE_UNLIKELY(atomic_load_explicit(&g->closed, SLUICE_RELAXED)))
-        return SLUICE_ECLOSED;
+        return sluice__gate_failed(SLUICE_ECLOSED, cancel); /* a token firing meanwhile wins */
     if (SLUICE_LIKELY(sluice__gate_take_fast(g)))
         return SLUICE_OK;
     return sluice__gate_wait(g, deadline, cancel);
@@ -660,11 +660,13 @@ SLUICE_INLINE void sluice_gate_acquire_async(struct sluice_gate *g, struct sluic
  * CLOSED or CANCELED: a pool that is unlimited or closed, or one settling a
  * call that waited out a hold) through the trampoline, so a callback that
  * starts the next call from inside itself never nests another (constant
- * stack however long the chain). `w` is initialised here.
+ * stack however long the chain). The node is a fresh record initialised
+ * with sluice__gate_node_init, or one the gate let go of (popped or never
+ * queued): only its trampoline fields are written, never `queued`, which a
+ * racing sluice_gate_cancel_async reads under the gate's lock.
  */
 SLUICE_INLINE void sluice__gate_settle_async(struct sluice_gate_waiter *w, uint32_t verdict)
 {
-    sluice__gate_node_init(&w->sluice__node, w);
     sluice__gate_defer(&w->sluice__node, verdict);
     sluice__gate_run_callbacks();
 }

@@ -593,7 +593,8 @@ SLUICE_INLINE void sluice__pool_start(struct sluice_pool *p, struct sluice_call 
  * or, holding no permit: SLUICE_ECANCELED / SLUICE_ETIMEDOUT — also when the
  * token fired or the deadline passed before the wait, while the permit was
  * being granted, or during a hold, so a call whose cancel won before it
- * started is never made (cancel wins over the deadline) — SLUICE_ECLOSED
+ * started is never made (a token that has fired by the time the call
+ * gives up wins over the deadline and over close) — SLUICE_ECLOSED
  * once the pool is closed, or SLUICE_EINVAL for a deadline whose tv_nsec is
  * outside [0, 1e9).
  */
@@ -616,6 +617,8 @@ SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct tim
     call->in_flight_at_start = call->limit_at_start = 0;
     if (status == SLUICE_OK)
         sluice__pool_start(p, call);
+    else /* a token that fired while another reason was found wins over it */
+        status = sluice__gate_failed(status, cancel);
     return status;
 }
 
@@ -721,12 +724,13 @@ SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sl
     w->sluice__gate.data = w;
     /* Outcomes known at once go through the trampoline too: a callback that
      * ends its call and starts the next must not recurse once per call. */
-    if (SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED)))
-        sluice__gate_settle_async(&w->sluice__gate, SLUICE__NODE_CLOSED);
-    else if (!p->active)
-        sluice__gate_settle_async(&w->sluice__gate, SLUICE__NODE_GRANTED);
-    else
+    bool closed = atomic_load_explicit(&p->closed, SLUICE_RELAXED) != 0u;
+    if (SLUICE_LIKELY(p->active && !closed)) {
         sluice_gate_acquire_async(&p->gate, &w->sluice__gate);
+        return;
+    }
+    sluice__gate_node_init(&w->sluice__gate.sluice__node, &w->sluice__gate);
+    sluice__gate_settle_async(&w->sluice__gate, closed ? SLUICE__NODE_CLOSED : SLUICE__NODE_GRANTED);
 }
 
 /*
