@@ -118,7 +118,7 @@ static void end_elsewhere(struct sluice_pool_waiter *w, int status)
 Test(trampoline, a_pool_callback_ending_its_call_in_another_file_never_nests_the_next)
 {
     enum { N = 3 };
-    struct sluice_pool *p = other_tu_make_pool(1);
+    struct sluice_pool *p = other_tu_make_pool(&(struct sluice_pool_desc){.active = 1});
     cr_assert_not_null(p);
     struct nesting n;
     nesting_init(&n);

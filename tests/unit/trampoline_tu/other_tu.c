@@ -1,11 +1,10 @@
 /* Linked into test_unit_trampoline (tests/CMakeLists.txt); see other_tu.h. */
 #include "other_tu.h"
 
-struct sluice_pool *other_tu_make_pool(uint32_t active)
+struct sluice_pool *other_tu_make_pool(const struct sluice_pool_desc *desc)
 {
     struct sluice_pool *p = NULL;
-    struct sluice_pool_desc d = {.active = active};
-    return sluice_pool_create(&d, &p) == SLUICE_OK ? p : NULL;
+    return sluice_pool_create(desc, &p) == SLUICE_OK ? p : NULL;
 }
 
 void other_tu_gate_release(struct sluice_gate *g)
