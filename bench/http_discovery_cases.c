@@ -29,6 +29,8 @@
  *
  * Environment:
  *   SLUICE_BENCH_HTTP_RUNS  runs per row (default 20; --quick: 5)
+ *   SLUICE_BENCH_HTTP_SEED  added to every run's simulator seed, for a
+ *                           second batch of other runs (default 0)
  *   SLUICE_BENCH_BUSY       busy-loop processes kept running during the
  *                           runs: 0, 1, 2, or "issue" (1 for probe rows, 2
  *                           for closed64 rows: the machine of the issue,
@@ -337,11 +339,14 @@ static void http_row(const struct bench_opts *opts, enum http_driver driver,
 
 static void http_discovery_cases(const struct bench_opts *opts)
 {
+    const char *env = getenv("SLUICE_BENCH_HTTP_SEED");
+    int offset = env ? atoi(env) : 0;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     size_t n = sizeof http_providers / sizeof *http_providers;
     for (int d = HTTP_PROBE; d <= HTTP_CLOSED64; d++)
         for (size_t i = 0; i < n; i++)
-            http_row(opts, (enum http_driver)d, &http_providers[i], 1000 * (int)(d * n + i) + 1);
+            http_row(opts, (enum http_driver)d, &http_providers[i],
+                     1000 * (int)(d * n + i) + 1 + offset);
     curl_global_cleanup();
 }
 
