@@ -367,8 +367,9 @@ LOOP_TEST(submissions_past_max_requests_get_eagain_and_unknown_backends_einval)
 
 LOOP_TEST(cancel_by_id_aborts_a_transfer_within_50_ms_and_frees_the_provider_slot)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "5000",   "--sigma", "0",     NULL};
+    /* --abandoned free: a provider that frees the slot when the client leaves. */
+    const char *args[] = {"--mode", "reject", "--cap",       "4",    "--median-ms", "5000",
+                          "--sigma", "0",     "--abandoned", "free", NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);

@@ -169,8 +169,9 @@ PERFORM_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 
 PERFORM_TEST(a_token_fired_mid_transfer_cancels_within_50_ms_and_frees_the_provider_slot)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "5000",   "--sigma", "0",     NULL};
+    /* --abandoned free: a provider that frees the slot when the client leaves. */
+    const char *args[] = {"--mode", "reject", "--cap",       "4",    "--median-ms", "5000",
+                          "--sigma", "0",     "--abandoned", "free", NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(2, 0, NULL);
     struct sluice_cancel token;
