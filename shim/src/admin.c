@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -931,23 +932,53 @@ static enum MHD_Result route_page(struct MHD_Connection *c)
     return ok;
 }
 
-/* Is `host` (a Host header, maybe with a port) a loopback name? */
+/*
+ * Is `host` (a Host header or an Origin's host: name or address, maybe with a port)
+ * a loopback address literal (127.0.0.0/8, [::1]) or localhost? Only these: a DNS
+ * name that merely starts like one (127.attacker.example, 127.0.0.1.nip.io) can be
+ * rebound to 127.0.0.1 by whoever owns it.
+ */
 static bool host_is_loopback(const char *host)
 {
-    size_t n = strcspn(host, ":");
-    if (host[0] == '[')
-        return strncmp(host, "[::1]", 5) == 0;
-    return (n == 9 && strncmp(host, "localhost", 9) == 0) ||
-           (n >= 4 && strncmp(host, "127.", 4) == 0);
+    char name[INET6_ADDRSTRLEN];
+    bool bracketed = host[0] == '[';
+    const char *end = bracketed ? strchr(host, ']') : host + strcspn(host, ":");
+    if (!end)
+        return false;
+    const char *start = host + bracketed;
+    size_t n = (size_t)(end - start);
+    if (n == 0 || n >= sizeof name)
+        return false;
+    memcpy(name, start, n);
+    name[n] = '\0';
+    const char *port = end + bracketed;
+    if (*port && (*port != ':' || !port[1] || strlen(port + 1) > 5 ||
+                  strspn(port + 1, "0123456789") != strlen(port + 1)))
+        return false;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (bracketed)
+        return inet_pton(AF_INET6, name, &a6) == 1 &&
+               (IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127));
+    return !strcasecmp(name, "localhost") ||
+           (inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127);
 }
 
-/* A browser's Origin that is this server itself: http://<loopback or our host>:<port>. */
-static bool origin_allowed(struct MHD_Connection *c, const char *origin)
+/* A Host (or Origin host) this bind may be addressed by: on a loopback bind only
+ * loopback ones (DNS rebinding); a remote bind (allow_remote) takes any. */
+static bool host_allowed(const struct sluice_admin *a, const char *host)
+{
+    return !a->loopback || host_is_loopback(host);
+}
+
+/* A browser's Origin that is this server itself: http://<our Host>, by the same rule. */
+static bool origin_allowed(const struct sluice_admin *a, struct MHD_Connection *c,
+                           const char *origin)
 {
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (!host || strncmp(origin, "http://", 7) != 0)
         return false;
-    return strcmp(origin + 7, host) == 0;
+    return strcmp(origin + 7, host) == 0 && host_allowed(a, origin + 7);
 }
 
 static enum MHD_Result dispatch(struct sluice_admin *a, struct MHD_Connection *c, const char *url,
@@ -1037,13 +1068,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                           rq->body_bytes, a->cfg.max_body_bytes);
     if (a->loopback) {
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-        if (host && !host_is_loopback(host))
+        if (host && !host_allowed(a, host))
             return send_error(c, 403, NULL,
                               "address the endpoint as 127.0.0.1, localhost or [::1]",
                               "Host \"%.100s\" is not a loopback name", host);
     }
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin && strcmp(method, "GET") && strcmp(method, "HEAD") && !origin_allowed(c, origin))
+    if (origin && strcmp(method, "GET") && strcmp(method, "HEAD") && !origin_allowed(a, c, origin))
         return send_error(c, 403, NULL,
                           "clear from the Concurrency Health page itself, sluicectl or curl",
                           "a request from the web page at %.100s may not change this endpoint",

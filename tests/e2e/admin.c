@@ -319,6 +319,52 @@ ADMIN_TEST(foreign_origin_post_and_non_loopback_host_are_403)
     reply_free(&r);
 }
 
+ADMIN_TEST(only_loopback_address_literals_and_localhost_pass_the_host_and_origin_checks)
+{
+    fixture_start(&fx, NULL, NULL);
+    unsigned port = sluice_admin_port(fx.admin);
+    /* Names that only look loopback: whoever owns them can rebind them to 127.0.0.1. */
+    const char *rebindable[] = {"127.attacker.example", "127.0.0.1.nip.io", "localhost.evil",
+                                "127.0.0.1.", "[::1].evil", "127.0.0.1:80x", "[::2]", "1.2.3.4"};
+    for (size_t i = 0; i < sizeof rebindable / sizeof *rebindable; i++) {
+        char host[128], origin[160];
+        snprintf(host, sizeof host, "Host: %s:%u", rebindable[i], port);
+        snprintf(origin, sizeof origin, "Origin: http://%s:%u", rebindable[i], port);
+        const char *get[] = {host, NULL};
+        expect_error(http("GET", fx.base, "/compute/concurrency", get, NULL), 403, "loopback");
+        /* A page served from that name, after the rebinding, posts with a matching Origin. */
+        const char *post[] = {host, origin, NULL};
+        expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked",
+                          post, NULL), 403, NULL);
+    }
+    struct sluice_discovery_status st;
+    sluice_engine_status(fx.engine, "cloud:locked", &st);
+    cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED, "no rebound page cleared the lock");
+    /* Address literals and localhost, with or without a port, are served. */
+    char lit[6][64];
+    snprintf(lit[0], sizeof lit[0], "127.0.0.1");
+    snprintf(lit[1], sizeof lit[1], "127.0.0.1:%u", port);
+    snprintf(lit[2], sizeof lit[2], "127.1.2.3:%u", port);
+    snprintf(lit[3], sizeof lit[3], "localhost:%u", port);
+    snprintf(lit[4], sizeof lit[4], "[::1]:%u", port);
+    snprintf(lit[5], sizeof lit[5], "[::1]");
+    for (size_t i = 0; i < 6; i++) {
+        char host[96];
+        snprintf(host, sizeof host, "Host: %.63s", lit[i]);
+        const char *h[] = {host, NULL};
+        struct reply r = http("GET", fx.base, "/compute/concurrency", h, NULL);
+        cr_expect_eq(r.status, 200, "Host %s: %ld %s", lit[i], r.status, r.body);
+        reply_free(&r);
+    }
+    char host[96], origin[128];
+    snprintf(host, sizeof host, "Host: [::1]:%u", port);
+    snprintf(origin, sizeof origin, "Origin: http://[::1]:%u", port);
+    const char *page[] = {host, origin, NULL};
+    struct reply r = http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked", page, NULL);
+    cr_expect_eq(r.status, 200, "the page at [::1] may clear: %s", r.body);
+    reply_free(&r);
+}
+
 ADMIN_TEST(page_and_head_are_served)
 {
     fixture_start(&fx, NULL, NULL);

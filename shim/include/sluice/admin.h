@@ -34,9 +34,13 @@
  * read node state and clear locks. Hence loopback only by default. Binding
  * another address needs `allow_remote = true`, and that is a risk: put it
  * behind a firewall or an authenticating proxy. On a loopback bind, a
- * request whose Host is not a loopback name is refused (DNS rebinding), and
- * on every bind a POST carrying a foreign Origin is refused (a web page
- * cannot clear a node behind the user's back; curl sends no Origin).
+ * request whose Host is not a loopback address literal (127.0.0.0/8 or
+ * [::1]) or `localhost`, each with an optional port, is refused: any other
+ * name, even 127.attacker.example, can be rebound to 127.0.0.1 by its owner
+ * (DNS rebinding). On every bind a POST carrying an Origin other than
+ * http://<its Host> is refused, and on a loopback bind that host must pass
+ * the same rule (a web page cannot clear a node behind the user's back;
+ * curl sends no Origin).
  *
  * Slow or hostile clients: at most max_connections at once (one thread
  * each), each with max_request_bytes for its request line and headers and
