@@ -575,17 +575,38 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
     return send_body(c, status, "application/json; charset=utf-8", s, len, free);
 }
 
+/* Copy src as valid UTF-8 (jansson refuses anything else, and the answer would be lost):
+ * a byte that starts no sequence (a client's %FF, or one `%.200s` cut) becomes "\xFF".
+ * dst takes 4 bytes per byte of src, plus the NUL. */
+static void utf8_clean(char *dst, size_t size, const char *src)
+{
+    size_t o = 0;
+    for (const char *p = src; *p;) {
+        size_t n = sluice_utf8_len(p), w = n ? n : 4;
+        if (o + w >= size)
+            break;
+        if (n)
+            memcpy(dst + o, p, n);
+        else
+            snprintf(dst + o, 5, "\\x%02X", (unsigned char)*p);
+        o += w;
+        p += n ? n : 1;
+    }
+    dst[o] = '\0';
+}
+
 static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *allow,
                                   const char *fix, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *allow,
                                   const char *fix, const char *fmt, ...)
 {
-    char msg[600];
+    char raw[600], msg[4 * sizeof raw];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    utf8_clean(msg, sizeof msg, raw);
     json_t *o = json_pack("{s:s,s:s,s:i}", "error", msg, "fix", fix, "status", (int)status);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -623,7 +644,10 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
 static ptrdiff_t want_node(struct sluice_admin *a, struct MHD_Connection *c, bool required,
                            enum MHD_Result *answered)
 {
-    const char *id = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "node_id");
+    const char *id = NULL;
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "node_id", 7, &id, &len) != MHD_YES)
+        id = NULL;
     if (!id && !required)
         return -2;
     if (!id) {
@@ -632,16 +656,23 @@ static ptrdiff_t want_node(struct sluice_admin *a, struct MHD_Connection *c, boo
                                "missing node_id");
         return -1;
     }
-    size_t len = strlen(id);
-    bool control = false;
-    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
-        control |= *p < 0x20 || *p == 0x7f;
-    if (len == 0 || len > SLUICE_BACKEND_ID_MAX || control) {
+    /* A %00 decodes to a NUL inside the value: "cloud:a%00junk" must not name cloud:a. */
+    bool control = strlen(id) != len, utf8 = true;
+    for (const char *p = id; *p && utf8;) {
+        size_t n = sluice_utf8_len(p);
+        control |= (unsigned char)*p < 0x20 || *p == 0x7f;
+        utf8 = n != 0;
+        p += n;
+    }
+    if (len == 0 || len > SLUICE_BACKEND_ID_MAX || control || !utf8) {
         *answered = send_error(c, 400, NULL,
-                               "node_id must be a backend ID: 1..255 bytes, no control characters "
-                               "(GET /compute/concurrency lists the nodes)",
+                               "node_id must be a backend ID: 1..255 bytes of UTF-8, no control "
+                               "characters (GET /compute/concurrency lists the nodes)",
                                "malformed node_id (%s)",
-                               len == 0 ? "empty" : control ? "control character" : "too long");
+                               len == 0  ? "empty"
+                               : control ? "control character"
+                               : !utf8   ? "not UTF-8"
+                                         : "too long");
         return -1;
     }
     ptrdiff_t i = node_index(a, id);

@@ -194,6 +194,60 @@ ADMIN_TEST(missing_or_malformed_node_id_is_400)
                  400, "follow");
 }
 
+ADMIN_TEST(node_ids_that_are_not_utf8_or_hide_a_nul_get_their_json_error)
+{
+    fixture_start(&fx, NULL, NULL);
+    expect_error(http("GET", fx.base, "/compute/concurrency/events?node_id=%FF", NULL, NULL), 400,
+                 "not UTF-8");
+    expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:%C3", NULL, NULL),
+                 400, "not UTF-8");
+    /* %00 ends the C string early: it must not name cloud:locked. */
+    expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked%00junk", NULL,
+                      NULL), 400, "malformed");
+    struct sluice_discovery_status st;
+    sluice_engine_status(fx.engine, "cloud:locked", &st);
+    cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED, "the NUL-cut ID cleared the node");
+    /* Echoed paths that are not UTF-8, or cut mid-character by the echo's bound. */
+    expect_error(http("GET", fx.base, "/%FF", NULL, NULL), 404, "no route");
+    char path[2048] = "/";
+    for (int i = 0; i < 120; i++)
+        strcat(path, "%E2%82%AC"); /* €: 3 bytes, so a 200-byte echo ends inside one */
+    expect_error(http("GET", fx.base, path, NULL, NULL), 404, "no route");
+    const char *host[] = {"Host: \xff\xfe", NULL};
+    expect_error(http("GET", fx.base, "/compute/concurrency", host, NULL), 403, "Host");
+}
+
+ADMIN_TEST(node_ids_reach_json_and_prometheus_labels_escaped)
+{
+    static const struct sluice_discovery_desc adaptive = {.lock_ttl_s = 86400};
+    const struct sluice_backend_desc backends[] = {
+        {.id = "cloud:q\"uo\\te", .active = 8, .discovery = &adaptive},
+        {.id = "cloud:café ☁", .active = 8},
+    };
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = backends, .n_backends = 2}, &e),
+                 SLUICE_OK);
+    struct sluice_admin *a = NULL;
+    cr_assert_eq(sluice_admin_start(&(struct sluice_admin_desc){.engine = e, .port = SLUICE_SOME(0)}, &a),
+                 SLUICE_OK);
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%u", sluice_admin_port(a));
+    struct reply r = http("GET", base, "/metrics", NULL, NULL);
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.body, "sluice_limit{node=\"cloud:q\\\"uo\\\\te\"} 5\n") != NULL,
+              "quote and backslash escaped: %s", r.body);
+    cr_expect(strstr(r.body, "sluice_limit{node=\"cloud:café ☁\"} 8\n") != NULL, "%s", r.body);
+    reply_free(&r);
+    r = http("GET", base, "/compute/concurrency", NULL, NULL);
+    json_t *s = parse(&r);
+    cr_expect_not_null(find_node(s, "cloud:q\"uo\\te"));
+    cr_expect_not_null(find_node(s, "cloud:café ☁"));
+    json_decref(s);
+    reply_free(&r);
+    sluice_admin_stop(a);
+    sluice_engine_destroy(e);
+}
+
 ADMIN_TEST(unknown_node_or_route_is_404)
 {
     fixture_start(&fx, NULL, NULL);
