@@ -270,22 +270,73 @@ static int parse_opts(int argc, char **argv, int first, unsigned allowed, int ma
 
 /* ---- output helpers ------------------------------------------------------------- */
 
-/* Terminal columns of a UTF-8 string: emoji count 2, variation selectors 0. */
+/* Terminal columns of a UTF-8 string: emoji count 2, variation selectors 0; a byte
+ * that starts no UTF-8 sequence (a cell cut mid-character) counts 1 and ends nothing. */
 static int display_width(const char *s)
 {
     int w = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        uint32_t cp;
-        int n = *p < 0x80 ? 1 : *p < 0xe0 ? 2 : *p < 0xf0 ? 3 : 4;
-        cp = n == 1 ? *p : (uint32_t)(*p & (0x7f >> n));
-        for (int i = 1; i < n && p[i]; i++)
-            cp = cp << 6 | (p[i] & 0x3f);
-        p += n;
+    for (const char *p = s; *p;) {
+        size_t n = sluice_utf8_len(p);
+        const unsigned char *u = (const unsigned char *)p;
+        uint32_t cp = n <= 1 ? u[0] : (uint32_t)(u[0] & (0x7f >> n));
+        for (size_t i = 1; i < n; i++)
+            cp = cp << 6 | (u[i] & 0x3f);
+        p += n ? n : 1;
         if (cp == 0xfe0f || cp == 0x200d)
             continue;
         w += cp >= 0x1f300 && cp <= 0x1faff ? 2 : 1;
     }
     return w;
+}
+
+/*
+ * Text from a state file or an endpoint, made safe to print (malloc'd, NULL when out
+ * of memory): a control character a terminal would act on (C0, DEL, C1) becomes
+ * \u00XX and a byte that is not UTF-8 \xXX, so an escape sequence shows instead of
+ * retitling or clearing the terminal. Newlines stay where keep_newlines. In JSON text
+ * the \u00XX form is the same string, so --json output means what it meant.
+ */
+static char *text_clean(const char *s, bool keep_newlines)
+{
+    size_t cap = strlen(s) * 6 + 1, o = 0;
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    for (const char *p = s; *p;) {
+        size_t n = sluice_utf8_len(p);
+        const unsigned char *u = (const unsigned char *)p;
+        bool control = n == 1 ? (u[0] < 0x20 && !(keep_newlines && u[0] == '\n')) || u[0] == 0x7f
+                              : n == 2 && u[0] == 0xc2 && u[1] < 0xa0;
+        if (!n)
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02X", u[0]);
+        else if (control)
+            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", n == 1 ? u[0] : u[1]);
+        else {
+            memcpy(out + o, p, n);
+            o += n;
+        }
+        p += n ? n : 1;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* fputs(text_clean(s)). */
+static void put_clean(const char *s, bool keep_newlines, FILE *to)
+{
+    char *t = text_clean(s, keep_newlines);
+    fputs(t ? t : "(out of memory)", to);
+    free(t);
+}
+
+/* An endpoint's {"error", "fix"} as one clean line; returns EXIT_FAIL. */
+static int fail_answer(const char *err, const char *fix)
+{
+    char *e = text_clean(err, false), *f = text_clean(fix ? fix : "", false);
+    int rc = fail("%s%s%s", e ? e : "(out of memory)", f && *f ? " — " : "", f ? f : "");
+    free(e);
+    free(f);
+    return rc;
 }
 
 static void print_cell(const char *s, int width)
@@ -328,7 +379,7 @@ static void table_add(struct table *t, const char *const *row)
     if (t->rows >= 256)
         return;
     for (int c = 0; c < t->cols; c++)
-        t->cells[t->rows][c] = strdup(row[c] ? row[c] : "");
+        t->cells[t->rows][c] = text_clean(row[c] ? row[c] : "", false);
     t->rows++;
 }
 
@@ -358,7 +409,8 @@ static void print_json(json_t *j)
 {
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (s) {
-        puts(s);
+        put_clean(s, true, stdout); /* jansson leaves DEL and C1 raw */
+        putchar('\n');
         free(s);
     }
 }
@@ -454,7 +506,7 @@ static json_t *admin_json(const char *method, const char *base, const char *path
         const char *err = json_string_value(json_object_get(j, "error"));
         const char *fix = json_string_value(json_object_get(j, "fix"));
         if (f.status != 200 && err) {
-            fail("%s%s%s", err, fix ? " — " : "", fix ? fix : "");
+            fail_answer(err, fix);
             json_decref(j);
             j = NULL;
         } else if (f.status != 200) {
@@ -653,10 +705,14 @@ static int clear_in_admin(const struct opts *o, const char *node)
     if (!r)
         return EXIT_FAIL;
     json_t *n = json_object_get(r, "node");
-    if (o->json)
+    const char *line = json_string_value(json_object_get(n, "status_line"));
+    if (o->json) {
         print_json(n);
-    else
-        printf("cleared: %s\n", json_string_value(json_object_get(n, "status_line")));
+    } else {
+        fputs("cleared: ", stdout);
+        put_clean(line ? line : "?", false, stdout);
+        putchar('\n');
+    }
     json_decref(r);
     return EXIT_OK;
 }
@@ -699,7 +755,8 @@ static size_t sse_write(char *p, size_t size, size_t n, void *ctx)
         }
         s->line[s->len] = '\0';
         if (!s->overflow && !strncmp(s->line, "data: ", 6)) {
-            puts(s->line + 6);
+            put_clean(s->line + 6, false, stdout);
+            putchar('\n');
             fflush(stdout);
             s->events++;
         }
@@ -732,11 +789,11 @@ static int events_cmd(const struct opts *o, const char *node)
             json_t *j = f.body ? json_loads(f.body, 0, NULL) : NULL;
             const char *err = json_string_value(json_object_get(j, "error"));
             const char *fix = json_string_value(json_object_get(j, "fix"));
-            rc = err ? fail("%s%s%s", err, fix ? " — " : "", fix ? fix : "")
+            rc = err ? fail_answer(err, fix)
                      : fail("%s answered HTTP %ld: is it a sluice admin endpoint?", url, f.status);
             json_decref(j);
         } else if (f.body) {
-            fputs(f.body, stdout);
+            put_clean(f.body, true, stdout);
         }
         free(f.body);
         free(url);
