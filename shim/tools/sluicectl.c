@@ -370,39 +370,60 @@ static void format_time(int64_t epoch_s, char *buf, size_t size)
 
 /* A table: rows of `cols` cells, printed with columns padded to their widest cell. */
 struct table {
-    int cols, rows;
-    char *cells[256][8];
+    int cols, rows, cap;
+    char *(*cells)[8]; /* `cap` rows of (at most 8) cells, grown as rows arrive */
+    bool lost;         /* a row was dropped for want of memory */
 };
 
 static void table_add(struct table *t, const char *const *row)
 {
-    if (t->rows >= 256)
-        return;
+    if (t->rows == t->cap) {
+        int cap = t->cap ? t->cap * 2 : 64;
+        char *(*cells)[8] = realloc(t->cells, (size_t)cap * sizeof *cells);
+        if (!cells) {
+            t->lost = true;
+            return;
+        }
+        t->cells = cells;
+        t->cap = cap;
+    }
     for (int c = 0; c < t->cols; c++)
         t->cells[t->rows][c] = text_clean(row[c] ? row[c] : "", false);
     t->rows++;
 }
 
-static void table_print(struct table *t)
+static void table_free(struct table *t)
+{
+    for (int r = 0; r < t->rows; r++)
+        for (int c = 0; c < t->cols; c++)
+            free(t->cells[r][c]);
+    free(t->cells);
+    t->cells = NULL;
+    t->rows = t->cap = 0;
+}
+
+/* Print and free the rows; EXIT_FAIL (after saying so) when a row could not be kept. */
+static int table_print(struct table *t)
 {
     int width[8] = {0};
     for (int r = 0; r < t->rows; r++)
         for (int c = 0; c < t->cols; c++) {
-            int w = display_width(t->cells[r][c]);
+            int w = display_width(t->cells[r][c] ? t->cells[r][c] : "?");
             if (w > width[c])
                 width[c] = w;
         }
     for (int r = 0; r < t->rows; r++) {
         for (int c = 0; c < t->cols; c++) {
+            const char *cell = t->cells[r][c] ? t->cells[r][c] : "?";
             if (c == t->cols - 1)
-                fputs(t->cells[r][c], stdout);
+                fputs(cell, stdout);
             else
-                print_cell(t->cells[r][c], width[c] + 2);
-            free(t->cells[r][c]);
+                print_cell(cell, width[c] + 2);
         }
         fputc('\n', stdout);
     }
-    t->rows = 0;
+    table_free(t);
+    return t->lost ? fail("out of memory: some nodes are missing from the table") : EXIT_OK;
 }
 
 static void print_json(json_t *j)
@@ -601,11 +622,9 @@ static int status_from_file(const struct opts *o)
     } else if (json_array_size(w->nodes) == 0) {
         fprintf(stderr, "no discovered ceilings in %s\n", sluice_statefile_path(f));
     } else {
-        table_print(&w->table);
+        rc = table_print(&w->table);
     }
-    for (int r = 0; r < w->table.rows; r++)
-        for (int c = 0; c < w->table.cols; c++)
-            free(w->table.cells[r][c]);
+    table_free(&w->table);
     json_decref(w->nodes);
     free(w);
     sluice_statefile_close(f);
@@ -650,10 +669,10 @@ static int status_from_admin(const struct opts *o)
         const char *row[] = {line ? line : "?", st, ceiling, left, waiting};
         table_add(t, row);
     }
-    table_print(t);
+    int rc = table_print(t);
     free(t);
     json_decref(s);
-    return EXIT_OK;
+    return rc;
 }
 
 /* ---- clear ------------------------------------------------------------------ */

@@ -174,6 +174,55 @@ SLUICECTL_TEST(status_from_a_live_process_shows_every_nodes_status_line)
     free(r);
 }
 
+/* Lines of `out` that start with `prefix`. */
+static int lines_starting(const char *out, const char *prefix)
+{
+    int n = 0;
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        n += strncmp(l, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+SLUICECTL_TEST(status_shows_every_node_past_255)
+{
+    enum { NODES = 300 };
+    fixture_tmpdir(dir, sizeof dir);
+    snprintf(state, sizeof state, "%s/ceilings.json", dir);
+    struct sluice_statefile *f;
+    cr_assert_eq(sluice_statefile_open(&(struct sluice_statefile_desc){.path = state}, &f), SLUICE_OK);
+    static char ids[NODES][32];
+    static struct sluice_backend_desc b[NODES];
+    static const struct sluice_discovery_desc disc = {.lock_ttl_s = 86400};
+    for (int i = 0; i < NODES; i++) {
+        snprintf(ids[i], sizeof ids[i], "cloud:n%03d", i);
+        struct sluice_lock_record rec = fixture_lock(5 + (uint32_t)i % 40, 3600);
+        cr_assert_eq(sluice_statefile_save(f, ids[i], &rec), SLUICE_OK);
+        b[i] = (struct sluice_backend_desc){.id = ids[i], .active = 64, .discovery = &disc};
+    }
+    sluice_statefile_close(f);
+    struct proc_result *r = CTL("status", "--state", state);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect_eq(lines_starting(r->out, "cloud:n"), NODES, "every node in the file");
+    cr_expect(strstr(r->out, "cloud:n299 ") != NULL, "the last one too");
+    free(r);
+
+    /* A live process with as many. */
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = b, .n_backends = NODES}, &e),
+                 SLUICE_OK);
+    struct sluice_admin *a = NULL;
+    cr_assert_eq(sluice_admin_start(&(struct sluice_admin_desc){.engine = e, .port = SLUICE_SOME(0)}, &a),
+                 SLUICE_OK);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", sluice_admin_port(a));
+    r = CTL("status", "--admin", url);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect_eq(lines_starting(r->out, "cloud:n"), NODES, "every live node");
+    free(r);
+    sluice_admin_stop(a);
+    sluice_engine_destroy(e);
+}
+
 SLUICECTL_TEST(clear_in_the_state_file_makes_the_next_process_probe_only_that_node)
 {
     struct sluice_statefile *f = make_state();
