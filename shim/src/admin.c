@@ -51,6 +51,10 @@ extern const size_t sluice__admin_page_size;
 
 enum { N_CAUSES = SLUICE_CAUSE_EXPIRY_CAPPED + 1, N_KINDS = SLUICE_EVENT_STORE + 1 };
 
+/* Connections libmicrohttpd accepts past max_connections, so that one more gets an
+ * answer (a reclaimed kept-alive slot, or a 503) instead of a reset. */
+enum { ADMIN_SPARE_CONNECTIONS = 8 };
+
 struct sample {
     int64_t wall_ms;
     uint32_t limit, in_flight;
@@ -61,7 +65,9 @@ struct conn {
     struct conn *prev, *next;
     int fd;           /* its socket */
     bool waiting;     /* its (next) request has not arrived in full yet */
+    bool served;      /* it has had an answer: idle and waiting, it is a kept-alive one */
     bool cut;         /* shut down already */
+    bool over;        /* opened past max_connections: its request gets 503 */
     int64_t since_ms; /* monotonic: when it opened, or when its last answer ended */
 };
 
@@ -437,6 +443,35 @@ char *sluice_admin_metrics(struct sluice_admin *a)
 
 /* ---- the request deadline --------------------------------------------------- */
 
+/*
+ * A new connection `k` (listed already; under conns_mutex): past max_connections it
+ * takes the slot of the kept-alive connection idle the longest, which is shut down
+ * (a client must expect that between requests, and retries); with none, k is over
+ * the limit and its request gets 503. So ordinary keep-alive connections cannot hold
+ * every slot, and only requests in progress (streams: at most max_streams; heads:
+ * at most timeout_s) can fill the endpoint.
+ */
+static void conn_admit(struct sluice_admin *a, struct conn *k)
+{
+    uint32_t live = 0;
+    struct conn *idle = NULL;
+    for (struct conn *o = a->conns; o; o = o->next) {
+        if (o->cut || o->over)
+            continue;
+        live++;
+        if (o != k && o->served && o->waiting && (!idle || o->since_ms < idle->since_ms))
+            idle = o;
+    }
+    if (live <= a->cfg.max_connections)
+        return;
+    if (idle) {
+        shutdown(idle->fd, SHUT_RD);
+        idle->cut = true;
+    } else {
+        k->over = true;
+    }
+}
+
 /* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
@@ -475,23 +510,28 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     if (a->conns)
         a->conns->prev = k;
     a->conns = k;
+    conn_admit(a, k);
     pthread_mutex_unlock(&a->conns_mutex);
     *socket_context = k;
 }
 
 /* The connection's request has arrived in full (waiting = false), or its answer
- * has ended and the deadline starts over for the next one (waiting = true). */
-static void conn_mark(struct sluice_admin *a, struct MHD_Connection *c, bool waiting)
+ * has ended and the deadline starts over for the next one (waiting = true).
+ * Returns whether the connection was opened past max_connections. */
+static bool conn_mark(struct sluice_admin *a, struct MHD_Connection *c, bool waiting)
 {
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     struct conn *k = info ? info->socket_context : NULL;
     if (!k)
-        return;
+        return false;
     pthread_mutex_lock(&a->conns_mutex);
     k->waiting = waiting;
+    k->served |= waiting;
     k->since_ms = mono_ms_now();
+    bool over = k->over;
     pthread_mutex_unlock(&a->conns_mutex);
+    return over;
 }
 
 /* From the sampler's tick: shut down the reading side of every connection whose
@@ -628,6 +668,8 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
     MHD_add_response_header(r, "Cache-Control", "no-store");
     if (allow)
         MHD_add_response_header(r, "Allow", allow);
+    if (status == 503) /* full: give the slot back rather than keep the connection */
+        MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ok = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ok;
@@ -1090,7 +1132,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     /* The head and any body are in: the deadline is met, however long the answer (an
      * event stream) then takes. */
-    conn_mark(a, c, false);
+    if (conn_mark(a, c, false))
+        return send_error(c, 503, NULL,
+                          "retry in a moment; close idle connections or event streams, or raise "
+                          "sluice_admin_desc.max_connections",
+                          "the admin endpoint is full: max_connections = %u requests and streams "
+                          "are in progress",
+                          a->cfg.max_connections);
     if (rq->body_bytes > a->cfg.max_body_bytes)
         return send_error(c, 413, NULL,
                           "these routes take no request body; send the parameters in the query "
@@ -1284,7 +1332,8 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
     a->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
         NULL, on_request, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)d.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)d.max_connections + ADMIN_SPARE_CONNECTIONS,
+        MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)d.timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)d.max_request_bytes,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
         a, MHD_OPTION_END);
