@@ -264,7 +264,9 @@ static int parse_opts(int argc, char **argv, int first, unsigned allowed, int ma
         }
     }
     if (!!o->state + !!o->admin + !!o->redis > 1)
-        return usage_error("--state, --admin and --redis exclude each other");
+        return usage_error("%s exclude each other", allowed & OPT_REDIS
+                                                        ? "--state, --admin and --redis"
+                                                        : "--state and --admin");
     return 0;
 }
 
@@ -365,7 +367,7 @@ static void format_time(int64_t epoch_s, char *buf, size_t size)
     if (epoch_s <= 0 || !localtime_r(&t, &tm))
         snprintf(buf, size, "-");
     else
-        strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm);
+        strftime(buf, size, "%Y-%m-%d %H:%M:%S %Z", &tm);
 }
 
 /* A table: rows of `cols` cells, printed with columns padded to their widest cell. */
@@ -702,8 +704,10 @@ static int clear_in_file(const struct opts *o, const char *node)
     int walked = sluice_statefile_foreach(f, find_row, &find);
     int rc = EXIT_OK;
     if (walked == SLUICE_OK && !find.found) {
-        rc = fail("%s has no lock for %s (sluicectl status lists the nodes)",
-                  sluice_statefile_path(f), node);
+        /* Clearing is idempotent: the node is as a clear would leave it. */
+        fprintf(stderr, "%s: %s has no lock for %s: nothing to clear (sluicectl status lists the "
+                        "nodes)\n",
+                tool_name, sluice_statefile_path(f), node);
     } else if (sluice_statefile_clear(f, node) != SLUICE_OK) {
         char err[1024];
         sluice_statefile_last_error(f, err, sizeof err);
@@ -736,12 +740,44 @@ static int clear_in_admin(const struct opts *o, const char *node)
     return EXIT_OK;
 }
 
+#ifdef SLUICE_HAVE_FLEET
+/* The fleet's message with its C names swapped for what a sluicectl user typed. */
+static int fail_in_cli_words(const char *msg)
+{
+    static const char *const words[][2] = {
+        {"sluice_fleet_desc.redis_url", "--redis URL"},
+        {"sluice_fleet_desc.node_id", "NODE"},
+        {"SLUICE_NODE_ID_MAX-1", "127"},
+    };
+    char out[1024];
+    size_t o = 0;
+    while (*msg) {
+        const char *put = msg;
+        size_t take = 1, skip = 1;
+        for (size_t k = 0; k < sizeof words / sizeof *words; k++)
+            if (!strncmp(msg, words[k][0], strlen(words[k][0]))) {
+                put = words[k][1];
+                take = strlen(put);
+                skip = strlen(words[k][0]);
+                break;
+            }
+        if (o + take >= sizeof out)
+            break;
+        memcpy(out + o, put, take);
+        o += take;
+        msg += skip;
+    }
+    out[o] = '\0';
+    return fail("%s", out);
+}
+#endif
+
 static int clear_in_redis(const struct opts *o, const char *node)
 {
 #ifdef SLUICE_HAVE_FLEET
     char err[512];
     if (sluice_fleet_clear_node(o->redis, node, err, sizeof err) != SLUICE_OK)
-        return fail("%s", err);
+        return fail_in_cli_words(err);
     fprintf(stderr, "cleared %s for the fleet at %s\n", node, o->redis);
     return EXIT_OK;
 #else
@@ -992,7 +1028,7 @@ static int probe_preflight(struct probe *p, bool *stopped)
     struct preflight pf = {.p = p};
     pthread_t tid;
     if (pthread_create(&tid, NULL, preflight_main, &pf) != 0)
-        return fail("probe: cannot start a thread");
+        return fail("cannot start a thread");
     while (!atomic_load(&pf.done)) {
         if (interrupted)
             sluice_cancel_fire(&p->cancel);
@@ -1005,23 +1041,23 @@ static int probe_preflight(struct probe *p, bool *stopped)
     if (*stopped)
         return EXIT_OK;
     if (pf.status == SLUICE_EIO && r->kind == SLUICE_CURL_TRANSPORT)
-        return fail("probe: no HTTP answer from %s: %s", p->url, curl_easy_strerror(r->curl_code));
+        return fail("no HTTP answer from %s: %s", p->url, curl_easy_strerror(r->curl_code));
     if (r->kind == SLUICE_CURL_PROVIDER_TIMEOUT && r->http_status == 0)
-        return fail("probe: %s did not answer within %g s (--request-timeout)", p->url,
+        return fail("%s did not answer within %g s (--request-timeout)", p->url,
                     p->o->request_timeout_s);
     if (pf.status != SLUICE_OK)
-        return fail("probe: the first request failed: %s", sluice_strerror(pf.status));
+        return fail("the first request failed: %s", sluice_strerror(pf.status));
     switch (r->kind) {
     case SLUICE_CURL_CLIENT_ERROR:
-        return fail("probe: %s answered HTTP %ld to the first request: fix the URL, --method, "
+        return fail("%s answered HTTP %ld to the first request: fix the URL, --method, "
                     "--header or --body",
                     p->url, r->http_status);
     case SLUICE_CURL_SERVER_ERROR:
-        return fail("probe: %s answered HTTP %ld to the first request: the endpoint is failing, "
+        return fail("%s answered HTTP %ld to the first request: the endpoint is failing, "
                     "not full",
                     p->url, r->http_status);
     case SLUICE_CURL_UNEXPECTED:
-        return fail("probe: %s answered HTTP %ld (a redirect? give the final URL)", p->url,
+        return fail("%s answered HTTP %ld (a redirect? give the final URL)", p->url,
                     r->http_status);
     default:
         return EXIT_OK; /* success, or an overload: both are what probing is about */
@@ -1124,7 +1160,7 @@ static int probe_read_body(struct probe *p, const char *file)
 {
     FILE *fp = strcmp(file, "-") ? fopen(file, "rb") : stdin;
     if (!fp)
-        return fail("probe: cannot read --body %s: %s", file, strerror(errno));
+        return fail("cannot read --body %s: %s", file, strerror(errno));
     size_t cap = 4096;
     p->body = malloc(cap);
     for (size_t n; p->body && (n = fread(p->body + p->body_len, 1, cap - p->body_len, fp)) > 0;) {
@@ -1145,7 +1181,7 @@ static int probe_read_body(struct probe *p, const char *file)
     if (fp != stdin)
         fclose(fp);
     if (bad)
-        return fail("probe: --body %s is unreadable or over 16 MiB", file);
+        return fail("--body %s is unreadable or over 16 MiB", file);
     return EXIT_OK;
 }
 
@@ -1157,7 +1193,7 @@ static int probe_report(struct probe *p, const char *why)
     uint32_t found = locked ? st.ceiling : st.limit;
     int rc = locked ? EXIT_OK : EXIT_FAIL;
     if (!locked)
-        fprintf(stderr, "%s: probe stopped before a ceiling locked (%s%s%s); %u is the limit it "
+        fprintf(stderr, "%s: stopped before a ceiling locked (%s%s%s); %u is the limit it "
                         "had reached\n",
                 tool_name, why, p->last_failure[0] ? "; last failure: " : "", p->last_failure,
                 found);
@@ -1213,7 +1249,7 @@ static int probe_cmd(const struct opts *o, const char *url)
     if (rc == EXIT_OK && o->save &&
         sluice_statefile_open(&(struct sluice_statefile_desc){.path = o->state}, &p->state) !=
             SLUICE_OK)
-        rc = fail("probe: no state file location for --save: pass --state FILE");
+        rc = fail("no state file location for --save: pass --state FILE");
 
     struct sluice_store_ops store = {probe_store_load, probe_store_save, probe_store_clear, p};
     struct sluice_discovery_desc disc;
@@ -1229,7 +1265,7 @@ static int probe_cmd(const struct opts *o, const char *url)
                                                           .on_event_ctx = p, .error = err,
                                                           .error_size = sizeof err},
                              &p->engine) != SLUICE_OK)
-        rc = fail("probe: %s", err);
+        rc = fail("%s", err);
 
     bool tty = isatty(STDERR_FILENO);
     p->t0_ns = sluice_monotonic_ns();

@@ -47,6 +47,8 @@ static struct proc_result *ctl(int timeout_ms, const char *const *args)
 
 #define CTL(...) ctl(20000, (const char *const[]){__VA_ARGS__, NULL})
 
+static uint16_t closed_port(void);
+
 static int count_lines(const char *s)
 {
     int n = 0;
@@ -244,10 +246,52 @@ SLUICECTL_TEST(clear_in_the_state_file_makes_the_next_process_probe_only_that_no
     sluice_engine_destroy(e);
     sluice_statefile_close(f);
 
+    /* Clearing is idempotent: a node without a lock is already as a clear leaves it. */
     r = CTL("clear", "cloud:nope", "--state", state);
-    cr_expect_eq(r->exit_code, 1);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
     cr_expect_eq(count_lines(r->err), 1);
-    cr_expect(strstr(r->err, "cloud:nope") != NULL);
+    cr_expect(strstr(r->err, "cloud:nope") && strstr(r->err, "nothing to clear"), "%s", r->err);
+    free(r);
+    r = CTL("clear", "cloud:a", "--state", state);
+    cr_expect_eq(r->exit_code, 0, "twice is fine: %s", r->err);
+    free(r);
+    r = CTL("status", "--json", "--state", state);
+    cr_expect(strstr(r->out, "cloud:b") != NULL, "the other locks stay: %s", r->out);
+    free(r);
+}
+
+SLUICECTL_TEST(messages_speak_cli_and_expiry_times_carry_their_zone)
+{
+    struct sluice_statefile *f = make_state();
+    sluice_statefile_close(f);
+    /* EXPIRES says which clock it is in. */
+    const char *argv[] = {SLUICECTL_PATH, "status", "--state", state, NULL};
+    const char *utc[] = {"TZ=UTC", NULL};
+    struct proc_result *r = proc_run(argv, utc, 20000);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    const char *a = strstr(r->out, "cloud:a ");
+    cr_assert_not_null(a, "%s", r->out);
+    char row[256];
+    snprintf(row, sizeof row, "%.*s", (int)strcspn(a, "\n"), a);
+    cr_expect(strstr(row, ":00 UTC") || strstr(row, " UTC "), "EXPIRES without a zone: %s", row);
+    free(r);
+    /* A probe's failure names the command once. */
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", closed_port());
+    r = CTL("probe", url);
+    cr_expect_eq(r->exit_code, 1);
+    cr_expect(strncmp(r->err, "sluicectl probe: no HTTP answer", 31) == 0, "%s", r->err);
+    free(r);
+    /* --redis is offered only where it is taken. */
+    r = CTL("status", "--state", "x", "--admin", "y");
+    cr_expect_eq(r->exit_code, 2);
+    cr_expect(strstr(r->err, "--redis") == NULL, "status does not take --redis: %s", r->err);
+    free(r);
+    /* A bad --redis URL is reported in the flag's words, not the C field's. */
+    r = CTL("clear", "cloud:a", "--redis", "redis://127.0.0.1:99999");
+    cr_expect_eq(r->exit_code, 1);
+    cr_expect_eq(count_lines(r->err), 1, "%s", r->err);
+    cr_expect(strstr(r->err, "--redis") && !strstr(r->err, "sluice_fleet_desc"), "%s", r->err);
     free(r);
 }
 
