@@ -224,28 +224,19 @@ ADMIN_TEST(node_ids_reach_json_and_prometheus_labels_escaped)
         {.id = "cloud:q\"uo\\te", .active = 8, .discovery = &adaptive},
         {.id = "cloud:café ☁", .active = 8},
     };
-    struct sluice_engine *e = NULL;
-    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = backends, .n_backends = 2}, &e),
-                 SLUICE_OK);
-    struct sluice_admin *a = NULL;
-    cr_assert_eq(sluice_admin_start(&(struct sluice_admin_desc){.engine = e, .port = SLUICE_SOME(0)}, &a),
-                 SLUICE_OK);
-    char base[64];
-    snprintf(base, sizeof base, "http://127.0.0.1:%u", sluice_admin_port(a));
-    struct reply r = http("GET", base, "/metrics", NULL, NULL);
+    fixture_start_backends(&fx, backends, 2);
+    struct reply r = http("GET", fx.base, "/metrics", NULL, NULL);
     cr_expect_eq(r.status, 200);
     cr_expect(strstr(r.body, "sluice_limit{node=\"cloud:q\\\"uo\\\\te\"} 5\n") != NULL,
               "quote and backslash escaped: %s", r.body);
     cr_expect(strstr(r.body, "sluice_limit{node=\"cloud:café ☁\"} 8\n") != NULL, "%s", r.body);
     reply_free(&r);
-    r = http("GET", base, "/compute/concurrency", NULL, NULL);
+    r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
     json_t *s = parse(&r);
     cr_expect_not_null(find_node(s, "cloud:q\"uo\\te"));
     cr_expect_not_null(find_node(s, "cloud:café ☁"));
     json_decref(s);
     reply_free(&r);
-    sluice_admin_stop(a);
-    sluice_engine_destroy(e);
 }
 
 ADMIN_TEST(unknown_node_or_route_is_404)

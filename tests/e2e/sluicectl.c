@@ -209,20 +209,11 @@ SLUICECTL_TEST(status_shows_every_node_past_255)
     free(r);
 
     /* A live process with as many. */
-    struct sluice_engine *e = NULL;
-    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = b, .n_backends = NODES}, &e),
-                 SLUICE_OK);
-    struct sluice_admin *a = NULL;
-    cr_assert_eq(sluice_admin_start(&(struct sluice_admin_desc){.engine = e, .port = SLUICE_SOME(0)}, &a),
-                 SLUICE_OK);
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u", sluice_admin_port(a));
-    r = CTL("status", "--admin", url);
+    fixture_start_backends(&fx, b, NODES);
+    r = CTL("status", "--admin", fx.base);
     cr_expect_eq(r->exit_code, 0, "%s", r->err);
     cr_expect_eq(lines_starting(r->out, "cloud:n"), NODES, "every live node");
     free(r);
-    sluice_admin_stop(a);
-    sluice_engine_destroy(e);
 }
 
 SLUICECTL_TEST(clear_in_the_state_file_makes_the_next_process_probe_only_that_node)
