@@ -472,6 +472,18 @@ static void conn_admit(struct sluice_admin *a, struct conn *k)
     }
 }
 
+/* A slot was freed (under conns_mutex): the oldest connection over the limit whose
+ * request has not arrived yet takes it, rather than a 503 while a slot is free. */
+static void conn_promote(struct sluice_admin *a)
+{
+    struct conn *first = NULL;
+    for (struct conn *o = a->conns; o; o = o->next)
+        if (o->over && o->waiting && !o->cut && (!first || o->since_ms <= first->since_ms))
+            first = o;
+    if (first)
+        first->over = false;
+}
+
 /* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
@@ -488,6 +500,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             a->conns = k->next;
         if (k->next)
             k->next->prev = k->prev;
+        if (!k->cut && !k->over)
+            conn_promote(a);
         pthread_mutex_unlock(&a->conns_mutex);
         *socket_context = NULL;
         mi_free(k);
@@ -1149,8 +1163,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
         if (host && !host_allowed(a, host))
             return send_error(c, 403, NULL,
-                              "address the endpoint as 127.0.0.1, localhost or [::1]",
-                              "Host \"%.100s\" is not a loopback name", host);
+                              "address the endpoint as 127.0.0.1, localhost or [::1] (a "
+                              "loopback address, not a name that resolves to one)",
+                              "Host \"%.100s\" is not a loopback address or localhost", host);
     }
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     if (origin && strcmp(method, "GET") && strcmp(method, "HEAD") && !origin_allowed(a, c, origin))
