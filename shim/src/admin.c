@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,6 +51,10 @@ extern const size_t sluice__admin_page_size;
 
 enum { N_CAUSES = SLUICE_CAUSE_EXPIRY_CAPPED + 1, N_KINDS = SLUICE_EVENT_STORE + 1 };
 
+/* Connections libmicrohttpd accepts past max_connections, so that one more gets an
+ * answer (a reclaimed kept-alive slot, or a 503) instead of a reset. */
+enum { ADMIN_SPARE_CONNECTIONS = 8 };
+
 struct sample {
     int64_t wall_ms;
     uint32_t limit, in_flight;
@@ -60,7 +65,9 @@ struct conn {
     struct conn *prev, *next;
     int fd;           /* its socket */
     bool waiting;     /* its (next) request has not arrived in full yet */
+    bool served;      /* it has had an answer: idle and waiting, it is a kept-alive one */
     bool cut;         /* shut down already */
+    bool over;        /* opened past max_connections: its request gets 503 */
     int64_t since_ms; /* monotonic: when it opened, or when its last answer ended */
 };
 
@@ -436,6 +443,47 @@ char *sluice_admin_metrics(struct sluice_admin *a)
 
 /* ---- the request deadline --------------------------------------------------- */
 
+/*
+ * A new connection `k` (listed already; under conns_mutex): past max_connections it
+ * takes the slot of the kept-alive connection idle the longest, which is shut down
+ * (a client must expect that between requests, and retries); with none, k is over
+ * the limit and its request gets 503. So ordinary keep-alive connections cannot hold
+ * every slot, and only requests in progress (streams: at most max_streams; heads:
+ * at most timeout_s) can fill the endpoint.
+ */
+static void conn_admit(struct sluice_admin *a, struct conn *k)
+{
+    uint32_t live = 0;
+    struct conn *idle = NULL;
+    for (struct conn *o = a->conns; o; o = o->next) {
+        if (o->cut || o->over)
+            continue;
+        live++;
+        if (o != k && o->served && o->waiting && (!idle || o->since_ms < idle->since_ms))
+            idle = o;
+    }
+    if (live <= a->cfg.max_connections)
+        return;
+    if (idle) {
+        shutdown(idle->fd, SHUT_RD);
+        idle->cut = true;
+    } else {
+        k->over = true;
+    }
+}
+
+/* A slot was freed (under conns_mutex): the oldest connection over the limit whose
+ * request has not arrived yet takes it, rather than a 503 while a slot is free. */
+static void conn_promote(struct sluice_admin *a)
+{
+    struct conn *first = NULL;
+    for (struct conn *o = a->conns; o; o = o->next)
+        if (o->over && o->waiting && !o->cut && (!first || o->since_ms <= first->since_ms))
+            first = o;
+    if (first)
+        first->over = false;
+}
+
 /* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
@@ -452,6 +500,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             a->conns = k->next;
         if (k->next)
             k->next->prev = k->prev;
+        if (!k->cut && !k->over)
+            conn_promote(a);
         pthread_mutex_unlock(&a->conns_mutex);
         *socket_context = NULL;
         mi_free(k);
@@ -474,23 +524,28 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     if (a->conns)
         a->conns->prev = k;
     a->conns = k;
+    conn_admit(a, k);
     pthread_mutex_unlock(&a->conns_mutex);
     *socket_context = k;
 }
 
 /* The connection's request has arrived in full (waiting = false), or its answer
- * has ended and the deadline starts over for the next one (waiting = true). */
-static void conn_mark(struct sluice_admin *a, struct MHD_Connection *c, bool waiting)
+ * has ended and the deadline starts over for the next one (waiting = true).
+ * Returns whether the connection was opened past max_connections. */
+static bool conn_mark(struct sluice_admin *a, struct MHD_Connection *c, bool waiting)
 {
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     struct conn *k = info ? info->socket_context : NULL;
     if (!k)
-        return;
+        return false;
     pthread_mutex_lock(&a->conns_mutex);
     k->waiting = waiting;
+    k->served |= waiting;
     k->since_ms = mono_ms_now();
+    bool over = k->over;
     pthread_mutex_unlock(&a->conns_mutex);
+    return over;
 }
 
 /* From the sampler's tick: shut down the reading side of every connection whose
@@ -574,17 +629,38 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
     return send_body(c, status, "application/json; charset=utf-8", s, len, free);
 }
 
+/* Copy src as valid UTF-8 (jansson refuses anything else, and the answer would be lost):
+ * a byte that starts no sequence (a client's %FF, or one `%.200s` cut) becomes "\xFF".
+ * dst takes 4 bytes per byte of src, plus the NUL. */
+static void utf8_clean(char *dst, size_t size, const char *src)
+{
+    size_t o = 0;
+    for (const char *p = src; *p;) {
+        size_t n = sluice_utf8_len(p), w = n ? n : 4;
+        if (o + w >= size)
+            break;
+        if (n)
+            memcpy(dst + o, p, n);
+        else
+            snprintf(dst + o, 5, "\\x%02X", (unsigned char)*p);
+        o += w;
+        p += n ? n : 1;
+    }
+    dst[o] = '\0';
+}
+
 static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *allow,
                                   const char *fix, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *allow,
                                   const char *fix, const char *fmt, ...)
 {
-    char msg[600];
+    char raw[600], msg[4 * sizeof raw];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    utf8_clean(msg, sizeof msg, raw);
     json_t *o = json_pack("{s:s,s:s,s:i}", "error", msg, "fix", fix, "status", (int)status);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -606,6 +682,8 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
     MHD_add_response_header(r, "Cache-Control", "no-store");
     if (allow)
         MHD_add_response_header(r, "Allow", allow);
+    if (status == 503) /* full: give the slot back rather than keep the connection */
+        MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ok = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ok;
@@ -622,7 +700,10 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
 static ptrdiff_t want_node(struct sluice_admin *a, struct MHD_Connection *c, bool required,
                            enum MHD_Result *answered)
 {
-    const char *id = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "node_id");
+    const char *id = NULL;
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "node_id", 7, &id, &len) != MHD_YES)
+        id = NULL;
     if (!id && !required)
         return -2;
     if (!id) {
@@ -631,16 +712,23 @@ static ptrdiff_t want_node(struct sluice_admin *a, struct MHD_Connection *c, boo
                                "missing node_id");
         return -1;
     }
-    size_t len = strlen(id);
-    bool control = false;
-    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
-        control |= *p < 0x20 || *p == 0x7f;
-    if (len == 0 || len > SLUICE_BACKEND_ID_MAX || control) {
+    /* A %00 decodes to a NUL inside the value: "cloud:a%00junk" must not name cloud:a. */
+    bool control = strlen(id) != len, utf8 = true;
+    for (const char *p = id; *p && utf8;) {
+        size_t n = sluice_utf8_len(p);
+        control |= (unsigned char)*p < 0x20 || *p == 0x7f;
+        utf8 = n != 0;
+        p += n;
+    }
+    if (len == 0 || len > SLUICE_BACKEND_ID_MAX || control || !utf8) {
         *answered = send_error(c, 400, NULL,
-                               "node_id must be a backend ID: 1..255 bytes, no control characters "
-                               "(GET /compute/concurrency lists the nodes)",
+                               "node_id must be a backend ID: 1..255 bytes of UTF-8, no control "
+                               "characters (GET /compute/concurrency lists the nodes)",
                                "malformed node_id (%s)",
-                               len == 0 ? "empty" : control ? "control character" : "too long");
+                               len == 0  ? "empty"
+                               : control ? "control character"
+                               : !utf8   ? "not UTF-8"
+                                         : "too long");
         return -1;
     }
     ptrdiff_t i = node_index(a, id);
@@ -931,23 +1019,53 @@ static enum MHD_Result route_page(struct MHD_Connection *c)
     return ok;
 }
 
-/* Is `host` (a Host header, maybe with a port) a loopback name? */
+/*
+ * Is `host` (a Host header or an Origin's host: name or address, maybe with a port)
+ * a loopback address literal (127.0.0.0/8, [::1]) or localhost? Only these: a DNS
+ * name that merely starts like one (127.attacker.example, 127.0.0.1.nip.io) can be
+ * rebound to 127.0.0.1 by whoever owns it.
+ */
 static bool host_is_loopback(const char *host)
 {
-    size_t n = strcspn(host, ":");
-    if (host[0] == '[')
-        return strncmp(host, "[::1]", 5) == 0;
-    return (n == 9 && strncmp(host, "localhost", 9) == 0) ||
-           (n >= 4 && strncmp(host, "127.", 4) == 0);
+    char name[INET6_ADDRSTRLEN];
+    bool bracketed = host[0] == '[';
+    const char *end = bracketed ? strchr(host, ']') : host + strcspn(host, ":");
+    if (!end)
+        return false;
+    const char *start = host + bracketed;
+    size_t n = (size_t)(end - start);
+    if (n == 0 || n >= sizeof name)
+        return false;
+    memcpy(name, start, n);
+    name[n] = '\0';
+    const char *port = end + bracketed;
+    if (*port && (*port != ':' || !port[1] || strlen(port + 1) > 5 ||
+                  strspn(port + 1, "0123456789") != strlen(port + 1)))
+        return false;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (bracketed)
+        return inet_pton(AF_INET6, name, &a6) == 1 &&
+               (IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127));
+    return !strcasecmp(name, "localhost") ||
+           (inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127);
 }
 
-/* A browser's Origin that is this server itself: http://<loopback or our host>:<port>. */
-static bool origin_allowed(struct MHD_Connection *c, const char *origin)
+/* A Host (or Origin host) this bind may be addressed by: on a loopback bind only
+ * loopback ones (DNS rebinding); a remote bind (allow_remote) takes any. */
+static bool host_allowed(const struct sluice_admin *a, const char *host)
+{
+    return !a->loopback || host_is_loopback(host);
+}
+
+/* A browser's Origin that is this server itself: http://<our Host>, by the same rule. */
+static bool origin_allowed(const struct sluice_admin *a, struct MHD_Connection *c,
+                           const char *origin)
 {
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (!host || strncmp(origin, "http://", 7) != 0)
         return false;
-    return strcmp(origin + 7, host) == 0;
+    return strcmp(origin + 7, host) == 0 && host_allowed(a, origin + 7);
 }
 
 static enum MHD_Result dispatch(struct sluice_admin *a, struct MHD_Connection *c, const char *url,
@@ -1028,7 +1146,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     /* The head and any body are in: the deadline is met, however long the answer (an
      * event stream) then takes. */
-    conn_mark(a, c, false);
+    if (conn_mark(a, c, false))
+        return send_error(c, 503, NULL,
+                          "retry in a moment; close idle connections or event streams, or raise "
+                          "sluice_admin_desc.max_connections",
+                          "the admin endpoint is full: max_connections = %u requests and streams "
+                          "are in progress",
+                          a->cfg.max_connections);
     if (rq->body_bytes > a->cfg.max_body_bytes)
         return send_error(c, 413, NULL,
                           "these routes take no request body; send the parameters in the query "
@@ -1037,13 +1161,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                           rq->body_bytes, a->cfg.max_body_bytes);
     if (a->loopback) {
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-        if (host && !host_is_loopback(host))
+        if (host && !host_allowed(a, host))
             return send_error(c, 403, NULL,
-                              "address the endpoint as 127.0.0.1, localhost or [::1]",
-                              "Host \"%.100s\" is not a loopback name", host);
+                              "address the endpoint as 127.0.0.1, localhost or [::1] (a "
+                              "loopback address, not a name that resolves to one)",
+                              "Host \"%.100s\" is not a loopback address or localhost", host);
     }
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin && strcmp(method, "GET") && strcmp(method, "HEAD") && !origin_allowed(c, origin))
+    if (origin && strcmp(method, "GET") && strcmp(method, "HEAD") && !origin_allowed(a, c, origin))
         return send_error(c, 403, NULL,
                           "clear from the Concurrency Health page itself, sluicectl or curl",
                           "a request from the web page at %.100s may not change this endpoint",
@@ -1222,7 +1347,8 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
     a->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
         NULL, on_request, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)d.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)d.max_connections + ADMIN_SPARE_CONNECTIONS,
+        MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)d.timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)d.max_request_bytes,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
         a, MHD_OPTION_END);
