@@ -1212,6 +1212,7 @@ SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sl
     w->sluice__held = false;
     w->sluice__arrived = sluice_clock_now(&p->clock);
     w->call.in_flight_at_start = w->call.limit_at_start = 0;
+    w->call.refused_late = false;
     if (SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED))) {
         w->cb(w, SLUICE_ECLOSED);
         return;

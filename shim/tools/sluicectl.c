@@ -320,7 +320,7 @@ static void format_time(int64_t epoch_s, char *buf, size_t size)
 /* A table: rows of `cols` cells, printed with columns padded to their widest cell. */
 struct table {
     int cols, rows;
-    char *cells[256][8];
+    char *cells[256][12];
 };
 
 static void table_add(struct table *t, const char *const *row)
@@ -560,6 +560,23 @@ static int status_from_file(const struct opts *o)
     return rc;
 }
 
+/* The deadline figures of one admin node (see the admin's node JSON): rates, queue wait, lingering. */
+static void status_figures(json_t *n, char fig[6][24])
+{
+    static const char *const rates[] = {"request_rate", "overload_rate", "timeout_rate"};
+    for (int k = 0; k < 3; k++)
+        snprintf(fig[k], 24, "%.1f", json_number_value(json_object_get(n, rates[k])));
+    static const char *const waits[] = {"queue_wait_p50_ms", "queue_wait_p99_ms"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(n, waits[k]);
+        if (json_is_number(v))
+            snprintf(fig[3 + k], 24, "%.0f ms", json_number_value(v));
+        else
+            snprintf(fig[3 + k], 24, "-");
+    }
+    snprintf(fig[5], 24, "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(n, "lingering")));
+}
+
 static int status_from_admin(const struct opts *o)
 {
     json_t *s = admin_json("GET", o->admin, "/compute/concurrency", NULL);
@@ -576,8 +593,10 @@ static int status_from_admin(const struct opts *o)
         return EXIT_OK;
     }
     struct table *t = calloc(1, sizeof *t);
-    t->cols = 5;
-    const char *head[] = {"STATUS", "STATE", "CEILING", "LOCK LEFT", "WAITING"};
+    t->cols = 11;
+    const char *head[] = {"STATUS",    "STATE",     "CEILING",   "LOCK LEFT",
+                          "WAITING",   "REQ/S",     "429/S",     "TIMEOUTS/S",
+                          "QUEUE P50", "QUEUE P99", "LINGERING"};
     table_add(t, head);
     size_t i;
     json_t *n;
@@ -595,7 +614,10 @@ static int status_from_admin(const struct opts *o)
         snprintf(waiting, sizeof waiting, "%" JSON_INTEGER_FORMAT,
                  json_integer_value(json_object_get(n, "waiting")));
         const char *line = json_string_value(json_object_get(n, "status_line"));
-        const char *row[] = {line ? line : "?", st, ceiling, left, waiting};
+        char fig[6][24];
+        status_figures(n, fig);
+        const char *row[] = {line ? line : "?", st,     ceiling, left,   waiting, fig[0],
+                             fig[1],            fig[2], fig[3],  fig[4], fig[5]};
         table_add(t, row);
     }
     table_print(t);

@@ -219,6 +219,20 @@ PAGE_TEST(chromium_renders_status_lines_glyphs_events_and_clear_buttons)
     cr_expect(strstr(locked, "lock expires in") != NULL);
     cr_expect(matches(locked, "<path class=\"limit\""), "the chart drew the limit");
 
+    /* The deadline figures: rates, queue wait percentiles, lingering; clears marked. */
+    cr_expect(matches(live, "data-k=\"request_rate\">[0-9]+\\.[0-9]/s<"), "request rate: %.3000s", live);
+    cr_expect(!matches(live, "data-k=\"request_rate\">0\\.0/s<"), "live traffic shows a rate");
+    cr_expect(matches(live, "data-k=\"overload_rate\">[0-9]+\\.[0-9]/s<"), "429 rate");
+    cr_expect(matches(live, "data-k=\"timeout_rate\">[0-9]+\\.[0-9]/s<"), "timeout rate");
+    cr_expect(matches(live, "data-k=\"queue_wait_p50\">([0-9.]+ ms|–)<"), "queue wait p50");
+    cr_expect(matches(live, "data-k=\"queue_wait_p99\">([0-9.]+ ms|–)<"), "queue wait p99");
+    cr_expect(matches(live, "data-k=\"lingering\">[0-9]+<"), "lingering calls");
+    char *groq = card(dom, "cloud:groq");
+    cr_expect(strstr(groq, "class=\"clear-mark\"") != NULL, "the clear is marked on the chart: %.3000s",
+              groq);
+    cr_expect(strstr(live, "class=\"clear-mark\"") == NULL, "no clear on the live node");
+    free(groq);
+
     /* Clear buttons on adaptive nodes only; the page is polling. */
     char *cleared = card(dom, "cloud:groq");
     cr_expect(strstr(cleared, "<li class=\"ev ev-clear\"") != NULL, "clear event: %s", cleared);
