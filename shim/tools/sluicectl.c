@@ -318,9 +318,11 @@ static void format_time(int64_t epoch_s, char *buf, size_t size)
 }
 
 /* A table: rows of `cols` cells, printed with columns padded to their widest cell. */
+#define TABLE_COLS_MAX 12
+
 struct table {
     int cols, rows;
-    char *cells[256][12];
+    char *cells[256][TABLE_COLS_MAX];
 };
 
 static void table_add(struct table *t, const char *const *row)
@@ -334,7 +336,7 @@ static void table_add(struct table *t, const char *const *row)
 
 static void table_print(struct table *t)
 {
-    int width[8] = {0};
+    int width[TABLE_COLS_MAX] = {0};
     for (int r = 0; r < t->rows; r++)
         for (int c = 0; c < t->cols; c++) {
             int w = display_width(t->cells[r][c]);
