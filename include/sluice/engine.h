@@ -103,6 +103,10 @@ struct sluice_backend_desc {
      * it). node_id, gate, clock and allocator must be NULL (the engine's are used); store,
      * wall_clock and on_event default to the engine's. */
     const struct sluice_discovery_desc *discovery;
+    /* Deadline rules: don't start what cannot finish, optional early refusal, lingering
+     * permits (sluice/pool.h; default: start_quantile 10, refuse_early off, linger_max_ms
+     * 30000 once `active` is set; every field needs `active`). */
+    struct sluice_deadline_desc deadlines;
 };
 
 struct sluice_engine_desc {
@@ -252,7 +256,9 @@ SLUICE_INLINE int sluice__engine_check(const struct sluice_engine_desc *d)
                 flaw);
         char owner[32];
         snprintf(owner, sizeof owner, "backends[%zu]", i);
-        if (sluice__pool_check(b->active, b->waiting, owner, d->error, d->error_size) != SLUICE_OK)
+        if (sluice__pool_check(b->active, b->waiting, owner, d->error, d->error_size) != SLUICE_OK ||
+            sluice__pool_check_deadlines(b->active, &b->deadlines, owner, d->error,
+                                         d->error_size) != SLUICE_OK)
             return SLUICE_EINVAL;
         struct sluice_discovery_desc discovery;
         if (b->discovery && sluice__engine_discovery(d, i, &discovery) != SLUICE_OK)
@@ -506,6 +512,7 @@ SLUICE_INLINE int sluice__engine_make_pools(struct sluice_engine *e,
         } else {
             pd.active = d->backends[i].active;
             pd.waiting = d->backends[i].waiting;
+            pd.deadlines = d->backends[i].deadlines;
         }
         struct sluice_discovery_desc discovery;
         pd.discovery = NULL;

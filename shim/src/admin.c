@@ -71,6 +71,16 @@ struct conn {
     int64_t since_ms; /* monotonic: when it opened, or when its last answer ended */
 };
 
+/* What a node's recent figures are computed from: one per sampler tick. */
+struct tally {
+    int64_t wall_ms;
+    uint64_t requests, overloads, timeouts;
+    struct sluice_histogram_counts queue_wait;
+};
+
+/* The page's and sluicectl's rates and queue-wait percentiles span this many seconds. */
+#define RECENT_S 10
+
 /* One engine node as the admin tracks it (under admin.mutex). */
 struct node {
     const char *id;                     /* engine-owned */
@@ -81,6 +91,8 @@ struct node {
     uint64_t dropped;                   /* overwritten before counted */
     struct sample *history;             /* ring of history_s samples */
     uint32_t hist_head, hist_len;
+    struct tally recent[RECENT_S + 1];  /* ring: the last RECENT_S seconds' ends */
+    uint32_t recent_head, recent_len;
 };
 
 struct sluice_admin {
@@ -212,6 +224,63 @@ static json_t *event_json(const struct sluice_event *ev)
     return n < sizeof line ? json_loads(line, 0, NULL) : NULL;
 }
 
+/* A node's tally now: what its counters and queue-wait histogram say. */
+static struct tally take_tally(struct sluice_pool *pool, const struct sluice_pool_counts *c,
+                               int64_t wall_ms)
+{
+    struct tally t = {.wall_ms = wall_ms,
+                      .requests = c->calls_ok + c->calls_overload + c->calls_ignored,
+                      .overloads = c->calls_overload,
+                      .timeouts = c->timeouts + c->refused_late};
+    sluice_pool_histograms(pool, &t.queue_wait, NULL);
+    return t;
+}
+
+static json_t *ms_or_null(int64_t ns)
+{
+    return ns < 0 ? json_null() : json_real((double)ns / 1e6);
+}
+
+/*
+ * The deadline figures of node i: totals since start, and over the last
+ * RECENT_S seconds of samples the rates per second and the queue wait's
+ * p50/p99 (null when no call waited). Takes a->mutex for the samples.
+ */
+static void deadline_json(struct sluice_admin *a, size_t i, const struct sluice_pool_counts *c,
+                          json_t *o)
+{
+    json_object_set_new(o, "lingering", json_integer(c->lingering));
+    json_object_set_new(o, "expected_service_ms", ms_or_null(c->expected_ns ? c->expected_ns : -1));
+    json_object_set_new(o, "requests_total",
+                        json_integer((json_int_t)(c->calls_ok + c->calls_overload + c->calls_ignored)));
+    json_object_set_new(o, "overloads_total", json_integer((json_int_t)c->calls_overload));
+    json_object_set_new(o, "timeouts_total", json_integer((json_int_t)c->timeouts));
+    json_object_set_new(o, "cancels_total", json_integer((json_int_t)c->cancels));
+    json_object_set_new(o, "refused_capacity_total", json_integer((json_int_t)c->refused_capacity));
+    json_object_set_new(o, "refused_early_total", json_integer((json_int_t)c->refused_early));
+    json_object_set_new(o, "refused_late_total", json_integer((json_int_t)c->refused_late));
+    json_object_set_new(o, "lingered_total", json_integer((json_int_t)c->lingered));
+    const struct node *n = &a->nodes[i];
+    struct tally now = take_tally(sluice_engine_pool(a->engine, n->id), c, wall_ms_now()), then;
+    pthread_mutex_lock(&a->mutex);
+    bool have = n->recent_len > 0;
+    if (have)
+        then = n->recent[(n->recent_head + RECENT_S + 1 - n->recent_len) % (RECENT_S + 1)];
+    pthread_mutex_unlock(&a->mutex);
+    double dt = have ? (double)(now.wall_ms - then.wall_ms) / 1000.0 : 0.0;
+    struct sluice_histogram_counts qw = now.queue_wait;
+    if (have)
+        for (uint32_t b = 0; b < SLUICE_HISTOGRAM_BUCKETS; b++) {
+            qw.bucket[b] -= then.queue_wait.bucket[b];
+            qw.count -= then.queue_wait.bucket[b];
+        }
+    json_object_set_new(o, "request_rate", json_real(dt > 0 ? (double)(now.requests - then.requests) / dt : 0.0));
+    json_object_set_new(o, "overload_rate", json_real(dt > 0 ? (double)(now.overloads - then.overloads) / dt : 0.0));
+    json_object_set_new(o, "timeout_rate", json_real(dt > 0 ? (double)(now.timeouts - then.timeouts) / dt : 0.0));
+    json_object_set_new(o, "queue_wait_p50_ms", ms_or_null(sluice_histogram_quantile(&qw, 0.5)));
+    json_object_set_new(o, "queue_wait_p99_ms", ms_or_null(sluice_histogram_quantile(&qw, 0.99)));
+}
+
 /* One node's state: everything the page, sluicectl and the clear route show. */
 static json_t *node_json(struct sluice_admin *a, size_t i)
 {
@@ -240,6 +309,7 @@ static json_t *node_json(struct sluice_admin *a, size_t i)
     json_object_set_new(o, "events", json_integer(n->ring ? (json_int_t)sluice_event_ring_count(n->ring) : 0));
     json_t *last = st.last_event.seq ? event_json(&st.last_event) : NULL;
     json_object_set_new(o, "last_event", last ? last : json_null());
+    deadline_json(a, i, &c, o);
     return o;
 }
 
@@ -293,6 +363,12 @@ static void record_history(struct sluice_admin *a)
         n->hist_head = (n->hist_head + 1) % cap;
         if (n->hist_len < cap)
             n->hist_len++;
+        struct sluice_pool *pool = sluice_engine_pool(a->engine, n->id);
+        struct sluice_pool_counts c = sluice_pool_stats(pool);
+        n->recent[n->recent_head] = take_tally(pool, &c, now);
+        n->recent_head = (n->recent_head + 1) % (RECENT_S + 1);
+        if (n->recent_len < RECENT_S + 1)
+            n->recent_len++;
     }
 }
 
@@ -334,9 +410,12 @@ static void metric_node(struct sbuf *b, const char *name, const char *node)
 }
 
 /* One gauge family: one sample per node, value from `get`. */
-#define ADMIN_GAUGE(b, a, sts, name, help, expr)                                                   \
+#define ADMIN_GAUGE(b, a, sts, name, help, expr) ADMIN_FAMILY(b, a, sts, name, "gauge", help, expr)
+#define ADMIN_COUNTER(b, a, sts, name, help, expr)                                                 \
+    ADMIN_FAMILY(b, a, sts, name, "counter", help, expr)
+#define ADMIN_FAMILY(b, a, sts, name, type, help, expr)                                            \
     do {                                                                                           \
-        metric_head(b, name, "gauge", help);                                                       \
+        metric_head(b, name, type, help);                                                          \
         for (size_t i_ = 0; i_ < (a)->n_nodes; i_++) {                                             \
             const struct sluice_discovery_status *st = &(sts)[i_];                                 \
             const struct sluice_pool_counts *pc = &pcs[i_];                                        \
@@ -351,6 +430,90 @@ static const char *fmt_u64(char *buf, uint64_t v)
 {
     snprintf(buf, 24, "%" PRIu64, v);
     return buf;
+}
+
+static const char *fmt_seconds(char *buf, int64_t ns)
+{
+    snprintf(buf, 24, "%.9g", (double)ns / 1e9);
+    return buf;
+}
+
+/* A histogram family (seconds): cumulative _bucket{le}, _sum and _count per node. */
+static void metric_histogram(struct sbuf *b, const struct sluice_admin *a, const char *name,
+                             const char *help, const struct sluice_histogram_counts *hs)
+{
+    metric_head(b, name, "histogram", help);
+    char series[96], v[24];
+    for (size_t i = 0; i < a->n_nodes; i++) {
+        uint64_t cum = 0;
+        snprintf(series, sizeof series, "%s_bucket", name);
+        for (uint32_t k = 0; k < SLUICE_HISTOGRAM_BUCKETS; k++) {
+            cum += hs[i].bucket[k];
+            metric_node(b, series, a->nodes[i].id);
+            sb_printf(b, ",le=\"%s\"} %" PRIu64 "\n",
+                      k + 1 < SLUICE_HISTOGRAM_BUCKETS ? fmt_seconds(v, sluice_histogram_bound(k))
+                                                       : "+Inf",
+                      cum);
+        }
+        snprintf(series, sizeof series, "%s_sum", name);
+        metric_node(b, series, a->nodes[i].id);
+        sb_printf(b, "} %s\n", fmt_seconds(v, hs[i].sum_ns));
+        snprintf(series, sizeof series, "%s_count", name);
+        metric_node(b, series, a->nodes[i].id);
+        sb_printf(b, "} %" PRIu64 "\n", hs[i].count);
+    }
+}
+
+/* The deadline rules' counters and the two latency histograms of every node. */
+static void metrics_deadlines(struct sbuf *b, struct sluice_admin *a,
+                              const struct sluice_discovery_status *sts,
+                              const struct sluice_pool_counts *pcs)
+{
+    char v[24];
+    metric_head(b, "sluice_admissions_refused_total", "counter",
+                "Runs refused at admission: capacity (active + waiting full) or predicted_late "
+                "(refuse_early: the predicted wait passes the deadline).");
+    for (size_t i = 0; i < a->n_nodes; i++) {
+        metric_node(b, "sluice_admissions_refused_total", a->nodes[i].id);
+        sb_printf(b, ",reason=\"capacity\"} %" PRIu64 "\n", pcs[i].refused_capacity);
+        metric_node(b, "sluice_admissions_refused_total", a->nodes[i].id);
+        sb_printf(b, ",reason=\"predicted_late\"} %" PRIu64 "\n", pcs[i].refused_early);
+    }
+    ADMIN_COUNTER(b, a, sts, "sluice_refused_late_total",
+                  "Calls not started: less of the deadline left than the expected service time.",
+                  fmt_u64(v, pc->refused_late));
+    ADMIN_COUNTER(b, a, sts, "sluice_timeouts_total",
+                  "Calls whose deadline passed while queued or, abandoned, mid-transfer.",
+                  fmt_u64(v, pc->timeouts));
+    ADMIN_COUNTER(b, a, sts, "sluice_cancels_total",
+                  "Calls whose token fired while queued or, abandoned, mid-transfer.",
+                  fmt_u64(v, pc->cancels));
+    ADMIN_COUNTER(b, a, sts, "sluice_overloads_total",
+                  "Calls the provider refused as over capacity (HTTP 429/503/529) or timed out.",
+                  fmt_u64(v, pc->calls_overload));
+    ADMIN_COUNTER(b, a, sts, "sluice_lingered_total",
+                  "Abandoned calls that kept their permit while the provider still ran them.",
+                  fmt_u64(v, pc->lingered));
+    ADMIN_GAUGE(b, a, sts, "sluice_lingering",
+                "Abandoned calls holding their permit now (counted in sluice_inflight).",
+                fmt_u64(v, pc->lingering));
+    ADMIN_GAUGE(b, a, sts, "sluice_expected_service_seconds",
+                "Expected service time: the low quantile of recent successful calls (0: unknown).",
+                fmt_seconds(v, pc->expected_ns));
+    struct sluice_histogram_counts *qw = mi_calloc(a->n_nodes ? a->n_nodes : 1, sizeof *qw);
+    struct sluice_histogram_counts *ct = mi_calloc(a->n_nodes ? a->n_nodes : 1, sizeof *ct);
+    if (!qw || !ct) {
+        b->oom = true;
+    } else {
+        for (size_t i = 0; i < a->n_nodes; i++)
+            sluice_pool_histograms(sluice_engine_pool(a->engine, a->nodes[i].id), &qw[i], &ct[i]);
+        metric_histogram(b, a, "sluice_queue_wait_seconds",
+                         "Time calls waited for a permit (and any Retry-After hold).", qw);
+        metric_histogram(b, a, "sluice_call_seconds",
+                         "Duration of calls that ended, start to end (abandoned ones excluded).", ct);
+    }
+    mi_free(qw);
+    mi_free(ct);
 }
 
 char *sluice_admin_metrics(struct sluice_admin *a)
@@ -391,6 +554,7 @@ char *sluice_admin_metrics(struct sluice_admin *a)
             sb_printf(&b, ",outcome=\"%s\"} %" PRIu64 "\n", outcome_names[o], by_outcome[o]);
         }
     }
+    metrics_deadlines(&b, a, sts, pcs);
     metric_head(&b, "sluice_state", "gauge", "Discovery state of the node: 1 for the current one.");
     static const enum sluice_discovery_state states[] = {
         SLUICE_DISCOVERY_PROBING, SLUICE_DISCOVERY_BACKOFF, SLUICE_DISCOVERY_LOCKED,

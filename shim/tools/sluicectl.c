@@ -371,17 +371,20 @@ static void format_time(int64_t epoch_s, char *buf, size_t size)
 }
 
 /* A table: rows of `cols` cells, printed with columns padded to their widest cell. */
+#define TABLE_COLS_MAX 12
+
 struct table {
     int cols, rows, cap;
-    char *(*cells)[8]; /* `cap` rows of (at most 8) cells, grown as rows arrive */
-    bool lost;         /* a row was dropped for want of memory */
+    char *(*cells)[TABLE_COLS_MAX]; /* `cap` rows of (at most TABLE_COLS_MAX) cells, grown as
+                                       rows arrive */
+    bool lost;                      /* a row was dropped for want of memory */
 };
 
 static void table_add(struct table *t, const char *const *row)
 {
     if (t->rows == t->cap) {
         int cap = t->cap ? t->cap * 2 : 64;
-        char *(*cells)[8] = realloc(t->cells, (size_t)cap * sizeof *cells);
+        char *(*cells)[TABLE_COLS_MAX] = realloc(t->cells, (size_t)cap * sizeof *cells);
         if (!cells) {
             t->lost = true;
             return;
@@ -407,7 +410,7 @@ static void table_free(struct table *t)
 /* Print and free the rows; EXIT_FAIL (after saying so) when a row could not be kept. */
 static int table_print(struct table *t)
 {
-    int width[8] = {0};
+    int width[TABLE_COLS_MAX] = {0};
     for (int r = 0; r < t->rows; r++)
         for (int c = 0; c < t->cols; c++) {
             int w = display_width(t->cells[r][c] ? t->cells[r][c] : "?");
@@ -633,6 +636,23 @@ static int status_from_file(const struct opts *o)
     return rc;
 }
 
+/* The deadline figures of one admin node (see the admin's node JSON): rates, queue wait, lingering. */
+static void status_figures(json_t *n, char fig[6][24])
+{
+    static const char *const rates[] = {"request_rate", "overload_rate", "timeout_rate"};
+    for (int k = 0; k < 3; k++)
+        snprintf(fig[k], 24, "%.1f", json_number_value(json_object_get(n, rates[k])));
+    static const char *const waits[] = {"queue_wait_p50_ms", "queue_wait_p99_ms"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(n, waits[k]);
+        if (json_is_number(v))
+            snprintf(fig[3 + k], 24, "%.0f ms", json_number_value(v));
+        else
+            snprintf(fig[3 + k], 24, "-");
+    }
+    snprintf(fig[5], 24, "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(n, "lingering")));
+}
+
 static int status_from_admin(const struct opts *o)
 {
     json_t *s = admin_json("GET", o->admin, "/compute/concurrency", NULL);
@@ -649,8 +669,10 @@ static int status_from_admin(const struct opts *o)
         return EXIT_OK;
     }
     struct table *t = calloc(1, sizeof *t);
-    t->cols = 5;
-    const char *head[] = {"STATUS", "STATE", "CEILING", "LOCK LEFT", "WAITING"};
+    t->cols = 11;
+    const char *head[] = {"STATUS",    "STATE",     "CEILING",   "LOCK LEFT",
+                          "WAITING",   "REQ/S",     "429/S",     "TIMEOUTS/S",
+                          "QUEUE P50", "QUEUE P99", "LINGERING"};
     table_add(t, head);
     size_t i;
     json_t *n;
@@ -668,7 +690,10 @@ static int status_from_admin(const struct opts *o)
         snprintf(waiting, sizeof waiting, "%" JSON_INTEGER_FORMAT,
                  json_integer_value(json_object_get(n, "waiting")));
         const char *line = json_string_value(json_object_get(n, "status_line"));
-        const char *row[] = {line ? line : "?", st, ceiling, left, waiting};
+        char fig[6][24];
+        status_figures(n, fig);
+        const char *row[] = {line ? line : "?", st,     ceiling, left,   waiting, fig[0],
+                             fig[1],            fig[2], fig[3],  fig[4], fig[5]};
         table_add(t, row);
     }
     int rc = table_print(t);

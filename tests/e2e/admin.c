@@ -495,8 +495,15 @@ static int prom_check(const char *text)
         size_t nl = strcspn(line, "{ ");
         cr_assert(metric_name_ok(line, nl), "line %d: bad metric name: %s", lineno, line);
         bool typed = false;
-        for (int i = 0; i < n_fam; i++)
-            typed |= strlen(fam[i].name) == nl && !strncmp(fam[i].name, line, nl);
+        for (int i = 0; i < n_fam; i++) {
+            size_t fl = strlen(fam[i].name);
+            typed |= fl == nl && !strncmp(fam[i].name, line, nl);
+            /* A histogram's samples are its _bucket (with le), _sum and _count series. */
+            if (!strcmp(fam[i].type, "histogram") && nl > fl && !strncmp(fam[i].name, line, fl))
+                typed |= (nl - fl == 7 && !strncmp(line + fl, "_bucket", 7)) ||
+                         (nl - fl == 4 && !strncmp(line + fl, "_sum", 4)) ||
+                         (nl - fl == 6 && !strncmp(line + fl, "_count", 6));
+        }
         cr_assert(typed, "line %d: sample before its TYPE: %s", lineno, line);
         const char *q = line + nl;
         if (*q == '{') {
@@ -585,6 +592,67 @@ ADMIN_TEST(metrics_parse_as_prometheus_text_with_node_labels)
     cr_expect_eq(prom_value(r.body, "sluice_requests_total{node=\"cloud:default_ollama\",outcome=\"overload\"}"),
                  1, "every ended call is counted by its outcome");
     reply_free(&r);
+}
+
+ADMIN_TEST(metrics_and_status_show_the_deadline_counters_histograms_and_lingering_calls)
+{
+    fixture_start(&fx, NULL, NULL);
+    struct sluice_pool *pool = sluice_engine_pool(fx.engine, "local:gpu");
+    for (int i = 0; i < 20; i++) { /* 20 calls of about a second: the estimate knows them */
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(pool, NULL, NULL, &call), SLUICE_OK);
+        call.start_ns -= SLUICE_NS_PER_SEC;
+        sluice_pool_call_end(pool, &call, i < 3 ? SLUICE_OUTCOME_OVERLOAD : SLUICE_OUTCOME_OK, 0);
+    }
+    struct timespec past = {0, 0};
+    struct sluice_call late, gone;
+    cr_assert_eq(sluice_pool_call_begin(pool, &past, NULL, &late), SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_call_begin(pool, NULL, NULL, &gone), SLUICE_OK);
+    sluice_pool_call_abandon(pool, &gone, SLUICE_ECANCELED); /* lingers about a second */
+    int admitted = 0;
+    while (sluice_pool_admit(pool) == SLUICE_OK)
+        admitted++;
+    struct reply r = http("GET", fx.base, "/metrics", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    prom_check(r.body);
+    const char *t = r.body;
+    cr_expect_eq(prom_value(t, "sluice_call_seconds_count{node=\"local:gpu\"}"), 20);
+    cr_expect_eq(prom_value(t, "sluice_call_seconds_bucket{node=\"local:gpu\",le=\"0.5\"}"), 0);
+    cr_expect_eq(prom_value(t, "sluice_call_seconds_bucket{node=\"local:gpu\",le=\"+Inf\"}"), 20);
+    cr_expect_eq(prom_value(t, "sluice_queue_wait_seconds_count{node=\"local:gpu\"}"), 21);
+    cr_expect_eq(prom_value(t, "sluice_timeouts_total{node=\"local:gpu\"}"), 1,
+                 "a call whose deadline passed before it started timed out");
+    cr_expect_eq(prom_value(t, "sluice_cancels_total{node=\"local:gpu\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_overloads_total{node=\"local:gpu\"}"), 3);
+    cr_expect_eq(prom_value(t, "sluice_lingering{node=\"local:gpu\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_lingered_total{node=\"local:gpu\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_inflight{node=\"local:gpu\"}"), 1, "a lingering call is in flight");
+    cr_expect_eq(prom_value(t, "sluice_admissions_refused_total{node=\"local:gpu\",reason=\"capacity\"}"), 1);
+    cr_expect(prom_value(t, "sluice_expected_service_seconds{node=\"local:gpu\"}") >= 1.0);
+    reply_free(&r);
+    r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    json_t *root = json_loads(r.body, 0, NULL);
+    cr_assert_not_null(root);
+    json_t *nodes = json_object_get(root, "nodes"), *gpu = NULL, *n;
+    size_t i;
+    json_array_foreach(nodes, i, n)
+        if (!strcmp(json_string_value(json_object_get(n, "node")), "local:gpu"))
+            gpu = n;
+    cr_assert_not_null(gpu);
+    cr_expect_eq(json_integer_value(json_object_get(gpu, "lingering")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(gpu, "overloads_total")), 3);
+    cr_expect_eq(json_integer_value(json_object_get(gpu, "refused_capacity_total")), 1);
+    cr_expect(json_is_number(json_object_get(gpu, "request_rate")));
+    /* Over the last RECENT_S s of samples: null when the sampler's last tick already saw
+     * every wait above (no wait since), else the 0 ms waits. */
+    for (int k = 0; k < 2; k++) {
+        json_t *q = json_object_get(gpu, k ? "queue_wait_p99_ms" : "queue_wait_p50_ms");
+        cr_expect(q && (json_is_null(q) || (json_is_number(q) && json_number_value(q) <= 1.0)));
+    }
+    json_decref(root);
+    reply_free(&r);
+    while (admitted--)
+        sluice_pool_leave(pool);
 }
 
 /* ---- the event stream --------------------------------------------------------- */

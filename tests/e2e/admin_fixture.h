@@ -81,7 +81,8 @@ static inline struct sluice_engine *fixture_engine(const struct sluice_store_ops
     return e;
 }
 
-/* One overload on `node`: its limit is cut and it backs off. */
+/* One overload on `node`, refused with one call in flight: its limit is cut to 1
+ * (the evidence says one was too many) and it backs off. */
 static inline void fixture_backoff(struct sluice_engine *e, const char *node)
 {
     struct sluice_pool *p = sluice_engine_pool(e, node);

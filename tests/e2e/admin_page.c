@@ -205,7 +205,7 @@ PAGE_TEST(chromium_renders_status_lines_glyphs_events_and_clear_buttons)
                            "<svg class=\"glyph g-(probing|locked|backoff)\""),
               "live node's status line missing");
     cr_expect(strstr(dom, "<span class=\"line\">cloud:together 0/32 " GLYPH_SVG("locked")) != NULL);
-    cr_expect(strstr(dom, "<span class=\"line\">cloud:openrouter-byok 0/4 " GLYPH_SVG("backoff")) != NULL);
+    cr_expect(strstr(dom, "<span class=\"line\">cloud:openrouter-byok 0/1 " GLYPH_SVG("backoff")) != NULL);
     cr_expect(strstr(dom, "<span class=\"line\">cloud:groq 0/5 " GLYPH_SVG("probing")) != NULL);
     cr_expect(strstr(dom, "<span class=\"line\">local:gpu 0/4</span>") != NULL);
     const char *body = strstr(dom, "<body");
@@ -226,6 +226,20 @@ PAGE_TEST(chromium_renders_status_lines_glyphs_events_and_clear_buttons)
     cr_expect(strstr(locked, "<li class=\"ev ev-restore\"") != NULL, "restore event: %s", locked);
     cr_expect(strstr(locked, "lock expires in") != NULL);
     cr_expect(matches(locked, "<path class=\"limit\""), "the chart drew the limit");
+
+    /* The deadline figures: rates, queue wait percentiles, lingering; clears marked. */
+    cr_expect(matches(live, "data-k=\"request_rate\">[0-9]+\\.[0-9]/s<"), "request rate: %.3000s", live);
+    cr_expect(!matches(live, "data-k=\"request_rate\">0\\.0/s<"), "live traffic shows a rate");
+    cr_expect(matches(live, "data-k=\"overload_rate\">[0-9]+\\.[0-9]/s<"), "429 rate");
+    cr_expect(matches(live, "data-k=\"timeout_rate\">[0-9]+\\.[0-9]/s<"), "timeout rate");
+    cr_expect(matches(live, "data-k=\"queue_wait_p50\">([0-9.]+ ms|–)<"), "queue wait p50");
+    cr_expect(matches(live, "data-k=\"queue_wait_p99\">([0-9.]+ ms|–)<"), "queue wait p99");
+    cr_expect(matches(live, "data-k=\"lingering\">[0-9]+<"), "lingering calls");
+    char *groq = card(dom, "cloud:groq");
+    cr_expect(strstr(groq, "class=\"clear-mark\"") != NULL, "the clear is marked on the chart: %.3000s",
+              groq);
+    cr_expect(strstr(live, "class=\"clear-mark\"") == NULL, "no clear on the live node");
+    free(groq);
 
     /* Clear buttons on adaptive nodes only; the page is polling. */
     char *cleared = card(dom, "cloud:groq");

@@ -167,6 +167,11 @@ SLUICECTL_TEST(status_from_a_live_process_shows_every_nodes_status_line)
     cr_expect(strstr(r->out, "cloud:default_ollama 0/5 📈") != NULL, "%s", r->out);
     cr_expect(strstr(r->out, "cloud:rainy ") && strstr(r->out, "🌧️ backoff"), "%s", r->out);
     cr_expect(strstr(r->out, "local:gpu 0/4") != NULL, "%s", r->out);
+    /* The deadline figures: rates, queue wait percentiles, lingering calls. */
+    cr_expect(strstr(r->out, "REQ/S") && strstr(r->out, "429/S") && strstr(r->out, "TIMEOUTS/S") &&
+                  strstr(r->out, "QUEUE P50") && strstr(r->out, "QUEUE P99") &&
+                  strstr(r->out, "LINGERING"),
+              "%s", r->out);
     free(r);
     r = CTL("status", "--admin", fx.base, "--json");
     cr_assert_eq(r->exit_code, 0);
