@@ -14,6 +14,7 @@ set(SLUICE_DEBIAN_PACKAGES
   libmimalloc-dev       # shim: allocator
   libhiredis-dev        # shim: the Redis fleet (shared cap, leader lease, fleet permits)
   redis-server          # tests: the fleet's tests start their own server on loopback
+  haproxy               # tests: a real queue-then-refuse gateway (maxconn + timeout queue) on loopback
 )
 # The fuzz preset builds libFuzzer targets: clang, and its fuzzer runtime,
 # which Debian 12 ships only as a Recommends of clang.
