@@ -87,7 +87,10 @@
  * after the current callback returns, before the outermost call does. So
  * no callback ever runs inside another, stack depth stays constant whatever
  * the queue length, and no outcome is left behind when the outermost call
- * returns. The one rule: the list is one symbol (sluice__gate_pending, a
+ * returns. An async node that stands for a blocked caller (the pool's
+ * waiters when permits linger) is not queued there: its callback only
+ * wakes that thread, so it runs as soon as it is decided, like a sync
+ * waiter's wake. The one rule: the list is one symbol (sluice__gate_pending, a
  * weak definition with default visibility), so a module that hides it from
  * the dynamic linker — a shared library linked with -Bsymbolic or a version
  * script that makes it local, a library dlopen'ed into a program that does
@@ -113,6 +116,7 @@ struct sluice_gate_node {
      * `next` chains the node in a grant batch or the thread's trampoline. */
     struct sluice_gate_node *next, *prev;
     bool queued;                      /* guarded by the gate's lock */
+    bool wake;                        /* async, but its callback only wakes a blocked thread */
     _Atomic(uint32_t) state;          /* SLUICE__NODE_*; sync: the futex word; async: the verdict */
     struct sluice_gate_waiter *async; /* NULL for a sync waiter */
 };
@@ -319,10 +323,25 @@ extern SLUICE_THREAD_LOCAL struct sluice__gate_trampoline sluice__gate_pending;
 __attribute__((weak, visibility("default"))) SLUICE_THREAD_LOCAL
     struct sluice__gate_trampoline sluice__gate_pending;
 
-/* Queue an async node's verdict for its callback. */
+/* The status an async callback gets for a verdict. */
+SLUICE_INLINE int sluice__gate_status(uint32_t verdict)
+{
+    return verdict == SLUICE__NODE_GRANTED  ? (int)SLUICE_OK
+           : verdict == SLUICE__NODE_CLOSED ? (int)SLUICE_ECLOSED
+                                            : (int)SLUICE_ECANCELED;
+}
+
+/* Queue an async node's verdict for its callback (a wake node's runs now). */
 SLUICE_INLINE void sluice__gate_defer(struct sluice_gate_node *n, uint32_t verdict)
 {
     struct sluice__gate_trampoline *t = &sluice__gate_pending;
+    if (n->wake) {
+        /* A blocked caller behind an async node (a pool with lingering
+         * permits): woken now, like a sync waiter, never behind callbacks. */
+        struct sluice_gate_waiter *w = n->async;
+        w->cb(w, sluice__gate_status(verdict));
+        return;
+    }
     atomic_store_explicit(&n->state, verdict, SLUICE_RELAXED);
     n->next = NULL;
     if (t->tail)
@@ -350,10 +369,7 @@ SLUICE_INLINE void sluice__gate_run_callbacks(void)
         if (!t->head)
             t->tail = NULL;
         struct sluice_gate_waiter *w = n->async;
-        uint32_t verdict = atomic_load_explicit(&n->state, SLUICE_RELAXED);
-        int status = verdict == SLUICE__NODE_GRANTED  ? (int)SLUICE_OK
-                     : verdict == SLUICE__NODE_CLOSED ? (int)SLUICE_ECLOSED
-                                                      : (int)SLUICE_ECANCELED;
+        int status = sluice__gate_status(atomic_load_explicit(&n->state, SLUICE_RELAXED));
         w->cb(w, status); /* last touch: the record is the owner's again */
     }
     t->running = false;
@@ -450,6 +466,7 @@ SLUICE_INLINE void sluice__gate_node_init(struct sluice_gate_node *n,
 {
     n->next = n->prev = NULL;
     n->queued = false;
+    n->wake = false;
     n->async = async;
     atomic_store_explicit(&n->state, SLUICE__NODE_WAITING, SLUICE_RELAXED);
 }
@@ -633,15 +650,14 @@ SLUICE_INLINE int sluice_gate_tryacquire(struct sluice_gate *g)
     return sluice__gate_take_fast(g) ? SLUICE_OK : SLUICE_EAGAIN;
 }
 
-/*
- * Queue `w` for a permit; w->cb runs exactly once (see the header comment
- * for its thread). `w` must stay valid until then; its sluice__node may hold
- * anything beforehand (a reused record): the gate initialises it first.
- */
-SLUICE_INLINE void sluice_gate_acquire_async(struct sluice_gate *g, struct sluice_gate_waiter *w)
+/* acquire_async; `wake`: w->cb only wakes a blocked thread, so it runs
+ * when decided, before any queued callback (never nested in one's place). */
+SLUICE_INLINE void sluice__gate_acquire_async(struct sluice_gate *g, struct sluice_gate_waiter *w,
+                                              bool wake)
 {
     struct sluice_gate_node *n = &w->sluice__node;
     sluice__gate_node_init(n, w);
+    n->wake = wake;
     int status;
     if (atomic_load_explicit(&g->closed, SLUICE_RELAXED))
         status = SLUICE_ECLOSED;
@@ -653,6 +669,16 @@ SLUICE_INLINE void sluice_gate_acquire_async(struct sluice_gate *g, struct sluic
         return;
     sluice__gate_defer(n, status == SLUICE_OK ? SLUICE__NODE_GRANTED : SLUICE__NODE_CLOSED);
     sluice__gate_run_callbacks();
+}
+
+/*
+ * Queue `w` for a permit; w->cb runs exactly once (see the header comment
+ * for its thread). `w` must stay valid until then; its sluice__node may hold
+ * anything beforehand (a reused record): the gate initialises it first.
+ */
+SLUICE_INLINE void sluice_gate_acquire_async(struct sluice_gate *g, struct sluice_gate_waiter *w)
+{
+    sluice__gate_acquire_async(g, w, false);
 }
 
 /*

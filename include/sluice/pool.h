@@ -998,7 +998,7 @@ SLUICE_INLINE int sluice__pool_watch(struct sluice_pool *p, const struct timespe
     w.hook.fn = sluice__pool_watch_on_cancel;
     sluice__pool_watch_link(p, &w, true);
     bool hooked = cancel && sluice_cancel_register(cancel, &w.hook);
-    sluice_gate_acquire_async(&p->gate, &w.gw);
+    sluice__gate_acquire_async(&p->gate, &w.gw, true); /* woken first, like a sync waiter */
     int status;
     for (;;) {
         uint32_t epoch = atomic_load_explicit(&p->linger_epoch, SLUICE_SEQ_CST);
