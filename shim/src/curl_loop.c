@@ -74,8 +74,11 @@ enum sluice__stage {
 
 struct sluice__rec {
     /* Written by the submitter that owns the record, read by the loop after the
-     * inbox hand-off (the ring's release/acquire orders them). */
+     * inbox hand-off (the ring's release/acquire orders them). req.deadline points
+     * at `deadline` (the value at submit) and req.backend at the engine's copy of the
+     * ID: the caller's own timespec and string may be gone once submit returns. */
     struct sluice_curl_request req;
+    struct timespec deadline;
     struct sluice_pool *pool;
     uint32_t pool_index; /* into loop->pools */
     uint64_t id;
@@ -861,6 +864,11 @@ int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_c
     }
     rec = (struct sluice__rec *)item;
     rec->req = *req;
+    rec->req.backend = b->id;
+    if (req->deadline) {
+        rec->deadline = *req->deadline;
+        rec->req.deadline = &rec->deadline;
+    }
     rec->pool = b->pool;
     rec->pool_index = b == &loop->engine->endpoint_only ? (uint32_t)(loop->n_pools - 1)
                                                         : (uint32_t)(b - loop->engine->backends);

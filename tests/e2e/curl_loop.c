@@ -474,6 +474,49 @@ LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
     sluice_engine_destroy(e);
 }
 
+/* The loop reads a request's deadline long after submit returned (at the permit, when the
+ * transfer ends): it must be the value at submit, whatever becomes of the caller's timespec. */
+LOOP_TEST(a_deadline_is_the_value_at_submit_whatever_becomes_of_the_callers_timespec)
+{
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "800",    "--sigma", "0",     NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    struct req reused, freed;
+    req_init(&reused, &t);
+    req_init(&freed, &t);
+    /* One timespec the submitter reuses at once (a later deadline), one it frees (ASan). */
+    struct timespec on_stack;
+    struct sluice_curl_request r1 = req_of(&reused, false);
+    r1.deadline = sluice_deadline_in(&on_stack, 150 * SLUICE_NS_PER_MS);
+    cr_assert_eq(sluice_curl_loop_submit(loop, &r1, NULL), SLUICE_OK);
+    sluice_deadline_in(&on_stack, 60 * SLUICE_NS_PER_SEC);
+    struct timespec *on_heap = malloc(sizeof *on_heap);
+    cr_assert_not_null(on_heap);
+    struct sluice_curl_request r2 = req_of(&freed, false);
+    r2.deadline = sluice_deadline_in(on_heap, 150 * SLUICE_NS_PER_MS);
+    cr_assert_eq(sluice_curl_loop_submit(loop, &r2, NULL), SLUICE_OK);
+    free(on_heap);
+    wait_done(&t, 2, 5000);
+    struct req *both[] = {&reused, &freed};
+    for (int i = 0; i < 2; i++) {
+        /* The simulator answers after 800 ms: only the 150 ms deadline ends it early. */
+        cr_assert_eq(both[i]->r.status, SLUICE_ETIMEDOUT, "request %d: %s", i,
+                     sluice_status_name(both[i]->r.status));
+        cr_assert_eq(both[i]->r.kind, SLUICE_CURL_ABORTED, "request %d: %s", i,
+                     sluice_curl_kind_name(both[i]->r.kind));
+        cr_assert(both[i]->r.transferred, "request %d never started", i);
+    }
+    fx_assert_idle(e);
+    sluice_curl_loop_destroy(loop);
+    curl_easy_cleanup(reused.easy);
+    curl_easy_cleanup(freed.easy);
+    sluice_engine_destroy(e);
+}
+
 LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 {
     const char *args[] = {"--mode",  "reject", "--cap",         "1", "--median-ms",        "400",

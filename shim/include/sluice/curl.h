@@ -199,7 +199,8 @@ enum sluice_curl_kind sluice_curl_classify(const struct sluice_curl_response *re
 
 /* ---- the blocking call ------------------------------------------------------- */
 
-/* Everything a call takes besides the engine; zero = default throughout. */
+/* Everything a call takes besides the engine; zero = default throughout. Read during the
+ * call only: nothing it points at is kept once the call returns. */
 struct sluice_curl_call {
     const char *backend;             /* backend ID (default: NULL = endpoint-only, unlimited) */
     CURL *easy;                      /* the request, fully set up (required) */
@@ -269,14 +270,24 @@ struct sluice_curl_loop;
 typedef void (*sluice_curl_done_fn)(const struct sluice_curl_result *result, CURL *easy,
                                     void *data);
 
+/*
+ * A submission. Lifetimes: submit copies the struct, the deadline's value
+ * and nothing else it points at; what the loop keeps a pointer to past
+ * submit is marked "kept" below.
+ */
 struct sluice_curl_request {
-    const char *backend;             /* backend ID (default: NULL = endpoint-only, unlimited) */
-    CURL *easy;                      /* required; the loop's until `done` runs */
-    const struct timespec *deadline; /* whole call, as for sluice_curl_perform (default: none) */
-    struct sluice_cancel *cancel;    /* cancels at any stage; must outlive the request
-                                        (default: none) */
+    const char *backend;             /* backend ID, read during submit only (default: NULL =
+                                        endpoint-only, unlimited) */
+    CURL *easy;                      /* required; kept: the loop's until `done` runs, and
+                                        everything the handle points at (URL, headers, body,
+                                        the write callback's data) must live that long */
+    const struct timespec *deadline; /* whole call, as for sluice_curl_perform; its value is
+                                        copied at submit, so the timespec may be reused or
+                                        freed once submit returns (default: none) */
+    struct sluice_cancel *cancel;    /* cancels at any stage; kept: must outlive the request
+                                        (until `done` has returned) (default: none) */
     sluice_curl_done_fn done;        /* required */
-    void *data;                      /* passed to done */
+    void *data;                      /* passed to done; kept as an opaque value, never read */
     int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
 };
 
