@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <mimalloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,14 +55,15 @@ static size_t sluice__chat_body(char *data, size_t size, size_t n, void *ctx)
 {
     struct sluice_chat *c = (struct sluice_chat *)ctx;
     size_t bytes = size * n;
-    size_t keep = bytes;
-    if (c->body_len + keep > SLUICE_CHAT_REPLY_MAX) {
-        keep = SLUICE_CHAT_REPLY_MAX - c->body_len;
+    if (bytes > SLUICE_CHAT_REPLY_MAX - c->body_len) {
+        /* Past the cap nothing more is kept, so nothing more is read: a short count makes
+         * curl end the transfer (CURLE_WRITE_ERROR) instead of draining an endless body. */
         c->body_truncated = true;
+        return 0;
     }
-    if (c->body_len + keep + 1 > c->body_cap) {
+    if (c->body_len + bytes + 1 > c->body_cap) {
         size_t cap = c->body_cap ? c->body_cap : 4096;
-        while (cap < c->body_len + keep + 1)
+        while (cap < c->body_len + bytes + 1)
             cap *= 2;
         char *grown = mi_realloc(c->body, cap);
         if (!grown)
@@ -69,8 +71,8 @@ static size_t sluice__chat_body(char *data, size_t size, size_t n, void *ctx)
         c->body = grown;
         c->body_cap = cap;
     }
-    memcpy(c->body + c->body_len, data, keep);
-    c->body_len += keep;
+    memcpy(c->body + c->body_len, data, bytes);
+    c->body_len += bytes;
     c->body[c->body_len] = '\0';
     return bytes;
 }
@@ -165,6 +167,9 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
     curl_easy_setopt(c->easy, CURLOPT_WRITEDATA, c);
     curl_easy_setopt(c->easy, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->easy, CURLOPT_ACCEPT_ENCODING, "");
+    /* A Content-Length above the cap is refused before its body (CURLE_FILESIZE_EXCEEDED);
+     * an unknown length (chunked, compressed) is cut in sluice__chat_body. */
+    curl_easy_setopt(c->easy, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)SLUICE_CHAT_REPLY_MAX);
     *out = c;
     return SLUICE_OK;
 }
@@ -256,9 +261,16 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     gen->outcome = c->result.outcome;
     gen->retry_after_ns =
         c->result.outcome == SLUICE_OUTCOME_OVERLOAD ? c->result.retry_after_ns : 0;
+    if (c->body_truncated || c->result.curl_code == CURLE_FILESIZE_EXCEEDED) {
+        snprintf(c->result.error, sizeof c->result.error,
+                 "the response body passed SLUICE_CHAT_REPLY_MAX (%u bytes); the transfer was "
+                 "ended (ask the provider for a shorter reply, e.g. max_tokens)",
+                 SLUICE_CHAT_REPLY_MAX);
+        return SLUICE_EIO;
+    }
     if (status != SLUICE_OK)
         return status;
-    if (c->result.kind != SLUICE_CURL_SUCCESS || c->body_truncated)
+    if (c->result.kind != SLUICE_CURL_SUCCESS)
         return SLUICE_EIO;
     return sluice__chat_parse(c);
 }

@@ -33,6 +33,10 @@
  * (SLUICE_EIO, SLUICE_ETIMEDOUT, SLUICE_ECANCELED, SLUICE_ENOMEM), SLUICE_EIO
  * for a non-2xx answer or a 2xx body without choices[0].message.content
  * (sluice_chat_result says which), SLUICE_EINVAL when there is no URL.
+ * A response body longer than SLUICE_CHAT_REPLY_MAX ends the transfer as
+ * soon as it passes the cap (a Content-Length above it before the body is
+ * read), with SLUICE_EIO, sample IGNORE, and sluice_chat_result's `error`
+ * saying so: an endless body never holds the run's permit.
  *
  * The API key: from the description, else the environment variable
  * SLUICE_API_KEY, else OPENROUTER_API_KEY; sent only as the Authorization
@@ -54,7 +58,7 @@ extern "C" {
 
 #define SLUICE_CHAT_API_KEY_ENV "SLUICE_API_KEY"
 #define SLUICE_CHAT_API_KEY_ENV_OPENROUTER "OPENROUTER_API_KEY"
-#define SLUICE_CHAT_REPLY_MAX (16u << 20) /* bytes of response body kept */
+#define SLUICE_CHAT_REPLY_MAX (16u << 20) /* bytes of response body read, at most */
 
 struct sluice_chat;
 

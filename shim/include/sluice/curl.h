@@ -170,6 +170,9 @@ struct sluice_curl_response {
                                    SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS) */
 };
 
+/* Bytes of sluice_curl_result.error, NUL included (a longer message is cut). */
+#define SLUICE_CURL_ERROR_MAX 160
+
 /* What a call returned; the same struct for the blocking call and the loop. */
 struct sluice_curl_result {
     int status;                  /* what the call returned (see sluice_curl_perform) */
@@ -185,6 +188,10 @@ struct sluice_curl_result {
     int64_t queued_ns;           /* admission to permit, Retry-After hold included */
     uint32_t in_flight_at_start; /* calls in flight on the backend once this one started */
     bool transferred;            /* the transfer was started (a permit was used) */
+    char error[SLUICE_CURL_ERROR_MAX]; /* when sluice itself refused or ended the call
+                                          (an argument's SLUICE_EINVAL, the chat client's
+                                          reply cap): why, naming what to fix; "" otherwise
+                                          (libcurl's own failures are in curl_code) */
 };
 
 /*
