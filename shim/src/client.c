@@ -3,14 +3,13 @@
  *
  * Request bodies are built and replies parsed with jansson; the conversation
  * is a jansson array that grows by two messages per repair. The response
- * body, the reply and every copied string live in mimalloc memory.
+ * body, the reply and every copied string come from malloc.
  */
 #include <sluice/client.h>
 
 #include "curl_internal.h"
 
 #include <jansson.h>
-#include <mimalloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +34,7 @@ struct sluice_chat {
 
 static char *sluice__dup(const char *s)
 {
-    return s ? mi_strdup(s) : NULL;
+    return s ? strdup(s) : NULL;
 }
 
 /* Overwrite a secret before its memory goes back. */
@@ -65,7 +64,7 @@ static size_t sluice__chat_body(char *data, size_t size, size_t n, void *ctx)
         size_t cap = c->body_cap ? c->body_cap : 4096;
         while (cap < c->body_len + bytes + 1)
             cap *= 2;
-        char *grown = mi_realloc(c->body, cap);
+        char *grown = realloc(c->body, cap);
         if (!grown)
             return 0; /* curl fails the transfer with CURLE_WRITE_ERROR */
         c->body = grown;
@@ -88,14 +87,14 @@ void sluice_chat_destroy(struct sluice_chat *c)
         curl_easy_cleanup(c->easy);
     sluice__wipe(c->api_key);
     json_decref(c->messages);
-    mi_free(c->base_url);
-    mi_free(c->model);
-    mi_free(c->api_key);
-    mi_free(c->repair_prompt);
-    mi_free(c->next_repair);
-    mi_free(c->body);
-    mi_free(c->reply);
-    mi_free(c);
+    free(c->base_url);
+    free(c->model);
+    free(c->api_key);
+    free(c->repair_prompt);
+    free(c->next_repair);
+    free(c->body);
+    free(c->reply);
+    free(c);
 }
 
 /* The Authorization and Content-Type headers; the key's copies are wiped on the way. */
@@ -104,14 +103,14 @@ static struct curl_slist *sluice__chat_headers(const char *api_key)
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     if (h && api_key && *api_key) {
         size_t n = strlen("Authorization: Bearer ") + strlen(api_key) + 1;
-        char *line = mi_malloc(n);
+        char *line = malloc(n);
         struct curl_slist *more = NULL;
         if (line) {
             strcpy(line, "Authorization: Bearer ");
             strcat(line, api_key);
             more = curl_slist_append(h, line);
             explicit_bzero(line, n);
-            mi_free(line);
+            free(line);
         }
         if (!more) {
             for (struct curl_slist *p = h; p; p = p->next)
@@ -129,7 +128,7 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
     *out = NULL;
     if (!d || !d->model || !d->prompt)
         return SLUICE_EINVAL;
-    struct sluice_chat *c = mi_zalloc(sizeof *c);
+    struct sluice_chat *c = calloc(1, sizeof *c);
     if (!c)
         return SLUICE_ENOMEM;
     const char *key = d->api_key;
@@ -177,9 +176,9 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
 int sluice_chat_set_repair(struct sluice_chat *c, const char *message)
 {
     char *copy = NULL;
-    if (message && !(copy = mi_strdup(message)))
+    if (message && !(copy = strdup(message)))
         return SLUICE_ENOMEM;
-    mi_free(c->next_repair);
+    free(c->next_repair);
     c->next_repair = copy;
     return SLUICE_OK;
 }
@@ -201,7 +200,7 @@ static int sluice__chat_extend(struct sluice_chat *c)
     if (status == SLUICE_OK)
         status = sluice__chat_add(c->messages, "user",
                                   c->next_repair ? c->next_repair : c->repair_prompt);
-    mi_free(c->next_repair);
+    free(c->next_repair);
     c->next_repair = NULL;
     return status;
 }
@@ -214,8 +213,8 @@ static int sluice__chat_parse(struct sluice_chat *c)
         json_object_get(json_array_get(json_object_get(root, "choices"), 0), "message"), "content");
     int status = SLUICE_EIO;
     if (json_is_string(content)) {
-        mi_free(c->reply);
-        c->reply = mi_strndup(json_string_value(content), json_string_length(content));
+        free(c->reply);
+        c->reply = strndup(json_string_value(content), json_string_length(content));
         status = c->reply ? SLUICE_OK : SLUICE_ENOMEM;
     }
     json_decref(root);
@@ -234,14 +233,14 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     while (base_len && base[base_len - 1] == '/')
         base_len--;
     static const char path[] = "/chat/completions";
-    char *url = mi_malloc(base_len + sizeof path);
+    char *url = malloc(base_len + sizeof path);
     json_t *req = json_pack("{s:s, s:O}", "model", c->model, "messages", c->messages);
     if (req && c->max_tokens > 0)
         json_object_set_new(req, "max_tokens", json_integer(c->max_tokens));
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     if (!url || !body) {
-        mi_free(url);
+        free(url);
         free(body);
         return SLUICE_ENOMEM;
     }
@@ -249,7 +248,7 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     memcpy(url + base_len, path, sizeof path);
     curl_easy_setopt(c->easy, CURLOPT_URL, url);
     curl_easy_setopt(c->easy, CURLOPT_COPYPOSTFIELDS, body);
-    mi_free(url);
+    free(url);
     free(body);
     c->body_len = 0;
     c->body_truncated = false;

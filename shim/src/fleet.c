@@ -4,11 +4,11 @@
  * agent thread. The Lua scripts, the hiredis connection and the leader's
  * store are in fleet_redis.c; the fleet's struct is in fleet_internal.h.
  */
+#include "alloc_internal.h"
 #include "fleet_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <mimalloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -576,12 +576,12 @@ int sluice_fleet_create(const struct sluice_fleet_desc *desc, struct sluice_flee
     *out = NULL;
     if (desc && desc->error && desc->error_size)
         desc->error[0] = '\0';
-    struct sluice_fleet *f = mi_zalloc_aligned(sizeof *f, SLUICE_CACHELINE);
+    struct sluice_fleet *f = sluice__zalloc_aligned(sizeof *f, SLUICE_CACHELINE);
     if (!f)
         return SLUICE_ENOMEM;
     int status = fleet_configure(f, desc);
     if (status != SLUICE_OK) {
-        mi_free(f);
+        free(f);
         return status;
     }
     sluice_spinlock_init(&f->report_lock);
@@ -705,5 +705,5 @@ void sluice_fleet_destroy(struct sluice_fleet *f)
     sluice__fleet_disconnect(f);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
-    mi_free(f);
+    free(f);
 }

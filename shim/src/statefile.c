@@ -21,7 +21,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <mimalloc.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -36,7 +35,7 @@
 #include <sluice/sluice.h>
 
 struct sluice_statefile {
-    char *path, *lock_path, *dir; /* mimalloc */
+    char *path, *lock_path, *dir; /* malloc */
     struct sluice_clock wall;
     bool has_wall;
     uint32_t lock_wait_ms;
@@ -61,7 +60,7 @@ static int sf_fail(struct sluice_statefile *f, int status, const char *fmt, ...)
 static char *sf_strdup(const char *s)
 {
     size_t n = strlen(s) + 1;
-    char *d = mi_malloc(n);
+    char *d = malloc(n);
     if (d)
         memcpy(d, s, n);
     return d;
@@ -119,7 +118,7 @@ int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluic
             SF_OPEN_FAIL("the default state file path is too long (set sluice_statefile_desc.path)");
     }
 #undef SF_OPEN_FAIL
-    struct sluice_statefile *f = mi_calloc(1, sizeof *f);
+    struct sluice_statefile *f = calloc(1, sizeof *f);
     if (!f)
         return SLUICE_ENOMEM;
     f->path = sf_strdup(path);
@@ -154,10 +153,10 @@ void sluice_statefile_close(struct sluice_statefile *f)
         return;
     if (f->path && f->lock_path && f->dir)
         pthread_mutex_destroy(&f->mu);
-    mi_free(f->path);
-    mi_free(f->lock_path);
-    mi_free(f->dir);
-    mi_free(f);
+    free(f->path);
+    free(f->lock_path);
+    free(f->dir);
+    free(f);
 }
 
 const char *sluice_statefile_path(const struct sluice_statefile *f)
@@ -187,7 +186,7 @@ static int64_t sf_now_s(const struct sluice_statefile *f)
 /* ---- reading and validating ---------------------------------------------------- */
 
 struct text {
-    char *p; /* mimalloc, NUL-terminated; NULL when the file does not exist */
+    char *p; /* malloc, NUL-terminated; NULL when the file does not exist */
     size_t len;
 };
 
@@ -215,7 +214,7 @@ static int sf_read(struct sluice_statefile *f, struct text *t)
                        "as empty and the next save rewrites it",
                        f->path, (long long)st.st_size, SLUICE_STATEFILE_MAX_BYTES);
     }
-    t->p = mi_malloc(cap);
+    t->p = malloc(cap);
     if (!t->p) {
         close(fd);
         return sf_fail(f, SLUICE_ENOMEM, "%s: out of memory reading it", f->path);
@@ -227,7 +226,7 @@ static int sf_read(struct sluice_statefile *f, struct text *t)
         if (n < 0) {
             int err = errno;
             close(fd);
-            mi_free(t->p);
+            free(t->p);
             t->p = NULL;
             return sf_fail(f, SLUICE_EIO, "%s: cannot read: %s", f->path, strerror(err));
         }
@@ -336,7 +335,7 @@ int sluice_statefile_load(struct sluice_statefile *f, const char *node, struct s
         status = sf_read(f, &t);
     if (status == SLUICE_OK && t.p) {
         status = sf_parse(f, &t, &root);
-        mi_free(t.p);
+        free(t.p);
     }
     json_t *entry = root ? json_object_get(json_object_get(root, "nodes"), node) : NULL;
     if (entry) {
@@ -362,7 +361,7 @@ int sluice_statefile_foreach(struct sluice_statefile *f,
     int status = sf_read(f, &t);
     if (status == SLUICE_OK && t.p) {
         status = sf_parse(f, &t, &root);
-        mi_free(t.p);
+        free(t.p);
     }
     pthread_mutex_unlock(&f->mu);
     const char *key;
@@ -446,7 +445,7 @@ static int scan_members(const char *s, size_t i, size_t n, struct member **out, 
         m.v1 = skip_value(s, m.v0, n);
         if (*count == cap) {
             cap = cap ? 2 * cap : 16;
-            struct member *grown = mi_realloc(*out, cap * sizeof *grown);
+            struct member *grown = realloc(*out, cap * sizeof *grown);
             if (!grown)
                 return SLUICE_ENOMEM;
             *out = grown;
@@ -484,7 +483,7 @@ static void out_put(struct out *o, const char *s, size_t n)
         size_t cap = o->cap ? o->cap : 1024;
         while (cap < o->len + n + 1)
             cap *= 2;
-        char *p = mi_realloc(o->p, cap);
+        char *p = realloc(o->p, cap);
         if (!p) {
             o->oom = true;
             return;
@@ -717,10 +716,10 @@ static int sf_rewrite(struct sluice_statefile *f, const char *node,
         else
             status = sf_write_atomic(f, o.p, o.len);
     }
-    mi_free(o.p);
-    mi_free(top);
-    mi_free(nodes);
-    mi_free(t.p);
+    free(o.p);
+    free(top);
+    free(nodes);
+    free(t.p);
     json_decref(root);
     return status;
 }

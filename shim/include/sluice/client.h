@@ -44,7 +44,7 @@
  * when the chat is destroyed.
  *
  * Threads: one chat is one conversation: use it from one run at a time.
- * Different chats are independent. Memory comes from mimalloc.
+ * Different chats are independent. Memory comes from the process's malloc.
  */
 #ifndef SLUICE_CLIENT_H
 #define SLUICE_CLIENT_H

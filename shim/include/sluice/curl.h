@@ -332,7 +332,7 @@ struct sluice_curl_loop_desc {
  * Create a loop over `desc->engine`. Own-thread mode starts the loop thread
  * and returns once it runs. Embedder's-loop mode: call this on the thread
  * that runs your event loop; every sluice_curl_loop_action and destroy must
- * run there too (the loop's mi_heap belongs to that thread); `watch` is
+ * run there too (the loop's curl_multi is driven from that thread); `watch` is
  * called before this returns, for the loop's wake-up descriptor.
  * Returns SLUICE_OK, SLUICE_EINVAL (no engine, a bad field, only one of
  * watch/timer) or SLUICE_ENOMEM.
@@ -392,8 +392,8 @@ struct sluice_curl_loop_counts sluice_curl_loop_stats(const struct sluice_curl_l
 void sluice_curl_loop_close(struct sluice_curl_loop *loop);
 
 /*
- * Close (if not yet done) and free the loop, its curl_multi and its mi_heap
- * (every per-request record with it). No other call on the loop may run
+ * Close (if not yet done) and free the loop, its curl_multi and every
+ * per-request record. No other call on the loop may run
  * concurrently with or after it. NULL is a no-op.
  */
 void sluice_curl_loop_destroy(struct sluice_curl_loop *loop);

@@ -52,7 +52,7 @@
  * are serialised by a mutex (different nodes of one engine share it).
  * Calls block on disk I/O and on the flock (bounded by lock_wait_ms).
  *
- * Memory: the handle and its buffers come from mimalloc; jansson parses.
+ * Memory: the handle and its buffers come from the process's malloc; jansson parses.
  */
 #ifndef SLUICE_STATEFILE_H
 #define SLUICE_STATEFILE_H
