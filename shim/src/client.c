@@ -126,8 +126,15 @@ static struct curl_slist *sluice__chat_headers(const char *api_key)
 int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **out)
 {
     *out = NULL;
-    if (!d || !d->model || !d->prompt)
+    if (!d)
         return SLUICE_EINVAL;
+    if (d->error && d->error_size)
+        d->error[0] = '\0';
+    if (!d->model || !d->prompt)
+        return sluice__shim_fail(d->error, d->error_size,
+                                 "%s is NULL (set sluice_chat_desc.%s%s)",
+                                 !d->model ? "model" : "prompt", !d->model ? "model" : "prompt",
+                                 !d->model ? ", e.g. \"openai/gpt-4o-mini\"" : "");
     struct sluice_chat *c = calloc(1, sizeof *c);
     if (!c)
         return SLUICE_ENOMEM;

@@ -44,6 +44,7 @@
 #include "curl_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -259,6 +260,8 @@ static void sluice__complete_status(struct sluice__rec *rec, int status)
 {
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
+    if (status == SLUICE_EINVAL) /* the only argument the loop checks after submit */
+        sluice__curl_check_deadline(rec->req.deadline, &res);
     res.status = status;
     res.queued_ns = rec->queued_ns;
     sluice__complete(rec, &res);
@@ -777,12 +780,34 @@ int sluice_curl_loop_action(struct sluice_curl_loop *loop, curl_socket_t fd, int
 
 /* ---- the public calls --------------------------------------------------------------- */
 
+/* A description's mistakes, named in desc->error; "" when there are none. */
+static int sluice__loop_check(const struct sluice_curl_loop_desc *d)
+{
+    if (d->error && d->error_size)
+        d->error[0] = '\0';
+    if (!d->engine)
+        return sluice__shim_fail(d->error, d->error_size, "engine is NULL (required)");
+    if (!d->watch != !d->timer)
+        return sluice__shim_fail(d->error, d->error_size,
+                                 "%s is set but %s is NULL (the embedder's-loop mode needs both; "
+                                 "leave both NULL for the loop's own thread)",
+                                 d->watch ? "watch" : "timer", d->watch ? "timer" : "watch");
+    if (d->max_requests > SLUICE_CURL_LOOP_REQUESTS_MAX)
+        return sluice__shim_fail(d->error, d->error_size,
+                                 "max_requests = %" PRIu32 " is above SLUICE_CURL_LOOP_REQUESTS_MAX "
+                                 "(%" PRIu32 ")",
+                                 d->max_requests, SLUICE_CURL_LOOP_REQUESTS_MAX);
+    return SLUICE_OK;
+}
+
 int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc, struct sluice_curl_loop **out)
 {
     *out = NULL;
-    if (!desc || !desc->engine || !desc->watch != !desc->timer ||
-        desc->max_requests > SLUICE_CURL_LOOP_REQUESTS_MAX)
+    if (!desc)
         return SLUICE_EINVAL;
+    int status = sluice__loop_check(desc);
+    if (status != SLUICE_OK)
+        return status;
     struct sluice_curl_loop *loop = sluice__zalloc_aligned(sizeof *loop, SLUICE_CACHELINE);
     if (!loop)
         return SLUICE_ENOMEM;
@@ -802,7 +827,6 @@ int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc, struct slu
     loop->timer = desc->timer;
     loop->ctx = desc->ctx;
     loop->wake_fd = -1;
-    int status;
     if (loop->embedded) {
         status = sluice__loop_init(loop, desc);
         if (status != SLUICE_OK)

@@ -298,8 +298,20 @@ CLIENT_TEST(the_request_carries_the_key_from_the_environment_the_model_and_the_r
 CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval)
 {
     struct sluice_chat *chat = NULL;
-    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.prompt = "hi"}, &chat),
+    char err[256] = "untouched";
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.prompt = "hi",
+                                                               .error = err,
+                                                               .error_size = sizeof err},
+                                    &chat),
                  SLUICE_EINVAL);
+    cr_assert_null(chat);
+    cr_assert(strstr(err, "model is NULL (set sluice_chat_desc.model"), "\"%s\"", err);
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
+                                                               .error = err,
+                                                               .error_size = sizeof err},
+                                    &chat),
+                 SLUICE_EINVAL);
+    cr_assert(strstr(err, "prompt is NULL (set sluice_chat_desc.prompt"), "\"%s\"", err);
     chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
     struct sluice_engine *e = NULL;
     cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);

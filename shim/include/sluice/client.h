@@ -78,9 +78,13 @@ struct sluice_chat_desc {
     int (*validate)(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair);
     void *validate_ctx;
     int64_t retry_after_max_ns; /* Retry-After clamp (default: 60 s) */
+    char *error;                /* receives a message naming the field when create fails
+                                   (default: NULL = no message); "" on success */
+    size_t error_size;          /* bytes at error, NUL included (default: 0) */
 };
 
-/* Copies everything it needs. SLUICE_OK, SLUICE_EINVAL (no model or prompt), SLUICE_ENOMEM. */
+/* Copies everything it needs. SLUICE_OK, SLUICE_EINVAL (no model or prompt: desc->error
+ * names the field), SLUICE_ENOMEM. */
 int sluice_chat_create(const struct sluice_chat_desc *desc, struct sluice_chat **out);
 void sluice_chat_destroy(struct sluice_chat *chat);
 

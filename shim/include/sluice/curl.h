@@ -241,7 +241,9 @@ struct sluice_curl_call {
  *   SLUICE_ETIMEDOUT  the deadline passed, waiting or transferring;
  *   SLUICE_ECANCELED  the token fired (or the chained xferinfo aborted);
  *   SLUICE_ECAPACITY, SLUICE_ECLOSED  not admitted (nothing else happened);
- *   SLUICE_EINVAL     unknown backend, no easy handle, or an easy handle
+ *   SLUICE_EINVAL     unknown backend, no easy handle, a deadline that is
+ *                     not normalised (all three before admission, with
+ *                     result->error naming what to fix), or an easy handle
  *                     already in use by another multi handle;
  *   SLUICE_ENOMEM     libcurl could not allocate.
  */
@@ -326,6 +328,9 @@ struct sluice_curl_loop_desc {
     long max_total_connections;
     long max_concurrent_streams; /* HTTP/2 streams per connection (default: the largest
                                     `active`, at least 100, libcurl's own default) */
+    char *error;       /* receives a message naming the field when create fails
+                          (default: NULL = no message); "" on success */
+    size_t error_size; /* bytes at error, NUL included (default: 0) */
 };
 
 /*
@@ -335,7 +340,7 @@ struct sluice_curl_loop_desc {
  * run there too (the loop's curl_multi is driven from that thread); `watch` is
  * called before this returns, for the loop's wake-up descriptor.
  * Returns SLUICE_OK, SLUICE_EINVAL (no engine, a bad field, only one of
- * watch/timer) or SLUICE_ENOMEM.
+ * watch/timer: desc->error names it) or SLUICE_ENOMEM.
  */
 int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc,
                             struct sluice_curl_loop **out);
