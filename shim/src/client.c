@@ -44,6 +44,42 @@ static void sluice__wipe(char *s)
         explicit_bzero(s, strlen(s));
 }
 
+/* SLUICE_OK when `s` (may be NULL) is UTF-8, as a JSON string must be (jansson's own check:
+ * json_string refuses anything else); SLUICE_EINVAL when not; SLUICE_ENOMEM. */
+static int sluice__chat_utf8(const char *s)
+{
+    if (!s)
+        return SLUICE_OK;
+    json_t *checked = json_string(s);
+    json_t *unchecked = checked ? NULL : json_string_nocheck(s);
+    int status = checked ? SLUICE_OK : unchecked ? SLUICE_EINVAL : SLUICE_ENOMEM;
+    json_decref(checked);
+    json_decref(unchecked);
+    return status;
+}
+
+/* The first text field of `d` that is not UTF-8, named in d->error. */
+static int sluice__chat_check_text(const struct sluice_chat_desc *d)
+{
+    const struct {
+        const char *name, *value;
+    } fields[] = {{"model", d->model},
+                  {"system", d->system},
+                  {"prompt", d->prompt},
+                  {"repair_prompt", d->repair_prompt}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        int status = sluice__chat_utf8(fields[i].value);
+        if (status == SLUICE_EINVAL)
+            return sluice__shim_fail(d->error, d->error_size,
+                                     "sluice_chat_desc.%s is not valid UTF-8 (JSON strings must "
+                                     "be; convert it, e.g. with iconv)",
+                                     fields[i].name);
+        if (status != SLUICE_OK)
+            return status;
+    }
+    return SLUICE_OK;
+}
+
 static int sluice__chat_add(json_t *messages, const char *role, const char *content)
 {
     json_t *m = json_pack("{s:s, s:s}", "role", role, "content", content);
@@ -135,6 +171,9 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
                                  "%s is NULL (set sluice_chat_desc.%s%s)",
                                  !d->model ? "model" : "prompt", !d->model ? "model" : "prompt",
                                  !d->model ? ", e.g. \"openai/gpt-4o-mini\"" : "");
+    int checked = sluice__chat_check_text(d);
+    if (checked != SLUICE_OK)
+        return checked;
     struct sluice_chat *c = calloc(1, sizeof *c);
     if (!c)
         return SLUICE_ENOMEM;
@@ -182,6 +221,9 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
 
 int sluice_chat_set_repair(struct sluice_chat *c, const char *message)
 {
+    int status = sluice__chat_utf8(message);
+    if (status != SLUICE_OK)
+        return status;
     char *copy = NULL;
     if (message && !(copy = strdup(message)))
         return SLUICE_ENOMEM;

@@ -83,8 +83,9 @@ struct sluice_chat_desc {
     size_t error_size;          /* bytes at error, NUL included (default: 0) */
 };
 
-/* Copies everything it needs. SLUICE_OK, SLUICE_EINVAL (no model or prompt: desc->error
- * names the field), SLUICE_ENOMEM. */
+/* Copies everything it needs. SLUICE_OK, SLUICE_EINVAL (no model or prompt, or a model,
+ * system, prompt or repair_prompt that is not UTF-8, which JSON strings must be:
+ * desc->error names the field), SLUICE_ENOMEM. */
 int sluice_chat_create(const struct sluice_chat_desc *desc, struct sluice_chat **out);
 void sluice_chat_destroy(struct sluice_chat *chat);
 
@@ -97,7 +98,8 @@ const char *sluice_chat_reply(const struct sluice_chat *chat);
 /* The last generation's transport result (HTTP status, kind, Retry-After, rate limits). */
 const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *chat);
 
-/* The repair message for the next repair only (copied); NULL = the description's. */
+/* The repair message for the next repair only (copied); NULL = the description's.
+ * SLUICE_OK, SLUICE_EINVAL (message is not UTF-8; the chat is unchanged), SLUICE_ENOMEM. */
 int sluice_chat_set_repair(struct sluice_chat *chat, const char *message);
 
 #ifdef __cplusplus
