@@ -5,7 +5,9 @@
  *
  * Modes, by what the provider does with load:
  *   reject  past C in service: 429 at once (optionally with Retry-After)
- *   queue   past C in service: wait FIFO (Ollama-like); 503 past queue_bound
+ *   queue   past C in service: wait FIFO (Ollama-like); 503 past queue_bound,
+ *           and, with queue_timeout_s, 503 to a call that waited that long
+ *           (HAProxy's `timeout queue`, vLLM's and Ollama's queue limits)
  *   knee    admit all, but a call admitted with n > C in service is slower
  *   rate    a sliding-window rate limit: at most rate_per_s·rate_window_s
  *           calls accepted per rate_window_s, 429 beyond (no concurrency cap)
@@ -162,6 +164,8 @@ struct sim_provider {
     double retry_after_s;  /* reject mode: Retry-After sent with each 429 (0 = none) */
     uint32_t queue_bound;  /* queue mode: waiting calls past which it answers 503
                               (SIM_DEFAULT_QUEUE_BOUND(C)) */
+    double queue_timeout_s; /* queue mode: a call still waiting this long leaves the FIFO
+                              with a 503 (0 = it waits until served) */
     double knee_slope;     /* knee mode: slow-down per unit of overload fraction; slow mode:
                               per C calls in service (SIM_DEFAULT_KNEE_SLOPE) */
     double rate_per_s;     /* rate mode: calls accepted per second, on average over the window
@@ -191,6 +195,14 @@ static inline enum sim_verdict sim_provider_admit(const struct sim_provider *p, 
     if (p->mode == SIM_DROP)
         return SIM_WAIT; /* held unanswered, whatever is waiting already */
     return waiting < p->queue_bound ? SIM_WAIT : SIM_REFUSE_503;
+}
+
+/* Queue mode: a call that has waited `waited_s` in the FIFO is refused now
+ * (503), as a gateway with a queue timeout answers. Drivers check the head
+ * of the FIFO (the longest waiter) whenever time moves. */
+static inline bool sim_provider_queue_expired(const struct sim_provider *p, double waited_s)
+{
+    return p->mode == SIM_QUEUE && p->queue_timeout_s > 0 && waited_s >= p->queue_timeout_s;
 }
 
 /* Drop mode: a SIM_WAIT verdict means the call is lost, not queued. */
