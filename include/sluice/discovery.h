@@ -225,6 +225,10 @@ SLUICE_INLINE const char *sluice_discovery_state_name(enum sluice_discovery_stat
 #define SLUICE_DISCOVERY_LATENCY_MAX_NS SLUICE_DISCOVERY_WINDOW_MAX_NS
 /* Clock skew a restored lock's locked_at_s may show before it is called invalid. */
 #define SLUICE_DISCOVERY_SKEW_S 60
+/* Stable windows at a locked ceiling that forgive one refusal there: a cap a
+ * count-race or a neighbour's burst touched once is kept; a second refusal
+ * within this run of windows lowers it (a lock is held for a day). */
+#define SLUICE_DISCOVERY_FORGIVE 8
 
 struct sluice_discovery_desc {
     const char *node_id;          /* required; copied (at most SLUICE_NODE_ID_MAX-1 bytes),
@@ -409,6 +413,10 @@ struct sluice__window_acc {
     _Atomic(uint32_t) overload_limit; /* lowest limit_at_start of a fresh overload; UINT32_MAX =
                                          none known */
     _Atomic(int64_t) overload_start;  /* earliest start of a fresh overload; INT64_MAX = none */
+    _Atomic(uint32_t) overload_in_flight; /* fewest in flight at a fresh overload's start;
+                                             UINT32_MAX = none known */
+    _Atomic(uint32_t) refused_in_flight;  /* the same over every overload, echoes included */
+    _Atomic(uint32_t) served_in_flight;   /* most in flight at a served call's start */
     _Atomic(int64_t) latency_sum, latency_min, latency_dev, retry_after;
 };
 
@@ -456,6 +464,9 @@ struct sluice_discovery {
                                earlier was part of that window after all (a late timeout) */
     bool fx_dirty;          /* this locked section left effects for the flusher */
     uint32_t bad;           /* the limit at which the last congestion struck */
+    uint32_t strikes;       /* refusals at the confirmed ceiling not yet forgiven */
+    uint32_t clean_run;     /* stable windows at the ceiling since the last of them */
+    uint32_t served_before; /* the last window's served_in_flight */
     uint32_t knee_estimate; /* the policy's queue-free estimate at the last knee; 0 = none */
     struct sluice_lock_record persist_rec; /* the latest record to persist; ceiling 0 = clear */
     union {
@@ -624,6 +635,8 @@ SLUICE_INLINE void sluice__discovery_forget(struct sluice_discovery *d)
     d->congested = false;
     d->confirmed = false;
     d->confirmed_ns = INT64_MIN;
+    d->strikes = d->clean_run = 0;
+    d->served_before = 0;
     d->bad = 0;
     d->knee_estimate = 0;
 }
@@ -728,6 +741,13 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
     uint32_t refused_at = atomic_exchange_explicit(&a->overload_limit, UINT32_MAX, SLUICE_RELAXED);
     w.overload_limit = refused_at == UINT32_MAX ? 0 : refused_at;
     w.overload_start_ns = atomic_exchange_explicit(&a->overload_start, INT64_MAX, SLUICE_RELAXED);
+    uint32_t in_flight = atomic_exchange_explicit(&a->overload_in_flight, UINT32_MAX, SLUICE_RELAXED);
+    w.overload_in_flight = in_flight == UINT32_MAX ? 0 : in_flight;
+    uint32_t echoed = atomic_exchange_explicit(&a->refused_in_flight, UINT32_MAX, SLUICE_RELAXED);
+    w.refused_in_flight = echoed == UINT32_MAX ? 0 : echoed;
+    uint32_t served = atomic_exchange_explicit(&a->served_in_flight, 0u, SLUICE_RELAXED);
+    w.served_in_flight = served > d->served_before ? served : d->served_before;
+    d->served_before = served;
     int64_t sum = atomic_exchange_explicit(&a->latency_sum, 0, SLUICE_RELAXED);
     int64_t dev = atomic_exchange_explicit(&a->latency_dev, 0, SLUICE_RELAXED);
     int64_t min = atomic_exchange_explicit(&a->latency_min, INT64_MAX, SLUICE_RELAXED);
@@ -767,7 +787,10 @@ SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int6
                                                 const struct sluice_verdict *v, uint32_t old)
 {
     /* Where it struck: the limit the refused calls started under, which a
-     * late refusal (a timeout) reports after the limit moved on. */
+     * late refusal (a timeout) reports after the limit moved on. (Where the
+     * calls in flight say more, the echoes narrow the bracket after the cut:
+     * sluice__discovery_narrow. A rate limit refuses at any concurrency, so
+     * a fresh refusal's count alone never places the bracket.) */
     uint32_t struck = w->overload_limit && w->overload_limit < old ? w->overload_limit : old;
     if (v->cause == SLUICE_CAUSE_LATENCY)
         struck = old;
@@ -779,7 +802,19 @@ SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int6
     bool unconfirmed = !d->confirmed || w->overload_start_ns < d->confirmed_ns;
     bool refused = v->cause != SLUICE_CAUSE_LATENCY &&
                    (struck < ceiling || (struck == ceiling && unconfirmed));
+    /* A refusal at a confirmed ceiling is a transient once; a second one
+     * before SLUICE_DISCOVERY_FORGIVE stable windows ran there says the
+     * ceiling is refused some of the time (a cap one below, hit whenever
+     * every call is in service at once), and lowers it. */
+    bool at_ceiling = ceiling && v->cause != SLUICE_CAUSE_LATENCY && struck == ceiling;
+    if (at_ceiling && !refused && d->strikes)
+        refused = true;
+    else if (at_ceiling && !refused) {
+        d->strikes++;
+        d->clean_run = 0;
+    }
     if (ceiling && refused) {
+        d->strikes = d->clean_run = 0;
         /* Refused below the lock while recovering towards it: capacity fell.
          * (Only an explicit refusal lowers a lock: latency is noisier, and a
          * provider that is merely slow today would ratchet it down.) */
@@ -828,6 +863,9 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
         }
         return; /* the window that ends a backoff grows nothing */
     }
+    if (ceiling && d->strikes && old == ceiling && sluice__discovery_stable(d, w) &&
+        ++d->clean_run >= SLUICE_DISCOVERY_FORGIVE)
+        d->strikes = d->clean_run = 0;
     if (ceiling && !d->confirmed && old == ceiling && sluice__discovery_stable(d, w)) {
         d->confirmed = true;
         d->confirmed_ns = now;
@@ -866,6 +904,21 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
                            next);
 }
 
+/* Echoes of a refused level (refusals with more calls in flight than the
+ * limit now allows) cut nothing, but they say the provider was over its cap
+ * there: the bracket comes down to the lowest of them, never to or below
+ * the limit now in force (a refusal there is news, and cuts), and not where
+ * calls were just served with as many in flight (not a cap: a rate window).
+ * Call locked. */
+SLUICE_INLINE void sluice__discovery_narrow(struct sluice_discovery *d, const struct sluice_window *w)
+{
+    uint32_t at = w->refused_in_flight;
+    if (d->congested && at > w->served_in_flight && at < d->bad &&
+        at > atomic_load_explicit(&d->limit, SLUICE_RELAXED) &&
+        !atomic_load_explicit(&d->ceiling, SLUICE_RELAXED))
+        d->bad = at;
+}
+
 /* Close the open window and act on it. Call locked. */
 SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t now)
 {
@@ -877,6 +930,7 @@ SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t n
         sluice__discovery_congestion(d, now, &w, &v, old);
     else
         sluice__discovery_healthy(d, now, &w, &v, old);
+    sluice__discovery_narrow(d, &w);
     sluice__discovery_schedule(d, now, atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED));
     sluice__discovery_opened(d);
 }
@@ -969,12 +1023,16 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
             /* retry_after_max_ns may be INT64_MAX: saturate, never wrap into the past. */
             sluice__atomic_max_i64(&d->hold_until_ns, sluice_add_ns(now, hold));
         }
-        /* Fresh: started after the last cut, or under a limit no higher than
-         * today's — a late timeout still counts against the limit it started
-         * under, which the cuts since may not have gone below. */
-        fresh = started >= atomic_load_explicit(&d->last_cut_ns, SLUICE_RELAXED) ||
-                (s->limit_at_start &&
-                 s->limit_at_start <= atomic_load_explicit(&d->limit, SLUICE_RELAXED));
+        /* News, not an echo ("What a refusal says"): started after the last
+         * cut, or under a limit no higher than today's (a late timeout still
+         * counts against the limit it started under), and with no more calls
+         * in flight than the limit now allows: a refusal at a concurrency
+         * already cut below repeats what the cut was made for, however soon
+         * after the cut its call started. */
+        uint32_t limit_now = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+        fresh = (started >= atomic_load_explicit(&d->last_cut_ns, SLUICE_RELAXED) ||
+                 (s->limit_at_start && s->limit_at_start <= limit_now)) &&
+                (!s->in_flight_at_start || s->in_flight_at_start <= limit_now);
     } else if (s->outcome == SLUICE_OUTCOME_OK) {
         measured = started >= atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED) &&
                    started < atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED);
@@ -982,9 +1040,15 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
             sluice__discovery_first_latency(d, latency);
     }
     struct sluice__window_acc *a = sluice__discovery_enter(d);
+    if (s->outcome == SLUICE_OUTCOME_OK)
+        sluice__atomic_max_u32(&a->served_in_flight, s->in_flight_at_start);
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
         atomic_fetch_add_explicit(&a->n_overload, 1u, SLUICE_RELAXED);
+        if (s->in_flight_at_start)
+            sluice__atomic_min_u32(&a->refused_in_flight, s->in_flight_at_start);
         if (fresh) {
+            if (s->in_flight_at_start)
+                sluice__atomic_min_u32(&a->overload_in_flight, s->in_flight_at_start);
             sluice__atomic_max_i64(&a->retry_after, s->retry_after_ns);
             if (s->limit_at_start)
                 sluice__atomic_min_u32(&a->overload_limit, s->limit_at_start);
@@ -1302,6 +1366,7 @@ SLUICE_INLINE void sluice__discovery_restore(struct sluice_discovery *d, int64_t
     atomic_store_explicit(&d->lock_expires_s, rec.expires_s, SLUICE_RELAXED);
     d->confirmed = true; /* it was confirmed when it was stored */
     d->confirmed_ns = INT64_MIN;
+    d->strikes = d->clean_run = 0;
     sluice__discovery_set_state(d, SLUICE_DISCOVERY_LOCKED);
     sluice__discovery_set_limit(d, ceiling, now);
     sluice__discovery_emit(d, now, SLUICE_EVENT_RESTORE, SLUICE_CAUSE_STORE, old, ceiling);
@@ -1318,6 +1383,9 @@ SLUICE_INLINE void sluice__discovery_init_acc(struct sluice__window_acc *a)
     atomic_init(&a->max_in_flight, 0u);
     atomic_init(&a->overload_limit, UINT32_MAX);
     atomic_init(&a->overload_start, INT64_MAX);
+    atomic_init(&a->overload_in_flight, UINT32_MAX);
+    atomic_init(&a->refused_in_flight, UINT32_MAX);
+    atomic_init(&a->served_in_flight, 0u);
     atomic_init(&a->latency_sum, 0);
     atomic_init(&a->latency_min, INT64_MAX);
     atomic_init(&a->latency_dev, 0);

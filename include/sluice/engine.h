@@ -87,7 +87,9 @@
 
 struct sluice_backend_desc {
     const char *id;                /* ID runs select the backend by; copied (required;
-                                      1..SLUICE_BACKEND_ID_MAX bytes, unique per engine; an
+                                      1..SLUICE_BACKEND_ID_MAX bytes of UTF-8 text without
+                                      control characters, as it names the node in JSON,
+                                      /metrics and terminals; unique per engine; an
                                       adaptive backend's ID is its node ID, so at most
                                       SLUICE_NODE_ID_MAX - 1 = 127 bytes) */
     const char *endpoint;          /* endpoint runs use unless they override it; copied
@@ -102,6 +104,10 @@ struct sluice_backend_desc {
      * it). node_id, gate, clock and allocator must be NULL (the engine's are used); store,
      * wall_clock and on_event default to the engine's. */
     const struct sluice_discovery_desc *discovery;
+    /* Deadline rules: don't start what cannot finish, optional early refusal, lingering
+     * permits (sluice/pool.h; default: start_quantile 10, refuse_early off, linger_max_ms
+     * 30000 once `active` is set; every field needs `active`). */
+    struct sluice_deadline_desc deadlines;
 };
 
 struct sluice_engine_desc {
@@ -209,6 +215,20 @@ SLUICE_INLINE int sluice__engine_discovery(const struct sluice_engine_desc *d, s
     return sluice__pool_check_discovery(b->active, out, owner, d->error, d->error_size, NULL);
 }
 
+/* The offset of the first byte of `id` that is not UTF-8 or starts a control character
+ * (C0, DEL, C1), or strlen(id) when there is none. */
+SLUICE_INLINE size_t sluice__engine_id_flaw(const char *id)
+{
+    const unsigned char *p = (const unsigned char *)id;
+    size_t i = 0;
+    for (size_t n; p[i]; i += n) {
+        n = sluice__utf8_len(p + i);
+        if (n == 0 || p[i] < 0x20 || p[i] == 0x7f || (p[i] == 0xc2 && p[i + 1] < 0xa0))
+            break;
+    }
+    return i;
+}
+
 /* Every check that needs no allocation; duplicates are caught while indexing. */
 SLUICE_INLINE int sluice__engine_check(const struct sluice_engine_desc *d)
 {
@@ -233,9 +253,19 @@ SLUICE_INLINE int sluice__engine_check(const struct sluice_engine_desc *d)
             return sluice__engine_fail(
                 d, "backends[%zu].id is %zu bytes, above the maximum %d (SLUICE_BACKEND_ID_MAX)",
                 i, len, SLUICE_BACKEND_ID_MAX);
+        size_t flaw = sluice__engine_id_flaw(b->id);
+        if (flaw < len)
+            return sluice__engine_fail(
+                d, "backends[%zu].id has %s at byte %zu (an ID must be UTF-8 text without "
+                   "control characters)",
+                i, sluice__utf8_len((const unsigned char *)b->id + flaw) ? "a control character"
+                                                                         : "a byte that is not UTF-8",
+                flaw);
         char owner[32];
         snprintf(owner, sizeof owner, "backends[%zu]", i);
-        if (sluice__pool_check(b->active, b->waiting, owner, d->error, d->error_size) != SLUICE_OK)
+        if (sluice__pool_check(b->active, b->waiting, owner, d->error, d->error_size) != SLUICE_OK ||
+            sluice__pool_check_deadlines(b->active, &b->deadlines, owner, d->error,
+                                         d->error_size) != SLUICE_OK)
             return SLUICE_EINVAL;
         struct sluice_discovery_desc discovery;
         if (b->discovery && sluice__engine_discovery(d, i, &discovery) != SLUICE_OK)
@@ -489,6 +519,7 @@ SLUICE_INLINE int sluice__engine_make_pools(struct sluice_engine *e,
         } else {
             pd.active = d->backends[i].active;
             pd.waiting = d->backends[i].waiting;
+            pd.deadlines = d->backends[i].deadlines;
         }
         struct sluice_discovery_desc discovery;
         pd.discovery = NULL;

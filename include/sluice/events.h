@@ -283,6 +283,17 @@ SLUICE_INLINE size_t sluice__utf8_len(const unsigned char *s)
     return n;
 }
 
+/*
+ * Length of the UTF-8 sequence that starts at s (1..4), or 0 where none does (a
+ * stray or cut byte, an overlong form, a surrogate, a code point past U+10FFFF).
+ * Reads no further than the first NUL. For code that checks or cleans text
+ * before it reaches JSON or a terminal.
+ */
+SLUICE_INLINE size_t sluice_utf8_len(const char *s)
+{
+    return sluice__utf8_len((const unsigned char *)s);
+}
+
 /* Write `s` as a JSON string literal: quotes, backslash and control characters
  * escaped, valid UTF-8 passed through, invalid bytes replaced by U+FFFD. */
 SLUICE_INLINE void sluice__jout_string(struct sluice__jout *o, const char *s)

@@ -143,8 +143,9 @@ struct sluice_window {
     uint32_t probe_cap;         /* highest limit discovery will accept next; 0 = none */
     uint32_t n_ok;              /* served calls started under `limit` */
     uint32_t n_overload;        /* overloads seen in the window, stale ones included */
-    uint32_t n_fresh_overload;  /* overloads from calls started after the last cut: the ones
-                                   to act on (the rest were already acted on) */
+    uint32_t n_fresh_overload;  /* overloads that are news: refused at a concurrency the limit
+                                   still allows (see discovery.h, "What a refusal says"); the
+                                   rest echo a level already cut below */
     uint32_t n_ignore;          /* ignored outcomes and calls from an older operating point */
     uint32_t max_in_flight;     /* highest in_flight_at_start among the n_ok calls */
     bool saturated;             /* demand reached the limit (max_in_flight ~ limit) */
@@ -158,6 +159,13 @@ struct sluice_window {
                                    started: where the provider refused (0 = none known) */
     int64_t overload_start_ns;  /* the earliest start among the fresh overloads' calls
                                    (INT64_MAX = none) */
+    uint32_t overload_in_flight; /* the lowest in_flight_at_start among the fresh overloads:
+                                   the provider was over its cap with this many calls in
+                                   flight (0 = none known) */
+    uint32_t refused_in_flight; /* the same over every overload of the window, echoes
+                                   included (0 = none known) */
+    uint32_t served_in_flight;  /* the most calls in flight any served call started with, in
+                                   this window or the one before (0 = none known) */
 };
 
 /* A policy's answer to one window. */
@@ -239,11 +247,32 @@ SLUICE_INLINE uint32_t sluice__policy_cut(uint32_t limit, double factor)
     return n;
 }
 
-/* The verdict every loss-based policy gives a window with a fresh overload. */
+/* Where the window's fresh overloads struck: the fewest calls in flight any
+ * of them started with — a cap refuses only above itself — where no call
+ * was just served with as many in flight (else the refusal is not about
+ * concurrency: a rate window refuses at any level); otherwise the lowest
+ * limit they started under. Never above the limit. */
+SLUICE_INLINE uint32_t sluice_window_struck(const struct sluice_window *w)
+{
+    uint32_t at = w->limit;
+    if (w->overload_limit && w->overload_limit < at)
+        at = w->overload_limit;
+    if (w->overload_in_flight > w->served_in_flight && w->overload_in_flight < at)
+        at = w->overload_in_flight;
+    return at;
+}
+
+/* The verdict every loss-based policy gives a window with a fresh overload:
+ * one cut, from where the refusals struck (so a burst that arrived while
+ * the limit stood far above the calls in flight does not need one cut per
+ * step down to them). */
 SLUICE_INLINE struct sluice_verdict sluice__verdict_overload(const struct sluice_window *w,
                                                              double factor)
 {
-    return sluice__verdict(sluice__policy_cut(w->limit, factor),
+    uint32_t cut = sluice__policy_cut(sluice_window_struck(w), factor);
+    if (cut >= w->limit)
+        cut = w->limit > 1 ? w->limit - 1 : 1;
+    return sluice__verdict(cut,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER
                                                  : SLUICE_CAUSE_OVERLOAD,
                            0);

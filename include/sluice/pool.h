@@ -61,6 +61,55 @@
  * SLUICE_ECLOSED, wakes every queued call (sync and async, and those
  * waiting out a hold) with SLUICE_ECLOSED, and lets calls in flight finish.
  *
+ * Deadlines (limited pools; the rules read sluice/service.h's estimate of
+ * the node's expected service time, a low quantile of recent successful
+ * call durations, and are off until it has samples):
+ *   - Don't start what cannot finish. A call that gets its permit (any
+ *     hold over) with less of its deadline left than the expected service
+ *     time is not started: call_begin gives the permit to the next in line
+ *     and returns SLUICE_ETIMEDOUT with call->refused_late set (an async
+ *     call's callback gets SLUICE_ETIMEDOUT, if its waiter names a
+ *     deadline). The client is never called; stats count it in
+ *     refused_late. Why: the FIFO gate hands a permit to the oldest
+ *     waiter, which under overload has the least time left; started, it
+ *     would be aborted mid-transfer, teach discovery nothing (its sample is
+ *     "ignore") and cost the provider work thrown away. Configured by
+ *     sluice_deadline_desc.start_quantile (0 disables).
+ *   - Refuse early (opt-in, sluice_deadline_desc.refuse_early): at
+ *     admission (sluice_pool_admit_by), a run whose predicted wait already
+ *     leaves less than the expected service time before its deadline gets
+ *     SLUICE_ELATE at once, so a server can shed the request or fail over
+ *     within its own latency budget. The prediction: when every permit is
+ *     taken, a newcomer waits for the calls queued ahead of it and itself
+ *     to be handed permits, which come free at `limit` per expected
+ *     service time: wait = (queued + 1) x expected / limit; with a free
+ *     permit, 0. How wrong it can be: it uses the low quantile, so it
+ *     underestimates a typical wait (it refuses late rather than early);
+ *     it cannot see runs admitted but still preparing (they queue later,
+ *     ahead of nobody yet), nor a Retry-After hold, nor a limit that
+ *     discovery is about to raise or cut; calls lingering after an abandon
+ *     release on their own schedule. It is an estimate for shedding load,
+ *     never a promise: a run it admits can still time out.
+ *   - Lingering permits. A call the caller gives up on after its request
+ *     was sent (its deadline or token fired mid-transfer) is still running
+ *     at the provider, which keeps counting it against its cap. Ending it
+ *     with sluice_pool_call_abandon keeps its permit and its place in the
+ *     in-flight count (so the next call's in_flight_at_start counts it)
+ *     until the call's start plus the high quantile of recent service
+ *     times (sluice/service.h; a call that has outlived a typical one is
+ *     a long one), capped by sluice_deadline_desc.linger_max_ms (0
+ *     disables); then the permit is released. Who releases it, so that no
+ *     permit is lost and nothing stalls without traffic: the next
+ *     call_begin or call_end on the pool, sluice_pool_poll (and so
+ *     sluice_engine_poll; event loops arm a timer for
+ *     sluice_pool_next_release, as the curl loop does), and — for blocking
+ *     callers queued for a permit — one of them: in a pool with lingering
+ *     enabled, a contended call_begin queues through the gate's async path
+ *     and parks on its own futex word; the newest such waiter also sets its
+ *     wake-up to the earliest lingering release, and a waiter that leaves
+ *     hands that duty to the next. So a queue of blocked callers drains
+ *     even when every permit is lingering and nothing else runs.
+ *
  * Progress: admit is lock-free and never blocks or enters the kernel: a full
  * pool is rejected with one atomic load, an admission is a load and a CAS.
  * leave is wait-free. call_end does not block: it releases the permit (the
@@ -107,10 +156,34 @@
 #include "discovery.h"
 #include "gate.h"
 #include "policy.h"
+#include "service.h"
 
 #define SLUICE_POOL_ACTIVE_MAX UINT32_C(65536)       /* <= SLUICE_GATE_LIMIT_MAX */
 #define SLUICE_POOL_WAITING_MAX (UINT32_C(1) << 20)
 #define SLUICE_POOL_WAITING_DEFAULT UINT32_C(1024)
+#define SLUICE_POOL_START_QUANTILE_DEFAULT UINT32_C(10) /* percent; see sluice/service.h */
+#define SLUICE_POOL_LINGER_MAX_MS_DEFAULT UINT32_C(30000)
+#define SLUICE_POOL_LINGER_MAX_MS UINT32_C(3600000) /* an hour: longer is a leak, not a call */
+
+/*
+ * The deadline rules of one pool (see the header comment), zero = default.
+ * Every field needs an active limit when set: an unlimited pool never
+ * queues and has no permits to keep.
+ */
+struct sluice_deadline_desc {
+    struct sluice_opt_u32 start_quantile; /* percent of recent successful calls faster than
+                                             the expected service time; a call with less
+                                             time left is not started (default: 10;
+                                             SLUICE_SOME(0) = start every call; at most
+                                             SLUICE_SERVICE_PERCENT_MAX = 50) */
+    bool refuse_early;                    /* sluice_pool_admit_by refuses with SLUICE_ELATE
+                                             what the predicted wait makes too late
+                                             (default: false; needs start_quantile != 0) */
+    struct sluice_opt_u32 linger_max_ms;  /* most an abandoned call keeps its permit, from
+                                             its start (default: 30000;
+                                             SLUICE_SOME(0) = release at once; at most
+                                             SLUICE_POOL_LINGER_MAX_MS) */
+};
 
 struct sluice_pool_desc {
     uint32_t active;               /* most generation calls in flight; with `discovery`, the
@@ -126,6 +199,7 @@ struct sluice_pool_desc {
      * Needs `active`; its max_limit defaults to `active` and may not exceed it; its policy
      * must be adaptive; gate, clock and allocator must be NULL (the pool's are used). */
     const struct sluice_discovery_desc *discovery;
+    struct sluice_deadline_desc deadlines; /* (default: all defaults, see there) */
     char *error;       /* receives a message naming the field when create fails
                           (default: NULL = no message); "" on success */
     size_t error_size; /* bytes at error, NUL included (default: 0) */
@@ -145,6 +219,28 @@ struct sluice_pool_counts {
     uint64_t calls_ok;         /* calls ended with SLUICE_OUTCOME_OK, since create */
     uint64_t calls_overload;   /* ... with SLUICE_OUTCOME_OVERLOAD (429/503, provider timeout) */
     uint64_t calls_ignored;    /* ... with SLUICE_OUTCOME_IGNORE (transport errors, aborts) */
+    /* The deadline rules and what the operator's views count (since create). */
+    uint32_t lingering;            /* abandoned calls still holding their permit (counted in
+                                      in_flight too) */
+    int64_t expected_ns;           /* expected service time (sluice/service.h); 0 = unknown */
+    uint64_t refused_capacity;     /* admissions refused with SLUICE_ECAPACITY */
+    uint64_t refused_early;        /* ... with SLUICE_ELATE (refuse_early) */
+    uint64_t refused_late;         /* calls not started: too little time left (ETIMEDOUT) */
+    uint64_t timeouts;             /* calls whose deadline passed while queued or, abandoned,
+                                      in transfer */
+    uint64_t cancels;              /* ... whose token fired while queued or in transfer */
+    uint64_t lingered;             /* abandoned calls that kept their permit for a while */
+};
+
+/* Which counter of struct sluice_pool_counts' second half; indexes sluice_pool.counted. */
+enum sluice__pool_counter {
+    SLUICE__POOL_CAPACITY = 0,
+    SLUICE__POOL_EARLY,
+    SLUICE__POOL_LATE,
+    SLUICE__POOL_TIMEOUT,
+    SLUICE__POOL_CANCEL,
+    SLUICE__POOL_LINGERED,
+    SLUICE__POOL_COUNTERS
 };
 
 /* One generation call, filled by sluice_pool_call_begin. */
@@ -154,6 +250,8 @@ struct sluice_call {
     int64_t queued_ns;           /* pool clock time spent waiting for the permit and any hold */
     uint32_t in_flight_at_start; /* calls in flight once this one started, itself included */
     uint32_t limit_at_start;     /* the discovered limit when it started (0 = not adaptive) */
+    bool refused_late;           /* SLUICE_ETIMEDOUT from call_begin: not started, because less
+                                    of its deadline was left than the expected service time */
 };
 
 /* A call waiting out a Retry-After hold: on its own stack, linked into the pool. */
@@ -164,6 +262,17 @@ struct sluice__pool_holder {
 };
 
 enum { SLUICE__HOLDER_AWAKE = 0, SLUICE__HOLDER_ASLEEP = 1 };
+
+/* A blocked call queued for a permit in a pool with lingering permits: on its own stack. */
+struct sluice__pool_watcher {
+    struct sluice__pool_watcher *next, *prev; /* guarded by the pool's hold_lock; newest first */
+    _Atomic(uint32_t) state;                  /* SLUICE__WATCH_*; the futex word */
+    int verdict;                              /* the gate's status, written before SETTLED */
+    struct sluice_gate_waiter gw;
+    struct sluice_cancel_hook hook;
+};
+
+enum { SLUICE__WATCH_AWAKE = 0, SLUICE__WATCH_ASLEEP = 1, SLUICE__WATCH_SETTLED = 2 };
 
 struct sluice_pool;
 struct sluice_pool_waiter;
@@ -178,6 +287,10 @@ typedef void (*sluice_pool_cb)(struct sluice_pool_waiter *waiter, int status);
 struct sluice_pool_waiter {
     sluice_pool_cb cb;
     void *data;
+    const struct timespec *deadline; /* for the start rule only: a grant with less time left
+                                        than the expected service time settles ETIMEDOUT
+                                        (default: NULL = none; the event loop still times
+                                        the wait itself) */
     struct sluice_call call; /* filled before cb runs with SLUICE_OK */
     /* private */
     struct sluice_gate_waiter sluice__gate;
@@ -209,8 +322,26 @@ struct sluice_pool {
     _Atomic(uint32_t) n_async_held;            /* entries on async_held: call_end's cheap test */
     _Atomic(uint32_t) hold_epoch;              /* bumped when close wakes the sleepers */
     _Atomic(uint32_t) closed;
+    /* Deadline rules (immutable after create; 0 = off). */
+    uint32_t start_percent;
+    bool refuse_early;
+    int64_t linger_max_ns;
+    /* Lingering permits: one slot per permit (active of them), after the discovery block. */
+    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) lingering;
+    _Atomic(uint32_t) linger_epoch;  /* bumped when a linger is added: watchers re-time */
+    _Atomic(int64_t) linger_next;    /* earliest release (pool clock); INT64_MAX = none */
+    sluice_spinlock linger_lock;     /* the reaper's try-lock */
+    _Atomic(uint32_t) linger_hint;   /* where to look for a free slot first (a hint) */
+    _Atomic(int64_t) *linger_slots;  /* release instants; SLUICE__LINGER_FREE = empty */
+    struct sluice__pool_watcher *watchers; /* blocked calls queued for a permit; hold_lock */
+    /* What the operator's views count; recorded after permits move. */
+    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) counted[SLUICE__POOL_COUNTERS];
+    struct sluice_histogram queue_wait, call_time;
+    struct sluice_service service;
     struct sluice_gate gate; /* initialised only when active > 0 */
 };
+
+#define SLUICE__LINGER_FREE INT64_MIN
 
 /* Copy `msg` into err (may be NULL) and return SLUICE_EINVAL. */
 SLUICE_INLINE int sluice__pool_fail(char *err, size_t err_size, const char *msg)
@@ -243,6 +374,44 @@ SLUICE_INLINE int sluice__pool_check(uint32_t active, struct sluice_opt_u32 wait
         snprintf(msg, sizeof msg,
                  "%s.waiting = %u is above the maximum %u (SLUICE_POOL_WAITING_MAX)", owner,
                  (unsigned)waiting.value, (unsigned)SLUICE_POOL_WAITING_MAX);
+    else
+        return SLUICE_OK;
+    return sluice__pool_fail(err, err_size, msg);
+}
+
+/*
+ * Check a pool's deadline rules (see struct sluice_deadline_desc). Messages
+ * name the field as `<owner>.deadlines.<field>`. Shared by pool and engine
+ * creation.
+ */
+SLUICE_INLINE int sluice__pool_check_deadlines(uint32_t active, const struct sluice_deadline_desc *dl,
+                                               const char *owner, char *err, size_t err_size)
+{
+    char msg[256];
+    const char *field = dl->start_quantile.set  ? "start_quantile"
+                        : dl->linger_max_ms.set ? "linger_max_ms"
+                        : dl->refuse_early      ? "refuse_early"
+                                                : NULL;
+    if (field && active == 0)
+        snprintf(msg, sizeof msg,
+                 "%s.deadlines.%s set without an active limit (an unlimited pool never queues; "
+                 "set %s.active or drop it)",
+                 owner, field, owner);
+    else if (dl->start_quantile.value > SLUICE_SERVICE_PERCENT_MAX)
+        snprintf(msg, sizeof msg,
+                 "%s.deadlines.start_quantile = %u is above %u (SLUICE_SERVICE_PERCENT_MAX: "
+                 "a higher quantile refuses calls that were likely to finish)",
+                 owner, (unsigned)dl->start_quantile.value, (unsigned)SLUICE_SERVICE_PERCENT_MAX);
+    else if (dl->refuse_early && dl->start_quantile.set && dl->start_quantile.value == 0)
+        snprintf(msg, sizeof msg,
+                 "%s.deadlines.refuse_early needs the expected service time "
+                 "(%s.deadlines.start_quantile is 0)",
+                 owner, owner);
+    else if (dl->linger_max_ms.value > SLUICE_POOL_LINGER_MAX_MS)
+        snprintf(msg, sizeof msg,
+                 "%s.deadlines.linger_max_ms = %u is above the maximum %u "
+                 "(SLUICE_POOL_LINGER_MAX_MS)",
+                 owner, (unsigned)dl->linger_max_ms.value, (unsigned)SLUICE_POOL_LINGER_MAX_MS);
     else
         return SLUICE_OK;
     return sluice__pool_fail(err, err_size, msg);
@@ -338,6 +507,36 @@ SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
     p->discovery = d;
 }
 
+/* Resolve the deadline rules and set up the lingering slots (`slots`: active of them). */
+SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
+                                               const struct sluice_deadline_desc *dl, void *slots)
+{
+    bool limited = p->active != 0;
+    p->start_percent = limited ? sluice_opt_or(dl->start_quantile,
+                                               SLUICE_POOL_START_QUANTILE_DEFAULT) : 0u;
+    p->refuse_early = limited && dl->refuse_early;
+    p->linger_max_ns = limited ? (int64_t)sluice_opt_or(dl->linger_max_ms,
+                                                        SLUICE_POOL_LINGER_MAX_MS_DEFAULT) *
+                                     SLUICE_NS_PER_MS
+                               : 0;
+    /* The estimate also serves the operator's views; its quantile only the start rule. */
+    sluice_service_init(&p->service, p->start_percent ? p->start_percent
+                                                      : SLUICE_POOL_START_QUANTILE_DEFAULT);
+    for (int i = 0; i < SLUICE__POOL_COUNTERS; i++)
+        atomic_init(&p->counted[i], 0u);
+    sluice_histogram_init(&p->queue_wait);
+    sluice_histogram_init(&p->call_time);
+    atomic_init(&p->lingering, 0u);
+    atomic_init(&p->linger_epoch, 0u);
+    atomic_init(&p->linger_next, INT64_MAX);
+    sluice_spinlock_init(&p->linger_lock);
+    atomic_init(&p->linger_hint, 0u);
+    p->watchers = NULL;
+    p->linger_slots = (_Atomic(int64_t) *)slots;
+    for (uint32_t i = 0; i < p->active; i++)
+        atomic_init(&p->linger_slots[i], SLUICE__LINGER_FREE);
+}
+
 /*
  * Create a pool: its only allocation. Returns SLUICE_EINVAL for an invalid
  * description (with a message naming the field in desc->error, e.g.
@@ -360,6 +559,9 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
                      : sluice__pool_fail(d.error, d.error_size,
                                          "sluice_pool_desc.allocator sets only one of alloc and "
                                          "free (set both, or pass NULL for the default)");
+    if (status == SLUICE_OK)
+        status = sluice__pool_check_deadlines(d.active, &d.deadlines, "sluice_pool_desc", d.error,
+                                              d.error_size);
     struct sluice__discovery_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     size_t size = sizeof(struct sluice_pool);
@@ -370,6 +572,8 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
     }
     if (status != SLUICE_OK)
         return status;
+    size_t slots_at = (size + SLUICE_CACHELINE - 1) / SLUICE_CACHELINE * SLUICE_CACHELINE;
+    size = slots_at + (size_t)d.active * sizeof(_Atomic(int64_t));
     struct sluice_pool *p = (struct sluice_pool *)sluice__alloc(d.allocator, size, SLUICE_CACHELINE);
     if (!p)
         return SLUICE_ENOMEM;
@@ -393,6 +597,7 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
         p->allocator = *d.allocator;
     if (p->active)
         sluice_gate_init(&p->gate, p->active);
+    sluice__pool_init_deadlines(p, &d.deadlines, (char *)p + slots_at);
     if (d.discovery)
         sluice__pool_start_discovery(p, d.discovery, cfg.events);
     *out = p;
@@ -408,6 +613,20 @@ SLUICE_INLINE void sluice_pool_destroy(struct sluice_pool *p)
         sluice_discovery_sync(p->discovery); /* a store write still on its way lands first */
     struct sluice_allocator a = p->allocator;
     sluice__free(&a, p, p->block_size);
+}
+
+SLUICE_INLINE void sluice__pool_count(struct sluice_pool *p, enum sluice__pool_counter which)
+{
+    atomic_fetch_add_explicit(&p->counted[which], 1u, SLUICE_RELAXED);
+}
+
+/* Count a call that ended without finishing, by why it stopped. */
+SLUICE_INLINE void sluice__pool_count_stop(struct sluice_pool *p, int status)
+{
+    if (status == SLUICE_ETIMEDOUT)
+        sluice__pool_count(p, SLUICE__POOL_TIMEOUT);
+    else if (status == SLUICE_ECANCELED)
+        sluice__pool_count(p, SLUICE__POOL_CANCEL);
 }
 
 /* Give an admission back: once per successful sluice_pool_admit. */
@@ -435,26 +654,55 @@ SLUICE_INLINE int sluice_pool_admit(struct sluice_pool *p)
                        : p->admit_max;
     uint32_t n = atomic_load_explicit(&p->admitted, SLUICE_RELAXED);
     do {
-        if (n >= cap)
+        if (n >= cap) {
+            sluice__pool_count(p, SLUICE__POOL_CAPACITY);
             return SLUICE_ECAPACITY;
+        }
     } while (!atomic_compare_exchange_weak_explicit(&p->admitted, &n, n + 1, SLUICE_RELAXED,
                                                     SLUICE_RELAXED));
     return SLUICE_OK;
 }
 
-/* The contended path of call_begin: queue for the permit, timing the wait. */
-SLUICE_INLINE int sluice__pool_wait(struct sluice_pool *p, const struct timespec *deadline,
-                                    struct sluice_cancel *cancel, struct sluice_call *call)
+/*
+ * The wait a call queueing now should expect before its permit, ns (pool
+ * clock; the header comment says how it is made and how wrong it can be):
+ * 0 while a permit is free, else (queued + 1) x expected / limit; -1 when
+ * the expected service time is not known yet.
+ */
+SLUICE_INLINE int64_t sluice_pool_predicted_wait(const struct sluice_pool *pool)
 {
-    int64_t arrived = sluice_clock_now(&p->clock);
-    int status = sluice_gate_acquire(&p->gate, deadline, cancel);
-    /* A grant can land after the token fired or the deadline passed: the
-     * call has not started, so the stop wins and the permit moves on. */
-    if (status == SLUICE_OK && (status = sluice_wait_stop_reason(deadline, cancel)) != SLUICE_OK)
-        sluice_gate_release(&p->gate);
-    call->start_ns = sluice_clock_now(&p->clock);
-    call->queued_ns = call->start_ns - arrived;
-    return status;
+    struct sluice_pool *p = (struct sluice_pool *)pool;
+    int64_t expected = sluice_service_expected(&p->service);
+    if (!p->active || expected <= 0)
+        return -1;
+    struct sluice_gate_counts g = sluice_gate_stats(&p->gate);
+    uint32_t queued = g.waiting + atomic_load_explicit(&p->holding, SLUICE_RELAXED);
+    if (g.limit == 0 || (queued == 0 && g.in_flight < g.limit))
+        return 0;
+    double wait = ((double)queued + 1.0) * (double)expected / (double)g.limit;
+    return wait < (double)INT64_MAX ? (int64_t)wait : INT64_MAX;
+}
+
+/*
+ * sluice_pool_admit for a run that must finish by `deadline` (absolute
+ * CLOCK_MONOTONIC; NULL = none): with the pool's refuse_early rule on, a run
+ * whose predicted wait plus the expected service time already passes the
+ * deadline is refused at once with SLUICE_ELATE (counted in refused_early;
+ * nothing is reserved), so the caller can shed it or go elsewhere while it
+ * still has time. Otherwise exactly sluice_pool_admit.
+ */
+SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct timespec *deadline)
+{
+    if (SLUICE_UNLIKELY(p->refuse_early) && deadline &&
+        !atomic_load_explicit(&p->closed, SLUICE_RELAXED)) {
+        int64_t wait = sluice_pool_predicted_wait(p);
+        int64_t left = sluice_timespec_ns(deadline) - sluice_monotonic_ns();
+        if (wait >= 0 && sluice_add_ns(wait, sluice_service_expected(&p->service)) > left) {
+            sluice__pool_count(p, SLUICE__POOL_EARLY);
+            return SLUICE_ELATE;
+        }
+    }
+    return sluice_pool_admit(p);
 }
 
 /* ---- Retry-After holds (adaptive pools) ----------------------------------- */
@@ -571,6 +819,253 @@ SLUICE_INLINE int sluice__pool_hold(struct sluice_pool *p, const struct timespec
     return status;
 }
 
+/* ---- lingering permits ------------------------------------------------------ */
+
+/* Lower linger_next to `at` unless it is already earlier. */
+SLUICE_INLINE void sluice__pool_linger_lower(struct sluice_pool *p, int64_t at)
+{
+    int64_t cur = atomic_load_explicit(&p->linger_next, SLUICE_SEQ_CST);
+    while (at < cur && !atomic_compare_exchange_weak_explicit(&p->linger_next, &cur, at,
+                                                              SLUICE_SEQ_CST, SLUICE_SEQ_CST))
+        ;
+}
+
+/*
+ * Release every lingering permit whose time has come. Cheap when none
+ * lingers (one relaxed load) or none is due (two loads). One reaper at a
+ * time (a try-lock: a caller that finds it taken leaves the work to the
+ * holder). The reaper first resets linger_next, then scans and lowers it
+ * to what is left: an abandon that lands during the scan lowers it after
+ * the reset, so no release instant is ever lost. Permits go back after the
+ * lock is dropped, each after its in-flight count (as call_end does).
+ */
+SLUICE_INLINE void sluice__pool_reap(struct sluice_pool *p)
+{
+    if (SLUICE_LIKELY(!atomic_load_explicit(&p->lingering, SLUICE_RELAXED)))
+        return;
+    int64_t now = sluice_clock_now(&p->clock);
+    if (now < atomic_load_explicit(&p->linger_next, SLUICE_SEQ_CST) ||
+        !sluice_spinlock_trylock(&p->linger_lock))
+        return;
+    atomic_store_explicit(&p->linger_next, INT64_MAX, SLUICE_SEQ_CST);
+    uint32_t freed = 0;
+    int64_t next = INT64_MAX;
+    for (uint32_t i = 0; i < p->active; i++) {
+        int64_t at = atomic_load_explicit(&p->linger_slots[i], SLUICE_SEQ_CST);
+        if (at == SLUICE__LINGER_FREE)
+            continue;
+        if (at <= now) {
+            atomic_store_explicit(&p->linger_slots[i], SLUICE__LINGER_FREE, SLUICE_RELAXED);
+            freed++;
+        } else if (at < next) {
+            next = at;
+        }
+    }
+    sluice__pool_linger_lower(p, next);
+    sluice_spinlock_unlock(&p->linger_lock);
+    for (uint32_t i = 0; i < freed; i++) {
+        atomic_fetch_sub_explicit(&p->lingering, 1u, SLUICE_RELAXED);
+        atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
+        sluice_gate_release(&p->gate);
+    }
+}
+
+/*
+ * When the next lingering permit is released (pool clock, ns); INT64_MAX
+ * when none lingers. Event loops arm a timer for it and call
+ * sluice_pool_poll, so a queue drains even when nothing else completes.
+ */
+SLUICE_INLINE int64_t sluice_pool_next_release(const struct sluice_pool *p)
+{
+    struct sluice_pool *q = (struct sluice_pool *)p;
+    return atomic_load_explicit(&q->lingering, SLUICE_RELAXED)
+               ? atomic_load_explicit(&q->linger_next, SLUICE_SEQ_CST)
+               : INT64_MAX;
+}
+
+/* Move a watcher from ASLEEP to AWAKE and wake it; a settled one stays settled. */
+SLUICE_INLINE void sluice__pool_watch_rouse(struct sluice__pool_watcher *w)
+{
+    uint32_t asleep = SLUICE__WATCH_ASLEEP;
+    if (atomic_compare_exchange_strong_explicit(&w->state, &asleep, SLUICE__WATCH_AWAKE,
+                                                SLUICE_SEQ_CST, SLUICE_SEQ_CST))
+        sluice_futex_wake(&w->state);
+}
+
+/* The watcher that times the lingering releases (the newest) must look again. Any thread. */
+SLUICE_INLINE void sluice__pool_watch_poke(struct sluice_pool *p)
+{
+    sluice_spinlock_lock(&p->hold_lock);
+    if (p->watchers)
+        sluice__pool_watch_rouse(p->watchers);
+    sluice_spinlock_unlock(&p->hold_lock);
+}
+
+/* The gate settled a watcher's wait (any thread). Its last touch is the wake. */
+static inline void sluice__pool_watch_settled(struct sluice_gate_waiter *gw, int status)
+{
+    struct sluice__pool_watcher *w = (struct sluice__pool_watcher *)gw->data;
+    w->verdict = status;
+    if (atomic_exchange_explicit(&w->state, SLUICE__WATCH_SETTLED, SLUICE_SEQ_CST) ==
+        SLUICE__WATCH_ASLEEP)
+        sluice_futex_wake(&w->state);
+}
+
+static inline void sluice__pool_watch_on_cancel(struct sluice_cancel_hook *hook)
+{
+    sluice__pool_watch_rouse((struct sluice__pool_watcher *)(void *)((char *)hook -
+                                                                       offsetof(
+                                                                           struct sluice__pool_watcher,
+                                                                           hook)));
+}
+
+/* Wait for a watcher's verdict that is on its way (its withdrawal lost the race). */
+SLUICE_INLINE int sluice__pool_watch_verdict(struct sluice__pool_watcher *w)
+{
+    sluice_park_while(&w->state, SLUICE__WATCH_AWAKE, SLUICE__WATCH_ASLEEP);
+    return w->verdict;
+}
+
+/* Link (newest first) or unlink a watcher; unlinking the timer hands its duty on. */
+SLUICE_INLINE bool sluice__pool_watch_link(struct sluice_pool *p, struct sluice__pool_watcher *w,
+                                           bool link)
+{
+    sluice_spinlock_lock(&p->hold_lock);
+    bool newest = p->watchers == w;
+    if (link) {
+        w->prev = NULL;
+        w->next = p->watchers;
+        if (p->watchers)
+            p->watchers->prev = w;
+        p->watchers = w;
+    } else {
+        if (w->prev)
+            w->prev->next = w->next;
+        else
+            p->watchers = w->next;
+        if (w->next)
+            w->next->prev = w->prev;
+        if (newest && p->watchers && atomic_load_explicit(&p->lingering, SLUICE_RELAXED))
+            sluice__pool_watch_rouse(p->watchers);
+    }
+    newest = p->watchers == w;
+    sluice_spinlock_unlock(&p->hold_lock);
+    return newest;
+}
+
+/* When a watcher sleeps until: its deadline, and for the newest the next linger release. */
+SLUICE_INLINE bool sluice__pool_watch_wake_at(struct sluice_pool *p,
+                                              struct sluice__pool_watcher *w,
+                                              const struct timespec *deadline, struct timespec *at)
+{
+    int64_t release = INT64_MAX;
+    sluice_spinlock_lock(&p->hold_lock);
+    if (p->watchers == w)
+        release = sluice_pool_next_release(p);
+    sluice_spinlock_unlock(&p->hold_lock);
+    if (release == INT64_MAX) {
+        if (deadline)
+            *at = *deadline;
+        return deadline != NULL;
+    }
+    int64_t left = release - sluice_clock_now(&p->clock);
+    *at = sluice__pool_wake_at(left > 0 ? left : 0, deadline);
+    return true;
+}
+
+/*
+ * The contended wait of a pool with lingering permits: queue through the
+ * gate's async path (same FIFO line), park on our own word, and wake for
+ * the grant, the deadline, the token, or — for the newest waiter — the
+ * next lingering release, which we then perform (sluice__pool_reap).
+ * Returns the gate's verdict (SLUICE_OK with the permit, ECLOSED) or the
+ * stop reason (ETIMEDOUT, ECANCELED) with no permit held.
+ */
+SLUICE_INLINE int sluice__pool_watch(struct sluice_pool *p, const struct timespec *deadline,
+                                     struct sluice_cancel *cancel)
+{
+    struct sluice__pool_watcher w;
+    atomic_init(&w.state, (uint32_t)SLUICE__WATCH_AWAKE);
+    w.verdict = SLUICE_OK;
+    w.gw.cb = sluice__pool_watch_settled;
+    w.gw.data = &w;
+    w.hook.fn = sluice__pool_watch_on_cancel;
+    sluice__pool_watch_link(p, &w, true);
+    bool hooked = cancel && sluice_cancel_register(cancel, &w.hook);
+    sluice_gate_acquire_async(&p->gate, &w.gw);
+    int status;
+    for (;;) {
+        uint32_t epoch = atomic_load_explicit(&p->linger_epoch, SLUICE_SEQ_CST);
+        if (atomic_load_explicit(&w.state, SLUICE_ACQUIRE) == SLUICE__WATCH_SETTLED) {
+            status = w.verdict;
+            break;
+        }
+        if ((status = sluice_wait_stop_reason(deadline, cancel)) != SLUICE_OK) {
+            if (sluice_gate_cancel_async(&p->gate, &w.gw) != SLUICE_OK &&
+                sluice__pool_watch_verdict(&w) == SLUICE_OK)
+                sluice_gate_release(&p->gate); /* granted as we gave up: pass it on */
+            break;
+        }
+        sluice__pool_reap(p);
+        struct timespec at;
+        bool timed = sluice__pool_watch_wake_at(p, &w, deadline, &at);
+        uint32_t awake = SLUICE__WATCH_AWAKE;
+        if (!atomic_compare_exchange_strong_explicit(&w.state, &awake, SLUICE__WATCH_ASLEEP,
+                                                     SLUICE_SEQ_CST, SLUICE_SEQ_CST))
+            continue;
+        /* Re-check after announcing sleep: a token or a new linger in between woke nobody. */
+        if (sluice_wait_stop_reason(deadline, cancel) == SLUICE_OK &&
+            atomic_load_explicit(&p->linger_epoch, SLUICE_SEQ_CST) == epoch)
+            sluice_futex_wait(&w.state, SLUICE__WATCH_ASLEEP, timed ? &at : NULL);
+        sluice__pool_watch_rouse(&w);
+    }
+    if (hooked)
+        sluice_cancel_unregister(cancel, &w.hook);
+    sluice__pool_watch_link(p, &w, false);
+    return status;
+}
+
+/* The contended path of call_begin: queue for the permit, timing the wait. */
+SLUICE_INLINE int sluice__pool_wait(struct sluice_pool *p, const struct timespec *deadline,
+                                    struct sluice_cancel *cancel, struct sluice_call *call)
+{
+    int64_t arrived = sluice_clock_now(&p->clock);
+    int status = p->linger_max_ns ? sluice__pool_watch(p, deadline, cancel)
+                                  : sluice_gate_acquire(&p->gate, deadline, cancel);
+    /* A grant can land after the token fired or the deadline passed: the
+     * call has not started, so the stop wins and the permit moves on. */
+    if (status == SLUICE_OK && (status = sluice_wait_stop_reason(deadline, cancel)) != SLUICE_OK)
+        sluice_gate_release(&p->gate);
+    call->start_ns = sluice_clock_now(&p->clock);
+    call->queued_ns = call->start_ns - arrived;
+    return status;
+}
+
+/*
+ * The start rule: true when the call holding a permit has less of its
+ * deadline left than the expected service time (never without a deadline,
+ * with the rule off, or before the estimate has samples).
+ */
+SLUICE_INLINE bool sluice__pool_too_late(struct sluice_pool *p, const struct timespec *deadline)
+{
+    if (!deadline || !p->start_percent)
+        return false;
+    int64_t expected = sluice_service_expected(&p->service);
+    return expected > 0 && sluice_timespec_ns(deadline) - sluice_monotonic_ns() < expected;
+}
+
+/* Count how a limited pool's call_begin ended; the queue-wait histogram sees every wait. */
+SLUICE_INLINE void sluice__pool_began(struct sluice_pool *p, const struct sluice_call *call,
+                                      int status, bool waited)
+{
+    if (status == SLUICE_OK || waited || call->refused_late)
+        sluice_histogram_add(&p->queue_wait, call->queued_ns);
+    if (call->refused_late)
+        sluice__pool_count(p, SLUICE__POOL_LATE);
+    else
+        sluice__pool_count_stop(p, status);
+}
+
 /* The call has its permit and no hold stands in its way: count it as started. */
 SLUICE_INLINE void sluice__pool_start(struct sluice_pool *p, struct sluice_call *call)
 {
@@ -597,9 +1092,13 @@ SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct tim
     int status = sluice_wait_stop_reason(deadline, cancel);
     if (status == SLUICE_OK && SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED)))
         status = SLUICE_ECLOSED;
+    call->refused_late = false;
+    if (p->active)
+        sluice__pool_reap(p); /* a permit whose linger is over is free for this call */
     /* tryacquire never jumps the queue; only a call that must queue pays
      * for timing its wait. */
-    if (status == SLUICE_OK && p->active && sluice_gate_tryacquire(&p->gate) != SLUICE_OK) {
+    bool waited = status == SLUICE_OK && p->active && sluice_gate_tryacquire(&p->gate) != SLUICE_OK;
+    if (waited) {
         status = sluice__pool_wait(p, deadline, cancel, call);
     } else {
         call->start_ns = sluice_clock_now(&p->clock);
@@ -607,7 +1106,14 @@ SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct tim
     }
     if (SLUICE_UNLIKELY(p->discovery != NULL) && status == SLUICE_OK)
         status = sluice__pool_hold(p, deadline, cancel, call);
+    if (status == SLUICE_OK && sluice__pool_too_late(p, deadline)) {
+        sluice_gate_release(&p->gate);
+        call->refused_late = true;
+        status = SLUICE_ETIMEDOUT;
+    }
     call->in_flight_at_start = call->limit_at_start = 0;
+    if (p->active)
+        sluice__pool_began(p, call, status, waited);
     if (status == SLUICE_OK)
         sluice__pool_start(p, call);
     return status;
@@ -615,11 +1121,19 @@ SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct tim
 
 /* ---- the async call path (event loops) ------------------------------------ */
 
-/* Start an async call whose permit is in hand and whose hold is over. */
+/* Start an async call whose permit is in hand and whose hold is over (or refuse it: too late). */
 SLUICE_INLINE void sluice__pool_async_start(struct sluice_pool *p, struct sluice_pool_waiter *w)
 {
     w->call.start_ns = sluice_clock_now(&p->clock);
     w->call.queued_ns = w->call.start_ns - w->sluice__arrived;
+    w->call.refused_late = p->active && sluice__pool_too_late(p, w->deadline);
+    if (p->active)
+        sluice__pool_began(p, &w->call, SLUICE_OK, w->call.queued_ns > 0);
+    if (w->call.refused_late) {
+        sluice_gate_release(&p->gate);
+        w->cb(w, SLUICE_ETIMEDOUT);
+        return;
+    }
     sluice__pool_start(p, &w->call);
     w->cb(w, SLUICE_OK);
 }
@@ -679,6 +1193,10 @@ static inline void sluice__pool_async_granted(struct sluice_gate_waiter *gw, int
  *   SLUICE_OK         permit in hand, hold over, w->call filled: make the
  *                     call, then sluice_pool_call_end(p, &w->call, ...);
  *   SLUICE_ECANCELED  withdrawn by sluice_pool_call_cancel_async;
+ *   SLUICE_ETIMEDOUT  granted, but with less of w->deadline left than the
+ *                     expected service time: not started (w->call's
+ *                     refused_late is set), the permit went to the next
+ *                     in line (the start rule, see the header comment);
  *   SLUICE_ECLOSED    the pool is (or was meanwhile) closed.
  * It runs inline when the outcome is known at once (a permit is free, the
  * pool is closed), otherwise on the thread that releases the permit it
@@ -694,6 +1212,7 @@ SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sl
     w->sluice__held = false;
     w->sluice__arrived = sluice_clock_now(&p->clock);
     w->call.in_flight_at_start = w->call.limit_at_start = 0;
+    w->call.refused_late = false;
     if (SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED))) {
         w->cb(w, SLUICE_ECLOSED);
         return;
@@ -764,13 +1283,17 @@ SLUICE_INLINE struct sluice_pool_waiter *sluice__pool_take_async(struct sluice_p
 }
 
 /*
- * Start the async calls that were waiting out a Retry-After hold, if it is
- * over (their callbacks run here, with SLUICE_OK). call_end does this too;
- * an event loop calls it from a timer at sluice_pool_hold_until so held
- * calls start even when nothing else completes. Cheap when nothing is held.
+ * Release the lingering permits whose time has come, then start the async
+ * calls that were waiting out a Retry-After hold, if it is over (their
+ * callbacks run here). call_end does both too; an event loop calls this
+ * from a timer at sluice_pool_hold_until and sluice_pool_next_release so
+ * held calls start, and lingering permits come back, even when nothing
+ * else completes. Cheap when nothing is held or lingering.
  */
 SLUICE_INLINE void sluice_pool_poll(struct sluice_pool *p)
 {
+    if (p->active)
+        sluice__pool_reap(p);
     for (struct sluice_pool_waiter *w = sluice__pool_take_async(p, false); w;) {
         struct sluice_pool_waiter *next = w->sluice__next;
         w->sluice__next = NULL;
@@ -781,12 +1304,97 @@ SLUICE_INLINE void sluice_pool_poll(struct sluice_pool *p)
 
 /* ---- ending a call ---------------------------------------------------------- */
 
+/* The sample a call ends with; its latency is start to now when latency_ns < 0. */
+SLUICE_INLINE struct sluice_sample sluice__pool_sample(const struct sluice_call *call,
+                                                       enum sluice_outcome outcome,
+                                                       int64_t retry_after_ns, int64_t latency_ns,
+                                                       int64_t now)
+{
+    struct sluice_sample sample;
+    sample.latency_ns = latency_ns >= 0 ? latency_ns : now - call->start_ns;
+    sample.in_flight_at_start = call->in_flight_at_start;
+    sample.outcome = outcome;
+    sample.retry_after_ns = retry_after_ns;
+    sample.start_ns = call->start_ns;
+    sample.limit_at_start = call->limit_at_start;
+    return sample;
+}
+
+/*
+ * Keep an abandoned call's permit until `until` (pool clock): claim a free
+ * slot (one exists: every lingering call holds one of the `active` permits),
+ * lower linger_next, and tell the watcher that times releases. The call
+ * stays in the in-flight count.
+ */
+SLUICE_INLINE void sluice__pool_linger(struct sluice_pool *p, int64_t until)
+{
+    atomic_fetch_add_explicit(&p->lingering, 1u, SLUICE_RELAXED);
+    for (uint32_t i = atomic_load_explicit(&p->linger_hint, SLUICE_RELAXED) % p->active;;
+         i = (i + 1u) % p->active) {
+        int64_t free_slot = SLUICE__LINGER_FREE;
+        if (atomic_compare_exchange_strong_explicit(&p->linger_slots[i], &free_slot, until,
+                                                    SLUICE_SEQ_CST, SLUICE_RELAXED)) {
+            atomic_store_explicit(&p->linger_hint, (i + 1u) % p->active, SLUICE_RELAXED);
+            break;
+        }
+    }
+    sluice__pool_linger_lower(p, until);
+    atomic_fetch_add_explicit(&p->linger_epoch, 1u, SLUICE_SEQ_CST);
+    sluice__pool_count(p, SLUICE__POOL_LINGERED);
+    sluice__pool_watch_poke(p);
+}
+
+/*
+ * Everything call_end and call_abandon share: count, record the sample,
+ * then give the permit back — or, with `linger_until` > now, keep it (and
+ * the in-flight count) until then — and run discovery's effects.
+ */
+SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
+                                                    const struct sluice_call *call,
+                                                    enum sluice_outcome outcome,
+                                                    int64_t retry_after_ns, int64_t latency_ns,
+                                                    int64_t now, bool abandoned,
+                                                    int64_t linger_until)
+{
+    struct sluice_sample sample =
+        sluice__pool_sample(call, outcome, retry_after_ns, latency_ns, now);
+    bool linger = linger_until > now;
+    if (!linger)
+        atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
+    atomic_fetch_add_explicit(&p->ended[(unsigned)outcome <= SLUICE_OUTCOME_IGNORE
+                                            ? (unsigned)outcome
+                                            : (unsigned)SLUICE_OUTCOME_IGNORE],
+                              1u, SLUICE_RELAXED);
+    if (SLUICE_UNLIKELY(p->discovery != NULL))
+        sluice__discovery_record(p->discovery, &sample);
+    if (linger)
+        sluice__pool_linger(p, linger_until);
+    else if (p->active)
+        sluice_gate_release(&p->gate);
+    if (p->active) {
+        /* The operator's figures, and the estimate, after the permit moved on. */
+        if (!abandoned)
+            sluice_histogram_add(&p->call_time, now - call->start_ns);
+        if (outcome == SLUICE_OUTCOME_OK)
+            sluice_service_add(&p->service, now - call->start_ns);
+        sluice__pool_reap(p);
+    }
+    if (SLUICE_UNLIKELY(p->discovery != NULL)) {
+        sluice_discovery_flush(p->discovery);
+        sluice_pool_poll(p);
+    }
+    return sample;
+}
+
 /*
  * End a call with the latency signal the caller measured (see
  * sluice_pool_call_end): `latency_ns` is what discovery learns from — for a
  * streamed answer, time to first byte, because total time measures output
  * length, not queueing; a negative value means "start to now". The sample
  * keeps the call's own start, so it lands in the window it started in.
+ * The expected service time (sluice/service.h) learns the call's whole
+ * duration, start to now, from every OK call: it asks how long a call
+ * takes to finish.
  */
 SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_pool *p,
                                                                 const struct sluice_call *call,
@@ -794,27 +1402,32 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_po
                                                                 int64_t retry_after_ns,
                                                                 int64_t latency_ns)
 {
-    struct sluice_sample sample;
-    sample.latency_ns = latency_ns >= 0 ? latency_ns : sluice_clock_now(&p->clock) - call->start_ns;
-    sample.in_flight_at_start = call->in_flight_at_start;
-    sample.outcome = outcome;
-    sample.retry_after_ns = retry_after_ns;
-    sample.start_ns = call->start_ns;
-    sample.limit_at_start = call->limit_at_start;
-    atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
-    atomic_fetch_add_explicit(&p->ended[(unsigned)outcome <= SLUICE_OUTCOME_IGNORE
-                                            ? (unsigned)outcome
-                                            : (unsigned)SLUICE_OUTCOME_IGNORE],
-                              1u, SLUICE_RELAXED);
-    if (SLUICE_UNLIKELY(p->discovery != NULL))
-        sluice__discovery_record(p->discovery, &sample);
+    return sluice__pool_end(p, call, outcome, retry_after_ns, latency_ns,
+                            sluice_clock_now(&p->clock), false, 0);
+}
+
+/*
+ * End a call the caller gave up on after its request was sent: `why` is
+ * SLUICE_ETIMEDOUT (its deadline) or SLUICE_ECANCELED (its token), counted
+ * in the pool's timeouts or cancels. Discovery gets an IGNORE sample (an
+ * abort says nothing about capacity). The provider is still running the
+ * call, so the call keeps its permit and stays in flight until its start
+ * plus the high quantile of recent service times (capped by
+ * linger_max_ms): a lingering permit, released by whoever comes by first
+ * (see the header comment). Released at once when lingering is off, the
+ * estimate has no samples yet, or the call has already run that long.
+ * Returns the sample. Never blocks.
+ */
+SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon(struct sluice_pool *p,
+                                                            const struct sluice_call *call, int why)
+{
+    int64_t now = sluice_clock_now(&p->clock);
+    int64_t until = 0, high = p->active ? sluice_service_high(&p->service) : 0;
+    if (p->linger_max_ns && high > 0)
+        until = sluice_add_ns(call->start_ns, high < p->linger_max_ns ? high : p->linger_max_ns);
     if (p->active)
-        sluice_gate_release(&p->gate);
-    if (SLUICE_UNLIKELY(p->discovery != NULL)) {
-        sluice_discovery_flush(p->discovery);
-        sluice_pool_poll(p);
-    }
-    return sample;
+        sluice__pool_count_stop(p, why);
+    return sluice__pool_end(p, call, SLUICE_OUTCOME_IGNORE, 0, -1, now, true, until);
 }
 
 /*
@@ -909,7 +1522,35 @@ SLUICE_INLINE struct sluice_pool_counts sluice_pool_stats(const struct sluice_po
     c.calls_ok = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_OK], SLUICE_RELAXED);
     c.calls_overload = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_OVERLOAD], SLUICE_RELAXED);
     c.calls_ignored = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_IGNORE], SLUICE_RELAXED);
+    c.lingering = atomic_load_explicit(&p->lingering, SLUICE_RELAXED);
+    c.expected_ns = sluice_service_expected(&p->service);
+    uint64_t *to[SLUICE__POOL_COUNTERS] = {&c.refused_capacity, &c.refused_early, &c.refused_late,
+                                           &c.timeouts,         &c.cancels,       &c.lingered};
+    for (int i = 0; i < SLUICE__POOL_COUNTERS; i++)
+        *to[i] = atomic_load_explicit(&p->counted[i], SLUICE_RELAXED);
     return c;
+}
+
+/*
+ * The pool's histograms: queue wait of every call that left the queue
+ * (started, refused late, timed out or cancelled while queued) and the
+ * duration of every call that ended (start to end, abandoned ones
+ * excluded). Zero for NULL or an unlimited pool, which records none.
+ */
+SLUICE_INLINE void sluice_pool_histograms(const struct sluice_pool *p,
+                                          struct sluice_histogram_counts *queue_wait,
+                                          struct sluice_histogram_counts *call_time)
+{
+    if (queue_wait)
+        memset(queue_wait, 0, sizeof *queue_wait);
+    if (call_time)
+        memset(call_time, 0, sizeof *call_time);
+    if (!p)
+        return;
+    if (queue_wait)
+        *queue_wait = sluice_histogram_read(&p->queue_wait);
+    if (call_time)
+        *call_time = sluice_histogram_read(&p->call_time);
 }
 
 #endif /* SLUICE_POOL_H */

@@ -68,6 +68,10 @@ struct sluice_generation {
     int64_t latency_ns;          /* the latency signal the client measured, e.g. time to the
                                     first byte of a streamed answer (default: -1 = the pool
                                     times the whole call) */
+    bool abandoned;              /* the client gave up on the call (the run's deadline or
+                                    token) after its request was sent: the provider is still
+                                    running it, so its permit lingers (sluice_pool_call_abandon)
+                                    (default: false) */
 };
 
 struct sluice_run_ops {
@@ -112,6 +116,9 @@ struct sluice_run_result {
     int64_t queued_ns;            /* waiting for generation permits (and any Retry-After
                                      hold), all generations */
     unsigned generations;         /* client calls made: the initial one plus repairs */
+    bool refused_late;            /* SLUICE_ETIMEDOUT without calling the client: the permit
+                                     came with less of the deadline left than the backend's
+                                     expected service time (sluice/pool.h's start rule) */
     struct sluice_sample last;    /* the last generation's sample, as discovery gets it */
     int client_status;            /* with SLUICE_ECLIENT: the failing callback's own code */
     enum sluice_run_stage client_stage; /* ... and which callback it was */
@@ -133,18 +140,25 @@ SLUICE_INLINE int sluice__run_generate(struct sluice_pool *pool, const struct sl
     struct sluice_call call;
     int status = sluice_pool_call_begin(pool, d->deadline, d->cancel, &call);
     r->queued_ns += call.queued_ns;
+    r->refused_late = call.refused_late;
     if (status != SLUICE_OK)
         return status;
     gen->outcome = SLUICE_OUTCOME_OK;
     gen->retry_after_ns = 0;
     gen->latency_ns = -1;
+    gen->abandoned = false;
     status = d->ops->generate(d->ctx, gen);
     r->generations++;
     /* A failed call cannot tell discovery the provider served it. */
     if (status != SLUICE_OK && gen->outcome == SLUICE_OUTCOME_OK)
         gen->outcome = SLUICE_OUTCOME_IGNORE;
-    r->last = sluice_pool_call_end_latency(pool, &call, gen->outcome, gen->retry_after_ns,
-                                           gen->latency_ns);
+    if (gen->abandoned) {
+        int why = sluice_wait_stop_reason(d->deadline, d->cancel);
+        r->last = sluice_pool_call_abandon(pool, &call, why == SLUICE_OK ? SLUICE_ECANCELED : why);
+    } else {
+        r->last = sluice_pool_call_end_latency(pool, &call, gen->outcome, gen->retry_after_ns,
+                                               gen->latency_ns);
+    }
     return status == SLUICE_OK ? SLUICE_OK
                                : sluice__run_client_failed(r, SLUICE_STAGE_GENERATE, status);
 }
@@ -189,9 +203,12 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
  * Run one request on `engine` as `desc` describes and wait for its result.
  * Returns the run's status, also stored in result->status (result may be
  * NULL): SLUICE_OK, SLUICE_ECAPACITY (rejected: nothing was called and the
- * rest of *result is zero), SLUICE_EINVAL (bad desc, unknown backend ID, or
+ * rest of *result is zero), SLUICE_ELATE (the backend refuses early and
+ * predicted that the run could not finish by its deadline: nothing was
+ * called), SLUICE_EINVAL (bad desc, unknown backend ID, or
  * a deadline whose tv_nsec is outside [0, 1e9)), SLUICE_ECANCELED,
- * SLUICE_ETIMEDOUT, SLUICE_ECLOSED (the engine or pool was closed: at
+ * SLUICE_ETIMEDOUT (result->refused_late says when it was the start rule
+ * that refused a generation, without calling the client), SLUICE_ECLOSED (the engine or pool was closed: at
  * admission, or while the run waited for a permit), or SLUICE_ECLIENT (a
  * callback failed; result->client_status and ->client_stage say which and
  * how).
@@ -205,7 +222,7 @@ SLUICE_INLINE int sluice_run(struct sluice_engine *engine, const struct sluice_r
     if (!engine || !desc || !desc->ops || !desc->ops->generate ||
         !(b = sluice_engine_find(engine, desc->backend)))
         r.status = SLUICE_EINVAL;
-    else if ((r.status = sluice_pool_admit(b->pool)) == SLUICE_OK) {
+    else if ((r.status = sluice_pool_admit_by(b->pool, desc->deadline)) == SLUICE_OK) {
         int64_t start = sluice_clock_now(&engine->clock);
         r.status = sluice__run_admitted(engine, b, desc, &r);
         sluice_pool_leave(b->pool);

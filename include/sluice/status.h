@@ -26,7 +26,8 @@
     X(EIO, -EIO, "input/output error")                                                             \
     X(ECAPACITY, -4000, "capacity full: no admission slot is free")                                \
     X(ECLOSED, -4001, "closed: the object no longer accepts waiters")                              \
-    X(ECLIENT, -4002, "a client callback failed (its own code is in the result)")
+    X(ECLIENT, -4002, "a client callback failed (its own code is in the result)")                 \
+    X(ELATE, -4003, "refused at admission: the predicted wait leaves too little of the deadline")
 
 enum sluice_status {
 #define SLUICE__STATUS_ENUM(name, value, msg) SLUICE_##name = (value),

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +50,10 @@ extern const size_t sluice__admin_page_size;
 
 enum { N_CAUSES = SLUICE_CAUSE_EXPIRY_CAPPED + 1, N_KINDS = SLUICE_EVENT_STORE + 1 };
 
+/* Connections libmicrohttpd accepts past max_connections, so that one more gets an
+ * answer (a reclaimed kept-alive slot, or a 503) instead of a reset. */
+enum { ADMIN_SPARE_CONNECTIONS = 8 };
+
 struct sample {
     int64_t wall_ms;
     uint32_t limit, in_flight;
@@ -59,9 +64,21 @@ struct conn {
     struct conn *prev, *next;
     int fd;           /* its socket */
     bool waiting;     /* its (next) request has not arrived in full yet */
+    bool served;      /* it has had an answer: idle and waiting, it is a kept-alive one */
     bool cut;         /* shut down already */
+    bool over;        /* opened past max_connections: its request gets 503 */
     int64_t since_ms; /* monotonic: when it opened, or when its last answer ended */
 };
+
+/* What a node's recent figures are computed from: one per sampler tick. */
+struct tally {
+    int64_t wall_ms;
+    uint64_t requests, overloads, timeouts;
+    struct sluice_histogram_counts queue_wait;
+};
+
+/* The page's and sluicectl's rates and queue-wait percentiles span this many seconds. */
+#define RECENT_S 10
 
 /* One engine node as the admin tracks it (under admin.mutex). */
 struct node {
@@ -73,6 +90,8 @@ struct node {
     uint64_t dropped;                   /* overwritten before counted */
     struct sample *history;             /* ring of history_s samples */
     uint32_t hist_head, hist_len;
+    struct tally recent[RECENT_S + 1];  /* ring: the last RECENT_S seconds' ends */
+    uint32_t recent_head, recent_len;
 };
 
 struct sluice_admin {
@@ -204,6 +223,63 @@ static json_t *event_json(const struct sluice_event *ev)
     return n < sizeof line ? json_loads(line, 0, NULL) : NULL;
 }
 
+/* A node's tally now: what its counters and queue-wait histogram say. */
+static struct tally take_tally(struct sluice_pool *pool, const struct sluice_pool_counts *c,
+                               int64_t wall_ms)
+{
+    struct tally t = {.wall_ms = wall_ms,
+                      .requests = c->calls_ok + c->calls_overload + c->calls_ignored,
+                      .overloads = c->calls_overload,
+                      .timeouts = c->timeouts + c->refused_late};
+    sluice_pool_histograms(pool, &t.queue_wait, NULL);
+    return t;
+}
+
+static json_t *ms_or_null(int64_t ns)
+{
+    return ns < 0 ? json_null() : json_real((double)ns / 1e6);
+}
+
+/*
+ * The deadline figures of node i: totals since start, and over the last
+ * RECENT_S seconds of samples the rates per second and the queue wait's
+ * p50/p99 (null when no call waited). Takes a->mutex for the samples.
+ */
+static void deadline_json(struct sluice_admin *a, size_t i, const struct sluice_pool_counts *c,
+                          json_t *o)
+{
+    json_object_set_new(o, "lingering", json_integer(c->lingering));
+    json_object_set_new(o, "expected_service_ms", ms_or_null(c->expected_ns ? c->expected_ns : -1));
+    json_object_set_new(o, "requests_total",
+                        json_integer((json_int_t)(c->calls_ok + c->calls_overload + c->calls_ignored)));
+    json_object_set_new(o, "overloads_total", json_integer((json_int_t)c->calls_overload));
+    json_object_set_new(o, "timeouts_total", json_integer((json_int_t)c->timeouts));
+    json_object_set_new(o, "cancels_total", json_integer((json_int_t)c->cancels));
+    json_object_set_new(o, "refused_capacity_total", json_integer((json_int_t)c->refused_capacity));
+    json_object_set_new(o, "refused_early_total", json_integer((json_int_t)c->refused_early));
+    json_object_set_new(o, "refused_late_total", json_integer((json_int_t)c->refused_late));
+    json_object_set_new(o, "lingered_total", json_integer((json_int_t)c->lingered));
+    const struct node *n = &a->nodes[i];
+    struct tally now = take_tally(sluice_engine_pool(a->engine, n->id), c, wall_ms_now()), then;
+    pthread_mutex_lock(&a->mutex);
+    bool have = n->recent_len > 0;
+    if (have)
+        then = n->recent[(n->recent_head + RECENT_S + 1 - n->recent_len) % (RECENT_S + 1)];
+    pthread_mutex_unlock(&a->mutex);
+    double dt = have ? (double)(now.wall_ms - then.wall_ms) / 1000.0 : 0.0;
+    struct sluice_histogram_counts qw = now.queue_wait;
+    if (have)
+        for (uint32_t b = 0; b < SLUICE_HISTOGRAM_BUCKETS; b++) {
+            qw.bucket[b] -= then.queue_wait.bucket[b];
+            qw.count -= then.queue_wait.bucket[b];
+        }
+    json_object_set_new(o, "request_rate", json_real(dt > 0 ? (double)(now.requests - then.requests) / dt : 0.0));
+    json_object_set_new(o, "overload_rate", json_real(dt > 0 ? (double)(now.overloads - then.overloads) / dt : 0.0));
+    json_object_set_new(o, "timeout_rate", json_real(dt > 0 ? (double)(now.timeouts - then.timeouts) / dt : 0.0));
+    json_object_set_new(o, "queue_wait_p50_ms", ms_or_null(sluice_histogram_quantile(&qw, 0.5)));
+    json_object_set_new(o, "queue_wait_p99_ms", ms_or_null(sluice_histogram_quantile(&qw, 0.99)));
+}
+
 /* One node's state: everything the page, sluicectl and the clear route show. */
 static json_t *node_json(struct sluice_admin *a, size_t i)
 {
@@ -232,6 +308,7 @@ static json_t *node_json(struct sluice_admin *a, size_t i)
     json_object_set_new(o, "events", json_integer(n->ring ? (json_int_t)sluice_event_ring_count(n->ring) : 0));
     json_t *last = st.last_event.seq ? event_json(&st.last_event) : NULL;
     json_object_set_new(o, "last_event", last ? last : json_null());
+    deadline_json(a, i, &c, o);
     return o;
 }
 
@@ -285,6 +362,12 @@ static void record_history(struct sluice_admin *a)
         n->hist_head = (n->hist_head + 1) % cap;
         if (n->hist_len < cap)
             n->hist_len++;
+        struct sluice_pool *pool = sluice_engine_pool(a->engine, n->id);
+        struct sluice_pool_counts c = sluice_pool_stats(pool);
+        n->recent[n->recent_head] = take_tally(pool, &c, now);
+        n->recent_head = (n->recent_head + 1) % (RECENT_S + 1);
+        if (n->recent_len < RECENT_S + 1)
+            n->recent_len++;
     }
 }
 
@@ -326,9 +409,12 @@ static void metric_node(struct sbuf *b, const char *name, const char *node)
 }
 
 /* One gauge family: one sample per node, value from `get`. */
-#define ADMIN_GAUGE(b, a, sts, name, help, expr)                                                   \
+#define ADMIN_GAUGE(b, a, sts, name, help, expr) ADMIN_FAMILY(b, a, sts, name, "gauge", help, expr)
+#define ADMIN_COUNTER(b, a, sts, name, help, expr)                                                 \
+    ADMIN_FAMILY(b, a, sts, name, "counter", help, expr)
+#define ADMIN_FAMILY(b, a, sts, name, type, help, expr)                                            \
     do {                                                                                           \
-        metric_head(b, name, "gauge", help);                                                       \
+        metric_head(b, name, type, help);                                                          \
         for (size_t i_ = 0; i_ < (a)->n_nodes; i_++) {                                             \
             const struct sluice_discovery_status *st = &(sts)[i_];                                 \
             const struct sluice_pool_counts *pc = &pcs[i_];                                        \
@@ -343,6 +429,90 @@ static const char *fmt_u64(char *buf, uint64_t v)
 {
     snprintf(buf, 24, "%" PRIu64, v);
     return buf;
+}
+
+static const char *fmt_seconds(char *buf, int64_t ns)
+{
+    snprintf(buf, 24, "%.9g", (double)ns / 1e9);
+    return buf;
+}
+
+/* A histogram family (seconds): cumulative _bucket{le}, _sum and _count per node. */
+static void metric_histogram(struct sbuf *b, const struct sluice_admin *a, const char *name,
+                             const char *help, const struct sluice_histogram_counts *hs)
+{
+    metric_head(b, name, "histogram", help);
+    char series[96], v[24];
+    for (size_t i = 0; i < a->n_nodes; i++) {
+        uint64_t cum = 0;
+        snprintf(series, sizeof series, "%s_bucket", name);
+        for (uint32_t k = 0; k < SLUICE_HISTOGRAM_BUCKETS; k++) {
+            cum += hs[i].bucket[k];
+            metric_node(b, series, a->nodes[i].id);
+            sb_printf(b, ",le=\"%s\"} %" PRIu64 "\n",
+                      k + 1 < SLUICE_HISTOGRAM_BUCKETS ? fmt_seconds(v, sluice_histogram_bound(k))
+                                                       : "+Inf",
+                      cum);
+        }
+        snprintf(series, sizeof series, "%s_sum", name);
+        metric_node(b, series, a->nodes[i].id);
+        sb_printf(b, "} %s\n", fmt_seconds(v, hs[i].sum_ns));
+        snprintf(series, sizeof series, "%s_count", name);
+        metric_node(b, series, a->nodes[i].id);
+        sb_printf(b, "} %" PRIu64 "\n", hs[i].count);
+    }
+}
+
+/* The deadline rules' counters and the two latency histograms of every node. */
+static void metrics_deadlines(struct sbuf *b, struct sluice_admin *a,
+                              const struct sluice_discovery_status *sts,
+                              const struct sluice_pool_counts *pcs)
+{
+    char v[24];
+    metric_head(b, "sluice_admissions_refused_total", "counter",
+                "Runs refused at admission: capacity (active + waiting full) or predicted_late "
+                "(refuse_early: the predicted wait passes the deadline).");
+    for (size_t i = 0; i < a->n_nodes; i++) {
+        metric_node(b, "sluice_admissions_refused_total", a->nodes[i].id);
+        sb_printf(b, ",reason=\"capacity\"} %" PRIu64 "\n", pcs[i].refused_capacity);
+        metric_node(b, "sluice_admissions_refused_total", a->nodes[i].id);
+        sb_printf(b, ",reason=\"predicted_late\"} %" PRIu64 "\n", pcs[i].refused_early);
+    }
+    ADMIN_COUNTER(b, a, sts, "sluice_refused_late_total",
+                  "Calls not started: less of the deadline left than the expected service time.",
+                  fmt_u64(v, pc->refused_late));
+    ADMIN_COUNTER(b, a, sts, "sluice_timeouts_total",
+                  "Calls whose deadline passed while queued or, abandoned, mid-transfer.",
+                  fmt_u64(v, pc->timeouts));
+    ADMIN_COUNTER(b, a, sts, "sluice_cancels_total",
+                  "Calls whose token fired while queued or, abandoned, mid-transfer.",
+                  fmt_u64(v, pc->cancels));
+    ADMIN_COUNTER(b, a, sts, "sluice_overloads_total",
+                  "Calls the provider refused as over capacity (HTTP 429/503/529) or timed out.",
+                  fmt_u64(v, pc->calls_overload));
+    ADMIN_COUNTER(b, a, sts, "sluice_lingered_total",
+                  "Abandoned calls that kept their permit while the provider still ran them.",
+                  fmt_u64(v, pc->lingered));
+    ADMIN_GAUGE(b, a, sts, "sluice_lingering",
+                "Abandoned calls holding their permit now (counted in sluice_inflight).",
+                fmt_u64(v, pc->lingering));
+    ADMIN_GAUGE(b, a, sts, "sluice_expected_service_seconds",
+                "Expected service time: the low quantile of recent successful calls (0: unknown).",
+                fmt_seconds(v, pc->expected_ns));
+    struct sluice_histogram_counts *qw = calloc(a->n_nodes ? a->n_nodes : 1, sizeof *qw);
+    struct sluice_histogram_counts *ct = calloc(a->n_nodes ? a->n_nodes : 1, sizeof *ct);
+    if (!qw || !ct) {
+        b->oom = true;
+    } else {
+        for (size_t i = 0; i < a->n_nodes; i++)
+            sluice_pool_histograms(sluice_engine_pool(a->engine, a->nodes[i].id), &qw[i], &ct[i]);
+        metric_histogram(b, a, "sluice_queue_wait_seconds",
+                         "Time calls waited for a permit (and any Retry-After hold).", qw);
+        metric_histogram(b, a, "sluice_call_seconds",
+                         "Duration of calls that ended, start to end (abandoned ones excluded).", ct);
+    }
+    free(qw);
+    free(ct);
 }
 
 char *sluice_admin_metrics(struct sluice_admin *a)
@@ -383,6 +553,7 @@ char *sluice_admin_metrics(struct sluice_admin *a)
             sb_printf(&b, ",outcome=\"%s\"} %" PRIu64 "\n", outcome_names[o], by_outcome[o]);
         }
     }
+    metrics_deadlines(&b, a, sts, pcs);
     metric_head(&b, "sluice_state", "gauge", "Discovery state of the node: 1 for the current one.");
     static const enum sluice_discovery_state states[] = {
         SLUICE_DISCOVERY_PROBING, SLUICE_DISCOVERY_BACKOFF, SLUICE_DISCOVERY_LOCKED,
@@ -435,6 +606,47 @@ char *sluice_admin_metrics(struct sluice_admin *a)
 
 /* ---- the request deadline --------------------------------------------------- */
 
+/*
+ * A new connection `k` (listed already; under conns_mutex): past max_connections it
+ * takes the slot of the kept-alive connection idle the longest, which is shut down
+ * (a client must expect that between requests, and retries); with none, k is over
+ * the limit and its request gets 503. So ordinary keep-alive connections cannot hold
+ * every slot, and only requests in progress (streams: at most max_streams; heads:
+ * at most timeout_s) can fill the endpoint.
+ */
+static void conn_admit(struct sluice_admin *a, struct conn *k)
+{
+    uint32_t live = 0;
+    struct conn *idle = NULL;
+    for (struct conn *o = a->conns; o; o = o->next) {
+        if (o->cut || o->over)
+            continue;
+        live++;
+        if (o != k && o->served && o->waiting && (!idle || o->since_ms < idle->since_ms))
+            idle = o;
+    }
+    if (live <= a->cfg.max_connections)
+        return;
+    if (idle) {
+        shutdown(idle->fd, SHUT_RD);
+        idle->cut = true;
+    } else {
+        k->over = true;
+    }
+}
+
+/* A slot was freed (under conns_mutex): the oldest connection over the limit whose
+ * request has not arrived yet takes it, rather than a 503 while a slot is free. */
+static void conn_promote(struct sluice_admin *a)
+{
+    struct conn *first = NULL;
+    for (struct conn *o = a->conns; o; o = o->next)
+        if (o->over && o->waiting && !o->cut && (!first || o->since_ms <= first->since_ms))
+            first = o;
+    if (first)
+        first->over = false;
+}
+
 /* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
@@ -451,6 +663,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             a->conns = k->next;
         if (k->next)
             k->next->prev = k->prev;
+        if (!k->cut && !k->over)
+            conn_promote(a);
         pthread_mutex_unlock(&a->conns_mutex);
         *socket_context = NULL;
         free(k);
@@ -473,23 +687,28 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     if (a->conns)
         a->conns->prev = k;
     a->conns = k;
+    conn_admit(a, k);
     pthread_mutex_unlock(&a->conns_mutex);
     *socket_context = k;
 }
 
 /* The connection's request has arrived in full (waiting = false), or its answer
- * has ended and the deadline starts over for the next one (waiting = true). */
-static void conn_mark(struct sluice_admin *a, struct MHD_Connection *c, bool waiting)
+ * has ended and the deadline starts over for the next one (waiting = true).
+ * Returns whether the connection was opened past max_connections. */
+static bool conn_mark(struct sluice_admin *a, struct MHD_Connection *c, bool waiting)
 {
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     struct conn *k = info ? info->socket_context : NULL;
     if (!k)
-        return;
+        return false;
     pthread_mutex_lock(&a->conns_mutex);
     k->waiting = waiting;
+    k->served |= waiting;
     k->since_ms = mono_ms_now();
+    bool over = k->over;
     pthread_mutex_unlock(&a->conns_mutex);
+    return over;
 }
 
 /* From the sampler's tick: shut down the reading side of every connection whose
@@ -573,17 +792,38 @@ static enum MHD_Result send_json(struct MHD_Connection *c, unsigned status, json
     return send_body(c, status, "application/json; charset=utf-8", s, len, free);
 }
 
+/* Copy src as valid UTF-8 (jansson refuses anything else, and the answer would be lost):
+ * a byte that starts no sequence (a client's %FF, or one `%.200s` cut) becomes "\xFF".
+ * dst takes 4 bytes per byte of src, plus the NUL. */
+static void utf8_clean(char *dst, size_t size, const char *src)
+{
+    size_t o = 0;
+    for (const char *p = src; *p;) {
+        size_t n = sluice_utf8_len(p), w = n ? n : 4;
+        if (o + w >= size)
+            break;
+        if (n)
+            memcpy(dst + o, p, n);
+        else
+            snprintf(dst + o, 5, "\\x%02X", (unsigned char)*p);
+        o += w;
+        p += n ? n : 1;
+    }
+    dst[o] = '\0';
+}
+
 static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *allow,
                                   const char *fix, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, const char *allow,
                                   const char *fix, const char *fmt, ...)
 {
-    char msg[600];
+    char raw[600], msg[4 * sizeof raw];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    utf8_clean(msg, sizeof msg, raw);
     json_t *o = json_pack("{s:s,s:s,s:i}", "error", msg, "fix", fix, "status", (int)status);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -605,6 +845,8 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
     MHD_add_response_header(r, "Cache-Control", "no-store");
     if (allow)
         MHD_add_response_header(r, "Allow", allow);
+    if (status == 503) /* full: give the slot back rather than keep the connection */
+        MHD_add_response_header(r, "Connection", "close");
     enum MHD_Result ok = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ok;
@@ -621,7 +863,10 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned status, con
 static ptrdiff_t want_node(struct sluice_admin *a, struct MHD_Connection *c, bool required,
                            enum MHD_Result *answered)
 {
-    const char *id = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "node_id");
+    const char *id = NULL;
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "node_id", 7, &id, &len) != MHD_YES)
+        id = NULL;
     if (!id && !required)
         return -2;
     if (!id) {
@@ -630,16 +875,23 @@ static ptrdiff_t want_node(struct sluice_admin *a, struct MHD_Connection *c, boo
                                "missing node_id");
         return -1;
     }
-    size_t len = strlen(id);
-    bool control = false;
-    for (const unsigned char *p = (const unsigned char *)id; *p; p++)
-        control |= *p < 0x20 || *p == 0x7f;
-    if (len == 0 || len > SLUICE_BACKEND_ID_MAX || control) {
+    /* A %00 decodes to a NUL inside the value: "cloud:a%00junk" must not name cloud:a. */
+    bool control = strlen(id) != len, utf8 = true;
+    for (const char *p = id; *p && utf8;) {
+        size_t n = sluice_utf8_len(p);
+        control |= (unsigned char)*p < 0x20 || *p == 0x7f;
+        utf8 = n != 0;
+        p += n;
+    }
+    if (len == 0 || len > SLUICE_BACKEND_ID_MAX || control || !utf8) {
         *answered = send_error(c, 400, NULL,
-                               "node_id must be a backend ID: 1..255 bytes, no control characters "
-                               "(GET /compute/concurrency lists the nodes)",
+                               "node_id must be a backend ID: 1..255 bytes of UTF-8, no control "
+                               "characters (GET /compute/concurrency lists the nodes)",
                                "malformed node_id (%s)",
-                               len == 0 ? "empty" : control ? "control character" : "too long");
+                               len == 0  ? "empty"
+                               : control ? "control character"
+                               : !utf8   ? "not UTF-8"
+                                         : "too long");
         return -1;
     }
     ptrdiff_t i = node_index(a, id);
@@ -930,23 +1182,53 @@ static enum MHD_Result route_page(struct MHD_Connection *c)
     return ok;
 }
 
-/* Is `host` (a Host header, maybe with a port) a loopback name? */
+/*
+ * Is `host` (a Host header or an Origin's host: name or address, maybe with a port)
+ * a loopback address literal (127.0.0.0/8, [::1]) or localhost? Only these: a DNS
+ * name that merely starts like one (127.attacker.example, 127.0.0.1.nip.io) can be
+ * rebound to 127.0.0.1 by whoever owns it.
+ */
 static bool host_is_loopback(const char *host)
 {
-    size_t n = strcspn(host, ":");
-    if (host[0] == '[')
-        return strncmp(host, "[::1]", 5) == 0;
-    return (n == 9 && strncmp(host, "localhost", 9) == 0) ||
-           (n >= 4 && strncmp(host, "127.", 4) == 0);
+    char name[INET6_ADDRSTRLEN];
+    bool bracketed = host[0] == '[';
+    const char *end = bracketed ? strchr(host, ']') : host + strcspn(host, ":");
+    if (!end)
+        return false;
+    const char *start = host + bracketed;
+    size_t n = (size_t)(end - start);
+    if (n == 0 || n >= sizeof name)
+        return false;
+    memcpy(name, start, n);
+    name[n] = '\0';
+    const char *port = end + bracketed;
+    if (*port && (*port != ':' || !port[1] || strlen(port + 1) > 5 ||
+                  strspn(port + 1, "0123456789") != strlen(port + 1)))
+        return false;
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (bracketed)
+        return inet_pton(AF_INET6, name, &a6) == 1 &&
+               (IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127));
+    return !strcasecmp(name, "localhost") ||
+           (inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127);
 }
 
-/* A browser's Origin that is this server itself: http://<loopback or our host>:<port>. */
-static bool origin_allowed(struct MHD_Connection *c, const char *origin)
+/* A Host (or Origin host) this bind may be addressed by: on a loopback bind only
+ * loopback ones (DNS rebinding); a remote bind (allow_remote) takes any. */
+static bool host_allowed(const struct sluice_admin *a, const char *host)
+{
+    return !a->loopback || host_is_loopback(host);
+}
+
+/* A browser's Origin that is this server itself: http://<our Host>, by the same rule. */
+static bool origin_allowed(const struct sluice_admin *a, struct MHD_Connection *c,
+                           const char *origin)
 {
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (!host || strncmp(origin, "http://", 7) != 0)
         return false;
-    return strcmp(origin + 7, host) == 0;
+    return strcmp(origin + 7, host) == 0 && host_allowed(a, origin + 7);
 }
 
 static enum MHD_Result dispatch(struct sluice_admin *a, struct MHD_Connection *c, const char *url,
@@ -1027,7 +1309,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     /* The head and any body are in: the deadline is met, however long the answer (an
      * event stream) then takes. */
-    conn_mark(a, c, false);
+    if (conn_mark(a, c, false))
+        return send_error(c, 503, NULL,
+                          "retry in a moment; close idle connections or event streams, or raise "
+                          "sluice_admin_desc.max_connections",
+                          "the admin endpoint is full: max_connections = %u requests and streams "
+                          "are in progress",
+                          a->cfg.max_connections);
     if (rq->body_bytes > a->cfg.max_body_bytes)
         return send_error(c, 413, NULL,
                           "these routes take no request body; send the parameters in the query "
@@ -1036,13 +1324,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                           rq->body_bytes, a->cfg.max_body_bytes);
     if (a->loopback) {
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-        if (host && !host_is_loopback(host))
+        if (host && !host_allowed(a, host))
             return send_error(c, 403, NULL,
-                              "address the endpoint as 127.0.0.1, localhost or [::1]",
-                              "Host \"%.100s\" is not a loopback name", host);
+                              "address the endpoint as 127.0.0.1, localhost or [::1] (a "
+                              "loopback address, not a name that resolves to one)",
+                              "Host \"%.100s\" is not a loopback address or localhost", host);
     }
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin && strcmp(method, "GET") && strcmp(method, "HEAD") && !origin_allowed(c, origin))
+    if (origin && strcmp(method, "GET") && strcmp(method, "HEAD") && !origin_allowed(a, c, origin))
         return send_error(c, 403, NULL,
                           "clear from the Concurrency Health page itself, sluicectl or curl",
                           "a request from the web page at %.100s may not change this endpoint",
@@ -1221,7 +1510,8 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
     a->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
         NULL, on_request, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)d.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)d.max_connections + ADMIN_SPARE_CONNECTIONS,
+        MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)d.timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)d.max_request_bytes,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, a, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
         a, MHD_OPTION_END);

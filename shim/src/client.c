@@ -307,6 +307,7 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
                                     .retry_after_max_ns = c->retry_after_max_ns};
     int status = sluice_curl_transfer(&call, &c->result);
     gen->outcome = c->result.outcome;
+    gen->abandoned = c->result.abandoned;
     gen->retry_after_ns =
         c->result.outcome == SLUICE_OUTCOME_OVERLOAD ? c->result.retry_after_ns : 0;
     if (c->body_truncated || c->result.curl_code == CURLE_FILESIZE_EXCEEDED) {

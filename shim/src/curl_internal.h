@@ -58,7 +58,9 @@ void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline);
 /*
  * End a pool call for a finished transfer: the sample's latency is the
  * time to first byte (res->latency_ns), given to sluice_pool_call_end_latency
- * with the call's own start.
+ * with the call's own start; a transfer the caller abandoned after its
+ * request was sent (res->abandoned) goes to sluice_pool_call_abandon, so
+ * its permit lingers while the provider still runs it.
  */
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res);

@@ -256,13 +256,14 @@ static void sluice__complete(struct sluice__rec *rec, struct sluice_curl_result 
 }
 
 /* Complete a request that holds no permit: it never transferred. */
-static void sluice__complete_status(struct sluice__rec *rec, int status)
+static void sluice__complete_status(struct sluice__rec *rec, int status, bool refused_late)
 {
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
     if (status == SLUICE_EINVAL) /* the only argument the loop checks after submit */
         sluice__curl_check_deadline(rec->req.deadline, &res);
     res.status = status;
+    res.refused_late = refused_late;
     res.queued_ns = rec->queued_ns;
     sluice__complete(rec, &res);
 }
@@ -357,7 +358,8 @@ static void sluice__process_settled(struct sluice__rec *rec)
     rec->stage = SLUICE__SETTLED;
     rec->queued_ns = sluice_monotonic_ns() - rec->admitted_ns;
     if (rec->settled != SLUICE_OK)
-        sluice__complete_status(rec, rec->stop ? rec->stop : rec->settled);
+        sluice__complete_status(rec, rec->stop ? rec->stop : rec->settled,
+                                rec->settled == SLUICE_ETIMEDOUT && rec->waiter.call.refused_late);
     else if (rec->stop)
         sluice__complete_unused(rec, rec->stop);
     else
@@ -443,7 +445,7 @@ static void sluice__accept(struct sluice__rec *rec)
     rec->hooked = false;
     rec->heap_index = SLUICE__NO_HEAP;
     if (atomic_load_explicit(&loop->closing, SLUICE_RELAXED)) {
-        sluice__complete_status(rec, SLUICE_ECLOSED);
+        sluice__complete_status(rec, SLUICE_ECLOSED, false);
         return;
     }
     int status = atomic_load_explicit(&rec->cancel_id, SLUICE_RELAXED) == rec->id
@@ -457,7 +459,7 @@ static void sluice__accept(struct sluice__rec *rec)
             status = SLUICE_ECANCELED;
     }
     if (status != SLUICE_OK) {
-        sluice__complete_status(rec, status);
+        sluice__complete_status(rec, status, false);
         return;
     }
     rec->stage = SLUICE__WAITING;
@@ -466,6 +468,7 @@ static void sluice__accept(struct sluice__rec *rec)
         rec->deadline_ns = sluice_timespec_ns(rec->req.deadline);
         sluice__heap_push(loop, rec);
     }
+    rec->waiter.deadline = rec->req.deadline; /* the start rule: too late to start is ETIMEDOUT */
     sluice_pool_call_begin_async(rec->pool, &rec->waiter); /* may settle inline, onto our FIFO */
 }
 
@@ -487,24 +490,36 @@ static int64_t sluice__expire(struct sluice_curl_loop *loop)
     return loop->heap_n ? loop->heap_recs[0]->deadline_ns : INT64_MAX;
 }
 
-/* Start calls whose Retry-After hold is over; when the next hold ends (INT64_MAX = none). */
+/* Poll `pool` if `until` (its clock) has come, else lower *next (monotonic) to it. */
+static void sluice__poll_at(struct sluice_pool *pool, int64_t until, int64_t *next)
+{
+    int64_t left = until - sluice_clock_now(&pool->clock);
+    if (left > 0) {
+        int64_t at = sluice_add_ns(sluice_monotonic_ns(), left);
+        *next = at < *next ? at : *next;
+    } else {
+        sluice_pool_poll(pool);
+    }
+}
+
+/*
+ * Start calls whose Retry-After hold is over, and release lingering permits
+ * whose time has come (they count against the limit after an abandoned
+ * transfer; this timer is what releases them when no other call ends).
+ * Returns when the next hold ends or permit is due (INT64_MAX = none).
+ */
 static int64_t sluice__poll_holds(struct sluice_curl_loop *loop)
 {
     int64_t next = INT64_MAX;
-    if (!atomic_load_explicit(&loop->n_waiting, SLUICE_RELAXED))
-        return next;
+    bool waiting = atomic_load_explicit(&loop->n_waiting, SLUICE_RELAXED) != 0;
     for (size_t i = 0; i < loop->n_pools; i++) {
         struct sluice_pool *pool = loop->pools[i].pool;
-        int64_t until = loop->pools[i].waiting ? sluice_pool_hold_until(pool) : 0;
-        if (!until)
-            continue;
-        int64_t left = until - sluice_clock_now(&pool->clock);
-        if (left > 0)
-            next = sluice_add_ns(sluice_monotonic_ns(), left) < next
-                       ? sluice_add_ns(sluice_monotonic_ns(), left)
-                       : next;
-        else
-            sluice_pool_poll(pool);
+        int64_t until = waiting && loop->pools[i].waiting ? sluice_pool_hold_until(pool) : 0;
+        if (until)
+            sluice__poll_at(pool, until, &next);
+        int64_t release = sluice_pool_next_release(pool);
+        if (release != INT64_MAX)
+            sluice__poll_at(pool, release, &next);
     }
     return next;
 }
@@ -867,7 +882,7 @@ int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_c
     status = SLUICE_EINVAL;
     if (!(b = sluice_engine_find(loop->engine, req->backend)))
         goto out;
-    if ((status = sluice_pool_admit(b->pool)) != SLUICE_OK)
+    if ((status = sluice_pool_admit_by(b->pool, req->deadline)) != SLUICE_OK)
         goto out;
     void *item;
     if (sluice_ring_trypop(&loop->free_ring, &item) != SLUICE_OK) {

@@ -124,6 +124,7 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
         res->status = stop == SLUICE__CURL_CANCELED ? SLUICE_ECANCELED
                       : stop == SLUICE__CURL_CLOSED ? SLUICE_ECLOSED
                                                     : SLUICE_ETIMEDOUT;
+        res->abandoned = request_size > 0 && stop != SLUICE__CURL_CLOSED;
         return;
     }
 
@@ -152,6 +153,10 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res)
 {
+    if (res->abandoned) { /* still running at the provider: its permit lingers */
+        sluice_pool_call_abandon(pool, call, res->status);
+        return;
+    }
     /* Time to first byte when there was a response; the pool times the rest. */
     sluice_pool_call_end_latency(pool, call, res->outcome,
                                  res->outcome == SLUICE_OUTCOME_OVERLOAD ? res->retry_after_ns : 0,
@@ -301,7 +306,7 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
     struct sluice_pool *pool = NULL;
     if ((res.status = sluice__curl_check_call(engine, call, &res)) == SLUICE_OK)
         pool = sluice_engine_pool(engine, call->backend);
-    if (pool && (res.status = sluice_pool_admit(pool)) == SLUICE_OK) {
+    if (pool && (res.status = sluice_pool_admit_by(pool, call->deadline)) == SLUICE_OK) {
         int64_t admitted = sluice_monotonic_ns();
         struct sluice_call pc;
         int status = sluice_pool_call_begin(pool, call->deadline, call->cancel, &pc);
@@ -312,6 +317,7 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
             sluice__curl_end_call(pool, &pc, &res);
         } else {
             res.status = status;
+            res.refused_late = pc.refused_late;
         }
         res.queued_ns = queued;
         sluice_pool_leave(pool);

@@ -13,7 +13,8 @@
  * shows the node's status line with a progress bar (redrawn in place on a
  * terminal, periodic plain lines otherwise), every discovery event as it
  * happens, and the address of the admin endpoint's Concurrency Health page.
- * At the end: a summary (429 share, goodput, elapsed), an SVG timeline, the
+ * At the end: a summary (429 share, goodput, elapsed), an SVG timeline (a run
+ * that restored its lock writes it beside --svg as NAME-restored.svg), the
  * lock persisted to the demo's own state file (never the user's), three ways
  * to clear it, and as the last line `discovered ceiling: N (true cap: C)`.
  * A second run restores the lock from that file (🔒 from the first request).
@@ -99,7 +100,8 @@ static const char usage_text[] =
     "  --timeout S      stop after S seconds whatever happened (default 50)\n"
     "  --state FILE     the demo's state file (default ./sluice-demo-ceilings.json;\n"
     "                   never your real ~/.local/state/sluice/ceilings.json)\n"
-    "  --svg FILE       where to write the timeline plot (default ./demo-timeline.svg)\n"
+    "  --svg FILE       where to write the timeline plot (default ./demo-timeline.svg);\n"
+    "                   a run that restores its lock writes FILE-restored.svg instead\n"
     "  --admin-port N   admin endpoint port (default 8400, a free one if taken; 0 = any)\n"
     "  --hold           keep serving the Concurrency Health page after the run, until Ctrl-C\n"
     "  --plain          periodic status lines even on a terminal\n"
@@ -579,11 +581,28 @@ static void svg_legend(struct plot *p, const struct demo *d, uint32_t ceiling)
     }
 }
 
+/*
+ * Where this run's plot goes: --svg, except for a run that restored its lock (its plot
+ * is a flat line at the ceiling), whose name gets "-restored" before the extension, so
+ * the discovery plot the run before drew is kept.
+ */
+static const char *plot_path(const struct demo *d, char *buf, size_t size)
+{
+    const char *svg = d->o->svg, *slash = strrchr(svg, '/'), *dot = strrchr(svg, '.');
+    if (!d->restored)
+        return svg;
+    size_t stem = dot && dot > (slash ? slash + 1 : svg) ? (size_t)(dot - svg) : strlen(svg);
+    snprintf(buf, size, "%.*s-restored%s", (int)stem, svg, svg + stem);
+    return buf;
+}
+
 static int write_svg(const struct demo *d, uint32_t ceiling)
 {
-    FILE *f = fopen(d->o->svg, "w");
+    char buf[PATH_MAX];
+    const char *path = plot_path(d, buf, sizeof buf);
+    FILE *f = fopen(path, "w");
     if (!f)
-        return fail("cannot write %s: %s (choose another --svg)", d->o->svg, strerror(errno));
+        return fail("cannot write %s: %s (choose another --svg)", path, strerror(errno));
     struct plot p = {.f = f, .t_max = 1, .y_max = d->o->cap};
     for (size_t i = 0; i < d->n_samples; i++) {
         p.t_max = fmax(p.t_max, d->samples[i].t_s);
@@ -607,7 +626,7 @@ static int write_svg(const struct demo *d, uint32_t ceiling)
     svg_legend(&p, d, ceiling);
     fprintf(f, "</svg>\n");
     if (fclose(f) != 0)
-        return fail("cannot write %s: %s", d->o->svg, strerror(errno));
+        return fail("cannot write %s: %s", path, strerror(errno));
     return EXIT_OK;
 }
 
@@ -859,9 +878,10 @@ static void print_summary(struct demo *d, const char *why, const struct sluice_d
     if (mean_s > 0)
         printf(" (at the true cap the provider serves about %.0f/s)", d->o->cap / mean_s);
     printf("\n  elapsed     %.1f s\n", elapsed);
-    char buf[PATH_MAX];
-    printf("  timeline    %s\n              (limit and in flight over time, 429s, the lock)\n",
-           absolute(d->o->svg, buf));
+    char buf[PATH_MAX], plot[PATH_MAX];
+    printf("  timeline    %s\n              (limit and in flight over time, 429s, the lock%s)\n",
+           absolute(plot_path(d, plot, sizeof plot), buf),
+           d->restored ? "; the discovery plot stays where the run that locked it left it" : "");
     if (st->state == SLUICE_DISCOVERY_LOCKED)
         printf("  lock        ceiling %" PRIu32 ", %s for 24 h in\n"
                "              %s\n              (the next run restores it)\n",

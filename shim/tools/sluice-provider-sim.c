@@ -7,7 +7,10 @@
  *                               lognormal service time; past the cap:
  *                                 reject  429 at once (optional Retry-After)
  *                                 queue   wait in a FIFO (Ollama-like); 503
- *                                         past --queue-bound waiting
+ *                                         past --queue-bound waiting, and
+ *                                         503 to a call that waited
+ *                                         --queue-timeout (HAProxy's
+ *                                         `timeout queue`)
  *                                 knee    served, but slower: S·(1+slope·(n−C)/C)
  *                               and three providers without a plain cap:
  *                                 rate    --rate R calls per sliding second
@@ -29,16 +32,34 @@
  * codes: 0 after SIGTERM/SIGINT, 1 when the server cannot start, 2 on a bad
  * command line (one line on stderr saying which flag).
  *
+ * Abandoned calls (--abandoned): a client that hangs up while its call is
+ * in service is counted as cancelled at once. With `hold` (the default) the
+ * call keeps its slot until its service time ends, as an LLM provider keeps
+ * generating (and billing) a completion nobody reads any more: /stats shows
+ * it as lingering, counted in in_service but not in in_flight. With `free`
+ * the slot is given back at once. Hold is the default because it is what
+ * providers do, and what a client's discovery must cope with (a caller's
+ * deadline or cancel does not free the provider's slot); `free` keeps the
+ * tests whose point is that a hang-up reaches the provider at all. A call
+ * still queued (queue mode) or dropped (drop mode) never started, so a
+ * hang-up takes it out of the line in both settings. Refusals (429, and 503
+ * past --queue-bound) are answered from the arriving call's thread at once:
+ * nothing here delays them.
+ *
  * Threads: libmicrohttpd runs one thread per connection
  * (MHD_USE_THREAD_PER_CONNECTION). A call that must wait — in service, or
  * queued behind the cap — blocks its own connection thread in ppoll() on the
- * client's socket (POLLRDHUP), a per-call wake eventfd (queue mode) and a
- * shared stop eventfd. That is why this is not MHD's suspend/resume: MHD does
- * not watch a suspended connection, so it would not notice a client that
- * hangs up mid-call, and that call would hold its cap slot until its service
- * time ran out. Here a hang-up wakes the waiting thread at once, the handler
- * returns MHD_NO, and the request-completed callback (MHD_REQUEST_TERMINATED_*)
- * frees the slot and counts the call as cancelled. The cost is one thread
+ * client's socket (POLLRDHUP), a per-call wake eventfd (queue mode), a
+ * timeout (its service end, or its queue timeout) and a shared stop eventfd.
+ * That is why this is not MHD's suspend/resume: MHD does not watch a
+ * suspended connection, so it would not notice a client that hangs up
+ * mid-call. Here a hang-up wakes the waiting thread at once; with
+ * --abandoned free (or a call not yet in service) the handler returns
+ * MHD_NO, and the request-completed callback (MHD_REQUEST_TERMINATED_*)
+ * frees the slot and counts the call as cancelled; with hold the thread
+ * stops watching the socket and sleeps out the service time first. A queued
+ * call's timer, an arrival and every start of a queued call expire the
+ * FIFO's head once it waited --queue-timeout. The cost is one thread
  * (512 KiB of stack, reserved not committed) per open connection: hundreds
  * of concurrent slow calls are fine; tens of thousands are not the use.
  * The main thread waits for SIGTERM/SIGINT with sigtimedwait, applies
@@ -95,10 +116,15 @@ struct cap_change {
     uint32_t cap;
 };
 
+/* What a call whose client hangs up mid-call does with its slot. */
+enum abandoned { ABANDONED_HOLD, ABANDONED_FREE };
+
 struct options {
     uint16_t port;             /* 0 = pick a free one */
     struct sim_provider model; /* retry_after_s holds whole seconds */
     bool queue_bound_set;
+    bool queue_timeout_set;
+    enum abandoned abandoned;  /* (default: ABANDONED_HOLD) */
     bool retry_after_set;
     bool retry_after_date;     /* send Retry-After as an HTTP date, not seconds */
     struct cap_change changes[MAX_CAP_CHANGES];
@@ -127,6 +153,12 @@ static void usage(FILE *f)
           "  --retry-after-date  send that Retry-After as an HTTP date (now + S) instead\n"
           "  --queue-bound N     queue mode: waiting calls past which it answers 503\n"
           "                      (default 2 x cap)\n"
+          "  --queue-timeout MS  queue mode: a call that waited MS in the queue is answered\n"
+          "                      503 (as HAProxy's timeout queue; default 0: it waits)\n"
+          "  --abandoned A       hold | free: a call whose client hangs up mid-call keeps\n"
+          "                      its slot until its service time ends (hold, as an LLM\n"
+          "                      provider keeps generating) or frees it at once (default\n"
+          "                      hold)\n"
           "  --knee-slope X      knee mode: slow-down per unit of overload; slow mode: per C\n"
           "                      calls in service (default 2)\n"
           "  --rate R            rate mode: calls accepted per window second (required, > 0)\n"
@@ -229,7 +261,8 @@ static int flag_takes_value(const char *flag)
 {
     static const char *const with_value[] = {"--port", "--mode", "--cap", "--cap-at",
                                              "--median-ms", "--sigma", "--retry-after",
-                                             "--queue-bound", "--knee-slope", "--seed",
+                                             "--queue-bound", "--queue-timeout",
+                                             "--abandoned", "--knee-slope", "--seed",
                                              "--rate", "--rate-window"};
     static const char *const without[] = {"--help", "-h", "--quiet", "--retry-after-date"};
     for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
@@ -306,6 +339,16 @@ static void parse_options(int argc, char **argv, struct options *o)
         } else if (!strcmp(flag, "--queue-bound")) {
             o->model.queue_bound = need_count(flag, value);
             o->queue_bound_set = true;
+        } else if (!strcmp(flag, "--queue-timeout")) {
+            o->model.queue_timeout_s = need_number(flag, value) / 1e3;
+            o->queue_timeout_set = true;
+        } else if (!strcmp(flag, "--abandoned")) {
+            if (!strcmp(value, "hold"))
+                o->abandoned = ABANDONED_HOLD;
+            else if (!strcmp(value, "free"))
+                o->abandoned = ABANDONED_FREE;
+            else
+                bad_usage("%s needs hold or free, got '%s'", flag, value);
         } else if (!strcmp(flag, "--knee-slope")) {
             o->model.knee_slope = need_number(flag, value);
         } else if (!strcmp(flag, "--rate")) {
@@ -324,6 +367,11 @@ static void parse_options(int argc, char **argv, struct options *o)
     if (o->retry_after_set && o->model.mode != SIM_REJECT && o->model.mode != SIM_RATE)
         bad_usage("--retry-after applies to --mode reject and rate only, not %s",
                   sim_mode_name(o->model.mode));
+    if (o->queue_timeout_set && o->model.mode != SIM_QUEUE)
+        bad_usage("--queue-timeout applies to --mode queue only, not %s",
+                  sim_mode_name(o->model.mode));
+    if (!(o->model.queue_timeout_s <= 86400))
+        bad_usage("--queue-timeout needs milliseconds from 0 to 86400000");
     if ((o->model.rate_per_s > 0 || o->model.rate_window_s > 0) && o->model.mode != SIM_RATE)
         bad_usage("--rate and --rate-window apply to --mode rate only, not %s",
                   sim_mode_name(o->model.mode));
@@ -354,7 +402,8 @@ static void parse_options(int argc, char **argv, struct options *o)
 enum req_state {
     REQ_READING, /* request still arriving, or not a chat call */
     REQ_WAITING, /* in the provider's FIFO (queue mode), or dropped: never started (drop mode) */
-    REQ_SERVING, /* holds a slot until due_ns */
+    REQ_SERVING, /* holds a slot until due_ns (also once its client left, when lingering) */
+    REQ_EXPIRED, /* left the FIFO by --queue-timeout: counted, its thread answers 503 */
     REQ_DONE     /* answered or counted as cancelled */
 };
 
@@ -365,6 +414,8 @@ struct req {
     bool too_large;       /* body over MAX_BODY: answered 413 */
     int wake_fd;          /* REQ_WAITING: written when it leaves the FIFO; -1 = none */
     int64_t due_ns;       /* REQ_SERVING: when its service time ends */
+    int64_t queued_ns;    /* REQ_WAITING: when it joined the FIFO */
+    bool lingering;       /* REQ_SERVING after its client left (--abandoned hold) */
     uint64_t id;
     struct req *next;     /* FIFO link */
     char *body;           /* request body, body_len bytes */
@@ -374,6 +425,7 @@ struct req {
 struct counters {
     uint64_t requests;  /* chat calls that reached the provider */
     uint64_t cancelled; /* of those, calls whose client left before the answer */
+    uint64_t queue_timeouts; /* of the 503s, calls that waited --queue-timeout */
     uint64_t by_status[600];
 };
 
@@ -383,12 +435,14 @@ static struct server {
     struct sim_rng rng;
     struct sim_rate_window rate; /* rate mode: when the last calls were accepted */
     uint32_t in_service, waiting;
-    uint32_t peak_in_flight, peak_in_service; /* in flight = in service + waiting */
+    uint32_t lingering; /* of in_service, calls whose client left (--abandoned hold) */
+    uint32_t peak_in_flight, peak_in_service; /* in flight = in service − lingering + waiting */
     struct req *head, *tail;                  /* FIFO of waiting calls */
     struct counters total;
     uint64_t next_id;
     bool stopping;
     bool retry_after_date;
+    enum abandoned abandoned;
     int stop_fd;   /* eventfd, readable once stopping */
     int64_t t0_ns; /* start, CLOCK_MONOTONIC */
 } server = {.lock = PTHREAD_MUTEX_INITIALIZER, .stop_fd = -1};
@@ -400,11 +454,17 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
 }
 
+/* Under lock: calls whose client still waits for an answer. */
+static uint32_t in_flight(const struct server *sv)
+{
+    return sv->in_service - sv->lingering + sv->waiting;
+}
+
 static void note_peaks(struct server *sv)
 {
-    uint32_t in_flight = sv->in_service + sv->waiting;
-    if (in_flight > sv->peak_in_flight)
-        sv->peak_in_flight = in_flight;
+    uint32_t in_flight_now = in_flight(sv);
+    if (in_flight_now > sv->peak_in_flight)
+        sv->peak_in_flight = in_flight_now;
     if (sv->in_service > sv->peak_in_service)
         sv->peak_in_service = sv->in_service;
 }
@@ -421,50 +481,107 @@ static void start_service(struct server *sv, struct req *r)
     note_peaks(sv);
 }
 
+/* Under lock: take `r` out of the FIFO (`prev` is the call before it, or NULL). */
+static void fifo_unlink(struct server *sv, struct req *r, struct req *prev)
+{
+    if (prev)
+        prev->next = r->next;
+    else
+        sv->head = r->next;
+    if (sv->tail == r)
+        sv->tail = prev;
+    sv->waiting--;
+}
+
+static void wake(struct req *r)
+{
+    if (eventfd_write(r->wake_fd, 1) != 0)
+        fprintf(stderr, PROG ": cannot wake a queued call: %s\n", strerror(errno));
+}
+
+static double waited_s(const struct req *r, int64_t now)
+{
+    return (double)(now - r->queued_ns) / 1e9;
+}
+
+/* Under lock: the calls at the head of the FIFO that waited --queue-timeout
+ * leave it with a 503 (the head is the longest waiter, so the first that has
+ * not expired ends the scan). Run whenever time moves: on an arrival, before
+ * a waiting call starts, and when a waiting call's own timer fires. */
+static void expire_waiting(struct server *sv, int64_t now)
+{
+    while (sv->head && sim_provider_queue_expired(&sv->model, waited_s(sv->head, now))) {
+        struct req *r = sv->head;
+        fifo_unlink(sv, r, NULL);
+        r->state = REQ_EXPIRED;
+        sv->total.by_status[503]++;
+        sv->total.queue_timeouts++;
+        wake(r);
+    }
+}
+
 /* Under lock: start waiting calls while the model lets them (after a call
  * left its slot, or the cap rose). */
 static void pump(struct server *sv)
 {
+    expire_waiting(sv, now_ns());
     while (sim_provider_may_start_waiting(&sv->model, sv->in_service, sv->waiting)) {
         struct req *r = sv->head;
-        sv->head = r->next;
-        if (!sv->head)
-            sv->tail = NULL;
-        sv->waiting--;
+        fifo_unlink(sv, r, NULL);
         start_service(sv, r);
-        if (eventfd_write(r->wake_fd, 1) != 0)
-            fprintf(stderr, PROG ": cannot wake a queued call: %s\n", strerror(errno));
+        wake(r);
     }
 }
 
-/* Under lock: the call's service time is over; it is answered 200. */
-static void finish_service(struct server *sv, struct req *r)
+/* Under lock: `r` gives its slot back; a lingering call was counted when
+ * its client left. */
+static void leave_service(struct server *sv, struct req *r)
 {
     sv->in_service--;
-    sv->total.by_status[200]++;
+    if (r->lingering) {
+        sv->lingering--;
+        r->lingering = false;
+    }
     r->state = REQ_DONE;
     pump(sv);
 }
 
-/* Under lock: the client left (or the server stops) before the answer. */
+/* Under lock: the call's service time is over; it is answered 200, unless
+ * its client left already. */
+static void finish_service(struct server *sv, struct req *r)
+{
+    if (!r->lingering)
+        sv->total.by_status[200]++;
+    leave_service(sv, r);
+}
+
+/* Under lock: the client of a call in service hung up, and the provider
+ * keeps generating (--abandoned hold): counted as cancelled now, the slot
+ * stays taken until due_ns. */
+static void abandon_call(struct server *sv, struct req *r)
+{
+    r->lingering = true;
+    sv->lingering++;
+    sv->total.cancelled++;
+}
+
+/* Under lock: the client left (or the server stops) before the answer, and
+ * the call gives back what it holds at once. */
 static void cancel_call(struct server *sv, struct req *r)
 {
     if (r->state == REQ_WAITING) {
-        struct req **p = &sv->head, *prev = NULL;
-        while (*p != r) {
-            prev = *p;
-            p = &(*p)->next;
-        }
-        *p = r->next;
-        if (sv->tail == r)
-            sv->tail = prev;
-        sv->waiting--;
-    } else {
-        sv->in_service--;
+        struct req *prev = NULL;
+        for (struct req *q = sv->head; q != r; q = q->next)
+            prev = q;
+        fifo_unlink(sv, r, prev);
+        sv->total.cancelled++;
+        r->state = REQ_DONE;
+        pump(sv);
+        return;
     }
-    sv->total.cancelled++;
-    r->state = REQ_DONE;
-    pump(sv);
+    if (!r->lingering)
+        sv->total.cancelled++;
+    leave_service(sv, r);
 }
 
 /*
@@ -482,6 +599,7 @@ static int arrive(struct server *sv, struct req *r)
     }
     sv->total.requests++;
     r->id = ++sv->next_id;
+    expire_waiting(sv, now_ns());
     enum sim_verdict verdict =
         sv->model.mode == SIM_RATE &&
                 !sim_rate_admit(&sv->model, &sv->rate, (double)(now_ns() - sv->t0_ns) / 1e9)
@@ -503,6 +621,7 @@ static int arrive(struct server *sv, struct req *r)
             break;
         }
         r->state = REQ_WAITING;
+        r->queued_ns = now_ns();
         r->next = NULL;
         if (sv->tail)
             sv->tail->next = r;
@@ -525,12 +644,49 @@ static int arrive(struct server *sv, struct req *r)
     return status;
 }
 
+/* Under lock: how long the waiting thread of `r` may sleep (NULL: until
+ * woken), or 0 in *status when the call is over: 200 (served), 503 (its
+ * queue timeout passed) or -1 (served after its client left). */
+static struct timespec *wait_timeout(struct server *sv, struct req *r, struct timespec *ts,
+                                     int *status)
+{
+    int64_t now = now_ns(), left;
+    *status = 0;
+    if (r->state == REQ_WAITING)
+        expire_waiting(sv, now);
+    if (r->state == REQ_EXPIRED) {
+        r->state = REQ_DONE; /* counted by expire_waiting */
+        *status = 503;
+        return NULL;
+    }
+    if (r->state == REQ_SERVING) {
+        left = r->due_ns - now;
+        if (left <= 0) {
+            *status = r->lingering ? -1 : 200;
+            finish_service(sv, r);
+            return NULL;
+        }
+    } else if (r->state == REQ_WAITING && sv->model.queue_timeout_s > 0) {
+        left = r->queued_ns + (int64_t)(sv->model.queue_timeout_s * 1e9) - now;
+        if (left <= 0) /* rounding: expire_waiting did not see it due yet */
+            left = 1000;
+    } else {
+        return NULL;
+    }
+    ts->tv_sec = (time_t)(left / NS_PER_S);
+    ts->tv_nsec = (long)(left % NS_PER_S);
+    return ts;
+}
+
 /*
- * Block this connection's thread until the call's service time is over.
- * Returns false if the client hung up or the server is stopping first; the
- * call still holds its slot then, and on_completed releases it.
+ * Block this connection's thread until the call is over: its service time
+ * ends (200), or its queue timeout passes (503). Returns -1 if the client
+ * hung up or the server is stopping first; the call still holds its slot or
+ * FIFO place then, and on_completed releases it. With --abandoned hold, a
+ * client that hangs up during service does not end the wait: the call
+ * lingers in its slot until due_ns, and then -1 is returned.
  */
-static bool wait_for_service(struct server *sv, struct MHD_Connection *conn, struct req *r)
+static int wait_for_answer(struct server *sv, struct MHD_Connection *conn, struct req *r)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     struct pollfd fds[3] = {
@@ -539,33 +695,31 @@ static bool wait_for_service(struct server *sv, struct MHD_Connection *conn, str
         {.fd = r->wake_fd, .events = POLLIN},
     };
     nfds_t n = r->wake_fd >= 0 ? 3 : 2;
+    int status;
     pthread_mutex_lock(&sv->lock);
     for (;;) {
-        struct timespec ts, *timeout = NULL;
-        if (r->state == REQ_SERVING) {
-            int64_t left = r->due_ns - now_ns();
-            if (left <= 0) {
-                finish_service(sv, r);
-                pthread_mutex_unlock(&sv->lock);
-                return true;
-            }
-            ts.tv_sec = (time_t)(left / NS_PER_S);
-            ts.tv_nsec = (long)(left % NS_PER_S);
-            timeout = &ts;
-        }
+        struct timespec ts, *timeout = wait_timeout(sv, r, &ts, &status);
         pthread_mutex_unlock(&sv->lock);
+        if (status)
+            return status;
         /* A wake written before this ppoll stays readable, so none is lost. */
         if (ppoll(fds, n, timeout, NULL) < 0 && errno != EINTR)
-            return false;
-        if (fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))
-            return false; /* the client hung up */
+            return -1;
         if (fds[1].revents)
-            return false; /* stopping */
+            return -1; /* stopping */
         if (n == 3 && fds[2].revents) {
             eventfd_t drained;
             (void)eventfd_read(r->wake_fd, &drained);
         }
         pthread_mutex_lock(&sv->lock);
+        if (fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) { /* the client hung up */
+            if (r->state != REQ_SERVING || sv->abandoned == ABANDONED_FREE) {
+                pthread_mutex_unlock(&sv->lock);
+                return -1;
+            }
+            abandon_call(sv, r);
+            fds[0].fd = -1; /* ppoll skips it from now on */
+        }
     }
 }
 
@@ -666,7 +820,7 @@ static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *con
     }
     status = arrive(sv, r);
     if (status == 0)
-        status = wait_for_service(sv, conn, r) ? 200 : -1;
+        status = wait_for_answer(sv, conn, r);
     if (status < 0) { /* on_completed counts it and frees the slot */
         mhd_no_on_purpose = true;
         return MHD_NO;
@@ -680,6 +834,10 @@ static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *con
                                        "rate_limit_error", "rate_limit_exceeded"),
                             retry_after_value(sv, ra, sizeof ra));
     }
+    if (status == 503 && r->queued_ns) /* it was queued: it waited past --queue-timeout */
+        return respond_json(conn, 503, error_body("the call waited in the provider's queue past "
+                                                  "its timeout", "server_error", "queue_timeout"),
+                            NULL);
     if (status == 503)
         return respond_json(conn, 503, error_body("the provider's queue is full", "server_error",
                                                   "overloaded"), NULL);
@@ -689,20 +847,27 @@ static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *con
 /* ---- stats ----------------------------------------------------------------------- */
 
 /*
- * {"uptime_ms":N, "mode":"reject", "cap":N, "in_flight":N, "in_service":N,
- *  "queued":N, "peak_in_flight":N, "peak_in_service":N, "requests":N,
- *  "cancelled":N, "by_status":{"200":N, "429":N, "503":N, ...}}
- * in_flight = in service + queued. requests counts chat calls that reached
- * the provider: requests = sum(by_status) + cancelled + in_flight (until a
- * reset). by_status always has "200", "429" and "503"; other codes (413)
- * appear once seen.
+ * {"uptime_ms":N, "mode":"reject", "abandoned":"hold", "cap":N, "in_flight":N,
+ *  "in_service":N, "lingering":N, "queued":N, "peak_in_flight":N,
+ *  "peak_in_service":N, "requests":N, "cancelled":N, "queue_timeouts":N,
+ *  "by_status":{"200":N, "429":N, "503":N, ...}}
+ * in_service counts the slots taken, lingering calls included: what the cap
+ * sees. lingering = calls whose client hung up mid-call but which keep their
+ * slot until their service time ends (--abandoned hold); they were counted
+ * in cancelled when the client left. in_flight = calls a client still waits
+ * on = in_service − lingering + queued. requests counts chat calls that
+ * reached the provider: requests = sum(by_status) + cancelled + in_flight
+ * (until a reset). queue_timeouts counts the 503s of calls that waited
+ * --queue-timeout (they are in by_status["503"] too). by_status always has
+ * "200", "429" and "503"; other codes (413) appear once seen.
  */
 static json_t *stats_json(struct server *sv)
 {
     pthread_mutex_lock(&sv->lock);
     struct counters c = sv->total;
     struct sim_provider m = sv->model;
-    uint32_t in_service = sv->in_service, waiting = sv->waiting;
+    uint32_t in_service = sv->in_service, waiting = sv->waiting, lingering = sv->lingering;
+    uint32_t flying = in_flight(sv);
     uint32_t peak = sv->peak_in_flight, peak_service = sv->peak_in_service;
     pthread_mutex_unlock(&sv->lock);
     json_t *by = json_object();
@@ -712,13 +877,15 @@ static json_t *stats_json(struct server *sv)
             snprintf(key, sizeof key, "%u", s);
             json_object_set_new(by, key, json_integer((json_int_t)c.by_status[s]));
         }
-    return json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uptime_ms",
-                     (json_int_t)((now_ns() - sv->t0_ns) / 1000000), "mode", sim_mode_name(m.mode),
-                     "cap", (json_int_t)m.cap, "in_flight", (json_int_t)(in_service + waiting),
-                     "in_service", (json_int_t)in_service, "queued", (json_int_t)waiting,
+    return json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+                     "uptime_ms", (json_int_t)((now_ns() - sv->t0_ns) / 1000000), "mode",
+                     sim_mode_name(m.mode), "abandoned",
+                     sv->abandoned == ABANDONED_HOLD ? "hold" : "free", "cap", (json_int_t)m.cap,
+                     "in_flight", (json_int_t)flying, "in_service", (json_int_t)in_service,
+                     "lingering", (json_int_t)lingering, "queued", (json_int_t)waiting,
                      "peak_in_flight", (json_int_t)peak, "peak_in_service", (json_int_t)peak_service,
                      "requests", (json_int_t)c.requests, "cancelled", (json_int_t)c.cancelled,
-                     "by_status", by);
+                     "queue_timeouts", (json_int_t)c.queue_timeouts, "by_status", by);
 }
 
 static void stats_reset(struct server *sv)
@@ -820,17 +987,17 @@ static void print_second(struct server *sv, struct counters *last)
 {
     pthread_mutex_lock(&sv->lock);
     struct counters c = sv->total;
-    uint32_t cap = sv->model.cap, in_service = sv->in_service, waiting = sv->waiting;
-    uint32_t peak = sv->peak_in_flight;
+    uint32_t cap = sv->model.cap, flying = in_flight(sv), waiting = sv->waiting;
+    uint32_t lingering = sv->lingering, peak = sv->peak_in_flight;
     pthread_mutex_unlock(&sv->lock);
     if (c.requests < last->requests) /* a reset in between */
         memset(last, 0, sizeof *last);
     fprintf(stderr,
-            PROG ": t=%.0fs %s cap=%" PRIu32 " in_flight=%" PRIu32 " queued=%" PRIu32 " peak=%" PRIu32
-                 " | last 1s: 200=%" PRIu64 " 429=%" PRIu64 " 503=%" PRIu64 " cancelled=%" PRIu64
-                 " | requests=%" PRIu64 "\n",
-            (double)(now_ns() - sv->t0_ns) / 1e9, sim_mode_name(sv->model.mode), cap,
-            in_service + waiting, waiting, peak, c.by_status[200] - last->by_status[200],
+            PROG ": t=%.0fs %s cap=%" PRIu32 " in_flight=%" PRIu32 " queued=%" PRIu32
+                 " lingering=%" PRIu32 " peak=%" PRIu32 " | last 1s: 200=%" PRIu64 " 429=%" PRIu64
+                 " 503=%" PRIu64 " cancelled=%" PRIu64 " | requests=%" PRIu64 "\n",
+            (double)(now_ns() - sv->t0_ns) / 1e9, sim_mode_name(sv->model.mode), cap, flying,
+            waiting, lingering, peak, c.by_status[200] - last->by_status[200],
             c.by_status[429] - last->by_status[429], c.by_status[503] - last->by_status[503],
             c.cancelled - last->cancelled, c.requests);
     *last = c;
@@ -880,6 +1047,7 @@ int main(int argc, char **argv)
     struct server *sv = &server;
     sv->model = o.model;
     sv->retry_after_date = o.retry_after_date;
+    sv->abandoned = o.abandoned;
     if (sv->model.mode == SIM_RATE) {
         sv->rate.slots = sim_rate_slots(&sv->model);
         sv->rate.t = calloc(sv->rate.slots, sizeof *sv->rate.t);

@@ -264,28 +264,81 @@ static int parse_opts(int argc, char **argv, int first, unsigned allowed, int ma
         }
     }
     if (!!o->state + !!o->admin + !!o->redis > 1)
-        return usage_error("--state, --admin and --redis exclude each other");
+        return usage_error("%s exclude each other", allowed & OPT_REDIS
+                                                        ? "--state, --admin and --redis"
+                                                        : "--state and --admin");
     return 0;
 }
 
 /* ---- output helpers ------------------------------------------------------------- */
 
-/* Terminal columns of a UTF-8 string: emoji count 2, variation selectors 0. */
+/* Terminal columns of a UTF-8 string: emoji count 2, variation selectors 0; a byte
+ * that starts no UTF-8 sequence (a cell cut mid-character) counts 1 and ends nothing. */
 static int display_width(const char *s)
 {
     int w = 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        uint32_t cp;
-        int n = *p < 0x80 ? 1 : *p < 0xe0 ? 2 : *p < 0xf0 ? 3 : 4;
-        cp = n == 1 ? *p : (uint32_t)(*p & (0x7f >> n));
-        for (int i = 1; i < n && p[i]; i++)
-            cp = cp << 6 | (p[i] & 0x3f);
-        p += n;
+    for (const char *p = s; *p;) {
+        size_t n = sluice_utf8_len(p);
+        const unsigned char *u = (const unsigned char *)p;
+        uint32_t cp = n <= 1 ? u[0] : (uint32_t)(u[0] & (0x7f >> n));
+        for (size_t i = 1; i < n; i++)
+            cp = cp << 6 | (u[i] & 0x3f);
+        p += n ? n : 1;
         if (cp == 0xfe0f || cp == 0x200d)
             continue;
         w += cp >= 0x1f300 && cp <= 0x1faff ? 2 : 1;
     }
     return w;
+}
+
+/*
+ * Text from a state file or an endpoint, made safe to print (malloc'd, NULL when out
+ * of memory): a control character a terminal would act on (C0, DEL, C1) becomes
+ * \u00XX and a byte that is not UTF-8 \xXX, so an escape sequence shows instead of
+ * retitling or clearing the terminal. Newlines stay where keep_newlines. In JSON text
+ * the \u00XX form is the same string, so --json output means what it meant.
+ */
+static char *text_clean(const char *s, bool keep_newlines)
+{
+    size_t cap = strlen(s) * 6 + 1, o = 0;
+    char *out = malloc(cap);
+    if (!out)
+        return NULL;
+    for (const char *p = s; *p;) {
+        size_t n = sluice_utf8_len(p);
+        const unsigned char *u = (const unsigned char *)p;
+        bool control = n == 1 ? (u[0] < 0x20 && !(keep_newlines && u[0] == '\n')) || u[0] == 0x7f
+                              : n == 2 && u[0] == 0xc2 && u[1] < 0xa0;
+        if (!n)
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02X", u[0]);
+        else if (control)
+            o += (size_t)snprintf(out + o, cap - o, "\\u%04x", n == 1 ? u[0] : u[1]);
+        else {
+            memcpy(out + o, p, n);
+            o += n;
+        }
+        p += n ? n : 1;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* fputs(text_clean(s)). */
+static void put_clean(const char *s, bool keep_newlines, FILE *to)
+{
+    char *t = text_clean(s, keep_newlines);
+    fputs(t ? t : "(out of memory)", to);
+    free(t);
+}
+
+/* An endpoint's {"error", "fix"} as one clean line; returns EXIT_FAIL. */
+static int fail_answer(const char *err, const char *fix)
+{
+    char *e = text_clean(err, false), *f = text_clean(fix ? fix : "", false);
+    int rc = fail("%s%s%s", e ? e : "(out of memory)", f && *f ? " — " : "", f ? f : "");
+    free(e);
+    free(f);
+    return rc;
 }
 
 static void print_cell(const char *s, int width)
@@ -314,51 +367,76 @@ static void format_time(int64_t epoch_s, char *buf, size_t size)
     if (epoch_s <= 0 || !localtime_r(&t, &tm))
         snprintf(buf, size, "-");
     else
-        strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm);
+        strftime(buf, size, "%Y-%m-%d %H:%M:%S %Z", &tm);
 }
 
 /* A table: rows of `cols` cells, printed with columns padded to their widest cell. */
+#define TABLE_COLS_MAX 12
+
 struct table {
-    int cols, rows;
-    char *cells[256][8];
+    int cols, rows, cap;
+    char *(*cells)[TABLE_COLS_MAX]; /* `cap` rows of (at most TABLE_COLS_MAX) cells, grown as
+                                       rows arrive */
+    bool lost;                      /* a row was dropped for want of memory */
 };
 
 static void table_add(struct table *t, const char *const *row)
 {
-    if (t->rows >= 256)
-        return;
+    if (t->rows == t->cap) {
+        int cap = t->cap ? t->cap * 2 : 64;
+        char *(*cells)[TABLE_COLS_MAX] = realloc(t->cells, (size_t)cap * sizeof *cells);
+        if (!cells) {
+            t->lost = true;
+            return;
+        }
+        t->cells = cells;
+        t->cap = cap;
+    }
     for (int c = 0; c < t->cols; c++)
-        t->cells[t->rows][c] = strdup(row[c] ? row[c] : "");
+        t->cells[t->rows][c] = text_clean(row[c] ? row[c] : "", false);
     t->rows++;
 }
 
-static void table_print(struct table *t)
+static void table_free(struct table *t)
 {
-    int width[8] = {0};
+    for (int r = 0; r < t->rows; r++)
+        for (int c = 0; c < t->cols; c++)
+            free(t->cells[r][c]);
+    free(t->cells);
+    t->cells = NULL;
+    t->rows = t->cap = 0;
+}
+
+/* Print and free the rows; EXIT_FAIL (after saying so) when a row could not be kept. */
+static int table_print(struct table *t)
+{
+    int width[TABLE_COLS_MAX] = {0};
     for (int r = 0; r < t->rows; r++)
         for (int c = 0; c < t->cols; c++) {
-            int w = display_width(t->cells[r][c]);
+            int w = display_width(t->cells[r][c] ? t->cells[r][c] : "?");
             if (w > width[c])
                 width[c] = w;
         }
     for (int r = 0; r < t->rows; r++) {
         for (int c = 0; c < t->cols; c++) {
+            const char *cell = t->cells[r][c] ? t->cells[r][c] : "?";
             if (c == t->cols - 1)
-                fputs(t->cells[r][c], stdout);
+                fputs(cell, stdout);
             else
-                print_cell(t->cells[r][c], width[c] + 2);
-            free(t->cells[r][c]);
+                print_cell(cell, width[c] + 2);
         }
         fputc('\n', stdout);
     }
-    t->rows = 0;
+    table_free(t);
+    return t->lost ? fail("out of memory: some nodes are missing from the table") : EXIT_OK;
 }
 
 static void print_json(json_t *j)
 {
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (s) {
-        puts(s);
+        put_clean(s, true, stdout); /* jansson leaves DEL and C1 raw */
+        putchar('\n');
         free(s);
     }
 }
@@ -454,7 +532,7 @@ static json_t *admin_json(const char *method, const char *base, const char *path
         const char *err = json_string_value(json_object_get(j, "error"));
         const char *fix = json_string_value(json_object_get(j, "fix"));
         if (f.status != 200 && err) {
-            fail("%s%s%s", err, fix ? " — " : "", fix ? fix : "");
+            fail_answer(err, fix);
             json_decref(j);
             j = NULL;
         } else if (f.status != 200) {
@@ -549,15 +627,30 @@ static int status_from_file(const struct opts *o)
     } else if (json_array_size(w->nodes) == 0) {
         fprintf(stderr, "no discovered ceilings in %s\n", sluice_statefile_path(f));
     } else {
-        table_print(&w->table);
+        rc = table_print(&w->table);
     }
-    for (int r = 0; r < w->table.rows; r++)
-        for (int c = 0; c < w->table.cols; c++)
-            free(w->table.cells[r][c]);
+    table_free(&w->table);
     json_decref(w->nodes);
     free(w);
     sluice_statefile_close(f);
     return rc;
+}
+
+/* The deadline figures of one admin node (see the admin's node JSON): rates, queue wait, lingering. */
+static void status_figures(json_t *n, char fig[6][24])
+{
+    static const char *const rates[] = {"request_rate", "overload_rate", "timeout_rate"};
+    for (int k = 0; k < 3; k++)
+        snprintf(fig[k], 24, "%.1f", json_number_value(json_object_get(n, rates[k])));
+    static const char *const waits[] = {"queue_wait_p50_ms", "queue_wait_p99_ms"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(n, waits[k]);
+        if (json_is_number(v))
+            snprintf(fig[3 + k], 24, "%.0f ms", json_number_value(v));
+        else
+            snprintf(fig[3 + k], 24, "-");
+    }
+    snprintf(fig[5], 24, "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(n, "lingering")));
 }
 
 static int status_from_admin(const struct opts *o)
@@ -576,8 +669,10 @@ static int status_from_admin(const struct opts *o)
         return EXIT_OK;
     }
     struct table *t = calloc(1, sizeof *t);
-    t->cols = 5;
-    const char *head[] = {"STATUS", "STATE", "CEILING", "LOCK LEFT", "WAITING"};
+    t->cols = 11;
+    const char *head[] = {"STATUS",    "STATE",     "CEILING",   "LOCK LEFT",
+                          "WAITING",   "REQ/S",     "429/S",     "TIMEOUTS/S",
+                          "QUEUE P50", "QUEUE P99", "LINGERING"};
     table_add(t, head);
     size_t i;
     json_t *n;
@@ -595,13 +690,16 @@ static int status_from_admin(const struct opts *o)
         snprintf(waiting, sizeof waiting, "%" JSON_INTEGER_FORMAT,
                  json_integer_value(json_object_get(n, "waiting")));
         const char *line = json_string_value(json_object_get(n, "status_line"));
-        const char *row[] = {line ? line : "?", st, ceiling, left, waiting};
+        char fig[6][24];
+        status_figures(n, fig);
+        const char *row[] = {line ? line : "?", st,     ceiling, left,   waiting, fig[0],
+                             fig[1],            fig[2], fig[3],  fig[4], fig[5]};
         table_add(t, row);
     }
-    table_print(t);
+    int rc = table_print(t);
     free(t);
     json_decref(s);
-    return EXIT_OK;
+    return rc;
 }
 
 /* ---- clear ------------------------------------------------------------------ */
@@ -631,8 +729,10 @@ static int clear_in_file(const struct opts *o, const char *node)
     int walked = sluice_statefile_foreach(f, find_row, &find);
     int rc = EXIT_OK;
     if (walked == SLUICE_OK && !find.found) {
-        rc = fail("%s has no lock for %s (sluicectl status lists the nodes)",
-                  sluice_statefile_path(f), node);
+        /* Clearing is idempotent: the node is as a clear would leave it. */
+        fprintf(stderr, "%s: %s has no lock for %s: nothing to clear (sluicectl status lists the "
+                        "nodes)\n",
+                tool_name, sluice_statefile_path(f), node);
     } else if (sluice_statefile_clear(f, node) != SLUICE_OK) {
         char err[1024];
         sluice_statefile_last_error(f, err, sizeof err);
@@ -653,20 +753,56 @@ static int clear_in_admin(const struct opts *o, const char *node)
     if (!r)
         return EXIT_FAIL;
     json_t *n = json_object_get(r, "node");
-    if (o->json)
+    const char *line = json_string_value(json_object_get(n, "status_line"));
+    if (o->json) {
         print_json(n);
-    else
-        printf("cleared: %s\n", json_string_value(json_object_get(n, "status_line")));
+    } else {
+        fputs("cleared: ", stdout);
+        put_clean(line ? line : "?", false, stdout);
+        putchar('\n');
+    }
     json_decref(r);
     return EXIT_OK;
 }
+
+#ifdef SLUICE_HAVE_FLEET
+/* The fleet's message with its C names swapped for what a sluicectl user typed. */
+static int fail_in_cli_words(const char *msg)
+{
+    static const char *const words[][2] = {
+        {"sluice_fleet_desc.redis_url", "--redis URL"},
+        {"sluice_fleet_desc.node_id", "NODE"},
+        {"SLUICE_NODE_ID_MAX-1", "127"},
+    };
+    char out[1024];
+    size_t o = 0;
+    while (*msg) {
+        const char *put = msg;
+        size_t take = 1, skip = 1;
+        for (size_t k = 0; k < sizeof words / sizeof *words; k++)
+            if (!strncmp(msg, words[k][0], strlen(words[k][0]))) {
+                put = words[k][1];
+                take = strlen(put);
+                skip = strlen(words[k][0]);
+                break;
+            }
+        if (o + take >= sizeof out)
+            break;
+        memcpy(out + o, put, take);
+        o += take;
+        msg += skip;
+    }
+    out[o] = '\0';
+    return fail("%s", out);
+}
+#endif
 
 static int clear_in_redis(const struct opts *o, const char *node)
 {
 #ifdef SLUICE_HAVE_FLEET
     char err[512];
     if (sluice_fleet_clear_node(o->redis, node, err, sizeof err) != SLUICE_OK)
-        return fail("%s", err);
+        return fail_in_cli_words(err);
     fprintf(stderr, "cleared %s for the fleet at %s\n", node, o->redis);
     return EXIT_OK;
 #else
@@ -699,7 +835,8 @@ static size_t sse_write(char *p, size_t size, size_t n, void *ctx)
         }
         s->line[s->len] = '\0';
         if (!s->overflow && !strncmp(s->line, "data: ", 6)) {
-            puts(s->line + 6);
+            put_clean(s->line + 6, false, stdout);
+            putchar('\n');
             fflush(stdout);
             s->events++;
         }
@@ -732,11 +869,11 @@ static int events_cmd(const struct opts *o, const char *node)
             json_t *j = f.body ? json_loads(f.body, 0, NULL) : NULL;
             const char *err = json_string_value(json_object_get(j, "error"));
             const char *fix = json_string_value(json_object_get(j, "fix"));
-            rc = err ? fail("%s%s%s", err, fix ? " — " : "", fix ? fix : "")
+            rc = err ? fail_answer(err, fix)
                      : fail("%s answered HTTP %ld: is it a sluice admin endpoint?", url, f.status);
             json_decref(j);
         } else if (f.body) {
-            fputs(f.body, stdout);
+            put_clean(f.body, true, stdout);
         }
         free(f.body);
         free(url);
@@ -916,7 +1053,7 @@ static int probe_preflight(struct probe *p, bool *stopped)
     struct preflight pf = {.p = p};
     pthread_t tid;
     if (pthread_create(&tid, NULL, preflight_main, &pf) != 0)
-        return fail("probe: cannot start a thread");
+        return fail("cannot start a thread");
     while (!atomic_load(&pf.done)) {
         if (interrupted)
             sluice_cancel_fire(&p->cancel);
@@ -929,23 +1066,23 @@ static int probe_preflight(struct probe *p, bool *stopped)
     if (*stopped)
         return EXIT_OK;
     if (pf.status == SLUICE_EIO && r->kind == SLUICE_CURL_TRANSPORT)
-        return fail("probe: no HTTP answer from %s: %s", p->url, curl_easy_strerror(r->curl_code));
+        return fail("no HTTP answer from %s: %s", p->url, curl_easy_strerror(r->curl_code));
     if (r->kind == SLUICE_CURL_PROVIDER_TIMEOUT && r->http_status == 0)
-        return fail("probe: %s did not answer within %g s (--request-timeout)", p->url,
+        return fail("%s did not answer within %g s (--request-timeout)", p->url,
                     p->o->request_timeout_s);
     if (pf.status != SLUICE_OK)
-        return fail("probe: the first request failed: %s", sluice_strerror(pf.status));
+        return fail("the first request failed: %s", sluice_strerror(pf.status));
     switch (r->kind) {
     case SLUICE_CURL_CLIENT_ERROR:
-        return fail("probe: %s answered HTTP %ld to the first request: fix the URL, --method, "
+        return fail("%s answered HTTP %ld to the first request: fix the URL, --method, "
                     "--header or --body",
                     p->url, r->http_status);
     case SLUICE_CURL_SERVER_ERROR:
-        return fail("probe: %s answered HTTP %ld to the first request: the endpoint is failing, "
+        return fail("%s answered HTTP %ld to the first request: the endpoint is failing, "
                     "not full",
                     p->url, r->http_status);
     case SLUICE_CURL_UNEXPECTED:
-        return fail("probe: %s answered HTTP %ld (a redirect? give the final URL)", p->url,
+        return fail("%s answered HTTP %ld (a redirect? give the final URL)", p->url,
                     r->http_status);
     default:
         return EXIT_OK; /* success, or an overload: both are what probing is about */
@@ -1048,7 +1185,7 @@ static int probe_read_body(struct probe *p, const char *file)
 {
     FILE *fp = strcmp(file, "-") ? fopen(file, "rb") : stdin;
     if (!fp)
-        return fail("probe: cannot read --body %s: %s", file, strerror(errno));
+        return fail("cannot read --body %s: %s", file, strerror(errno));
     size_t cap = 4096;
     p->body = malloc(cap);
     for (size_t n; p->body && (n = fread(p->body + p->body_len, 1, cap - p->body_len, fp)) > 0;) {
@@ -1069,7 +1206,7 @@ static int probe_read_body(struct probe *p, const char *file)
     if (fp != stdin)
         fclose(fp);
     if (bad)
-        return fail("probe: --body %s is unreadable or over 16 MiB", file);
+        return fail("--body %s is unreadable or over 16 MiB", file);
     return EXIT_OK;
 }
 
@@ -1081,7 +1218,7 @@ static int probe_report(struct probe *p, const char *why)
     uint32_t found = locked ? st.ceiling : st.limit;
     int rc = locked ? EXIT_OK : EXIT_FAIL;
     if (!locked)
-        fprintf(stderr, "%s: probe stopped before a ceiling locked (%s%s%s); %u is the limit it "
+        fprintf(stderr, "%s: stopped before a ceiling locked (%s%s%s); %u is the limit it "
                         "had reached\n",
                 tool_name, why, p->last_failure[0] ? "; last failure: " : "", p->last_failure,
                 found);
@@ -1137,7 +1274,7 @@ static int probe_cmd(const struct opts *o, const char *url)
     if (rc == EXIT_OK && o->save &&
         sluice_statefile_open(&(struct sluice_statefile_desc){.path = o->state}, &p->state) !=
             SLUICE_OK)
-        rc = fail("probe: no state file location for --save: pass --state FILE");
+        rc = fail("no state file location for --save: pass --state FILE");
 
     struct sluice_store_ops store = {probe_store_load, probe_store_save, probe_store_clear, p};
     struct sluice_discovery_desc disc;
@@ -1153,7 +1290,7 @@ static int probe_cmd(const struct opts *o, const char *url)
                                                           .on_event_ctx = p, .error = err,
                                                           .error_size = sizeof err},
                              &p->engine) != SLUICE_OK)
-        rc = fail("probe: %s", err);
+        rc = fail("%s", err);
 
     bool tty = isatty(STDERR_FILENO);
     p->t0_ns = sluice_monotonic_ns();

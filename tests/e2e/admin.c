@@ -194,6 +194,51 @@ ADMIN_TEST(missing_or_malformed_node_id_is_400)
                  400, "follow");
 }
 
+ADMIN_TEST(node_ids_that_are_not_utf8_or_hide_a_nul_get_their_json_error)
+{
+    fixture_start(&fx, NULL, NULL);
+    expect_error(http("GET", fx.base, "/compute/concurrency/events?node_id=%FF", NULL, NULL), 400,
+                 "not UTF-8");
+    expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:%C3", NULL, NULL),
+                 400, "not UTF-8");
+    /* %00 ends the C string early: it must not name cloud:locked. */
+    expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked%00junk", NULL,
+                      NULL), 400, "malformed");
+    struct sluice_discovery_status st;
+    sluice_engine_status(fx.engine, "cloud:locked", &st);
+    cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED, "the NUL-cut ID cleared the node");
+    /* Echoed paths that are not UTF-8, or cut mid-character by the echo's bound. */
+    expect_error(http("GET", fx.base, "/%FF", NULL, NULL), 404, "no route");
+    char path[2048] = "/";
+    for (int i = 0; i < 120; i++)
+        strcat(path, "%E2%82%AC"); /* €: 3 bytes, so a 200-byte echo ends inside one */
+    expect_error(http("GET", fx.base, path, NULL, NULL), 404, "no route");
+    const char *host[] = {"Host: \xff\xfe", NULL};
+    expect_error(http("GET", fx.base, "/compute/concurrency", host, NULL), 403, "Host");
+}
+
+ADMIN_TEST(node_ids_reach_json_and_prometheus_labels_escaped)
+{
+    static const struct sluice_discovery_desc adaptive = {.lock_ttl_s = 86400};
+    const struct sluice_backend_desc backends[] = {
+        {.id = "cloud:q\"uo\\te", .active = 8, .discovery = &adaptive},
+        {.id = "cloud:café ☁", .active = 8},
+    };
+    fixture_start_backends(&fx, backends, 2);
+    struct reply r = http("GET", fx.base, "/metrics", NULL, NULL);
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.body, "sluice_limit{node=\"cloud:q\\\"uo\\\\te\"} 5\n") != NULL,
+              "quote and backslash escaped: %s", r.body);
+    cr_expect(strstr(r.body, "sluice_limit{node=\"cloud:café ☁\"} 8\n") != NULL, "%s", r.body);
+    reply_free(&r);
+    r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    json_t *s = parse(&r);
+    cr_expect_not_null(find_node(s, "cloud:q\"uo\\te"));
+    cr_expect_not_null(find_node(s, "cloud:café ☁"));
+    json_decref(s);
+    reply_free(&r);
+}
+
 ADMIN_TEST(unknown_node_or_route_is_404)
 {
     fixture_start(&fx, NULL, NULL);
@@ -319,6 +364,52 @@ ADMIN_TEST(foreign_origin_post_and_non_loopback_host_are_403)
     reply_free(&r);
 }
 
+ADMIN_TEST(only_loopback_address_literals_and_localhost_pass_the_host_and_origin_checks)
+{
+    fixture_start(&fx, NULL, NULL);
+    unsigned port = sluice_admin_port(fx.admin);
+    /* Names that only look loopback: whoever owns them can rebind them to 127.0.0.1. */
+    const char *rebindable[] = {"127.attacker.example", "127.0.0.1.nip.io", "localhost.evil",
+                                "127.0.0.1.", "[::1].evil", "127.0.0.1:80x", "[::2]", "1.2.3.4"};
+    for (size_t i = 0; i < sizeof rebindable / sizeof *rebindable; i++) {
+        char host[128], origin[160];
+        snprintf(host, sizeof host, "Host: %s:%u", rebindable[i], port);
+        snprintf(origin, sizeof origin, "Origin: http://%s:%u", rebindable[i], port);
+        const char *get[] = {host, NULL};
+        expect_error(http("GET", fx.base, "/compute/concurrency", get, NULL), 403, "loopback");
+        /* A page served from that name, after the rebinding, posts with a matching Origin. */
+        const char *post[] = {host, origin, NULL};
+        expect_error(http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked",
+                          post, NULL), 403, NULL);
+    }
+    struct sluice_discovery_status st;
+    sluice_engine_status(fx.engine, "cloud:locked", &st);
+    cr_expect_eq(st.state, SLUICE_DISCOVERY_LOCKED, "no rebound page cleared the lock");
+    /* Address literals and localhost, with or without a port, are served. */
+    char lit[6][64];
+    snprintf(lit[0], sizeof lit[0], "127.0.0.1");
+    snprintf(lit[1], sizeof lit[1], "127.0.0.1:%u", port);
+    snprintf(lit[2], sizeof lit[2], "127.1.2.3:%u", port);
+    snprintf(lit[3], sizeof lit[3], "localhost:%u", port);
+    snprintf(lit[4], sizeof lit[4], "[::1]:%u", port);
+    snprintf(lit[5], sizeof lit[5], "[::1]");
+    for (size_t i = 0; i < 6; i++) {
+        char host[96];
+        snprintf(host, sizeof host, "Host: %.63s", lit[i]);
+        const char *h[] = {host, NULL};
+        struct reply r = http("GET", fx.base, "/compute/concurrency", h, NULL);
+        cr_expect_eq(r.status, 200, "Host %s: %ld %s", lit[i], r.status, r.body);
+        reply_free(&r);
+    }
+    char host[96], origin[128];
+    snprintf(host, sizeof host, "Host: [::1]:%u", port);
+    snprintf(origin, sizeof origin, "Origin: http://[::1]:%u", port);
+    const char *page[] = {host, origin, NULL};
+    struct reply r = http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked", page, NULL);
+    cr_expect_eq(r.status, 200, "the page at [::1] may clear: %s", r.body);
+    reply_free(&r);
+}
+
 ADMIN_TEST(page_and_head_are_served)
 {
     fixture_start(&fx, NULL, NULL);
@@ -404,8 +495,15 @@ static int prom_check(const char *text)
         size_t nl = strcspn(line, "{ ");
         cr_assert(metric_name_ok(line, nl), "line %d: bad metric name: %s", lineno, line);
         bool typed = false;
-        for (int i = 0; i < n_fam; i++)
-            typed |= strlen(fam[i].name) == nl && !strncmp(fam[i].name, line, nl);
+        for (int i = 0; i < n_fam; i++) {
+            size_t fl = strlen(fam[i].name);
+            typed |= fl == nl && !strncmp(fam[i].name, line, nl);
+            /* A histogram's samples are its _bucket (with le), _sum and _count series. */
+            if (!strcmp(fam[i].type, "histogram") && nl > fl && !strncmp(fam[i].name, line, fl))
+                typed |= (nl - fl == 7 && !strncmp(line + fl, "_bucket", 7)) ||
+                         (nl - fl == 4 && !strncmp(line + fl, "_sum", 4)) ||
+                         (nl - fl == 6 && !strncmp(line + fl, "_count", 6));
+        }
         cr_assert(typed, "line %d: sample before its TYPE: %s", lineno, line);
         const char *q = line + nl;
         if (*q == '{') {
@@ -494,6 +592,67 @@ ADMIN_TEST(metrics_parse_as_prometheus_text_with_node_labels)
     cr_expect_eq(prom_value(r.body, "sluice_requests_total{node=\"cloud:default_ollama\",outcome=\"overload\"}"),
                  1, "every ended call is counted by its outcome");
     reply_free(&r);
+}
+
+ADMIN_TEST(metrics_and_status_show_the_deadline_counters_histograms_and_lingering_calls)
+{
+    fixture_start(&fx, NULL, NULL);
+    struct sluice_pool *pool = sluice_engine_pool(fx.engine, "local:gpu");
+    for (int i = 0; i < 20; i++) { /* 20 calls of about a second: the estimate knows them */
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(pool, NULL, NULL, &call), SLUICE_OK);
+        call.start_ns -= SLUICE_NS_PER_SEC;
+        sluice_pool_call_end(pool, &call, i < 3 ? SLUICE_OUTCOME_OVERLOAD : SLUICE_OUTCOME_OK, 0);
+    }
+    struct timespec past = {0, 0};
+    struct sluice_call late, gone;
+    cr_assert_eq(sluice_pool_call_begin(pool, &past, NULL, &late), SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_call_begin(pool, NULL, NULL, &gone), SLUICE_OK);
+    sluice_pool_call_abandon(pool, &gone, SLUICE_ECANCELED); /* lingers about a second */
+    int admitted = 0;
+    while (sluice_pool_admit(pool) == SLUICE_OK)
+        admitted++;
+    struct reply r = http("GET", fx.base, "/metrics", NULL, NULL);
+    cr_assert_eq(r.status, 200);
+    prom_check(r.body);
+    const char *t = r.body;
+    cr_expect_eq(prom_value(t, "sluice_call_seconds_count{node=\"local:gpu\"}"), 20);
+    cr_expect_eq(prom_value(t, "sluice_call_seconds_bucket{node=\"local:gpu\",le=\"0.5\"}"), 0);
+    cr_expect_eq(prom_value(t, "sluice_call_seconds_bucket{node=\"local:gpu\",le=\"+Inf\"}"), 20);
+    cr_expect_eq(prom_value(t, "sluice_queue_wait_seconds_count{node=\"local:gpu\"}"), 21);
+    cr_expect_eq(prom_value(t, "sluice_timeouts_total{node=\"local:gpu\"}"), 1,
+                 "a call whose deadline passed before it started timed out");
+    cr_expect_eq(prom_value(t, "sluice_cancels_total{node=\"local:gpu\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_overloads_total{node=\"local:gpu\"}"), 3);
+    cr_expect_eq(prom_value(t, "sluice_lingering{node=\"local:gpu\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_lingered_total{node=\"local:gpu\"}"), 1);
+    cr_expect_eq(prom_value(t, "sluice_inflight{node=\"local:gpu\"}"), 1, "a lingering call is in flight");
+    cr_expect_eq(prom_value(t, "sluice_admissions_refused_total{node=\"local:gpu\",reason=\"capacity\"}"), 1);
+    cr_expect(prom_value(t, "sluice_expected_service_seconds{node=\"local:gpu\"}") >= 1.0);
+    reply_free(&r);
+    r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    json_t *root = json_loads(r.body, 0, NULL);
+    cr_assert_not_null(root);
+    json_t *nodes = json_object_get(root, "nodes"), *gpu = NULL, *n;
+    size_t i;
+    json_array_foreach(nodes, i, n)
+        if (!strcmp(json_string_value(json_object_get(n, "node")), "local:gpu"))
+            gpu = n;
+    cr_assert_not_null(gpu);
+    cr_expect_eq(json_integer_value(json_object_get(gpu, "lingering")), 1);
+    cr_expect_eq(json_integer_value(json_object_get(gpu, "overloads_total")), 3);
+    cr_expect_eq(json_integer_value(json_object_get(gpu, "refused_capacity_total")), 1);
+    cr_expect(json_is_number(json_object_get(gpu, "request_rate")));
+    /* Over the last RECENT_S s of samples: null when the sampler's last tick already saw
+     * every wait above (no wait since), else the 0 ms waits. */
+    for (int k = 0; k < 2; k++) {
+        json_t *q = json_object_get(gpu, k ? "queue_wait_p99_ms" : "queue_wait_p50_ms");
+        cr_expect(q && (json_is_null(q) || (json_is_number(q) && json_number_value(q) <= 1.0)));
+    }
+    json_decref(root);
+    reply_free(&r);
+    while (admitted--)
+        sluice_pool_leave(pool);
 }
 
 /* ---- the event stream --------------------------------------------------------- */
@@ -658,11 +817,23 @@ ADMIN_TEST(slow_clients_time_out_and_connections_are_capped)
     cr_expect(ms >= 0, "a stalled client kept its connection past 5 s");
     close(slow);
 
-    /* Two idle connections fill max_connections; a third is turned away at once. */
+    /* Two connections with requests under way fill max_connections; a third is answered
+     * 503 (JSON, then closed) at once, not reset and not served. */
     int a = connect_admin(port), b = connect_admin(port);
+    send(a, half, sizeof half - 1, 0);
+    send(b, half, sizeof half - 1, 0);
     usleep(100 * 1000);
     int c = connect_admin(port);
-    cr_expect(closed_within(c, 500) >= 0, "a connection beyond max_connections was served");
+    const char get[] = "GET /compute/concurrency HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    cr_assert_eq(send(c, get, sizeof get - 1, 0), (ssize_t)(sizeof get - 1));
+    char answer[2048] = "";
+    size_t got = 0;
+    for (ssize_t n; got < sizeof answer - 1 &&
+                    (n = recv(c, answer + got, sizeof answer - 1 - got, 0)) > 0;)
+        got += (size_t)n;
+    answer[got] = '\0';
+    cr_expect(strncmp(answer, "HTTP/1.1 503", 12) == 0, "beyond max_connections: %s", answer);
+    cr_expect(strstr(answer, "max_connections") != NULL, "the JSON says what to raise: %s", answer);
     close(a);
     close(b);
     close(c);

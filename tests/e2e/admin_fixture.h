@@ -81,7 +81,8 @@ static inline struct sluice_engine *fixture_engine(const struct sluice_store_ops
     return e;
 }
 
-/* One overload on `node`: its limit is cut and it backs off. */
+/* One overload on `node`, refused with one call in flight: its limit is cut to 1
+ * (the evidence says one was too many) and it backs off. */
 static inline void fixture_backoff(struct sluice_engine *e, const char *node)
 {
     struct sluice_pool *p = sluice_engine_pool(e, node);
@@ -94,6 +95,8 @@ static inline void fixture_backoff(struct sluice_engine *e, const char *node)
 /* Engine (+ memory store unless `store`) and admin on a free port. `f` is zeroed (static)
  * or was started before: what it still runs is stopped first. */
 static inline void fixture_stop(struct fixture *f);
+
+static inline void fixture_serve(struct fixture *f, const struct sluice_admin_desc *extra);
 
 static inline void fixture_start(struct fixture *f, const struct sluice_store_ops *store,
                                  const struct sluice_admin_desc *extra)
@@ -109,6 +112,26 @@ static inline void fixture_start(struct fixture *f, const struct sluice_store_op
     }
     f->engine = fixture_engine(store);
     fixture_backoff(f->engine, "cloud:rainy");
+    fixture_serve(f, extra);
+}
+
+/* An engine of just `backends` (no store) and its admin on a free port, as fixture_start. */
+static inline void fixture_start_backends(struct fixture *f, const struct sluice_backend_desc *backends,
+                                          size_t n)
+{
+    fixture_stop(f);
+    memset(f, 0, sizeof *f);
+    char err[256];
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = backends, .n_backends = n,
+                                                                   .error = err, .error_size = sizeof err},
+                                      &f->engine),
+                 SLUICE_OK, "engine: %s", err);
+    fixture_serve(f, NULL);
+}
+
+/* Start the admin of f->engine on a free port (with `extra`'s limits, if any). */
+static inline void fixture_serve(struct fixture *f, const struct sluice_admin_desc *extra)
+{
     struct sluice_admin_desc d;
     memset(&d, 0, sizeof d);
     if (extra)

@@ -2,7 +2,7 @@
  * The Concurrency Health page in a real browser: an engine with live
  * traffic to the provider simulator and the admin endpoint, loaded by
  * headless Chromium. The rendered DOM must show every node's status line
- * with its glyph, the event feed rendered from the live feed, a Clear
+ * with its glyph (inline SVG: no emoji font needed), the event feed rendered from the live feed, a Clear
  * button per adaptive node only, and the page polling ("live"). Skipped,
  * saying so, where Debian's chromium package is missing.
  *
@@ -198,13 +198,21 @@ PAGE_TEST(chromium_renders_status_lines_glyphs_events_and_clear_buttons)
     const char *dom = r->out;
     cr_assert(strstr(dom, "Concurrency Health") != NULL, "no page: %.500s", dom);
 
-    /* Status lines exactly as the reference writes them, glyph included. */
-    cr_expect(matches(dom, "<span class=\"line\">cloud:default_ollama [0-9]+/[0-9]+ (📈|🔒|🌧️)</span>"),
+    /* Status lines as the reference writes them, the glyph drawn as inline SVG: a stock
+     * Debian Chromium has no emoji font, and no glyph may depend on one. */
+#define GLYPH_SVG(state) "<svg class=\"glyph g-" state "\" viewBox=\"0 0 16 16\""
+    cr_expect(matches(dom, "<span class=\"line\">cloud:default_ollama [0-9]+/[0-9]+ "
+                           "<svg class=\"glyph g-(probing|locked|backoff)\""),
               "live node's status line missing");
-    cr_expect(strstr(dom, "<span class=\"line\">cloud:together 0/32 🔒</span>") != NULL);
-    cr_expect(strstr(dom, "<span class=\"line\">cloud:openrouter-byok 0/4 🌧️</span>") != NULL);
-    cr_expect(strstr(dom, "<span class=\"line\">cloud:groq 0/5 📈</span>") != NULL);
+    cr_expect(strstr(dom, "<span class=\"line\">cloud:together 0/32 " GLYPH_SVG("locked")) != NULL);
+    cr_expect(strstr(dom, "<span class=\"line\">cloud:openrouter-byok 0/1 " GLYPH_SVG("backoff")) != NULL);
+    cr_expect(strstr(dom, "<span class=\"line\">cloud:groq 0/5 " GLYPH_SVG("probing")) != NULL);
     cr_expect(strstr(dom, "<span class=\"line\">local:gpu 0/4</span>") != NULL);
+    const char *body = strstr(dom, "<body");
+    cr_assert_not_null(body);
+    cr_expect(!strstr(body, "📈") && !strstr(body, "🔒") && !strstr(body, "🌧"),
+              "an emoji is left for a font to draw: %.3000s", strstr(dom, "<footer"));
+    cr_expect_eq(count(strstr(dom, "<footer"), "<svg class=\"glyph g-"), 3, "the footer's key");
 
     /* The event feed, rendered from the live feed, newest first. */
     char *live = card(dom, "cloud:default_ollama");
@@ -218,6 +226,20 @@ PAGE_TEST(chromium_renders_status_lines_glyphs_events_and_clear_buttons)
     cr_expect(strstr(locked, "<li class=\"ev ev-restore\"") != NULL, "restore event: %s", locked);
     cr_expect(strstr(locked, "lock expires in") != NULL);
     cr_expect(matches(locked, "<path class=\"limit\""), "the chart drew the limit");
+
+    /* The deadline figures: rates, queue wait percentiles, lingering; clears marked. */
+    cr_expect(matches(live, "data-k=\"request_rate\">[0-9]+\\.[0-9]/s<"), "request rate: %.3000s", live);
+    cr_expect(!matches(live, "data-k=\"request_rate\">0\\.0/s<"), "live traffic shows a rate");
+    cr_expect(matches(live, "data-k=\"overload_rate\">[0-9]+\\.[0-9]/s<"), "429 rate");
+    cr_expect(matches(live, "data-k=\"timeout_rate\">[0-9]+\\.[0-9]/s<"), "timeout rate");
+    cr_expect(matches(live, "data-k=\"queue_wait_p50\">([0-9.]+ ms|–)<"), "queue wait p50");
+    cr_expect(matches(live, "data-k=\"queue_wait_p99\">([0-9.]+ ms|–)<"), "queue wait p99");
+    cr_expect(matches(live, "data-k=\"lingering\">[0-9]+<"), "lingering calls");
+    char *groq = card(dom, "cloud:groq");
+    cr_expect(strstr(groq, "class=\"clear-mark\"") != NULL, "the clear is marked on the chart: %.3000s",
+              groq);
+    cr_expect(strstr(live, "class=\"clear-mark\"") == NULL, "no clear on the live node");
+    free(groq);
 
     /* Clear buttons on adaptive nodes only; the page is polling. */
     char *cleared = card(dom, "cloud:groq");

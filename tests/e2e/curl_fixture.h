@@ -193,6 +193,22 @@ static inline struct sluice_discovery_status fx_status(struct sluice_engine *e)
     return st;
 }
 
+/*
+ * Teach the backend's service-time estimate (sluice/service.h) that `n`
+ * calls took `ns`: successful calls, each back-dated by `ns`, ended at once.
+ * No request reaches the simulator.
+ */
+static inline void fx_teach_service(struct sluice_engine *e, int64_t ns, unsigned n)
+{
+    struct sluice_pool *p = sluice_engine_pool(e, FX_BACKEND);
+    for (unsigned i = 0; i < n; i++) {
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+        call.start_ns -= ns;
+        sluice_pool_call_end(p, &call, SLUICE_OUTCOME_OK, 0);
+    }
+}
+
 /* The pool holds nothing: no admission, no call in flight or queued. */
 static inline void fx_assert_idle(struct sluice_engine *e)
 {

@@ -169,8 +169,9 @@ PERFORM_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 
 PERFORM_TEST(a_token_fired_mid_transfer_cancels_within_50_ms_and_frees_the_provider_slot)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "5000",   "--sigma", "0",     NULL};
+    /* --abandoned free: a provider that frees the slot when the client leaves. */
+    const char *args[] = {"--mode", "reject", "--cap",       "4",    "--median-ms", "5000",
+                          "--sigma", "0",     "--abandoned", "free", NULL};
     fx_start(args);
     struct sluice_engine *e = fx_engine(2, 0, NULL);
     struct sluice_cancel token;
@@ -256,6 +257,57 @@ PERFORM_TEST(a_deadline_that_passes_while_queued_never_starts_the_transfer)
     cr_assert_geq(r.queued_ns, 90 * SLUICE_NS_PER_MS);
     bg_join(&busy);
     cr_assert_eq(fx_stats_settled().requests, 1, "the queued call reached the simulator");
+    curl_easy_cleanup(easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+PERFORM_TEST(a_call_with_less_time_left_than_the_expected_service_never_starts_its_transfer)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "50", NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(2, -1, NULL);
+    fx_teach_service(e, 10 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
+    CURL *easy = fx_easy();
+    struct timespec deadline;
+    struct sluice_curl_result r;
+    cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy,
+                                     sluice_deadline_in(&deadline, 2 * SLUICE_NS_PER_SEC), NULL,
+                                     &r),
+                 SLUICE_ETIMEDOUT);
+    cr_assert(r.refused_late);
+    cr_assert_not(r.transferred);
+    cr_assert_eq(fx_stats_settled().requests, 0, "the provider got the request");
+    cr_assert_eq(fx_counts(e).refused_late, 1);
+    curl_easy_cleanup(easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+PERFORM_TEST(a_transfer_abandoned_at_its_deadline_keeps_its_permit_until_the_provider_is_done)
+{
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "600",    "--sigma", "0",     NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(2, -1, NULL);
+    /* Half the recent calls took 50 ms, half 2 s: a 400 ms deadline is worth starting (p10
+     * 50 ms), and a call abandoned at 400 ms may run at the provider until 2 s (p90). */
+    fx_teach_service(e, 50 * SLUICE_NS_PER_MS, SLUICE_SERVICE_SAMPLES / 2);
+    fx_teach_service(e, 2 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_SAMPLES / 2);
+    CURL *easy = fx_easy();
+    struct timespec deadline;
+    struct sluice_curl_result r;
+    cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy,
+                                     sluice_deadline_in(&deadline, 400 * SLUICE_NS_PER_MS),
+                                     NULL, &r),
+                 SLUICE_ETIMEDOUT);
+    cr_assert(r.transferred);
+    cr_assert(r.abandoned, "the request was sent, then abandoned");
+    struct sluice_pool_counts c = fx_counts(e);
+    cr_assert_eq(c.timeouts, 1);
+    cr_assert_eq(c.lingering, 1);
+    cr_assert_eq(c.in_flight, 1, "the provider still runs it");
+    WAIT_UNTIL((sluice_engine_poll(e), fx_counts(e).lingering == 0));
     curl_easy_cleanup(easy);
     fx_assert_idle(e);
     sluice_engine_destroy(e);

@@ -2,7 +2,8 @@
  * sluice-demo end to end, as CI runs it (no terminal, short runs, small
  * caps): its last line is `discovered ceiling: N (true cap: C)` with N in
  * [0.85·C, C]; it leaves the SVG timeline and the persisted lock; a second
- * run restores that lock (🔒 from the first status line) and says so; a run
+ * run restores that lock (🔒 from the first status line) and says so, and
+ * writes its plot beside the first one (NAME-restored.svg); a run
  * against another cap clears the stale lock and discovers again.
  */
 #include <math.h>
@@ -60,6 +61,19 @@ static void first_status_line(const char *out, char *buf, size_t size)
     snprintf(buf, size, "%.*s", (int)(end ? end - p : (ptrdiff_t)strlen(p)), p);
 }
 
+/* The whole plot at `path`, which must be an SVG (malloc'd). */
+static char *read_plot(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "no timeline at %s", path);
+    char *text = calloc(1, 1 << 20);
+    size_t got = fread(text, 1, (1 << 20) - 1, f);
+    fclose(f);
+    text[got] = '\0';
+    cr_expect(strncmp(text, "<svg", 4) == 0, "%s does not start with <svg: %.200s", path, text);
+    return text;
+}
+
 static void assert_in_band(unsigned n, unsigned cap)
 {
     cr_assert(n >= ceil(0.85 * cap) && n <= cap, "discovered %u, outside [0.85·%u, %u]", n, cap,
@@ -85,13 +99,7 @@ Test(demo, discovers_the_cap_then_a_second_run_restores_the_lock_at_once, .fini 
                   strstr(r->out, "sluice_engine_clear(engine, \"cloud:demo\")"),
               "the three ways to clear are not all shown:\n%s", r->out);
     free(r);
-    FILE *f = fopen(svg, "r");
-    cr_assert_not_null(f, "no timeline at %s", svg);
-    char head[256] = "";
-    size_t got = fread(head, 1, sizeof head - 1, f);
-    fclose(f);
-    head[got] = '\0';
-    cr_expect(strncmp(head, "<svg", 4) == 0, "%s does not start with <svg: %s", svg, head);
+    char *discovery_plot = read_plot(svg);
 
     r = run_demo(16, svg, sizeof svg);
     cr_assert_eq(r->exit_code, 0, "%s", r->err);
@@ -99,6 +107,15 @@ Test(demo, discovers_the_cap_then_a_second_run_restores_the_lock_at_once, .fini 
     first_status_line(r->out, line, sizeof line);
     cr_expect(strstr(line, LOCKED_GLYPH), "not locked from the first status line: %s", line);
     cr_expect_eq(final_ceiling(r, 16), first, "the restored ceiling differs from the saved one");
+    /* Its plot (a flat line at the ceiling) goes beside the discovery plot, which stays. */
+    char restored[320];
+    snprintf(restored, sizeof restored, "%.*s-restored.svg", (int)(strlen(svg) - 4), svg);
+    cr_expect(strstr(r->out, restored) != NULL, "the summary names %s:\n%s", restored, r->out);
+    char *again_plot = read_plot(svg);
+    cr_expect_str_eq(again_plot, discovery_plot, "the restored run overwrote the discovery plot");
+    free(again_plot);
+    free(read_plot(restored));
+    free(discovery_plot);
     free(r);
 
     /* Another cap is another provider plan: the stale lock goes, discovery reruns. */

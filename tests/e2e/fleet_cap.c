@@ -1,7 +1,9 @@
 /*
  * fleet_cap.c — eight processes, one provider, one cap: the fleet keeps
  * their calls together within what sluice/fleet.h promises, measured by
- * the simulator's own in-flight counter.
+ * the simulator's own in-flight counter, and discovers one hidden cap
+ * together, from a provider that refuses (429) and from one that queues,
+ * then refuses (503).
  */
 #include "e2e/redis_fixture.h"
 
@@ -104,4 +106,36 @@ FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
     cr_expect(shared >= 8 && shared <= 16, "S = %lld, far from the cap 12", shared);
     cr_expect_lt(settled_share, 0.05, "%.1f%% of the calls were refused after the lock",
                  100 * settled_share);
+}
+
+/* Issue 19: a provider that queues past its cap and answers 503 to a call that
+ * waited one median service time (a gateway's `timeout queue`;
+ * sluice-provider-sim --mode queue --queue-timeout 50, 50 ms calls, no queue
+ * bound: the issue's 100 ms / 100 ms at half the time, so a lock fits the
+ * test's 30 s), shared by eight processes of 8 callers each. The leader's
+ * lock, one for the whole fleet, lands inside [0.8·C, 1.25·C]: the refusals
+ * come only once calls queue 50 ms, and by then latency has long said "past
+ * the cap". */
+#define QUEUE_CAP 24
+#define QUEUE_LOCK_MS 25000
+FLEET_TEST(eight_processes_lock_a_queue_then_refuse_provider_inside_the_band)
+{
+    char cap[16];
+    snprintf(cap, sizeof cap, "%d", QUEUE_CAP);
+    const char *args[] = {"--mode", "queue", "--cap", cap, "--median-ms", "50",
+                          "--queue-timeout", "50", "--queue-bound", "1000000", NULL};
+    fx_start(args);
+    for (int i = 0; i < WORKERS; i++)
+        rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 8});
+    bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) > 0, QUEUE_LOCK_MS);
+    long long ceiling = rfx_int("HGET %s ceiling", rfx_key("state"));
+    long long shared = rfx_int("HGET %s limit", rfx_key("state"));
+    struct fx_stats s = fx_stats();
+    cr_log_info("queue-then-refuse C = %d: %s at %lld (S = %lld); %ld served, %ld 503s, "
+                "simulator peak %ld in flight",
+                QUEUE_CAP, locked ? "locked" : "no lock", ceiling, shared, s.ok, s.unavailable,
+                s.peak_in_flight);
+    cr_assert(locked, "the fleet did not lock within %d ms (S = %lld)", QUEUE_LOCK_MS, shared);
+    cr_expect(ceiling >= 0.8 * QUEUE_CAP && ceiling <= 1.25 * QUEUE_CAP,
+              "the fleet locked at %lld, outside [0.8, 1.25]·%d", ceiling, QUEUE_CAP);
 }

@@ -217,3 +217,65 @@ HOSTILE_ADMIN_TEST(a_request_head_beyond_max_request_bytes_is_refused_at_once)
               "an oversized head gets 431 (or 414): %.80s", reply);
     cr_assert_eq(probe_status(), 200);
 }
+
+/* Read one answer to a request on fd (head and Content-Length body); its status, 0 if cut. */
+static long read_answer(int fd)
+{
+    char buf[65536];
+    size_t len = 0;
+    int64_t t0 = now_ms();
+    while (len < sizeof buf - 1 && now_ms() - t0 < BOUND_MS) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t got = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+        if (got <= 0)
+            return 0;
+        len += (size_t)got;
+        buf[len] = '\0';
+        const char *end = strstr(buf, "\r\n\r\n"), *cl = strcasestr(buf, "Content-Length: ");
+        if (end && cl && (size_t)(end + 4 - buf) + strtoul(cl + 16, NULL, 10) <= len)
+            return strtol(buf + 9, NULL, 10);
+        if (end && strstr(buf, "text/event-stream"))
+            return strtol(buf + 9, NULL, 10); /* a stream: its head is the answer */
+    }
+    return 0;
+}
+
+/*
+ * One local client holds every slot the ordinary way: max_streams follow=1
+ * streams and kept-alive connections that each had an answer and wait for
+ * the next request. The operator still gets in (an idle kept-alive slot is
+ * reclaimed), the hog's connections keep working when it asks again on a
+ * fresh one, and once only requests in progress fill the endpoint the
+ * operator gets a 503 that says so, never a reset.
+ */
+HOSTILE_ADMIN_TEST(kept_alive_connections_and_streams_cannot_shut_the_operator_out)
+{
+    start(); /* 4 slots, 1 stream */
+    static const char stream[] = "GET /compute/concurrency/events?node_id=cloud:locked&follow=1 "
+                                 "HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    static const char status[] = "GET /compute/concurrency HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    socks[0] = connect_admin();
+    send_all(socks[0], stream, sizeof stream - 1);
+    cr_assert_eq(read_answer(socks[0]), 200, "the hog's stream");
+    for (int i = 1; i < SLOTS; i++) {
+        socks[i] = connect_admin();
+        send_all(socks[i], status, sizeof status - 1);
+        cr_assert_eq(read_answer(socks[i]), 200, "the hog's kept-alive request %d", i);
+    }
+    for (int round = 0; round < 6; round++)
+        cr_expect_eq(probe_status(), 200, "the operator, round %d, with every slot kept alive", round);
+    /* The hog's stream was never the one reclaimed. */
+    cr_expect(!closed_by_server(socks[0]), "a stream in progress was cut");
+    for (int i = 1; i < SLOTS; i++) {
+        close(socks[i]);
+        socks[i] = connect_admin();
+        send_all(socks[i], "GET /compute/concurr", 20); /* requests under way: not reclaimable */
+    }
+    usleep(100 * 1000);
+    struct reply r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    cr_expect_eq(r.status, 503, "full of requests in progress: %ld %s", r.status, r.body);
+    cr_expect(strstr(r.body, "max_connections") != NULL, "it says what to raise: %s", r.body);
+    reply_free(&r);
+}

@@ -1,8 +1,8 @@
 /*
  * The HTTP provider simulator (shim/tools/sluice-provider-sim) keeps the
  * promises the other e2e tests build on: its cap modes, Retry-After, cap
- * changes, /stats, hang-up detection, keep-alive, its command line and a
- * clean stop. Plain libcurl (easy + multi) against a simulator on a free
+ * changes, the queue timeout, /stats, hang-up detection, abandoned calls
+ * that keep their slot, keep-alive, its command line and a clean stop. Plain libcurl (easy + multi) against a simulator on a free
  * loopback port; every call has a timeout, every file run stays under ~20 s.
  *
  * Timing assertions are lower bounds the simulator's own clock guarantees
@@ -364,6 +364,49 @@ SIM_TEST(queue_mode_answers_503_past_the_queue_bound)
     cr_expect_eq(stats_get("peak_in_flight"), 3);
 }
 
+/* Cap 1, 300 ms each, 500 ms queue timeout, four at once: the first is served
+ * at once, the second after 300 ms of waiting, and the last two would start
+ * at 600 and 900 ms, so at 500 ms they leave the queue with a 503. */
+SIM_TEST(queue_mode_answers_503_to_a_call_that_waited_past_the_queue_timeout)
+{
+    start((const char *[]){"--mode", "queue", "--cap", "1", "--queue-bound", "10", "--median-ms",
+                           "300", "--sigma", "0", "--queue-timeout", "500", NULL});
+    struct call calls[4];
+    run_together(calls, 4, 10000);
+    cr_expect_eq(count_status(calls, 4, 200), 2, "the calls that waited less than 500 ms are served");
+    cr_expect_eq(count_status(calls, 4, 503), 2, "the calls that would wait longer are refused");
+    for (int i = 0; i < 4; i++) {
+        if (calls[i].status != 503)
+            continue;
+        cr_expect_geq(calls[i].seconds, 0.49, "a 503 came after %.3f s, before the timeout",
+                      calls[i].seconds);
+        json_t *body = json_loads(calls[i].body, 0, NULL);
+        json_t *error = json_object_get(body, "error");
+        cr_expect_str_eq(json_string_value(json_object_get(error, "code")), "queue_timeout", "%s",
+                         calls[i].body);
+        cr_expect(json_is_string(json_object_get(error, "message")), "%s", calls[i].body);
+        json_decref(body);
+    }
+    cr_expect_eq(stats_get("queue_timeouts"), 2);
+    cr_expect_eq(stats_get("by_status.503"), 2);
+    cr_expect_eq(stats_get("by_status.200"), 2);
+    cr_expect_eq(stats_get("cancelled"), 0);
+    cr_expect_eq(stats_get("queued"), 0, "the expired calls left the queue");
+    cr_expect_eq(stats_get("requests"), 4, "nothing was lost: 2 served + 2 timed out");
+    cr_expect_eq(stats_get("peak_in_service"), 1);
+}
+
+/* A call that waits less than the queue timeout is served, as without one. */
+SIM_TEST(queue_mode_serves_every_call_that_starts_before_its_queue_timeout)
+{
+    start((const char *[]){"--mode", "queue", "--cap", "2", "--median-ms", "100", "--sigma", "0",
+                           "--queue-timeout", "1000", NULL});
+    struct call calls[4];
+    run_together(calls, 4, 10000);
+    cr_expect_eq(count_status(calls, 4, 200), 4, "the second pair waits ~100 ms, well inside 1 s");
+    cr_expect_eq(stats_get("queue_timeouts"), 0);
+}
+
 SIM_TEST(knee_mode_serves_everyone_but_slows_down_past_the_cap)
 {
     start((const char *[]){"--mode", "knee", "--cap", "2", "--knee-slope", "2", "--median-ms", "200",
@@ -393,9 +436,10 @@ SIM_TEST(cap_at_changes_the_cap_at_the_given_time)
 
 /* ---- hang-ups ------------------------------------------------------------------------ */
 
-SIM_TEST(a_client_that_hangs_up_mid_call_is_counted_and_frees_its_slot)
+SIM_TEST(a_client_that_hangs_up_mid_call_is_counted_and_frees_its_slot_with_abandoned_free)
 {
-    start((const char *[]){"--cap", "1", "--median-ms", "4000", "--sigma", "0", NULL});
+    start((const char *[]){"--cap", "1", "--median-ms", "4000", "--sigma", "0", "--abandoned",
+                           "free", NULL});
     struct call a, b;
     run_together(&a, 1, 200); /* curl gives up and closes the connection */
     cr_assert_eq(a.result, CURLE_OPERATION_TIMEDOUT);
@@ -408,6 +452,45 @@ SIM_TEST(a_client_that_hangs_up_mid_call_is_counted_and_frees_its_slot)
     cr_expect(stat_becomes("cancelled", 2, 2000));
     cr_expect_eq(stats_get("by_status.429"), 0);
     cr_expect_eq(stats_get("requests"), 2);
+}
+
+/* The default (--abandoned hold): the provider keeps generating for a client
+ * that left, so the slot stays taken until the call's service time is over. */
+SIM_TEST(a_client_that_hangs_up_mid_call_keeps_its_slot_until_its_service_time_ends)
+{
+    start((const char *[]){"--cap", "1", "--median-ms", "1500", "--sigma", "0", NULL});
+    struct call a, b, c;
+    int64_t t0 = sim__ms();
+    run_together(&a, 1, 200); /* curl gives up and closes the connection */
+    cr_assert_eq(a.result, CURLE_OPERATION_TIMEDOUT);
+    cr_assert(stat_becomes("cancelled", 1, 1000), "the hang-up was not counted");
+    cr_expect_eq(stats_get("lingering"), 1, "the abandoned call does not linger");
+    cr_expect_eq(stats_get("in_service"), 1, "the abandoned call gave its slot back");
+    cr_expect_eq(stats_get("in_flight"), 0, "nobody waits for that answer any more");
+    run_together(&b, 1, 5000);
+    cr_expect_eq(b.status, 429, "the held slot was given to the next call (%ld)", b.status);
+    cr_assert(stat_becomes("in_service", 0, 5000), "the slot was never given back");
+    int64_t held_ms = sim__ms() - t0;
+    cr_expect_geq(held_ms, 1450, "the slot was given back after %lld ms, before the 1.5 s service",
+                  (long long)held_ms);
+    cr_expect_eq(stats_get("lingering"), 0);
+    run_together(&c, 1, 5000);
+    cr_expect_eq(c.status, 200, "after the service time the slot is free (%ld)", c.status);
+    cr_expect_eq(stats_get("by_status.200"), 1, "the abandoned call is not counted as answered");
+    cr_expect_eq(stats_get("cancelled"), 1);
+    cr_expect_eq(stats_get("requests"), 3, "nothing lost: 1 abandoned + 1 refused + 1 served");
+}
+
+SIM_TEST(sigterm_stops_it_cleanly_while_abandoned_calls_linger)
+{
+    start((const char *[]){"--cap", "2", "--median-ms", "10000", "--sigma", "0", NULL});
+    struct call a;
+    run_together(&a, 1, 200);
+    cr_assert(stat_becomes("lingering", 1, 2000));
+    int64_t t0 = sim__ms();
+    int status = sim_process_stop(&sim);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "wait status 0x%x, not a clean exit", status);
+    cr_expect_lt(sim__ms() - t0, 2000, "stopping took %lld ms", (long long)(sim__ms() - t0));
 }
 
 SIM_TEST(a_queued_client_that_hangs_up_leaves_the_queue)
@@ -508,6 +591,15 @@ SIM_TEST(a_bad_flag_exits_2_with_one_line_naming_it)
                        "--rate-window");
     expect_usage_error((const char *[]){"--mode", "queue", "--retry-after", "2", NULL},
                        "--retry-after");
+    expect_usage_error((const char *[]){"--queue-timeout", "100", NULL}, "--queue-timeout");
+    expect_usage_error((const char *[]){"--mode", "queue", "--queue-timeout", "soon", NULL},
+                       "--queue-timeout");
+    expect_usage_error((const char *[]){"--mode", "queue", "--queue-timeout", "-5", NULL},
+                       "--queue-timeout");
+    expect_usage_error((const char *[]){"--mode", "queue", "--queue-timeout", NULL},
+                       "--queue-timeout");
+    expect_usage_error((const char *[]){"--abandoned", "maybe", NULL}, "--abandoned");
+    expect_usage_error((const char *[]){"--abandoned", NULL}, "--abandoned");
 }
 
 SIM_TEST(help_prints_the_flags_and_exits_0)
@@ -515,7 +607,9 @@ SIM_TEST(help_prints_the_flags_and_exits_0)
     char out[4096], err[256];
     int status = sim_process_run((const char *[]){"--help", NULL}, out, sizeof out, err, sizeof err);
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    cr_expect(strstr(out, "--cap-at") && strstr(out, "--retry-after-date"), "usage: %s", out);
+    cr_expect(strstr(out, "--cap-at") && strstr(out, "--retry-after-date") &&
+                  strstr(out, "--queue-timeout") && strstr(out, "--abandoned"),
+              "usage: %s", out);
 }
 
 SIM_TEST(start_reports_a_simulator_that_exits_at_once_and_leaves_nothing_running)

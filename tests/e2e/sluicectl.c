@@ -47,6 +47,8 @@ static struct proc_result *ctl(int timeout_ms, const char *const *args)
 
 #define CTL(...) ctl(20000, (const char *const[]){__VA_ARGS__, NULL})
 
+static uint16_t closed_port(void);
+
 static int count_lines(const char *s)
 {
     int n = 0;
@@ -165,12 +167,57 @@ SLUICECTL_TEST(status_from_a_live_process_shows_every_nodes_status_line)
     cr_expect(strstr(r->out, "cloud:default_ollama 0/5 📈") != NULL, "%s", r->out);
     cr_expect(strstr(r->out, "cloud:rainy ") && strstr(r->out, "🌧️ backoff"), "%s", r->out);
     cr_expect(strstr(r->out, "local:gpu 0/4") != NULL, "%s", r->out);
+    /* The deadline figures: rates, queue wait percentiles, lingering calls. */
+    cr_expect(strstr(r->out, "REQ/S") && strstr(r->out, "429/S") && strstr(r->out, "TIMEOUTS/S") &&
+                  strstr(r->out, "QUEUE P50") && strstr(r->out, "QUEUE P99") &&
+                  strstr(r->out, "LINGERING"),
+              "%s", r->out);
     free(r);
     r = CTL("status", "--admin", fx.base, "--json");
     cr_assert_eq(r->exit_code, 0);
     json_t *j = json_loads(r->out, 0, NULL);
     cr_expect_eq(json_array_size(json_object_get(j, "nodes")), 5);
     json_decref(j);
+    free(r);
+}
+
+/* Lines of `out` that start with `prefix`. */
+static int lines_starting(const char *out, const char *prefix)
+{
+    int n = 0;
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        n += strncmp(l, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+SLUICECTL_TEST(status_shows_every_node_past_255)
+{
+    enum { NODES = 300 };
+    fixture_tmpdir(dir, sizeof dir);
+    snprintf(state, sizeof state, "%s/ceilings.json", dir);
+    struct sluice_statefile *f;
+    cr_assert_eq(sluice_statefile_open(&(struct sluice_statefile_desc){.path = state}, &f), SLUICE_OK);
+    static char ids[NODES][32];
+    static struct sluice_backend_desc b[NODES];
+    static const struct sluice_discovery_desc disc = {.lock_ttl_s = 86400};
+    for (int i = 0; i < NODES; i++) {
+        snprintf(ids[i], sizeof ids[i], "cloud:n%03d", i);
+        struct sluice_lock_record rec = fixture_lock(5 + (uint32_t)i % 40, 3600);
+        cr_assert_eq(sluice_statefile_save(f, ids[i], &rec), SLUICE_OK);
+        b[i] = (struct sluice_backend_desc){.id = ids[i], .active = 64, .discovery = &disc};
+    }
+    sluice_statefile_close(f);
+    struct proc_result *r = CTL("status", "--state", state);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect_eq(lines_starting(r->out, "cloud:n"), NODES, "every node in the file");
+    cr_expect(strstr(r->out, "cloud:n299 ") != NULL, "the last one too");
+    free(r);
+
+    /* A live process with as many. */
+    fixture_start_backends(&fx, b, NODES);
+    r = CTL("status", "--admin", fx.base);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect_eq(lines_starting(r->out, "cloud:n"), NODES, "every live node");
     free(r);
 }
 
@@ -195,10 +242,52 @@ SLUICECTL_TEST(clear_in_the_state_file_makes_the_next_process_probe_only_that_no
     sluice_engine_destroy(e);
     sluice_statefile_close(f);
 
+    /* Clearing is idempotent: a node without a lock is already as a clear leaves it. */
     r = CTL("clear", "cloud:nope", "--state", state);
-    cr_expect_eq(r->exit_code, 1);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
     cr_expect_eq(count_lines(r->err), 1);
-    cr_expect(strstr(r->err, "cloud:nope") != NULL);
+    cr_expect(strstr(r->err, "cloud:nope") && strstr(r->err, "nothing to clear"), "%s", r->err);
+    free(r);
+    r = CTL("clear", "cloud:a", "--state", state);
+    cr_expect_eq(r->exit_code, 0, "twice is fine: %s", r->err);
+    free(r);
+    r = CTL("status", "--json", "--state", state);
+    cr_expect(strstr(r->out, "cloud:b") != NULL, "the other locks stay: %s", r->out);
+    free(r);
+}
+
+SLUICECTL_TEST(messages_speak_cli_and_expiry_times_carry_their_zone)
+{
+    struct sluice_statefile *f = make_state();
+    sluice_statefile_close(f);
+    /* EXPIRES says which clock it is in. */
+    const char *argv[] = {SLUICECTL_PATH, "status", "--state", state, NULL};
+    const char *utc[] = {"TZ=UTC", NULL};
+    struct proc_result *r = proc_run(argv, utc, 20000);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    const char *a = strstr(r->out, "cloud:a ");
+    cr_assert_not_null(a, "%s", r->out);
+    char row[256];
+    snprintf(row, sizeof row, "%.*s", (int)strcspn(a, "\n"), a);
+    cr_expect(strstr(row, ":00 UTC") || strstr(row, " UTC "), "EXPIRES without a zone: %s", row);
+    free(r);
+    /* A probe's failure names the command once. */
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", closed_port());
+    r = CTL("probe", url);
+    cr_expect_eq(r->exit_code, 1);
+    cr_expect(strncmp(r->err, "sluicectl probe: no HTTP answer", 31) == 0, "%s", r->err);
+    free(r);
+    /* --redis is offered only where it is taken. */
+    r = CTL("status", "--state", "x", "--admin", "y");
+    cr_expect_eq(r->exit_code, 2);
+    cr_expect(strstr(r->err, "--redis") == NULL, "status does not take --redis: %s", r->err);
+    free(r);
+    /* A bad --redis URL is reported in the flag's words, not the C field's. */
+    r = CTL("clear", "cloud:a", "--redis", "redis://127.0.0.1:99999");
+    cr_expect_eq(r->exit_code, 1);
+    cr_expect_eq(count_lines(r->err), 1, "%s", r->err);
+    cr_expect(strstr(r->err, "--redis") && !strstr(r->err, "sluice_fleet_desc"), "%s", r->err);
     free(r);
 }
 
@@ -411,6 +500,100 @@ SLUICECTL_TEST(refused_non_http_and_silent_endpoints_fail_with_one_line)
     fake_start(&silent, NULL);
     snprintf(url, sizeof url, "http://127.0.0.1:%u/v1", silent.port);
     expect_one_line_failure(CTL("probe", url, "--request-timeout", "1"), "did not answer within 1 s");
+}
+
+/* ---- what reaches the terminal ------------------------------------------------------ */
+
+/* Raw bytes a terminal would act on: C0 but newline, DEL, and C1 (U+0080..U+009F). */
+static bool has_terminal_controls(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if ((*p < 0x20 && *p != '\n') || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0))
+            return true;
+    return false;
+}
+
+static bool is_utf8(const char *s)
+{
+    for (const char *p = s; *p;) {
+        size_t n = sluice_utf8_len(p);
+        if (!n)
+            return false;
+        p += n;
+    }
+    return true;
+}
+
+/* One endpoint node whose strings carry escape sequences, and a state too long for a cell. */
+#define EVIL_LINE "\\u001b]0;owned\\u0007cloud:x 0/5 \\u001b[2J\\u009b31m"
+#define EVIL_NODES                                                                                 \
+    "{\"nodes\":[{\"node\":\"cloud:x\",\"glyph\":\"🔒\",\"state\":\"€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€\","   \
+    "\"status_line\":\"" EVIL_LINE "\",\"ceiling\":3,\"lock_left_s\":60,\"waiting\":0}]}"
+
+SLUICECTL_TEST(escape_sequences_from_an_endpoint_or_a_node_id_never_reach_the_terminal)
+{
+    static struct fake_server status, refusal, events;
+    static char status_answer[1024], refusal_answer[512];
+    snprintf(status_answer, sizeof status_answer,
+             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+             "Connection: close\r\n\r\n%s", strlen(EVIL_NODES), EVIL_NODES);
+    const char *evil_error = "{\"error\":\"gone\\u001b[2J\\u001b]0;owned\\u0007\",\"fix\":\"\\u009b31mretry\"}";
+    snprintf(refusal_answer, sizeof refusal_answer,
+             "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+             "Connection: close\r\n\r\n%s", strlen(evil_error), evil_error);
+    fake_start(&status, status_answer);
+    fake_start(&refusal, refusal_answer);
+    static char events_answer[256];
+    const char *raw_feed = "{\"event\":\"\x1b[2J\xc2\x9b\"}\n\x1b]0;x\x07\n";
+    snprintf(events_answer, sizeof events_answer,
+             "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             strlen(raw_feed), raw_feed);
+    fake_start(&events, events_answer);
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", status.port);
+    /* The table: every cell cleaned, and the state cut by its cell is still whole UTF-8. */
+    struct proc_result *r = CTL("status", "--admin", url);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect(!has_terminal_controls(r->out), "raw controls in the table: %s", r->out);
+    cr_expect(is_utf8(r->out), "a cell cut mid-character: %s", r->out);
+    cr_expect(strstr(r->out, "\\u001b]0;owned\\u0007cloud:x 0/5") != NULL, "shown, not acted on: %s", r->out);
+    free(r);
+    /* --json stays equivalent JSON (C1 as \u009b), so machines read the same strings. */
+    r = CTL("status", "--admin", url, "--json");
+    cr_expect(!has_terminal_controls(r->out), "raw controls in --json: %s", r->out);
+    json_t *j = json_loads(r->out, 0, NULL);
+    cr_assert_not_null(j, "%s", r->out);
+    const char *line = json_string_value(json_object_get(json_array_get(json_object_get(j, "nodes"), 0), "status_line"));
+    cr_expect_str_eq(line, "\x1b]0;owned\x07" "cloud:x 0/5 \x1b[2J\xc2\x9b" "31m");
+    json_decref(j);
+    free(r);
+    /* An endpoint's error and fix. */
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", refusal.port);
+    r = CTL("clear", "cloud:x", "--admin", url);
+    cr_expect_eq(r->exit_code, 1);
+    cr_expect(!has_terminal_controls(r->err), "raw controls in the error: %s", r->err);
+    cr_expect(strstr(r->err, "gone\\u001b[2J") != NULL, "%s", r->err);
+    cr_expect_eq(count_lines(r->err), 1, "%s", r->err);
+    free(r);
+    /* The event feed as it came. */
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", events.port);
+    r = CTL("events", "cloud:x", "--admin", url);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect(!has_terminal_controls(r->out), "raw controls in events: %s", r->out);
+    free(r);
+    /* A node ID from the state file. */
+    fixture_tmpdir(dir, sizeof dir);
+    snprintf(state, sizeof state, "%s/ceilings.json", dir);
+    struct sluice_statefile *f;
+    cr_assert_eq(sluice_statefile_open(&(struct sluice_statefile_desc){.path = state}, &f), SLUICE_OK);
+    struct sluice_lock_record rec = fixture_lock(7, 600);
+    cr_assert_eq(sluice_statefile_save(f, "cloud:\x1b]0;owned\x07", &rec), SLUICE_OK);
+    sluice_statefile_close(f);
+    r = CTL("status", "--state", state);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect(!has_terminal_controls(r->out), "raw controls from the file: %s", r->out);
+    cr_expect(strstr(r->out, "cloud:\\u001b]0;owned\\u0007") != NULL, "%s", r->out);
+    free(r);
 }
 
 /* ---- probe against the simulator -------------------------------------------------- */

@@ -24,7 +24,8 @@
  *              of these behaviours past the cap:
  *                reject  answer 429 at once (optionally with Retry-After)
  *                queue   (Ollama-like) queue FIFO behind C slots, so latency
- *                        grows with the queue; 503 past queue_bound waiting
+ *                        grows with the queue; 503 past queue_bound waiting,
+ *                        and (queue_timeout_s) 503 to a call that waited so long
  *                knee    admit everyone but slow down: a call admitted with
  *                        n in service takes S·(1 + slope·(n−C)/C) when n > C,
  *                        so throughput falls past C
@@ -37,6 +38,14 @@
  *              The cap may be changed between sim_run_until() calls.
  *   timeouts   a call still unanswered after timeout_s is an overload for
  *              the caller (the provider keeps working on it).
+ *   lag        a loaded client machine: a granted caller starts, and an
+ *              answer is seen, client_lag_s (exponential mean) late, as
+ *              threads woken late by a busy scheduler do: the caller's count
+ *              of calls in flight runs ahead of the provider's, and a jump
+ *              of the limit fills slowly.
+ *   retries    a refused call is retried after the Retry-After, or after
+ *              retry_s, or after retry_ladder[k] seconds for its k-th retry
+ *              (the last step repeats), as SDK retry loops do.
  *
  * Time is an int64 of virtual nanoseconds; the sluice clock hook reads it,
  * and a wall clock hook reads epoch_s + virtual time, so lock expiry runs in
@@ -70,6 +79,7 @@ struct sim_config {
     double net_s;          /* network round trip, also a rejection's latency (default 0.05 s) */
     double retry_after_s;  /* reject mode: Retry-After sent with each 429 (0 = none) */
     uint32_t queue_bound;  /* queue mode: waiting calls past which it answers 503 (default 2·C) */
+    double queue_timeout_s; /* queue mode: a call that waited this long gets a 503 (0 = none) */
     double knee_slope;     /* knee and slow mode: slow-down per unit of load (default 2) */
     double rate_per_s;     /* rate mode: accepted calls per second over the window */
     double rate_window_s;  /* rate mode: the sliding window (default 1 s) */
@@ -81,6 +91,9 @@ struct sim_config {
     double retry_s;        /* caller retry delay after an overload without Retry-After
                               (default 0.5 s) */
     double timeout_s;      /* caller timeout per call (default 120 s) */
+    double client_lag_s;   /* mean delay before the caller sees an answer (0 = none) */
+    const double *retry_ladder; /* retry delays by attempt, seconds (NULL = retry_s) */
+    uint32_t n_retry_ladder;
     /* sluice */
     uint32_t gate_limit;   /* the gate's starting limit (default 1; discovery resets it) */
     double epoch_s;        /* wall clock at virtual time 0 (default 1.7e9) */
@@ -111,6 +124,7 @@ static inline struct sim_provider sim_config_provider(const struct sim_config *c
     p.sigma = c->sigma;
     p.retry_after_s = c->retry_after_s;
     p.queue_bound = c->queue_bound;
+    p.queue_timeout_s = c->queue_timeout_s;
     p.knee_slope = c->knee_slope;
     p.rate_per_s = c->rate_per_s;
     p.rate_window_s = c->rate_window_s;
@@ -133,7 +147,7 @@ struct sim_controller {
 /* ---- state ---------------------------------------------------------------- */
 
 enum { SIM_EV_TICK, SIM_EV_ARRIVAL, SIM_EV_ISSUE, SIM_EV_START, SIM_EV_PROVIDER,
-       SIM_EV_DONE, SIM_EV_RESPONSE, SIM_EV_TIMEOUT };
+       SIM_EV_DONE, SIM_EV_RESPONSE, SIM_EV_TIMEOUT, SIM_EV_QUEUE_TIMEOUT };
 
 struct sim_event {
     int64_t t;
@@ -156,6 +170,7 @@ struct sim_req {
     enum sluice_outcome outcome;
     int64_t retry_after_ns;
     bool open_loop;
+    uint32_t retries;    /* refusals in a row: the retry ladder's step */
     uint32_t next_free;
 };
 
@@ -186,6 +201,7 @@ struct sim {
     uint32_t in_service;
     uint32_t *queue;     /* FIFO of request ids waiting at the provider (queue mode) */
     uint64_t *queue_gen;
+    int64_t *queue_t;    /* when each queued call arrived */
     uint32_t q_head, q_len, q_cap;
     struct sim_rate_window rate; /* rate mode: recent acceptances */
     /* observation */
@@ -283,8 +299,10 @@ static inline void sim__on_grant(struct sluice_gate_waiter *w, int status)
         return;
     s->held++;
     r->holding = true;
-    /* Possibly inside a release or a limit change: start from the event loop. */
-    sim__push(s, s->now, SIM_EV_START, sim__req_id(s, r), r->gen);
+    /* Possibly inside a release or a limit change: start from the event loop
+     * (a loaded client's thread wakes late). */
+    int64_t wake = s->cfg.client_lag_s > 0 ? sim__ns(sim_exponential(&s->rng, s->cfg.client_lag_s)) : 0;
+    sim__push(s, s->now + wake, SIM_EV_START, sim__req_id(s, r), r->gen);
 }
 
 /* The caller asks for a permit (a first attempt or a retry). */
@@ -328,6 +346,8 @@ static inline void sim__answer(struct sim *s, uint32_t id, uint64_t gen, enum sl
         return;
     r->outcome = o;
     r->retry_after_ns = retry_after;
+    if (s->cfg.client_lag_s > 0)
+        at += sim__ns(sim_exponential(&s->rng, s->cfg.client_lag_s));
     sim__push(s, at, SIM_EV_RESPONSE, id, gen);
 }
 
@@ -365,6 +385,10 @@ static inline void sim__provider_arrive(struct sim *s, uint32_t id, uint64_t gen
         uint32_t tail = (s->q_head + s->q_len++) % s->q_cap;
         s->queue[tail] = id;
         s->queue_gen[tail] = gen;
+        s->queue_t[tail] = s->now;
+        if (s->provider.queue_timeout_s > 0)
+            sim__push(s, s->now + sim__ns(s->provider.queue_timeout_s), SIM_EV_QUEUE_TIMEOUT, id,
+                      gen);
         break;
     }
     case SIM_REFUSE_503:
@@ -383,6 +407,22 @@ static inline void sim__provider_pump(struct sim *s)
         s->q_head = (s->q_head + 1) % s->q_cap;
         s->q_len--;
         sim__serve(s, id, gen);
+    }
+}
+
+/* Refuse (503) the calls at the head of the FIFO that waited past the queue
+ * timeout: every call waits the same timeout, so they expire in FIFO order. */
+static inline void sim__provider_expire(struct sim *s)
+{
+    int64_t back = sim__ns(s->cfg.net_s / 2);
+    while (s->q_len &&
+           sim_provider_queue_expired(&s->provider, (double)(s->now - s->queue_t[s->q_head]) / SIM_NS)) {
+        uint32_t id = s->queue[s->q_head];
+        uint64_t gen = s->queue_gen[s->q_head];
+        s->q_head = (s->q_head + 1) % s->q_cap;
+        s->q_len--;
+        s->stats.unavailable++;
+        sim__answer(s, id, gen, SLUICE_OUTCOME_OVERLOAD, 0, s->now + back);
     }
 }
 
@@ -427,10 +467,17 @@ static inline void sim__response(struct sim *s, struct sim_req *r)
     s->held--;
     sluice_gate_release(&s->gate);
     if (r->outcome != SLUICE_OUTCOME_OK) {
-        int64_t delay = r->retry_after_ns ? r->retry_after_ns : sim__ns(s->cfg.retry_s);
+        double retry = s->cfg.retry_s;
+        if (s->cfg.n_retry_ladder) {
+            uint32_t k = r->retries < s->cfg.n_retry_ladder ? r->retries : s->cfg.n_retry_ladder - 1;
+            retry = s->cfg.retry_ladder[k];
+        }
+        r->retries++;
+        int64_t delay = r->retry_after_ns ? r->retry_after_ns : sim__ns(retry);
         sim__push(s, s->now + delay, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
         return;
     }
+    r->retries = 0;
     s->stats.ok++;
     s->stats.served++;
     sim__record_e2e(s, (double)(s->now - r->t_issue) / SIM_NS);
@@ -508,6 +555,9 @@ static inline void sim__dispatch(struct sim *s, const struct sim_event *e)
         if (r->gen == e->gen && !r->answered && r->holding)
             sim__response(s, r);
         break;
+    case SIM_EV_QUEUE_TIMEOUT:
+        sim__provider_expire(s);
+        break;
     case SIM_EV_TIMEOUT:
         if (r->gen == e->gen && !r->answered && r->holding) {
             s->stats.timeouts++;
@@ -565,6 +615,7 @@ static inline struct sim *sim_create(const struct sim_config *config)
     s->q_cap = s->n_reqs ? s->n_reqs : 1;
     s->queue = (uint32_t *)calloc(s->q_cap, sizeof *s->queue);
     s->queue_gen = (uint64_t *)calloc(s->q_cap, sizeof *s->queue_gen);
+    s->queue_t = (int64_t *)calloc(s->q_cap, sizeof *s->queue_t);
     if (s->cfg.mode == SIM_RATE) {
         s->rate.slots = sim_rate_slots(&s->provider);
         s->rate.t = (double *)calloc(s->rate.slots, sizeof *s->rate.t);
@@ -606,6 +657,7 @@ static inline void sim_destroy(struct sim *s)
     free(s->reqs);
     free(s->queue);
     free(s->queue_gen);
+    free(s->queue_t);
     free(s->rate.t);
     free(s->stats.e2e_s);
     free(s);

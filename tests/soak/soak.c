@@ -257,8 +257,8 @@ static void sync_call(struct worker *w, int which, struct sluice_pool *p, enum w
     case SLUICE_ECANCELED:
         allowed = fired;
         break;
-    case SLUICE_ETIMEDOUT:
-        allowed = !fired && deadline && sluice_deadline_passed(deadline);
+    case SLUICE_ETIMEDOUT: /* or, holding a permit, less time left than the expected service */
+        allowed = !fired && deadline && (sluice_deadline_passed(deadline) || call.refused_late);
         break;
     case SLUICE_ECLOSED:
         allowed = !fired && kind != W_PASSED && closed_ok(p, status);

@@ -202,8 +202,8 @@ static long check_run(struct worker *w, const struct sluice_run_result *r)
     bool deadline_passed = p->deadline == D_SHORT && sluice_deadline_passed(&w->deadline);
     if (r->status == SLUICE_ECANCELED)
         bad += !external_fired;
-    else if (r->status == SLUICE_ETIMEDOUT)
-        bad += !deadline_passed;
+    else if (r->status == SLUICE_ETIMEDOUT) /* or refused: less left than the expected service */
+        bad += !deadline_passed && !(p->deadline == D_SHORT && r->refused_late);
     else
         bad++;
     bad += w->generations > e.generations;

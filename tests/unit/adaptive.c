@@ -286,28 +286,32 @@ Test(adaptive, an_overload_reported_by_a_run_backs_the_limit_off_once_per_burst)
     struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 64, .discovery = &disc}};
     world_create(&w, b, 1);
     advance(&w, SEC);
-    struct sluice_run_result r;
-    cr_assert_eq(run_once(w.engine, "cloud:a", SLUICE_OUTCOME_OVERLOAD, 0, &r), SLUICE_ECLIENT);
-    cr_assert_eq(r.last.outcome, SLUICE_OUTCOME_OVERLOAD);
-    cr_assert_eq(limit_of(&w, "cloud:a"), 9, "cut to 10 x 0.9 at once");
+    /* Ten calls refused together, started with 1 to 10 in flight: one burst,
+     * one cut, to under the concurrency the first refusal started with. */
+    wave(&w, "cloud:a", SLUICE_OUTCOME_OVERLOAD, SEC);
     struct sluice_discovery_status st = status_of(&w, "cloud:a");
     cr_assert_eq(st.state, SLUICE_DISCOVERY_BACKOFF);
     cr_assert_eq(st.last_event.kind, SLUICE_EVENT_BACKOFF);
     cr_assert_eq(st.last_event.cause, SLUICE_CAUSE_OVERLOAD);
+    cr_assert_eq(st.last_event.seq, 1, "one burst, one cut (the first event of the node)");
     cr_assert_eq(st.last_event.old_limit, 10);
-    cr_assert_eq(st.last_event.new_limit, 9);
-    char line[128];
-    cr_assert_str_eq(line_of(&w, "cloud:a", line, sizeof line), "cloud:a 0/9 🌧️");
-
-    /* Nine calls refused together: the first 429 cuts, the rest of its burst
-     * (started before that cut) do not cut again. */
+    cr_assert_lt(st.last_event.new_limit, 10);
+    uint32_t cut = limit_of(&w, "cloud:a");
+    cr_assert_eq(cut, st.last_event.new_limit);
+    /* A run refused with one call in flight is news at any limit: 0.9 x 1,
+     * at least 1. */
     advance(&w, SEC);
-    wave(&w, "cloud:a", SLUICE_OUTCOME_OVERLOAD, SEC);
-    cr_assert_eq(limit_of(&w, "cloud:a"), 8, "one burst, one cut");
+    struct sluice_run_result r;
+    cr_assert_eq(run_once(w.engine, "cloud:a", SLUICE_OUTCOME_OVERLOAD, 0, &r), SLUICE_ECLIENT);
+    cr_assert_eq(r.last.outcome, SLUICE_OUTCOME_OVERLOAD);
+    cr_assert_eq(r.last.in_flight_at_start, 1);
+    cr_assert_eq(limit_of(&w, "cloud:a"), 1);
+    char line[128];
+    cr_assert_str_eq(line_of(&w, "cloud:a", line, sizeof line), "cloud:a 0/1 🌧️");
     /* Ignored outcomes (a transport error) never cut. */
     advance(&w, SEC);
     cr_assert_eq(run_once(w.engine, "cloud:a", SLUICE_OUTCOME_IGNORE, 0, &r), SLUICE_OK);
-    cr_assert_eq(limit_of(&w, "cloud:a"), 8);
+    cr_assert_eq(limit_of(&w, "cloud:a"), 1);
     assert_capacity_intact(sluice_engine_pool(w.engine, "cloud:a"));
     world_destroy(&w);
 }

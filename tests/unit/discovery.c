@@ -401,6 +401,38 @@ Test(discovery, one_overload_burst_cuts_once_and_holds_for_retry_after)
     sluice_discovery_destroy(n.disc);
 }
 
+/* Blocking threads whose 429s come back in a millisecond: the limit stands at
+ * 40 but only 25 calls are in flight when the provider (cap 24) refuses. */
+Test(discovery, a_burst_refused_far_below_the_limit_cuts_once_to_where_it_struck)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 40;
+    node_create(&n, &d);
+    advance(&n, SEC);
+    feed(&n, SEC / 1000, 25, SLUICE_OUTCOME_OVERLOAD, 0);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 22, "one cut from 25 in flight (x 0.9), not 40");
+    /* The rest of the burst: calls started after the cut, still with 25 or
+     * 26 in flight (the gate has not drained to 22 yet). Echoes: no cut. */
+    for (int i = 0; i < 9; i++) {
+        advance(&n, SEC / 5000);
+        feed(&n, SEC / 1000, 25 + (uint32_t)(i % 2), SLUICE_OUTCOME_OVERLOAD, 0);
+    }
+    cr_assert_eq(sluice_discovery_limit(n.disc), 22, "echoes of the level already cut below");
+    /* The bracket sits at 25: recovery climbs to 24 and locks there. */
+    for (int i = 0; i < 12 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++)
+        run_window(&n, 32, SEC);
+    struct sluice_discovery_status st = status_of(&n);
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED);
+    cr_assert_eq(st.ceiling, 24, "locked just under the concurrency that was refused");
+    /* A refusal at a concurrency the limit allows is news, and cuts. */
+    advance(&n, SEC);
+    feed(&n, SEC / 1000, 24, SLUICE_OUTCOME_OVERLOAD, 0);
+    cr_assert_lt(sluice_discovery_limit(n.disc), 24);
+    sluice_discovery_destroy(n.disc);
+}
+
 Test(discovery, update_now_closes_a_young_window_and_acts_on_the_policys_answer)
 {
     struct node n;
@@ -519,6 +551,49 @@ Test(discovery, a_refusal_from_the_window_that_confirmed_the_ceiling_lowers_it)
     cr_assert_eq(st.ceiling, 8, "kept");
     cr_assert_eq(st.last_event.kind, SLUICE_EVENT_BACKOFF);
     cr_assert_eq(sluice_discovery_limit(n.disc), 7);
+    sluice_discovery_destroy(n.disc);
+}
+
+/* Refused again at its own height: recover to the ceiling after a transient,
+ * and a second refusal there before SLUICE_DISCOVERY_FORGIVE stable windows
+ * lowers it; after that many clean windows, one refusal is a transient again. */
+static void refuse_at_the_ceiling(struct node *n)
+{
+    uint32_t ceiling = status_of(n).ceiling;
+    advance(n, SEC);
+    feed_started(n, n->time.mono_ns - SEC / 10, ceiling, SLUICE_OUTCOME_OVERLOAD);
+}
+
+static void recover_to_the_ceiling(struct node *n, int stable_windows_there)
+{
+    uint32_t ceiling = status_of(n).ceiling;
+    for (int i = 0; i < 20 && sluice_discovery_limit(n->disc) < ceiling; i++)
+        run_window(n, 16, SEC);
+    cr_assert_eq(sluice_discovery_limit(n->disc), ceiling);
+    for (int i = 0; i < stable_windows_there; i++)
+        run_window(n, 16, SEC);
+}
+
+Test(discovery, a_ceiling_refused_twice_before_it_held_for_a_while_is_lowered)
+{
+    struct node n;
+    lock_after_a_refusal_at_10(&n);
+    cr_assert_eq(status_of(&n).ceiling, 9);
+    refuse_at_the_ceiling(&n);
+    cr_assert_eq(status_of(&n).ceiling, 9, "the first refusal at a confirmed ceiling: a transient");
+    recover_to_the_ceiling(&n, 2);
+    refuse_at_the_ceiling(&n);
+    struct sluice_discovery_status st = status_of(&n);
+    cr_assert_eq(st.ceiling, 8, "refused again before it held for a while: lowered");
+    cr_assert_eq(st.last_event.cause, SLUICE_CAUSE_LOWERED);
+    /* 8 holds (a window confirms it), then SLUICE_DISCOVERY_FORGIVE clean
+     * windows forgive a refusal there: the next is a transient again. */
+    recover_to_the_ceiling(&n, 1 + SLUICE_DISCOVERY_FORGIVE);
+    refuse_at_the_ceiling(&n);
+    cr_assert_eq(status_of(&n).ceiling, 8, "a transient once more");
+    recover_to_the_ceiling(&n, SLUICE_DISCOVERY_FORGIVE);
+    refuse_at_the_ceiling(&n);
+    cr_assert_eq(status_of(&n).ceiling, 8, "forgiven after FORGIVE clean windows");
     sluice_discovery_destroy(n.disc);
 }
 

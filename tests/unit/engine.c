@@ -257,6 +257,31 @@ Test(engine, missing_or_oversized_ids_fail_naming_the_field)
     expect_invalid(too_long, 1, "backends[0].id is 256 bytes, above the maximum 255");
 }
 
+Test(engine, ids_that_are_not_utf8_text_fail_naming_the_field)
+{
+    static const struct {
+        const char *id, *says;
+    } bad[] = {
+        {"cloud:\xff", "backends[0].id has a byte that is not UTF-8 at byte 6"},
+        {"caf\xc3", "backends[0].id has a byte that is not UTF-8 at byte 3"},      /* cut */
+        {"\xc0\xaf", "backends[0].id has a byte that is not UTF-8 at byte 0"},     /* overlong */
+        {"\xed\xa0\x80", "backends[0].id has a byte that is not UTF-8 at byte 0"}, /* surrogate */
+        {"a\x1b[2J", "backends[0].id has a control character at byte 1"},
+        {"a\nb", "backends[0].id has a control character at byte 1"},
+        {"a\x7f", "backends[0].id has a control character at byte 1"},
+        {"a\xc2\x9b", "backends[0].id has a control character at byte 1"}, /* C1 CSI */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        struct sluice_backend_desc b[] = {{.id = bad[i].id}};
+        expect_invalid(b, 1, bad[i].says);
+    }
+    struct sluice_backend_desc fine[] = {{.id = "cloud:café ☁ 🔒"}, {.id = "local:gpu"}};
+    struct sluice_engine *e = NULL;
+    cr_expect_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = fine, .n_backends = 2}, &e),
+                 SLUICE_OK, "UTF-8 text is an ID");
+    sluice_engine_destroy(e);
+}
+
 Test(engine, out_of_range_limits_fail_naming_the_field)
 {
     struct sluice_backend_desc active[] = {{.id = "a", .active = SLUICE_POOL_ACTIVE_MAX + 1}};

@@ -225,7 +225,9 @@ Test(policy, discover_never_cuts_below_what_a_rate_limit_served)
     cr_assert_eq(v.limit, 8);
 }
 
-Test(policy, discover_trusts_refusals_over_a_latency_doubt)
+/* A gateway that queues, then refuses (HAProxy maxconn + timeout queue):
+ * the 503s bracket the limit at 12, but 9 is already 20% slow. */
+Test(policy, discover_measures_a_latency_doubt_under_a_refusal_bracket_and_never_locks_on_it)
 {
     struct sluice_policy_discover p;
     sluice_policy_discover_init(&p, NULL, NULL);
@@ -233,13 +235,41 @@ Test(policy, discover_trusts_refusals_over_a_latency_doubt)
     feed(&p, 8, 50, 2 * SEC, 4);
     struct sluice_window o = overloaded(12, 0);
     sluice_policy_update(&p.base, &o);
-    /* A bracket made by 429s at 12: a +20% doubt at 9 passes and grows. */
     struct sluice_window w = healthy(9, 12, 12 * SEC / 5, 0.4);
     w.probe_cap = 11;
     sluice_policy_update(&p.base, &w); /* the window after the cut drains */
     struct sluice_verdict v = sluice_policy_update(&p.base, &w);
-    cr_assert_eq(v.cause, SLUICE_CAUSE_ADDITIVE);
-    cr_assert_eq(v.limit, 10);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "in doubt: measured again, not passed");
+    cr_assert_eq(v.limit, 9);
+    /* The bracket's last step in doubt steps down one, so discovery cannot
+     * lock on it (it locks on a stable window whose verdict holds). */
+    struct sluice_window top = healthy(11, 12, 12 * SEC / 5, 0.4);
+    top.probe_cap = 11;
+    v = sluice_policy_update(&p.base, &top);
+    cr_assert_eq(v.limit, 10, "no lock in doubt: step down to measure");
+    /* `confirm` windows of doubt at 9, 20% over the reference: queueing. */
+    for (int i = 0; i < 4 && v.cause != SLUICE_CAUSE_LATENCY; i++)
+        v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
+    cr_assert_lt(v.limit, 9);
+}
+
+/* Blocking threads, fast 429s: 25 in flight under a limit of 40. */
+Test(policy, discover_cuts_from_the_calls_in_flight_a_refusal_struck_at)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_reset(&p.base, 40, false);
+    struct sluice_window w = overloaded(40, 0);
+    w.overload_in_flight = 25;
+    struct sluice_verdict v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
+    cr_assert_eq(v.limit, 22, "25 x 0.9, not 40 x 0.9");
+    /* Unknown counts (0) fall back to the limit the calls started under. */
+    sluice_policy_reset(&p.base, 40, false);
+    w.overload_in_flight = 0;
+    w.overload_limit = 30;
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 27);
 }
 
 Test(policy, gradient_creeps_up_while_flat_and_falls_when_latency_rises)

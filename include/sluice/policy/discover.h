@@ -423,9 +423,9 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
                                                               double s0)
 {
     double backoff = p->params.backoff, served = sluice__discover_served(p, s0);
-    /* A late refusal (a timeout) struck at the limit its call started under. */
-    uint32_t struck = w->overload_limit && w->overload_limit < w->limit ? w->overload_limit
-                                                                        : w->limit;
+    /* Where the refusals struck (sluice_window_struck: the calls in flight
+     * they started with, where that is evidence of a cap). */
+    uint32_t struck = sluice_window_struck(w);
     double cut = (double)struck * backoff;
     /* An echo needs a burst of our own within the provider's rate window.
      * The run of refusals is dated from the start of the window it began
@@ -577,10 +577,15 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     if (x > threshold + k->noise_z * se)
         return sluice__discover_knee(p, w, l, &ref);
     /* A pass: below the knee, and two standard errors below 1.5 knees.
-     * Where refusals made the bracket, they are the sharper signal: latency
-     * then counts only beyond the noise (above), and doubt passes. */
-    bool trusted = w->probe_cap && (!p->est || w->limit == p->settled);
-    bool pass = trusted || (x <= threshold && x + 2.0 * se <= log1p(1.5 * k->knee));
+     * Where refusals made the bracket, they are the sharper signal above
+     * the cap: a level below the knee passes without the upper bound. But a
+     * gateway that queues before it refuses shows it in latency first, so
+     * a level in doubt there is measured again, and the bracket's last step
+     * is never locked in doubt (it steps down one to measure, and the doubt
+     * is decided after `confirm` windows). At the lock, doubt passes. */
+    bool trusted = w->probe_cap && w->limit == p->settled;
+    bool refused = w->probe_cap && !p->est && !trusted;
+    bool pass = trusted || (x <= threshold && (refused || x + 2.0 * se <= log1p(1.5 * k->knee)));
     if (!pass && l->doubts + 1u >= k->confirm) {
         /* `confirm` windows of doubt: decide on the estimate. */
         l->doubts = 0;
@@ -590,6 +595,8 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     }
     if (!pass && !(p->slow_start && x <= threshold + se)) {
         l->doubts++;
+        if (refused && w->saturated && w->limit == w->probe_cap && w->limit > 1)
+            return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
         /* Above the knee, not yet beyond the noise: measure more. When the
          * reference is what is short of calls, probe it (BBR's PROBE_RTT);
          * slow start goes on after the probe if the doubt was the reference's. */

@@ -27,19 +27,28 @@
  * or route, 405 wrong method (with Allow), 409 clearing a fixed node (it has
  * no discovered ceiling), 413 a request body over max_body_bytes, 403 a
  * browser request from a foreign page (see below), 503 too many event
- * streams. libmicrohttpd itself answers 414 / 431 for a request line or
+ * streams or connections (then the connection closes). libmicrohttpd itself answers 414 / 431 for a request line or
  * headers beyond the connection's memory (max_request_bytes).
  *
  * Security: the endpoint has no authentication; anyone who reaches it can
  * read node state and clear locks. Hence loopback only by default. Binding
  * another address needs `allow_remote = true`, and that is a risk: put it
  * behind a firewall or an authenticating proxy. On a loopback bind, a
- * request whose Host is not a loopback name is refused (DNS rebinding), and
- * on every bind a POST carrying a foreign Origin is refused (a web page
- * cannot clear a node behind the user's back; curl sends no Origin).
+ * request whose Host is not a loopback address literal (127.0.0.0/8 or
+ * [::1]) or `localhost`, each with an optional port, is refused: any other
+ * name, even 127.attacker.example, can be rebound to 127.0.0.1 by its owner
+ * (DNS rebinding). On every bind a POST carrying an Origin other than
+ * http://<its Host> is refused, and on a loopback bind that host must pass
+ * the same rule (a web page cannot clear a node behind the user's back;
+ * curl sends no Origin).
  *
  * Slow or hostile clients: at most max_connections at once (one thread
- * each), each with max_request_bytes for its request line and headers and
+ * each). A connection past them takes the slot of the kept-alive
+ * connection that has been idle longest between requests (closed, as
+ * HTTP lets a server do; clients retry), so keep-alive alone cannot shut
+ * anyone out; when every slot has a request or a stream in progress, its
+ * request gets 503 (8 connections past max_connections are answered so;
+ * libmicrohttpd refuses any beyond). Each has max_request_bytes for its request line and headers and
  * max_body_bytes for a body (the routes take none), and closed after
  * timeout_s idle seconds. Idle time alone does not bound a client that
  * dribbles a byte at a time, so each request must also arrive in full
@@ -86,8 +95,9 @@ struct sluice_admin_desc {
                                       read it back with sluice_admin_port; at most 65535) */
     bool allow_remote;             /* RISK: must be true to bind a non-loopback address; the
                                       endpoint has no authentication (default: false) */
-    uint32_t max_connections;      /* connections at once, one thread each
-                                      (default: 32; 1..1024) */
+    uint32_t max_connections;      /* connections at once, one thread each; past it an idle
+                                      kept-alive one is closed, else 503 (default: 32;
+                                      1..1024) */
     uint32_t max_streams;          /* follow=1 event streams at once, counted in
                                       max_connections (default: 8; at most max_connections) */
     uint32_t timeout_s;            /* an idle connection is closed after this, and so is one

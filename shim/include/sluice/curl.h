@@ -188,6 +188,12 @@ struct sluice_curl_result {
     int64_t queued_ns;           /* admission to permit, Retry-After hold included */
     uint32_t in_flight_at_start; /* calls in flight on the backend once this one started */
     bool transferred;            /* the transfer was started (a permit was used) */
+    bool abandoned;              /* the caller's deadline or token ended the transfer after
+                                    the request was sent: the provider is still running it,
+                                    so its permit lingers (sluice_pool_call_abandon) */
+    bool refused_late;           /* SLUICE_ETIMEDOUT before any transfer: the permit came with
+                                    less of the deadline left than the backend's expected
+                                    service time (sluice/pool.h's start rule) */
     char error[SLUICE_CURL_ERROR_MAX]; /* when sluice itself refused or ended the call
                                           (an argument's SLUICE_EINVAL, the chat client's
                                           reply cap): why, naming what to fix; "" otherwise

@@ -1,0 +1,355 @@
+/*
+ * http_discovery_cases.c — ceiling discovery over real HTTP (issue 19's
+ * "Targets", over real HTTP): how often a lock lands inside the band when
+ * real programs drive sluice against sluice-provider-sim on loopback.
+ *
+ * Cases, discovery.http.<driver>.<provider>:
+ *   drivers
+ *     probe     `sluicectl probe URL --method POST --json` with its defaults
+ *               (128 workers, default discovery), as a new user runs it
+ *     closed64  64 blocking threads in this process on one adaptive
+ *               backend (default discovery, active 256): half call
+ *               sluice_curl_perform, half the built-in chat client
+ *               (sluice_run + sluice_chat_ops); each starts its next call
+ *               the moment the last one ends, a refusal included
+ *   providers                                              band
+ *     reject_c16, reject_c24, reject_c52   429 past C,     [0.85·C, C]
+ *                                          200 ms median
+ *     queue503_c10, queue503_c48           FIFO past C, no [0.8·C, 1.25·C]
+ *                                          bound, 503 after 100 ms
+ *                                          waiting (--queue-timeout 100),
+ *                                          100 ms median
+ * Service times are the simulator's lognormal (sigma 0.4); each run gets
+ * its own seed.
+ *
+ * A run ends at the lock or after HTTP_RUN_LIMIT_S; a run that did not lock
+ * is a miss (printed as "-"). Each row prints how many runs locked inside
+ * the band and every locked value; its JSON row carries runs, in_band,
+ * no_lock, cap, band_lo, band_hi, lock_min, lock_median, lock_max and busy.
+ *
+ * Environment:
+ *   SLUICE_BENCH_HTTP_RUNS  runs per row (default 20; --quick: 5)
+ *   SLUICE_BENCH_HTTP_SEED  added to every run's simulator seed, for a
+ *                           second batch of other runs (default 0)
+ *   SLUICE_BENCH_BUSY       busy-loop processes kept running during the
+ *                           runs: 0, 1, 2, or "issue" (1 for probe rows, 2
+ *                           for closed64 rows: the machine of the issue,
+ *                           where other processes keep one core busy, and
+ *                           both for the 64-thread client) (default 0)
+ *
+ * Not a default case (it runs for minutes): `sluice-bench --only-discovery
+ * --filter discovery.http`. Built only with the shim (SLUICE_BENCH_CURL)
+ * and sluicectl (SLUICE_BENCH_SLUICECTL_PATH).
+ */
+#include "harness.h"
+
+#if defined(SLUICE_BENCH_CURL) && defined(SLUICE_BENCH_SLUICECTL_PATH)
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sluice/client.h>
+#include <sluice/curl.h>
+
+#include "e2e/sim_process.h"
+
+#define HTTP_RUN_LIMIT_S 30      /* a run that has not locked by then is a miss */
+#define HTTP_PROBE_KILL_MS 45000 /* sluicectl stops itself at HTTP_RUN_LIMIT_S; this is the backstop */
+#define HTTP_RUNS_DEFAULT 20
+#define HTTP_RUNS_QUICK 5
+#define HTTP_RUNS_MAX 200
+#define HTTP_THREADS 64
+#define HTTP_MAX_BUSY 2
+#define HTTP_CALL_TIMEOUT_MS 30000L
+#define HTTP_BODY "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
+
+struct http_provider {
+    const char *name;
+    const char *mode;
+    uint32_t cap;
+    const char *median_ms;
+    double band_lo, band_hi; /* fractions of the cap */
+};
+
+static const struct http_provider http_providers[] = {
+    {"reject_c16", "reject", 16, "200", 0.85, 1.0},
+    {"reject_c24", "reject", 24, "200", 0.85, 1.0},
+    {"reject_c52", "reject", 52, "200", 0.85, 1.0},
+    {"queue503_c10", "queue", 10, "100", 0.8, 1.25},
+    {"queue503_c48", "queue", 48, "100", 0.8, 1.25},
+};
+
+enum http_driver { HTTP_PROBE, HTTP_CLOSED64 };
+static const char *const http_driver_names[] = {"probe", "closed64"};
+
+/* ---- the stage: simulator and busy loops -------------------------------------------- */
+
+static bool http_sim_start(struct sim_process *sim, const struct http_provider *p, int seed)
+{
+    char cap[16], seed_s[16];
+    snprintf(cap, sizeof cap, "%u", p->cap);
+    snprintf(seed_s, sizeof seed_s, "%d", seed);
+    const char *reject[] = {"--mode", "reject", "--cap", cap, "--median-ms", p->median_ms,
+                            "--seed", seed_s, NULL};
+    const char *queue[] = {"--mode", "queue", "--cap", cap, "--median-ms", p->median_ms,
+                           "--queue-timeout", "100", "--queue-bound", "1000000", "--seed",
+                           seed_s, NULL};
+    return sim_process_start(sim, strcmp(p->mode, "queue") ? reject : queue) == 0;
+}
+
+/* A process that keeps one core busy until killed (or until this one dies). */
+static pid_t http_busy_start(void)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+    for (volatile uint64_t spin = 0;; spin++) {
+    }
+}
+
+static void http_busy_stop(pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+        }
+}
+
+/* Busy loops for a row of `driver` (SLUICE_BENCH_BUSY). */
+static int http_busy_count(enum http_driver driver)
+{
+    const char *env = getenv("SLUICE_BENCH_BUSY");
+    if (!env || !*env)
+        return 0;
+    if (!strcmp(env, "issue"))
+        return driver == HTTP_PROBE ? 1 : 2;
+    int n = atoi(env);
+    return n < 0 ? 0 : n > HTTP_MAX_BUSY ? HTTP_MAX_BUSY : n;
+}
+
+static int http_runs(const struct bench_opts *opts)
+{
+    const char *env = getenv("SLUICE_BENCH_HTTP_RUNS");
+    int n = env && *env ? atoi(env) : opts->scale < 1.0 ? HTTP_RUNS_QUICK : HTTP_RUNS_DEFAULT;
+    return n < 1 ? 1 : n > HTTP_RUNS_MAX ? HTTP_RUNS_MAX : n;
+}
+
+/* ---- driver: sluicectl probe ---------------------------------------------------------- */
+
+/* The locked ceiling `sluicectl probe --json` reports; 0 when it did not lock. */
+static uint32_t http_run_probe(const char *url)
+{
+    int out[2];
+    if (!sim__pipe(out))
+        return 0;
+    char limit[16];
+    snprintf(limit, sizeof limit, "%d", HTTP_RUN_LIMIT_S);
+    pid_t pid = fork();
+    if (pid == 0) {
+#ifdef __linux__
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+        int devnull = open("/dev/null", O_RDWR);
+        if (dup2(out[1], STDOUT_FILENO) < 0 || devnull < 0 || dup2(devnull, STDERR_FILENO) < 0 ||
+            dup2(devnull, STDIN_FILENO) < 0)
+            _exit(127);
+        execl(SLUICE_BENCH_SLUICECTL_PATH, "sluicectl", "probe", url, "--method", "POST", "--json",
+              "--timeout", limit, "--requests", "1000000", (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    static char buf[1 << 20];
+    size_t len = 0;
+    int64_t deadline = sim__ms() + HTTP_PROBE_KILL_MS;
+    while (pid > 0 && len + 1 < sizeof buf) {
+        struct pollfd p = {out[0], POLLIN, 0};
+        int64_t left = deadline - sim__ms();
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+            break;
+        ssize_t got = read(out[0], buf + len, sizeof buf - 1 - len);
+        if (got <= 0)
+            break;
+        len += (size_t)got;
+    }
+    buf[len] = '\0';
+    close(out[0]);
+    if (pid > 0) {
+        kill(pid, SIGKILL); /* a no-op once it has exited */
+        waitpid(pid, NULL, 0);
+    }
+    const char *locked = strstr(buf, "\"locked\": true");
+    const char *found = strstr(buf, "\"discovered_ceiling\":");
+    unsigned n = 0;
+    if (!locked || !found || sscanf(found, "\"discovered_ceiling\": %u", &n) != 1)
+        return 0;
+    return n;
+}
+
+/* ---- driver: 64 blocking threads -------------------------------------------------------- */
+
+struct http_closed {
+    struct sluice_engine *engine;
+    char url[96], base[96];
+    struct sluice_cancel cancel;
+    atomic_bool stop;
+};
+
+static size_t http_discard(char *data, size_t size, size_t n, void *ctx)
+{
+    (void)data;
+    (void)ctx;
+    return size * n;
+}
+
+static void *http_perform_thread(void *arg)
+{
+    struct http_closed *c = arg;
+    CURL *easy = curl_easy_init();
+    curl_easy_setopt(easy, CURLOPT_URL, c->url);
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, HTTP_BODY);
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, http_discard);
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, HTTP_CALL_TIMEOUT_MS);
+    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    while (!atomic_load(&c->stop)) {
+        struct sluice_curl_result r;
+        sluice_curl_perform(c->engine, "sim", easy, NULL, &c->cancel, &r);
+    }
+    curl_easy_cleanup(easy);
+    return NULL;
+}
+
+static void *http_chat_thread(void *arg)
+{
+    struct http_closed *c = arg;
+    struct sluice_chat *chat = NULL;
+    if (sluice_chat_create(&(struct sluice_chat_desc){.base_url = c->base, .model = "m",
+                                                      .prompt = "hi"},
+                           &chat) != SLUICE_OK)
+        return NULL;
+    while (!atomic_load(&c->stop)) {
+        struct sluice_run_result rr;
+        sluice_run(c->engine,
+                   &(struct sluice_run_desc){.backend = "sim", .ops = &sluice_chat_ops,
+                                             .ctx = chat, .cancel = &c->cancel},
+                   &rr);
+    }
+    sluice_chat_destroy(chat);
+    return NULL;
+}
+
+/* The locked ceiling after at most HTTP_RUN_LIMIT_S of 64 blocking callers; 0 = no lock. */
+static uint32_t http_run_closed64(const struct sim_process *sim)
+{
+    static struct http_closed c; /* one run at a time */
+    memset(&c, 0, sizeof c);
+    sim_process_url(sim, "/v1/chat/completions", c.url, sizeof c.url);
+    sim_process_url(sim, "/v1", c.base, sizeof c.base);
+    sluice_cancel_init(&c.cancel);
+    atomic_init(&c.stop, false);
+    struct sluice_discovery_desc dd;
+    memset(&dd, 0, sizeof dd); /* the defaults, as a user starts */
+    struct sluice_backend_desc b = {.id = "sim", .active = 256, .discovery = &dd};
+    if (sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1},
+                             &c.engine) != SLUICE_OK)
+        return 0;
+    pthread_t threads[HTTP_THREADS];
+    int started = 0;
+    for (; started < HTTP_THREADS; started++)
+        if (pthread_create(&threads[started], NULL,
+                           started % 2 ? http_chat_thread : http_perform_thread, &c) != 0)
+            break;
+    struct sluice_discovery_status st = {0};
+    for (int64_t end = sim__ms() + HTTP_RUN_LIMIT_S * 1000; sim__ms() < end; sim__sleep_ms(10)) {
+        sluice_engine_status(c.engine, "sim", &st);
+        if (st.state == SLUICE_DISCOVERY_LOCKED)
+            break;
+    }
+    atomic_store(&c.stop, true);
+    sluice_cancel_fire(&c.cancel); /* waiting callers leave, transfers abort */
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    sluice_engine_close(c.engine);
+    sluice_engine_destroy(c.engine);
+    return st.state == SLUICE_DISCOVERY_LOCKED ? st.ceiling : 0;
+}
+
+/* ---- rows --------------------------------------------------------------------------- */
+
+static void http_row(const struct bench_opts *opts, enum http_driver driver,
+                     const struct http_provider *p, int seed_base)
+{
+    char name[64];
+    snprintf(name, sizeof name, "discovery.http.%s.%s", http_driver_names[driver], p->name);
+    if (!bench_case_enabled(opts, name))
+        return;
+    int runs = http_runs(opts), busy = http_busy_count(driver);
+    pid_t busy_pids[HTTP_MAX_BUSY] = {0};
+    for (int i = 0; i < busy; i++)
+        busy_pids[i] = http_busy_start();
+    double lo = p->band_lo * p->cap, hi = p->band_hi * p->cap;
+    double locks[HTTP_RUNS_MAX];
+    int n_locks = 0, in_band = 0;
+    printf("  %s: cap %u, band [%.1f, %.1f], %d busy loop%s, %d runs:", name, p->cap, lo, hi, busy,
+           busy == 1 ? "" : "s", runs);
+    fflush(stdout);
+    for (int r = 0; r < runs; r++) {
+        struct sim_process sim;
+        uint32_t lock = 0;
+        if (http_sim_start(&sim, p, seed_base + r)) {
+            char url[96];
+            sim_process_url(&sim, "/v1/chat/completions", url, sizeof url);
+            lock = driver == HTTP_PROBE ? http_run_probe(url) : http_run_closed64(&sim);
+            sim_process_stop(&sim);
+        } else {
+            printf(" !!! WARNING: the simulator did not start;");
+        }
+        if (lock) {
+            locks[n_locks++] = lock;
+            in_band += lock >= lo && lock <= hi;
+            printf(" %u", lock);
+        } else {
+            printf(" -");
+        }
+        fflush(stdout);
+    }
+    http_busy_stop(busy_pids, busy);
+    printf("\n  %s: %d of %d inside [%.1f, %.1f]\n", name, in_band, runs, lo, hi);
+    struct bench_row row = bench_row_make(name, "discover", driver == HTTP_PROBE ? 128 : HTTP_THREADS);
+    bench_row_extra(&row, "cap", p->cap);
+    bench_row_extra(&row, "runs", runs);
+    bench_row_extra(&row, "in_band", in_band);
+    bench_row_extra(&row, "no_lock", runs - n_locks);
+    bench_row_extra(&row, "band_lo", lo);
+    bench_row_extra(&row, "band_hi", hi);
+    if (n_locks) {
+        bench_row_extra(&row, "lock_min", bench_percentile(locks, (size_t)n_locks, 0.0));
+        bench_row_extra(&row, "lock_median", bench_median(locks, (size_t)n_locks));
+        bench_row_extra(&row, "lock_max", bench_percentile(locks, (size_t)n_locks, 100.0));
+    }
+    bench_row_extra(&row, "busy", busy);
+    bench_emit(&row);
+}
+
+static void http_discovery_cases(const struct bench_opts *opts)
+{
+    const char *env = getenv("SLUICE_BENCH_HTTP_SEED");
+    int offset = env ? atoi(env) : 0;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    size_t n = sizeof http_providers / sizeof *http_providers;
+    for (int d = HTTP_PROBE; d <= HTTP_CLOSED64; d++)
+        for (size_t i = 0; i < n; i++)
+            http_row(opts, (enum http_driver)d, &http_providers[i],
+                     1000 * (int)(d * n + i) + 1 + offset);
+    curl_global_cleanup();
+}
+
+BENCH_REGISTER(discovery_http, http_discovery_cases, true)
+
+#endif /* SLUICE_BENCH_CURL && SLUICE_BENCH_SLUICECTL_PATH */

@@ -1,0 +1,226 @@
+/*
+ * sluice/service.h — how long a backend's calls take: the expected service
+ * time (a running low quantile of recent successful calls) and fixed-bucket
+ * latency histograms for the operator's views.
+ *
+ * What it is: two small, allocation-free recorders a pool embeds.
+ *
+ * struct sluice_service — the expected service time. It keeps the last
+ * SLUICE_SERVICE_SAMPLES durations of successful calls (call start to end,
+ * the whole transfer: what a call needs to *finish*, which is the question
+ * the deadline rules ask, not time to first byte) in a ring, and every
+ * SLUICE_SERVICE_REFRESH samples one recorder copies the ring, sorts the
+ * copy and publishes two order statistics:
+ *   low   the `percent` quantile (a pool's start_quantile; default 10):
+ *         "almost every call takes at least this long". A call with less
+ *         time left than this would finish only if it were among the
+ *         fastest `percent` of calls, so not starting it loses at most that
+ *         share of calls that could have made it, and saves the provider
+ *         the work of every one that could not. A low quantile, not the
+ *         median, because the rule must not refuse calls that had an even
+ *         chance, and not the minimum, which one lucky call sets for good.
+ *   high  the SLUICE_SERVICE_HIGH_PERCENT (90 %) quantile: how long a call
+ *         that has already outlived a typical one may still run at the
+ *         provider. Lingering permits (sluice/pool.h) use it.
+ * Why a ring and a sort instead of a streaming estimator (P², stochastic
+ * quantiles): a ring forgets completely in SLUICE_SERVICE_SAMPLES calls, so
+ * the estimate follows a provider that slowed down within one ring's worth
+ * of traffic, with no step size to tune; P² needs five markers updated in
+ * order under one lock by every sample, and stochastic estimators move by a
+ * fixed step per sample, so they lag a latency shift by many times the ring.
+ * Sorting 64 integers every 8 samples is ~400 comparisons amortised to ~50
+ * per call, off the permit path's critical section (the recorder has
+ * already released its permit, see sluice_pool_call_end). Both values are
+ * 0 ("unknown": every rule that uses them is off) until
+ * SLUICE_SERVICE_MIN_SAMPLES calls succeeded.
+ *
+ * struct sluice_histogram — counts of durations in fixed buckets
+ * (SLUICE_HISTOGRAM_BOUNDS_NS, Prometheus' `le` upper bounds) plus their
+ * sum, for `sluice_queue_wait_seconds` and `sluice_call_seconds`, and
+ * sluice_histogram_quantile for the p50/p99 the admin page and sluicectl
+ * show (interpolated inside a bucket, so as exact as the bucket is narrow).
+ *
+ * Progress: every function is wait-free except sluice_service_add's
+ * refresh, which runs under a try-lock (a recorder that finds it taken
+ * skips; the next refresh point retries): no recorder ever waits for
+ * another. Readers are single relaxed loads.
+ *
+ * Concurrency: any number of threads may add and read at once.
+ *
+ * Memory ordering: all relaxed. A ring slot is a counter-indexed relaxed
+ * store, so a refresh may read a slot that is being overwritten and see the
+ * older or the newer duration: either is a recent sample, and a quantile
+ * over 64 of them does not care. A published estimate is a value, not a
+ * publication of other memory.
+ *
+ * Allocation: none; both structs live inside their owner (a pool's block).
+ */
+#ifndef SLUICE_SERVICE_H
+#define SLUICE_SERVICE_H
+
+#include "cc.h"
+#include "time.h"
+
+#define SLUICE_SERVICE_SAMPLES 64u     /* successful calls the estimate covers (power of two) */
+#define SLUICE_SERVICE_REFRESH 8u      /* samples between two refreshes of the estimate */
+#define SLUICE_SERVICE_MIN_SAMPLES 16u /* fewer successes than this: no estimate yet */
+#define SLUICE_SERVICE_HIGH_PERCENT 90u
+#define SLUICE_SERVICE_PERCENT_MAX 50u /* a "low" quantile: above the median it refuses calls
+                                          that were more likely than not to finish */
+
+struct sluice_service {
+    _Atomic(uint64_t) added;                      /* samples ever added */
+    _Atomic(int64_t) ring[SLUICE_SERVICE_SAMPLES]; /* slot added % SAMPLES */
+    _Atomic(int64_t) low_ns;                      /* 0 = unknown */
+    _Atomic(int64_t) high_ns;                     /* 0 = unknown */
+    sluice_spinlock refresh;
+    uint32_t percent; /* the low quantile, in [1, SLUICE_SERVICE_PERCENT_MAX] */
+};
+
+SLUICE_INLINE void sluice_service_init(struct sluice_service *s, uint32_t percent)
+{
+    atomic_init(&s->added, 0u);
+    for (uint32_t i = 0; i < SLUICE_SERVICE_SAMPLES; i++)
+        atomic_init(&s->ring[i], 0);
+    atomic_init(&s->low_ns, 0);
+    atomic_init(&s->high_ns, 0);
+    sluice_spinlock_init(&s->refresh);
+    s->percent = percent;
+}
+
+/* The element at `percent` of n sorted values (nearest rank, at least the first). */
+SLUICE_INLINE int64_t sluice__service_rank(const int64_t *sorted, uint32_t n, uint32_t percent)
+{
+    uint32_t rank = (n * percent + 99u) / 100u;
+    return sorted[rank ? rank - 1u : 0u];
+}
+
+/* Recompute both estimates from the ring. Call with `refresh` held. */
+SLUICE_INLINE void sluice__service_refresh(struct sluice_service *s, uint64_t added)
+{
+    int64_t v[SLUICE_SERVICE_SAMPLES];
+    uint32_t n = added < SLUICE_SERVICE_SAMPLES ? (uint32_t)added : SLUICE_SERVICE_SAMPLES;
+    if (n == 0)
+        return;
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t x = atomic_load_explicit(&s->ring[i], SLUICE_RELAXED);
+        uint32_t j = i;
+        for (; j > 0 && v[j - 1] > x; j--) /* insertion sort: 64 values, mostly in order */
+            v[j] = v[j - 1];
+        v[j] = x;
+    }
+    atomic_store_explicit(&s->low_ns, sluice__service_rank(v, n, s->percent), SLUICE_RELAXED);
+    atomic_store_explicit(&s->high_ns, sluice__service_rank(v, n, SLUICE_SERVICE_HIGH_PERCENT),
+                          SLUICE_RELAXED);
+}
+
+/* Record the duration of one successful call (ns; clamped to at least 1). */
+SLUICE_INLINE void sluice_service_add(struct sluice_service *s, int64_t ns)
+{
+    uint64_t i = atomic_fetch_add_explicit(&s->added, 1u, SLUICE_RELAXED);
+    atomic_store_explicit(&s->ring[i % SLUICE_SERVICE_SAMPLES], ns > 0 ? ns : 1, SLUICE_RELAXED);
+    uint64_t added = i + 1u;
+    if (added < SLUICE_SERVICE_MIN_SAMPLES || added % SLUICE_SERVICE_REFRESH != 0u)
+        return;
+    if (!sluice_spinlock_trylock(&s->refresh))
+        return; /* someone is refreshing: the next refresh point catches this sample */
+    sluice__service_refresh(s, added);
+    sluice_spinlock_unlock(&s->refresh);
+}
+
+/* The expected service time (the low quantile), ns; 0 = not known yet. */
+SLUICE_INLINE int64_t sluice_service_expected(const struct sluice_service *s)
+{
+    return atomic_load_explicit(&((struct sluice_service *)s)->low_ns, SLUICE_RELAXED);
+}
+
+/* The high quantile (SLUICE_SERVICE_HIGH_PERCENT), ns; 0 = not known yet. */
+SLUICE_INLINE int64_t sluice_service_high(const struct sluice_service *s)
+{
+    return atomic_load_explicit(&((struct sluice_service *)s)->high_ns, SLUICE_RELAXED);
+}
+
+/* ---- histograms ------------------------------------------------------------- */
+
+/* Bucket upper bounds ("le"), ns; the last bucket is +Inf. */
+#define SLUICE_HISTOGRAM_BOUNDS_NS                                                                 \
+    {INT64_C(1000000),    INT64_C(2500000),    INT64_C(5000000),    INT64_C(10000000),            \
+     INT64_C(25000000),   INT64_C(50000000),   INT64_C(100000000),  INT64_C(250000000),           \
+     INT64_C(500000000),  INT64_C(1000000000), INT64_C(2500000000), INT64_C(5000000000),          \
+     INT64_C(10000000000), INT64_C(30000000000), INT64_C(60000000000)}
+#define SLUICE_HISTOGRAM_BUCKETS 16u /* the bounds above, then +Inf */
+
+struct sluice_histogram {
+    _Atomic(uint64_t) bucket[SLUICE_HISTOGRAM_BUCKETS]; /* not cumulative */
+    _Atomic(int64_t) sum_ns;
+};
+
+/* A snapshot: counts per bucket (not cumulative), their total and sum. */
+struct sluice_histogram_counts {
+    uint64_t bucket[SLUICE_HISTOGRAM_BUCKETS];
+    uint64_t count;
+    int64_t sum_ns;
+};
+
+SLUICE_INLINE void sluice_histogram_init(struct sluice_histogram *h)
+{
+    for (uint32_t i = 0; i < SLUICE_HISTOGRAM_BUCKETS; i++)
+        atomic_init(&h->bucket[i], 0u);
+    atomic_init(&h->sum_ns, 0);
+}
+
+/* The upper bound of bucket i, ns (INT64_MAX for the last, +Inf). */
+SLUICE_INLINE int64_t sluice_histogram_bound(uint32_t i)
+{
+    static const int64_t bounds[SLUICE_HISTOGRAM_BUCKETS - 1] = SLUICE_HISTOGRAM_BOUNDS_NS;
+    return i < SLUICE_HISTOGRAM_BUCKETS - 1 ? bounds[i] : INT64_MAX;
+}
+
+/* Count one duration (ns; negative counts as 0). Two relaxed RMWs. */
+SLUICE_INLINE void sluice_histogram_add(struct sluice_histogram *h, int64_t ns)
+{
+    if (ns < 0)
+        ns = 0;
+    uint32_t i = 0;
+    while (i < SLUICE_HISTOGRAM_BUCKETS - 1 && ns > sluice_histogram_bound(i))
+        i++;
+    atomic_fetch_add_explicit(&h->bucket[i], 1u, SLUICE_RELAXED);
+    atomic_fetch_add_explicit(&h->sum_ns, ns, SLUICE_RELAXED);
+}
+
+SLUICE_INLINE struct sluice_histogram_counts sluice_histogram_read(const struct sluice_histogram *hist)
+{
+    struct sluice_histogram *h = (struct sluice_histogram *)hist;
+    struct sluice_histogram_counts c;
+    c.count = 0;
+    for (uint32_t i = 0; i < SLUICE_HISTOGRAM_BUCKETS; i++)
+        c.count += c.bucket[i] = atomic_load_explicit(&h->bucket[i], SLUICE_RELAXED);
+    c.sum_ns = atomic_load_explicit(&h->sum_ns, SLUICE_RELAXED);
+    return c;
+}
+
+/*
+ * The q quantile (0 < q < 1) of a snapshot, ns, interpolated linearly inside
+ * its bucket (the +Inf bucket answers with the last finite bound); -1 when
+ * the snapshot is empty. Subtract two snapshots first for a recent window.
+ */
+SLUICE_INLINE int64_t sluice_histogram_quantile(const struct sluice_histogram_counts *c, double q)
+{
+    if (c->count == 0)
+        return -1;
+    double want = q * (double)c->count;
+    uint64_t below = 0;
+    for (uint32_t i = 0; i < SLUICE_HISTOGRAM_BUCKETS; i++) {
+        if (c->bucket[i] && (double)(below + c->bucket[i]) >= want) {
+            if (i == SLUICE_HISTOGRAM_BUCKETS - 1)
+                return sluice_histogram_bound(i - 1);
+            int64_t lo = i ? sluice_histogram_bound(i - 1) : 0, hi = sluice_histogram_bound(i);
+            double frac = (want - (double)below) / (double)c->bucket[i];
+            return lo + (int64_t)(frac * (double)(hi - lo));
+        }
+        below += c->bucket[i];
+    }
+    return sluice_histogram_bound(SLUICE_HISTOGRAM_BUCKETS - 2);
+}
+
+#endif /* SLUICE_SERVICE_H */

@@ -1,0 +1,483 @@
+/*
+ * The deadline rules of sluice/pool.h, in virtual time: the expected service
+ * time (sluice/service.h), don't start what cannot finish, the opt-in early
+ * refusal at admission, lingering permits, and the counters that show them.
+ *
+ * Service times are virtual (a fake pool clock moved by the fake client);
+ * deadlines are real CLOCK_MONOTONIC instants seconds away, compared with
+ * virtual service times of tens of seconds, so no assertion depends on how
+ * fast this machine runs.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <sluice/run.h>
+#include <sluice/service.h>
+
+#include "run_fixtures.h"
+
+#define SEC SLUICE_NS_PER_SEC
+#define MS SLUICE_NS_PER_MS
+
+static struct fake_clock clk = {1000 * SEC};
+
+/* A client whose every call takes `duration` of virtual time. */
+struct fake_client {
+    int64_t duration;
+    _Atomic(int) calls;
+    bool abandon; /* give up after the request was sent, as a deadline mid-transfer does */
+};
+
+static int fake_generate(void *ctx, struct sluice_generation *gen)
+{
+    struct fake_client *c = ctx;
+    atomic_fetch_add(&c->calls, 1);
+    fake_clock_advance(&clk, c->duration);
+    if (c->abandon) {
+        gen->abandoned = true;
+        return -ETIMEDOUT;
+    }
+    return 0;
+}
+
+static const struct sluice_run_ops fake_ops = {.generate = fake_generate};
+
+static struct sluice_engine *make_engine(uint32_t active, struct sluice_deadline_desc dl)
+{
+    struct sluice_clock hook = fake_clock_hook(&clk);
+    struct sluice_backend_desc b = {.id = "b", .active = active, .deadlines = dl};
+    struct sluice_engine *e;
+    char err[256];
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = &b,
+                                                                   .n_backends = 1,
+                                                                   .clock = &hook,
+                                                                   .error = err,
+                                                                   .error_size = sizeof err},
+                                      &e),
+                 SLUICE_OK, "%s", err);
+    return e;
+}
+
+static struct sluice_pool *make_pool(uint32_t active, struct sluice_deadline_desc dl)
+{
+    static struct sluice_clock hook;
+    hook = fake_clock_hook(&clk);
+    struct sluice_pool *p;
+    cr_assert_eq(sluice_pool_create(&(struct sluice_pool_desc){.active = active,
+                                                               .clock = &hook,
+                                                               .deadlines = dl},
+                                    &p),
+                 SLUICE_OK);
+    return p;
+}
+
+/* n successful calls of `duration` virtual ns each on pool p. */
+static void warm_up(struct sluice_pool *p, int n, int64_t duration)
+{
+    for (int i = 0; i < n; i++) {
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+        fake_clock_advance(&clk, duration);
+        sluice_pool_call_end(p, &call, SLUICE_OUTCOME_OK, 0);
+    }
+}
+
+static int run_by(struct sluice_engine *e, struct fake_client *c, int64_t deadline_ns,
+                  struct sluice_run_result *r)
+{
+    struct timespec dl = deadline_in(deadline_ns);
+    return sluice_run(e, &(struct sluice_run_desc){.backend = "b", .ops = &fake_ops, .ctx = c,
+                                                   .deadline = &dl},
+                      r);
+}
+
+/* ---- the expected service time --------------------------------------------- */
+
+Test(deadlines, expected_service_time_is_unknown_until_enough_calls_succeeded)
+{
+    struct sluice_service s;
+    sluice_service_init(&s, 10);
+    for (uint32_t i = 0; i + 1 < SLUICE_SERVICE_MIN_SAMPLES; i++)
+        sluice_service_add(&s, 100 * MS);
+    cr_assert_eq(sluice_service_expected(&s), 0);
+    sluice_service_add(&s, 100 * MS);
+    cr_assert_eq(sluice_service_expected(&s), 100 * MS);
+}
+
+Test(deadlines, expected_service_time_is_the_low_quantile_and_follows_a_slower_provider)
+{
+    struct sluice_service s;
+    sluice_service_init(&s, 10);
+    for (int64_t i = 1; i <= 64; i++) /* 1..64 ms: p10 is the 7th, p90 the 58th */
+        sluice_service_add(&s, i * MS);
+    cr_assert_eq(sluice_service_expected(&s), 7 * MS);
+    cr_assert_eq(sluice_service_high(&s), 58 * MS);
+    for (int i = 0; i < 64; i++) /* one ring's worth of slower calls replaces the old ones */
+        sluice_service_add(&s, 500 * MS);
+    cr_assert_eq(sluice_service_expected(&s), 500 * MS);
+}
+
+Test(deadlines, histogram_quantiles_interpolate_inside_their_bucket)
+{
+    struct sluice_histogram h;
+    sluice_histogram_init(&h);
+    struct sluice_histogram_counts c = sluice_histogram_read(&h);
+    cr_assert_eq(sluice_histogram_quantile(&c, 0.5), -1);
+    for (int i = 0; i < 100; i++)
+        sluice_histogram_add(&h, 150 * MS); /* bucket (100 ms, 250 ms] */
+    c = sluice_histogram_read(&h);
+    cr_assert_eq(c.count, 100);
+    cr_assert_eq(c.sum_ns, 100 * 150 * MS);
+    int64_t p50 = sluice_histogram_quantile(&c, 0.5);
+    cr_assert(p50 > 100 * MS && p50 <= 250 * MS, "p50 %lld", (long long)p50);
+}
+
+/* ---- don't start what cannot finish --------------------------------------- */
+
+Test(deadlines, a_run_with_less_time_left_than_the_expected_service_never_reaches_the_client)
+{
+    struct sluice_engine *e = make_engine(2, (struct sluice_deadline_desc){0});
+    struct sluice_pool *p = sluice_engine_pool(e, "b");
+    warm_up(p, 16, 20 * SEC);
+    struct fake_client c = {.duration = 20 * SEC};
+    struct sluice_run_result r;
+    cr_assert_eq(run_by(e, &c, 2 * SEC, &r), SLUICE_ETIMEDOUT);
+    cr_assert(r.refused_late);
+    cr_assert_eq(r.generations, 0);
+    cr_assert_eq(atomic_load(&c.calls), 0, "the client was called");
+    struct sluice_pool_counts st = sluice_pool_stats(p);
+    cr_assert_eq(st.refused_late, 1);
+    cr_assert_eq(st.timeouts, 0, "a refusal before the start is not a timeout");
+    assert_capacity_intact(p);
+    /* With time enough, the same run is started. */
+    cr_assert_eq(run_by(e, &c, 600 * SEC, &r), SLUICE_OK);
+    cr_assert_not(r.refused_late);
+    cr_assert_eq(atomic_load(&c.calls), 1);
+    sluice_engine_destroy(e);
+}
+
+Test(deadlines, the_start_rule_is_off_without_samples_and_when_disabled)
+{
+    struct fake_client c = {.duration = 20 * SEC};
+    struct sluice_run_result r;
+    struct sluice_engine *e = make_engine(2, (struct sluice_deadline_desc){0});
+    cr_assert_eq(run_by(e, &c, 2 * SEC, &r), SLUICE_OK, "no samples yet: nothing to refuse by");
+    sluice_engine_destroy(e);
+    e = make_engine(2, (struct sluice_deadline_desc){.start_quantile = SLUICE_SOME(0)});
+    warm_up(sluice_engine_pool(e, "b"), 16, 20 * SEC);
+    cr_assert_eq(run_by(e, &c, 2 * SEC, &r), SLUICE_OK);
+    cr_assert_eq(sluice_pool_stats(sluice_engine_pool(e, "b")).refused_late, 0);
+    sluice_engine_destroy(e);
+}
+
+static void record_status(struct sluice_pool_waiter *w, int status)
+{
+    *(int *)w->data = status;
+}
+
+Test(deadlines, an_async_call_granted_too_late_settles_etimedout_and_its_permit_moves_on)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    warm_up(p, 16, 20 * SEC);
+    struct sluice_call holder;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    struct timespec soon = deadline_in(2 * SEC), later = deadline_in(600 * SEC);
+    int first = 1, second = 1;
+    struct sluice_pool_waiter w1 = {.cb = record_status, .data = &first, .deadline = &soon};
+    struct sluice_pool_waiter w2 = {.cb = record_status, .data = &second, .deadline = &later};
+    sluice_pool_call_begin_async(p, &w1);
+    sluice_pool_call_begin_async(p, &w2);
+    cr_assert_eq(first, 1, "queued: not settled yet");
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(first, SLUICE_ETIMEDOUT);
+    cr_assert(w1.call.refused_late);
+    cr_assert_eq(second, SLUICE_OK, "the permit went to the next in line");
+    cr_assert_eq(sluice_pool_stats(p).refused_late, 1);
+    sluice_pool_call_end(p, &w2.call, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
+/* ---- refuse early ------------------------------------------------------------ */
+
+Test(deadlines, early_refusal_fires_only_when_the_predicted_wait_passes_the_deadline)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){.refuse_early = true});
+    struct timespec dl15 = deadline_in(15 * SEC), dl35 = deadline_in(35 * SEC),
+                    dl60 = deadline_in(60 * SEC);
+    cr_assert_eq(sluice_pool_admit_by(p, &dl15), SLUICE_OK, "no estimate: no prediction");
+    sluice_pool_leave(p);
+    warm_up(p, 16, 10 * SEC);
+    cr_assert_eq(sluice_pool_predicted_wait(p), 0, "a permit is free");
+    cr_assert_eq(sluice_pool_admit_by(p, &dl15), SLUICE_OK, "10 s of service fit in 15 s");
+    sluice_pool_leave(p);
+    struct sluice_call holder;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    cr_assert_eq(sluice_pool_predicted_wait(p), 10 * SEC);
+    cr_assert_eq(sluice_pool_admit_by(p, &dl15), SLUICE_ELATE, "10 s wait + 10 s service > 15 s");
+    cr_assert_eq(sluice_pool_admit_by(p, &dl35), SLUICE_OK);
+    sluice_pool_leave(p);
+    /* Two calls queued ahead: (2 + 1) x 10 s of wait. */
+    int s1 = 1, s2 = 1;
+    struct sluice_pool_waiter w1 = {.cb = record_status, .data = &s1};
+    struct sluice_pool_waiter w2 = {.cb = record_status, .data = &s2};
+    sluice_pool_call_begin_async(p, &w1);
+    sluice_pool_call_begin_async(p, &w2);
+    cr_assert_eq(sluice_pool_predicted_wait(p), 30 * SEC);
+    cr_assert_eq(sluice_pool_admit_by(p, &dl35), SLUICE_ELATE);
+    cr_assert_eq(sluice_pool_admit_by(p, &dl60), SLUICE_OK);
+    sluice_pool_leave(p);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL), SLUICE_OK, "no deadline: never too late");
+    sluice_pool_leave(p);
+    struct sluice_pool_counts st = sluice_pool_stats(p);
+    cr_assert_eq(st.refused_early, 2);
+    cr_assert_eq(st.refused_capacity, 0, "ELATE is not a full pool");
+    cr_assert_eq(sluice_pool_call_cancel_async(p, &w1), SLUICE_OK);
+    cr_assert_eq(sluice_pool_call_cancel_async(p, &w2), SLUICE_OK);
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, without_refuse_early_admission_ignores_the_prediction)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    warm_up(p, 16, 10 * SEC);
+    struct sluice_call holder;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    struct timespec dl = deadline_in(15 * SEC);
+    cr_assert_eq(sluice_pool_admit_by(p, &dl), SLUICE_OK);
+    sluice_pool_leave(p);
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, a_run_refused_early_calls_nothing_and_returns_elate)
+{
+    struct sluice_engine *e = make_engine(1, (struct sluice_deadline_desc){.refuse_early = true});
+    struct sluice_pool *p = sluice_engine_pool(e, "b");
+    warm_up(p, 16, 10 * SEC);
+    struct sluice_call holder;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    struct fake_client c = {.duration = 10 * SEC};
+    struct sluice_run_result r;
+    cr_assert_eq(run_by(e, &c, 15 * SEC, &r), SLUICE_ELATE);
+    cr_assert_eq(atomic_load(&c.calls), 0);
+    cr_assert_str_eq(sluice_status_name(SLUICE_ELATE), "ELATE");
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
+    sluice_engine_destroy(e);
+}
+
+/* ---- lingering permits ---------------------------------------------------------- */
+
+Test(deadlines, an_abandoned_call_keeps_its_permit_until_its_expected_service_has_passed)
+{
+    struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){0});
+    warm_up(p, 16, 100 * MS); /* high quantile: 100 ms */
+    struct sluice_call a;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    fake_clock_advance(&clk, 30 * MS);
+    sluice_pool_call_abandon(p, &a, SLUICE_ETIMEDOUT);
+    struct sluice_pool_counts st = sluice_pool_stats(p);
+    cr_assert_eq(st.lingering, 1);
+    cr_assert_eq(st.in_flight, 1, "still running at the provider");
+    cr_assert_eq(st.lingered, 1);
+    cr_assert_eq(st.timeouts, 1);
+    cr_assert_eq(sluice_pool_next_release(p), a.start_ns + 100 * MS);
+    /* The next call counts it in flight. */
+    struct sluice_call b;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &b), SLUICE_OK);
+    cr_assert_eq(b.in_flight_at_start, 2);
+    cr_assert_eq(sluice_gate_tryacquire(sluice__pool_gate(p)), SLUICE_EAGAIN, "both permits held");
+    fake_clock_advance(&clk, 69 * MS);
+    sluice_pool_poll(p);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 1, "1 ms early");
+    fake_clock_advance(&clk, 1 * MS);
+    sluice_pool_poll(p);
+    st = sluice_pool_stats(p);
+    cr_assert_eq(st.lingering, 0);
+    cr_assert_eq(st.in_flight, 1);
+    cr_assert_eq(sluice_pool_next_release(p), INT64_MAX);
+    sluice_pool_call_end(p, &b, SLUICE_OUTCOME_OK, 0);
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, an_abandoned_call_is_released_at_once_when_lingering_cannot_apply)
+{
+    struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){0});
+    struct sluice_call a;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    sluice_pool_call_abandon(p, &a, SLUICE_ECANCELED);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0, "no estimate yet");
+    cr_assert_eq(sluice_pool_stats(p).cancels, 1);
+    warm_up(p, 16, 100 * MS);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    fake_clock_advance(&clk, 150 * MS);
+    sluice_pool_call_abandon(p, &a, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0, "it already ran longer than the estimate");
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+
+    p = make_pool(2, (struct sluice_deadline_desc){.linger_max_ms = SLUICE_SOME(0)});
+    warm_up(p, 16, 100 * MS);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    sluice_pool_call_abandon(p, &a, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0, "lingering disabled");
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, a_linger_is_capped_by_linger_max_ms)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){.linger_max_ms = SLUICE_SOME(50)});
+    warm_up(p, 16, 100 * MS);
+    struct sluice_call a;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    sluice_pool_call_abandon(p, &a, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_next_release(p), a.start_ns + 50 * MS);
+    fake_clock_advance(&clk, 50 * MS);
+    sluice_pool_poll(p);
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, a_run_whose_client_abandons_mid_transfer_leaves_its_permit_lingering)
+{
+    struct sluice_engine *e = make_engine(1, (struct sluice_deadline_desc){0});
+    struct sluice_pool *p = sluice_engine_pool(e, "b");
+    warm_up(p, 16, 100 * MS);
+    struct fake_client c = {.duration = 10 * MS, .abandon = true};
+    struct sluice_run_result r;
+    cr_assert_eq(run_by(e, &c, 600 * SEC, &r), SLUICE_ECLIENT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 1);
+    fake_clock_advance(&clk, 90 * MS);
+    sluice_engine_poll(e); /* the engine's poll releases it too */
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0);
+    assert_capacity_intact(p);
+    sluice_engine_destroy(e);
+}
+
+struct blocked {
+    struct sluice_pool *pool;
+    _Atomic(int) status;
+    _Atomic(int) done;
+    struct sluice_call call;
+};
+
+static void *blocked_begin(void *arg)
+{
+    struct blocked *b = arg;
+    atomic_store(&b->status, sluice_pool_call_begin(b->pool, NULL, NULL, &b->call));
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+Test(deadlines, blocked_callers_drain_when_every_permit_lingers_and_nothing_else_runs)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    warm_up(p, 16, 100 * MS);
+    struct sluice_call a;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    struct blocked b = {.pool = p, .status = 1};
+    pthread_t t;
+    pthread_create(&t, NULL, blocked_begin, &b);
+    WAIT_UNTIL(sluice_pool_stats(p).queued == 1);
+    sluice_pool_call_abandon(p, &a, SLUICE_ETIMEDOUT); /* the only permit now lingers */
+    cr_assert_eq(sluice_pool_stats(p).lingering, 1);
+    cr_assert_eq(atomic_load(&b.done), 0);
+    /* Nobody calls anything on the pool: only the waiter itself can release it. */
+    fake_clock_advance(&clk, 100 * MS);
+    WAIT_UNTIL(atomic_load(&b.done));
+    pthread_join(t, NULL);
+    cr_assert_eq(atomic_load(&b.status), SLUICE_OK);
+    cr_assert_eq(b.call.in_flight_at_start, 1);
+    sluice_pool_call_end(p, &b.call, SLUICE_OUTCOME_OK, 0);
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, a_queued_async_call_starts_when_a_poll_releases_a_lingering_permit)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    warm_up(p, 16, 100 * MS);
+    struct sluice_call a;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    int s = 1;
+    struct sluice_pool_waiter w = {.cb = record_status, .data = &s};
+    sluice_pool_call_begin_async(p, &w);
+    sluice_pool_call_abandon(p, &a, SLUICE_ETIMEDOUT);
+    sluice_pool_poll(p);
+    cr_assert_eq(s, 1, "still lingering");
+    fake_clock_advance(&clk, 100 * MS);
+    sluice_pool_poll(p);
+    cr_assert_eq(s, SLUICE_OK);
+    sluice_pool_call_end(p, &w.call, SLUICE_OUTCOME_OK, 0);
+    assert_capacity_intact(p);
+    sluice_pool_destroy(p);
+}
+
+/* ---- counters ---------------------------------------------------------------------- */
+
+Test(deadlines, the_counters_count_refusals_timeouts_cancels_and_waits)
+{
+    struct sluice_pool *p;
+    cr_assert_eq(sluice_pool_create(&(struct sluice_pool_desc){.active = 1,
+                                                               .waiting = SLUICE_SOME(1)},
+                                    &p),
+                 SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_ECAPACITY);
+    struct sluice_call a, b;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    struct timespec past = deadline_in(0);
+    cr_assert_eq(sluice_pool_call_begin(p, &past, NULL, &b), SLUICE_ETIMEDOUT);
+    struct sluice_cancel token;
+    sluice_cancel_init(&token);
+    sluice_cancel_fire(&token);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, &token, &b), SLUICE_ECANCELED);
+    struct timespec soon = deadline_in(1 * MS);
+    cr_assert_eq(sluice_pool_call_begin(p, &soon, NULL, &b), SLUICE_ETIMEDOUT, "timed out queued");
+    sluice_pool_call_end(p, &a, SLUICE_OUTCOME_OVERLOAD, 0);
+    struct sluice_pool_counts st = sluice_pool_stats(p);
+    cr_assert_eq(st.refused_capacity, 1);
+    cr_assert_eq(st.timeouts, 2);
+    cr_assert_eq(st.cancels, 1);
+    cr_assert_eq(st.calls_overload, 1);
+    struct sluice_histogram_counts qw, ct;
+    sluice_pool_histograms(p, &qw, &ct);
+    cr_assert_eq(qw.count, 2, "the started call and the one that timed out in the queue");
+    cr_assert_eq(ct.count, 1);
+    sluice_pool_leave(p);
+    sluice_pool_leave(p);
+    sluice_pool_destroy(p);
+}
+
+/* ---- configuration ---------------------------------------------------------------- */
+
+static void assert_rejected(struct sluice_backend_desc b, const char *needle)
+{
+    char err[256];
+    struct sluice_engine *e;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = &b,
+                                                                   .n_backends = 1,
+                                                                   .error = err,
+                                                                   .error_size = sizeof err},
+                                      &e),
+                 SLUICE_EINVAL);
+    cr_assert(strstr(err, needle), "message \"%s\" lacks \"%s\"", err, needle);
+}
+
+Test(deadlines, invalid_deadline_rules_fail_creation_naming_the_field)
+{
+    assert_rejected((struct sluice_backend_desc){.id = "x", .deadlines.refuse_early = true},
+                    "backends[0].deadlines.refuse_early set without an active limit");
+    assert_rejected((struct sluice_backend_desc){.id = "x", .active = 2,
+                                                 .deadlines.start_quantile = SLUICE_SOME(60)},
+                    "backends[0].deadlines.start_quantile = 60 is above 50");
+    assert_rejected((struct sluice_backend_desc){.id = "x", .active = 2,
+                                                 .deadlines = {.refuse_early = true,
+                                                               .start_quantile = SLUICE_SOME(0)}},
+                    "backends[0].deadlines.refuse_early needs the expected service time");
+    assert_rejected((struct sluice_backend_desc){.id = "x", .active = 2,
+                                                 .deadlines.linger_max_ms = SLUICE_SOME(4000000)},
+                    "backends[0].deadlines.linger_max_ms = 4000000 is above the maximum");
+}
