@@ -53,7 +53,13 @@
  * it struck (a "lock" event with reason "lowered"). A lowered ceiling is a
  * guess until a stable window runs at it (another "lock" event, reason
  * "bracket"); until then an overload at the ceiling lowers it again, so a
- * cut cap is tracked down to the last limit it accepts and the 429s stop. The ceiling is never raised
+ * cut cap is tracked down to the last limit it accepts and the 429s stop.
+ * A confirmed ceiling refused again before SLUICE_DISCOVERY_FORGIVE stable
+ * windows ran there since its last refusal is lowered too: a cap one below
+ * it is hit only when every call is in service at once, and a clean window
+ * there proves little. Echoes (refusals with more calls in flight than the
+ * limit allows) narrow the bracket to the lowest such count, where no call
+ * was just served with as many in flight. The ceiling is never raised
  * while locked: only expiry or clear reopen probing.
  *
  * Windows are start-time cohorts. A window measures the calls that
@@ -65,8 +71,12 @@
  * first to finish), and a lognormal provider then looks slower in steady
  * state than it did right after each change: false latency knees. A window
  * also closes at once on a *fresh* overload — one from a call that started
- * at or after the last cut, so the burst of 429s a cut was already made for
- * does not cut again — and never later than window_max_ns after it opened.
+ * at or after the last cut (or under a limit no higher than today's), with
+ * no more calls in flight than the limit now allows, so the burst of 429s a
+ * cut was already made for does not cut again: blocking threads whose 429s
+ * return in a millisecond start their next call at once, after the cut, at
+ * a concurrency the cut already excludes — an echo — and never later than
+ * window_max_ns after it opened.
  * (A call stamped with the very tick of the cut counts as fresh. Ties need
  * a clock coarser than the calls: with a nanosecond clock they do not
  * happen. Where they do, the calls in that tick mostly started *after* the

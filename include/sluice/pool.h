@@ -95,9 +95,10 @@
  *     at the provider, which keeps counting it against its cap. Ending it
  *     with sluice_pool_call_abandon keeps its permit and its place in the
  *     in-flight count (so the next call's in_flight_at_start counts it)
- *     until the call's start plus the high quantile of recent service
- *     times (sluice/service.h; a call that has outlived a typical one is
- *     a long one), capped by sluice_deadline_desc.linger_max_ms (0
+ *     for the high quantile of recent service times after it was given up
+ *     (sluice_service_linger_until: a call that has outlived its deadline
+ *     is a long one, and the successes seen are censored by the deadlines),
+ *     capped by sluice_deadline_desc.linger_max_ms from its start (0
  *     disables); then the permit is released. Who releases it, so that no
  *     permit is lost and nothing stalls without traffic: the next
  *     call_begin or call_end on the pool, sluice_pool_poll (and so
@@ -1411,9 +1412,10 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_po
  * SLUICE_ETIMEDOUT (its deadline) or SLUICE_ECANCELED (its token), counted
  * in the pool's timeouts or cancels. Discovery gets an IGNORE sample (an
  * abort says nothing about capacity). The provider is still running the
- * call, so the call keeps its permit and stays in flight until its start
- * plus the high quantile of recent service times (capped by
- * linger_max_ms): a lingering permit, released by whoever comes by first
+ * call, so the call keeps its permit and stays in flight until
+ * sluice_service_linger_until (the high quantile of recent service times
+ * after now; capped by linger_max_ms from its start): a lingering permit,
+ * released by whoever comes by first
  * (see the header comment). Released at once when lingering is off, the
  * estimate has no samples yet, or the call has already run that long.
  * Returns the sample. Never blocks.
@@ -1422,9 +1424,9 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon(struct sluice_pool *
                                                             const struct sluice_call *call, int why)
 {
     int64_t now = sluice_clock_now(&p->clock);
-    int64_t until = 0, high = p->active ? sluice_service_high(&p->service) : 0;
-    if (p->linger_max_ns && high > 0)
-        until = sluice_add_ns(call->start_ns, high < p->linger_max_ns ? high : p->linger_max_ns);
+    int64_t until = p->active ? sluice_service_linger_until(&p->service, call->start_ns, now,
+                                                            p->linger_max_ns)
+                              : 0;
     if (p->active)
         sluice__pool_count_stop(p, why);
     return sluice__pool_end(p, call, SLUICE_OUTCOME_IGNORE, 0, -1, now, true, until);

@@ -43,6 +43,11 @@
  *              threads woken late by a busy scheduler do: the caller's count
  *              of calls in flight runs ahead of the provider's, and a jump
  *              of the limit fills slowly.
+ *   abandons   with deadline_s, a caller gives up on a call still unanswered
+ *              that long after it started (its own deadline: an ignored
+ *              sample, not an overload); the provider keeps serving it. With
+ *              linger the permit stays held, as a pool's lingering permit
+ *              does (sluice/pool.h), until sluice_service_linger_until.
  *   retries    a refused call is retried after the Retry-After, or after
  *              retry_s, or after retry_ladder[k] seconds for its k-th retry
  *              (the last step repeats), as SDK retry loops do.
@@ -62,6 +67,7 @@
 #include <string.h>
 
 #include <sluice/discovery.h>
+#include <sluice/service.h>
 
 #include "provider_model.h"
 
@@ -92,6 +98,8 @@ struct sim_config {
                               (default 0.5 s) */
     double timeout_s;      /* caller timeout per call (default 120 s) */
     double client_lag_s;   /* mean delay before the caller sees an answer (0 = none) */
+    double deadline_s;     /* the caller abandons a call unanswered this long (0 = never) */
+    bool linger;           /* an abandoned call's permit lingers (see "abandons") */
     const double *retry_ladder; /* retry delays by attempt, seconds (NULL = retry_s) */
     uint32_t n_retry_ladder;
     /* sluice */
@@ -147,7 +155,8 @@ struct sim_controller {
 /* ---- state ---------------------------------------------------------------- */
 
 enum { SIM_EV_TICK, SIM_EV_ARRIVAL, SIM_EV_ISSUE, SIM_EV_START, SIM_EV_PROVIDER,
-       SIM_EV_DONE, SIM_EV_RESPONSE, SIM_EV_TIMEOUT, SIM_EV_QUEUE_TIMEOUT };
+       SIM_EV_DONE, SIM_EV_RESPONSE, SIM_EV_TIMEOUT, SIM_EV_QUEUE_TIMEOUT, SIM_EV_ABANDON,
+       SIM_EV_LINGER_END };
 
 struct sim_event {
     int64_t t;
@@ -177,6 +186,7 @@ struct sim_req {
 struct sim_stats {
     uint64_t attempts, ok, rejected, unavailable, timeouts, served, dropped;
     uint64_t lost;       /* drop mode: calls the provider never answered */
+    uint64_t abandoned;  /* calls the caller gave up on (deadline_s) */
     double *e2e_s;       /* per served caller request */
     size_t n_e2e, cap_e2e;
     int64_t t90_ns;      /* first time the limit reached t90_target (-1 = never) */
@@ -195,7 +205,8 @@ struct sim {
     struct sim_controller ctl;
     struct sim_req *reqs;
     uint32_t n_reqs, free_head;
-    uint32_t held;       /* permits held by callers */
+    uint32_t held;       /* permits held by callers and lingering abandoned calls */
+    struct sluice_service service; /* recent successes: how long an abandoned call lingers */
     /* provider: the model, and the calls it holds */
     struct sim_provider provider; /* from cfg; sim_set_cap changes provider.cap */
     uint32_t in_service;
@@ -480,6 +491,7 @@ static inline void sim__response(struct sim *s, struct sim_req *r)
     r->retries = 0;
     s->stats.ok++;
     s->stats.served++;
+    sluice_service_add(&s->service, sample.latency_ns);
     sim__record_e2e(s, (double)(s->now - r->t_issue) / SIM_NS);
     if (r->open_loop) {
         r->next_free = s->free_head;
@@ -504,6 +516,39 @@ static inline void sim__start(struct sim *s, struct sim_req *r)
     s->stats.attempts++;
     sim__push(s, s->now + sim__ns(s->cfg.net_s / 2), SIM_EV_PROVIDER, sim__req_id(s, r), r->gen);
     sim__push(s, s->now + sim__ns(s->cfg.timeout_s), SIM_EV_TIMEOUT, sim__req_id(s, r), r->gen);
+    if (s->cfg.deadline_s > 0)
+        sim__push(s, s->now + sim__ns(s->cfg.deadline_s), SIM_EV_ABANDON, sim__req_id(s, r),
+                  r->gen);
+}
+
+/* The caller gives up on a call (its deadline): an ignored sample; the permit
+ * is released, or lingers until the provider is likely done; the caller
+ * goes on to its next call at once. */
+static inline void sim__abandon(struct sim *s, struct sim_req *r)
+{
+    r->answered = true;
+    s->stats.abandoned++;
+    struct sluice_sample sample;
+    memset(&sample, 0, sizeof sample);
+    sample.latency_ns = s->now - r->t_start;
+    sample.in_flight_at_start = r->in_flight_at_start;
+    sample.outcome = SLUICE_OUTCOME_IGNORE;
+    sample.start_ns = r->t_start;
+    sample.limit_at_start = r->limit_at_start;
+    if (s->ctl.on_sample)
+        s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
+    r->holding = false;
+    int64_t until = s->cfg.linger ? sluice_service_linger_until(&s->service, r->t_start, s->now,
+                                                                 30 * SLUICE_NS_PER_SEC)
+                                  : 0;
+    if (until > s->now) {
+        sim__push(s, until, SIM_EV_LINGER_END, 0, 0);
+    } else {
+        s->held--;
+        sluice_gate_release(&s->gate);
+    }
+    r->t_issue = s->now;
+    sim__push(s, s->now, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
 }
 
 static inline void sim__arrival(struct sim *s)
@@ -558,6 +603,14 @@ static inline void sim__dispatch(struct sim *s, const struct sim_event *e)
     case SIM_EV_QUEUE_TIMEOUT:
         sim__provider_expire(s);
         break;
+    case SIM_EV_ABANDON:
+        if (r->gen == e->gen && !r->answered && r->holding)
+            sim__abandon(s, r);
+        break;
+    case SIM_EV_LINGER_END:
+        s->held--;
+        sluice_gate_release(&s->gate);
+        break;
     case SIM_EV_TIMEOUT:
         if (r->gen == e->gen && !r->answered && r->holding) {
             s->stats.timeouts++;
@@ -598,6 +651,7 @@ static inline struct sim *sim_create(const struct sim_config *config)
     s->provider = sim_config_provider(&s->cfg);
     sim_rng_seed(&s->rng, s->cfg.seed);
     sluice_gate_init(&s->gate, s->cfg.gate_limit);
+    sluice_service_init(&s->service, 10);
     s->clock.now_ns = sim__now;
     s->clock.ctx = s;
     s->wall.now_ns = sim__wall;

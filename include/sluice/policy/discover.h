@@ -9,12 +9,34 @@
  * path: against a queue-immune estimate of the no-queue latency, with
  * Little's law (concurrency = throughput x latency) to turn rates into caps.
  *
- * Why not a baseline average: the policy this replaces learnt a running
- * mean of "healthy" windows. At C = 16 the slow-start window at limit 20
- * already queues (+25%), reads as healthy against a young baseline, is
- * learnt into it, and every later knee estimate inherits the error (38 of
- * 300 seeds at C = 8 locked outside [0.8·C, 1.25·C]). Four clips of that
- * mean each traded one scenario for another.
+ * What each signal is evidence of, and the rule that uses it (predict a new
+ * provider from this table):
+ *   a refusal (429/503, a provider timeout) started with n calls in flight
+ *            The provider was over its cap when that call arrived: C < n.
+ *            It cuts to backoff·n (sluice_window_struck), one cut per burst:
+ *            refusals whose n the limit no longer allows are echoes of the
+ *            same overshoot (discovery.h freshness) and only narrow the
+ *            bracket to n. Not where calls were just served with n or more
+ *            in flight: then it is no concurrency cap (a rate window refuses
+ *            at any n) and the cut goes from the limit the call started
+ *            under, never below backoff times what the provider serves
+ *            (Little: its completion plateau times s0).
+ *   latency of a level against s0 (the no-queue latency)
+ *            x = ln(mean/s0) > ln(1 + knee) means calls queue there: that
+ *            level is not a ceiling, whether or not refusals came later
+ *            (a gateway queues first, then refuses past its queue timeout).
+ *            So under a refusal bracket a level in doubt is measured again,
+ *            and the bracket's last step is never locked in doubt.
+ *   throughput (completions per second) and Little's law
+ *            rate·s0 is the concurrency the provider recently served: a
+ *            refusal at or below it, while the pace holds, is a rate
+ *            window's echo (hold); past a knee throughput falls, so a
+ *            latency lock goes to the level that served most.
+ *   a call the caller abandoned (its deadline, a cancel)
+ *            Says nothing about capacity (an ignored sample), but the
+ *            provider still runs it: the pool keeps its permit lingering
+ *            for the expected service time (sluice/pool.h), so the calls in
+ *            flight that the next refusal is judged by stay true.
  *
  * State: what it remembers, and why.
  *   levels   Per recent limit (12 of them; the least-measured one makes
@@ -51,9 +73,10 @@
  *            higher (discovery.h, "Lock criterion").
  *
  * Per window (discovery closes one per operating point, see discovery.h):
- *   refusal  A fresh 429/503/timeout cuts to backoff times the limit its
- *            call started under (a timeout surfaces a second later, after
- *            the limit moved on; see discovery.h), but never below
+ *   refusal  A fresh 429/503/timeout cuts to backoff times where it struck
+ *            (the calls in flight it started with, or the limit it started
+ *            under: a timeout surfaces a second later, after the limit
+ *            moved on; see discovery.h), but never below
  *            backoff·rate_max·s0 while the pace keeps up with that plateau:
  *            a sliding-window rate limit, which keeps refusing for a while
  *            after a cut but still serves R a second, cannot ratchet the
