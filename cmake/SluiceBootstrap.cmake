@@ -11,7 +11,7 @@ set(SLUICE_DEBIAN_PACKAGES
   libcurl4-openssl-dev  # shim: transport
   libjansson-dev        # shim: state file and event JSON
   libmicrohttpd-dev     # shim: admin endpoint and provider simulator
-  libmimalloc-dev       # shim: allocator
+  libmimalloc-dev       # sluice's programs: their allocator (never the library)
   libhiredis-dev        # shim: the Redis fleet (shared cap, leader lease, fleet permits)
   redis-server          # tests: the fleet's tests start their own server on loopback
   haproxy               # tests: a real queue-then-refuse gateway (maxconn + timeout queue) on loopback

@@ -350,9 +350,16 @@ SLUICE_INLINE int sluice__discovery_resolve(const struct sluice_discovery_desc *
         return sluice__discovery_fail(
             why, "sluice_discovery_desc.min_limit exceeds max_limit (lower min_limit or raise "
                  "max_limit)");
-    if (d->jumpstart && (d->jumpstart < c->min_limit || d->jumpstart > c->max_limit))
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.jumpstart must lie within [min_limit, max_limit]");
+    if (d->jumpstart && (d->jumpstart < c->min_limit || d->jumpstart > c->max_limit)) {
+        /* The bounds as resolved (defaults applied) are what the caller must compare with;
+         * *why is this thread's buffer, valid until its next failed check. */
+        static SLUICE_THREAD_LOCAL char msg[128];
+        snprintf(msg, sizeof msg,
+                 "sluice_discovery_desc.jumpstart = %u must lie within [min_limit, max_limit] = "
+                 "[%u, %u]",
+                 (unsigned)d->jumpstart, (unsigned)c->min_limit, (unsigned)c->max_limit);
+        return sluice__discovery_fail(why, msg);
+    }
     c->jumpstart = d->jumpstart ? d->jumpstart : 5;
     c->jumpstart = c->jumpstart < c->min_limit ? c->min_limit
                    : c->jumpstart > c->max_limit ? c->max_limit

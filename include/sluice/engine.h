@@ -11,7 +11,8 @@
  *
  * Policy rules (from reference/backend-concurrency.md):
  *   - the built-in backend "openrouter" is present in every engine with
- *     active 16 and waiting 1024;
+ *     active 16 and waiting 1024, unless the description sets
+ *     omit_openrouter (then it is in no status view and not found);
  *   - a consumer registration whose ID is "openrouter" replaces the built-in
  *     one wholesale (policy and endpoint), so like every consumer backend it
  *     is unlimited unless it sets `active`; copy SLUICE_OPENROUTER_ACTIVE /
@@ -111,7 +112,8 @@ struct sluice_backend_desc {
 
 struct sluice_engine_desc {
     const struct sluice_backend_desc *backends; /* consumer registrations (default: none,
-                                                   only the built-in openrouter) */
+                                                   only the built-in openrouter, or nothing
+                                                   with omit_openrouter) */
     size_t n_backends;                          /* entries in backends (default: 0; at most
                                                    SLUICE_ENGINE_BACKENDS_MAX) */
     const struct sluice_allocator *allocator;   /* (default: aligned_alloc/free) */
@@ -125,6 +127,10 @@ struct sluice_engine_desc {
     sluice_event_fn on_event;                   /* every adaptive backend's events (default:
                                                    none; see sluice/events.h) */
     void *on_event_ctx;
+    bool omit_openrouter; /* leave the built-in openrouter backend out: it then appears in no
+                             status view (admin page, /metrics, sluicectl) and a run naming
+                             "openrouter" is an unknown backend, unless `backends` registers
+                             one (default: false = present, active 16, waiting 1024) */
     char *error;       /* receives a message naming the field when create fails
                           (default: NULL = no message); "" on success */
     size_t error_size; /* bytes at error, NUL included (default: 0) */
@@ -140,7 +146,8 @@ struct sluice_backend {
 };
 
 struct sluice_engine {
-    struct sluice_backend *backends; /* consumer registrations in order, then the built-in */
+    struct sluice_backend *backends; /* consumer registrations in order, then the built-in
+                                        (NULL when there are none) */
     size_t n_backends;
     struct sluice_backend endpoint_only; /* runs without a backend ID: unlimited */
     uint32_t *index;                     /* open addressing: position + 1; 0 = empty */
@@ -551,7 +558,7 @@ SLUICE_INLINE int sluice_engine_create(const struct sluice_engine_desc *desc,
     int status = sluice__engine_check(&d);
     if (status != SLUICE_OK)
         return status;
-    bool add_builtin = true;
+    bool add_builtin = !d.omit_openrouter;
     size_t strings = sizeof SLUICE_OPENROUTER_ID + sizeof SLUICE_OPENROUTER_ENDPOINT;
     for (size_t i = 0; i < d.n_backends; i++) {
         const struct sluice_backend_desc *b = &d.backends[i];
@@ -570,9 +577,11 @@ SLUICE_INLINE int sluice_engine_create(const struct sluice_engine_desc *desc,
         e->clock = *d.clock;
     size_t n = d.n_backends + (add_builtin ? 1 : 0);
     size_t index_size = (size_t)sluice_next_pow2(2 * n);
-    /* Zeroed as soon as they exist: destroy must be able to undo any prefix. */
-    e->backends = (struct sluice_backend *)sluice__alloc(d.allocator, n * sizeof *e->backends,
-                                                         SLUICE_CACHELINE);
+    /* Zeroed as soon as they exist: destroy must be able to undo any prefix. No backend at
+     * all (omit_openrouter, none registered) allocates no array. */
+    e->backends = n ? (struct sluice_backend *)sluice__alloc(
+                          d.allocator, n * sizeof *e->backends, SLUICE_CACHELINE)
+                    : NULL;
     if (e->backends) {
         memset((void *)e->backends, 0, n * sizeof *e->backends);
         e->n_backends = n;
@@ -586,7 +595,7 @@ SLUICE_INLINE int sluice_engine_create(const struct sluice_engine_desc *desc,
     e->strings = (char *)sluice__alloc(d.allocator, strings, SLUICE_CACHELINE);
     e->strings_size = strings;
     status = SLUICE_ENOMEM;
-    if (e->backends && e->index && e->strings) {
+    if ((e->backends || !n) && e->index && e->strings) {
         status = sluice__engine_register(e, &d, add_builtin);
         if (status == SLUICE_OK)
             status = sluice__engine_make_pools(e, &d, add_builtin);

@@ -29,7 +29,6 @@
 #include <jansson.h>
 #include <math.h>
 #include <microhttpd.h>
-#include <mimalloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -500,8 +499,8 @@ static void metrics_deadlines(struct sbuf *b, struct sluice_admin *a,
     ADMIN_GAUGE(b, a, sts, "sluice_expected_service_seconds",
                 "Expected service time: the low quantile of recent successful calls (0: unknown).",
                 fmt_seconds(v, pc->expected_ns));
-    struct sluice_histogram_counts *qw = mi_calloc(a->n_nodes ? a->n_nodes : 1, sizeof *qw);
-    struct sluice_histogram_counts *ct = mi_calloc(a->n_nodes ? a->n_nodes : 1, sizeof *ct);
+    struct sluice_histogram_counts *qw = calloc(a->n_nodes ? a->n_nodes : 1, sizeof *qw);
+    struct sluice_histogram_counts *ct = calloc(a->n_nodes ? a->n_nodes : 1, sizeof *ct);
     if (!qw || !ct) {
         b->oom = true;
     } else {
@@ -512,19 +511,19 @@ static void metrics_deadlines(struct sbuf *b, struct sluice_admin *a,
         metric_histogram(b, a, "sluice_call_seconds",
                          "Duration of calls that ended, start to end (abandoned ones excluded).", ct);
     }
-    mi_free(qw);
-    mi_free(ct);
+    free(qw);
+    free(ct);
 }
 
 char *sluice_admin_metrics(struct sluice_admin *a)
 {
     struct sbuf b = {0};
     size_t n = a->n_nodes;
-    struct sluice_discovery_status *sts = mi_calloc(n ? n : 1, sizeof *sts);
-    struct sluice_pool_counts *pcs = mi_calloc(n ? n : 1, sizeof *pcs);
+    struct sluice_discovery_status *sts = calloc(n ? n : 1, sizeof *sts);
+    struct sluice_pool_counts *pcs = calloc(n ? n : 1, sizeof *pcs);
     if (!sts || !pcs) {
-        mi_free(sts);
-        mi_free(pcs);
+        free(sts);
+        free(pcs);
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
@@ -600,8 +599,8 @@ char *sluice_admin_metrics(struct sluice_admin *a)
         sb_printf(&b, "} %" PRIu64 "\n", a->nodes[i].dropped);
     }
     pthread_mutex_unlock(&a->mutex);
-    mi_free(sts);
-    mi_free(pcs);
+    free(sts);
+    free(pcs);
     return sb_take(&b);
 }
 
@@ -668,12 +667,12 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             conn_promote(a);
         pthread_mutex_unlock(&a->conns_mutex);
         *socket_context = NULL;
-        mi_free(k);
+        free(k);
         return;
     }
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    struct conn *k = info ? mi_calloc(1, sizeof *k) : NULL;
+    struct conn *k = info ? calloc(1, sizeof *k) : NULL;
     if (!k) {
         /* Untracked, it would escape the deadline: refuse it (as the sampler cuts one). */
         if (info)
@@ -1027,7 +1026,7 @@ static void stream_free(void *cls)
 {
     struct stream *s = cls;
     atomic_fetch_sub(&s->a->streams, 1);
-    mi_free(s);
+    free(s);
 }
 
 /* ---- routes ------------------------------------------------------------------ */
@@ -1069,7 +1068,7 @@ static enum MHD_Result route_events(struct sluice_admin *a, struct MHD_Connectio
                           "close another follow=1 stream, or raise sluice_admin_desc.max_streams",
                           "too many event streams open (max_streams = %u)", a->cfg.max_streams);
     }
-    struct stream *s = mi_calloc(1, sizeof *s);
+    struct stream *s = calloc(1, sizeof *s);
     if (!s) {
         atomic_fetch_sub(&a->streams, 1);
         return MHD_NO;
@@ -1284,7 +1283,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct sluice_admin *a = cls;
     struct request *rq = *con_cls;
     if (!rq) {
-        rq = mi_calloc(1, sizeof *rq);
+        rq = calloc(1, sizeof *rq);
         if (!rq)
             return MHD_NO;
         *con_cls = rq;
@@ -1346,7 +1345,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)toe;
     /* A kept-alive connection gets timeout_s for its next request too. */
     conn_mark(cls, c, true);
-    mi_free(*con_cls);
+    free(*con_cls);
     *con_cls = NULL;
 }
 
@@ -1456,12 +1455,12 @@ static void admin_free(struct sluice_admin *a)
     if (!a)
         return;
     for (size_t i = 0; a->nodes && i < a->n_nodes; i++)
-        mi_free(a->nodes[i].history);
-    mi_free(a->nodes);
+        free(a->nodes[i].history);
+    free(a->nodes);
     pthread_mutex_destroy(&a->conns_mutex); /* conns is empty: every close was reported */
     pthread_cond_destroy(&a->tick);
     pthread_mutex_destroy(&a->mutex);
-    mi_free(a);
+    free(a);
 }
 
 int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin **out)
@@ -1473,7 +1472,7 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
     int status = admin_resolve(desc, &d);
     if (status != SLUICE_OK)
         return status;
-    struct sluice_admin *a = mi_calloc(1, sizeof *a);
+    struct sluice_admin *a = calloc(1, sizeof *a);
     if (!a)
         return SLUICE_ENOMEM;
     pthread_mutex_init(&a->mutex, NULL);
@@ -1488,7 +1487,7 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
     a->cfg.address = NULL;
     a->cfg.error = NULL;
     a->n_nodes = sluice_engine_backend_count(d.engine);
-    a->nodes = mi_calloc(a->n_nodes ? a->n_nodes : 1, sizeof *a->nodes);
+    a->nodes = calloc(a->n_nodes ? a->n_nodes : 1, sizeof *a->nodes);
     if (!a->nodes) {
         admin_free(a);
         return SLUICE_ENOMEM;
@@ -1497,7 +1496,7 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
         struct node *n = &a->nodes[i];
         n->id = sluice_engine_backend_id(d.engine, i);
         n->ring = sluice_engine_events(d.engine, n->id);
-        n->history = mi_calloc(d.history_s, sizeof *n->history);
+        n->history = calloc(d.history_s, sizeof *n->history);
         if (!n->history) {
             admin_free(a);
             return SLUICE_ENOMEM;

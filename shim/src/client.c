@@ -3,14 +3,14 @@
  *
  * Request bodies are built and replies parsed with jansson; the conversation
  * is a jansson array that grows by two messages per repair. The response
- * body, the reply and every copied string live in mimalloc memory.
+ * body, the reply and every copied string come from malloc.
  */
 #include <sluice/client.h>
 
 #include "curl_internal.h"
 
 #include <jansson.h>
-#include <mimalloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,7 +34,7 @@ struct sluice_chat {
 
 static char *sluice__dup(const char *s)
 {
-    return s ? mi_strdup(s) : NULL;
+    return s ? strdup(s) : NULL;
 }
 
 /* Overwrite a secret before its memory goes back. */
@@ -42,6 +42,42 @@ static void sluice__wipe(char *s)
 {
     if (s)
         explicit_bzero(s, strlen(s));
+}
+
+/* SLUICE_OK when `s` (may be NULL) is UTF-8, as a JSON string must be (jansson's own check:
+ * json_string refuses anything else); SLUICE_EINVAL when not; SLUICE_ENOMEM. */
+static int sluice__chat_utf8(const char *s)
+{
+    if (!s)
+        return SLUICE_OK;
+    json_t *checked = json_string(s);
+    json_t *unchecked = checked ? NULL : json_string_nocheck(s);
+    int status = checked ? SLUICE_OK : unchecked ? SLUICE_EINVAL : SLUICE_ENOMEM;
+    json_decref(checked);
+    json_decref(unchecked);
+    return status;
+}
+
+/* The first text field of `d` that is not UTF-8, named in d->error. */
+static int sluice__chat_check_text(const struct sluice_chat_desc *d)
+{
+    const struct {
+        const char *name, *value;
+    } fields[] = {{"model", d->model},
+                  {"system", d->system},
+                  {"prompt", d->prompt},
+                  {"repair_prompt", d->repair_prompt}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        int status = sluice__chat_utf8(fields[i].value);
+        if (status == SLUICE_EINVAL)
+            return sluice__shim_fail(d->error, d->error_size,
+                                     "sluice_chat_desc.%s is not valid UTF-8 (JSON strings must "
+                                     "be; convert it, e.g. with iconv)",
+                                     fields[i].name);
+        if (status != SLUICE_OK)
+            return status;
+    }
+    return SLUICE_OK;
 }
 
 static int sluice__chat_add(json_t *messages, const char *role, const char *content)
@@ -54,23 +90,24 @@ static size_t sluice__chat_body(char *data, size_t size, size_t n, void *ctx)
 {
     struct sluice_chat *c = (struct sluice_chat *)ctx;
     size_t bytes = size * n;
-    size_t keep = bytes;
-    if (c->body_len + keep > SLUICE_CHAT_REPLY_MAX) {
-        keep = SLUICE_CHAT_REPLY_MAX - c->body_len;
+    if (bytes > SLUICE_CHAT_REPLY_MAX - c->body_len) {
+        /* Past the cap nothing more is kept, so nothing more is read: a short count makes
+         * curl end the transfer (CURLE_WRITE_ERROR) instead of draining an endless body. */
         c->body_truncated = true;
+        return 0;
     }
-    if (c->body_len + keep + 1 > c->body_cap) {
+    if (c->body_len + bytes + 1 > c->body_cap) {
         size_t cap = c->body_cap ? c->body_cap : 4096;
-        while (cap < c->body_len + keep + 1)
+        while (cap < c->body_len + bytes + 1)
             cap *= 2;
-        char *grown = mi_realloc(c->body, cap);
+        char *grown = realloc(c->body, cap);
         if (!grown)
             return 0; /* curl fails the transfer with CURLE_WRITE_ERROR */
         c->body = grown;
         c->body_cap = cap;
     }
-    memcpy(c->body + c->body_len, data, keep);
-    c->body_len += keep;
+    memcpy(c->body + c->body_len, data, bytes);
+    c->body_len += bytes;
     c->body[c->body_len] = '\0';
     return bytes;
 }
@@ -86,14 +123,14 @@ void sluice_chat_destroy(struct sluice_chat *c)
         curl_easy_cleanup(c->easy);
     sluice__wipe(c->api_key);
     json_decref(c->messages);
-    mi_free(c->base_url);
-    mi_free(c->model);
-    mi_free(c->api_key);
-    mi_free(c->repair_prompt);
-    mi_free(c->next_repair);
-    mi_free(c->body);
-    mi_free(c->reply);
-    mi_free(c);
+    free(c->base_url);
+    free(c->model);
+    free(c->api_key);
+    free(c->repair_prompt);
+    free(c->next_repair);
+    free(c->body);
+    free(c->reply);
+    free(c);
 }
 
 /* The Authorization and Content-Type headers; the key's copies are wiped on the way. */
@@ -102,14 +139,14 @@ static struct curl_slist *sluice__chat_headers(const char *api_key)
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     if (h && api_key && *api_key) {
         size_t n = strlen("Authorization: Bearer ") + strlen(api_key) + 1;
-        char *line = mi_malloc(n);
+        char *line = malloc(n);
         struct curl_slist *more = NULL;
         if (line) {
             strcpy(line, "Authorization: Bearer ");
             strcat(line, api_key);
             more = curl_slist_append(h, line);
             explicit_bzero(line, n);
-            mi_free(line);
+            free(line);
         }
         if (!more) {
             for (struct curl_slist *p = h; p; p = p->next)
@@ -125,9 +162,19 @@ static struct curl_slist *sluice__chat_headers(const char *api_key)
 int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **out)
 {
     *out = NULL;
-    if (!d || !d->model || !d->prompt)
+    if (!d)
         return SLUICE_EINVAL;
-    struct sluice_chat *c = mi_zalloc(sizeof *c);
+    if (d->error && d->error_size)
+        d->error[0] = '\0';
+    if (!d->model || !d->prompt)
+        return sluice__shim_fail(d->error, d->error_size,
+                                 "%s is NULL (set sluice_chat_desc.%s%s)",
+                                 !d->model ? "model" : "prompt", !d->model ? "model" : "prompt",
+                                 !d->model ? ", e.g. \"openai/gpt-4o-mini\"" : "");
+    int checked = sluice__chat_check_text(d);
+    if (checked != SLUICE_OK)
+        return checked;
+    struct sluice_chat *c = calloc(1, sizeof *c);
     if (!c)
         return SLUICE_ENOMEM;
     const char *key = d->api_key;
@@ -165,16 +212,22 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
     curl_easy_setopt(c->easy, CURLOPT_WRITEDATA, c);
     curl_easy_setopt(c->easy, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->easy, CURLOPT_ACCEPT_ENCODING, "");
+    /* A Content-Length above the cap is refused before its body (CURLE_FILESIZE_EXCEEDED);
+     * an unknown length (chunked, compressed) is cut in sluice__chat_body. */
+    curl_easy_setopt(c->easy, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)SLUICE_CHAT_REPLY_MAX);
     *out = c;
     return SLUICE_OK;
 }
 
 int sluice_chat_set_repair(struct sluice_chat *c, const char *message)
 {
+    int status = sluice__chat_utf8(message);
+    if (status != SLUICE_OK)
+        return status;
     char *copy = NULL;
-    if (message && !(copy = mi_strdup(message)))
+    if (message && !(copy = strdup(message)))
         return SLUICE_ENOMEM;
-    mi_free(c->next_repair);
+    free(c->next_repair);
     c->next_repair = copy;
     return SLUICE_OK;
 }
@@ -196,7 +249,7 @@ static int sluice__chat_extend(struct sluice_chat *c)
     if (status == SLUICE_OK)
         status = sluice__chat_add(c->messages, "user",
                                   c->next_repair ? c->next_repair : c->repair_prompt);
-    mi_free(c->next_repair);
+    free(c->next_repair);
     c->next_repair = NULL;
     return status;
 }
@@ -209,8 +262,8 @@ static int sluice__chat_parse(struct sluice_chat *c)
         json_object_get(json_array_get(json_object_get(root, "choices"), 0), "message"), "content");
     int status = SLUICE_EIO;
     if (json_is_string(content)) {
-        mi_free(c->reply);
-        c->reply = mi_strndup(json_string_value(content), json_string_length(content));
+        free(c->reply);
+        c->reply = strndup(json_string_value(content), json_string_length(content));
         status = c->reply ? SLUICE_OK : SLUICE_ENOMEM;
     }
     json_decref(root);
@@ -229,14 +282,14 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     while (base_len && base[base_len - 1] == '/')
         base_len--;
     static const char path[] = "/chat/completions";
-    char *url = mi_malloc(base_len + sizeof path);
+    char *url = malloc(base_len + sizeof path);
     json_t *req = json_pack("{s:s, s:O}", "model", c->model, "messages", c->messages);
     if (req && c->max_tokens > 0)
         json_object_set_new(req, "max_tokens", json_integer(c->max_tokens));
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     if (!url || !body) {
-        mi_free(url);
+        free(url);
         free(body);
         return SLUICE_ENOMEM;
     }
@@ -244,7 +297,7 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     memcpy(url + base_len, path, sizeof path);
     curl_easy_setopt(c->easy, CURLOPT_URL, url);
     curl_easy_setopt(c->easy, CURLOPT_COPYPOSTFIELDS, body);
-    mi_free(url);
+    free(url);
     free(body);
     c->body_len = 0;
     c->body_truncated = false;
@@ -257,9 +310,16 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     gen->abandoned = c->result.abandoned;
     gen->retry_after_ns =
         c->result.outcome == SLUICE_OUTCOME_OVERLOAD ? c->result.retry_after_ns : 0;
+    if (c->body_truncated || c->result.curl_code == CURLE_FILESIZE_EXCEEDED) {
+        snprintf(c->result.error, sizeof c->result.error,
+                 "the response body passed SLUICE_CHAT_REPLY_MAX (%u bytes); the transfer was "
+                 "ended (ask the provider for a shorter reply, e.g. max_tokens)",
+                 SLUICE_CHAT_REPLY_MAX);
+        return SLUICE_EIO;
+    }
     if (status != SLUICE_OK)
         return status;
-    if (c->result.kind != SLUICE_CURL_SUCCESS || c->body_truncated)
+    if (c->result.kind != SLUICE_CURL_SUCCESS)
         return SLUICE_EIO;
     return sluice__chat_parse(c);
 }

@@ -8,6 +8,9 @@
 
 #include <sluice/curl.h>
 
+#include <stdarg.h>
+#include <stdio.h>
+
 /* Headers a result keeps (Retry-After, retry-after-ms, the x-ratelimit family): at most. */
 #define SLUICE__CURL_HEADERS_MAX 16
 
@@ -64,5 +67,23 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
 
 /* A result for a call that never transferred. */
 void sluice__curl_result_init(struct sluice_curl_result *res);
+
+/* Write the formatted message naming what to fix to buf (if any; cut to size) and return
+ * SLUICE_EINVAL: a description's `error` or a result's `error`. */
+static inline int sluice__shim_fail(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline int sluice__shim_fail(char *buf, size_t size, const char *fmt, ...)
+{
+    if (buf && size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, size, fmt, ap);
+        va_end(ap);
+    }
+    return SLUICE_EINVAL;
+}
+
+/* SLUICE_OK, or SLUICE_EINVAL with res->error saying why `deadline` is not normalised. */
+int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res);
 
 #endif

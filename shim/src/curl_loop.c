@@ -33,22 +33,19 @@
  * slot), never reused. A record popped from the inbox checks its
  * cancel_id first, which covers a cancel that beat the loop to it.
  *
- * Memory: every record, both rings and the deadline heap come from one
- * mi_heap created on the loop thread, at create; nothing is allocated per
- * request. mimalloc heaps may only allocate on their own thread, which is
- * why submitters take ready records from the `free` ring instead of
- * allocating: only the loop thread allocates or frees. Why mimalloc: the
- * loop's memory lives on its own pages, apart from the application's
- * malloc arenas (no false sharing with submitters' data, no arena lock),
- * and mi_heap_destroy hands the whole loop back in one call at shutdown,
- * so nothing a request held can leak.
+ * Memory: every record, both rings and the deadline heap are allocated at
+ * create (the process's malloc, cache-line aligned) and freed at destroy;
+ * nothing is allocated per request: submitters take ready records from the
+ * `free` ring, so a submit never takes an allocator lock and a burst never
+ * grows the loop.
  */
 #define _GNU_SOURCE
+#include "alloc_internal.h"
 #include "curl_internal.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
-#include <mimalloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
@@ -74,8 +71,11 @@ enum sluice__stage {
 
 struct sluice__rec {
     /* Written by the submitter that owns the record, read by the loop after the
-     * inbox hand-off (the ring's release/acquire orders them). */
+     * inbox hand-off (the ring's release/acquire orders them). req.deadline points
+     * at `deadline` (the value at submit) and req.backend at the engine's copy of the
+     * ID: the caller's own timespec and string may be gone once submit returns. */
     struct sluice_curl_request req;
+    struct timespec deadline;
     struct sluice_pool *pool;
     uint32_t pool_index; /* into loop->pools */
     uint64_t id;
@@ -130,7 +130,7 @@ struct sluice_curl_loop {
     _Atomic(uint32_t) n_live, n_waiting, n_transferring;
     _Atomic(uint64_t) n_completed;
     /* Loop thread only. */
-    SLUICE_ALIGNED(SLUICE_CACHELINE) mi_heap_t *heap;
+    SLUICE_ALIGNED(SLUICE_CACHELINE) struct sluice_ring_slot *free_slots, *inbox_slots;
     struct sluice__rec *local_head, *local_tail; /* settled on the loop thread, FIFO */
     struct sluice__rec **heap_recs;              /* deadline min-heap of WAITING records */
     size_t heap_n;
@@ -141,7 +141,7 @@ struct sluice_curl_loop {
     bool self_work;       /* the loop's own thread queued work (a `done` resubmitting):
                              look again before sleeping instead of waking itself */
     bool closed;          /* close finished: every request completed */
-    bool finished;        /* the multi and the heap are gone */
+    bool finished;        /* the multi and the arrays are gone */
     /* Own-thread mode. */
     pthread_t thread;
     sem_t ready;
@@ -260,6 +260,8 @@ static void sluice__complete_status(struct sluice__rec *rec, int status, bool re
 {
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
+    if (status == SLUICE_EINVAL) /* the only argument the loop checks after submit */
+        sluice__curl_check_deadline(rec->req.deadline, &res);
     res.status = status;
     res.refused_late = refused_late;
     res.queued_ns = rec->queued_ns;
@@ -591,11 +593,6 @@ static void sluice__drain_for_close(struct sluice_curl_loop *loop)
 
 /* ---- set-up and tear-down (on the loop's thread) ---------------------------------------- */
 
-static void *sluice__heap_alloc(mi_heap_t *heap, size_t size)
-{
-    return mi_heap_zalloc_aligned(heap, size ? size : 1, SLUICE_CACHELINE);
-}
-
 static int sluice__socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
     (void)easy;
@@ -649,21 +646,17 @@ static int sluice__loop_init(struct sluice_curl_loop *loop, const struct sluice_
     loop->n_pools = sluice_engine_backend_count(e) + 1;
     loop->curl_due_ns = -1;
     loop->timer_due_ns = -1;
-    if (!(loop->heap = mi_heap_new()))
-        return SLUICE_ENOMEM;
-    struct sluice_ring_slot *free_slots =
-        sluice__heap_alloc(loop->heap, SLUICE_RING_SLOTS_SIZE(ring_cap));
-    struct sluice_ring_slot *inbox_slots =
-        sluice__heap_alloc(loop->heap, SLUICE_RING_SLOTS_SIZE(ring_cap));
-    loop->recs = sluice__heap_alloc(loop->heap, (size_t)n * sizeof *loop->recs);
-    loop->heap_recs = sluice__heap_alloc(loop->heap, (size_t)n * sizeof *loop->heap_recs);
-    loop->pools = sluice__heap_alloc(loop->heap, loop->n_pools * sizeof *loop->pools);
+    loop->free_slots = sluice__zalloc_aligned(SLUICE_RING_SLOTS_SIZE(ring_cap), SLUICE_CACHELINE);
+    loop->inbox_slots = sluice__zalloc_aligned(SLUICE_RING_SLOTS_SIZE(ring_cap), SLUICE_CACHELINE);
+    loop->recs = sluice__zalloc_aligned((size_t)n * sizeof *loop->recs, SLUICE_CACHELINE);
+    loop->heap_recs = sluice__zalloc_aligned((size_t)n * sizeof *loop->heap_recs, SLUICE_CACHELINE);
+    loop->pools = sluice__zalloc_aligned(loop->n_pools * sizeof *loop->pools, SLUICE_CACHELINE);
     loop->multi = curl_multi_init();
-    if (!free_slots || !inbox_slots || !loop->recs || !loop->heap_recs || !loop->pools ||
-        !loop->multi)
+    if (!loop->free_slots || !loop->inbox_slots || !loop->recs || !loop->heap_recs ||
+        !loop->pools || !loop->multi)
         return SLUICE_ENOMEM;
-    sluice_ring_init(&loop->free_ring, free_slots, ring_cap);
-    sluice_ring_init(&loop->inbox, inbox_slots, ring_cap);
+    sluice_ring_init(&loop->free_ring, loop->free_slots, ring_cap);
+    sluice_ring_init(&loop->inbox, loop->inbox_slots, ring_cap);
     for (size_t i = 0; i + 1 < loop->n_pools; i++)
         loop->pools[i].pool = sluice_engine_backend_at(e, i)->pool;
     loop->pools[loop->n_pools - 1].pool = sluice_engine_pool(e, NULL);
@@ -690,7 +683,7 @@ static int sluice__loop_init(struct sluice_curl_loop *loop, const struct sluice_
     return SLUICE_OK;
 }
 
-/* Free what init made; on the loop's thread (the heap is its), after close. */
+/* Free what init made; on the loop's thread (the multi is driven there), after close. */
 static void sluice__loop_fini(struct sluice_curl_loop *loop)
 {
     if (loop->finished)
@@ -703,9 +696,11 @@ static void sluice__loop_fini(struct sluice_curl_loop *loop)
         loop->watch(loop->ctx, loop->wake_fd, CURL_POLL_REMOVE);
         close(loop->wake_fd);
     }
-    if (loop->heap)
-        mi_heap_destroy(loop->heap);
-    loop->heap = NULL;
+    free(loop->free_slots);
+    free(loop->inbox_slots);
+    free(loop->recs);
+    free(loop->heap_recs);
+    free(loop->pools);
 }
 
 /* ---- own-thread mode ------------------------------------------------------------------ */
@@ -800,13 +795,35 @@ int sluice_curl_loop_action(struct sluice_curl_loop *loop, curl_socket_t fd, int
 
 /* ---- the public calls --------------------------------------------------------------- */
 
+/* A description's mistakes, named in desc->error; "" when there are none. */
+static int sluice__loop_check(const struct sluice_curl_loop_desc *d)
+{
+    if (d->error && d->error_size)
+        d->error[0] = '\0';
+    if (!d->engine)
+        return sluice__shim_fail(d->error, d->error_size, "engine is NULL (required)");
+    if (!d->watch != !d->timer)
+        return sluice__shim_fail(d->error, d->error_size,
+                                 "%s is set but %s is NULL (the embedder's-loop mode needs both; "
+                                 "leave both NULL for the loop's own thread)",
+                                 d->watch ? "watch" : "timer", d->watch ? "timer" : "watch");
+    if (d->max_requests > SLUICE_CURL_LOOP_REQUESTS_MAX)
+        return sluice__shim_fail(d->error, d->error_size,
+                                 "max_requests = %" PRIu32 " is above SLUICE_CURL_LOOP_REQUESTS_MAX "
+                                 "(%" PRIu32 ")",
+                                 d->max_requests, SLUICE_CURL_LOOP_REQUESTS_MAX);
+    return SLUICE_OK;
+}
+
 int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc, struct sluice_curl_loop **out)
 {
     *out = NULL;
-    if (!desc || !desc->engine || !desc->watch != !desc->timer ||
-        desc->max_requests > SLUICE_CURL_LOOP_REQUESTS_MAX)
+    if (!desc)
         return SLUICE_EINVAL;
-    struct sluice_curl_loop *loop = mi_zalloc_aligned(sizeof *loop, SLUICE_CACHELINE);
+    int status = sluice__loop_check(desc);
+    if (status != SLUICE_OK)
+        return status;
+    struct sluice_curl_loop *loop = sluice__zalloc_aligned(sizeof *loop, SLUICE_CACHELINE);
     if (!loop)
         return SLUICE_ENOMEM;
     atomic_init(&loop->wake_pending, 0u);
@@ -825,7 +842,6 @@ int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc, struct slu
     loop->timer = desc->timer;
     loop->ctx = desc->ctx;
     loop->wake_fd = -1;
-    int status;
     if (loop->embedded) {
         status = sluice__loop_init(loop, desc);
         if (status != SLUICE_OK)
@@ -845,7 +861,7 @@ int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc, struct slu
         sem_destroy(&loop->ready);
     }
     if (status != SLUICE_OK) {
-        mi_free(loop);
+        free(loop);
         return status;
     }
     *out = loop;
@@ -876,6 +892,11 @@ int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_c
     }
     rec = (struct sluice__rec *)item;
     rec->req = *req;
+    rec->req.backend = b->id;
+    if (req->deadline) {
+        rec->deadline = *req->deadline;
+        rec->req.deadline = &rec->deadline;
+    }
     rec->pool = b->pool;
     rec->pool_index = b == &loop->engine->endpoint_only ? (uint32_t)(loop->n_pools - 1)
                                                         : (uint32_t)(b - loop->engine->backends);
@@ -949,5 +970,5 @@ void sluice_curl_loop_destroy(struct sluice_curl_loop *loop)
     sluice_curl_loop_close(loop);
     if (loop->embedded)
         sluice__loop_fini(loop);
-    mi_free(loop);
+    free(loop);
 }

@@ -60,6 +60,16 @@ void sluice__curl_result_init(struct sluice_curl_result *res)
     res->ratelimit = (struct sluice_curl_ratelimit){-1, -1, -1, -1, -1, -1};
 }
 
+int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res)
+{
+    if (sluice_deadline_valid(deadline))
+        return SLUICE_OK;
+    return sluice__shim_fail(res->error, sizeof res->error,
+                             "deadline is not normalised: tv_nsec = %ld is outside [0, 999999999] "
+                             "(build it with sluice_deadline_in or sluice_ns_timespec)",
+                             (long)deadline->tv_nsec);
+}
+
 bool sluice__curl_arm_deadline(CURL *easy, const struct timespec *deadline)
 {
     if (!deadline)
@@ -218,6 +228,9 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
 {
     sluice__curl_result_init(res);
     if (!call || !call->easy)
+        return res->status = sluice__shim_fail(res->error, sizeof res->error,
+                                               "%s is NULL (required)", call ? "easy" : "call");
+    if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK)
         return res->status = SLUICE_EINVAL;
     int status = sluice_wait_stop_reason(call->deadline, call->cancel);
     if (status != SLUICE_OK)
@@ -268,16 +281,32 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     return res->status = status;
 }
 
+/* Everything wrong with a blocking call's arguments, checked before admission. */
+static int sluice__curl_check_call(const struct sluice_engine *engine,
+                                   const struct sluice_curl_call *call,
+                                   struct sluice_curl_result *res)
+{
+    if (!engine || !call || !call->easy)
+        return sluice__shim_fail(res->error, sizeof res->error, "%s is NULL (required)",
+                                 !engine ? "engine" : !call ? "call" : "easy");
+    if (!sluice_engine_find(engine, call->backend))
+        return sluice__shim_fail(res->error, sizeof res->error,
+                                 "backend \"%s\" is not registered in the engine (register it in "
+                                 "sluice_engine_desc.backends, or pass NULL for the endpoint-only "
+                                 "backend)",
+                                 call->backend);
+    return sluice__curl_check_deadline(call->deadline, res);
+}
+
 int sluice_curl_perform_call(const struct sluice_engine *engine,
                              const struct sluice_curl_call *call, struct sluice_curl_result *result)
 {
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
-    struct sluice_pool *pool =
-        engine && call && call->easy ? sluice_engine_pool(engine, call->backend) : NULL;
-    if (!pool)
-        res.status = SLUICE_EINVAL;
-    else if ((res.status = sluice_pool_admit_by(pool, call->deadline)) == SLUICE_OK) {
+    struct sluice_pool *pool = NULL;
+    if ((res.status = sluice__curl_check_call(engine, call, &res)) == SLUICE_OK)
+        pool = sluice_engine_pool(engine, call->backend);
+    if (pool && (res.status = sluice_pool_admit_by(pool, call->deadline)) == SLUICE_OK) {
         int64_t admitted = sluice_monotonic_ns();
         struct sluice_call pc;
         int status = sluice_pool_call_begin(pool, call->deadline, call->cancel, &pc);

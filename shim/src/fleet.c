@@ -4,11 +4,13 @@
  * agent thread. The Lua scripts, the hiredis connection and the leader's
  * store are in fleet_redis.c; the fleet's struct is in fleet_internal.h.
  */
+#include "alloc_internal.h"
 #include "fleet_internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <mimalloc.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,28 +31,84 @@ static int fleet_fail(const struct sluice_fleet_desc *d, const char *msg)
     return SLUICE_EINVAL;
 }
 
-/* "redis://HOST:PORT", "HOST:PORT" or "HOST" into host and port; false when malformed. */
-static bool parse_url(const char *url, char *host, size_t host_size, int *port)
+#define FLEET_URL_FORM "\"redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]\" or \"HOST:PORT\""
+
+/* Percent-decode the n bytes at s into out (NUL-terminated); false when malformed or long. */
+static bool url_decode(const char *s, size_t n, char *out, size_t size)
 {
-    static const char scheme[] = "redis://";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++, o++) {
+        if (o + 1 >= size)
+            return false;
+        if (s[i] != '%') {
+            out[o] = s[i];
+            continue;
+        }
+        char hex[3] = {i + 2 < n ? s[i + 1] : '\0', i + 2 < n ? s[i + 2] : '\0', '\0'};
+        if (!isxdigit((unsigned char)hex[0]) || !isxdigit((unsigned char)hex[1]) ||
+            !(out[o] = (char)strtol(hex, NULL, 16))) /* %00 would cut the string */
+            return false;
+        i += 2;
+    }
+    out[o] = '\0';
+    return true;
+}
+
+/* A decimal in [lo, hi] spelling all n bytes at s; -1 when it is not one. */
+static long url_number(const char *s, size_t n, long lo, long hi)
+{
+    long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)s[i]) || v > hi)
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return n && v >= lo && v <= hi ? v : -1;
+}
+
+/*
+ * FLEET_URL_FORM into the fleet's host, port, user, password and db (user and
+ * password percent-decoded: "%40" for an "@" in a password). NULL when valid, else
+ * the message naming what is wrong.
+ */
+static const char *parse_url(const char *url, struct sluice_fleet *f)
+{
+    static const char scheme[] = "redis://", tls[] = "rediss://";
+    if (!strncmp(url, tls, sizeof tls - 1))
+        return "sluice_fleet_desc.redis_url: rediss:// (TLS) is not supported: this hiredis is "
+               "built without TLS (Debian's is); use redis:// on a trusted network or through a "
+               "TLS tunnel (stunnel, spiped)";
     if (!strncmp(url, scheme, sizeof scheme - 1))
         url += sizeof scheme - 1;
-    const char *colon = strrchr(url, ':');
-    size_t n = colon ? (size_t)(colon - url) : strlen(url);
-    if (n == 0 || n >= host_size || strchr(url, '/') || strchr(url, '@'))
-        return false;
-    memcpy(host, url, n);
-    host[n] = '\0';
-    *port = 6379;
-    if (colon) {
-        char *end;
-        errno = 0;
-        long p = strtol(colon + 1, &end, 10);
-        if (colon[1] == '\0' || *end != '\0' || errno || p < 1 || p > 65535)
-            return false;
-        *port = (int)p;
+    else if (strstr(url, "://"))
+        return "sluice_fleet_desc.redis_url has a scheme other than redis:// (use " FLEET_URL_FORM
+               ")";
+    const char *at = strrchr(url, '@'), *host = at ? at + 1 : url;
+    if (at) {
+        const char *colon = memchr(url, ':', (size_t)(at - url));
+        if (!colon || !url_decode(url, (size_t)(colon - url), f->user, sizeof f->user) ||
+            !url_decode(colon + 1, (size_t)(at - colon - 1), f->password, sizeof f->password) ||
+            !f->password[0])
+            return "sluice_fleet_desc.redis_url: the part before '@' must be USER:PASSWORD or "
+                   ":PASSWORD (percent-encoded, a password of at most 255 bytes)";
     }
-    return true;
+    const char *slash = strchr(host, '/');
+    size_t len = slash ? (size_t)(slash - host) : strlen(host);
+    f->db = -1;
+    if (slash && slash[1] && (f->db = (int)url_number(slash + 1, strlen(slash + 1), 0, INT_MAX)) < 0)
+        return "sluice_fleet_desc.redis_url: the database after '/' must be a number (e.g. "
+               "redis://HOST:6379/2)";
+    const char *colon = NULL; /* the last ':' before the database */
+    for (const char *p = host; p < host + len; p++)
+        if (*p == ':')
+            colon = p;
+    size_t n = colon ? (size_t)(colon - host) : len;
+    f->port = colon ? (int)url_number(colon + 1, len - n - 1, 1, 65535) : 6379;
+    if (n == 0 || n >= sizeof f->host || f->port < 0)
+        return "sluice_fleet_desc.redis_url must be " FLEET_URL_FORM " with a port in [1, 65535]";
+    memcpy(f->host, host, n);
+    f->host[n] = '\0';
+    return NULL;
 }
 
 /* Check the description and fill the fleet's configuration. */
@@ -59,10 +117,10 @@ static int fleet_configure(struct sluice_fleet *f, const struct sluice_fleet_des
     if (!d)
         return SLUICE_EINVAL;
     if (!d->redis_url || !d->redis_url[0])
-        return fleet_fail(d, "sluice_fleet_desc.redis_url is required (\"redis://HOST:PORT\")");
-    if (!parse_url(d->redis_url, f->host, sizeof f->host, &f->port))
-        return fleet_fail(d, "sluice_fleet_desc.redis_url must be \"redis://HOST:PORT\" or "
-                             "\"HOST:PORT\" with a port in [1, 65535]");
+        return fleet_fail(d, "sluice_fleet_desc.redis_url is required (" FLEET_URL_FORM ")");
+    const char *bad_url = parse_url(d->redis_url, f);
+    if (bad_url)
+        return fleet_fail(d, bad_url);
     if (!d->node_id || !d->node_id[0] || strlen(d->node_id) >= SLUICE_NODE_ID_MAX)
         return fleet_fail(d, "sluice_fleet_desc.node_id is required, at most "
                              "SLUICE_NODE_ID_MAX-1 bytes");
@@ -539,6 +597,7 @@ static void fleet_beat(struct sluice_fleet *f)
         return;
     }
     atomic_store_explicit(&f->s_connected, 1u, SLUICE_RELAXED);
+    f->a_backoff_ms = 0; /* a whole beat went through: the next failure retries at once */
     if (!was_connected && f->a_ever_connected) {
         atomic_fetch_add_explicit(&f->s_reconnects, 1u, SLUICE_RELAXED);
         uint32_t limit = atomic_load_explicit(&f->published, SLUICE_RELAXED);
@@ -576,12 +635,12 @@ int sluice_fleet_create(const struct sluice_fleet_desc *desc, struct sluice_flee
     *out = NULL;
     if (desc && desc->error && desc->error_size)
         desc->error[0] = '\0';
-    struct sluice_fleet *f = mi_zalloc_aligned(sizeof *f, SLUICE_CACHELINE);
+    struct sluice_fleet *f = sluice__zalloc_aligned(sizeof *f, SLUICE_CACHELINE);
     if (!f)
         return SLUICE_ENOMEM;
     int status = fleet_configure(f, desc);
     if (status != SLUICE_OK) {
-        mi_free(f);
+        free(f);
         return status;
     }
     sluice_spinlock_init(&f->report_lock);
@@ -644,8 +703,8 @@ int sluice_fleet_clear_node(const char *redis_url, const char *node_id, char *er
     if (r)
         freeReplyObject(r);
     else if (error && error_size)
-        snprintf(error, error_size, "%s:%d did not answer (or refused the clear)", f->host,
-                 f->port);
+        snprintf(error, error_size, "%s:%d refused the clear or did not answer: %s", f->host,
+                 f->port, f->error);
     sluice_fleet_destroy(f);
     return r ? SLUICE_OK : SLUICE_EIO;
 }
@@ -705,5 +764,16 @@ void sluice_fleet_destroy(struct sluice_fleet *f)
     sluice__fleet_disconnect(f);
     pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
-    mi_free(f);
+    explicit_bzero(f->password, sizeof f->password);
+    free(f);
+}
+
+uint64_t sluice_fleet_last_error(struct sluice_fleet *f, char *buf, size_t size)
+{
+    pthread_mutex_lock(&f->mu);
+    uint64_t n = f->n_errors;
+    if (buf && size)
+        snprintf(buf, size, "%s", f->error);
+    pthread_mutex_unlock(&f->mu);
+    return n;
 }

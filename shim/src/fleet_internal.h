@@ -42,6 +42,9 @@ struct sluice_fleet {
     /* Configuration (immutable after create). */
     char host[256];
     int port;
+    char user[128];     /* ACL user for AUTH; "" = the default user */
+    char password[256]; /* "" = no AUTH; wiped at destroy */
+    int db;             /* SELECT after connecting; -1 = none (the server's 0) */
     char node[SLUICE_NODE_ID_MAX];
     char id[SLUICE_FLEET_ID_MAX];
     char key[KEY_COUNT][SLUICE_NODE_ID_MAX + 24];
@@ -71,10 +74,12 @@ struct sluice_fleet {
     struct sluice_pool *pool;
     pthread_t thread;
     bool started;
-    pthread_mutex_t mu; /* guards stop and clear_requests; cv wakes the agent early */
+    pthread_mutex_t mu; /* guards stop, clear_requests and the error; cv wakes the agent early */
     pthread_cond_t cv;
     bool stop;
     uint32_t clear_requests;
+    char error[256];   /* why the last Redis step failed, in the server's or hiredis's words */
+    uint64_t n_errors; /* failed Redis steps so far */
     redisContext *a_redis;
     int64_t a_retry_at_ms, a_backoff_ms;
     bool a_ever_connected;
@@ -94,9 +99,11 @@ extern const char sluice__fleet_lua_beat[], sluice__fleet_lua_report[], sluice__
     sluice__fleet_lua_leader[], sluice__fleet_lua_publish[], sluice__fleet_lua_clear[],
     sluice__fleet_lua_leave[];
 
-/* Connect unless the backoff says wait; false when not connected. */
+/* Connect (and AUTH, SELECT) unless the backoff says wait; false when not connected. */
 bool sluice__fleet_connect(struct sluice_fleet *f);
 void sluice__fleet_disconnect(struct sluice_fleet *f);
+/* A Redis step failed: keep `why`, drop the connection, back off before the next try. */
+void sluice__fleet_failed(struct sluice_fleet *f, const char *why);
 /* EVAL a script with `nkeys` of the fleet's keys; NULL (and disconnected) on any error. */
 redisReply *sluice__fleet_eval(struct sluice_fleet *f, const char *script,
                                const enum fleet_key *keys, int nkeys, const char *const *args,

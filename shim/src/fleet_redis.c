@@ -142,17 +142,37 @@ void sluice__fleet_disconnect(struct sluice_fleet *f)
     f->a_redis = NULL;
 }
 
-/* A plain command (the leader's store, and every EVAL); NULL and the
- * connection dropped on a transport or script error. The caller frees. */
+void sluice__fleet_failed(struct sluice_fleet *f, const char *why)
+{
+    pthread_mutex_lock(&f->mu);
+    snprintf(f->error, sizeof f->error, "%s", why && why[0] ? why : "unknown error");
+    f->n_errors++;
+    pthread_mutex_unlock(&f->mu);
+    sluice__fleet_disconnect(f);
+    /* One heartbeat, doubling to the ceiling; a beat that succeeds resets it (fleet.c).
+     * So a server that takes connections but refuses every command (no or a wrong
+     * password) is not reconnected at every beat. */
+    int64_t now = sluice_monotonic_ns() / SLUICE_NS_PER_MS;
+    f->a_backoff_ms = f->a_backoff_ms ? f->a_backoff_ms * 2 : f->heartbeat_ms;
+    if (f->a_backoff_ms > FLEET_BACKOFF_MAX_MS)
+        f->a_backoff_ms = FLEET_BACKOFF_MAX_MS;
+    f->a_retry_at_ms = now + f->a_backoff_ms;
+}
+
+/* A plain command (AUTH, SELECT, the leader's store, and every EVAL); NULL and
+ * sluice__fleet_failed with the server's own words on a transport or server error.
+ * The caller frees. */
 static redisReply *fleet_command(struct sluice_fleet *f, int argc, const char **argv)
 {
     if (!f->a_redis)
         return NULL;
     redisReply *r = redisCommandArgv(f->a_redis, argc, argv, NULL);
     if (!r || r->type == REDIS_REPLY_ERROR) {
+        char why[256];
+        snprintf(why, sizeof why, "%s: %s", argv[0], r ? r->str : f->a_redis->errstr);
         if (r)
             freeReplyObject(r);
-        sluice__fleet_disconnect(f);
+        sluice__fleet_failed(f, why);
         return NULL;
     }
     return r;
@@ -249,6 +269,40 @@ static int leader_store_clear(void *ctx, const char *node)
     return r ? SLUICE_OK : SLUICE_EIO;
 }
 
+/*
+ * AUTH [user] password, then SELECT db, as the URL asked; false (failed) on a refusal.
+ * With neither, a PING: a server that wants a password says so ("NOAUTH
+ * Authentication required."), where the first EVAL would get only "Protocol error:
+ * unauthenticated multibulk length" (a script is too long for an unauthenticated client).
+ */
+static bool fleet_login(struct sluice_fleet *f)
+{
+    redisReply *r = NULL;
+    if (!f->password[0] && f->db < 0) {
+        const char *ping[] = {"PING"};
+        if (!(r = fleet_command(f, 1, ping)))
+            return false;
+        freeReplyObject(r);
+    }
+    if (f->password[0]) {
+        const char *with_user[] = {"AUTH", f->user, f->password};
+        const char *without[] = {"AUTH", f->password};
+        r = f->user[0] ? fleet_command(f, 3, with_user) : fleet_command(f, 2, without);
+        if (!r)
+            return false;
+        freeReplyObject(r);
+    }
+    if (f->db >= 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", f->db);
+        const char *select[] = {"SELECT", db};
+        if (!(r = fleet_command(f, 2, select)))
+            return false;
+        freeReplyObject(r);
+    }
+    return true;
+}
+
 bool sluice__fleet_connect(struct sluice_fleet *f)
 {
     int64_t now = sluice_monotonic_ns() / SLUICE_NS_PER_MS;
@@ -256,17 +310,15 @@ bool sluice__fleet_connect(struct sluice_fleet *f)
         return false;
     redisContext *c = redisConnectWithTimeout(f->host, f->port, ms_timeval(f->heartbeat_ms));
     if (!c || c->err || redisSetTimeout(c, ms_timeval(f->heartbeat_ms)) != REDIS_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "connect: %s", c ? c->errstr : "out of memory");
         if (c)
             redisFree(c);
-        f->a_backoff_ms = f->a_backoff_ms ? f->a_backoff_ms * 2 : f->heartbeat_ms;
-        if (f->a_backoff_ms > FLEET_BACKOFF_MAX_MS)
-            f->a_backoff_ms = FLEET_BACKOFF_MAX_MS;
-        f->a_retry_at_ms = now + f->a_backoff_ms;
+        sluice__fleet_failed(f, why);
         return false;
     }
     f->a_redis = c;
-    f->a_backoff_ms = 0;
-    return true;
+    return fleet_login(f);
 }
 
 

@@ -21,7 +21,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <mimalloc.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -52,7 +51,7 @@ struct sf_target {
 };
 
 struct sluice_statefile {
-    char *path; /* mimalloc: the path as given (or the default); messages name it */
+    char *path; /* malloc: the path as given (or the default); messages name it */
     struct sf_target target; /* the current write's; under mu */
     struct sluice_clock wall;
     bool has_wall;
@@ -64,7 +63,7 @@ struct sluice_statefile {
     /* The writer thread and its queue, guarded by wmu (never held across I/O). */
     pthread_mutex_t wmu;
     pthread_cond_t work, landed;
-    struct sf_pending *pending; /* mimalloc; entries are never removed, so indices stay */
+    struct sf_pending *pending; /* malloc; entries are never removed, so indices stay */
     size_t n_pending, cap_pending, cursor;
     uint64_t seq;
     pthread_t writer;
@@ -86,7 +85,7 @@ static int sf_fail(struct sluice_statefile *f, int status, const char *fmt, ...)
 static char *sf_strdup(const char *s)
 {
     size_t n = strlen(s) + 1;
-    char *d = mi_malloc(n);
+    char *d = malloc(n);
     if (d)
         memcpy(d, s, n);
     return d;
@@ -144,12 +143,12 @@ int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluic
             SF_OPEN_FAIL("the default state file path is too long (set sluice_statefile_desc.path)");
     }
 #undef SF_OPEN_FAIL
-    struct sluice_statefile *f = mi_calloc(1, sizeof *f);
+    struct sluice_statefile *f = calloc(1, sizeof *f);
     if (!f)
         return SLUICE_ENOMEM;
     f->path = sf_strdup(path);
     if (!f->path) {
-        mi_free(f);
+        free(f);
         return SLUICE_ENOMEM;
     }
     if (d.wall_clock) {
@@ -183,9 +182,9 @@ void sluice_statefile_close(struct sluice_statefile *f)
         pthread_mutex_destroy(&f->wmu);
         pthread_mutex_destroy(&f->mu);
     }
-    mi_free(f->pending);
-    mi_free(f->path);
-    mi_free(f);
+    free(f->pending);
+    free(f->path);
+    free(f);
 }
 
 const char *sluice_statefile_path(const struct sluice_statefile *f)
@@ -235,7 +234,7 @@ static int sf_not_regular(struct sluice_statefile *f, const char *what, const st
 /* ---- reading and validating ---------------------------------------------------- */
 
 struct text {
-    char *p; /* mimalloc, NUL-terminated; NULL when the file does not exist */
+    char *p; /* malloc, NUL-terminated; NULL when the file does not exist */
     size_t len;
 };
 
@@ -266,7 +265,7 @@ static int sf_read(struct sluice_statefile *f, struct text *t)
                        "as empty and the next save rewrites it",
                        f->path, (long long)st.st_size, SLUICE_STATEFILE_MAX_BYTES);
     }
-    t->p = mi_malloc(cap);
+    t->p = malloc(cap);
     if (!t->p) {
         close(fd);
         return sf_fail(f, SLUICE_ENOMEM, "%s: out of memory reading it", f->path);
@@ -278,7 +277,7 @@ static int sf_read(struct sluice_statefile *f, struct text *t)
         if (n < 0) {
             int err = errno;
             close(fd);
-            mi_free(t->p);
+            free(t->p);
             t->p = NULL;
             return sf_fail(f, SLUICE_EIO, "%s: cannot read: %s", f->path, strerror(err));
         }
@@ -390,7 +389,7 @@ int sluice_statefile_load(struct sluice_statefile *f, const char *node, struct s
         status = sf_read(f, &t);
     if (status == SLUICE_OK && t.p) {
         status = sf_parse(f, &t, &root);
-        mi_free(t.p);
+        free(t.p);
     }
     json_t *entry = root ? json_object_get(json_object_get(root, "nodes"), node) : NULL;
     if (entry) {
@@ -417,7 +416,7 @@ int sluice_statefile_foreach(struct sluice_statefile *f,
     int status = sf_read(f, &t);
     if (status == SLUICE_OK && t.p) {
         status = sf_parse(f, &t, &root);
-        mi_free(t.p);
+        free(t.p);
     }
     pthread_mutex_unlock(&f->mu);
     const char *key;
@@ -501,7 +500,7 @@ static int scan_members(const char *s, size_t i, size_t n, struct member **out, 
         m.v1 = skip_value(s, m.v0, n);
         if (*count == cap) {
             cap = cap ? 2 * cap : 16;
-            struct member *grown = mi_realloc(*out, cap * sizeof *grown);
+            struct member *grown = realloc(*out, cap * sizeof *grown);
             if (!grown)
                 return SLUICE_ENOMEM;
             *out = grown;
@@ -539,7 +538,7 @@ static void out_put(struct out *o, const char *s, size_t n)
         size_t cap = o->cap ? o->cap : 1024;
         while (cap < o->len + n + 1)
             cap *= 2;
-        char *p = mi_realloc(o->p, cap);
+        char *p = realloc(o->p, cap);
         if (!p) {
             o->oom = true;
             return;
@@ -791,10 +790,10 @@ static int sf_rewrite(struct sluice_statefile *f, const char *node,
         else
             status = sf_write_atomic(f, o.p, o.len);
     }
-    mi_free(o.p);
-    mi_free(top);
-    mi_free(nodes);
-    mi_free(t.p);
+    free(o.p);
+    free(top);
+    free(nodes);
+    free(t.p);
     json_decref(root);
     return status;
 }
@@ -950,7 +949,7 @@ static struct sf_pending *sf_entry(struct sluice_statefile *f, const char *node,
         return NULL;
     if (f->n_pending == f->cap_pending) {
         size_t cap = f->cap_pending ? 2 * f->cap_pending : 8;
-        struct sf_pending *grown = mi_realloc(f->pending, cap * sizeof *grown);
+        struct sf_pending *grown = realloc(f->pending, cap * sizeof *grown);
         if (!grown)
             return NULL;
         f->pending = grown;

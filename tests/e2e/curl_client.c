@@ -295,11 +295,55 @@ CLIENT_TEST(the_request_carries_the_key_from_the_environment_the_model_and_the_r
     sluice_engine_destroy(e);
 }
 
+/* JSON strings are UTF-8: text that is not is the caller's mistake (EINVAL naming the
+ * field), not a failed allocation. */
+CLIENT_TEST(text_that_is_not_utf8_is_refused_with_einval_naming_the_field)
+{
+    static const char *const fields[] = {"model", "system", "prompt", "repair_prompt"};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        struct sluice_chat_desc d = {.model = "m", .prompt = "hi"};
+        const char *bad = i % 2 ? "caf\xc3" : "\xff\xfe";
+        if (i == 0)
+            d.model = bad;
+        else if (i == 1)
+            d.system = bad;
+        else if (i == 2)
+            d.prompt = bad;
+        else
+            d.repair_prompt = bad;
+        char err[256] = "untouched", expect[96];
+        d.error = err;
+        d.error_size = sizeof err;
+        snprintf(expect, sizeof expect, "sluice_chat_desc.%s is not valid UTF-8", fields[i]);
+        struct sluice_chat *chat = (struct sluice_chat *)1;
+        int status = sluice_chat_create(&d, &chat);
+        cr_assert_eq(status, SLUICE_EINVAL, "%s: %s", fields[i], sluice_status_name(status));
+        cr_assert_null(chat);
+        cr_assert(strstr(err, expect), "%s: \"%s\"", fields[i], err);
+    }
+    struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
+    cr_assert_eq(sluice_chat_set_repair(chat, "bad \x80 byte"), SLUICE_EINVAL);
+    cr_assert_eq(sluice_chat_set_repair(chat, "caf\xc3\xa9 is fine"), SLUICE_OK);
+    sluice_chat_destroy(chat);
+}
+
 CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval)
 {
     struct sluice_chat *chat = NULL;
-    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.prompt = "hi"}, &chat),
+    char err[256] = "untouched";
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.prompt = "hi",
+                                                               .error = err,
+                                                               .error_size = sizeof err},
+                                    &chat),
                  SLUICE_EINVAL);
+    cr_assert_null(chat);
+    cr_assert(strstr(err, "model is NULL (set sluice_chat_desc.model"), "\"%s\"", err);
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
+                                                               .error = err,
+                                                               .error_size = sizeof err},
+                                    &chat),
+                 SLUICE_EINVAL);
+    cr_assert(strstr(err, "prompt is NULL (set sluice_chat_desc.prompt"), "\"%s\"", err);
     chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
     struct sluice_engine *e = NULL;
     cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);

@@ -363,6 +363,63 @@ LOOP_TEST(submissions_past_max_requests_get_eagain_and_unknown_backends_einval)
     sluice_engine_destroy(e);
 }
 
+static void watch_nothing(void *ctx, curl_socket_t fd, int what)
+{
+    (void)ctx, (void)fd, (void)what;
+}
+
+static void timer_nothing(void *ctx, long timeout_ms)
+{
+    (void)ctx, (void)timeout_ms;
+}
+
+LOOP_TEST(a_bad_description_or_deadline_fails_with_einval_and_a_message_naming_the_field)
+{
+    struct sluice_engine *e = fx_engine(1, -1, NULL);
+    const struct {
+        struct sluice_curl_loop_desc d;
+        const char *expect;
+    } cases[] = {
+        {{.engine = NULL}, "engine is NULL"},
+        {{.engine = e, .watch = watch_nothing},
+         "watch is set but timer is NULL (the embedder's-loop mode needs both; leave both NULL "
+         "for the loop's own thread)"},
+        {{.engine = e, .timer = timer_nothing}, "timer is set but watch is NULL"},
+        {{.engine = e, .max_requests = SLUICE_CURL_LOOP_REQUESTS_MAX + 1},
+         "max_requests = 1048577 is above SLUICE_CURL_LOOP_REQUESTS_MAX (1048576)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[256] = "untouched";
+        struct sluice_curl_loop_desc d = cases[i].d;
+        d.error = err;
+        d.error_size = sizeof err;
+        struct sluice_curl_loop *loop = (struct sluice_curl_loop *)1;
+        cr_assert_eq(sluice_curl_loop_create(&d, &loop), SLUICE_EINVAL, "case %zu", i);
+        cr_assert_null(loop);
+        cr_assert(strstr(err, cases[i].expect), "case %zu: \"%s\" lacks \"%s\"", i, err,
+                  cases[i].expect);
+    }
+    /* A request's deadline that is not normalised completes EINVAL, saying why. */
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    struct req q;
+    req_init(&q, &t);
+    struct timespec denormal = {.tv_sec = 1, .tv_nsec = -5};
+    struct sluice_curl_request rq = req_of(&q, false);
+    rq.deadline = &denormal;
+    cr_assert_eq(sluice_curl_loop_submit(loop, &rq, NULL), SLUICE_OK);
+    wait_done(&t, 1, 5000);
+    cr_assert_eq(q.r.status, SLUICE_EINVAL, "%s", sluice_status_name(q.r.status));
+    cr_assert(strstr(q.r.error, "deadline is not normalised: tv_nsec = -5"), "\"%s\"",
+              q.r.error);
+    cr_assert_not(q.r.transferred);
+    sluice_curl_loop_destroy(loop);
+    curl_easy_cleanup(q.easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
 /* ---- cancel, deadline, Retry-After ------------------------------------------------------- */
 
 LOOP_TEST(cancel_by_id_aborts_a_transfer_within_50_ms_and_frees_the_provider_slot)
@@ -472,6 +529,49 @@ LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
     sluice_curl_loop_destroy(loop);
     curl_easy_cleanup(transferring.easy);
     curl_easy_cleanup(waiting.easy);
+    sluice_engine_destroy(e);
+}
+
+/* The loop reads a request's deadline long after submit returned (at the permit, when the
+ * transfer ends): it must be the value at submit, whatever becomes of the caller's timespec. */
+LOOP_TEST(a_deadline_is_the_value_at_submit_whatever_becomes_of_the_callers_timespec)
+{
+    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
+                          "800",    "--sigma", "0",     NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    struct tracker t;
+    tracker_init(&t);
+    struct req reused, freed;
+    req_init(&reused, &t);
+    req_init(&freed, &t);
+    /* One timespec the submitter reuses at once (a later deadline), one it frees (ASan). */
+    struct timespec on_stack;
+    struct sluice_curl_request r1 = req_of(&reused, false);
+    r1.deadline = sluice_deadline_in(&on_stack, 150 * SLUICE_NS_PER_MS);
+    cr_assert_eq(sluice_curl_loop_submit(loop, &r1, NULL), SLUICE_OK);
+    sluice_deadline_in(&on_stack, 60 * SLUICE_NS_PER_SEC);
+    struct timespec *on_heap = malloc(sizeof *on_heap);
+    cr_assert_not_null(on_heap);
+    struct sluice_curl_request r2 = req_of(&freed, false);
+    r2.deadline = sluice_deadline_in(on_heap, 150 * SLUICE_NS_PER_MS);
+    cr_assert_eq(sluice_curl_loop_submit(loop, &r2, NULL), SLUICE_OK);
+    free(on_heap);
+    wait_done(&t, 2, 5000);
+    struct req *both[] = {&reused, &freed};
+    for (int i = 0; i < 2; i++) {
+        /* The simulator answers after 800 ms: only the 150 ms deadline ends it early. */
+        cr_assert_eq(both[i]->r.status, SLUICE_ETIMEDOUT, "request %d: %s", i,
+                     sluice_status_name(both[i]->r.status));
+        cr_assert_eq(both[i]->r.kind, SLUICE_CURL_ABORTED, "request %d: %s", i,
+                     sluice_curl_kind_name(both[i]->r.kind));
+        cr_assert(both[i]->r.transferred, "request %d never started", i);
+    }
+    fx_assert_idle(e);
+    sluice_curl_loop_destroy(loop);
+    curl_easy_cleanup(reused.easy);
+    curl_easy_cleanup(freed.easy);
     sluice_engine_destroy(e);
 }
 

@@ -338,6 +338,53 @@ PERFORM_TEST(a_full_pool_rejects_at_once_and_never_starts_the_transfer)
     sluice_engine_destroy(e);
 }
 
+/* Bad arguments: SLUICE_EINVAL with result.error naming what to fix, before admission (the
+ * pool keeps its whole capacity), and no transfer. */
+PERFORM_TEST(bad_arguments_fail_with_einval_and_a_message_naming_what_to_fix)
+{
+    struct sluice_engine *e = fx_engine(1, 0, NULL);
+    CURL *easy = fx_easy_url("http://127.0.0.1:1/");
+    struct sluice_curl_result r;
+    struct timespec denormal = {.tv_sec = 1, .tv_nsec = SLUICE_NS_PER_SEC};
+    struct timespec negative = {.tv_sec = 1, .tv_nsec = -1};
+    const struct {
+        const char *backend;
+        CURL *easy;
+        const struct timespec *deadline;
+        const char *expect;
+    } cases[] = {
+        {"nobody", easy, NULL,
+         "backend \"nobody\" is not registered in the engine (register it in "
+         "sluice_engine_desc.backends, or pass NULL for the endpoint-only backend)"},
+        {FX_BACKEND, NULL, NULL, "easy is NULL"},
+        {FX_BACKEND, easy, &denormal,
+         "deadline is not normalised: tv_nsec = 1000000000 is outside [0, 999999999]"},
+        {FX_BACKEND, easy, &negative, "deadline is not normalised: tv_nsec = -1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        memset(&r, 0xA5, sizeof r);
+        int status = sluice_curl_perform(e, cases[i].backend, cases[i].easy, cases[i].deadline,
+                                         NULL, &r);
+        cr_assert_eq(status, SLUICE_EINVAL, "case %zu: %s", i, sluice_status_name(status));
+        cr_assert(strstr(r.error, cases[i].expect), "case %zu: \"%s\" lacks \"%s\"", i,
+                  r.error, cases[i].expect);
+        cr_assert_not(r.transferred);
+        cr_assert_eq(fx_counts(e).admitted, 0, "case %zu kept an admission", i);
+    }
+    cr_assert_eq(sluice_curl_perform(NULL, FX_BACKEND, easy, NULL, NULL, &r), SLUICE_EINVAL);
+    cr_assert(strstr(r.error, "engine is NULL"), "\"%s\"", r.error);
+    /* The transfer alone (the chat client's path) says the same of a deadline. */
+    struct sluice_curl_call call = {.easy = easy, .deadline = &denormal};
+    cr_assert_eq(sluice_curl_transfer(&call, &r), SLUICE_EINVAL);
+    cr_assert(strstr(r.error, "tv_nsec = 1000000000"), "\"%s\"", r.error);
+    /* A good call has no message. */
+    cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy, NULL, NULL, &r), SLUICE_EIO);
+    cr_assert_str_empty(r.error);
+    curl_easy_cleanup(easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
 /* A loopback port nothing listens on: bind an ephemeral one, then close it. */
 static int dead_port(void)
 {

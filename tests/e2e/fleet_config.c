@@ -51,6 +51,22 @@ FLEET_TEST(bad_descriptions_are_refused_with_the_field_named)
     EXPECT_REFUSED("sluice_fleet_desc.holder_ttl_beats", d.holder_ttl_beats = 1);
     EXPECT_REFUSED("sluice_fleet_desc.min_limit", d.min_limit = 9; d.max_limit = 4);
     EXPECT_REFUSED("sluice_fleet_desc.floor", d.floor = 20; d.max_limit = 10);
+    EXPECT_REFUSED("rediss:// (TLS) is not supported: this hiredis is built without TLS",
+                   d.redis_url = "rediss://127.0.0.1:6379");
+    EXPECT_REFUSED("scheme other than redis://", d.redis_url = "http://127.0.0.1:6379");
+    EXPECT_REFUSED("must be USER:PASSWORD or :PASSWORD", d.redis_url = "redis://pw@host:6379");
+    EXPECT_REFUSED("must be USER:PASSWORD or :PASSWORD", d.redis_url = "redis://u:@host:6379");
+    EXPECT_REFUSED("must be USER:PASSWORD or :PASSWORD", d.redis_url = "redis://:a%zz@host");
+    EXPECT_REFUSED("the database after '/' must be a number", d.redis_url = "redis://host:1/x");
+    EXPECT_REFUSED("with a port in [1, 65535]", d.redis_url = "redis://:pw@host:0/1");
+    static const char *const good[] = {"redis://:s3cret@host:6379", "redis://user:p%40ss@host/2",
+                                       "host:6379", "redis://host/"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char msg[256] = "x";
+        cr_expect_eq(try_create((struct sluice_fleet_desc){.redis_url = good[i], .node_id = "n"},
+                                msg, sizeof msg),
+                     SLUICE_OK, "%s: %s", good[i], msg);
+    }
     char err[256] = "x";
     cr_expect_eq(try_create((struct sluice_fleet_desc){.redis_url = "redis://localhost",
                                                        .node_id = "n"},
@@ -97,6 +113,109 @@ FLEET_TEST(a_redis_that_does_not_answer_means_the_fallback_and_an_event)
     sluice_pool_leave(pool);
     sluice_fleet_destroy(f);
     sluice_pool_destroy(pool);
+}
+
+/* ---- authentication ------------------------------------------------------------ */
+
+/* The test's server asks for a password, and knows an ACL user whose password needs
+ * percent-encoding in a URL. */
+static void require_auth(void)
+{
+    freeReplyObject(rfx_cmd("CONFIG SET requirepass %s", "s3cret"));
+    freeReplyObject(rfx_cmd("ACL SETUSER fleetuser on >p@ss:w/rd ~* &* +@all"));
+}
+
+static long long connections_received(void)
+{
+    redisReply *r = rfx_cmd("INFO stats");
+    const char *at = r->type == REDIS_REPLY_STRING
+                         ? strstr(r->str, "total_connections_received:")
+                         : NULL;
+    cr_assert_not_null(at, "INFO stats has no total_connections_received");
+    long long n = strtoll(at + strlen("total_connections_received:"), NULL, 10);
+    freeReplyObject(r);
+    return n;
+}
+
+static bool fleet_connected(struct sluice_fleet *f)
+{
+    struct sluice_fleet_status st;
+    sluice_fleet_snapshot(f, &st);
+    return st.connected;
+}
+
+FLEET_TEST(a_password_or_an_acl_user_in_the_url_authenticates_and_selects_the_database)
+{
+    rfx_start();
+    require_auth();
+    char url[128];
+    snprintf(url, sizeof url, "redis://:s3cret@127.0.0.1:%d/3", rfx.port);
+    struct sluice_pool *pool;
+    struct sluice_fleet *f = rfx_join(
+        &(struct sluice_fleet_desc){.redis_url = url, .node_id = RFX_NODE, .heartbeat_ms = 20},
+        &pool);
+    char err[256];
+    cr_assert(RFX_WAIT_UNTIL(fleet_connected(f), 3000), "never connected: %s",
+              (sluice_fleet_last_error(f, err, sizeof err), err));
+    /* Its keys are in database 3, not 0. */
+    freeReplyObject(rfx_cmd("SELECT 3"));
+    cr_assert_eq(rfx_int("ZCARD %s", rfx_key("holders")), 1, "not registered in db 3");
+    freeReplyObject(rfx_cmd("SELECT 0"));
+    cr_assert_eq(rfx_int("ZCARD %s", rfx_key("holders")), 0, "registered in db 0");
+    cr_assert_eq(sluice_fleet_last_error(f, err, sizeof err), 0, "an error: %s", err);
+    sluice_fleet_destroy(f);
+    sluice_pool_destroy(pool);
+    /* An ACL user, its password percent-encoded; the clear from outside logs in too. */
+    snprintf(url, sizeof url, "redis://fleetuser:p%%40ss%%3Aw%%2Frd@127.0.0.1:%d", rfx.port);
+    f = rfx_join(
+        &(struct sluice_fleet_desc){.redis_url = url, .node_id = RFX_NODE, .heartbeat_ms = 20},
+        &pool);
+    cr_assert(RFX_WAIT_UNTIL(fleet_connected(f), 3000), "never connected as fleetuser: %s",
+              (sluice_fleet_last_error(f, err, sizeof err), err));
+    cr_assert_eq(sluice_fleet_clear_node(url, RFX_NODE, err, sizeof err), SLUICE_OK, "%s", err);
+    sluice_fleet_destroy(f);
+    sluice_pool_destroy(pool);
+}
+
+/* No password, or a wrong one: the fleet falls back (one event), says why in the server's
+ * words, and does not open a connection at every beat. */
+FLEET_TEST(a_refused_login_is_reported_in_the_servers_words_and_retried_with_backoff)
+{
+    rfx_start();
+    require_auth();
+    static const struct {
+        const char *userinfo, *words;
+    } cases[] = {{"", "PING: NOAUTH Authentication required"},
+                 {":wrong@", "AUTH: WRONGPASS invalid username-password pair"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        static _Atomic int events;
+        atomic_store(&events, 0);
+        char url[128], err[256];
+        snprintf(url, sizeof url, "redis://%s127.0.0.1:%d", cases[i].userinfo, rfx.port);
+        long long before = connections_received();
+        struct sluice_pool *pool;
+        struct sluice_fleet *f = rfx_join(&(struct sluice_fleet_desc){.redis_url = url,
+                                                                      .node_id = RFX_NODE,
+                                                                      .heartbeat_ms = 20,
+                                                                      .on_event = count_event,
+                                                                      .on_event_ctx = &events},
+                                          &pool);
+        struct sluice_fleet_status st;
+        cr_assert(RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.beats >= 40), 5000));
+        long long made = connections_received() - before;
+        cr_assert_not(st.connected);
+        cr_assert_gt(sluice_fleet_last_error(f, err, sizeof err), 0);
+        cr_assert(strstr(err, cases[i].words), "case %zu: \"%s\"", i, err);
+        cr_assert_null(strstr(err, "wrong"), "the password is in the message: %s", err);
+        /* Backoff from one beat doubling: ~6 tries in 40 beats, not 40. */
+        cr_assert_leq(made, 10, "case %zu: %lld connections in %llu beats", i, made,
+                      (unsigned long long)st.beats);
+        cr_assert_eq(atomic_load(&events), 1, "one store event for the refusal, not one per try");
+        sluice_fleet_destroy(f);
+        sluice_pool_destroy(pool);
+        cr_assert_eq(sluice_fleet_clear_node(url, RFX_NODE, err, sizeof err), SLUICE_EIO);
+        cr_assert(strstr(err, cases[i].words), "clear_node: \"%s\"", err);
+    }
 }
 
 /* ---- the permit script against a real server ------------------------------------ */

@@ -21,6 +21,8 @@
 #include "e2e/curl_fixture.h"
 #include "run_fixtures.h"
 
+#include <sluice/client.h>
+
 /* ---- the raw server -------------------------------------------------------------- */
 
 enum raw_script {
@@ -29,6 +31,8 @@ enum raw_script {
     RAW_STALL_BODY,     /* headers promise 1000 bytes, 10 come, then nothing */
     RAW_RESET_MID_BODY, /* headers promise 1000 bytes, 100 come, then RST */
     RAW_429,            /* 429 with Retry-After: raw.retry_after */
+    RAW_ENDLESS,        /* 200, chunked, a body that never ends (no length) */
+    RAW_HUGE_LENGTH,    /* 200 whose Content-Length says 1 TiB, then bytes without end */
 };
 
 #define RAW_CONNS 64
@@ -38,6 +42,7 @@ struct raw_server {
     pthread_t acceptor;
     bool running;
     _Atomic(int) stop, script, requests;
+    _Atomic(long long) endless_sent; /* body bytes the endless scripts got out */
     char retry_after[160]; /* written only while no request is in flight */
     pthread_mutex_t mu;
     int conn_fd[RAW_CONNS];
@@ -106,6 +111,23 @@ static void raw_hold(int fd)
     }
 }
 
+/* Body bytes, as fast as the client takes them, until it leaves or we stop. */
+static void raw_send_forever(int fd, bool chunked)
+{
+    static char block[1 << 16];
+    memset(block, 'x', sizeof block);
+    char head[16];
+    snprintf(head, sizeof head, "%zx\r\n", sizeof block);
+    while (!atomic_load(&raw.stop)) {
+        if (chunked && send(fd, head, strlen(head), MSG_NOSIGNAL) <= 0)
+            return;
+        ssize_t n = send(fd, block, sizeof block, MSG_NOSIGNAL);
+        if (n <= 0 || (chunked && send(fd, "\r\n", 2, MSG_NOSIGNAL) <= 0))
+            return;
+        atomic_fetch_add(&raw.endless_sent, (long long)n);
+    }
+}
+
 static void *raw_conn_main(void *arg)
 {
     int slot = (int)(intptr_t)arg;
@@ -131,6 +153,16 @@ static void *raw_conn_main(void *arg)
             continue;
         case RAW_SILENT:
             raw_hold(fd);
+            return NULL;
+        case RAW_ENDLESS:
+            raw_send(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         "Transfer-Encoding: chunked\r\n\r\n");
+            raw_send_forever(fd, true);
+            return NULL;
+        case RAW_HUGE_LENGTH:
+            raw_send(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                         "Content-Length: 1099511627776\r\n\r\n");
+            raw_send_forever(fd, false);
             return NULL;
         case RAW_STALL_BODY:
             raw_send(fd, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789");
@@ -314,6 +346,55 @@ HOSTILE_TEST(a_body_that_never_finishes_ends_at_the_deadline_or_the_curl_timeout
     curl_easy_cleanup(easy);
     assert_recovered(e, raw_easy);
     sluice_engine_destroy(e);
+}
+
+/* The chat client keeps at most SLUICE_CHAT_REPLY_MAX bytes of a body: past it the
+ * transfer ends (no deadline needed), SLUICE_EIO with a message; a Content-Length above
+ * the cap is refused before the body is read. The 20 s deadline only bounds a failure. */
+static void chat_against_raw(enum raw_script script)
+{
+    raw_start(script);
+    struct sluice_engine *e = fx_engine(2, 1, NULL);
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/v1", raw.port);
+    struct sluice_chat *chat = NULL;
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.base_url = base, .model = "m",
+                                                               .prompt = "hi"},
+                                    &chat),
+                 SLUICE_OK);
+    struct timespec dl = deadline_in(20 * SLUICE_NS_PER_SEC);
+    struct sluice_run_result rr;
+    int status = sluice_run(e,
+                            &(struct sluice_run_desc){.backend = FX_BACKEND,
+                                                      .ops = &sluice_chat_ops,
+                                                      .ctx = chat,
+                                                      .deadline = &dl},
+                            &rr);
+    const struct sluice_curl_result *cr = sluice_chat_result(chat);
+    cr_assert_eq(status, SLUICE_ECLIENT, "run: %s", sluice_status_name(status));
+    cr_assert_eq(rr.client_status, SLUICE_EIO, "client: %s (curl %d)",
+                 sluice_status_name(rr.client_status), (int)cr->curl_code);
+    cr_assert(strstr(cr->error, "SLUICE_CHAT_REPLY_MAX"), "message: \"%s\"", cr->error);
+    cr_assert_eq(cr->outcome, SLUICE_OUTCOME_IGNORE, "a big body says nothing about capacity");
+    if (script == RAW_HUGE_LENGTH)
+        cr_assert_eq(cr->curl_code, CURLE_FILESIZE_EXCEEDED, "curl %d: read before refusing",
+                     (int)cr->curl_code);
+    /* The client stopped reading: what got out is the cap plus what socket buffers hold. */
+    long long sent = atomic_load(&raw.endless_sent);
+    cr_assert_lt(sent, 2LL * SLUICE_CHAT_REPLY_MAX, "%lld bytes sent", sent);
+    sluice_chat_destroy(chat);
+    assert_recovered(e, raw_easy);
+    sluice_engine_destroy(e);
+}
+
+HOSTILE_TEST(an_endless_body_ends_the_chat_generation_at_the_reply_cap)
+{
+    chat_against_raw(RAW_ENDLESS);
+}
+
+HOSTILE_TEST(a_content_length_above_the_reply_cap_is_refused_before_the_body)
+{
+    chat_against_raw(RAW_HUGE_LENGTH);
 }
 
 struct loop_done {

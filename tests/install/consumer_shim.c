@@ -1,11 +1,47 @@
 /* An embedder of the shim: an adaptive backend persisted in a state file,
  * and one blocking request through sluice_curl_perform. Nothing listens on
- * 127.0.0.1:1, so the request must come back as a transport failure. */
+ * 127.0.0.1:1, so the request must come back as a transport failure. And
+ * linking the shim the documented way leaves the process's allocator alone:
+ * malloc, as this program and every library it loads resolve it, is libc's. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <sluice/curl.h>
 #include <sluice/sluice.h>
 #include <sluice/statefile.h>
+
+/* The object `fn` lives in. */
+static const char *defined_in(void *fn)
+{
+    Dl_info info;
+    return fn && dladdr(fn, &info) && info.dli_fname ? info.dli_fname : "(unknown)";
+}
+
+/* malloc as this program calls it and as the dynamic linker binds it for libraries. Under
+ * a sanitizer its allocator is malloc (in its runtime or the program); else it is libc. */
+static int malloc_is_the_hosts(void)
+{
+    void *(*volatile mine)(size_t) = malloc;
+    const char *objects[] = {defined_in((void *)mine), defined_in(dlsym(RTLD_DEFAULT, "malloc"))};
+    for (int i = 0; i < 2; i++) {
+        const char *base = strrchr(objects[i], '/') ? strrchr(objects[i], '/') + 1 : objects[i];
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+        int ok = strstr(base, "mimalloc") == NULL;
+#else
+        int ok = strncmp(base, "libc.so", 7) == 0;
+#endif
+        if (!ok) {
+            fprintf(stderr, "consumer_shim: malloc resolves to %s, not libc: linking the shim "
+                            "replaced the process's allocator\n",
+                    objects[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
 
 int main(int argc, char **argv)
 {
@@ -13,6 +49,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: consumer_shim STATE_FILE\n");
         return 2;
     }
+    if (!malloc_is_the_hosts())
+        return 1;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     struct sluice_statefile *state;
     if (sluice_statefile_open(&(struct sluice_statefile_desc){.path = argv[1]}, &state) != SLUICE_OK)

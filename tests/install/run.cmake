@@ -2,7 +2,7 @@
 # it twice: once with find_package(sluice), once with pkg-config (sluice and
 # sluice-shim), and run what was built.
 #   -DBUILD_DIR=<sluice build> -DSOURCE_DIR=<tests/install> -DWORK_DIR=<scratch>
-#   -DWITH_SHIM=ON|OFF -DLIBDIR=<CMAKE_INSTALL_LIBDIR> -DDATADIR=<CMAKE_INSTALL_DATADIR>
+#   -DWITH_SHIM=ON|OFF -DLIBDIR=<CMAKE_INSTALL_LIBDIR>
 #   -DC_FLAGS=<CMAKE_C_FLAGS> -DLINK_FLAGS=<CMAKE_EXE_LINKER_FLAGS>
 # The consumers build with the build's own flags: a sanitizer build installs a
 # sanitized libsluice-shim, which only links into sanitized programs.
@@ -28,13 +28,19 @@ if(WITH_SHIM)
   run(${WORK_DIR}/consumer/consumer_shim ${WORK_DIR}/state-cmake.json)
 endif()
 
-# pkg-config: what a Makefile-based embedder would use.
-set(ENV{PKG_CONFIG_PATH} "${prefix}/${DATADIR}/pkgconfig:${prefix}/${LIBDIR}/pkgconfig")
+# pkg-config: what a Makefile-based embedder would use, with the one path the
+# README gives (every sluice .pc is in $prefix/LIBDIR/pkgconfig).
+set(ENV{PKG_CONFIG_PATH} "${prefix}/${LIBDIR}/pkgconfig")
 function(pkg_flags module out)
   execute_process(COMMAND pkg-config --cflags --libs ${module} OUTPUT_VARIABLE flags
     RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "pkg-config cannot use ${module} from $ENV{PKG_CONFIG_PATH}: ${err}")
+  endif()
+  # A consumer's compiler defines its own architecture macros; ck.pc's -D__x86_64__
+  # must not reach it through sluice.
+  if(flags MATCHES "-D__")
+    message(FATAL_ERROR "pkg-config ${module} defines a reserved macro: ${flags}")
   endif()
   separate_arguments(flags UNIX_COMMAND "${C_FLAGS} ${flags} ${LINK_FLAGS}")
   set(${out} ${flags} PARENT_SCOPE)

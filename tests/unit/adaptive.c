@@ -1106,7 +1106,10 @@ Test(adaptive, invalid_discovery_configuration_fails_naming_the_field)
                           "discovery may allow (set backends[1].active)");
     CASE(disc.max_limit = 17, "backends[1].discovery.max_limit = 17 is above backends[1].active");
     CASE(disc.min_limit = 20, "backends[1].discovery.min_limit exceeds max_limit");
-    CASE(disc.jumpstart = 40, "backends[1].discovery.jumpstart must lie within");
+    CASE(disc.jumpstart = 40, "backends[1].discovery.jumpstart = 40 must lie within "
+                              "[min_limit, max_limit] = [1, 16]");
+    CASE((disc.jumpstart = 2, disc.min_limit = 3, disc.max_limit = 9),
+         "backends[1].discovery.jumpstart = 2 must lie within [min_limit, max_limit] = [3, 9]");
     CASE(disc.window_tail = -1, "backends[1].discovery.window_tail must be positive");
     CASE(disc.lock_ttl_s = -5, "backends[1].discovery.lock_ttl_s must be in [0, SLUICE_DISCOVERY_TTL_MAX_S]");
     CASE(disc.store = &no_clear, "backends[1].discovery.store needs load, save and clear");

@@ -73,6 +73,46 @@ Test(engine, builtin_openrouter_is_present_next_to_consumer_backends)
     sluice_engine_destroy(e);
 }
 
+/* An engine that asks for no built-in backend shows none: every status view (admin page,
+ * metrics, sluicectl) walks sluice_engine_backend_count/_at, and lookups do not find it. */
+Test(engine, omit_openrouter_leaves_the_builtin_out_of_the_engine)
+{
+    struct sluice_backend_desc b[] = {{.id = "local", .active = 2}};
+    for (size_t n = 0; n <= 1; n++) {
+        struct sluice_engine *e = NULL;
+        char err[256];
+        struct sluice_engine_desc d = {.backends = n ? b : NULL, .n_backends = n,
+                                       .omit_openrouter = true, .error = err,
+                                       .error_size = sizeof err};
+        cr_assert_eq(sluice_engine_create(&d, &e), SLUICE_OK, "%s", err);
+        cr_assert_eq(sluice_engine_backend_count(e), n, "%zu backends", n);
+        cr_assert_null(sluice_engine_find(e, SLUICE_OPENROUTER_ID));
+        for (size_t i = 0; i < sluice_engine_backend_count(e); i++)
+            cr_assert_str_neq(sluice_engine_backend_id(e, i), SLUICE_OPENROUTER_ID);
+        struct sluice_discovery_status st;
+        cr_assert_eq(sluice_engine_status(e, SLUICE_OPENROUTER_ID, &st), SLUICE_EINVAL);
+        cr_assert_eq(counts(e, NULL).active, 0, "the endpoint-only backend stays");
+        if (n)
+            cr_assert_eq(counts(e, "local").active, 2);
+        sluice_engine_destroy(e);
+    }
+    /* A consumer "openrouter" is still a backend like any other. */
+    struct sluice_backend_desc mine[] = {{.id = SLUICE_OPENROUTER_ID, .active = 3}};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = mine,
+                                                                   .n_backends = 1,
+                                                                   .omit_openrouter = true},
+                                      &e),
+                 SLUICE_OK);
+    cr_assert_eq(sluice_engine_backend_count(e), 1);
+    cr_assert_eq(counts(e, SLUICE_OPENROUTER_ID).active, 3);
+    sluice_engine_destroy(e);
+    /* Without consumer backends it still leaks nothing on any allocation failure. */
+    struct sluice_engine_desc none = {.omit_openrouter = true};
+    assert_allocation_failures_leak_nothing(&(struct alloc_failure_case){
+        .desc = &none, .create = engine_create_with, .destroy = engine_destroy_any});
+}
+
 Test(engine, a_consumer_openrouter_registration_replaces_the_builtin)
 {
     struct sluice_backend_desc b[] = {{.id = "openrouter", .active = 4, .waiting = SLUICE_SOME(2),

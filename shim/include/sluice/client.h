@@ -33,6 +33,10 @@
  * (SLUICE_EIO, SLUICE_ETIMEDOUT, SLUICE_ECANCELED, SLUICE_ENOMEM), SLUICE_EIO
  * for a non-2xx answer or a 2xx body without choices[0].message.content
  * (sluice_chat_result says which), SLUICE_EINVAL when there is no URL.
+ * A response body longer than SLUICE_CHAT_REPLY_MAX ends the transfer as
+ * soon as it passes the cap (a Content-Length above it before the body is
+ * read), with SLUICE_EIO, sample IGNORE, and sluice_chat_result's `error`
+ * saying so: an endless body never holds the run's permit.
  *
  * The API key: from the description, else the environment variable
  * SLUICE_API_KEY, else OPENROUTER_API_KEY; sent only as the Authorization
@@ -40,7 +44,7 @@
  * when the chat is destroyed.
  *
  * Threads: one chat is one conversation: use it from one run at a time.
- * Different chats are independent. Memory comes from mimalloc.
+ * Different chats are independent. Memory comes from the process's malloc.
  */
 #ifndef SLUICE_CLIENT_H
 #define SLUICE_CLIENT_H
@@ -54,7 +58,7 @@ extern "C" {
 
 #define SLUICE_CHAT_API_KEY_ENV "SLUICE_API_KEY"
 #define SLUICE_CHAT_API_KEY_ENV_OPENROUTER "OPENROUTER_API_KEY"
-#define SLUICE_CHAT_REPLY_MAX (16u << 20) /* bytes of response body kept */
+#define SLUICE_CHAT_REPLY_MAX (16u << 20) /* bytes of response body read, at most */
 
 struct sluice_chat;
 
@@ -74,9 +78,14 @@ struct sluice_chat_desc {
     int (*validate)(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair);
     void *validate_ctx;
     int64_t retry_after_max_ns; /* Retry-After clamp (default: 60 s) */
+    char *error;                /* receives a message naming the field when create fails
+                                   (default: NULL = no message); "" on success */
+    size_t error_size;          /* bytes at error, NUL included (default: 0) */
 };
 
-/* Copies everything it needs. SLUICE_OK, SLUICE_EINVAL (no model or prompt), SLUICE_ENOMEM. */
+/* Copies everything it needs. SLUICE_OK, SLUICE_EINVAL (no model or prompt, or a model,
+ * system, prompt or repair_prompt that is not UTF-8, which JSON strings must be:
+ * desc->error names the field), SLUICE_ENOMEM. */
 int sluice_chat_create(const struct sluice_chat_desc *desc, struct sluice_chat **out);
 void sluice_chat_destroy(struct sluice_chat *chat);
 
@@ -89,7 +98,8 @@ const char *sluice_chat_reply(const struct sluice_chat *chat);
 /* The last generation's transport result (HTTP status, kind, Retry-After, rate limits). */
 const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *chat);
 
-/* The repair message for the next repair only (copied); NULL = the description's. */
+/* The repair message for the next repair only (copied); NULL = the description's.
+ * SLUICE_OK, SLUICE_EINVAL (message is not UTF-8; the chat is unchanged), SLUICE_ENOMEM. */
 int sluice_chat_set_repair(struct sluice_chat *chat, const char *message);
 
 #ifdef __cplusplus

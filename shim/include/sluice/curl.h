@@ -170,6 +170,9 @@ struct sluice_curl_response {
                                    SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS) */
 };
 
+/* Bytes of sluice_curl_result.error, NUL included (a longer message is cut). */
+#define SLUICE_CURL_ERROR_MAX 160
+
 /* What a call returned; the same struct for the blocking call and the loop. */
 struct sluice_curl_result {
     int status;                  /* what the call returned (see sluice_curl_perform) */
@@ -191,6 +194,10 @@ struct sluice_curl_result {
     bool refused_late;           /* SLUICE_ETIMEDOUT before any transfer: the permit came with
                                     less of the deadline left than the backend's expected
                                     service time (sluice/pool.h's start rule) */
+    char error[SLUICE_CURL_ERROR_MAX]; /* when sluice itself refused or ended the call
+                                          (an argument's SLUICE_EINVAL, the chat client's
+                                          reply cap): why, naming what to fix; "" otherwise
+                                          (libcurl's own failures are in curl_code) */
 };
 
 /*
@@ -205,7 +212,8 @@ enum sluice_curl_kind sluice_curl_classify(const struct sluice_curl_response *re
 
 /* ---- the blocking call ------------------------------------------------------- */
 
-/* Everything a call takes besides the engine; zero = default throughout. */
+/* Everything a call takes besides the engine; zero = default throughout. Read during the
+ * call only: nothing it points at is kept once the call returns. */
 struct sluice_curl_call {
     const char *backend;             /* backend ID (default: NULL = endpoint-only, unlimited) */
     CURL *easy;                      /* the request, fully set up (required) */
@@ -239,7 +247,9 @@ struct sluice_curl_call {
  *   SLUICE_ETIMEDOUT  the deadline passed, waiting or transferring;
  *   SLUICE_ECANCELED  the token fired (or the chained xferinfo aborted);
  *   SLUICE_ECAPACITY, SLUICE_ECLOSED  not admitted (nothing else happened);
- *   SLUICE_EINVAL     unknown backend, no easy handle, or an easy handle
+ *   SLUICE_EINVAL     unknown backend, no easy handle, a deadline that is
+ *                     not normalised (all three before admission, with
+ *                     result->error naming what to fix), or an easy handle
  *                     already in use by another multi handle;
  *   SLUICE_ENOMEM     libcurl could not allocate.
  */
@@ -275,14 +285,24 @@ struct sluice_curl_loop;
 typedef void (*sluice_curl_done_fn)(const struct sluice_curl_result *result, CURL *easy,
                                     void *data);
 
+/*
+ * A submission. Lifetimes: submit copies the struct, the deadline's value
+ * and nothing else it points at; what the loop keeps a pointer to past
+ * submit is marked "kept" below.
+ */
 struct sluice_curl_request {
-    const char *backend;             /* backend ID (default: NULL = endpoint-only, unlimited) */
-    CURL *easy;                      /* required; the loop's until `done` runs */
-    const struct timespec *deadline; /* whole call, as for sluice_curl_perform (default: none) */
-    struct sluice_cancel *cancel;    /* cancels at any stage; must outlive the request
-                                        (default: none) */
+    const char *backend;             /* backend ID, read during submit only (default: NULL =
+                                        endpoint-only, unlimited) */
+    CURL *easy;                      /* required; kept: the loop's until `done` runs, and
+                                        everything the handle points at (URL, headers, body,
+                                        the write callback's data) must live that long */
+    const struct timespec *deadline; /* whole call, as for sluice_curl_perform; its value is
+                                        copied at submit, so the timespec may be reused or
+                                        freed once submit returns (default: none) */
+    struct sluice_cancel *cancel;    /* cancels at any stage; kept: must outlive the request
+                                        (until `done` has returned) (default: none) */
     sluice_curl_done_fn done;        /* required */
-    void *data;                      /* passed to done */
+    void *data;                      /* passed to done; kept as an opaque value, never read */
     int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
 };
 
@@ -314,16 +334,19 @@ struct sluice_curl_loop_desc {
     long max_total_connections;
     long max_concurrent_streams; /* HTTP/2 streams per connection (default: the largest
                                     `active`, at least 100, libcurl's own default) */
+    char *error;       /* receives a message naming the field when create fails
+                          (default: NULL = no message); "" on success */
+    size_t error_size; /* bytes at error, NUL included (default: 0) */
 };
 
 /*
  * Create a loop over `desc->engine`. Own-thread mode starts the loop thread
  * and returns once it runs. Embedder's-loop mode: call this on the thread
  * that runs your event loop; every sluice_curl_loop_action and destroy must
- * run there too (the loop's mi_heap belongs to that thread); `watch` is
+ * run there too (the loop's curl_multi is driven from that thread); `watch` is
  * called before this returns, for the loop's wake-up descriptor.
  * Returns SLUICE_OK, SLUICE_EINVAL (no engine, a bad field, only one of
- * watch/timer) or SLUICE_ENOMEM.
+ * watch/timer: desc->error names it) or SLUICE_ENOMEM.
  */
 int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc,
                             struct sluice_curl_loop **out);
@@ -380,8 +403,8 @@ struct sluice_curl_loop_counts sluice_curl_loop_stats(const struct sluice_curl_l
 void sluice_curl_loop_close(struct sluice_curl_loop *loop);
 
 /*
- * Close (if not yet done) and free the loop, its curl_multi and its mi_heap
- * (every per-request record with it). No other call on the loop may run
+ * Close (if not yet done) and free the loop, its curl_multi and every
+ * per-request record. No other call on the loop may run
  * concurrently with or after it. NULL is a no-op.
  */
 void sluice_curl_loop_destroy(struct sluice_curl_loop *loop);

@@ -90,10 +90,25 @@
  * a heartbeat), the agent drops the connection, publishes the local share
  * max(floor, S / N) from the last state it saw (fallback; a "store" event
  * with cause store_error), keeps the pool serving and reconnects with
- * exponential backoff (one heartbeat doubling up to 5 s). On reconnect it
- * re-registers, leases again, and emits a "restore" event (cause store).
- * A Redis that does not answer at create is the same case: the fleet
- * starts in fallback, so a process can boot during a Redis outage.
+ * exponential backoff (one heartbeat doubling up to 5 s, reset only by a
+ * beat that went through, so a server that accepts the connection but
+ * refuses every command, e.g. for a missing or wrong password, is retried
+ * at that pace too). On reconnect it re-registers, leases again, and emits
+ * a "restore" event (cause store). Why the last step failed, in the
+ * server's own words ("AUTH: WRONGPASS invalid username-password pair
+ * ...", "PING: NOAUTH Authentication required.") or hiredis's ("connect:
+ * Connection refused"), is sluice_fleet_last_error: read it from on_event
+ * when the store event comes. A Redis that does not answer at create is
+ * the same case: the fleet starts in fallback, so a process can boot
+ * during a Redis outage.
+ *
+ * Redis URL: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (or HOST:PORT, or
+ * HOST; port 6379): with a password the agent sends AUTH [USER] PASSWORD
+ * (requirepass, or an ACL user) on every connection, and SELECT DB with a
+ * database. USER and PASSWORD are percent-decoded ("%40" for "@"); the
+ * password is never logged or put in a message, and is wiped at destroy.
+ * rediss:// (TLS) is refused at create: Debian's hiredis is built without
+ * TLS, so use redis:// on a trusted network or through a TLS tunnel.
  *
  * Threads: create, attach and destroy from one thread; sluice_fleet_clear,
  * sluice_fleet_snapshot and the event ring from any. The agent thread runs
@@ -130,8 +145,9 @@ extern "C" {
 struct sluice_fleet;
 
 struct sluice_fleet_desc {
-    const char *redis_url;          /* required: "redis://HOST:PORT" or "HOST:PORT" (port
-                                       default 6379) */
+    const char *redis_url;          /* required: "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]"
+                                       or "HOST:PORT" (port default 6379; see "Redis URL";
+                                       rediss:// is refused) */
     const char *node_id;            /* required: the shared node, at most SLUICE_NODE_ID_MAX-1
                                        bytes; every process of the fleet names the same */
     const char *process_id;         /* this process in Redis (default: "HOST:PID:RANDOM"), at
@@ -193,9 +209,10 @@ int sluice_fleet_clear(struct sluice_fleet *fleet);
 
 /*
  * The same clear from outside the fleet (a tool: sluicectl clear --redis):
- * connects, clears node_id's shared state, disconnects; blocks for at most
- * a second. SLUICE_EINVAL for a bad URL (message in error), SLUICE_EIO when
- * the server does not answer.
+ * connects (AUTH and SELECT as the URL says), clears node_id's shared
+ * state, disconnects; blocks for at most a second. SLUICE_EINVAL for a bad
+ * URL (message in error), SLUICE_EIO when the server does not answer or
+ * refuses (the message ends with the server's own words).
  */
 int sluice_fleet_clear_node(const char *redis_url, const char *node_id, char *error,
                             size_t error_size);
@@ -217,6 +234,15 @@ struct sluice_fleet_status {
 
 /* A snapshot of the fleet as this process last saw it (relaxed reads; callable from any thread). */
 void sluice_fleet_snapshot(const struct sluice_fleet *fleet, struct sluice_fleet_status *out);
+
+/*
+ * Why the latest Redis step failed, in the server's words (prefixed with the
+ * command: "AUTH: WRONGPASS ...") or hiredis's ("connect: Connection
+ * refused"), copied into buf (snprintf semantics; "" before any failure).
+ * Returns how many steps have failed so far, so a caller can tell a new
+ * failure from the one it saw. Any thread (takes the fleet's mutex briefly).
+ */
+uint64_t sluice_fleet_last_error(struct sluice_fleet *fleet, char *buf, size_t size);
 
 /* Fleet events (fallback, reconnect, and the leader's discovery), for
  * sluice_event_ring_read / _write_json. */

@@ -84,7 +84,7 @@
  * Direct calls, load, foreach and sync block on disk I/O and on the flock
  * (bounded by lock_wait_ms); the store ops' save and clear do not.
  *
- * Memory: the handle and its buffers come from mimalloc; jansson parses.
+ * Memory: the handle and its buffers come from the process's malloc; jansson parses.
  */
 #ifndef SLUICE_STATEFILE_H
 #define SLUICE_STATEFILE_H
