@@ -557,8 +557,15 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     p->echo_ns = 0;
     /* Where demand fell short of the limit, the calls ran at most max_in_flight at once. */
     uint32_t level = w->saturated ? w->limit : w->max_in_flight;
-    if (w->n_ok < k->min_samples || w->latency_mean_ns <= 0 || !level || !drained)
+    if (w->n_ok < k->min_samples || w->latency_mean_ns <= 0 || !level || !drained) {
+        /* A hold would let discovery lock the refusal bracket's last step on
+         * a window nobody judged: step down one until the level has passed. */
+        const struct sluice__discover_level *top = sluice__discover_find(p, w->limit);
+        if (w->saturated && w->probe_cap && w->limit == w->probe_cap && !p->est &&
+            w->limit != p->settled && w->limit > 1 && !(top && top->passed))
+            return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
         return sluice__verdict_hold(w);
+    }
     double mean = (double)w->latency_mean_ns, n = w->n_ok;
     double cv = 1.2533141373155 * (double)w->latency_mad_ns / mean;
     p->cv2 = p->cv2 > 0 ? p->cv2 + (cv * cv - p->cv2) * 0.125 : cv * cv;
