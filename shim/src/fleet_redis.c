@@ -324,6 +324,7 @@ bool sluice__fleet_connect(struct sluice_fleet *f)
 
 struct sluice_store_ops sluice__fleet_leader_store(struct sluice_fleet *f)
 {
-    struct sluice_store_ops ops = {leader_store_load, leader_store_save, leader_store_clear, f};
+    struct sluice_store_ops ops = {.load = leader_store_load, .save = leader_store_save,
+                                   .clear = leader_store_clear, .ctx = f};
     return ops;
 }

@@ -1276,7 +1276,8 @@ static int probe_cmd(const struct opts *o, const char *url)
             SLUICE_OK)
         rc = fail("no state file location for --save: pass --state FILE");
 
-    struct sluice_store_ops store = {probe_store_load, probe_store_save, probe_store_clear, p};
+    struct sluice_store_ops store = {.load = probe_store_load, .save = probe_store_save,
+                                     .clear = probe_store_clear, .ctx = p};
     struct sluice_discovery_desc disc;
     memset(&disc, 0, sizeof disc);
     struct sluice_backend_desc backend = {.id = p->node, .active = (uint32_t)o->concurrency_max,
