@@ -57,9 +57,11 @@
  * A confirmed ceiling refused again before SLUICE_DISCOVERY_FORGIVE stable
  * windows ran there since its last refusal is lowered too: a cap one below
  * it is hit only when every call is in service at once, and a clean window
- * there proves little. Echoes (refusals with more calls in flight than the
- * limit allows) narrow the bracket to the lowest such count, where no call
- * was just served with as many in flight. The ceiling is never raised
+ * there proves little. (The bracket stays on limits, not on the calls in
+ * flight a refusal saw: a provider frees a slot a moment after the client
+ * has its answer, so under load the client's count runs a call or two
+ * below the provider's, and a bracket on it locks under the cap; the cut
+ * goes by the count, the bisection back up by limits.) The ceiling is never raised
  * while locked: only expiry or clear reopen probing.
  *
  * Windows are start-time cohorts. A window measures the calls that
@@ -799,10 +801,9 @@ SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int6
                                                 const struct sluice_verdict *v, uint32_t old)
 {
     /* Where it struck: the limit the refused calls started under, which a
-     * late refusal (a timeout) reports after the limit moved on. (Where the
-     * calls in flight say more, the echoes narrow the bracket after the cut:
-     * sluice__discovery_narrow. A rate limit refuses at any concurrency, so
-     * a fresh refusal's count alone never places the bracket.) */
+     * late refusal (a timeout) reports after the limit moved on. (The calls
+     * in flight a refusal saw set the cut, not the bracket: see "Lock
+     * criterion".) */
     uint32_t struck = w->overload_limit && w->overload_limit < old ? w->overload_limit : old;
     if (v->cause == SLUICE_CAUSE_LATENCY)
         struck = old;
@@ -916,21 +917,6 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
                            next);
 }
 
-/* Echoes of a refused level (refusals with more calls in flight than the
- * limit now allows) cut nothing, but they say the provider was over its cap
- * there: the bracket comes down to the lowest of them, never to or below
- * the limit now in force (a refusal there is news, and cuts), and not where
- * calls were just served with as many in flight (not a cap: a rate window).
- * Call locked. */
-SLUICE_INLINE void sluice__discovery_narrow(struct sluice_discovery *d, const struct sluice_window *w)
-{
-    uint32_t at = w->refused_in_flight;
-    if (d->congested && at > w->served_in_flight && at < d->bad &&
-        at > atomic_load_explicit(&d->limit, SLUICE_RELAXED) &&
-        !atomic_load_explicit(&d->ceiling, SLUICE_RELAXED))
-        d->bad = at;
-}
-
 /* Close the open window and act on it. Call locked. */
 SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t now)
 {
@@ -942,7 +928,6 @@ SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t n
         sluice__discovery_congestion(d, now, &w, &v, old);
     else
         sluice__discovery_healthy(d, now, &w, &v, old);
-    sluice__discovery_narrow(d, &w);
     sluice__discovery_schedule(d, now, atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED));
     sluice__discovery_opened(d);
 }

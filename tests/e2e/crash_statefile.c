@@ -340,9 +340,15 @@ CRASH_TEST(a_save_killed_at_any_moment_leaves_the_old_or_the_new_file_and_reader
                  "file; the first: %s", atomic_load(&sh->bad_reads), atomic_load(&sh->reads),
                  sh->first_bad);
     cr_assert_gt(atomic_load(&sh->reads), 0);
-    /* At least a quarter of the kills must have cut a save short of its rename. */
-    cr_assert_geq(mid_save, KILLS / 4, "only %d of %d kills cut a save short (median save "
-                  "%" PRId64 " us): the test did not test", mid_save, KILLS, save_us);
+    /* At least a quarter of the kills must have landed inside a save, and
+     * some before its rename. (A save is handed to the state file's writer
+     * thread and waited for, so the rename is only part of the caller's
+     * wait: kills inside a save land before or after it.) */
+    cr_assert_geq(mid_save + new_seen, KILLS / 4, "only %d of %d kills landed inside a save "
+                  "(median save %" PRId64 " us): the test did not test", mid_save + new_seen,
+                  KILLS, save_us);
+    cr_assert_gt(mid_save, KILLS / 50, "only %d of %d kills cut a save short of its rename",
+                 mid_save, KILLS);
     cr_log_info("%d kills (%d before the rename, %d after it; median save %" PRId64
                 " us), %" PRIu64 " whole reads",
                 KILLS, mid_save, new_seen, save_us, atomic_load(&sh->reads));

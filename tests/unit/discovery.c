@@ -420,9 +420,15 @@ Test(discovery, a_burst_refused_far_below_the_limit_cuts_once_to_where_it_struck
         feed(&n, SEC / 1000, 25 + (uint32_t)(i % 2), SLUICE_OUTCOME_OVERLOAD, 0);
     }
     cr_assert_eq(sluice_discovery_limit(n.disc), 22, "echoes of the level already cut below");
-    /* The bracket sits at 25: recovery climbs to 24 and locks there. */
-    for (int i = 0; i < 12 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++)
+    /* Recovery bisects back up by limits; every limit past 24 is refused
+     * again with 25 in flight, and the lock lands at 24. */
+    for (int i = 0; i < 40 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++) {
+        if (sluice_discovery_limit(n.disc) > 24) {
+            advance(&n, SEC);
+            feed(&n, SEC / 1000, 25, SLUICE_OUTCOME_OVERLOAD, 0);
+        }
         run_window(&n, 32, SEC);
+    }
     struct sluice_discovery_status st = status_of(&n);
     cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED);
     cr_assert_eq(st.ceiling, 24, "locked just under the concurrency that was refused");

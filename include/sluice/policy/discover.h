@@ -15,8 +15,10 @@
  *            The provider was over its cap when that call arrived: C < n.
  *            It cuts to backoff·n (sluice_window_struck), one cut per burst:
  *            refusals whose n the limit no longer allows are echoes of the
- *            same overshoot (discovery.h freshness) and only narrow the
- *            bracket to n. Not where calls were just served with n or more
+ *            same overshoot (discovery.h freshness). The bracket stays on
+ *            limits: under load the client's count runs a call or two below
+ *            the provider's (a slot is freed a moment after the client has
+ *            its answer). Not where calls were just served with n or more
  *            in flight: then it is no concurrency cap (a rate window refuses
  *            at any n) and the cut goes from the limit the call started
  *            under, never below backoff times what the provider serves
