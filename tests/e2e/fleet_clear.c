@@ -49,8 +49,10 @@ FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
     cr_expect_leq(lowest, 5, "S never went back to the jumpstart (lowest %lld)", lowest);
 
     /* The fleet probes again and locks again; this process sees it at its next beat. */
-    cr_assert(RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 8000),
-              "the fleet did not lock again");
+    bool relocked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 8000);
+    if (!relocked)
+        rfx_dump_logs();
+    cr_assert(relocked, "the fleet did not lock again (%s)", rfx_state_text());
     int64_t locked = fx_now_ms();
     bool seen = RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.ceiling == 16), 10 * BEAT_MS);
     cr_expect(seen, "this process never saw the new lock");

@@ -250,8 +250,9 @@ struct rfx_child {
 static void rfx_child_event(void *ctx, const struct sluice_event *ev)
 {
     struct rfx_child *c = ctx;
-    fprintf(c->log, "%s %s %u %u\n", sluice_event_kind_name(ev->kind),
-            sluice_cause_name(ev->cause), (unsigned)ev->old_limit, (unsigned)ev->new_limit);
+    fprintf(c->log, "%s %s %u %u at %lld\n", sluice_event_kind_name(ev->kind),
+            sluice_cause_name(ev->cause), (unsigned)ev->old_limit, (unsigned)ev->new_limit,
+            (long long)fx_now_ms());
     fflush(c->log);
 }
 
@@ -401,6 +402,36 @@ static inline int rfx_events(int i, const char *prefix)
             n++;
     fclose(f);
     return n;
+}
+
+/* The shared state as one line ("limit 16 ceiling 16 state locked leader w2"), for
+ * failure messages: a test that waited in vain says where the fleet stood. */
+static inline const char *rfx_state_text(void)
+{
+    static char text[256];
+    redisReply *r = rfx_cmd("HMGET %s limit ceiling state leader", rfx_key("state"));
+    const char *name[] = {"limit", "ceiling", "state", "leader"};
+    size_t at = 0;
+    for (size_t i = 0; i < 4 && i < r->elements && at < sizeof text; i++)
+        at += (size_t)snprintf(text + at, sizeof text - at, "%s%s %s", i ? " " : "", name[i],
+                               r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "-");
+    freeReplyObject(r);
+    return text;
+}
+
+/* Copy every worker's event log to stderr (after a failure: what the fleet did). */
+static inline void rfx_dump_logs(void)
+{
+    for (int i = 0; i < RFX_MAX_WORKERS; i++) {
+        FILE *f = rfx_workers[i].log[0] ? fopen(rfx_workers[i].log, "r") : NULL;
+        if (!f)
+            continue;
+        fprintf(stderr, "---- %s events\n", rfx_workers[i].id);
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            fputs(line, stderr);
+        fclose(f);
+    }
 }
 
 /* Poll `cond` every 10 ms for up to `ms`; true once it holds. */
