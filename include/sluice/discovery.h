@@ -64,6 +64,21 @@
  * goes by the count, the bisection back up by limits.) The ceiling is never raised
  * while locked: only expiry or clear reopen probing.
  *
+ * What a signal means: only an OVERLOAD sample (sluice/policy.h) is
+ * evidence about the caller's concurrency cap. A refusal that names
+ * another cause moves neither the limit, nor the bracket, nor a lock, and
+ * counts as ignored in its window: a rate limit (SLUICE_OUTCOME_RATE) holds
+ * new calls until the reset the provider named, instead of a series of
+ * cuts; a platform-wide overload (SLUICE_OUTCOME_PLATFORM) holds them
+ * briefly; a quota or billing refusal (SLUICE_OUTCOME_QUOTA) holds nothing,
+ * since waiting does not help. An OK sample that carries a hold (the
+ * provider said its request budget is spent until then) paces new calls
+ * the same way. Each becomes an event: "hold" (cause rate_limit or
+ * platform) when a hold starts, not for every refusal of the burst that
+ * extends it, and "quota" per quota refusal, told by the next sample that
+ * finds the update lock free, or by poll. A provider's stated rate can also move the starting
+ * point (sluice_discovery_hint), as long as no evidence says otherwise.
+ *
  * Windows are start-time cohorts. A window measures the calls that
  * *started* during its first part, [from, until), which lasts window_span
  * mean latencies (longer at small limits, so it sees ~window_samples calls),
@@ -419,6 +434,14 @@ SLUICE_INLINE int sluice_discovery_validate(const struct sluice_discovery_desc *
 
 /* ---- the discovery object -------------------------------------------------- */
 
+/* Refusals that name another cause than the caller's cap, each told in an event. */
+enum sluice__signal {
+    SLUICE__SIGNAL_RATE,     /* SLUICE_OUTCOME_RATE, or an OK sample pacing a hold */
+    SLUICE__SIGNAL_PLATFORM, /* SLUICE_OUTCOME_PLATFORM */
+    SLUICE__SIGNAL_QUOTA,    /* SLUICE_OUTCOME_QUOTA */
+    SLUICE__SIGNALS
+};
+
 /* One window's totals, written by every completion (see "Memory ordering"). */
 struct sluice__window_acc {
     _Atomic(uint32_t) writers; /* samples adding to this buffer right now */
@@ -446,6 +469,8 @@ struct sluice_discovery {
                                          INT64_MIN = no cut yet */
     _Atomic(int64_t) latency_ref_ns;  /* average of recent window means; 0 = none yet */
     _Atomic(int64_t) hold_until_ns;   /* no new call before this (Retry-After); 0 = none */
+    _Atomic(uint32_t) signals[SLUICE__SIGNALS]; /* refusals of another cause not yet told in an
+                                         event, by enum sluice__signal */
     _Atomic(uint64_t) window_seq;     /* windows opened so far: names the open window
                                          (bumped, release, once it is fully set up) */
     _Atomic(uint32_t) acc_open;       /* which acc[] the open window adds to */
@@ -473,6 +498,7 @@ struct sluice_discovery {
     /* Only under `lock`. */
     sluice_spinlock lock;
     bool congested;         /* a congestion signal opened the bracket */
+    bool hinted;            /* a provider's hint was applied since init, clear or expiry */
     bool confirmed;         /* a stable window ran at the locked ceiling */
     int64_t confirmed_ns;   /* when it did: a refusal at the ceiling from a call started
                                earlier was part of that window after all (a late timeout) */
@@ -653,6 +679,7 @@ SLUICE_INLINE void sluice__discovery_forget(struct sluice_discovery *d)
     d->served_before = 0;
     d->bad = 0;
     d->knee_estimate = 0;
+    d->hinted = false;
 }
 
 /* Lock expiry by the wall clock: probing resumes from the current limit. Call locked. */
@@ -992,6 +1019,89 @@ SLUICE_INLINE void sluice__discovery_first_latency(struct sluice_discovery *d, i
 }
 
 /*
+ * The hold a sample asks for ("What a signal means"): an overload's or a
+ * rate limit's Retry-After (for a rate limit, the reset the provider
+ * named), a platform overload's (SLUICE_PLATFORM_HOLD_NS when it names
+ * none), and an OK sample's when the provider said its request budget is
+ * spent until then (pacing: new calls wait for the reset instead of being
+ * refused). Quota refusals and ignored calls hold nothing: waiting does not
+ * help them. Clamped to retry_after_max_ns. A sample that starts a hold
+ * (none was running) is noted for a "hold" event, every quota refusal for
+ * a "quota" event (sluice__discovery_tell_signals).
+ */
+SLUICE_INLINE void sluice__discovery_hold_for(struct sluice_discovery *d,
+                                              const struct sluice_sample *s, int64_t now)
+{
+    int64_t ask = s->retry_after_ns;
+    enum sluice__signal signal = SLUICE__SIGNALS;
+    switch (s->outcome) {
+    case SLUICE_OUTCOME_OK:
+        signal = ask > 0 ? SLUICE__SIGNAL_RATE : SLUICE__SIGNALS;
+        break;
+    case SLUICE_OUTCOME_RATE:
+        signal = SLUICE__SIGNAL_RATE;
+        break;
+    case SLUICE_OUTCOME_PLATFORM:
+        signal = SLUICE__SIGNAL_PLATFORM;
+        if (ask <= 0)
+            ask = SLUICE_PLATFORM_HOLD_NS;
+        break;
+    case SLUICE_OUTCOME_QUOTA:
+        signal = SLUICE__SIGNAL_QUOTA;
+        ask = 0;
+        break;
+    case SLUICE_OUTCOME_OVERLOAD:
+        break;
+    case SLUICE_OUTCOME_IGNORE:
+    default:
+        ask = 0;
+        break;
+    }
+    bool starts = false; /* this sample opens a hold: none was running */
+    if (ask > 0) {
+        int64_t hold = ask < d->cfg.retry_after_max_ns ? ask : d->cfg.retry_after_max_ns;
+        starts = atomic_load_explicit(&d->hold_until_ns, SLUICE_RELAXED) <= now;
+        /* retry_after_max_ns may be INT64_MAX: saturate, never wrap into the past. */
+        sluice__atomic_max_i64(&d->hold_until_ns, sluice_add_ns(now, hold));
+    }
+    /* One "hold" event per hold, not per refusal of the burst that extends it. */
+    if (signal == SLUICE__SIGNAL_QUOTA || (signal != SLUICE__SIGNALS && starts))
+        atomic_fetch_add_explicit(&d->signals[signal], 1u, SLUICE_RELAXED);
+}
+
+/*
+ * Turn the noted signals into events: one per kind of signal per call, however
+ * many refusals it covers (a burst is one piece of news). Locked work:
+ * `wait` takes the update lock (slow paths), else only a free lock is taken
+ * and a busy one leaves the signals for the next sample or poll. Flush
+ * delivers the events.
+ */
+SLUICE_INLINE void sluice__discovery_tell_signals(struct sluice_discovery *d, bool wait)
+{
+    bool any = false;
+    for (int i = 0; i < SLUICE__SIGNALS; i++)
+        any |= atomic_load_explicit(&d->signals[i], SLUICE_RELAXED) != 0;
+    if (!any)
+        return;
+    if (wait)
+        sluice_spinlock_lock(&d->lock);
+    else if (!sluice_spinlock_trylock(&d->lock))
+        return;
+    static const struct {
+        enum sluice_event_kind kind;
+        enum sluice_cause cause;
+    } told[SLUICE__SIGNALS] = {{SLUICE_EVENT_HOLD, SLUICE_CAUSE_RATE_LIMIT},
+                               {SLUICE_EVENT_HOLD, SLUICE_CAUSE_PLATFORM},
+                               {SLUICE_EVENT_QUOTA, SLUICE_CAUSE_QUOTA}};
+    int64_t now = sluice_clock_now(&d->clock);
+    uint32_t limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+    for (int i = 0; i < SLUICE__SIGNALS; i++)
+        if (atomic_exchange_explicit(&d->signals[i], 0u, SLUICE_RELAXED))
+            sluice__discovery_emit(d, now, told[i].kind, told[i].cause, limit, limit);
+    sluice__discovery_unlock(d);
+}
+
+/*
  * Feed one finished generation call: the in-memory half of on_sample (see
  * "Two steps per sample"). Never blocks and runs no callback and no store
  * call; the caller runs sluice_discovery_flush afterwards (a pool, after
@@ -1013,13 +1123,8 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
     int64_t started = s->start_ns ? s->start_ns : sluice_add_ns(now, -latency);
     bool fresh = false, measured = false;
     int64_t ref = atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED);
+    sluice__discovery_hold_for(d, s, now);
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
-        if (s->retry_after_ns > 0) {
-            int64_t hold = s->retry_after_ns < d->cfg.retry_after_max_ns ? s->retry_after_ns
-                                                                        : d->cfg.retry_after_max_ns;
-            /* retry_after_max_ns may be INT64_MAX: saturate, never wrap into the past. */
-            sluice__atomic_max_i64(&d->hold_until_ns, sluice_add_ns(now, hold));
-        }
         /* News, not an echo ("What a refusal says"): started after the last
          * cut, or under a limit no higher than today's (a late timeout still
          * counts against the limit it started under), and with no more calls
@@ -1066,6 +1171,7 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
     }
     sluice__discovery_leave(a);
     sluice__discovery_maybe_close(d, now);
+    sluice__discovery_tell_signals(d, false);
 }
 
 /* Wake the threads parked in sync so they re-check (a flush round ended). */
@@ -1275,6 +1381,7 @@ SLUICE_INLINE void sluice_discovery_poll(struct sluice_discovery *d)
     else
         sluice__discovery_check_expiry(d, now);
     sluice__discovery_unlock(d);
+    sluice__discovery_tell_signals(d, true);
     sluice_discovery_flush(d);
 }
 
@@ -1337,6 +1444,44 @@ SLUICE_INLINE int sluice_discovery_clear(struct sluice_discovery *d)
     sluice__discovery_unlock(d);
     sluice_discovery_flush(d);
     return SLUICE_OK;
+}
+
+/*
+ * A starting limit the provider's own numbers suggest (the shim: its stated
+ * request rate × the measured latency, Little's law): a probing node that
+ * has seen no congestion, holds no lock and took no hint yet restarts
+ * discovery from `limit`, clamped to [min_limit, max_limit] (a pool's
+ * max_limit is never above its `active`), as clear would from the
+ * jumpstart, and records a "hint" event with `source` as its cause
+ * (SLUICE_CAUSE_PROVIDER_RATE). Evidence wins over a hint: a restored or
+ * discovered lock, or a bracket a refusal opened, and so does the first
+ * hint (one per node until a clear or the lock's expiry). A slow path:
+ * takes the update lock (bounded), then flushes on this thread. Returns
+ * true when the hint was applied.
+ */
+SLUICE_INLINE bool sluice_discovery_hint(struct sluice_discovery *d, uint32_t limit,
+                                         enum sluice_cause source)
+{
+    if (d->fixed || limit == 0)
+        return false;
+    sluice_spinlock_lock(&d->lock);
+    bool take = !d->hinted && !d->congested &&
+                !atomic_load_explicit(&d->ceiling, SLUICE_RELAXED) &&
+                sluice__discovery_state(d) == SLUICE_DISCOVERY_PROBING;
+    if (take) {
+        int64_t now = sluice_clock_now(&d->clock); /* under the lock: see maybe_close */
+        uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+        uint32_t next = sluice__discovery_clamp(
+            d, sluice_policy_reset(sluice__discovery_policy(d), sluice__discovery_clamp(d, limit),
+                                   false));
+        d->hinted = true;
+        sluice__discovery_set_limit(d, next, now);
+        sluice__discovery_restart(d, now);
+        sluice__discovery_emit(d, now, SLUICE_EVENT_HINT, source, old, next);
+    }
+    sluice__discovery_unlock(d);
+    sluice_discovery_flush(d);
+    return take;
 }
 
 /* A "store" event about the stored record, during init. */
@@ -1461,6 +1606,8 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     atomic_init(&d->last_cut_ns, INT64_MIN); /* no cut yet: every overload is fresh */
     atomic_init(&d->latency_ref_ns, 0);
     atomic_init(&d->hold_until_ns, 0);
+    for (int i = 0; i < SLUICE__SIGNALS; i++)
+        atomic_init(&d->signals[i], 0u);
     atomic_init(&d->window_seq, 0u);
     atomic_init(&d->acc_open, 0u);
     atomic_init(&d->ceiling, 0u);
