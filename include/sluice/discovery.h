@@ -469,6 +469,8 @@ struct sluice_discovery {
                                          INT64_MIN = no cut yet */
     _Atomic(int64_t) latency_ref_ns;  /* average of recent window means; 0 = none yet */
     _Atomic(int64_t) hold_until_ns;   /* no new call before this (Retry-After); 0 = none */
+    _Atomic(uint32_t) hinted;         /* 1: a hint was applied, or evidence came first, since
+                                         init, clear or expiry (written under the lock) */
     _Atomic(uint32_t) signals[SLUICE__SIGNALS]; /* refusals of another cause not yet told in an
                                          event, by enum sluice__signal */
     _Atomic(uint64_t) window_seq;     /* windows opened so far: names the open window
@@ -498,7 +500,6 @@ struct sluice_discovery {
     /* Only under `lock`. */
     sluice_spinlock lock;
     bool congested;         /* a congestion signal opened the bracket */
-    bool hinted;            /* a provider's hint was applied since init, clear or expiry */
     bool confirmed;         /* a stable window ran at the locked ceiling */
     int64_t confirmed_ns;   /* when it did: a refusal at the ceiling from a call started
                                earlier was part of that window after all (a late timeout) */
@@ -679,7 +680,7 @@ SLUICE_INLINE void sluice__discovery_forget(struct sluice_discovery *d)
     d->served_before = 0;
     d->bad = 0;
     d->knee_estimate = 0;
-    d->hinted = false;
+    atomic_store_explicit(&d->hinted, 0u, SLUICE_RELAXED);
 }
 
 /* Lock expiry by the wall clock: probing resumes from the current limit. Call locked. */
@@ -1455,26 +1456,29 @@ SLUICE_INLINE int sluice_discovery_clear(struct sluice_discovery *d)
  * jumpstart, and records a "hint" event with `source` as its cause
  * (SLUICE_CAUSE_PROVIDER_RATE). Evidence wins over a hint: a restored or
  * discovered lock, or a bracket a refusal opened, and so does the first
- * hint (one per node until a clear or the lock's expiry). A slow path:
- * takes the update lock (bounded), then flushes on this thread. Returns
- * true when the hint was applied.
+ * hint: a node weighs one hint until a clear or the lock's expiry (the
+ * first offer after them), and every later offer returns at once on one
+ * relaxed load. The first offer takes the update lock (bounded), then
+ * flushes on this thread. Returns true when the hint was applied.
  */
 SLUICE_INLINE bool sluice_discovery_hint(struct sluice_discovery *d, uint32_t limit,
                                          enum sluice_cause source)
 {
-    if (d->fixed || limit == 0)
+    /* Cheap refusal first: the shim offers a hint on every response that states a rate. */
+    if (d->fixed || limit == 0 || atomic_load_explicit(&d->hinted, SLUICE_RELAXED))
         return false;
     sluice_spinlock_lock(&d->lock);
-    bool take = !d->hinted && !d->congested &&
+    bool take = !atomic_load_explicit(&d->hinted, SLUICE_RELAXED) && !d->congested &&
                 !atomic_load_explicit(&d->ceiling, SLUICE_RELAXED) &&
                 sluice__discovery_state(d) == SLUICE_DISCOVERY_PROBING;
+    /* Taken or not, the chance is gone until a clear or expiry: evidence came first. */
+    atomic_store_explicit(&d->hinted, 1u, SLUICE_RELAXED);
     if (take) {
         int64_t now = sluice_clock_now(&d->clock); /* under the lock: see maybe_close */
         uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
         uint32_t next = sluice__discovery_clamp(
             d, sluice_policy_reset(sluice__discovery_policy(d), sluice__discovery_clamp(d, limit),
                                    false));
-        d->hinted = true;
         sluice__discovery_set_limit(d, next, now);
         sluice__discovery_restart(d, now);
         sluice__discovery_emit(d, now, SLUICE_EVENT_HINT, source, old, next);
@@ -1606,6 +1610,7 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     atomic_init(&d->last_cut_ns, INT64_MIN); /* no cut yet: every overload is fresh */
     atomic_init(&d->latency_ref_ns, 0);
     atomic_init(&d->hold_until_ns, 0);
+    atomic_init(&d->hinted, 0u);
     for (int i = 0; i < SLUICE__SIGNALS; i++)
         atomic_init(&d->signals[i], 0u);
     atomic_init(&d->window_seq, 0u);

@@ -308,8 +308,7 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     int status = sluice_curl_transfer(&call, &c->result);
     gen->outcome = c->result.outcome;
     gen->abandoned = c->result.abandoned;
-    gen->retry_after_ns =
-        c->result.outcome == SLUICE_OUTCOME_OVERLOAD ? c->result.retry_after_ns : 0;
+    gen->retry_after_ns = c->result.hold_ns;
     if (c->body_truncated || c->result.curl_code == CURLE_FILESIZE_EXCEEDED) {
         snprintf(c->result.error, sizeof c->result.error,
                  "the response body passed SLUICE_CHAT_REPLY_MAX (%u bytes); the transfer was "

@@ -57,7 +57,9 @@ void sluice__curl_result_init(struct sluice_curl_result *res)
     res->kind = SLUICE_CURL_ABORTED;
     res->outcome = SLUICE_OUTCOME_IGNORE;
     res->curl_code = CURLE_OK;
-    res->ratelimit = (struct sluice_curl_ratelimit){-1, -1, -1, -1, -1, -1};
+    struct sluice_curl_budget none = {-1, -1, -1, -1, SLUICE_CURL_WINDOW_UNKNOWN};
+    res->ratelimit.source = SLUICE_CURL_DIALECT_AUTO;
+    res->ratelimit.requests = res->ratelimit.tokens = none;
 }
 
 int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res)
@@ -88,10 +90,17 @@ void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline)
         curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 0L);
 }
 
+/* Retry-After and every dialect's rate-limit headers (the rows in curl.c). */
 static bool sluice__kept_header(const char *name)
 {
-    return strcasecmp(name, "retry-after") == 0 || strcasecmp(name, "retry-after-ms") == 0 ||
-           strncasecmp(name, "x-ratelimit-", 12) == 0;
+    static const char *const prefixes[] = {"x-ratelimit", "anthropic-ratelimit-", "x-tokenlimit-",
+                                           "ratelimit"};
+    if (strcasecmp(name, "retry-after") == 0 || strcasecmp(name, "retry-after-ms") == 0)
+        return true;
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (strncasecmp(name, prefixes[i], strlen(prefixes[i])) == 0)
+            return true;
+    return false;
 }
 
 /* A timeout within this much of the deadline is the deadline's (curl counts in ms). */
@@ -99,7 +108,7 @@ static bool sluice__kept_header(const char *name)
 
 void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
                          const struct timespec *deadline, int64_t retry_after_max_ns,
-                         struct sluice_curl_result *res)
+                         enum sluice_curl_dialect dialect, struct sluice_curl_result *res)
 {
     curl_off_t ttfb = 0, total = 0, request_size = 0;
     long http = 0;
@@ -142,6 +151,7 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
         .headers = kept,
         .n_headers = n,
         .retry_after_max_ns = retry_after_max_ns,
+        .dialect = dialect,
     };
     /* Retry-After is parsed from `kept`, not read as CURLINFO_RETRY_AFTER: curl takes the
      * leading digits of "12abc" and turns an overflowing value into 0, where the rule in
@@ -158,9 +168,13 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
         return;
     }
     /* Time to first byte when there was a response; the pool times the rest. */
-    sluice_pool_call_end_latency(pool, call, res->outcome,
-                                 res->outcome == SLUICE_OUTCOME_OVERLOAD ? res->retry_after_ns : 0,
+    sluice_pool_call_end_latency(pool, call, res->outcome, res->hold_ns,
                                  res->transferred ? res->latency_ns : -1);
+    /* After the permit moved on: the first offer takes discovery's lock once. */
+    uint32_t hint = sluice_curl_rate_hint(res);
+    struct sluice_discovery *d = sluice_pool_discovery(pool);
+    if (hint && d)
+        sluice_discovery_hint(d, hint, SLUICE_CAUSE_PROVIDER_RATE);
 }
 
 /* ---- the transfer ------------------------------------------------------------------ */
@@ -265,7 +279,8 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
             curl_multi_remove_handle(multi, easy); /* aborts it if still running */
             if (!nested)
                 sluice__tl_busy = false;
-            sluice__curl_finish(easy, code, stop, call->deadline, call->retry_after_max_ns, res);
+            sluice__curl_finish(easy, code, stop, call->deadline, call->retry_after_max_ns,
+                                call->dialect, res);
             status = res->status;
         }
         /* The caller's progress callback, or none, as before the call. */
