@@ -304,7 +304,9 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     struct sluice_curl_call call = {.easy = c->easy,
                                     .deadline = gen->deadline,
                                     .cancel = gen->cancel,
-                                    .retry_after_max_ns = c->retry_after_max_ns};
+                                    .retry_after_max_ns = c->retry_after_max_ns,
+                                    .write = sluice__chat_body, /* error bodies are classified */
+                                    .write_data = c};
     int status = sluice_curl_transfer(&call, &c->result);
     gen->outcome = c->result.outcome;
     gen->abandoned = c->result.abandoned;

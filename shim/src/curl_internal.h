@@ -24,13 +24,15 @@ enum sluice__curl_stop {
 
 /*
  * Fill *res from a finished easy handle: classify it (with the headers
- * sluice keeps, read through curl_easy_nextheader), times, and the status
+ * sluice keeps, read through curl_easy_nextheader, and the error body
+ * read on the way, if any), times, and the status
  * the call returns. `deadline` decides whether a CURLE_OPERATION_TIMEDOUT
  * was the caller's deadline (ABORTED, SLUICE_ETIMEDOUT) or the provider's.
  */
 void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
                          const struct timespec *deadline, int64_t retry_after_max_ns,
-                         enum sluice_curl_dialect dialect, struct sluice_curl_result *res);
+                         enum sluice_curl_dialect dialect, const char *body, size_t body_len,
+                         struct sluice_curl_result *res);
 
 /*
  * Set CURLOPT_TIMEOUT_MS to what is left of `deadline` (rounded up, so the

@@ -292,7 +292,7 @@ static void sluice__complete_transfer(struct sluice__rec *rec, CURLcode code,
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
     sluice__curl_finish(easy, code, stop, rec->req.deadline, rec->req.retry_after_max_ns,
-                        rec->req.dialect, &res);
+                        rec->req.dialect, NULL, 0, &res);
     sluice__curl_disarm_deadline(easy, rec->req.deadline);
     res.queued_ns = rec->queued_ns;
     res.in_flight_at_start = rec->waiter.call.in_flight_at_start;

@@ -341,6 +341,14 @@ struct sluice_curl_call {
     void *xferinfo_data;             /* its clientp */
     int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
     enum sluice_curl_dialect dialect; /* the backend's rate-limit dialect (default: AUTO) */
+    curl_write_callback write;       /* the caller's CURLOPT_WRITEFUNCTION, declared so the
+                                        blocking path can read an error body (its first
+                                        SLUICE_CURL_BODY_MAX bytes, for classify) on the way:
+                                        it installs its own for the call, chains this one with
+                                        every byte, and puts it back afterwards (default: NULL =
+                                        the caller's write function is left alone and error
+                                        bodies are not read) */
+    void *write_data;                /* its CURLOPT_WRITEDATA */
 };
 
 /*
