@@ -18,6 +18,7 @@
 /* Closed-loop callers for a while, tallying the kinds that came back. */
 struct tally {
     struct sluice_engine *engine;
+    enum sluice_curl_dialect dialect; /* the backend's, as its caller sets it */
     int64_t until_ms;
     long calls, by_kind[16];
 };
@@ -28,7 +29,7 @@ static void *caller_main(void *arg)
     CURL *easy = fx_easy();
     struct sluice_curl_call call = {.backend = FX_BACKEND,
                                     .easy = easy,
-                                    .dialect = SLUICE_CURL_DIALECT_AUTO,
+                                    .dialect = t->dialect,
                                     .write = fx_discard}; /* declared: error bodies are read */
     while (fx_now_ms() < t->until_ms) {
         struct sluice_curl_result r;
@@ -41,14 +42,17 @@ static void *caller_main(void *arg)
     return NULL;
 }
 
-/* `n` callers for `ms`; their kinds summed into *sum. */
+/* `n` callers for `ms` (reading the dialect sum->dialect names); their kinds summed
+ * into *sum. */
 static void run_callers(struct sluice_engine *e, int n, int ms, struct tally *sum)
 {
+    enum sluice_curl_dialect dialect = sum->dialect;
     struct tally t[16];
     pthread_t tid[16];
     memset(sum, 0, sizeof *sum);
+    sum->dialect = dialect;
     for (int i = 0; i < n; i++) {
-        t[i] = (struct tally){.engine = e, .until_ms = fx_now_ms() + ms};
+        t[i] = (struct tally){.engine = e, .dialect = dialect, .until_ms = fx_now_ms() + ms};
         pthread_create(&tid[i], NULL, caller_main, &t[i]);
     }
     for (int i = 0; i < n; i++) {
@@ -106,7 +110,7 @@ SIGNAL_TEST(quota_refusals_leave_the_lock_and_the_caller_tells_them_from_a_429)
                           "openai", "--quota-at", "0s:60000", NULL};
     fx_start(args);
     struct sluice_engine *e = locked_engine();
-    struct tally sum;
+    struct tally sum = {.dialect = SLUICE_CURL_DIALECT_AUTO};
     run_callers(e, 8, 1500, &sum);
     cr_assert_gt(sum.calls, 20, "the callers ran");
     cr_assert_eq(sum.by_kind[SLUICE_CURL_QUOTA], sum.calls,
@@ -127,7 +131,7 @@ SIGNAL_TEST(a_burst_of_anthropic_529s_under_a_lock_keeps_the_lock)
                           "anthropic", "--platform-at", "500ms:600", NULL};
     fx_start(args);
     struct sluice_engine *e = locked_engine();
-    struct tally sum;
+    struct tally sum = {.dialect = SLUICE_CURL_DIALECT_AUTO};
     run_callers(e, 8, 2500, &sum);
     cr_assert_gt(sum.by_kind[SLUICE_CURL_PLATFORM_OVERLOAD], 0, "the burst of 529s came");
     cr_assert_gt(sum.by_kind[SLUICE_CURL_SUCCESS], 0, "and calls were served around it");
@@ -147,7 +151,7 @@ SIGNAL_TEST(a_rate_limit_429_that_names_its_reset_holds_instead_of_cutting)
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 8;
     struct sluice_engine *e = fx_engine(16, -1, &dd);
-    struct tally sum;
+    struct tally sum = {.dialect = SLUICE_CURL_DIALECT_AUTO};
     run_callers(e, 8, 2500, &sum);
     cr_assert_gt(sum.calls, 40, "the callers ran");
     cr_assert_eq(sum.by_kind[SLUICE_CURL_OVERLOADED], 0,
@@ -157,5 +161,32 @@ SIGNAL_TEST(a_rate_limit_429_that_names_its_reset_holds_instead_of_cutting)
     cr_assert_eq(events_of(e, SLUICE_EVENT_BACKOFF, SLUICE_CAUSE_OVERLOAD) +
                      events_of(e, SLUICE_EVENT_BACKOFF, SLUICE_CAUSE_RETRY_AFTER),
                  0, "no cut for the provider's rate");
+    sluice_engine_destroy(e);
+}
+
+SIGNAL_TEST(a_stated_request_rate_moves_the_jumpstart_to_rate_times_latency)
+{
+    /* 40 calls a second (stated as 2400 a minute), each taking 250 ms: 10 in service. */
+    const char *args[] = {"--mode", "rate", "--rate", "40", "--median-ms", "250", "--sigma", "0",
+                          "--dialect", "openai", NULL};
+    fx_start(args);
+    struct sluice_discovery_desc dd = fx_discovery();
+    struct sluice_engine *e = fx_engine(16, -1, &dd);
+    cr_assert_eq(fx_status(e).limit, 5, "the default jumpstart first");
+    struct tally sum = {.dialect = SLUICE_CURL_DIALECT_OPENAI}; /* AUTO cannot tell per minute */
+    run_callers(e, 2, 600, &sum);
+    const struct sluice_event_ring *ring =
+        sluice_discovery_events(sluice_pool_discovery(sluice_engine_pool(e, FX_BACKEND)));
+    struct sluice_event ev[64];
+    uint64_t cursor = 0;
+    size_t n = sluice_event_ring_read(ring, &cursor, ev, 64, NULL);
+    cr_assert_gt(n, 0, "an event");
+    cr_assert_eq(ev[0].kind, SLUICE_EVENT_HINT, "the first event is the hint");
+    cr_assert_eq(ev[0].cause, SLUICE_CAUSE_PROVIDER_RATE);
+    cr_assert_eq(ev[0].old_limit, 5);
+    cr_assert(ev[0].new_limit >= 10 && ev[0].new_limit <= 12,
+              "40/s x 250 ms = 10 (a little more for the loopback's own time), got %u",
+              ev[0].new_limit);
+    cr_assert_eq(events_of(e, SLUICE_EVENT_HINT, SLUICE_CAUSE_NONE), 1, "once");
     sluice_engine_destroy(e);
 }
