@@ -208,3 +208,41 @@ Test(dialects, dialect_names_round_trip_and_a_bad_one_is_refused)
     cr_assert_eq(d, SLUICE_CURL_DIALECT_ANTHROPIC, "untouched on a bad name");
     cr_assert_str_eq(sluice_curl_dialect_name((enum sluice_curl_dialect)99), "unknown");
 }
+
+/* The README's classification table lists exactly these fixtures, each with its kind. */
+Test(dialects, the_readme_classification_table_matches_the_fixtures)
+{
+    static char text[1 << 18];
+    FILE *fp = fopen(SLUICE_TEST_FIXTURES "/../../README.md", "rb");
+    cr_assert_not_null(fp, "README.md");
+    size_t len = fread(text, 1, sizeof text - 1, fp);
+    fclose(fp);
+    text[len] = '\0';
+    char *table = strstr(text, "<!-- classification table");
+    char *end = table ? strstr(table, "<!-- end of classification table -->") : NULL;
+    cr_assert(table && end, "README.md has the classification table between its markers");
+    *end = '\0';
+    size_t listed = 0;
+    for (char *line = strchr(table, '\n'); line && *++line; line = strchr(line, '\n')) {
+        /* | provider | response | `kind` | `fixture` | */
+        char kind[40], fixture[64];
+        char *cols[6] = {NULL};
+        int n = 0;
+        for (char *p = line; *p && *p != '\n' && n < 6; p++)
+            if (*p == '|')
+                cols[n++] = p;
+        if (n < 5 || strncmp(cols[2], "| `", 3) != 0)
+            continue; /* the header and separator rows */
+        cr_assert_eq(sscanf(cols[2], "| `%39[^`]` | `%63[^`]`", kind, fixture), 2,
+                     "a row names its kind and fixture in backticks: %.80s", line);
+        size_t i = 0;
+        while (i < sizeof rows / sizeof rows[0] && strcmp(rows[i].fixture, fixture) != 0)
+            i++;
+        cr_assert_lt(i, sizeof rows / sizeof rows[0], "README lists %s, which has no test row",
+                     fixture);
+        cr_expect_str_eq(kind, sluice_curl_kind_name(rows[i].kind), "README's kind for %s",
+                         fixture);
+        listed++;
+    }
+    cr_assert_eq(listed, sizeof rows / sizeof rows[0], "every fixture is in the README table");
+}
