@@ -76,8 +76,12 @@
  * the same way. Each becomes an event: "hold" (cause rate_limit or
  * platform) when a hold starts, not for every refusal of the burst that
  * extends it, and "quota" per quota refusal, told by the next sample that
- * finds the update lock free, or by poll. A provider's stated rate can also move the starting
- * point (sluice_discovery_hint), as long as no evidence says otherwise.
+ * finds the update lock free, or by poll. A rate refusal also brackets
+ * probing where it struck (no cut: the limit steps under the bracket only
+ * if it stands above); at a lock, a second one within the forgiveness run
+ * lowers it by one (sluice__discovery_rate_bracket). A provider's stated rate moves the starting point
+ * to rate × latency and brackets it there (sluice_discovery_hint_rate), as
+ * long as no evidence says otherwise.
  *
  * Windows are start-time cohorts. A window measures the calls that
  * *started* during its first part, [from, until), which lasts window_span
@@ -258,6 +262,16 @@ SLUICE_INLINE const char *sluice_discovery_state_name(enum sluice_discovery_stat
  * count-race or a neighbour's burst touched once is kept; a second refusal
  * within this run of windows lowers it (a lock is held for a day). */
 #define SLUICE_DISCOVERY_FORGIVE 8
+/* The share of rate × latency a provider's hint starts (and brackets) at: one
+ * window's mean latency is a sample, and on the simulator its error reaches
+ * 12 %; at the full product a rate refuses ~10 % of calls, at 0.9 of it
+ * none (tests/sim/dialects.c). */
+#define SLUICE_DISCOVERY_HINT_SHARE 0.9
+/* Calls whose latencies a hint averages before it applies: one lognormal
+ * call is often a fast one (on the simulator, a fifth of first calls read
+ * R·L 30 % low); four halve the error, and arrive within one round trip of
+ * the jumpstart's calls. */
+#define SLUICE_DISCOVERY_HINT_CALLS 4u
 
 struct sluice_discovery_desc {
     const char *node_id;          /* required; copied (at most SLUICE_NODE_ID_MAX-1 bytes),
@@ -442,6 +456,14 @@ enum sluice__signal {
     SLUICE__SIGNALS
 };
 
+/* A provider's hint since init, clear or expiry (sluice_discovery_hint_rate). */
+enum sluice__hint_state {
+    SLUICE__HINT_NONE = 0,   /* none offered yet */
+    SLUICE__HINT_COLLECTING, /* offers counted, fewer than SLUICE_DISCOVERY_HINT_CALLS */
+    SLUICE__HINT_PENDING,    /* applied from those calls: refined at the next window close */
+    SLUICE__HINT_DONE,     /* applied, or evidence came first */
+};
+
 /* One window's totals, written by every completion (see "Memory ordering"). */
 struct sluice__window_acc {
     _Atomic(uint32_t) writers; /* samples adding to this buffer right now */
@@ -469,10 +491,11 @@ struct sluice_discovery {
                                          INT64_MIN = no cut yet */
     _Atomic(int64_t) latency_ref_ns;  /* average of recent window means; 0 = none yet */
     _Atomic(int64_t) hold_until_ns;   /* no new call before this (Retry-After); 0 = none */
-    _Atomic(uint32_t) hinted;         /* 1: a hint was applied, or evidence came first, since
-                                         init, clear or expiry (written under the lock) */
+    _Atomic(uint32_t) hinted;         /* enum sluice__hint_state (written under the lock) */
     _Atomic(uint32_t) signals[SLUICE__SIGNALS]; /* refusals of another cause not yet told in an
                                          event, by enum sluice__signal */
+    _Atomic(uint32_t) rate_struck;    /* lowest limit a rate refusal not yet told started
+                                         under; UINT32_MAX = none */
     _Atomic(uint64_t) window_seq;     /* windows opened so far: names the open window
                                          (bumped, release, once it is fully set up) */
     _Atomic(uint32_t) acc_open;       /* which acc[] the open window adds to */
@@ -499,7 +522,12 @@ struct sluice_discovery {
 
     /* Only under `lock`. */
     sluice_spinlock lock;
-    bool congested;         /* a congestion signal opened the bracket */
+    bool congested;         /* a congestion signal (or a provider's hint) opened the bracket */
+    double hint_rate;       /* the hint's rate, calls per second */
+    uint32_t hint_bad;      /* the bracket the hint set (another means evidence moved it) */
+    uint32_t hint_calls;    /* offers counted so far, and their latencies' sum */
+    int64_t hint_sum_ns;
+    enum sluice_cause hint_source;
     bool confirmed;         /* a stable window ran at the locked ceiling */
     int64_t confirmed_ns;   /* when it did: a refusal at the ceiling from a call started
                                earlier was part of that window after all (a late timeout) */
@@ -680,7 +708,7 @@ SLUICE_INLINE void sluice__discovery_forget(struct sluice_discovery *d)
     d->served_before = 0;
     d->bad = 0;
     d->knee_estimate = 0;
-    atomic_store_explicit(&d->hinted, 0u, SLUICE_RELAXED);
+    atomic_store_explicit(&d->hinted, SLUICE__HINT_NONE, SLUICE_RELAXED);
 }
 
 /* Lock expiry by the wall clock: probing resumes from the current limit. Call locked. */
@@ -945,11 +973,58 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
                            next);
 }
 
+SLUICE_INLINE void sluice__discovery_restart(struct sluice_discovery *d, int64_t now);
+
+/*
+ * Start from a provider's hint: SLUICE_DISCOVERY_HINT_SHARE of rate ×
+ * `latency_ns`, rounded down (one call more than the rate keeps busy
+ * overdraws it every window), clamped, and bracketed there. A "hint" event
+ * when the limit moves. Call locked.
+ */
+SLUICE_INLINE void sluice__discovery_hint_at(struct sluice_discovery *d, int64_t now,
+                                             int64_t latency_ns)
+{
+    uint32_t at = sluice__discovery_clamp(
+        d, sluice__sat_u32(floor(SLUICE_DISCOVERY_HINT_SHARE * d->hint_rate *
+                                 (double)latency_ns / SLUICE_NS_PER_SEC)));
+    uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+    uint32_t next = sluice__discovery_clamp(
+        d, sluice_policy_reset(sluice__discovery_policy(d), at, false));
+    d->congested = true; /* the bracket: the rate keeps `at` calls busy, no more */
+    d->bad = d->hint_bad = sluice__sat_add(at, 1);
+    d->knee_estimate = 0;
+    sluice__discovery_set_limit(d, next, now);
+    sluice__discovery_restart(d, now);
+    if (next != old)
+        sluice__discovery_emit(d, now, SLUICE_EVENT_HINT, d->hint_source, old, next);
+}
+
+/*
+ * At a window close, a hint taken from one call's latency is refined once
+ * from the window's mean, unless evidence came since (a refusal moved the
+ * bracket, a lock). True when it restarted (the window's verdict is then
+ * moot). Call locked.
+ */
+SLUICE_INLINE bool sluice__discovery_apply_hint(struct sluice_discovery *d, int64_t now,
+                                                const struct sluice_window *w)
+{
+    if (atomic_load_explicit(&d->hinted, SLUICE_RELAXED) != SLUICE__HINT_PENDING || !w->n_ok)
+        return false;
+    atomic_store_explicit(&d->hinted, SLUICE__HINT_DONE, SLUICE_RELAXED);
+    if (d->bad != d->hint_bad || atomic_load_explicit(&d->ceiling, SLUICE_RELAXED) ||
+        sluice__discovery_state(d) != SLUICE_DISCOVERY_PROBING)
+        return false;
+    sluice__discovery_hint_at(d, now, w->latency_mean_ns);
+    return true;
+}
+
 /* Close the open window and act on it. Call locked. */
 SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t now)
 {
     struct sluice_window w = sluice__discovery_take(d, now);
     sluice__discovery_check_expiry(d, now);
+    if (sluice__discovery_apply_hint(d, now, &w))
+        return; /* restarted: the new window is scheduled and open */
     struct sluice_verdict v = sluice_policy_update(sluice__discovery_policy(d), &w);
     uint32_t old = w.limit;
     if (sluice_cause_is_congestion(v.cause))
@@ -1068,6 +1143,51 @@ SLUICE_INLINE void sluice__discovery_hold_for(struct sluice_discovery *d,
     /* One "hold" event per hold, not per refusal of the burst that extends it. */
     if (signal == SLUICE__SIGNAL_QUOTA || (signal != SLUICE__SIGNALS && starts))
         atomic_fetch_add_explicit(&d->signals[signal], 1u, SLUICE_RELAXED);
+    if (s->outcome == SLUICE_OUTCOME_RATE && s->limit_at_start)
+        sluice__atomic_min_u32(&d->rate_struck, s->limit_at_start);
+}
+
+/*
+ * A rate refusal brackets the probe where it struck: the provider's budget
+ * ran out with that many calls in flight, so growing past it buys only
+ * refusals. No cut (the hold waits out the reset): the limit steps to just
+ * under the bracket only if it already stands above. At a lock, one rate
+ * refusal is forgiven (the strikes of "Lock criterion"); a second before
+ * SLUICE_DISCOVERY_FORGIVE stable windows ran there says the lock overdraws
+ * the rate, and lowers it by one. Call locked.
+ */
+SLUICE_INLINE void sluice__discovery_rate_bracket(struct sluice_discovery *d, int64_t now)
+{
+    uint32_t struck = atomic_exchange_explicit(&d->rate_struck, UINT32_MAX, SLUICE_RELAXED);
+    uint32_t ceiling = atomic_load_explicit(&d->ceiling, SLUICE_RELAXED);
+    if (struck == UINT32_MAX || (ceiling && struck < ceiling))
+        return;
+    if (ceiling) {
+        if (!d->strikes++) {
+            d->clean_run = 0;
+            return;
+        }
+        uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+        uint32_t lowered = sluice__discovery_clamp(d, ceiling > 1 ? ceiling - 1 : 1);
+        d->strikes = d->clean_run = 0;
+        sluice__discovery_lock(d, lowered);
+        if (old > lowered)
+            sluice__discovery_set_limit(d, lowered, now);
+        sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_RATE_LIMIT, old,
+                               old > lowered ? lowered : old);
+        return;
+    }
+    if (!d->congested || struck < d->bad) {
+        d->congested = true;
+        d->bad = struck;
+        d->knee_estimate = 0;
+    }
+    uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+    uint32_t next = sluice__discovery_clamp(d, d->bad > 1 ? d->bad - 1 : 1);
+    if (next < old) {
+        sluice__discovery_set_limit(d, next, now);
+        sluice__discovery_emit(d, now, SLUICE_EVENT_BACKOFF, SLUICE_CAUSE_RATE_LIMIT, old, next);
+    }
 }
 
 /*
@@ -1079,7 +1199,7 @@ SLUICE_INLINE void sluice__discovery_hold_for(struct sluice_discovery *d,
  */
 SLUICE_INLINE void sluice__discovery_tell_signals(struct sluice_discovery *d, bool wait)
 {
-    bool any = false;
+    bool any = atomic_load_explicit(&d->rate_struck, SLUICE_RELAXED) != UINT32_MAX;
     for (int i = 0; i < SLUICE__SIGNALS; i++)
         any |= atomic_load_explicit(&d->signals[i], SLUICE_RELAXED) != 0;
     if (!any)
@@ -1099,6 +1219,7 @@ SLUICE_INLINE void sluice__discovery_tell_signals(struct sluice_discovery *d, bo
     for (int i = 0; i < SLUICE__SIGNALS; i++)
         if (atomic_exchange_explicit(&d->signals[i], 0u, SLUICE_RELAXED))
             sluice__discovery_emit(d, now, told[i].kind, told[i].cause, limit, limit);
+    sluice__discovery_rate_bracket(d, now);
     sluice__discovery_unlock(d);
 }
 
@@ -1448,41 +1569,50 @@ SLUICE_INLINE int sluice_discovery_clear(struct sluice_discovery *d)
 }
 
 /*
- * A starting limit the provider's own numbers suggest (the shim: its stated
- * request rate × the measured latency, Little's law): a probing node that
- * has seen no congestion, holds no lock and took no hint yet restarts
- * discovery from `limit`, clamped to [min_limit, max_limit] (a pool's
- * max_limit is never above its `active`), as clear would from the
- * jumpstart, and records a "hint" event with `source` as its cause
- * (SLUICE_CAUSE_PROVIDER_RATE). Evidence wins over a hint: a restored or
- * discovered lock, or a bracket a refusal opened, and so does the first
- * hint: a node weighs one hint until a clear or the lock's expiry (the
- * first offer after them), and every later offer returns at once on one
- * relaxed load. The first offer takes the update lock (bounded), then
- * flushes on this thread. Returns true when the hint was applied.
+ * The request rate the provider states (per second; the shim reads it from
+ * a response's rate-limit headers, sluice_curl_stated_rate) and how long
+ * the call that said so took (`latency_ns`): a probing node that has seen
+ * no congestion, holds no lock and took no hint yet averages the latencies
+ * of SLUICE_DISCOVERY_HINT_CALLS such offers, then moves to Little's law,
+ * rate × latency, the most calls the rate keeps busy at once — times
+ * SLUICE_DISCOVERY_HINT_SHARE, rounded down, clamped to [min_limit,
+ * max_limit] (a pool's max_limit is never above its `active`) — and
+ * brackets probing there (growing past it only runs the budget dry), so
+ * it locks there after a stable window unless a refusal says lower. A few
+ * calls' latency is a sample: at the next window close the limit is
+ * worked out once more from the window's mean latency. A "hint" event
+ * records each move, with `source` as its cause (SLUICE_CAUSE_PROVIDER_RATE).
+ * Evidence wins over a hint: a restored or discovered lock, or a bracket a
+ * refusal opened first. A node weighs one hint until a clear or the lock's
+ * expiry; every later offer returns at once on one relaxed load, so the
+ * shim may offer one per response. The first offers take the update lock
+ * (bounded), then flush on this thread. Returns true when the offer was
+ * counted.
  */
-SLUICE_INLINE bool sluice_discovery_hint(struct sluice_discovery *d, uint32_t limit,
-                                         enum sluice_cause source)
+SLUICE_INLINE bool sluice_discovery_hint_rate(struct sluice_discovery *d, double rate_per_s,
+                                              int64_t latency_ns, enum sluice_cause source)
 {
-    /* Cheap refusal first: the shim offers a hint on every response that states a rate. */
-    if (d->fixed || limit == 0 || atomic_load_explicit(&d->hinted, SLUICE_RELAXED))
+    if (d->fixed || !(rate_per_s > 0) || latency_ns <= 0 ||
+        atomic_load_explicit(&d->hinted, SLUICE_RELAXED) > SLUICE__HINT_COLLECTING)
         return false;
     sluice_spinlock_lock(&d->lock);
-    bool take = !atomic_load_explicit(&d->hinted, SLUICE_RELAXED) && !d->congested &&
-                !atomic_load_explicit(&d->ceiling, SLUICE_RELAXED) &&
+    bool take = atomic_load_explicit(&d->hinted, SLUICE_RELAXED) <= SLUICE__HINT_COLLECTING &&
+                !d->congested && !atomic_load_explicit(&d->ceiling, SLUICE_RELAXED) &&
                 sluice__discovery_state(d) == SLUICE_DISCOVERY_PROBING;
-    /* Taken or not, the chance is gone until a clear or expiry: evidence came first. */
-    atomic_store_explicit(&d->hinted, 1u, SLUICE_RELAXED);
+    enum sluice__hint_state next = SLUICE__HINT_DONE; /* evidence came first */
     if (take) {
-        int64_t now = sluice_clock_now(&d->clock); /* under the lock: see maybe_close */
-        uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
-        uint32_t next = sluice__discovery_clamp(
-            d, sluice_policy_reset(sluice__discovery_policy(d), sluice__discovery_clamp(d, limit),
-                                   false));
-        sluice__discovery_set_limit(d, next, now);
-        sluice__discovery_restart(d, now);
-        sluice__discovery_emit(d, now, SLUICE_EVENT_HINT, source, old, next);
+        if (atomic_load_explicit(&d->hinted, SLUICE_RELAXED) == SLUICE__HINT_NONE)
+            d->hint_sum_ns = d->hint_calls = 0;
+        d->hint_rate = rate_per_s;
+        d->hint_source = source;
+        d->hint_sum_ns = sluice_add_ns(d->hint_sum_ns, latency_ns);
+        next = ++d->hint_calls < SLUICE_DISCOVERY_HINT_CALLS ? SLUICE__HINT_COLLECTING
+                                                             : SLUICE__HINT_PENDING;
+        if (next == SLUICE__HINT_PENDING)
+            sluice__discovery_hint_at(d, sluice_clock_now(&d->clock),
+                                      d->hint_sum_ns / (int64_t)d->hint_calls);
     }
+    atomic_store_explicit(&d->hinted, next, SLUICE_RELAXED);
     sluice__discovery_unlock(d);
     sluice_discovery_flush(d);
     return take;
@@ -1610,7 +1740,8 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     atomic_init(&d->last_cut_ns, INT64_MIN); /* no cut yet: every overload is fresh */
     atomic_init(&d->latency_ref_ns, 0);
     atomic_init(&d->hold_until_ns, 0);
-    atomic_init(&d->hinted, 0u);
+    atomic_init(&d->hinted, SLUICE__HINT_NONE);
+    atomic_init(&d->rate_struck, UINT32_MAX);
     for (int i = 0; i < SLUICE__SIGNALS; i++)
         atomic_init(&d->signals[i], 0u);
     atomic_init(&d->window_seq, 0u);

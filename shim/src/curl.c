@@ -11,7 +11,6 @@
 #include "curl_internal.h"
 
 #include <limits.h>
-#include <math.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -83,16 +82,13 @@ int64_t sluice_curl_window_seconds(enum sluice_curl_window window)
     return (unsigned)window < SLUICE__WINDOWS ? sluice__windows[window].seconds : 0;
 }
 
-uint32_t sluice_curl_rate_hint(const struct sluice_curl_result *res)
+double sluice_curl_stated_rate(const struct sluice_curl_result *res)
 {
     const struct sluice_curl_budget *b = &res->ratelimit.requests;
     int64_t window_s = sluice_curl_window_seconds(b->window);
-    if (res->kind != SLUICE_CURL_SUCCESS || b->limit <= 0 || res->transfer_ns <= 0 ||
-        window_s <= 0 || window_s > 60)
+    if (res->kind != SLUICE_CURL_SUCCESS || b->limit <= 0 || window_s <= 0 || window_s > 60)
         return 0;
-    double in_service = (double)b->limit / (double)window_s * (double)res->transfer_ns /
-                        (double)SLUICE_NS_PER_SEC;
-    return sluice__sat_u32(ceil(in_service));
+    return (double)b->limit / (double)window_s;
 }
 
 static bool sluice__is_space(char c)

@@ -51,7 +51,7 @@ void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline);
  * caller abandoned after its request was sent (res->abandoned) goes to
  * sluice_pool_call_abandon, so its permit lingers while the provider still
  * runs it. A success that states a request rate per second or minute
- * offers discovery a hint (sluice__curl_hint).
+ * offers it to discovery (sluice_discovery_hint_rate).
  */
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res);

@@ -174,10 +174,10 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
     sluice_pool_call_end_latency(pool, call, res->outcome, res->hold_ns,
                                  res->transferred ? res->latency_ns : -1);
     /* After the permit moved on: the first offer takes discovery's lock once. */
-    uint32_t hint = sluice_curl_rate_hint(res);
+    double rate = sluice_curl_stated_rate(res);
     struct sluice_discovery *d = sluice_pool_discovery(pool);
-    if (hint && d)
-        sluice_discovery_hint(d, hint, SLUICE_CAUSE_PROVIDER_RATE);
+    if (rate > 0 && d)
+        sluice_discovery_hint_rate(d, rate, res->transfer_ns, SLUICE_CAUSE_PROVIDER_RATE);
 }
 
 /* ---- the transfer ------------------------------------------------------------------ */

@@ -180,22 +180,20 @@ Test(dialects, a_body_is_read_only_for_error_responses_and_only_up_to_the_bound)
     cr_assert_eq(r.kind, SLUICE_CURL_QUOTA, "within the bound it is read");
 }
 
-Test(dialects, a_stated_rate_per_minute_gives_a_littles_law_hint_and_per_day_none)
+Test(dialects, a_stated_rate_per_second_or_minute_is_offered_and_per_day_never)
 {
     struct sluice_curl_result r = classify_fixture("together_200", SLUICE_CURL_DIALECT_TOGETHER);
-    r.transfer_ns = 2500 * MS;
-    cr_assert_eq(sluice_curl_rate_hint(&r), 25, "10 per second x 2.5 s = 25 in service");
+    cr_assert_float_eq(sluice_curl_stated_rate(&r), 10.0, 1e-9, "10 per second");
     r.ratelimit.requests.window = SLUICE_CURL_WINDOW_MINUTE;
     r.ratelimit.requests.limit = 600;
-    r.transfer_ns = 1100 * MS;
-    cr_assert_eq(sluice_curl_rate_hint(&r), 11, "600 per minute x 1.1 s, rounded up");
+    cr_assert_float_eq(sluice_curl_stated_rate(&r), 10.0, 1e-9, "600 per minute");
     r.ratelimit.requests.window = SLUICE_CURL_WINDOW_DAY;
-    cr_assert_eq(sluice_curl_rate_hint(&r), 0, "never from a per-day figure");
+    cr_assert_eq(sluice_curl_stated_rate(&r), 0, "never from a per-day figure");
     r.ratelimit.requests.window = SLUICE_CURL_WINDOW_UNKNOWN;
-    cr_assert_eq(sluice_curl_rate_hint(&r), 0, "nor from one whose window is unknown");
+    cr_assert_eq(sluice_curl_stated_rate(&r), 0, "nor from one whose window is unknown");
     r.ratelimit.requests.window = SLUICE_CURL_WINDOW_MINUTE;
     r.kind = SLUICE_CURL_RATE_LIMITED;
-    cr_assert_eq(sluice_curl_rate_hint(&r), 0, "only from a success");
+    cr_assert_eq(sluice_curl_stated_rate(&r), 0, "only from a success");
 }
 
 Test(dialects, dialect_names_round_trip_and_a_bad_one_is_refused)

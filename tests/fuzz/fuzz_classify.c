@@ -183,9 +183,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
           "the source is a dialect");
     check(out.hold_ns >= 0 && out.hold_ns <= max, "the hold is clamped");
     check(out.kind != SLUICE_CURL_QUOTA || out.hold_ns == 0, "a quota refusal holds nothing");
-    uint32_t hint = sluice_curl_rate_hint(&out);
-    check(hint == 0 || (out.kind == SLUICE_CURL_SUCCESS && out.ratelimit.requests.limit > 0),
-          "a hint only from a success that states a request limit");
+    double rate = sluice_curl_stated_rate(&out);
+    check(rate >= 0, "a rate is never negative");
+    check(rate == 0 || (out.kind == SLUICE_CURL_SUCCESS && out.ratelimit.requests.limit > 0 &&
+                        out.ratelimit.requests.window != SLUICE_CURL_WINDOW_DAY),
+          "a rate only from a success that states a request limit, never per day");
 
     /* A lone delay-seconds Retry-After is exactly its value, clamped. */
     int retry_after = 0, retry_after_ms = 0;

@@ -1503,25 +1503,48 @@ Test(discovery, a_spent_request_budget_on_a_success_paces_new_calls_until_its_re
     sluice_discovery_destroy(n.disc);
 }
 
-Test(discovery, a_hint_moves_a_fresh_node_once_clamped_and_says_where_from)
+Test(discovery, a_stated_rate_moves_a_fresh_node_to_rate_times_latency_and_locks_there)
 {
     struct node n;
     node_init(&n);
     struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.max_limit = 30;
+    d.max_limit = 64;
     node_create(&n, &d);
-    cr_assert(sluice_discovery_hint(n.disc, 12, SLUICE_CAUSE_PROVIDER_RATE));
-    cr_assert_eq(sluice_discovery_limit(n.disc), 12);
-    cr_assert_eq(sluice_gate_limit(&n.gate), 12);
-    cr_assert_eq(seen_events(&n, SLUICE_EVENT_HINT, SLUICE_CAUSE_PROVIDER_RATE), 1);
-    cr_assert_eq(n.seen[n.n_seen - 1].old_limit, 5);
-    cr_assert_eq(n.seen[n.n_seen - 1].new_limit, 12);
-    cr_assert_not(sluice_discovery_hint(n.disc, 20, SLUICE_CAUSE_PROVIDER_RATE), "one per node");
-    cr_assert_eq(sluice_discovery_limit(n.disc), 12);
-    /* After a clear, a new hint applies, clamped to max_limit. */
+    /* The offering calls took 700 to 900 ms: 0.9 x 10/s x 0.8 s = 7, once four came. */
+    static const int64_t took_ms[] = {700, 900, 750, 850};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(sluice_discovery_limit(n.disc), 5, "not yet: %d offers", i);
+        cr_assert(sluice_discovery_hint_rate(n.disc, 10.0, took_ms[i] * SLUICE_NS_PER_MS,
+                                             SLUICE_CAUSE_PROVIDER_RATE));
+    }
+    cr_assert_eq(sluice_discovery_limit(n.disc), 7, "from the offering calls' mean");
+    cr_assert_not(sluice_discovery_hint_rate(n.disc, 20.0, SEC, SLUICE_CAUSE_PROVIDER_RATE),
+                  "one hint per node");
+    /* The next window measures 1 s calls: refined once. */
+    run_window(&n, 16, SEC);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 9,
+                 "10 calls a second x 1 s = 10 at once, of which SLUICE_DISCOVERY_HINT_SHARE");
+    cr_assert_eq(sluice_gate_limit(&n.gate), 9);
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_HINT, SLUICE_CAUSE_PROVIDER_RATE), 2,
+                 "the start and its refinement");
+    const struct sluice_event *first = NULL, *last = NULL;
+    for (int i = 0; i < n.n_seen; i++)
+        if (n.seen[i].kind == SLUICE_EVENT_HINT) {
+            first = first ? first : &n.seen[i];
+            last = &n.seen[i];
+        }
+    cr_assert_eq(first->old_limit, 5);
+    cr_assert_eq(first->new_limit, 7);
+    cr_assert_eq(last->new_limit, 9);
+    /* Probing past it only runs the budget dry: bracketed, it locks there. */
+    for (int i = 0; i < 8 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++)
+        run_window(&n, 16, SEC);
+    cr_assert_eq(status_of(&n).ceiling, 9);
+    /* After a clear a new rate applies, clamped to max_limit (<= active). */
     sluice_discovery_clear(n.disc);
-    cr_assert(sluice_discovery_hint(n.disc, 1000, SLUICE_CAUSE_PROVIDER_RATE));
-    cr_assert_eq(sluice_discovery_limit(n.disc), 30, "never above max_limit (<= active)");
+    for (int i = 0; i < 4; i++)
+        sluice_discovery_hint_rate(n.disc, 1000.0, SEC, SLUICE_CAUSE_PROVIDER_RATE);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 64, "never above max_limit");
     sluice_discovery_destroy(n.disc);
 }
 
@@ -1534,7 +1557,8 @@ Test(discovery, a_lock_or_a_bracket_wins_over_a_hint)
     struct sluice_lock_record rec = {.ceiling = 7, .expires_s = n.time.wall_ns / SEC + 3600};
     ops.save(ops.ctx, "cloud:x", &rec);
     node_create(&n, &d);
-    cr_assert_not(sluice_discovery_hint(n.disc, 20, SLUICE_CAUSE_PROVIDER_RATE));
+    cr_assert_not(sluice_discovery_hint_rate(n.disc, 20.0, SEC, SLUICE_CAUSE_PROVIDER_RATE));
+    run_window(&n, 16, SEC);
     cr_assert_eq(sluice_discovery_limit(n.disc), 7, "the restored lock wins");
     cr_assert_eq(seen_events(&n, SLUICE_EVENT_HINT, SLUICE_CAUSE_PROVIDER_RATE), 0);
     sluice_discovery_destroy(n.disc);
@@ -1546,8 +1570,53 @@ Test(discovery, a_lock_or_a_bracket_wins_over_a_hint)
     advance(&n, SEC);
     feed(&n, SEC / 1000, 5, SLUICE_OUTCOME_OVERLOAD, 0);
     uint32_t cut = sluice_discovery_limit(n.disc);
-    cr_assert_not(sluice_discovery_hint(n.disc, 20, SLUICE_CAUSE_PROVIDER_RATE),
-                  "a refusal's bracket is evidence; the hint is a guess");
+    cr_assert_not(sluice_discovery_hint_rate(n.disc, 20.0, SEC, SLUICE_CAUSE_PROVIDER_RATE),
+                  "a refusal's bracket is evidence; the hint (20 x 1 s) is a guess");
     cr_assert_eq(sluice_discovery_limit(n.disc), cut);
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_HINT, SLUICE_CAUSE_PROVIDER_RATE), 0);
+    sluice_discovery_destroy(n.disc);
+
+    /* A refusal between the hint and its refinement keeps the refusal's bracket. */
+    node_init(&n);
+    struct sluice_discovery_desc again = node_desc(&n, "cloud:z");
+    node_create(&n, &again);
+    for (int i = 0; i < 4; i++)
+        cr_assert(sluice_discovery_hint_rate(n.disc, 20.0, SEC, SLUICE_CAUSE_PROVIDER_RATE));
+    cr_assert_eq(sluice_discovery_limit(n.disc), 18);
+    advance(&n, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 12, SLUICE_OUTCOME_RATE);
+    run_window(&n, 16, 2 * SEC); /* would refine to 0.9 x 20 x 2 = 36 */
+    cr_assert_leq(sluice_discovery_limit(n.disc), 11, "the rate refused at 12");
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, a_rate_refusal_brackets_where_it_struck_and_a_repeated_one_lowers_a_lock_by_one)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 12;
+    node_create(&n, &d);
+    advance(&n, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 12, SLUICE_OUTCOME_RATE);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 11, "one step under where it struck, no x0.9");
+    for (int i = 0; i < 8 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++)
+        run_window(&n, 16, SEC);
+    cr_assert_eq(status_of(&n).ceiling, 11, "the probe never went back past the rate");
+    /* At the lock one rate refusal is forgiven; a second soon after lowers it by one. */
+    advance(&n, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 11, SLUICE_OUTCOME_RATE);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 11);
+    cr_assert_eq(status_of(&n).ceiling, 11);
+    advance(&n, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 11, SLUICE_OUTCOME_RATE);
+    cr_assert_eq(status_of(&n).ceiling, 10, "the lock overdrew the rate");
+    cr_assert_eq(sluice_discovery_limit(n.disc), 10);
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_LOCK, SLUICE_CAUSE_RATE_LIMIT), 1);
+    /* One refusal a while later (after the forgiveness run) is forgiven again. */
+    for (int i = 0; i < SLUICE_DISCOVERY_FORGIVE + 1; i++)
+        run_window(&n, 16, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 10, SLUICE_OUTCOME_RATE);
+    cr_assert_eq(status_of(&n).ceiling, 10);
     sluice_discovery_destroy(n.disc);
 }

@@ -315,15 +315,15 @@ enum sluice_curl_kind sluice_curl_classify(const struct sluice_curl_response *re
                                            struct sluice_curl_result *out);
 
 /*
- * The starting limit a response's stated request rate suggests, by Little's
- * law: rate × the call's measured duration (transfer_ns), rounded up; 0 when
- * there is none to give: not a SUCCESS, no request limit, or a window that
- * is not a second or a minute (a per-day budget says nothing about how many
- * calls may run at once). The transports offer it to the backend's
- * discovery (sluice_discovery_hint), which clamps it to [min_limit,
- * max_limit] and lets a lock or a refusal's bracket win. Pure.
+ * The request rate a successful response states, in calls per second: its
+ * request limit over its window; 0 when there is none to give: not a
+ * SUCCESS, no request limit, or a window that is not a second or a minute
+ * (a per-day budget says nothing about how many calls may run at once).
+ * The transports offer it to the backend's discovery
+ * (sluice_discovery_hint_rate), which starts from rate × the measured
+ * latency (Little's law) and lets a lock or a refusal's bracket win. Pure.
  */
-uint32_t sluice_curl_rate_hint(const struct sluice_curl_result *res);
+double sluice_curl_stated_rate(const struct sluice_curl_result *res);
 
 /* ---- the blocking call ------------------------------------------------------- */
 
