@@ -428,7 +428,8 @@ struct sluice_curl_request {
     sluice_curl_done_fn done;        /* required */
     void *data;                      /* passed to done; kept as an opaque value, never read */
     int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
-    enum sluice_curl_dialect dialect; /* the backend's rate-limit dialect (default: AUTO) */
+    enum sluice_curl_dialect dialect; /* the backend's rate-limit dialect (default: AUTO); the
+                                        loop reads headers only, not error bodies */
 };
 
 /* Embedder's-loop mode: watch `fd` for `what` (CURL_POLL_IN, _OUT, _INOUT; CURL_POLL_REMOVE
