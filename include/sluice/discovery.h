@@ -66,22 +66,24 @@
  *
  * What a signal means: only an OVERLOAD sample (sluice/policy.h) is
  * evidence about the caller's concurrency cap. A refusal that names
- * another cause moves neither the limit, nor the bracket, nor a lock, and
- * counts as ignored in its window: a rate limit (SLUICE_OUTCOME_RATE) holds
- * new calls until the reset the provider named, instead of a series of
- * cuts; a platform-wide overload (SLUICE_OUTCOME_PLATFORM) holds them
- * briefly; a quota or billing refusal (SLUICE_OUTCOME_QUOTA) holds nothing,
- * since waiting does not help. An OK sample that carries a hold (the
- * provider said its request budget is spent until then) paces new calls
- * the same way. Each becomes an event: "hold" (cause rate_limit or
- * platform) when a hold starts, not for every refusal of the burst that
- * extends it, and "quota" per quota refusal, told by the next sample that
- * finds the update lock free, or by poll. A rate refusal also brackets
- * probing where it struck (no cut: the limit steps under the bracket only
- * if it stands above); at a lock, a second one within the forgiveness run
- * lowers it by one (sluice__discovery_rate_bracket). A provider's stated rate moves the starting point
- * to rate × latency and brackets it there (sluice_discovery_hint_rate), as
- * long as no evidence says otherwise.
+ * another cause is never a cut and counts as ignored in its window:
+ *   - a rate limit (SLUICE_OUTCOME_RATE) holds new calls until the reset
+ *     the provider named, and brackets probing where it struck (the limit
+ *     steps under the bracket only if it stands above; at a lock, a second
+ *     one within the forgiveness run lowers it by one:
+ *     sluice__discovery_rate_bracket);
+ *   - a platform-wide overload (SLUICE_OUTCOME_PLATFORM) holds them
+ *     briefly, and never moves a lock;
+ *   - a quota or billing refusal (SLUICE_OUTCOME_QUOTA) moves nothing and
+ *     holds nothing, since waiting does not help.
+ * An OK sample that carries a hold (the provider said its request budget
+ * is spent until then) paces new calls the same way. Each becomes an
+ * event: "hold" (cause rate_limit or platform) when a hold starts, not for
+ * every refusal of the burst that extends it, and "quota" per quota
+ * refusal, told by the next sample that finds the update lock free, or by
+ * poll. A provider's stated rate moves the starting point to rate ×
+ * latency and brackets it there (sluice_discovery_hint_rate), as long as
+ * no evidence says otherwise.
  *
  * Windows are start-time cohorts. A window measures the calls that
  * *started* during its first part, [from, until), which lasts window_span

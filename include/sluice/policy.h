@@ -61,8 +61,9 @@
  * How one generation call ended, as far as the provider's capacity goes.
  * Only OVERLOAD is evidence about the caller's concurrency cap. The last
  * three are refusals that name another cause (see discovery.h, "What a
- * signal means"): they never cut the limit or touch the bracket or a lock,
- * count as IGNORE in a window, and each becomes an event.
+ * signal means"): they never cut the limit by a factor (only a rate
+ * refusal moves the bracket, by where it struck), count as IGNORE in a
+ * window, and each becomes an event.
  */
 enum sluice_outcome {
     SLUICE_OUTCOME_OK = 0,   /* the provider served the call */
@@ -70,7 +71,8 @@ enum sluice_outcome {
                                 cause, a provider timeout): back off */
     SLUICE_OUTCOME_IGNORE,   /* transport error or caller cancel: says nothing about capacity */
     SLUICE_OUTCOME_RATE,     /* a request or token budget ran out and the provider named its
-                                reset (retry_after_ns): hold new calls until then */
+                                reset (retry_after_ns): hold new calls until then; probing is
+                                bracketed where it struck, never cut by a factor */
     SLUICE_OUTCOME_PLATFORM, /* the provider's whole platform is overloaded (Anthropic 529,
                                 Together 503 below the dynamic rate, Gemini 503): hold new
                                 calls briefly (retry_after_ns, or SLUICE_PLATFORM_HOLD_NS) */
