@@ -188,6 +188,7 @@ SIGNAL_TEST(a_stated_request_rate_moves_the_jumpstart_to_rate_times_latency)
     cr_assert(ev[0].new_limit >= 8 && ev[0].new_limit <= 10,
               "0.9 x 200/s x 50 ms = 9 (a little more for the loopback's own time), got %u",
               ev[0].new_limit);
-    cr_assert_eq(events_of(e, SLUICE_EVENT_HINT, SLUICE_CAUSE_NONE), 1, "once");
+    int hints = events_of(e, SLUICE_EVENT_HINT, SLUICE_CAUSE_NONE);
+    cr_assert(hints == 1 || hints == 2, "the start and at most one refinement, got %d", hints);
     sluice_engine_destroy(e);
 }
