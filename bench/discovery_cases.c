@@ -437,7 +437,7 @@ static void observer_attach(struct observer *o, struct sim *s, double settle_s, 
     o->settle_ns = (int64_t)(settle_s * 1e9);
     o->half_ns = (int64_t)(end_s / 2 * 1e9);
     o->timeout_s = s->cfg.timeout_s;
-    struct sim_controller c = {o, observer_sample, observer_hold};
+    struct sim_controller c = {o, observer_sample, observer_hold, NULL};
     sim_set_controller(s, &c);
 }
 
@@ -540,7 +540,7 @@ static struct result run_one(const struct scenario *sc, const struct impl *im, u
         peer.limit = JUMPSTART;
         peer.applied = JUMPSTART;
         peer.on_sample = im->peer_rule;
-        struct sim_controller c = {&peer, peer_on_sample, NULL};
+        struct sim_controller c = {&peer, peer_on_sample, NULL, NULL};
         sim_set_controller(s, &c);
     }
     observer_attach(&obs, s,

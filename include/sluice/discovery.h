@@ -67,6 +67,27 @@
  * goes by the count, the bisection back up by limits.) The ceiling is never raised
  * while locked: only expiry or clear reopen probing.
  *
+ * What a signal means: only an OVERLOAD sample (sluice/policy.h) is
+ * evidence about the caller's concurrency cap. A refusal that names
+ * another cause is never a cut and counts as ignored in its window:
+ *   - a rate limit (SLUICE_OUTCOME_RATE) holds new calls until the reset
+ *     the provider named, and brackets probing where it struck (the limit
+ *     steps under the bracket only if it stands above; at a lock, a second
+ *     one within the forgiveness run lowers it by one:
+ *     sluice__discovery_rate_bracket);
+ *   - a platform-wide overload (SLUICE_OUTCOME_PLATFORM) holds them
+ *     briefly, and never moves a lock;
+ *   - a quota or billing refusal (SLUICE_OUTCOME_QUOTA) moves nothing and
+ *     holds nothing, since waiting does not help.
+ * An OK sample that carries a hold (the provider said its request budget
+ * is spent until then) paces new calls the same way. Each becomes an
+ * event: "hold" (cause rate_limit or platform) when a hold starts, not for
+ * every refusal of the burst that extends it, and "quota" per quota
+ * refusal, told by the next sample that finds the update lock free, or by
+ * poll. A provider's stated rate moves the starting point to rate ×
+ * latency and brackets it there (sluice_discovery_hint_rate), as long as
+ * no evidence says otherwise.
+ *
  * Windows are start-time cohorts. A window measures the calls that
  * *started* during its first part, [from, until), which lasts window_span
  * mean latencies (longer at small limits, so it sees ~window_samples calls),
@@ -253,6 +274,16 @@ SLUICE_INLINE const char *sluice_discovery_state_name(enum sluice_discovery_stat
  * refuses, locked on one lucky window), and would otherwise be held, and
  * backed off from every second, for a day. */
 #define SLUICE_DISCOVERY_KNEE_STRIKES 4
+/* The share of rate × latency a provider's hint starts (and brackets) at: one
+ * window's mean latency is a sample, and on the simulator its error reaches
+ * 12 %; at the full product a rate refuses ~10 % of calls, at 0.9 of it
+ * none (tests/sim/dialects.c). */
+#define SLUICE_DISCOVERY_HINT_SHARE 0.9
+/* Calls whose latencies a hint averages before it applies: one lognormal
+ * call is often a fast one (on the simulator, a fifth of first calls read
+ * R·L 30 % low); four halve the error, and arrive within one round trip of
+ * the jumpstart's calls. */
+#define SLUICE_DISCOVERY_HINT_CALLS 4u
 
 struct sluice_discovery_desc {
     const char *node_id;          /* required; copied (at most SLUICE_NODE_ID_MAX-1 bytes),
@@ -429,6 +460,22 @@ SLUICE_INLINE int sluice_discovery_validate(const struct sluice_discovery_desc *
 
 /* ---- the discovery object -------------------------------------------------- */
 
+/* Refusals that name another cause than the caller's cap, each told in an event. */
+enum sluice__signal {
+    SLUICE__SIGNAL_RATE,     /* SLUICE_OUTCOME_RATE, or an OK sample pacing a hold */
+    SLUICE__SIGNAL_PLATFORM, /* SLUICE_OUTCOME_PLATFORM */
+    SLUICE__SIGNAL_QUOTA,    /* SLUICE_OUTCOME_QUOTA */
+    SLUICE__SIGNALS
+};
+
+/* A provider's hint since init, clear or expiry (sluice_discovery_hint_rate). */
+enum sluice__hint_state {
+    SLUICE__HINT_NONE = 0,   /* none offered yet */
+    SLUICE__HINT_COLLECTING, /* offers counted, fewer than SLUICE_DISCOVERY_HINT_CALLS */
+    SLUICE__HINT_PENDING,    /* applied from those calls: refined at the next window close */
+    SLUICE__HINT_DONE,     /* applied, or evidence came first */
+};
+
 /* One window's totals, written by every completion (see "Memory ordering"). */
 struct sluice__window_acc {
     _Atomic(uint32_t) writers; /* samples adding to this buffer right now */
@@ -456,6 +503,11 @@ struct sluice_discovery {
                                          INT64_MIN = no cut yet */
     _Atomic(int64_t) latency_ref_ns;  /* average of recent window means; 0 = none yet */
     _Atomic(int64_t) hold_until_ns;   /* no new call before this (Retry-After); 0 = none */
+    _Atomic(uint32_t) hinted;         /* enum sluice__hint_state (written under the lock) */
+    _Atomic(uint32_t) signals[SLUICE__SIGNALS]; /* refusals of another cause not yet told in an
+                                         event, by enum sluice__signal */
+    _Atomic(uint32_t) rate_struck;    /* lowest limit a rate refusal not yet told started
+                                         under; UINT32_MAX = none */
     _Atomic(uint64_t) window_seq;     /* windows opened so far: names the open window
                                          (bumped, release, once it is fully set up) */
     _Atomic(uint32_t) acc_open;       /* which acc[] the open window adds to */
@@ -482,9 +534,14 @@ struct sluice_discovery {
 
     /* Only under `lock`. */
     sluice_spinlock lock;
-    bool congested;         /* a congestion signal opened the bracket */
+    bool congested;         /* a congestion signal (or a provider's hint) opened the bracket */
     bool bad_by_latency;    /* the last congestion before the lock was a latency knee */
     bool refusal_lock;      /* the ceiling is a refusal bracket's: latency never judged it */
+    double hint_rate;       /* the hint's rate, calls per second */
+    uint32_t hint_bad;      /* the bracket the hint set (another means evidence moved it) */
+    uint32_t hint_calls;    /* offers counted so far, and their latencies' sum */
+    int64_t hint_sum_ns;
+    enum sluice_cause hint_source;
     bool confirmed;         /* a stable window ran at the locked ceiling */
     int64_t confirmed_ns;   /* when it did: a refusal at the ceiling from a call started
                                earlier was part of that window after all (a late timeout) */
@@ -667,6 +724,7 @@ SLUICE_INLINE void sluice__discovery_forget(struct sluice_discovery *d)
     d->served_before = 0;
     d->bad = 0;
     d->knee_estimate = 0;
+    atomic_store_explicit(&d->hinted, SLUICE__HINT_NONE, SLUICE_RELAXED);
 }
 
 /* Lock expiry by the wall clock: probing resumes from the current limit. Call locked. */
@@ -944,11 +1002,59 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
                            next);
 }
 
+SLUICE_INLINE void sluice__discovery_restart(struct sluice_discovery *d, int64_t now);
+
+/*
+ * Start from a provider's hint: SLUICE_DISCOVERY_HINT_SHARE of rate ×
+ * `latency_ns`, rounded down (one call more than the rate keeps busy
+ * overdraws it every window), clamped, and bracketed there. A "hint" event
+ * when the limit moves. Call locked.
+ */
+SLUICE_INLINE void sluice__discovery_hint_at(struct sluice_discovery *d, int64_t now,
+                                             int64_t latency_ns)
+{
+    uint32_t at = sluice__discovery_clamp(
+        d, sluice__sat_u32(floor(SLUICE_DISCOVERY_HINT_SHARE * d->hint_rate *
+                                 (double)latency_ns / SLUICE_NS_PER_SEC)));
+    uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+    uint32_t next = sluice__discovery_clamp(
+        d, sluice_policy_reset(sluice__discovery_policy(d), at, false));
+    d->congested = true; /* the bracket: the rate keeps `at` calls busy, no more */
+    d->bad_by_latency = false;
+    d->bad = d->hint_bad = sluice__sat_add(at, 1);
+    d->knee_estimate = 0;
+    sluice__discovery_set_limit(d, next, now);
+    sluice__discovery_restart(d, now);
+    if (next != old)
+        sluice__discovery_emit(d, now, SLUICE_EVENT_HINT, d->hint_source, old, next);
+}
+
+/*
+ * At a window close, a hint taken from one call's latency is refined once
+ * from the window's mean, unless evidence came since (a refusal moved the
+ * bracket, a lock). True when it restarted (the window's verdict is then
+ * moot). Call locked.
+ */
+SLUICE_INLINE bool sluice__discovery_apply_hint(struct sluice_discovery *d, int64_t now,
+                                                const struct sluice_window *w)
+{
+    if (atomic_load_explicit(&d->hinted, SLUICE_RELAXED) != SLUICE__HINT_PENDING || !w->n_ok)
+        return false;
+    atomic_store_explicit(&d->hinted, SLUICE__HINT_DONE, SLUICE_RELAXED);
+    if (d->bad != d->hint_bad || atomic_load_explicit(&d->ceiling, SLUICE_RELAXED) ||
+        sluice__discovery_state(d) != SLUICE_DISCOVERY_PROBING)
+        return false;
+    sluice__discovery_hint_at(d, now, w->latency_mean_ns);
+    return true;
+}
+
 /* Close the open window and act on it. Call locked. */
 SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t now)
 {
     struct sluice_window w = sluice__discovery_take(d, now);
     sluice__discovery_check_expiry(d, now);
+    if (sluice__discovery_apply_hint(d, now, &w))
+        return; /* restarted: the new window is scheduled and open */
     struct sluice_verdict v = sluice_policy_update(sluice__discovery_policy(d), &w);
     uint32_t old = w.limit;
     if (sluice_cause_is_congestion(v.cause))
@@ -1019,6 +1125,136 @@ SLUICE_INLINE void sluice__discovery_first_latency(struct sluice_discovery *d, i
 }
 
 /*
+ * The hold a sample asks for ("What a signal means"): an overload's or a
+ * rate limit's Retry-After (for a rate limit, the reset the provider
+ * named), a platform overload's (SLUICE_PLATFORM_HOLD_NS when it names
+ * none), and an OK sample's when the provider said its request budget is
+ * spent until then (pacing: new calls wait for the reset instead of being
+ * refused). Quota refusals and ignored calls hold nothing: waiting does not
+ * help them. Clamped to retry_after_max_ns. A sample that starts a hold
+ * (none was running) is noted for a "hold" event, every quota refusal for
+ * a "quota" event (sluice__discovery_tell_signals).
+ */
+SLUICE_INLINE void sluice__discovery_hold_for(struct sluice_discovery *d,
+                                              const struct sluice_sample *s, int64_t now)
+{
+    int64_t ask = s->retry_after_ns;
+    enum sluice__signal signal = SLUICE__SIGNALS;
+    switch (s->outcome) {
+    case SLUICE_OUTCOME_OK:
+        signal = ask > 0 ? SLUICE__SIGNAL_RATE : SLUICE__SIGNALS;
+        break;
+    case SLUICE_OUTCOME_RATE:
+        signal = SLUICE__SIGNAL_RATE;
+        break;
+    case SLUICE_OUTCOME_PLATFORM:
+        signal = SLUICE__SIGNAL_PLATFORM;
+        if (ask <= 0)
+            ask = SLUICE_PLATFORM_HOLD_NS;
+        break;
+    case SLUICE_OUTCOME_QUOTA:
+        signal = SLUICE__SIGNAL_QUOTA;
+        ask = 0;
+        break;
+    case SLUICE_OUTCOME_OVERLOAD:
+        break;
+    case SLUICE_OUTCOME_IGNORE:
+    default:
+        ask = 0;
+        break;
+    }
+    bool starts = false; /* this sample opens a hold: none was running */
+    if (ask > 0) {
+        int64_t hold = ask < d->cfg.retry_after_max_ns ? ask : d->cfg.retry_after_max_ns;
+        starts = atomic_load_explicit(&d->hold_until_ns, SLUICE_RELAXED) <= now;
+        /* retry_after_max_ns may be INT64_MAX: saturate, never wrap into the past. */
+        sluice__atomic_max_i64(&d->hold_until_ns, sluice_add_ns(now, hold));
+    }
+    /* One "hold" event per hold, not per refusal of the burst that extends it. */
+    if (signal == SLUICE__SIGNAL_QUOTA || (signal != SLUICE__SIGNALS && starts))
+        atomic_fetch_add_explicit(&d->signals[signal], 1u, SLUICE_RELAXED);
+    if (s->outcome == SLUICE_OUTCOME_RATE && s->limit_at_start)
+        sluice__atomic_min_u32(&d->rate_struck, s->limit_at_start);
+}
+
+/*
+ * A rate refusal brackets the probe where it struck: the provider's budget
+ * ran out with that many calls in flight, so growing past it buys only
+ * refusals. No cut (the hold waits out the reset): the limit steps to just
+ * under the bracket only if it already stands above. At a lock, one rate
+ * refusal is forgiven (the strikes of "Lock criterion"); a second before
+ * SLUICE_DISCOVERY_FORGIVE stable windows ran there says the lock overdraws
+ * the rate, and lowers it by one. Call locked.
+ */
+SLUICE_INLINE void sluice__discovery_rate_bracket(struct sluice_discovery *d, int64_t now)
+{
+    uint32_t struck = atomic_exchange_explicit(&d->rate_struck, UINT32_MAX, SLUICE_RELAXED);
+    uint32_t ceiling = atomic_load_explicit(&d->ceiling, SLUICE_RELAXED);
+    if (struck == UINT32_MAX || (ceiling && struck < ceiling))
+        return;
+    if (ceiling) {
+        if (!d->strikes++) {
+            d->clean_run = 0;
+            return;
+        }
+        uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+        uint32_t lowered = sluice__discovery_clamp(d, ceiling > 1 ? ceiling - 1 : 1);
+        d->strikes = d->knee_strikes = d->clean_run = 0;
+        sluice__discovery_lock(d, lowered);
+        if (old > lowered)
+            sluice__discovery_set_limit(d, lowered, now);
+        sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_RATE_LIMIT, old,
+                               old > lowered ? lowered : old);
+        return;
+    }
+    if (!d->congested || struck < d->bad) {
+        d->congested = true;
+        d->bad_by_latency = false;
+        d->bad = struck;
+        d->knee_estimate = 0;
+    }
+    uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+    uint32_t next = sluice__discovery_clamp(d, d->bad > 1 ? d->bad - 1 : 1);
+    if (next < old) {
+        sluice__discovery_set_limit(d, next, now);
+        sluice__discovery_emit(d, now, SLUICE_EVENT_BACKOFF, SLUICE_CAUSE_RATE_LIMIT, old, next);
+    }
+}
+
+/*
+ * Turn the noted signals into events: one per kind of signal per call, however
+ * many refusals it covers (a burst is one piece of news). Locked work:
+ * `wait` takes the update lock (slow paths), else only a free lock is taken
+ * and a busy one leaves the signals for the next sample or poll. Flush
+ * delivers the events.
+ */
+SLUICE_INLINE void sluice__discovery_tell_signals(struct sluice_discovery *d, bool wait)
+{
+    bool any = atomic_load_explicit(&d->rate_struck, SLUICE_RELAXED) != UINT32_MAX;
+    for (int i = 0; i < SLUICE__SIGNALS; i++)
+        any |= atomic_load_explicit(&d->signals[i], SLUICE_RELAXED) != 0;
+    if (!any)
+        return;
+    if (wait)
+        sluice_spinlock_lock(&d->lock);
+    else if (!sluice_spinlock_trylock(&d->lock))
+        return;
+    static const struct {
+        enum sluice_event_kind kind;
+        enum sluice_cause cause;
+    } told[SLUICE__SIGNALS] = {{SLUICE_EVENT_HOLD, SLUICE_CAUSE_RATE_LIMIT},
+                               {SLUICE_EVENT_HOLD, SLUICE_CAUSE_PLATFORM},
+                               {SLUICE_EVENT_QUOTA, SLUICE_CAUSE_QUOTA}};
+    int64_t now = sluice_clock_now(&d->clock);
+    uint32_t limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
+    for (int i = 0; i < SLUICE__SIGNALS; i++)
+        if (atomic_exchange_explicit(&d->signals[i], 0u, SLUICE_RELAXED))
+            sluice__discovery_emit(d, now, told[i].kind, told[i].cause, limit, limit);
+    sluice__discovery_rate_bracket(d, now);
+    sluice__discovery_unlock(d);
+}
+
+/*
  * Feed one finished generation call: the in-memory half of on_sample (see
  * "Two steps per sample"). Never blocks and runs no callback and no store
  * call; the caller runs sluice_discovery_flush afterwards (a pool, after
@@ -1040,13 +1276,8 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
     int64_t started = s->start_ns ? s->start_ns : sluice_add_ns(now, -latency);
     bool fresh = false, measured = false;
     int64_t ref = atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED);
+    sluice__discovery_hold_for(d, s, now);
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
-        if (s->retry_after_ns > 0) {
-            int64_t hold = s->retry_after_ns < d->cfg.retry_after_max_ns ? s->retry_after_ns
-                                                                        : d->cfg.retry_after_max_ns;
-            /* retry_after_max_ns may be INT64_MAX: saturate, never wrap into the past. */
-            sluice__atomic_max_i64(&d->hold_until_ns, sluice_add_ns(now, hold));
-        }
         /* News, not an echo ("What a refusal says"): started after the last
          * cut, or under a limit no higher than today's (a late timeout still
          * counts against the limit it started under), and with no more calls
@@ -1093,6 +1324,7 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
     }
     sluice__discovery_leave(a);
     sluice__discovery_maybe_close(d, now);
+    sluice__discovery_tell_signals(d, false);
 }
 
 /* Wake the threads parked in sync so they re-check (a flush round ended). */
@@ -1302,6 +1534,7 @@ SLUICE_INLINE void sluice_discovery_poll(struct sluice_discovery *d)
     else
         sluice__discovery_check_expiry(d, now);
     sluice__discovery_unlock(d);
+    sluice__discovery_tell_signals(d, true);
     sluice_discovery_flush(d);
 }
 
@@ -1364,6 +1597,56 @@ SLUICE_INLINE int sluice_discovery_clear(struct sluice_discovery *d)
     sluice__discovery_unlock(d);
     sluice_discovery_flush(d);
     return SLUICE_OK;
+}
+
+/*
+ * The request rate the provider states (per second; the shim reads it from
+ * a response's rate-limit headers, sluice_curl_stated_rate) and how long
+ * the call that said so took (`latency_ns`): a probing node that has seen
+ * no congestion, holds no lock and took no hint yet averages the latencies
+ * of SLUICE_DISCOVERY_HINT_CALLS such offers, then moves to Little's law,
+ * rate × latency, the most calls the rate keeps busy at once — times
+ * SLUICE_DISCOVERY_HINT_SHARE, rounded down, clamped to [min_limit,
+ * max_limit] (a pool's max_limit is never above its `active`) — and
+ * brackets probing there (growing past it only runs the budget dry), so
+ * it locks there after a stable window unless a refusal says lower. A few
+ * calls' latency is a sample: at the next window close the limit is
+ * worked out once more from the window's mean latency. A "hint" event
+ * records each move, with `source` as its cause (SLUICE_CAUSE_PROVIDER_RATE).
+ * Evidence wins over a hint: a restored or discovered lock, or a bracket a
+ * refusal opened first. A node weighs one hint until a clear or the lock's
+ * expiry; every later offer returns at once on one relaxed load, so the
+ * shim may offer one per response. The first offers take the update lock
+ * (bounded), then flush on this thread. Returns true when the offer was
+ * counted.
+ */
+SLUICE_INLINE bool sluice_discovery_hint_rate(struct sluice_discovery *d, double rate_per_s,
+                                              int64_t latency_ns, enum sluice_cause source)
+{
+    if (d->fixed || !(rate_per_s > 0) || latency_ns <= 0 ||
+        atomic_load_explicit(&d->hinted, SLUICE_RELAXED) > SLUICE__HINT_COLLECTING)
+        return false;
+    sluice_spinlock_lock(&d->lock);
+    bool take = atomic_load_explicit(&d->hinted, SLUICE_RELAXED) <= SLUICE__HINT_COLLECTING &&
+                !d->congested && !atomic_load_explicit(&d->ceiling, SLUICE_RELAXED) &&
+                sluice__discovery_state(d) == SLUICE_DISCOVERY_PROBING;
+    enum sluice__hint_state next = SLUICE__HINT_DONE; /* evidence came first */
+    if (take) {
+        if (atomic_load_explicit(&d->hinted, SLUICE_RELAXED) == SLUICE__HINT_NONE)
+            d->hint_sum_ns = d->hint_calls = 0;
+        d->hint_rate = rate_per_s;
+        d->hint_source = source;
+        d->hint_sum_ns = sluice_add_ns(d->hint_sum_ns, latency_ns);
+        next = ++d->hint_calls < SLUICE_DISCOVERY_HINT_CALLS ? SLUICE__HINT_COLLECTING
+                                                             : SLUICE__HINT_PENDING;
+        if (next == SLUICE__HINT_PENDING)
+            sluice__discovery_hint_at(d, sluice_clock_now(&d->clock),
+                                      d->hint_sum_ns / (int64_t)d->hint_calls);
+    }
+    atomic_store_explicit(&d->hinted, next, SLUICE_RELAXED);
+    sluice__discovery_unlock(d);
+    sluice_discovery_flush(d);
+    return take;
 }
 
 /* A "store" event about the stored record, during init. */
@@ -1489,6 +1772,10 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     atomic_init(&d->last_cut_ns, INT64_MIN); /* no cut yet: every overload is fresh */
     atomic_init(&d->latency_ref_ns, 0);
     atomic_init(&d->hold_until_ns, 0);
+    atomic_init(&d->hinted, SLUICE__HINT_NONE);
+    atomic_init(&d->rate_struck, UINT32_MAX);
+    for (int i = 0; i < SLUICE__SIGNALS; i++)
+        atomic_init(&d->signals[i], 0u);
     atomic_init(&d->window_seq, 0u);
     atomic_init(&d->acc_open, 0u);
     atomic_init(&d->ceiling, 0u);

@@ -57,12 +57,32 @@
 #include "cc.h"
 #include "status.h"
 
-/* How one generation call ended, as far as the provider's capacity goes. */
+/*
+ * How one generation call ended, as far as the provider's capacity goes.
+ * Only OVERLOAD is evidence about the caller's concurrency cap. The last
+ * three are refusals that name another cause (see discovery.h, "What a
+ * signal means"): they never cut the limit by a factor (only a rate
+ * refusal moves the bracket, by where it struck), count as IGNORE in a
+ * window, and each becomes an event.
+ */
 enum sluice_outcome {
     SLUICE_OUTCOME_OK = 0,   /* the provider served the call */
-    SLUICE_OUTCOME_OVERLOAD, /* HTTP 429/503 or a provider timeout: back off */
+    SLUICE_OUTCOME_OVERLOAD, /* over the caller's concurrency cap (429/503 that names no other
+                                cause, a provider timeout): back off */
     SLUICE_OUTCOME_IGNORE,   /* transport error or caller cancel: says nothing about capacity */
+    SLUICE_OUTCOME_RATE,     /* a request or token budget ran out and the provider named its
+                                reset (retry_after_ns): hold new calls until then; probing is
+                                bracketed where it struck, never cut by a factor */
+    SLUICE_OUTCOME_PLATFORM, /* the provider's whole platform is overloaded (Anthropic 529,
+                                Together 503 below the dynamic rate, Gemini 503): hold new
+                                calls briefly (retry_after_ns, or SLUICE_PLATFORM_HOLD_NS) */
+    SLUICE_OUTCOME_QUOTA,    /* quota or billing refusal (402, insufficient_quota): waiting
+                                does not help; nothing moves, no hold */
 };
+
+/* The hold a platform overload gets when the provider names none: long enough
+ * for a burst of its 529s to pass, short next to a lock (a day). */
+#define SLUICE_PLATFORM_HOLD_NS (INT64_C(1000000000))
 
 /* One completed generation call. */
 struct sluice_sample {
@@ -103,7 +123,11 @@ struct sluice_sample {
     X(INVALID_RECORD, "invalid_record") /* a stored lock was locked in the future or expires      \
                                            before it was locked: dropped */                        \
     X(EXPIRY_CAPPED, "expiry_capped") /* a stored lock expired later than lock_ttl_s from now:     \
-                                         its expiry was cut to now + lock_ttl_s */
+                                         its expiry was cut to now + lock_ttl_s */               \
+    X(RATE_LIMIT, "rate_limit")   /* the provider's rate budget ran out (a "hold" event) */        \
+    X(PLATFORM, "platform")       /* a platform-wide overload (a "hold" event) */                  \
+    X(QUOTA, "quota")             /* a quota or billing refusal (a "quota" event) */               \
+    X(PROVIDER_RATE, "provider_rate") /* a hint from the request rate the provider states */
 
 enum sluice_cause {
 #define SLUICE__CAUSE_ENUM(name, str) SLUICE_CAUSE_##name,

@@ -1487,8 +1487,10 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon(struct sluice_pool *
  * End a call that sluice_pool_call_begin (or an async call's SLUICE_OK)
  * started: give its permit back (waking the next call in line) and return
  * its sample, whose latency is start to now. `outcome` says what the call
- * showed about the provider's capacity; `retry_after_ns` is the provider's
- * Retry-After with SLUICE_OUTCOME_OVERLOAD (0 = none). An adaptive pool
+ * showed about the provider's capacity; `retry_after_ns` is the hold the
+ * provider asked for (0 = none): its Retry-After with an overload, the
+ * named reset with SLUICE_OUTCOME_RATE, the reset of a spent request budget
+ * with SLUICE_OUTCOME_OK (see discovery.h, "What a signal means"). An adaptive pool
  * feeds the sample to its discovery first, so a limit cut or hold it causes
  * is in force before the permit moves on; discovery's effects (grants after
  * a raise, store I/O, event callbacks) run after the permit is released, on

@@ -304,12 +304,13 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     struct sluice_curl_call call = {.easy = c->easy,
                                     .deadline = gen->deadline,
                                     .cancel = gen->cancel,
-                                    .retry_after_max_ns = c->retry_after_max_ns};
+                                    .retry_after_max_ns = c->retry_after_max_ns,
+                                    .write = sluice__chat_body, /* error bodies are classified */
+                                    .write_data = c};
     int status = sluice_curl_transfer(&call, &c->result);
     gen->outcome = c->result.outcome;
     gen->abandoned = c->result.abandoned;
-    gen->retry_after_ns =
-        c->result.outcome == SLUICE_OUTCOME_OVERLOAD ? c->result.retry_after_ns : 0;
+    gen->retry_after_ns = c->result.hold_ns;
     if (c->body_truncated || c->result.curl_code == CURLE_FILESIZE_EXCEEDED) {
         snprintf(c->result.error, sizeof c->result.error,
                  "the response body passed SLUICE_CHAT_REPLY_MAX (%u bytes); the transfer was "

@@ -11,22 +11,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-/* Headers a result keeps (Retry-After, retry-after-ms, the x-ratelimit family): at most. */
-#define SLUICE__CURL_HEADERS_MAX 16
-
-/* The sample each kind gives discovery (the table in sluice/curl.h). */
-static inline enum sluice_outcome sluice__curl_kind_outcome(enum sluice_curl_kind kind)
-{
-    switch (kind) {
-    case SLUICE_CURL_SUCCESS:
-        return SLUICE_OUTCOME_OK;
-    case SLUICE_CURL_OVERLOADED:
-    case SLUICE_CURL_PROVIDER_TIMEOUT:
-        return SLUICE_OUTCOME_OVERLOAD;
-    default:
-        return SLUICE_OUTCOME_IGNORE;
-    }
-}
+/* Headers a result keeps (Retry-After, retry-after-ms, every dialect's rate-limit family):
+ * at most. Anthropic alone sends twelve. */
+#define SLUICE__CURL_HEADERS_MAX 32
 
 /* Why a transfer stopped early, as the driver saw it. */
 enum sluice__curl_stop {
@@ -37,12 +24,14 @@ enum sluice__curl_stop {
 
 /*
  * Fill *res from a finished easy handle: classify it (with the headers
- * sluice keeps, read through curl_easy_nextheader), times, and the status
+ * sluice keeps, read through curl_easy_nextheader, and the error body
+ * read on the way, if any), times, and the status
  * the call returns. `deadline` decides whether a CURLE_OPERATION_TIMEDOUT
  * was the caller's deadline (ABORTED, SLUICE_ETIMEDOUT) or the provider's.
  */
 void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
                          const struct timespec *deadline, int64_t retry_after_max_ns,
+                         enum sluice_curl_dialect dialect, const char *body, size_t body_len,
                          struct sluice_curl_result *res);
 
 /*
@@ -58,9 +47,11 @@ void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline);
 /*
  * End a pool call for a finished transfer: the sample's latency is the
  * time to first byte (res->latency_ns), given to sluice_pool_call_end_latency
- * with the call's own start; a transfer the caller abandoned after its
- * request was sent (res->abandoned) goes to sluice_pool_call_abandon, so
- * its permit lingers while the provider still runs it.
+ * with the call's own start, and its hold is res->hold_ns; a transfer the
+ * caller abandoned after its request was sent (res->abandoned) goes to
+ * sluice_pool_call_abandon, so its permit lingers while the provider still
+ * runs it. A success that states a request rate per second or minute
+ * offers it to discovery (sluice_discovery_hint_rate).
  */
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res);

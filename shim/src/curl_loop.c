@@ -291,7 +291,8 @@ static void sluice__complete_transfer(struct sluice__rec *rec, CURLcode code,
     curl_easy_setopt(easy, CURLOPT_PRIVATE, rec->caller_private);
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
-    sluice__curl_finish(easy, code, stop, rec->req.deadline, rec->req.retry_after_max_ns, &res);
+    sluice__curl_finish(easy, code, stop, rec->req.deadline, rec->req.retry_after_max_ns,
+                        rec->req.dialect, NULL, 0, &res);
     sluice__curl_disarm_deadline(easy, rec->req.deadline);
     res.queued_ns = rec->queued_ns;
     res.in_flight_at_start = rec->waiter.call.in_flight_at_start;

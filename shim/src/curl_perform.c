@@ -57,7 +57,9 @@ void sluice__curl_result_init(struct sluice_curl_result *res)
     res->kind = SLUICE_CURL_ABORTED;
     res->outcome = SLUICE_OUTCOME_IGNORE;
     res->curl_code = CURLE_OK;
-    res->ratelimit = (struct sluice_curl_ratelimit){-1, -1, -1, -1, -1, -1};
+    struct sluice_curl_budget none = {-1, -1, -1, -1, SLUICE_CURL_WINDOW_UNKNOWN};
+    res->ratelimit.source = SLUICE_CURL_DIALECT_AUTO;
+    res->ratelimit.requests = res->ratelimit.tokens = none;
 }
 
 int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res)
@@ -88,10 +90,17 @@ void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline)
         curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 0L);
 }
 
+/* Retry-After and every dialect's rate-limit headers (the rows in curl.c). */
 static bool sluice__kept_header(const char *name)
 {
-    return strcasecmp(name, "retry-after") == 0 || strcasecmp(name, "retry-after-ms") == 0 ||
-           strncasecmp(name, "x-ratelimit-", 12) == 0;
+    static const char *const prefixes[] = {"x-ratelimit", "anthropic-ratelimit-", "x-tokenlimit-",
+                                           "ratelimit"};
+    if (strcasecmp(name, "retry-after") == 0 || strcasecmp(name, "retry-after-ms") == 0)
+        return true;
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (strncasecmp(name, prefixes[i], strlen(prefixes[i])) == 0)
+            return true;
+    return false;
 }
 
 /* A timeout within this much of the deadline is the deadline's (curl counts in ms). */
@@ -99,6 +108,7 @@ static bool sluice__kept_header(const char *name)
 
 void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
                          const struct timespec *deadline, int64_t retry_after_max_ns,
+                         enum sluice_curl_dialect dialect, const char *body, size_t body_len,
                          struct sluice_curl_result *res)
 {
     curl_off_t ttfb = 0, total = 0, request_size = 0;
@@ -142,6 +152,9 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
         .headers = kept,
         .n_headers = n,
         .retry_after_max_ns = retry_after_max_ns,
+        .dialect = dialect,
+        .body = body,
+        .body_len = body_len,
     };
     /* Retry-After is parsed from `kept`, not read as CURLINFO_RETRY_AFTER: curl takes the
      * leading digits of "12abc" and turns an overflowing value into 0, where the rule in
@@ -158,9 +171,13 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
         return;
     }
     /* Time to first byte when there was a response; the pool times the rest. */
-    sluice_pool_call_end_latency(pool, call, res->outcome,
-                                 res->outcome == SLUICE_OUTCOME_OVERLOAD ? res->retry_after_ns : 0,
+    sluice_pool_call_end_latency(pool, call, res->outcome, res->hold_ns,
                                  res->transferred ? res->latency_ns : -1);
+    /* After the permit moved on: the first offer takes discovery's lock once. */
+    double rate = sluice_curl_stated_rate(res);
+    struct sluice_discovery *d = sluice_pool_discovery(pool);
+    if (rate > 0 && d)
+        sluice_discovery_hint_rate(d, rate, res->transfer_ns, SLUICE_CAUSE_PROVIDER_RATE);
 }
 
 /* ---- the transfer ------------------------------------------------------------------ */
@@ -171,7 +188,28 @@ struct sluice__xfer {
     void *chained_data;
     CURLM *multi;
     struct sluice_cancel_hook hook;
+    /* The error body on its way to the caller's write callback (call->write). */
+    CURL *easy;
+    curl_write_callback write;
+    void *write_data;
+    size_t body_len;
+    char body[SLUICE_CURL_BODY_MAX];
 };
+
+/* Keep the first SLUICE_CURL_BODY_MAX bytes of an error body, then hand every byte on. */
+static size_t sluice__tee_write(char *p, size_t size, size_t n, void *data)
+{
+    struct sluice__xfer *x = (struct sluice__xfer *)data;
+    long http = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &http);
+    size_t bytes = size * n, room = sizeof x->body - x->body_len;
+    if (http >= 400 && room) {
+        size_t k = bytes < room ? bytes : room;
+        memcpy(x->body + x->body_len, p, k);
+        x->body_len += k;
+    }
+    return x->write(p, size, n, x->write_data);
+}
 
 static int sluice__xferinfo(void *p, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                             curl_off_t ulnow)
@@ -244,7 +282,10 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     struct sluice__xfer x = {.cancel = call->cancel,
                              .chained = call->xferinfo,
                              .chained_data = call->xferinfo_data,
-                             .multi = multi};
+                             .multi = multi,
+                             .easy = easy,
+                             .write = call->write,
+                             .write_data = call->write_data};
     x.hook.fn = sluice__xfer_on_cancel;
     if (call->cancel && !sluice_cancel_register(call->cancel, &x.hook)) {
         status = SLUICE_ECANCELED;
@@ -254,6 +295,10 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
         curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, sluice__xferinfo);
         curl_easy_setopt(easy, CURLOPT_XFERINFODATA, &x);
         curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
+        if (call->write) {
+            curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, sluice__tee_write);
+            curl_easy_setopt(easy, CURLOPT_WRITEDATA, &x);
+        }
         CURLMcode mc = curl_multi_add_handle(multi, easy);
         if (mc != CURLM_OK) {
             status = mc == CURLM_OUT_OF_MEMORY ? SLUICE_ENOMEM : SLUICE_EINVAL;
@@ -265,13 +310,18 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
             curl_multi_remove_handle(multi, easy); /* aborts it if still running */
             if (!nested)
                 sluice__tl_busy = false;
-            sluice__curl_finish(easy, code, stop, call->deadline, call->retry_after_max_ns, res);
+            sluice__curl_finish(easy, code, stop, call->deadline, call->retry_after_max_ns,
+                                call->dialect, x.body, x.body_len, res);
             status = res->status;
         }
         /* The caller's progress callback, or none, as before the call. */
         curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, call->xferinfo);
         curl_easy_setopt(easy, CURLOPT_XFERINFODATA, call->xferinfo_data);
         curl_easy_setopt(easy, CURLOPT_NOPROGRESS, call->xferinfo ? 0L : 1L);
+        if (call->write) {
+            curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, call->write);
+            curl_easy_setopt(easy, CURLOPT_WRITEDATA, call->write_data);
+        }
         sluice__curl_disarm_deadline(easy, call->deadline);
     }
     if (call->cancel)

@@ -78,6 +78,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -116,6 +117,35 @@ struct cap_change {
     uint32_t cap;
 };
 
+/* ---- dialects (--dialect): what each provider family sends ------------------ */
+
+enum dialect {
+    DIALECT_NONE, /* the simulator's own OpenAI-like bodies, no rate-limit headers */
+    DIALECT_OPENAI,
+    DIALECT_AZURE,
+    DIALECT_ANTHROPIC,
+    DIALECT_OPENROUTER,
+    DIALECT_TOGETHER,
+    DIALECT_GROQ,
+    DIALECT_GEMINI,
+};
+
+static const char *const dialect_names[] = {"none",     "openai",     "azure", "anthropic",
+                                            "openrouter", "together", "groq",  "gemini"};
+
+#define MAX_SIGNAL_SPANS 16 /* --platform-at and --quota-at entries, each */
+
+/* A span of time after start during which every call gets one refusal. */
+struct signal_span {
+    int64_t from_ns, until_ns;
+};
+
+struct dialect_options {
+    enum dialect id;
+    struct signal_span platform[MAX_SIGNAL_SPANS], quota[MAX_SIGNAL_SPANS];
+    size_t n_platform, n_quota;
+};
+
 /* What a call whose client hangs up mid-call does with its slot. */
 enum abandoned { ABANDONED_HOLD, ABANDONED_FREE };
 
@@ -131,6 +161,7 @@ struct options {
     size_t n_changes;
     uint64_t seed;
     bool quiet;
+    struct dialect_options dialect; /* --dialect, --platform-at, --quota-at */
 };
 
 static void usage(FILE *f)
@@ -164,6 +195,14 @@ static void usage(FILE *f)
           "  --rate R            rate mode: calls accepted per window second (required, > 0)\n"
           "  --rate-window S     rate mode: the sliding window in seconds (default 1)\n"
           "  --seed N            seed of the service-time stream (default 1)\n"
+          "  --dialect D         openai | azure | anthropic | openrouter | together | groq |\n"
+          "                      gemini: answer with that family's rate-limit headers (rate\n"
+          "                      mode), error bodies and codes (default: none)\n"
+          "  --platform-at T:MS  from T after start, for MS milliseconds, refuse every call\n"
+          "                      with the dialect's platform overload (Anthropic 529\n"
+          "                      overloaded_error, a Together or Gemini 503); repeatable\n"
+          "  --quota-at T:MS     the same with the dialect's quota refusal (OpenAI 429\n"
+          "                      insufficient_quota, OpenRouter 402, Gemini limit: 0, ...)\n"
           "  --quiet             no per-second lines and no libmicrohttpd log on stderr\n"
           "  --help              this text\n"
           "\n"
@@ -263,7 +302,8 @@ static int flag_takes_value(const char *flag)
                                              "--median-ms", "--sigma", "--retry-after",
                                              "--queue-bound", "--queue-timeout",
                                              "--abandoned", "--knee-slope", "--seed",
-                                             "--rate", "--rate-window"};
+                                             "--rate", "--rate-window", "--dialect",
+                                             "--platform-at", "--quota-at"};
     static const char *const without[] = {"--help", "-h", "--quiet", "--retry-after-date"};
     for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
         if (!strcmp(flag, with_value[i]))
@@ -272,6 +312,28 @@ static int flag_takes_value(const char *flag)
         if (!strcmp(flag, without[i]))
             return 0;
     return -1;
+}
+
+/* --dialect, --platform-at, --quota-at (the flags flag_takes_value lists; nothing else). */
+static void parse_dialect_option(const char *flag, const char *value, struct dialect_options *d)
+{
+    if (!strcmp(flag, "--dialect")) {
+        for (size_t i = 1; i < sizeof dialect_names / sizeof dialect_names[0]; i++)
+            if (!strcmp(value, dialect_names[i])) {
+                d->id = (enum dialect)i;
+                return;
+            }
+        bad_usage("%s needs openai, azure, anthropic, openrouter, together, groq or gemini, "
+                  "got '%s'", flag, value);
+    }
+    bool platform = !strcmp(flag, "--platform-at");
+    size_t *n = platform ? &d->n_platform : &d->n_quota;
+    struct signal_span *spans = platform ? d->platform : d->quota;
+    if (*n == MAX_SIGNAL_SPANS)
+        bad_usage("%s is given more than %d times", flag, MAX_SIGNAL_SPANS);
+    struct cap_change c = need_cap_change(value); /* T:N, N read as milliseconds */
+    spans[*n].from_ns = c.at_ns;
+    spans[(*n)++].until_ns = c.at_ns + (int64_t)c.cap * (NS_PER_S / 1000);
 }
 
 static void parse_options(int argc, char **argv, struct options *o)
@@ -358,8 +420,12 @@ static void parse_options(int argc, char **argv, struct options *o)
         } else if (!strcmp(flag, "--seed")) {
             if (!parse_u64(value, UINT64_MAX, &o->seed))
                 bad_usage("%s needs a whole number, got '%s'", flag, value);
+        } else {
+            parse_dialect_option(flag, value, &o->dialect);
         }
     }
+    if ((o->dialect.n_platform || o->dialect.n_quota) && o->dialect.id == DIALECT_NONE)
+        bad_usage("--platform-at and --quota-at need --dialect D: the refusal is the dialect's");
     if (!o->queue_bound_set)
         o->model.queue_bound = SIM_DEFAULT_QUEUE_BOUND(o->model.cap);
     if (o->retry_after_date && !o->retry_after_set)
@@ -443,6 +509,7 @@ static struct server {
     bool stopping;
     bool retry_after_date;
     enum abandoned abandoned;
+    struct dialect_options dialect;
     int stop_fd;   /* eventfd, readable once stopping */
     int64_t t0_ns; /* start, CLOCK_MONOTONIC */
 } server = {.lock = PTHREAD_MUTEX_INITIALIZER, .stop_fd = -1};
@@ -740,6 +807,23 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     vfprintf(stderr, fmt, ap);
 }
 
+/* Headers the dialect wants on the answer this thread is building (answer_in_dialect). */
+#define MAX_DIALECT_HEADERS 6
+static _Thread_local struct {
+    size_t n;
+    char name[MAX_DIALECT_HEADERS][40];
+    char value[MAX_DIALECT_HEADERS][48];
+} dialect_headers;
+
+static enum MHD_Result add_dialect_headers(struct MHD_Response *res)
+{
+    enum MHD_Result ok = MHD_YES;
+    for (size_t i = 0; ok == MHD_YES && i < dialect_headers.n; i++)
+        ok = MHD_add_response_header(res, dialect_headers.name[i], dialect_headers.value[i]);
+    dialect_headers.n = 0; /* one answer's */
+    return ok;
+}
+
 static enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned status, json_t *body,
                                     const char *retry_after)
 {
@@ -755,6 +839,8 @@ static enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned status
     enum MHD_Result ok = MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     if (ok == MHD_YES && retry_after)
         ok = MHD_add_response_header(res, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
+    if (ok == MHD_YES)
+        ok = add_dialect_headers(res);
     if (ok == MHD_YES)
         ok = MHD_queue_response(conn, status, res);
     MHD_destroy_response(res);
@@ -807,6 +893,194 @@ static const char *retry_after_value(const struct server *sv, char *buf, size_t 
     return buf;
 }
 
+/* ---- answering in a dialect ----------------------------------------------------------- */
+
+/* Add one header to the answer this thread builds next. */
+__attribute__((format(printf, 2, 3))) static void dialect_header(const char *name,
+                                                                 const char *fmt, ...)
+{
+    if (dialect_headers.n == MAX_DIALECT_HEADERS)
+        return;
+    size_t i = dialect_headers.n++;
+    snprintf(dialect_headers.name[i], sizeof dialect_headers.name[i], "%s", name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dialect_headers.value[i], sizeof dialect_headers.value[i], fmt, ap);
+    va_end(ap);
+}
+
+/* Which refusal span holds now: the platform's, the quota's, or none (NULL). */
+static const char *signal_now(const struct server *sv)
+{
+    int64_t t = now_ns() - sv->t0_ns;
+    const struct dialect_options *d = &sv->dialect;
+    for (size_t i = 0; i < d->n_platform; i++)
+        if (t >= d->platform[i].from_ns && t < d->platform[i].until_ns)
+            return "platform";
+    for (size_t i = 0; i < d->n_quota; i++)
+        if (t >= d->quota[i].from_ns && t < d->quota[i].until_ns)
+            return "quota";
+    return NULL;
+}
+
+static bool in_signal_span(const struct server *sv)
+{
+    return signal_now(sv) != NULL;
+}
+
+/* Count an answer given without the provider model (a refusal span). */
+static void count_answer(struct server *sv, unsigned status)
+{
+    pthread_mutex_lock(&sv->lock);
+    sv->total.requests++;
+    sv->total.by_status[status]++;
+    pthread_mutex_unlock(&sv->lock);
+}
+
+/* Anthropic's error envelope; the OpenAI-like one is error_body. */
+static json_t *anthropic_error(const char *type, const char *message)
+{
+    return json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", type, "message",
+                     message);
+}
+
+/* Google RPC's error envelope, with a RetryInfo delay when retry_s > 0. */
+static json_t *gemini_error(int code, const char *status, const char *message, double retry_s)
+{
+    json_t *e = json_pack("{s:{s:i, s:s, s:s}}", "error", "code", code, "message", message,
+                          "status", status);
+    if (retry_s > 0) {
+        char delay[32];
+        snprintf(delay, sizeof delay, "%.3fs", retry_s);
+        json_object_set_new(json_object_get(e, "error"), "details",
+                            json_pack("[{s:s, s:s}]", "@type",
+                                      "type.googleapis.com/google.rpc.RetryInfo", "retryDelay",
+                                      delay));
+    }
+    return e;
+}
+
+/* Every call in a --platform-at or --quota-at span: the dialect's refusal. */
+static enum MHD_Result answer_signal(struct server *sv, struct MHD_Connection *conn)
+{
+    bool platform = !strcmp(signal_now(sv), "platform");
+    enum dialect id = sv->dialect.id;
+    unsigned status;
+    json_t *body;
+    if (platform) {
+        status = id == DIALECT_ANTHROPIC ? 529 : 503;
+        body = id == DIALECT_ANTHROPIC ? anthropic_error("overloaded_error", "Overloaded")
+               : id == DIALECT_GEMINI
+                   ? gemini_error(503, "UNAVAILABLE", "The model is overloaded.", 0)
+                   : error_body("the platform is overloaded", "server_error", "overloaded");
+        if (id == DIALECT_TOGETHER) /* a 503 at or below the dynamic rate */
+            dialect_header("x-ratelimit-limit-dynamic", "%.0f", sv->model.rate_per_s);
+    } else if (id == DIALECT_OPENROUTER || id == DIALECT_TOGETHER) {
+        status = 402;
+        body = error_body("Insufficient credits", "payment_required", "insufficient_credits");
+    } else if (id == DIALECT_ANTHROPIC) {
+        status = 400;
+        body = anthropic_error("invalid_request_error", "Your credit balance is too low");
+    } else if (id == DIALECT_GEMINI) {
+        status = 429;
+        body = gemini_error(429, "RESOURCE_EXHAUSTED",
+                            "Quota exceeded for metric: generate_content_free_tier_requests, "
+                            "limit: 0",
+                            0);
+    } else {
+        status = 429;
+        body = error_body("You exceeded your current quota, please check your plan and "
+                          "billing details.",
+                          "insufficient_quota", "insufficient_quota");
+    }
+    count_answer(sv, status);
+    return respond_json(conn, status, body, NULL);
+}
+
+/* The rate-limit headers of `id` for a window with `left` calls left, whose oldest
+ * acceptance leaves it in reset_s. Limits are stated per the family's documented window. */
+static void dialect_rate_headers(const struct server *sv, uint32_t left, double reset_s)
+{
+    double rate = sv->model.rate_per_s;
+    double reset_ms = ceil(reset_s * 1e3);
+    switch (sv->dialect.id) {
+    case DIALECT_OPENAI:
+    case DIALECT_AZURE:
+    case DIALECT_GROQ:
+        if (sv->dialect.id != DIALECT_AZURE) /* Azure states what remains only */
+            dialect_header("x-ratelimit-limit-requests", "%.0f",
+                           rate * (sv->dialect.id == DIALECT_GROQ ? 86400 : 60));
+        dialect_header("x-ratelimit-remaining-requests", "%" PRIu32, left);
+        dialect_header("x-ratelimit-reset-requests", "%.0fms", reset_ms);
+        break;
+    case DIALECT_ANTHROPIC: {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        int64_t at_ms = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + (int64_t)reset_ms;
+        time_t at_s = (time_t)(at_ms / 1000);
+        struct tm tm;
+        gmtime_r(&at_s, &tm);
+        char stamp[32];
+        strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+        dialect_header("anthropic-ratelimit-requests-limit", "%.0f", rate * 60);
+        dialect_header("anthropic-ratelimit-requests-remaining", "%" PRIu32, left);
+        dialect_header("anthropic-ratelimit-requests-reset", "%s.%03dZ", stamp,
+                       (int)(at_ms % 1000));
+        break;
+    }
+    case DIALECT_OPENROUTER: {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        dialect_header("X-RateLimit-Limit", "%" PRIu32, sv->rate.slots);
+        dialect_header("X-RateLimit-Remaining", "%" PRIu32, left);
+        dialect_header("X-RateLimit-Reset", "%.0f",
+                       (double)now.tv_sec * 1e3 + (double)(now.tv_nsec / 1000000) + reset_ms);
+        break;
+    }
+    case DIALECT_TOGETHER:
+        dialect_header("x-ratelimit-limit", "%.0f", rate);
+        dialect_header("x-ratelimit-remaining", "%" PRIu32, left);
+        dialect_header("x-ratelimit-reset", "%.3f", reset_ms / 1e3);
+        dialect_header("x-ratelimit-limit-dynamic", "%.0f", rate);
+        break;
+    case DIALECT_GEMINI: /* no rate headers */
+    case DIALECT_NONE:
+        break;
+    }
+}
+
+/* A served call (200) or a rate-mode refusal (429), as the dialect answers them. */
+static enum MHD_Result answer_in_dialect(struct server *sv, struct MHD_Connection *conn,
+                                         struct req *r, int status)
+{
+    double reset_s = 0;
+    if (sv->model.mode == SIM_RATE) {
+        pthread_mutex_lock(&sv->lock);
+        uint32_t left = sim_rate_left(&sv->model, &sv->rate,
+                                      (double)(now_ns() - sv->t0_ns) / 1e9, &reset_s);
+        pthread_mutex_unlock(&sv->lock);
+        dialect_rate_headers(sv, left, reset_s);
+    }
+    if (status == 200)
+        return respond_json(conn, 200, completion_body(r), NULL);
+    enum dialect id = sv->dialect.id;
+    char ra[32];
+    const char *retry_after = NULL;
+    if (id == DIALECT_ANTHROPIC || id == DIALECT_GROQ || id == DIALECT_AZURE) {
+        snprintf(ra, sizeof ra, "%.0f", ceil(reset_s) > 0 ? ceil(reset_s) : 1);
+        retry_after = ra;
+    }
+    if (id == DIALECT_AZURE)
+        dialect_header("retry-after-ms", "%.0f", ceil(reset_s * 1e3));
+    json_t *body =
+        id == DIALECT_ANTHROPIC
+            ? anthropic_error("rate_limit_error", "Number of requests has exceeded your rate limit")
+        : id == DIALECT_GEMINI
+            ? gemini_error(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted.", reset_s)
+            : error_body("Rate limit reached for requests", "requests", "rate_limit_exceeded");
+    return respond_json(conn, 429, body, retry_after);
+}
+
 static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *conn, struct req *r)
 {
     int status;
@@ -818,6 +1092,8 @@ static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *con
         return respond_json(conn, 413, error_body("request body over 1 MiB", "invalid_request_error",
                                                   "request_too_large"), NULL);
     }
+    if (sv->dialect.id != DIALECT_NONE && in_signal_span(sv))
+        return answer_signal(sv, conn);
     status = arrive(sv, r);
     if (status == 0)
         status = wait_for_answer(sv, conn, r);
@@ -825,6 +1101,8 @@ static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *con
         mhd_no_on_purpose = true;
         return MHD_NO;
     }
+    if (sv->dialect.id != DIALECT_NONE && (status == 200 || status == 429))
+        return answer_in_dialect(sv, conn, r, status);
     if (status == 429) {
         char ra[64];
         return respond_json(conn, 429,
@@ -1048,6 +1326,7 @@ int main(int argc, char **argv)
     sv->model = o.model;
     sv->retry_after_date = o.retry_after_date;
     sv->abandoned = o.abandoned;
+    sv->dialect = o.dialect;
     if (sv->model.mode == SIM_RATE) {
         sv->rate.slots = sim_rate_slots(&sv->model);
         sv->rate.t = calloc(sv->rate.slots, sizeof *sv->rate.t);

@@ -50,14 +50,20 @@ Test(classify, every_2xx_is_success_and_an_ok_sample)
     }
 }
 
-Test(classify, status_429_503_and_529_are_overload)
+Test(classify, a_bare_429_or_503_is_overload_529_is_the_platform_and_402_is_quota)
 {
-    long overloads[] = {429, 503, 529};
-    for (size_t i = 0; i < 3; i++) {
+    long overloads[] = {429, 503};
+    for (size_t i = 0; i < 2; i++) {
         struct sluice_curl_result r = classify(overloads[i], CURLE_OK, true);
         cr_assert_eq(r.kind, SLUICE_CURL_OVERLOADED, "status %ld", overloads[i]);
         cr_assert_eq(r.outcome, SLUICE_OUTCOME_OVERLOAD);
     }
+    struct sluice_curl_result r = classify(529, CURLE_OK, true);
+    cr_assert_eq(r.kind, SLUICE_CURL_PLATFORM_OVERLOAD, "529 is Anthropic's platform overload");
+    cr_assert_eq(r.outcome, SLUICE_OUTCOME_PLATFORM);
+    r = classify(402, CURLE_OK, true);
+    cr_assert_eq(r.kind, SLUICE_CURL_QUOTA);
+    cr_assert_eq(r.outcome, SLUICE_OUTCOME_QUOTA);
 }
 
 Test(classify, a_timeout_after_the_request_was_sent_is_a_provider_timeout_and_an_overload)
@@ -80,7 +86,7 @@ Test(classify, a_timeout_before_the_request_left_is_a_transport_error_and_ignore
 
 Test(classify, other_4xx_are_client_errors_and_ignored)
 {
-    long statuses[] = {400, 401, 402, 403, 404, 408, 413, 422, 499};
+    long statuses[] = {400, 401, 403, 404, 408, 413, 422, 499}; /* 402 is quota */
     for (size_t i = 0; i < sizeof statuses / sizeof statuses[0]; i++) {
         struct sluice_curl_result r = classify(statuses[i], CURLE_OK, true);
         cr_assert_eq(r.kind, SLUICE_CURL_CLIENT_ERROR, "status %ld", statuses[i]);
@@ -190,12 +196,15 @@ Test(classify, openai_rate_limit_headers_are_parsed)
         {"x-ratelimit-remaining-tokens", "29000"}, {"x-ratelimit-reset-tokens", "6m0.5s"},
     };
     struct sluice_curl_result r = classify_h(200, CURLE_OK, true, h, 6);
-    cr_assert_eq(r.ratelimit.limit_requests, 500);
-    cr_assert_eq(r.ratelimit.remaining_requests, 499);
-    cr_assert_eq(r.ratelimit.reset_requests_ns, 120 * SLUICE_NS_PER_MS);
-    cr_assert_eq(r.ratelimit.limit_tokens, 30000);
-    cr_assert_eq(r.ratelimit.remaining_tokens, 29000);
-    cr_assert_eq(r.ratelimit.reset_tokens_ns, 360 * SEC + SEC / 2);
+    cr_assert_eq(r.ratelimit.requests.limit, 500);
+    cr_assert_eq(r.ratelimit.requests.remaining, 499);
+    cr_assert_eq(r.ratelimit.requests.reset_ns, 120 * SLUICE_NS_PER_MS);
+    cr_assert_eq(r.ratelimit.tokens.limit, 30000);
+    cr_assert_eq(r.ratelimit.tokens.remaining, 29000);
+    cr_assert_eq(r.ratelimit.tokens.reset_ns, 360 * SEC + SEC / 2);
+    cr_assert_eq(r.ratelimit.source, SLUICE_CURL_DIALECT_GENERIC, "detected: the shared names");
+    cr_assert_eq(r.ratelimit.requests.window, SLUICE_CURL_WINDOW_UNKNOWN,
+                 "OpenAI's names alone do not say per minute or per day (Groq)");
 }
 
 Test(classify, openrouter_rate_limit_headers_are_parsed_with_an_epoch_ms_reset)
@@ -204,11 +213,14 @@ Test(classify, openrouter_rate_limit_headers_are_parsed_with_an_epoch_ms_reset)
                                      {"X-RateLimit-Remaining", "0"},
                                      {"X-RateLimit-Reset", "1700000012000"}};
     struct sluice_curl_result r = classify_h(429, CURLE_OK, true, h, 3);
-    cr_assert_eq(r.ratelimit.limit_requests, 20);
-    cr_assert_eq(r.ratelimit.remaining_requests, 0);
-    cr_assert_eq(r.ratelimit.reset_requests_ns, 12 * SEC);
-    cr_assert_eq(r.ratelimit.limit_tokens, -1, "absent headers read -1");
+    cr_assert_eq(r.ratelimit.requests.limit, 20);
+    cr_assert_eq(r.ratelimit.requests.remaining, 0);
+    cr_assert_eq(r.ratelimit.requests.reset_ns, 12 * SEC);
+    cr_assert_eq(r.ratelimit.requests.reset_at_ms, 1700000012000);
+    cr_assert_eq(r.ratelimit.tokens.limit, -1, "absent headers read -1");
     cr_assert_eq(r.retry_after_ns, 0, "rate-limit headers are not a Retry-After");
+    cr_assert_eq(r.kind, SLUICE_CURL_RATE_LIMITED, "a spent budget with its reset");
+    cr_assert_eq(r.hold_ns, 12 * SEC, "held until the reset");
 }
 
 Test(classify, the_specific_rate_limit_header_beats_the_plain_one_in_any_order)
@@ -218,8 +230,8 @@ Test(classify, the_specific_rate_limit_header_beats_the_plain_one_in_any_order)
                                      {"x-ratelimit-remaining", "3"},
                                      {"x-ratelimit-remaining-requests", "400"}};
     struct sluice_curl_result r = classify_h(200, CURLE_OK, true, h, 4);
-    cr_assert_eq(r.ratelimit.limit_requests, 500);
-    cr_assert_eq(r.ratelimit.remaining_requests, 400);
+    cr_assert_eq(r.ratelimit.requests.limit, 500);
+    cr_assert_eq(r.ratelimit.requests.remaining, 400);
 }
 
 Test(classify, malformed_headers_are_skipped_without_harm)
@@ -234,10 +246,10 @@ Test(classify, malformed_headers_are_skipped_without_harm)
     struct sluice_curl_result r = classify_h(429, CURLE_OK, true, h, 7);
     cr_assert_eq(r.kind, SLUICE_CURL_OVERLOADED);
     cr_assert_eq(r.retry_after_ns, 0);
-    cr_assert_eq(r.ratelimit.limit_requests, -1);
-    cr_assert_eq(r.ratelimit.reset_requests_ns, -1);
-    cr_assert_eq(r.ratelimit.remaining_tokens, INT64_MAX, "overflow saturates");
-    cr_assert_eq(r.ratelimit.reset_tokens_ns, 3 * 3600 * SEC);
+    cr_assert_eq(r.ratelimit.requests.limit, -1);
+    cr_assert_eq(r.ratelimit.requests.reset_ns, -1);
+    cr_assert_eq(r.ratelimit.tokens.remaining, INT64_MAX, "overflow saturates");
+    cr_assert_eq(r.ratelimit.tokens.reset_ns, 3 * 3600 * SEC);
 }
 
 Test(classify, every_kind_has_a_name)

@@ -1,14 +1,19 @@
 /*
  * fuzz_classify — sluice_curl_classify on any response: a status, a curl
  * code, whether the request left, a CURLINFO_RETRY_AFTER value or none, a
- * clock, a clamp, and up to 32 headers parsed from the rest of the input
- * ("Name: value" lines; some with NULL names or values). The seeds hold
- * Retry-After in both forms (delay-seconds and HTTP-date), retry-after-ms,
- * and the x-ratelimit-* families.
+ * clock, a clamp, a dialect (AUTO or any row, or a value outside the map),
+ * up to 32 headers parsed from the rest of the input ("Name: value" lines;
+ * some with NULL names or values) and, after a blank line, a body. The
+ * seeds hold Retry-After in both forms (delay-seconds and HTTP-date),
+ * retry-after-ms, every dialect's header family (OpenAI, Anthropic's RFC
+ * 3339 resets, the IETF structured fields, ...) and error bodies (Gemini's
+ * RetryInfo, OpenRouter's retry_after_seconds, insufficient_quota).
  *
  * Checked for every input (the rule in sluice/curl.h):
- *   - the kind follows the table from the status and the curl code alone,
- *     the outcome follows the kind, and the return value is the kind;
+ *   - the kind follows the table from the status and the curl code, a
+ *     refusal (429/503/529) refined only to what its body or budgets may
+ *     make it (quota, platform, and rate for a 429), the outcome follows the
+ *     kind, and the return value is the kind;
  *   - 0 <= retry_after_ns <= the clamp; rate-limit fields are -1 or >= 0;
  *   - a lone delay-seconds Retry-After (no retry-after-ms, no
  *     CURLINFO value) is exactly min(seconds, clamp);
@@ -40,8 +45,12 @@ static enum sluice_curl_kind expected_kind(long s, CURLcode code, bool sent)
         return SLUICE_CURL_TRANSPORT;
     if (s >= 200 && s < 300)
         return SLUICE_CURL_SUCCESS;
-    if (s == 429 || s == 503 || s == 529)
+    if (s == 402)
+        return SLUICE_CURL_QUOTA;
+    if (s == 429 || s == 503)
         return SLUICE_CURL_OVERLOADED;
+    if (s == 529)
+        return SLUICE_CURL_PLATFORM_OVERLOAD;
     if (s == 504)
         return SLUICE_CURL_PROVIDER_TIMEOUT;
     if (s >= 400 && s < 500)
@@ -51,12 +60,34 @@ static enum sluice_curl_kind expected_kind(long s, CURLcode code, bool sent)
     return SLUICE_CURL_UNEXPECTED;
 }
 
+/* What a refusal of status `s` may be refined to, once its body and budgets are heard. */
+static bool refined_from(enum sluice_curl_kind got, enum sluice_curl_kind want, long s)
+{
+    if (got == want)
+        return true;
+    if (want != SLUICE_CURL_OVERLOADED && want != SLUICE_CURL_PLATFORM_OVERLOAD)
+        return false;
+    return got == SLUICE_CURL_QUOTA || got == SLUICE_CURL_PLATFORM_OVERLOAD ||
+           (got == SLUICE_CURL_RATE_LIMITED && s == 429);
+}
+
 static enum sluice_outcome expected_outcome(enum sluice_curl_kind k)
 {
-    return k == SLUICE_CURL_SUCCESS ? SLUICE_OUTCOME_OK
-           : k == SLUICE_CURL_OVERLOADED || k == SLUICE_CURL_PROVIDER_TIMEOUT
-               ? SLUICE_OUTCOME_OVERLOAD
-               : SLUICE_OUTCOME_IGNORE;
+    switch (k) {
+    case SLUICE_CURL_SUCCESS:
+        return SLUICE_OUTCOME_OK;
+    case SLUICE_CURL_OVERLOADED:
+    case SLUICE_CURL_PROVIDER_TIMEOUT:
+        return SLUICE_OUTCOME_OVERLOAD;
+    case SLUICE_CURL_RATE_LIMITED:
+        return SLUICE_OUTCOME_RATE;
+    case SLUICE_CURL_PLATFORM_OVERLOAD:
+        return SLUICE_OUTCOME_PLATFORM;
+    case SLUICE_CURL_QUOTA:
+        return SLUICE_OUTCOME_QUOTA;
+    default:
+        return SLUICE_OUTCOME_IGNORE;
+    }
 }
 
 /* Digits only (no blanks, sign or fraction), at most 18 of them: the value, else -1. */
@@ -85,12 +116,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r.now_s == 0)
         r.now_s = 1;
     r.retry_after_max_ns = how & 32 ? fuzz_i64(&in) : 0;
+    r.dialect = (enum sluice_curl_dialect)(fuzz_u8(&in) % 13); /* 11 rows, two outside */
 
     /* The rest: header lines. */
     static char text[1 << 16];
     size_t len = in.n < sizeof text - 1 ? in.n : sizeof text - 1;
     memcpy(text, in.p, len);
     text[len] = '\0';
+    /* A blank line ends the headers; the rest is the body (not NUL-terminated for classify). */
+    char *blank = strstr(text, "\n\n");
+    if (blank) {
+        *blank = '\0';
+        r.body = blank + 2;
+        r.body_len = len - (size_t)(blank + 2 - text);
+    }
     struct sluice_curl_header h[MAX_HEADERS];
     size_t n = 0;
     for (char *line = text; line && *line && n < MAX_HEADERS;) {
@@ -121,16 +160,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     enum sluice_curl_kind want = expected_kind(r.http_status, r.code, r.request_sent);
     check(kind == out.kind, "the return value is out->kind");
-    check(kind == want, "the kind follows the table");
+    check(refined_from(kind, want, r.http_status), "the kind follows the table");
     check(out.outcome == expected_outcome(kind), "the outcome follows the kind");
     check(out.http_status == r.http_status && out.curl_code == r.code, "status and code copied");
     check(strcmp(sluice_curl_kind_name(kind), "unknown") != 0, "every kind has a name");
     int64_t max = r.retry_after_max_ns > 0 ? r.retry_after_max_ns
                                            : SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS;
     check(out.retry_after_ns >= 0 && out.retry_after_ns <= max, "Retry-After is clamped");
-    const int64_t *rl = &out.ratelimit.limit_requests;
-    for (int i = 0; i < 6; i++)
-        check(rl[i] >= -1, "a rate-limit field is -1 or a value");
+    const struct sluice_curl_budget *budgets[] = {&out.ratelimit.requests, &out.ratelimit.tokens};
+    for (int i = 0; i < 2; i++) {
+        const struct sluice_curl_budget *b = budgets[i];
+        check(b->limit >= -1 && b->remaining >= -1 && b->reset_ns >= -1 && b->reset_at_ms >= -1,
+              "a rate-limit field is -1 or a value");
+        check((b->reset_ns < 0) == (b->reset_at_ms < 0), "a reset has both forms or neither");
+        check(strcmp(sluice_curl_window_name(b->window), "unknown") != 0 ||
+                  b->window == SLUICE_CURL_WINDOW_UNKNOWN,
+              "the window is one of the map");
+        check(b->limit >= 0 || b->window == SLUICE_CURL_WINDOW_UNKNOWN,
+              "no window without a limit");
+    }
+    check(strcmp(sluice_curl_dialect_name(out.ratelimit.source), "unknown") != 0,
+          "the source is a dialect");
+    check(out.hold_ns >= 0 && out.hold_ns <= max, "the hold is clamped");
+    check(out.kind != SLUICE_CURL_QUOTA || out.hold_ns == 0, "a quota refusal holds nothing");
+    double rate = sluice_curl_stated_rate(&out);
+    check(rate >= 0, "a rate is never negative");
+    check(rate == 0 || (out.kind == SLUICE_CURL_SUCCESS && out.ratelimit.requests.limit > 0 &&
+                        out.ratelimit.requests.window != SLUICE_CURL_WINDOW_DAY),
+          "a rate only from a success that states a request limit, never per day");
 
     /* A lone delay-seconds Retry-After is exactly its value, clamped. */
     int retry_after = 0, retry_after_ms = 0;

@@ -230,17 +230,31 @@ static inline uint32_t sim_rate_slots(const struct sim_provider *p)
 }
 
 /* Accept (and remember) a call arriving at now_s, or refuse it (false: 429). */
+static inline uint32_t sim_rate_left(const struct sim_provider *p, struct sim_rate_window *w,
+                                     double now_s, double *reset_s);
+
 static inline bool sim_rate_admit(const struct sim_provider *p, struct sim_rate_window *w,
                                   double now_s)
+{
+    double reset_s;
+    if (!sim_rate_left(p, w, now_s, &reset_s))
+        return false;
+    w->t[(w->head + w->len++) % w->slots] = now_s;
+    return true;
+}
+
+/* What the window has left at now_s (calls it would still accept) and when its oldest
+ * acceptance leaves it (seconds from now; 0 when it is empty): what a provider states in
+ * its rate-limit headers. Drops the acceptances that have left, as admit does. */
+static inline uint32_t sim_rate_left(const struct sim_provider *p, struct sim_rate_window *w,
+                                     double now_s, double *reset_s)
 {
     while (w->len && w->t[w->head] <= now_s - p->rate_window_s) {
         w->head = (w->head + 1) % w->slots;
         w->len--;
     }
-    if (w->len >= w->slots)
-        return false;
-    w->t[(w->head + w->len++) % w->slots] = now_s;
-    return true;
+    *reset_s = w->len ? w->t[w->head] + p->rate_window_s - now_s : 0.0;
+    return w->slots - w->len;
 }
 
 /* Whether the head of the FIFO may start now (after a completion, a call

@@ -89,6 +89,16 @@ struct sim_config {
     double knee_slope;     /* knee and slow mode: slow-down per unit of load (default 2) */
     double rate_per_s;     /* rate mode: accepted calls per second over the window */
     double rate_window_s;  /* rate mode: the sliding window (default 1 s) */
+    /* what the provider says (sluice/curl.h's dialects, as the shim would classify them) */
+    bool states_rate;      /* rate mode: answers carry the window's budget as OpenAI's
+                              headers do: a refusal names the window's reset (RATE), a call
+                              served with nothing left carries the reset (a pacing hold), and
+                              a served call offers the controller rate x latency (its hint) */
+    double platform_from_s, platform_until_s; /* calls reaching the provider in [from, until)
+                                                 get a platform overload (Anthropic's 529) */
+    double platform_every_s;                  /* ... and again every this many seconds (0 =
+                                                 once): bursts */
+    double quota_from_s, quota_until_s;       /* ... a quota refusal, once */
     /* callers */
     uint32_t workers;      /* closed loop: callers issuing back to back (0 = none) */
     double think_s;        /* closed loop: mean pause between a caller's calls (0 = none) */
@@ -150,6 +160,8 @@ struct sim_controller {
     void *ctx;
     void (*on_sample)(void *ctx, const struct sluice_sample *sample, int64_t now_ns);
     int64_t (*hold_until)(void *ctx); /* may be NULL */
+    void (*hint)(void *ctx, double rate_per_s, int64_t latency_ns); /* the provider's stated
+                                                   rate and the call's latency (may be NULL) */
 };
 
 /* ---- state ---------------------------------------------------------------- */
@@ -369,10 +381,40 @@ static inline void sim__serve(struct sim *s, uint32_t id, uint64_t gen)
     sim__push(s, s->now + sim__ns(service), SIM_EV_DONE, id, gen);
 }
 
+/* The window's reset (ns) when nothing is left of it, else 0: what states_rate says. */
+static inline int64_t sim__rate_spent(struct sim *s)
+{
+    double reset_s;
+    if (!s->cfg.states_rate || s->provider.mode != SIM_RATE ||
+        sim_rate_left(&s->provider, &s->rate, (double)s->now / SIM_NS, &reset_s))
+        return 0;
+    return sim__ns(reset_s);
+}
+
+/* A refusal span (platform overload, quota) holds now: answer with its outcome. */
+static inline bool sim__provider_signal(struct sim *s, uint32_t id, uint64_t gen, int64_t back)
+{
+    double t = (double)s->now / SIM_NS, into = t - s->cfg.platform_from_s;
+    if (s->cfg.platform_every_s > 0 && into > 0)
+        into = fmod(into, s->cfg.platform_every_s);
+    enum sluice_outcome o;
+    if (into >= 0 && into < s->cfg.platform_until_s - s->cfg.platform_from_s)
+        o = SLUICE_OUTCOME_PLATFORM;
+    else if (t >= s->cfg.quota_from_s && t < s->cfg.quota_until_s)
+        o = SLUICE_OUTCOME_QUOTA;
+    else
+        return false;
+    s->stats.rejected++;
+    sim__answer(s, id, gen, o, 0, s->now + back);
+    return true;
+}
+
 /* A call reaches the provider. */
 static inline void sim__provider_arrive(struct sim *s, uint32_t id, uint64_t gen)
 {
     int64_t back = sim__ns(s->cfg.net_s / 2);
+    if (sim__provider_signal(s, id, gen, back))
+        return;
     enum sim_verdict v = s->provider.mode == SIM_RATE &&
                                  !sim_rate_admit(&s->provider, &s->rate, (double)s->now / SIM_NS)
                              ? SIM_REFUSE_429
@@ -387,11 +429,13 @@ static inline void sim__provider_arrive(struct sim *s, uint32_t id, uint64_t gen
     case SIM_SERVE:
         sim__serve(s, id, gen);
         break;
-    case SIM_REFUSE_429:
+    case SIM_REFUSE_429: {
         s->stats.rejected++;
-        sim__answer(s, id, gen, SLUICE_OUTCOME_OVERLOAD, sim__ns(s->provider.retry_after_s),
-                    s->now + back);
+        int64_t reset = sim__rate_spent(s);
+        sim__answer(s, id, gen, reset ? SLUICE_OUTCOME_RATE : SLUICE_OUTCOME_OVERLOAD,
+                    reset ? reset : sim__ns(s->provider.retry_after_s), s->now + back);
         break;
+    }
     case SIM_WAIT: {
         uint32_t tail = (s->q_head + s->q_len++) % s->q_cap;
         s->queue[tail] = id;
@@ -488,6 +532,8 @@ static inline void sim__response(struct sim *s, struct sim_req *r)
         sim__push(s, s->now + delay, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
         return;
     }
+    if (s->cfg.states_rate && s->ctl.hint) /* as the shim offers sluice_curl_stated_rate */
+        s->ctl.hint(s->ctl.ctx, s->cfg.rate_per_s, sample.latency_ns);
     r->retries = 0;
     s->stats.ok++;
     s->stats.served++;
@@ -592,7 +638,7 @@ static inline void sim__dispatch(struct sim *s, const struct sim_event *e)
         break;
     case SIM_EV_DONE:
         s->in_service--;
-        sim__answer(s, e->req, e->gen, SLUICE_OUTCOME_OK, 0,
+        sim__answer(s, e->req, e->gen, SLUICE_OUTCOME_OK, sim__rate_spent(s),
                     s->now + sim__ns(s->cfg.net_s / 2));
         sim__provider_pump(s);
         break;
@@ -755,6 +801,12 @@ static inline int64_t sim__discovery_hold(void *ctx)
     return sluice_discovery_hold_until((struct sluice_discovery *)ctx);
 }
 
+static inline void sim__discovery_hint(void *ctx, double rate_per_s, int64_t latency_ns)
+{
+    sluice_discovery_hint_rate((struct sluice_discovery *)ctx, rate_per_s, latency_ns,
+                               SLUICE_CAUSE_PROVIDER_RATE);
+}
+
 /* Fill the parts of a discovery description that belong to the simulation. */
 static inline void sim_discovery_desc(struct sim *s, struct sluice_discovery_desc *desc)
 {
@@ -770,6 +822,7 @@ static inline void sim_attach_discovery(struct sim *s, struct sluice_discovery *
     c.ctx = d;
     c.on_sample = sim__discovery_sample;
     c.hold_until = sim__discovery_hold;
+    c.hint = sim__discovery_hint;
     sim_set_controller(s, &c);
 }
 

@@ -150,7 +150,7 @@ Test(robust, slow_link_keeps_timeouts_under_1_percent_and_latency_under_twice_un
         scenario_start(&sc, cfg, default_desc());
         struct watch w = {sc.sim->ctl, 10 * (int64_t)SIM_NS, (int64_t)(RUN_S / 2 * SIM_NS),
                           (int64_t)(cfg.timeout_s * SIM_NS) - 1, 0, 0, 0, 0, 0};
-        struct sim_controller c = {&w, watch_sample, watch_hold};
+        struct sim_controller c = {&w, watch_sample, watch_hold, NULL};
         sim_set_controller(sc.sim, &c);
         sim_run_until(sc.sim, RUN_S);
         cr_expect_leq((double)w.timeouts, 0.01 * (double)w.calls,
@@ -205,7 +205,7 @@ Test(robust, rate_limited_provider_settles_near_its_rate_times_latency, .timeout
         struct scenario sc;
         scenario_start(&sc, cfg, default_desc());
         struct watch w = {sc.sim->ctl, 60 * (int64_t)SIM_NS, INT64_MAX, INT64_MAX, 0, 0, 0, 0, 0};
-        struct sim_controller c = {&w, watch_sample, watch_hold};
+        struct sim_controller c = {&w, watch_sample, watch_hold, NULL};
         sim_set_controller(sc.sim, &c);
         sim_run_until(sc.sim, 600.0);
         double rl = cfg.rate_per_s * sc.rtt_s;

@@ -1473,3 +1473,252 @@ Test(discovery, events_reach_the_callback_one_at_a_time_in_seq_order)
     cr_assert_eq(atomic_load(&o.calls), count, "an event was delivered twice or skipped");
     sluice_discovery_destroy(disc);
 }
+
+/* ---- refusals that name another cause, and the provider's hint ------------------ */
+
+/* Events of `kind` (and `cause`) the callback saw. */
+static int seen_events(const struct node *n, enum sluice_event_kind kind, enum sluice_cause cause)
+{
+    int count = 0;
+    for (int i = 0; i < n->n_seen; i++)
+        count += n->seen[i].kind == kind && n->seen[i].cause == cause;
+    return count;
+}
+
+/* A node locked at 8 (no store), its events forgotten. */
+static void locked_at_8(struct node *n)
+{
+    node_init(n);
+    struct sluice_discovery_desc d = node_desc(n, "cloud:x");
+    lock_at_max(n, &d, 8);
+    cr_assert_eq(sluice_discovery_state(n->disc), SLUICE_DISCOVERY_LOCKED);
+    n->n_seen = 0;
+}
+
+Test(discovery, a_quota_refusal_moves_neither_the_limit_nor_the_lock_and_says_so)
+{
+    struct node n;
+    locked_at_8(&n);
+    advance(&n, SEC);
+    for (int i = 0; i < 20; i++)
+        feed(&n, SEC / 100, 8, SLUICE_OUTCOME_QUOTA, 5 * SEC);
+    struct sluice_discovery_status st = status_of(&n);
+    cr_assert_eq(st.limit, 8, "a quota refusal is not an overload");
+    cr_assert_eq(st.ceiling, 8, "nor evidence against the lock");
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED);
+    cr_assert_leq(sluice_discovery_hold_until(n.disc), n.time.mono_ns,
+                  "waiting does not help a quota refusal: no hold, whatever it asked");
+    cr_assert_geq(seen_events(&n, SLUICE_EVENT_QUOTA, SLUICE_CAUSE_QUOTA), 1,
+                  "the node says it was a quota refusal");
+    /* Windows full of quota refusals keep the lock too. */
+    for (int i = 0; i < 5; i++) {
+        advance(&n, SEC);
+        for (int k = 0; k < 16; k++)
+            feed(&n, SEC / 100, 8, SLUICE_OUTCOME_QUOTA, 0);
+        advance(&n, 60 * SEC);
+        sluice_discovery_poll(n.disc);
+    }
+    cr_assert_eq(sluice_discovery_limit(n.disc), 8);
+    cr_assert_eq(status_of(&n).ceiling, 8);
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, quota_refusals_while_probing_open_no_bracket)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.max_limit = 16;
+    node_create(&n, &d);
+    advance(&n, SEC);
+    feed(&n, SEC / 100, 5, SLUICE_OUTCOME_QUOTA, 0);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 5, "no cut");
+    /* With no bracket the node grows on to max_limit and locks there. */
+    for (int i = 0; i < 12 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++)
+        run_window(&n, 16, SEC);
+    cr_assert_eq(status_of(&n).ceiling, 16, "the quota refusal left no bracket below max_limit");
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, a_platform_overload_burst_under_a_lock_holds_briefly_and_keeps_the_ceiling)
+{
+    struct node n;
+    locked_at_8(&n);
+    advance(&n, SEC);
+    int64_t at = n.time.mono_ns;
+    for (int i = 0; i < 30; i++)
+        feed(&n, SEC / 100, 8, SLUICE_OUTCOME_PLATFORM, 0);
+    cr_assert_eq(sluice_discovery_hold_until(n.disc), at + SLUICE_PLATFORM_HOLD_NS,
+                 "no Retry-After: the platform hold");
+    struct sluice_discovery_status st = status_of(&n);
+    cr_assert_eq(st.limit, 8, "a platform-wide overload is not about this caller's cap");
+    cr_assert_eq(st.ceiling, 8);
+    cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED);
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_HOLD, SLUICE_CAUSE_PLATFORM), 1,
+                 "one hold event for the burst");
+    /* A named Retry-After is honoured instead; the lock still stands after it. */
+    advance(&n, 2 * SEC);
+    feed(&n, SEC / 100, 8, SLUICE_OUTCOME_PLATFORM, 3 * SEC);
+    cr_assert_eq(sluice_discovery_hold_until(n.disc), n.time.mono_ns + 3 * SEC);
+    for (int i = 0; i < 4; i++)
+        run_window(&n, 16, SEC);
+    cr_assert_eq(status_of(&n).ceiling, 8);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 8);
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, a_rate_limit_with_a_named_reset_holds_until_it_instead_of_cutting)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 10;
+    node_create(&n, &d);
+    advance(&n, SEC);
+    int64_t at = n.time.mono_ns;
+    for (int i = 0; i < 10; i++)
+        feed(&n, SEC / 1000, 10, SLUICE_OUTCOME_RATE, 800 * SLUICE_NS_PER_MS);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 10, "a hold, not a series of cuts");
+    cr_assert_eq(sluice_discovery_hold_until(n.disc), at + 800 * SLUICE_NS_PER_MS,
+                 "held until the reset the provider named");
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_HOLD, SLUICE_CAUSE_RATE_LIMIT), 1);
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_BACKOFF, SLUICE_CAUSE_RETRY_AFTER), 0);
+    /* The same refusals read as overloads do cut: the difference is the outcome. */
+    feed(&n, SEC / 1000, 10, SLUICE_OUTCOME_OVERLOAD, 800 * SLUICE_NS_PER_MS);
+    cr_assert_lt(sluice_discovery_limit(n.disc), 10);
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, a_spent_request_budget_on_a_success_paces_new_calls_until_its_reset)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    node_create(&n, &d);
+    advance(&n, SEC);
+    feed(&n, SEC / 10, 5, SLUICE_OUTCOME_OK, 0);
+    cr_assert_leq(sluice_discovery_hold_until(n.disc), n.time.mono_ns, "an OK alone holds nothing");
+    feed(&n, SEC / 10, 5, SLUICE_OUTCOME_OK, 2 * SEC);
+    cr_assert_eq(sluice_discovery_hold_until(n.disc), n.time.mono_ns + 2 * SEC);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 5);
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_HOLD, SLUICE_CAUSE_RATE_LIMIT), 1);
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, a_stated_rate_moves_a_fresh_node_to_rate_times_latency_and_locks_there)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.max_limit = 64;
+    node_create(&n, &d);
+    /* The offering calls took 700 to 900 ms: 0.9 x 10/s x 0.8 s = 7, once four came. */
+    static const int64_t took_ms[] = {700, 900, 750, 850};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(sluice_discovery_limit(n.disc), 5, "not yet: %d offers", i);
+        cr_assert(sluice_discovery_hint_rate(n.disc, 10.0, took_ms[i] * SLUICE_NS_PER_MS,
+                                             SLUICE_CAUSE_PROVIDER_RATE));
+    }
+    cr_assert_eq(sluice_discovery_limit(n.disc), 7, "from the offering calls' mean");
+    cr_assert_not(sluice_discovery_hint_rate(n.disc, 20.0, SEC, SLUICE_CAUSE_PROVIDER_RATE),
+                  "one hint per node");
+    /* The next window measures 1 s calls: refined once. */
+    run_window(&n, 16, SEC);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 9,
+                 "10 calls a second x 1 s = 10 at once, of which SLUICE_DISCOVERY_HINT_SHARE");
+    cr_assert_eq(sluice_gate_limit(&n.gate), 9);
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_HINT, SLUICE_CAUSE_PROVIDER_RATE), 2,
+                 "the start and its refinement");
+    const struct sluice_event *first = NULL, *last = NULL;
+    for (int i = 0; i < n.n_seen; i++)
+        if (n.seen[i].kind == SLUICE_EVENT_HINT) {
+            first = first ? first : &n.seen[i];
+            last = &n.seen[i];
+        }
+    cr_assert_eq(first->old_limit, 5);
+    cr_assert_eq(first->new_limit, 7);
+    cr_assert_eq(last->new_limit, 9);
+    /* Probing past it only runs the budget dry: bracketed, it locks there. */
+    for (int i = 0; i < 8 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++)
+        run_window(&n, 16, SEC);
+    cr_assert_eq(status_of(&n).ceiling, 9);
+    /* After a clear a new rate applies, clamped to max_limit (<= active). */
+    sluice_discovery_clear(n.disc);
+    for (int i = 0; i < 4; i++)
+        sluice_discovery_hint_rate(n.disc, 1000.0, SEC, SLUICE_CAUSE_PROVIDER_RATE);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 64, "never above max_limit");
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, a_lock_or_a_bracket_wins_over_a_hint)
+{
+    struct node n;
+    struct sluice_memstore *store;
+    struct sluice_store_ops ops;
+    struct sluice_discovery_desc d = node_with_memstore(&n, &store, &ops);
+    struct sluice_lock_record rec = {.ceiling = 7, .expires_s = n.time.wall_ns / SEC + 3600};
+    ops.save(ops.ctx, "cloud:x", &rec);
+    node_create(&n, &d);
+    cr_assert_not(sluice_discovery_hint_rate(n.disc, 20.0, SEC, SLUICE_CAUSE_PROVIDER_RATE));
+    run_window(&n, 16, SEC);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 7, "the restored lock wins");
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_HINT, SLUICE_CAUSE_PROVIDER_RATE), 0);
+    sluice_discovery_destroy(n.disc);
+    sluice_memstore_destroy(store);
+
+    node_init(&n);
+    struct sluice_discovery_desc fresh = node_desc(&n, "cloud:y");
+    node_create(&n, &fresh);
+    advance(&n, SEC);
+    feed(&n, SEC / 1000, 5, SLUICE_OUTCOME_OVERLOAD, 0);
+    uint32_t cut = sluice_discovery_limit(n.disc);
+    cr_assert_not(sluice_discovery_hint_rate(n.disc, 20.0, SEC, SLUICE_CAUSE_PROVIDER_RATE),
+                  "a refusal's bracket is evidence; the hint (20 x 1 s) is a guess");
+    cr_assert_eq(sluice_discovery_limit(n.disc), cut);
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_HINT, SLUICE_CAUSE_PROVIDER_RATE), 0);
+    sluice_discovery_destroy(n.disc);
+
+    /* A refusal between the hint and its refinement keeps the refusal's bracket. */
+    node_init(&n);
+    struct sluice_discovery_desc again = node_desc(&n, "cloud:z");
+    node_create(&n, &again);
+    for (int i = 0; i < 4; i++)
+        cr_assert(sluice_discovery_hint_rate(n.disc, 20.0, SEC, SLUICE_CAUSE_PROVIDER_RATE));
+    cr_assert_eq(sluice_discovery_limit(n.disc), 18);
+    advance(&n, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 12, SLUICE_OUTCOME_RATE);
+    run_window(&n, 16, 2 * SEC); /* would refine to 0.9 x 20 x 2 = 36 */
+    cr_assert_leq(sluice_discovery_limit(n.disc), 11, "the rate refused at 12");
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, a_rate_refusal_brackets_where_it_struck_and_a_repeated_one_lowers_a_lock_by_one)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.jumpstart = 12;
+    node_create(&n, &d);
+    advance(&n, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 12, SLUICE_OUTCOME_RATE);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 11, "one step under where it struck, no x0.9");
+    for (int i = 0; i < 8 && sluice_discovery_state(n.disc) != SLUICE_DISCOVERY_LOCKED; i++)
+        run_window(&n, 16, SEC);
+    cr_assert_eq(status_of(&n).ceiling, 11, "the probe never went back past the rate");
+    /* At the lock one rate refusal is forgiven; a second soon after lowers it by one. */
+    advance(&n, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 11, SLUICE_OUTCOME_RATE);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 11);
+    cr_assert_eq(status_of(&n).ceiling, 11);
+    advance(&n, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 11, SLUICE_OUTCOME_RATE);
+    cr_assert_eq(status_of(&n).ceiling, 10, "the lock overdrew the rate");
+    cr_assert_eq(sluice_discovery_limit(n.disc), 10);
+    cr_assert_eq(seen_events(&n, SLUICE_EVENT_LOCK, SLUICE_CAUSE_RATE_LIMIT), 1);
+    /* One refusal a while later (after the forgiveness run) is forgiven again. */
+    for (int i = 0; i < SLUICE_DISCOVERY_FORGIVE + 1; i++)
+        run_window(&n, 16, SEC);
+    feed_started(&n, n.time.mono_ns - SEC / 10, 10, SLUICE_OUTCOME_RATE);
+    cr_assert_eq(status_of(&n).ceiling, 10);
+    sluice_discovery_destroy(n.disc);
+}

@@ -19,11 +19,27 @@
  *                          directly, without a socket.
  * The built-in chat-completions client for sluice_run is in sluice/client.h.
  *
- * Classification (sluice_curl_classify), the rule every path shares:
+ * Classification (sluice_curl_classify), the rule every path shares
+ * (the kind -> sample column is SLUICE_CURL_KIND_MAP below):
  *   2xx                      SUCCESS           sample OK (latency = time to
- *                                              first byte)
- *   429, 503, 529            OVERLOADED        sample OVERLOAD with the
- *                                              provider's Retry-After
+ *                                              first byte); a spent request
+ *                                              budget with its reset named
+ *                                              (remaining 0) paces: hold_ns
+ *   402, or a 429/503/529 whose body says quota or billing
+ *   (insufficient_quota; Gemini's "limit: 0" on RESOURCE_EXHAUSTED)
+ *                            QUOTA             sample QUOTA: waiting will
+ *                                              not help, nothing moves
+ *   529, a body with Anthropic's overloaded_error, a 503 from the Together
+ *   dialect (at or below the dynamic rate) or the Gemini one (UNAVAILABLE)
+ *                            PLATFORM_OVERLOAD sample PLATFORM: a short
+ *                                              hold, never a cut
+ *   429 that names a spent budget (requests or tokens remaining 0) with
+ *   its reset, or Gemini's RESOURCE_EXHAUSTED with a RetryInfo delay
+ *                            RATE_LIMITED      sample RATE: hold until the
+ *                                              reset (hold_ns), no cut
+ *   any other 429, 503       OVERLOADED        sample OVERLOAD with the
+ *                                              provider's Retry-After: the
+ *                                              caller's concurrency cap
  *   504, or curl's CURLE_OPERATION_TIMEDOUT once the request was sent
  *                            PROVIDER_TIMEOUT  sample OVERLOAD: the provider
  *                                              (or its gateway) took the call
@@ -54,10 +70,24 @@
  * `retry-after-ms` when present and valid; clamped to [0, retry_after_max_ns]
  * (garbage, negative values and past dates are 0 = none; overflowing
  * values are the maximum). Discovery clamps once more to the backend's
- * configured discovery retry_after_max_ns when it applies the hold. The
- * `x-ratelimit-*` headers (OpenAI's -requests/-tokens family and the plain
- * limit/remaining/reset triple OpenRouter sends) are parsed into
- * result.ratelimit for the caller; sluice does not act on them.
+ * configured discovery retry_after_max_ns when it applies the hold. A
+ * body's retry hint (OpenRouter's error.metadata.retry_after_seconds,
+ * Gemini's RetryInfo retryDelay) stands in for a missing header.
+ *
+ * Dialects: each provider family states its budgets in its own headers;
+ * sluice_curl_response.dialect (per backend: sluice_curl_call.dialect,
+ * sluice_curl_request.dialect) picks the row that reads them into the
+ * normalised result.ratelimit (requests and tokens: limit, remaining,
+ * reset, the window they apply to, and the dialect that filled them).
+ * AUTO detects a family from headers only it sends (anthropic-ratelimit-*,
+ * Together's x-ratelimit-limit-dynamic or x-tokenlimit-*, Mistral's
+ * x-ratelimitbysize-*, the IETF RateLimit / RateLimit-Policy fields, a
+ * Gemini error body), else reads the shared x-ratelimit-* names as GENERIC,
+ * whose window is unknown: OpenAI, Azure, Groq and OpenRouter send the
+ * same names with different windows (Groq's request limit is per day), so
+ * only the explicit dialect says which. Bodies are read only for error
+ * responses (status >= 400) and only their first SLUICE_CURL_BODY_MAX
+ * bytes; token budgets are reported, never enforced.
  *
  * Latency: discovery gets the time to first byte
  * (CURLINFO_STARTTRANSFER_TIME_T), because a streamed answer's total time
@@ -113,21 +143,79 @@ extern "C" {
 
 /* ---- classification -------------------------------------------------------- */
 
+/* X(NAME, "name", the sample it gives discovery: SLUICE_OUTCOME_...) — the one place the
+ * kind -> outcome rule lives (the table at the top says which responses are which kind). */
 #define SLUICE_CURL_KIND_MAP(X)                                                                    \
-    X(SUCCESS, "success")                   /* 2xx */                                              \
-    X(OVERLOADED, "overloaded")             /* 429, 503, 529 */                                    \
-    X(PROVIDER_TIMEOUT, "provider_timeout") /* 504, or timed out after the request was sent */     \
-    X(CLIENT_ERROR, "client_error")         /* other 4xx */                                        \
-    X(SERVER_ERROR, "server_error")         /* other 5xx */                                        \
-    X(UNEXPECTED, "unexpected")             /* 1xx/3xx final status, or none with CURLE_OK */      \
-    X(TRANSPORT, "transport")               /* no response: refused, DNS, TLS, reset... */         \
-    X(ABORTED, "aborted")                   /* the caller's cancel or deadline ended it */
+    X(SUCCESS, "success", OK)                           /* 2xx */                                  \
+    X(OVERLOADED, "overloaded", OVERLOAD)               /* 429, 503: the caller's cap */           \
+    X(RATE_LIMITED, "rate_limited", RATE)               /* 429 naming a spent budget's reset */    \
+    X(PLATFORM_OVERLOAD, "platform_overload", PLATFORM) /* 529, overloaded_error, ... */           \
+    X(QUOTA, "quota", QUOTA)                            /* 402, insufficient_quota, limit: 0 */    \
+    X(PROVIDER_TIMEOUT, "provider_timeout", OVERLOAD)   /* 504, or timed out once sent */          \
+    X(CLIENT_ERROR, "client_error", IGNORE)             /* other 4xx */                            \
+    X(SERVER_ERROR, "server_error", IGNORE)             /* other 5xx */                            \
+    X(UNEXPECTED, "unexpected", IGNORE)     /* 1xx/3xx final status, or none with CURLE_OK */      \
+    X(TRANSPORT, "transport", IGNORE)       /* no response: refused, DNS, TLS, reset... */         \
+    X(ABORTED, "aborted", IGNORE)           /* the caller's cancel or deadline ended it */
 
 enum sluice_curl_kind {
-#define SLUICE__CURL_KIND_ENUM(name, str) SLUICE_CURL_##name,
+#define SLUICE__CURL_KIND_ENUM(name, str, outcome) SLUICE_CURL_##name,
     SLUICE_CURL_KIND_MAP(SLUICE__CURL_KIND_ENUM)
 #undef SLUICE__CURL_KIND_ENUM
 };
+
+/* The sample a kind gives discovery (the map's third column). */
+enum sluice_outcome sluice_curl_kind_outcome(enum sluice_curl_kind kind);
+
+/* X(NAME, "name"): the provider families whose rate-limit dialect classify reads. */
+#define SLUICE_CURL_DIALECT_MAP(X)                                                                 \
+    X(AUTO, "auto")             /* detect from the response (default) */                           \
+    X(GENERIC, "generic")       /* x-ratelimit-* without a known window */                         \
+    X(OPENAI, "openai")         /* x-ratelimit-{limit,remaining,reset}-{requests,tokens}, per minute \
+                                 */                                                                \
+    X(AZURE, "azure")           /* OpenAI's names (remaining only, -1 = none), retry-after-ms */   \
+    X(ANTHROPIC, "anthropic")   /* anthropic-ratelimit-*, RFC 3339 resets, 529 overloaded */       \
+    X(OPENROUTER, "openrouter") /* X-RateLimit-* (reset in epoch ms), 402, body retry hint */      \
+    X(TOGETHER, "together")     /* x-ratelimit-* per second, x-tokenlimit-*, 503 = platform */     \
+    X(GROQ, "groq")             /* OpenAI's names; requests per day, tokens per minute */          \
+    X(MISTRAL, "mistral")       /* x-ratelimitbysize-{limit,remaining}-minute (tokens) */          \
+    X(GEMINI, "gemini")         /* no headers: RESOURCE_EXHAUSTED / UNAVAILABLE bodies */          \
+    X(IETF, "ietf")             /* RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit) */
+
+enum sluice_curl_dialect {
+#define SLUICE__CURL_DIALECT_ENUM(name, str) SLUICE_CURL_DIALECT_##name,
+    SLUICE_CURL_DIALECT_MAP(SLUICE__CURL_DIALECT_ENUM)
+#undef SLUICE__CURL_DIALECT_ENUM
+};
+
+/* "anthropic"; never NULL ("unknown" for a value outside the map). */
+const char *sluice_curl_dialect_name(enum sluice_curl_dialect dialect);
+
+/* The dialect named `name` (as sluice_curl_dialect_name spells it): SLUICE_OK, or
+ * SLUICE_EINVAL for a name outside the map (*out untouched). */
+int sluice_curl_dialect_parse(const char *name, enum sluice_curl_dialect *out);
+
+/* X(NAME, "name", seconds): the window a stated budget applies to. */
+#define SLUICE_CURL_WINDOW_MAP(X)                                                                  \
+    X(UNKNOWN, "unknown", 0)                                                                       \
+    X(SECOND, "second", 1)                                                                         \
+    X(MINUTE, "minute", 60)                                                                        \
+    X(DAY, "day", 86400)
+
+enum sluice_curl_window {
+#define SLUICE__CURL_WINDOW_ENUM(name, str, seconds) SLUICE_CURL_WINDOW_##name,
+    SLUICE_CURL_WINDOW_MAP(SLUICE__CURL_WINDOW_ENUM)
+#undef SLUICE__CURL_WINDOW_ENUM
+};
+
+/* "minute"; never NULL. */
+const char *sluice_curl_window_name(enum sluice_curl_window window);
+
+/* The window's length in seconds; 0 for UNKNOWN (and a value outside the map). */
+int64_t sluice_curl_window_seconds(enum sluice_curl_window window);
+
+/* Bytes of an error body classify reads, at most. */
+#define SLUICE_CURL_BODY_MAX 4096
 
 /* "provider_timeout"; never NULL. */
 const char *sluice_curl_kind_name(enum sluice_curl_kind kind);
@@ -135,16 +223,21 @@ const char *sluice_curl_kind_name(enum sluice_curl_kind kind);
 /* The Retry-After clamp when the caller gives none: discovery's default maximum. */
 #define SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS (INT64_C(60) * 1000000000)
 
-/* Rate-limit headers as the provider sent them; -1 = absent or unparseable. */
+/* One budget as the provider stated it; -1 = not stated (or unparseable, or negative as
+ * Azure's "-1"). Which header fills which field is the dialect's row in curl.c. */
+struct sluice_curl_budget {
+    int64_t limit;       /* the budget per window */
+    int64_t remaining;   /* what is left of it now */
+    int64_t reset_ns;    /* time from the response until it refills (durations "6m0s", "20ms";
+                            epoch ms or s, RFC 3339 times and HTTP-dates minus now) */
+    int64_t reset_at_ms; /* the same instant on the wall clock, ms since the Unix epoch */
+    enum sluice_curl_window window; /* what `limit` is per, as the dialect documents it */
+};
+
+/* Every budget the response stated, normalised across dialects. */
 struct sluice_curl_ratelimit {
-    int64_t limit_requests;     /* x-ratelimit-limit-requests, else x-ratelimit-limit */
-    int64_t remaining_requests; /* x-ratelimit-remaining-requests, else x-ratelimit-remaining */
-    int64_t reset_requests_ns;  /* x-ratelimit-reset-requests ("6m0s", "20ms", "1.5s"), else
-                                   x-ratelimit-reset (a bare number: epoch ms if >= 1e12,
-                                   epoch s if >= 1e9, else seconds), as time from now */
-    int64_t limit_tokens;       /* x-ratelimit-limit-tokens */
-    int64_t remaining_tokens;   /* x-ratelimit-remaining-tokens */
-    int64_t reset_tokens_ns;    /* x-ratelimit-reset-tokens, as time from now */
+    enum sluice_curl_dialect source; /* the dialect that read them (AUTO = none stated) */
+    struct sluice_curl_budget requests, tokens;
 };
 
 /* One response header (NUL-terminated name and value, as curl_easy_nextheader gives them). */
@@ -168,6 +261,11 @@ struct sluice_curl_response {
                                    (default: 0 = time(NULL)) */
     int64_t retry_after_max_ns; /* clamp for Retry-After (default: 0 =
                                    SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS) */
+    enum sluice_curl_dialect dialect; /* whose headers these are (default: AUTO = detect) */
+    const char *body;  /* the response body, read only when http_status >= 400 and only its
+                          first SLUICE_CURL_BODY_MAX bytes; need not be NUL-terminated
+                          (default: NULL = none) */
+    size_t body_len;
 };
 
 /* Bytes of sluice_curl_result.error, NUL included (a longer message is cut). */
@@ -180,7 +278,13 @@ struct sluice_curl_result {
     enum sluice_outcome outcome; /* the sample discovery got for it */
     long http_status;            /* 0 = no HTTP response */
     CURLcode curl_code;          /* the transfer's result (CURLE_OK when it never ran) */
-    int64_t retry_after_ns;      /* the provider's Retry-After, clamped; 0 = none */
+    int64_t retry_after_ns;      /* the provider's Retry-After (or its body's retry hint),
+                                    clamped; 0 = none */
+    int64_t hold_ns;             /* the hold this response asks of discovery (the sample's
+                                    retry_after_ns), clamped: Retry-After on OVERLOADED and
+                                    PLATFORM_OVERLOAD, the later of it and the spent budget's
+                                    reset on RATE_LIMITED, the spent request budget's reset on
+                                    SUCCESS; 0 = none */
     struct sluice_curl_ratelimit ratelimit;
     int64_t latency_ns;          /* time to first byte (total time without one); 0 = no
                                     transfer */
@@ -202,13 +306,24 @@ struct sluice_curl_result {
 
 /*
  * Classify one response (table at the top) into out->kind, out->outcome,
- * out->http_status, out->curl_code, out->retry_after_ns and out->ratelimit;
+ * out->http_status, out->curl_code, out->retry_after_ns, out->hold_ns and out->ratelimit;
  * the other fields of *out are left alone. Returns out->kind. Pure: no
  * I/O, no allocation, any input is safe (headers with NULL names or values
  * are skipped).
  */
 enum sluice_curl_kind sluice_curl_classify(const struct sluice_curl_response *resp,
                                            struct sluice_curl_result *out);
+
+/*
+ * The request rate a successful response states, in calls per second: its
+ * request limit over its window; 0 when there is none to give: not a
+ * SUCCESS, no request limit, or a window that is not a second or a minute
+ * (a per-day budget says nothing about how many calls may run at once).
+ * The transports offer it to the backend's discovery
+ * (sluice_discovery_hint_rate), which starts from rate × the measured
+ * latency (Little's law) and lets a lock or a refusal's bracket win. Pure.
+ */
+double sluice_curl_stated_rate(const struct sluice_curl_result *res);
 
 /* ---- the blocking call ------------------------------------------------------- */
 
@@ -225,6 +340,15 @@ struct sluice_curl_call {
                                         none) */
     void *xferinfo_data;             /* its clientp */
     int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
+    enum sluice_curl_dialect dialect; /* the backend's rate-limit dialect (default: AUTO) */
+    curl_write_callback write;       /* the caller's CURLOPT_WRITEFUNCTION, declared so the
+                                        blocking path can read an error body (its first
+                                        SLUICE_CURL_BODY_MAX bytes, for classify) on the way:
+                                        it installs its own for the call, chains this one with
+                                        every byte, and puts it back afterwards (default: NULL =
+                                        the caller's write function is left alone and error
+                                        bodies are not read) */
+    void *write_data;                /* its CURLOPT_WRITEDATA */
 };
 
 /*
@@ -304,6 +428,8 @@ struct sluice_curl_request {
     sluice_curl_done_fn done;        /* required */
     void *data;                      /* passed to done; kept as an opaque value, never read */
     int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
+    enum sluice_curl_dialect dialect; /* the backend's rate-limit dialect (default: AUTO); the
+                                        loop reads headers only, not error bodies */
 };
 
 /* Embedder's-loop mode: watch `fd` for `what` (CURL_POLL_IN, _OUT, _INOUT; CURL_POLL_REMOVE
