@@ -29,7 +29,6 @@ enum sluice__chat_body_mode {
 /* What the current stream said, event by event. */
 struct sluice__chat_stream {
     struct sluice_sse sse;
-    int64_t start_ns;       /* the transfer began (monotonic) */
     int64_t first_event_ns; /* the first event (comments excluded) arrived; 0 = none yet */
     bool done;              /* data: [DONE] came */
     bool finished;          /* a finish_reason other than "error" came */
@@ -61,6 +60,12 @@ struct sluice_chat {
     char *reply;
     struct sluice_chat_usage usage;
     struct sluice_curl_result result;
+    /* On the curl loop (sluice_chat_submit): the caller's completion and the conclusion the
+     * finish hook reached; loop thread only after submit. */
+    sluice_chat_done_fn loop_done;
+    void *loop_data;
+    int loop_status;
+    bool loop_finished;
 };
 
 static char *sluice__dup(const char *s)
@@ -454,15 +459,18 @@ static void sluice__chat_stream_begin(struct sluice_chat *c)
                                                           .size = SLUICE_CHAT_EVENT_MAX,
                                                           .on_event = sluice__chat_event,
                                                           .ctx = c});
-    c->st.start_ns = sluice_monotonic_ns();
 }
 
-/* What a streamed response ends as; `status` is the transfer's. */
-static int sluice__chat_stream_end(struct sluice_chat *c, struct sluice_generation *gen, int status)
+/* What a streamed response ends as; `status` is the transfer's. Corrects c->result (kind,
+ * outcome, latency, error) to what the stream said. */
+static int sluice__chat_stream_end(struct sluice_chat *c, int status)
 {
     struct sluice__chat_stream *st = &c->st;
-    if (st->first_event_ns) /* time to first token: queueing, not the answer's length */
-        gen->latency_ns = c->result.latency_ns = st->first_event_ns - st->start_ns;
+    if (st->first_event_ns) { /* time to first token: queueing, not the answer's length */
+        int64_t start = sluice_monotonic_ns() - c->result.transfer_ns; /* curl's own clock */
+        int64_t ttft = st->first_event_ns - start;
+        c->result.latency_ns = ttft < 0 ? 0 : ttft;
+    }
     if (st->nomem)
         return SLUICE_ENOMEM;
     const char *bad_stream = sluice_sse_error(&st->sse);
@@ -471,9 +479,8 @@ static int sluice__chat_stream_end(struct sluice_chat *c, struct sluice_generati
          * the CURLE_WRITE_ERROR that stopping it left. */
         enum sluice_curl_kind kind = sluice__chat_code_kind(st->error_code);
         c->result.kind = kind;
-        c->result.outcome = gen->outcome = sluice__curl_kind_outcome(kind);
-        c->result.retry_after_ns = gen->retry_after_ns = 0;
-        c->result.status = SLUICE_EIO;
+        c->result.outcome = sluice__curl_kind_outcome(kind);
+        c->result.retry_after_ns = 0;
         snprintf(c->result.error, sizeof c->result.error, "%s%s",
                  st->failed ? st->error : "the event stream is invalid: ",
                  st->failed ? "" : bad_stream);
@@ -482,7 +489,7 @@ static int sluice__chat_stream_end(struct sluice_chat *c, struct sluice_generati
     if (status != SLUICE_OK)
         return status;
     if (!st->done && !st->finished) {
-        gen->outcome = c->result.outcome = SLUICE_OUTCOME_IGNORE;
+        c->result.outcome = SLUICE_OUTCOME_IGNORE;
         snprintf(c->result.error, sizeof c->result.error,
                  "the event stream ended before data: [DONE] or a finish_reason (cut short)");
         return SLUICE_EIO;
@@ -492,7 +499,7 @@ static int sluice__chat_stream_end(struct sluice_chat *c, struct sluice_generati
     return c->reply ? SLUICE_OK : SLUICE_ENOMEM;
 }
 
-/* ---- one generation ---------------------------------------------------------------- */
+/* ---- one generation, on either path ------------------------------------------------ */
 
 /* The request body: the conversation, and the stream flags when streaming. */
 static char *sluice__chat_request(const struct sluice_chat *c)
@@ -509,12 +516,11 @@ static char *sluice__chat_request(const struct sluice_chat *c)
     return body;
 }
 
-static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
+/* Set the easy handle up for the next generation against `endpoint` (the chat's base_url
+ * wins) and reset what one response leaves behind. */
+static int sluice__chat_prepare(struct sluice_chat *c, const char *endpoint)
 {
-    struct sluice_chat *c = (struct sluice_chat *)ctx;
-    if (gen->attempt > 0 && sluice__chat_extend(c) != SLUICE_OK)
-        return SLUICE_ENOMEM;
-    const char *base = c->base_url ? c->base_url : gen->endpoint;
+    const char *base = c->base_url ? c->base_url : endpoint;
     if (!base)
         return SLUICE_EINVAL;
     size_t base_len = strlen(base);
@@ -540,15 +546,13 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     c->usage = (struct sluice_chat_usage){-1, -1};
     if (c->stream)
         sluice__chat_stream_begin(c);
-    struct sluice_curl_call call = {.easy = c->easy,
-                                    .deadline = gen->deadline,
-                                    .cancel = gen->cancel,
-                                    .retry_after_max_ns = c->retry_after_max_ns};
-    int status = sluice_curl_transfer(&call, &c->result);
-    gen->outcome = c->result.outcome;
-    gen->abandoned = c->result.abandoned;
-    gen->retry_after_ns =
-        c->result.outcome == SLUICE_OUTCOME_OVERLOAD ? c->result.retry_after_ns : 0;
+    return SLUICE_OK;
+}
+
+/* After the transfer (c->result filled, `status` its return): what the generation returns,
+ * with c->result corrected to what the body said, so discovery learns from that. */
+static int sluice__chat_conclude(struct sluice_chat *c, int status)
+{
     if (c->body_truncated || c->result.curl_code == CURLE_FILESIZE_EXCEEDED) {
         snprintf(c->result.error, sizeof c->result.error,
                  "the response body passed SLUICE_CHAT_REPLY_MAX (%u bytes); the transfer was "
@@ -557,12 +561,96 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
         return SLUICE_EIO;
     }
     if (c->body_mode == SLUICE__CHAT_BODY_SSE)
-        return sluice__chat_stream_end(c, gen, status);
+        return sluice__chat_stream_end(c, status);
     if (status != SLUICE_OK)
         return status;
     if (c->result.kind != SLUICE_CURL_SUCCESS)
         return SLUICE_EIO;
     return sluice__chat_parse(c);
+}
+
+/* A streamed answer's sample is its time to first token; any other is the whole call. */
+static bool sluice__chat_timed_first_token(const struct sluice_chat *c)
+{
+    return c->body_mode == SLUICE__CHAT_BODY_SSE && c->st.first_event_ns;
+}
+
+static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
+{
+    struct sluice_chat *c = (struct sluice_chat *)ctx;
+    if (gen->attempt > 0 && sluice__chat_extend(c) != SLUICE_OK)
+        return SLUICE_ENOMEM;
+    int status = sluice__chat_prepare(c, gen->endpoint);
+    if (status != SLUICE_OK)
+        return status;
+    struct sluice_curl_call call = {.easy = c->easy,
+                                    .deadline = gen->deadline,
+                                    .cancel = gen->cancel,
+                                    .retry_after_max_ns = c->retry_after_max_ns};
+    status = sluice__chat_conclude(c, sluice_curl_transfer(&call, &c->result));
+    gen->outcome = c->result.outcome;
+    gen->abandoned = c->result.abandoned;
+    gen->retry_after_ns =
+        c->result.outcome == SLUICE_OUTCOME_OVERLOAD ? c->result.retry_after_ns : 0;
+    if (sluice__chat_timed_first_token(c))
+        gen->latency_ns = c->result.latency_ns;
+    return status;
+}
+
+/* ---- on the curl loop -------------------------------------------------------------- */
+
+/* The loop's finish hook: the same conclusion as sluice_run's, before discovery's sample. */
+static void sluice__chat_loop_finish(void *data, CURL *easy, struct sluice_curl_result *res)
+{
+    (void)easy;
+    struct sluice_chat *c = (struct sluice_chat *)data;
+    c->result = *res;
+    c->loop_status = sluice__chat_conclude(c, res->status);
+    c->loop_finished = true;
+    c->result.status = c->loop_status;
+    *res = c->result;
+}
+
+static void sluice__chat_loop_done(const struct sluice_curl_result *res, CURL *easy, void *data)
+{
+    (void)easy;
+    struct sluice_chat *c = (struct sluice_chat *)data;
+    if (!c->loop_finished) /* it never transferred: the loop's status is the answer */
+        c->result = *res;
+    int status = c->loop_finished ? c->loop_status : res->status;
+    c->loop_finished = false;
+    c->loop_done(c, status, c->loop_data);
+}
+
+int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
+                       const struct sluice_chat_request *req, uint64_t *id)
+{
+    if (!loop || !c || !req || !req->done)
+        return SLUICE_EINVAL;
+    const char *endpoint = req->endpoint;
+    const struct sluice_backend *b = NULL;
+    if (!endpoint && !c->base_url && (b = sluice_engine_find(sluice_curl_loop_engine(loop),
+                                                             req->backend)))
+        endpoint = b->endpoint;
+    int status = sluice__chat_prepare(c, endpoint);
+    if (status != SLUICE_OK)
+        return status;
+    sluice__curl_result_init(&c->result);
+    c->loop_done = req->done;
+    c->loop_data = req->data;
+    c->loop_finished = false;
+    return sluice_curl_loop_submit(loop,
+                                   &(struct sluice_curl_request){
+                                       .backend = req->backend,
+                                       .easy = c->easy,
+                                       .deadline = req->deadline,
+                                       .cancel = req->cancel,
+                                       .done = sluice__chat_loop_done,
+                                       .data = c,
+                                       .retry_after_max_ns = c->retry_after_max_ns,
+                                       .finish = sluice__chat_loop_finish,
+                                   },
+                                   id);
 }
 
 static int sluice__chat_validate(void *ctx, unsigned attempt, bool *repair)

@@ -296,6 +296,8 @@ static void sluice__complete_transfer(struct sluice__rec *rec, CURLcode code,
     sluice__curl_disarm_deadline(easy, rec->req.deadline);
     res.queued_ns = rec->queued_ns;
     res.in_flight_at_start = rec->waiter.call.in_flight_at_start;
+    if (rec->req.finish)
+        rec->req.finish(rec->req.data, easy, &res);
     sluice__curl_end_call(rec->pool, &rec->waiter.call, &res);
     sluice__complete(rec, &res);
 }
@@ -929,6 +931,11 @@ int sluice_curl_loop_cancel(struct sluice_curl_loop *loop, uint64_t id)
         sluice__raise_cancel(loop, &loop->recs[slot], id);
     atomic_fetch_sub_explicit(&loop->callers, 1u, SLUICE_SEQ_CST);
     return SLUICE_OK;
+}
+
+const struct sluice_engine *sluice_curl_loop_engine(const struct sluice_curl_loop *loop)
+{
+    return loop->engine;
 }
 
 struct sluice_curl_loop_counts sluice_curl_loop_stats(const struct sluice_curl_loop *loop)

@@ -302,3 +302,160 @@ STREAM_TEST(the_simulators_stream_flags_without_stream_exit_2_naming_them)
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "status 0x%x", (unsigned)status);
     cr_assert(strstr(err, "--token-bytes"), "stderr: %s", err);
 }
+
+/* ---- the same chat on the curl loop (sluice_chat_submit) ------------------------------- */
+
+struct loop_done {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int status;
+    pthread_t done_thread;
+};
+
+/* Deltas with the thread they ran on (the loop's). */
+struct loop_deltas {
+    struct deltas d; /* first: on_delta's ctx */
+    pthread_t thread;
+    bool one_thread;
+};
+
+static void on_loop_delta(void *ctx, struct sluice_chat *chat, const char *text, size_t len)
+{
+    struct loop_deltas *ld = ctx;
+    if (ld->d.n == 0)
+        ld->thread = pthread_self();
+    ld->one_thread = (ld->d.n == 0 || ld->one_thread) && pthread_equal(ld->thread, pthread_self());
+    on_delta(&ld->d, chat, text, len);
+}
+
+static void on_chat_done(struct sluice_chat *chat, int status, void *data)
+{
+    (void)chat;
+    struct loop_done *w = data;
+    pthread_mutex_lock(&w->mu);
+    w->status = status;
+    w->done_thread = pthread_self();
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Submit `chat` to a fresh own-thread loop and wait (bounded) for its completion. */
+static int run_on_loop(struct sluice_engine *e, struct sluice_chat *chat, struct sluice_cancel *cancel,
+                       struct loop_done *w)
+{
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->done = false;
+    struct timespec deadline;
+    sluice_deadline_in(&deadline, 20 * SLUICE_NS_PER_SEC);
+    cr_assert_eq(sluice_chat_submit(loop, chat,
+                                    &(struct sluice_chat_request){.backend = FX_BACKEND,
+                                                                  .deadline = &deadline,
+                                                                  .cancel = cancel,
+                                                                  .done = on_chat_done,
+                                                                  .data = w},
+                                    NULL),
+                 SLUICE_OK);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&w->mu);
+    while (!w->done && pthread_cond_timedwait(&w->cv, &w->mu, &until) == 0) {
+    }
+    bool done = w->done;
+    int status = w->status;
+    pthread_mutex_unlock(&w->mu);
+    cr_assert(done, "the chat's completion never ran");
+    cr_assert_not(pthread_equal(w->done_thread, pthread_self()), "done ran on the loop thread");
+    sluice_curl_loop_destroy(loop);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    return status;
+}
+
+static struct sluice_chat *loop_chat(struct loop_deltas *ld)
+{
+    struct sluice_chat *chat = NULL;
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
+                                                               .prompt = "hi",
+                                                               .stream = true,
+                                                               .on_delta = on_loop_delta,
+                                                               .delta_ctx = ld},
+                                    &chat),
+                 SLUICE_OK);
+    return chat;
+}
+
+STREAM_TEST(on_the_curl_loop_deltas_and_completion_run_on_the_loop_thread_with_the_same_sample)
+{
+    const char *args[] = {"--stream", "--median-ms", "100", "--sigma", "0", "--answer-tokens",
+                          "20", "--answer-sigma", "0", "--token-ms", "25", NULL};
+    fx_start(args);
+    struct sluice_engine *e = engine_at_sim();
+    struct loop_deltas ld = {0};
+    struct sluice_chat *chat = loop_chat(&ld);
+    struct loop_done w;
+    int status = run_on_loop(e, chat, NULL, &w);
+    cr_assert_eq(status, SLUICE_OK, "%s: %s", sluice_status_name(status),
+                 sluice_chat_result(chat)->error);
+    cr_assert_eq(ld.d.n, 20);
+    cr_assert(ld.one_thread && pthread_equal(ld.thread, w.done_thread),
+              "every delta and the completion ran on the loop thread");
+    cr_assert_eq(strlen(sluice_chat_reply(chat)), 20 * 4);
+    cr_assert_str_eq(sluice_chat_reply(chat), ld.d.text);
+    cr_assert_eq(sluice_chat_usage(chat).completion_tokens, 20);
+    /* result.latency_ns is the sample the loop gave discovery (the finish hook ran first). */
+    const struct sluice_curl_result *res = sluice_chat_result(chat);
+    cr_assert_geq(res->latency_ns, 100 * SLUICE_NS_PER_MS, "sample %lld ns is not TTFB",
+                  (long long)res->latency_ns);
+    cr_assert_lt(res->latency_ns + 250 * SLUICE_NS_PER_MS, res->transfer_ns,
+                 "sample %lld ns leaves out the tokens (transfer %lld ns)",
+                 (long long)res->latency_ns, (long long)res->transfer_ns);
+    cr_assert_eq(res->outcome, SLUICE_OUTCOME_OK);
+    sluice_chat_destroy(chat);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(on_the_curl_loop_a_429_event_mid_stream_is_an_overload_sample)
+{
+    const char *args[] = {"--stream", "--median-ms", "5", "--sigma", "0", "--answer-tokens", "10",
+                          "--answer-sigma", "0", "--token-ms", "1", "--stream-fail-after", "3",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = engine_at_sim();
+    struct loop_deltas ld = {0};
+    struct sluice_chat *chat = loop_chat(&ld);
+    struct loop_done w;
+    cr_assert_eq(run_on_loop(e, chat, NULL, &w), SLUICE_EIO);
+    const struct sluice_curl_result *res = sluice_chat_result(chat);
+    cr_assert_eq(res->kind, SLUICE_CURL_OVERLOADED, "kind %s", sluice_curl_kind_name(res->kind));
+    cr_assert_eq(res->outcome, SLUICE_OUTCOME_OVERLOAD, "the loop gave discovery an overload");
+    cr_assert_eq(ld.d.n, 3);
+    cr_assert_eq(stream_stat("failed"), 1);
+    sluice_chat_destroy(chat);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(on_the_curl_loop_a_cancel_mid_stream_closes_the_connection)
+{
+    fx_start(long_stream);
+    struct sluice_engine *e = engine_at_sim();
+    struct sluice_cancel cancel;
+    sluice_cancel_init(&cancel);
+    struct loop_deltas ld = {.d = {.cancel_after = 3, .cancel = &cancel}};
+    struct sluice_chat *chat = loop_chat(&ld);
+    struct loop_done w;
+    cr_assert_eq(run_on_loop(e, chat, &cancel, &w), SLUICE_ECANCELED);
+    cr_assert_eq(stream_stat_reaches("cut", 1), 1, "the simulator saw the client hang up");
+    long sent = stream_stat("tokens");
+    cr_assert_leq(sent, 3 + 10, "the provider sent %ld tokens before it saw the close", sent);
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}

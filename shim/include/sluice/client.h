@@ -73,6 +73,9 @@
  * header, never logged or put in an error message, and wiped from memory
  * when the chat is destroyed.
  *
+ * The same chat runs on the curl loop too (sluice_chat_submit, below): the
+ * request body, the response reading and the sample are the same code.
+ *
  * Threads: one chat is one conversation: use it from one run at a time.
  * Different chats are independent. Memory comes from the process's malloc.
  */
@@ -94,10 +97,11 @@ extern "C" {
 struct sluice_chat;
 
 /* A streamed reply's next piece of text (`len` bytes, NUL-terminated; it may hold NUL bytes
- * of its own). Runs on the thread running the generation (sluice_run's caller), inside the
- * transfer, while the run holds its permit: keep it short. The text is valid during the call
- * only. To stop the stream, fire the run's cancel token (from here too); do not call other
- * sluice_chat functions on this chat from here. */
+ * of its own). Runs on the thread running the generation (sluice_run's caller, or the curl
+ * loop's thread with sluice_chat_submit), inside the transfer, while the call holds its
+ * permit: keep it short. The text is valid during the call only. To stop the stream, fire
+ * the call's cancel token (from here too); do not call other sluice_chat functions on this
+ * chat from here. */
 typedef void (*sluice_chat_delta_fn)(void *ctx, struct sluice_chat *chat, const char *text,
                                      size_t len);
 
@@ -151,6 +155,43 @@ const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *ch
 /* The last generation's `usage` (a streamed answer's last chunk, or a JSON answer's);
  * {-1, -1} before it or when the provider sent none. */
 struct sluice_chat_usage sluice_chat_usage(const struct sluice_chat *chat);
+
+/* ---- on the curl loop ---------------------------------------------------------------- */
+
+/* A chat's completion on the loop: runs exactly once per accepted submission, on the loop
+ * thread, after the last on_delta. `status` is what a sluice_run generation would have
+ * returned (SLUICE_OK with the reply in sluice_chat_reply; SLUICE_EIO, ETIMEDOUT, ECANCELED,
+ * ENOMEM, ECLOSED...), sluice_chat_result(chat) the transport result behind it. The chat is
+ * the caller's again from here: it may be destroyed or submitted again inside this call. */
+typedef void (*sluice_chat_done_fn)(struct sluice_chat *chat, int status, void *data);
+
+/* One chat generation submitted to a curl loop. Read during submit only, except as marked. */
+struct sluice_chat_request {
+    const char *backend;             /* backend ID (default: NULL = endpoint-only, unlimited) */
+    const char *endpoint;            /* endpoint override; keeps the backend's pool (default:
+                                        NULL = the backend's endpoint; the chat's base_url wins
+                                        over either) */
+    const struct timespec *deadline; /* whole call, queueing included; its value is copied
+                                        (default: none) */
+    struct sluice_cancel *cancel;    /* kept: must outlive the request (default: none) */
+    sluice_chat_done_fn done;        /* required */
+    void *data;                      /* passed to done */
+};
+
+/*
+ * One generation of `chat` through the loop (sluice/curl.h), from any thread: the same
+ * admission, permits, FIFO, deadline and cancel rules as sluice_curl_loop_submit, and the
+ * same request body, streaming, response reading and discovery sample as a sluice_run
+ * generation (one code path: a streamed call's sample is its time to first token, a 429
+ * event mid-stream an overload). on_delta and `done` run on the loop thread. The chat is
+ * the loop's until `done` runs: do not touch it meanwhile, nor submit it twice. Repairs
+ * (the description's validate) are sluice_run's: here the caller reads the reply in `done`
+ * and submits again (with sluice_chat_set_repair's message, as a new run) if it must.
+ * Returns as sluice_curl_loop_submit (SLUICE_OK, then `done` runs exactly once; or
+ * ECAPACITY, EAGAIN, ECLOSED, EINVAL — also for no URL — or ENOMEM, and `done` never runs).
+ */
+int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *chat,
+                       const struct sluice_chat_request *req, uint64_t *id);
 
 /* The repair message for the next repair only (copied); NULL = the description's.
  * SLUICE_OK, SLUICE_EINVAL (message is not UTF-8; the chat is unchanged), SLUICE_ENOMEM. */

@@ -302,8 +302,15 @@ struct sluice_curl_request {
     struct sluice_cancel *cancel;    /* cancels at any stage; kept: must outlive the request
                                         (until `done` has returned) (default: none) */
     sluice_curl_done_fn done;        /* required */
-    void *data;                      /* passed to done; kept as an opaque value, never read */
+    void *data;                      /* passed to done and finish; kept as an opaque value,
+                                        never read */
     int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
+    /* After a transfer, on the loop thread, before discovery gets its sample and before `done`:
+     * the caller's reading of the body may correct *result (kind, outcome, retry_after_ns,
+     * latency_ns, status, error), e.g. a streamed answer's time to first token, or an error
+     * event that came mid-stream. Not called for a request that never transferred
+     * (default: NULL = the classification stands). */
+    void (*finish)(void *data, CURL *easy, struct sluice_curl_result *result);
 };
 
 /* Embedder's-loop mode: watch `fd` for `what` (CURL_POLL_IN, _OUT, _INOUT; CURL_POLL_REMOVE
@@ -395,6 +402,9 @@ struct sluice_curl_loop_counts {
     uint64_t completed;    /* completions delivered */
 };
 struct sluice_curl_loop_counts sluice_curl_loop_stats(const struct sluice_curl_loop *loop);
+
+/* The engine the loop was created over (any thread). */
+const struct sluice_engine *sluice_curl_loop_engine(const struct sluice_curl_loop *loop);
 
 /*
  * Shut down: from any thread (own-thread mode: not from a `done`;
