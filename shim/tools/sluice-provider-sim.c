@@ -147,6 +147,7 @@ struct stream_options {
     uint32_t fail_after;   /* tokens before a 429 error event (default: 0 = never) */
     bool fail_set;
     bool endless;          /* --stream-endless */
+    bool stamp;            /* --stream-stamp: each token's text is its send time */
 };
 
 /* What a call whose client hangs up mid-call does with its slot. */
@@ -179,7 +180,10 @@ static void stream_usage(FILE *f)
           "  --token-bytes N     bytes of text per token, 1 to 16384 (default 4)\n"
           "  --stream-fail-after N  after N tokens send an error event with code 429\n"
           "                      (finish_reason \"error\") and end the stream\n"
-          "  --stream-endless    never end the stream\n",
+          "  --stream-endless    never end the stream\n"
+          "  --stream-stamp      each token's text is the CLOCK_MONOTONIC ns at which it was\n"
+          "                      sent, zero-padded to --token-bytes (at least 20), so a client\n"
+          "                      on this machine can time the delivery (sluice-bench)\n",
           f);
 }
 
@@ -312,7 +316,7 @@ static int stream_flag_takes_value(const char *flag)
 {
     static const char *const with_value[] = {"--token-ms", "--answer-tokens", "--answer-sigma",
                                              "--token-bytes", "--stream-fail-after"};
-    static const char *const without[] = {"--stream", "--stream-endless"};
+    static const char *const without[] = {"--stream", "--stream-endless", "--stream-stamp"};
     for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
         if (!strcmp(flag, with_value[i]))
             return 1;
@@ -332,6 +336,8 @@ static void parse_stream_flag(const char *flag, const char *value, struct stream
     st->any = true;
     if (!strcmp(flag, "--stream-endless")) {
         st->endless = true;
+    } else if (!strcmp(flag, "--stream-stamp")) {
+        st->stamp = true;
     } else if (!strcmp(flag, "--token-ms")) {
         st->token_ms = need_number(flag, value);
         if (st->token_ms > 86400e3)
@@ -368,9 +374,11 @@ static void check_stream_options(const struct stream_options *st)
 {
     if (st->any && !st->on)
         bad_usage("--token-ms, --answer-tokens, --answer-sigma, --token-bytes, "
-                  "--stream-fail-after and --stream-endless need --stream");
+                  "--stream-fail-after, --stream-endless and --stream-stamp need --stream");
     if (st->fail_set && st->endless)
         bad_usage("--stream-fail-after and --stream-endless exclude each other");
+    if (st->stamp && st->token_bytes < 20)
+        bad_usage("--stream-stamp needs --token-bytes of at least 20 (a nanosecond time)");
 }
 
 /* 1 if the flag takes a value, 0 if not, -1 if there is no such flag. */
@@ -1018,7 +1026,11 @@ static ssize_t stream_token(struct server *sv, const struct req *r, char *buf, s
     const struct stream *st = r->stream;
     size_t at = r->stream->sent ? (size_t)snprintf(delta, sizeof delta, "{\"content\":\"")
                                 : (size_t)snprintf(delta, sizeof delta, "%s", head);
-    memset(delta + at, 'a' + (int)(st->sent % 26), sv->stream.token_bytes);
+    if (sv->stream.stamp) /* the check above keeps token_bytes >= 20 digits */
+        snprintf(delta + at, sv->stream.token_bytes + 1, "%0*" PRId64,
+                 (int)sv->stream.token_bytes, now_ns());
+    else
+        memset(delta + at, 'a' + (int)(st->sent % 26), sv->stream.token_bytes);
     snprintf(delta + at + sv->stream.token_bytes, 3, "\"}");
     return stream_chunk(r, buf, max, delta, "null", "");
 }
