@@ -153,13 +153,19 @@ static inline void cancel_disarm(_Atomic(int) *armed)
     }
 }
 
-/* The canceller's side: fires `token` if it is armed; says whether it did. */
-static inline bool cancel_fire_if_armed(_Atomic(int) *armed, struct sluice_cancel *token)
+/* The canceller's side: fires `token` if it is armed; says whether it did.
+ * With `fired_at`, stores `*clock`'s next tick there once the fire is done and
+ * before the token can be disarmed, so the run's owner can order the fire
+ * against its own ticks (what happened first: the fire, or the run's return). */
+static inline bool cancel_fire_if_armed(_Atomic(int) *armed, struct sluice_cancel *token,
+                                        _Atomic(uint64_t) *clock, _Atomic(uint64_t) *fired_at)
 {
     int expect = 1;
     if (!atomic_compare_exchange_strong(armed, &expect, 2))
         return false;
     sluice_cancel_fire(token);
+    if (fired_at)
+        atomic_store(fired_at, atomic_fetch_add(clock, 1) + 1);
     atomic_store(armed, 1);
     return true;
 }

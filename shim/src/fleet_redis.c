@@ -31,7 +31,10 @@ const char *const sluice__fleet_key_suffix[KEY_COUNT] = {"state",   "leader",  "
  * while others wait, by the fair share ceil(pool / N) rounded up to k;
  * while the fleet leases more than the pool (S fell, or N grew), by
  * floor(pool / N), so the excess drains at every holder's next beat. Returns {leased, target, S, N, waiters, state, ceiling, expires,
- * clears, fleet load}.
+ * clears, fleet load}. The fleet load counts every holder as using at least
+ * its base permit: nobody else may take it, so an idle member's permit is not
+ * room the fleet could grow into, and a fleet whose busy members use all the
+ * rest is saturated (else a fleet with idle members never grows).
  */
 const char sluice__fleet_lua_beat[] =
     FLEET_LUA_NOW
@@ -69,7 +72,7 @@ const char sluice__fleet_lua_beat[] =
     "if mine > 0 then redis.call('HSET', KEYS[3], id, mine) else redis.call('HDEL', KEYS[3], id) end\n"
     "local st = redis.call('HMGET', KEYS[1], 'state', 'ceiling', 'expires')\n"
     "local load = 0\n"
-    "for _, v in ipairs(redis.call('HVALS', KEYS[6])) do load = load + tonumber(v) end\n"
+    "for _, v in ipairs(redis.call('HVALS', KEYS[6])) do load = load + math.max(tonumber(v), 1) end\n"
     "return {mine, target, S, n, redis.call('ZCARD', KEYS[4]), st[1] or '',\n"
     "        tonumber(st[2] or 0), tonumber(st[3] or 0), tonumber(redis.call('GET', KEYS[5]) or 0),\n"
     "        load}\n";

@@ -139,3 +139,38 @@ FLEET_TEST(eight_processes_lock_a_queue_then_refuse_provider_inside_the_band)
     cr_expect(ceiling >= 0.8 * QUEUE_CAP && ceiling <= 1.25 * QUEUE_CAP,
               "the fleet locked at %lld, outside [0.8, 1.25]·%d", ceiling, QUEUE_CAP);
 }
+
+/* Processes that make no calls still hold one base permit each, which nobody
+ * else may use: while the busy member queues for more, the fleet is as full as
+ * it can be. One busy process of 12 callers and three idle ones, from the
+ * jumpstart (5, so S − N leaves the busy one 2 permits): the fleet grows to
+ * its max_limit and locks there. Without counting the idle members' base
+ * permits the leader reads 2 of 5 in use and holds at the jumpstart. */
+FLEET_TEST(idle_members_do_not_stall_the_fleets_discovery)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
+    fx_start(args);
+    rfx_spawn(0, &(struct rfx_worker_cfg){.threads = 12, .max_limit = 16});
+    char url[64];
+    rfx_url(url, sizeof url);
+    struct sluice_fleet *idle[3];
+    struct sluice_pool *pool[3];
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "idle%d", i);
+        idle[i] = rfx_join(&(struct sluice_fleet_desc){.redis_url = url,
+                                                       .node_id = RFX_NODE,
+                                                       .process_id = id,
+                                                       .heartbeat_ms = 100,
+                                                       .max_limit = 16},
+                           &pool[i]);
+    }
+    bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 15000);
+    if (!locked)
+        rfx_dump_logs();
+    cr_expect(locked, "the fleet did not lock at max_limit (%s)", rfx_state_text());
+    for (int i = 0; i < 3; i++) {
+        sluice_fleet_destroy(idle[i]);
+        sluice_pool_destroy(pool[i]);
+    }
+}

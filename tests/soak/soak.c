@@ -93,6 +93,7 @@ struct target {
     _Atomic(struct sluice_pool *) pool; /* swapped only at quiescent points */
     _Atomic(uint32_t) inflight_bound;   /* largest limit in force since the last quiescent point */
     _Atomic(int) inside;                /* calls the workers hold on this pool */
+    _Atomic(uint64_t) closed_at;        /* tick its close began at, 0 = open */
 };
 
 struct async_rec {
@@ -106,6 +107,7 @@ struct worker {
     uint64_t rng;
     struct sluice_cancel token;
     _Atomic(int) armed; /* run_fixtures.h's cancel_arm protocol */
+    _Atomic(uint64_t) fired_at; /* tick the canceller fired this run's token at, 0 = not */
     struct async_rec async;
     _Atomic(const char *) doing; /* for the stuck-thread report */
 };
@@ -114,6 +116,7 @@ static struct target targets[N_POOLS];
 static struct worker workers[WORKERS];
 static _Atomic(uint64_t) tallies[N_TALLIES];
 static _Atomic(uint64_t) async_begun, async_callbacks;
+static _Atomic(uint64_t) ticks; /* orders fires against closes (cancel beats close) */
 static _Atomic(int) pause_req, parked, stop;
 static _Atomic(long) violations;
 static char first_violation[512];
@@ -174,6 +177,13 @@ static struct sluice_pool *make_pool(int which)
 static uint32_t inflight_bound(int which)
 {
     return which == ADAPTIVE ? pool_active[which] : atomic_load(&targets[which].inflight_bound);
+}
+
+/* Close target k's pool, stamping when the close began. */
+static void close_target(int k)
+{
+    atomic_store(&targets[k].closed_at, atomic_fetch_add(&ticks, 1) + 1);
+    sluice_pool_close(atomic_load(&targets[k].pool));
 }
 
 /* ECLOSED is only allowed from a pool that is closed. */
@@ -239,8 +249,10 @@ static void sync_call(struct worker *w, int which, struct sluice_pool *p, enum w
         token = &w->token;
         if (kind == W_FIRED)
             sluice_cancel_fire(token);
-        else
+        else {
+            atomic_store(&w->fired_at, 0);
             cancel_arm(&w->armed);
+        }
     }
     struct sluice_call call;
     atomic_store(&w->doing, "call_begin");
@@ -249,6 +261,12 @@ static void sync_call(struct worker *w, int which, struct sluice_pool *p, enum w
     if (kind == W_TOKEN)
         cancel_disarm(&w->armed);
     bool fired = token && sluice_cancel_fired(token);
+    /* Cancel beats close: a token fired before the close began must win. One
+     * the canceller fired after the call returned (before the disarm) says
+     * nothing about the call. */
+    uint64_t fired_at = kind == W_TOKEN ? atomic_load(&w->fired_at) : 0;
+    uint64_t closed_at = atomic_load(&targets[which].closed_at);
+    bool fired_first = kind == W_FIRED || (fired_at && closed_at && fired_at < closed_at);
     bool allowed;
     switch (status) {
     case SLUICE_OK:
@@ -261,7 +279,7 @@ static void sync_call(struct worker *w, int which, struct sluice_pool *p, enum w
         allowed = !fired && deadline && (sluice_deadline_passed(deadline) || call.refused_late);
         break;
     case SLUICE_ECLOSED:
-        allowed = !fired && kind != W_PASSED && closed_ok(p, status);
+        allowed = !fired_first && kind != W_PASSED && closed_ok(p, status);
         break;
     default:
         allowed = false;
@@ -417,7 +435,7 @@ static void *canceller_main(void *arg)
     while (!atomic_load(&stop)) {
         park_if_asked();
         struct worker *w = &workers[test_rand(&rng) % WORKERS];
-        cancel_fire_if_armed(&w->armed, &w->token);
+        cancel_fire_if_armed(&w->armed, &w->token, &ticks, &w->fired_at);
         random_pause(&rng, 200);
     }
     return NULL;
@@ -506,6 +524,7 @@ static void quiesce(int helpers, bool final)
             if (!final) { /* the doomed pool: a fresh one for the next round */
                 sluice_pool_destroy(p);
                 atomic_store(&targets[k].pool, make_pool(k));
+                atomic_store(&targets[k].closed_at, 0);
             }
             continue;
         }
@@ -562,7 +581,7 @@ Test(soak, mixed_load_keeps_every_invariant_at_every_quiescent_point)
         if (!final_close && now_ms() >= end - 100) {
             /* The last 100 ms: every pool closes under load. */
             for (int k = 0; k < N_POOLS; k++)
-                sluice_pool_close(atomic_load(&targets[k].pool));
+                close_target(k);
             count(T_CLOSES);
             final_close = true;
         }
@@ -576,7 +595,7 @@ Test(soak, mixed_load_keeps_every_invariant_at_every_quiescent_point)
             count(T_CLEARS);
         }
         if (now_ms() >= close_at && !sluice_pool_stats(doomed).closed) {
-            sluice_pool_close(doomed);
+            close_target(DOOMED);
             count(T_CLOSES);
         }
         if (now_ms() >= round_end) {
@@ -587,7 +606,7 @@ Test(soak, mixed_load_keeps_every_invariant_at_every_quiescent_point)
     }
     if (!final_close)
         for (int k = 0; k < N_POOLS; k++)
-            sluice_pool_close(atomic_load(&targets[k].pool));
+            close_target(k);
     quiesce(helpers, true);
     atomic_store(&stop, 1);
     for (int i = 0; i < helpers; i++)

@@ -126,7 +126,7 @@ static void *canceller_main(void *arg)
     while (!atomic_load(&stop)) {
         struct worker *w = &workers[test_rand(&rng) % WORKERS];
         if (test_rand(&rng) % 3 == 0)
-            cancel_fire_if_armed(&w->armed, &w->token);
+            cancel_fire_if_armed(&w->armed, &w->token, NULL, NULL);
         random_pause(&rng, 300);
     }
     return NULL;

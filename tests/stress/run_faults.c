@@ -257,7 +257,7 @@ static void *canceller_main(void *arg)
         max_queued = queued > max_queued ? queued : max_queued;
         struct worker *w = &workers[test_rand(&rng) % WORKERS];
         if (test_rand(&rng) % 4 == 0)
-            cancel_fire_if_armed(&w->armed, &w->token);
+            cancel_fire_if_armed(&w->armed, &w->token, NULL, NULL);
         random_pause(&rng, 200);
     }
     return NULL;

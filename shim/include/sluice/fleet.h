@@ -32,7 +32,8 @@
  *   waiters  sorted set: processes waiting for permits, scored by the
  *            server TIME of their first ask: served strictly in that order.
  *   load     hash: process id -> calls it runs (its whole limit while calls
- *            queue for it); their sum is the fleet's in-flight for the leader.
+ *            queue for it); their sum, each at least 1 (a member's base permit
+ *            is never free for another), is the fleet's in-flight for the leader.
  *   reports  list: each process's closed windows (completions, overloads,
  *            latency sums, peak in flight), drained by the leader.
  *   clears   counter: bumped by every fleet-wide clear.
