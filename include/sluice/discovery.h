@@ -57,7 +57,10 @@
  * A confirmed ceiling refused again before SLUICE_DISCOVERY_FORGIVE stable
  * windows ran there since its last refusal is lowered too: a cap one below
  * it is hit only when every call is in service at once, and a clean window
- * there proves little. (The bracket stays on limits, not on the calls in
+ * there proves little; so is one that SLUICE_DISCOVERY_KNEE_STRIKES visits
+ * in a row end in a latency knee (lowered one step: a gateway that queues
+ * before it refuses, locked on one window that read within the knee by
+ * chance). (The bracket stays on limits, not on the calls in
  * flight a refusal saw: a provider frees a slot a moment after the client
  * has its answer, so under load the client's count runs a call or two
  * below the provider's, and a bracket on it locks under the cap; the cut
@@ -246,6 +249,13 @@ SLUICE_INLINE const char *sluice_discovery_state_name(enum sluice_discovery_stat
  * count-race or a neighbour's burst touched once is kept; a second refusal
  * within this run of windows lowers it (a lock is held for a day). */
 #define SLUICE_DISCOVERY_FORGIVE 8
+/* Latency knees at a locked ceiling, with fewer than SLUICE_DISCOVERY_FORGIVE
+ * stable windows there between them, that lower it by one. A knee is noisier
+ * than a refusal, so it takes more of them; but a ceiling that every visit
+ * ends in a knee is one the provider queues at (a gateway that queues, then
+ * refuses, locked on one lucky window), and would otherwise be held, and
+ * backed off from every second, for a day. */
+#define SLUICE_DISCOVERY_KNEE_STRIKES 4
 
 struct sluice_discovery_desc {
     const char *node_id;          /* required; copied (at most SLUICE_NODE_ID_MAX-1 bytes),
@@ -479,12 +489,15 @@ struct sluice_discovery {
     /* Only under `lock`. */
     sluice_spinlock lock;
     bool congested;         /* a congestion signal opened the bracket */
+    bool bad_by_latency;    /* the last congestion before the lock was a latency knee */
+    bool refusal_lock;      /* the ceiling is a refusal bracket's: latency never judged it */
     bool confirmed;         /* a stable window ran at the locked ceiling */
     int64_t confirmed_ns;   /* when it did: a refusal at the ceiling from a call started
                                earlier was part of that window after all (a late timeout) */
     bool fx_dirty;          /* this locked section left effects for the flusher */
     uint32_t bad;           /* the limit at which the last congestion struck */
     uint32_t strikes;       /* refusals at the confirmed ceiling not yet forgiven */
+    uint32_t knee_strikes;  /* latency knees at the ceiling not yet forgiven */
     uint32_t clean_run;     /* stable windows at the ceiling since the last of them */
     uint32_t served_before; /* the last window's served_in_flight */
     uint32_t knee_estimate; /* the policy's queue-free estimate at the last knee; 0 = none */
@@ -653,9 +666,10 @@ SLUICE_INLINE void sluice__discovery_forget(struct sluice_discovery *d)
     atomic_store_explicit(&d->ceiling, 0u, SLUICE_RELAXED);
     atomic_store_explicit(&d->lock_expires_s, 0, SLUICE_RELAXED);
     d->congested = false;
+    d->bad_by_latency = d->refusal_lock = false;
     d->confirmed = false;
     d->confirmed_ns = INT64_MIN;
-    d->strikes = d->clean_run = 0;
+    d->strikes = d->knee_strikes = d->clean_run = 0;
     d->served_before = 0;
     d->bad = 0;
     d->knee_estimate = 0;
@@ -847,13 +861,24 @@ SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int6
         d->strikes++;
         d->clean_run = 0;
     }
+    /* Only a refusal bracket's ceiling: where a knee made the bracket, latency
+     * already judged the ceiling, and a provider that slows with every call
+     * (no queue, no cap) knees at every level and would be walked down to 1. */
+    bool knee_at_ceiling = ceiling && d->refusal_lock && v->cause == SLUICE_CAUSE_LATENCY &&
+                           old == ceiling;
+    if (knee_at_ceiling) {
+        d->clean_run = 0;
+        if (++d->knee_strikes >= SLUICE_DISCOVERY_KNEE_STRIKES)
+            refused = true;
+    }
     if (ceiling && refused) {
-        d->strikes = d->clean_run = 0;
+        d->strikes = d->knee_strikes = d->clean_run = 0;
         /* Refused below the lock while recovering towards it: capacity fell.
-         * (Only an explicit refusal lowers a lock: latency is noisier, and a
+         * (Latency lowers a lock only by repetition at the ceiling, one step
+         * at a time, never to the knee's estimate: it is noisier, and a
          * provider that is merely slow today would ratchet it down.) */
         lowered = struck > 1 ? struck - 1 : 1;
-        if (v->estimate && v->estimate < lowered)
+        if (v->estimate && v->estimate < lowered && !knee_at_ceiling)
             lowered = v->estimate;
         lowered = sluice__discovery_clamp(d, lowered);
         sluice__discovery_lock(d, lowered);
@@ -862,6 +887,7 @@ SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int6
             next = lowered;
     } else if (!ceiling) {
         d->congested = true;
+        d->bad_by_latency = v->cause == SLUICE_CAUSE_LATENCY;
         d->bad = struck;
         d->knee_estimate = v->cause == SLUICE_CAUSE_LATENCY ? v->estimate : 0;
     }
@@ -897,9 +923,9 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
         }
         return; /* the window that ends a backoff grows nothing */
     }
-    if (ceiling && d->strikes && old == ceiling && sluice__discovery_stable(d, w) &&
-        ++d->clean_run >= SLUICE_DISCOVERY_FORGIVE)
-        d->strikes = d->clean_run = 0;
+    if (ceiling && (d->strikes || d->knee_strikes) && old == ceiling &&
+        sluice__discovery_stable(d, w) && ++d->clean_run >= SLUICE_DISCOVERY_FORGIVE)
+        d->strikes = d->knee_strikes = d->clean_run = 0;
     if (ceiling && !d->confirmed && old == ceiling && sluice__discovery_stable(d, w)) {
         d->confirmed = true;
         d->confirmed_ns = now;
@@ -915,6 +941,7 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
         if (d->congested && d->knee_estimate && d->knee_estimate < at)
             at = sluice__discovery_clamp(d, d->knee_estimate);
         sluice__discovery_lock(d, at);
+        d->refusal_lock = d->congested && !d->bad_by_latency;
         d->confirmed = at == old;
         d->confirmed_ns = now;
         sluice__discovery_set_state(d, SLUICE_DISCOVERY_LOCKED);
@@ -1412,7 +1439,8 @@ SLUICE_INLINE void sluice__discovery_restore(struct sluice_discovery *d, int64_t
     atomic_store_explicit(&d->lock_expires_s, rec.expires_s, SLUICE_RELAXED);
     d->confirmed = true; /* it was confirmed when it was stored */
     d->confirmed_ns = INT64_MIN;
-    d->strikes = d->clean_run = 0;
+    d->strikes = d->knee_strikes = d->clean_run = 0;
+    d->refusal_lock = false; /* how it was found is not stored: knees do not lower it */
     sluice__discovery_set_state(d, SLUICE_DISCOVERY_LOCKED);
     sluice__discovery_set_limit(d, ceiling, now);
     sluice__discovery_emit(d, now, SLUICE_EVENT_RESTORE, SLUICE_CAUSE_STORE, old, ceiling);

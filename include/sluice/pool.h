@@ -76,7 +76,18 @@
  *     waiter, which under overload has the least time left; started, it
  *     would be aborted mid-transfer, teach discovery nothing (its sample is
  *     "ignore") and cost the provider work thrown away. Configured by
- *     sluice_deadline_desc.start_quantile (0 disables).
+ *     sluice_deadline_desc.start_quantile (0 disables). While other calls
+ *     queue behind it, a call is also not started with less time left than
+ *     the median service time (less than an even chance): its permit goes
+ *     to the next in line, which arrived later and so (with deadlines of one
+ *     length, a server's usual case) has more time left. Why: when callers
+ *     outnumber permits, each permit spent on a call that will be abandoned
+ *     is one a caller with time to spare did not get, since the provider
+ *     keeps working on the abandoned call (and the permit lingers); FIFO
+ *     alone serves the oldest waiter, the one with the least time left, so
+ *     every started call would begin just above the low quantile and most
+ *     would be abandoned. With nobody behind it, a call starts on the low
+ *     quantile alone: the permit would otherwise go unused.
  *   - Refuse early (opt-in, sluice_deadline_desc.refuse_early): at
  *     admission (sluice_pool_admit_by), a run whose predicted wait already
  *     leaves less than the expected service time before its deadline gets
@@ -176,8 +187,10 @@
 struct sluice_deadline_desc {
     struct sluice_opt_u32 start_quantile; /* percent of recent successful calls faster than
                                              the expected service time; a call with less
-                                             time left is not started (default: 10;
-                                             SLUICE_SOME(0) = start every call; at most
+                                             time left is not started, nor, while others
+                                             queue behind it, one with less than the
+                                             median (default: 10; SLUICE_SOME(0) = start
+                                             every call, both rules off; at most
                                              SLUICE_SERVICE_PERCENT_MAX = 50) */
     bool refuse_early;                    /* sluice_pool_admit_by refuses with SLUICE_ELATE
                                              what the predicted wait makes too late
@@ -1050,15 +1063,22 @@ SLUICE_INLINE int sluice__pool_wait(struct sluice_pool *p, const struct timespec
 
 /*
  * The start rule: true when the call holding a permit has less of its
- * deadline left than the expected service time (never without a deadline,
- * with the rule off, or before the estimate has samples).
+ * deadline left than the expected service time, or, while other calls queue
+ * behind it, less than the median (never without a deadline, with the rule
+ * off, or before the estimate has samples). See "Deadlines" at the top.
  */
 SLUICE_INLINE bool sluice__pool_too_late(struct sluice_pool *p, const struct timespec *deadline)
 {
     if (!deadline || !p->start_percent)
         return false;
-    int64_t expected = sluice_service_expected(&p->service);
-    return expected > 0 && sluice_timespec_ns(deadline) - sluice_monotonic_ns() < expected;
+    int64_t need = sluice_service_expected(&p->service);
+    if (need <= 0)
+        return false;
+    int64_t left = sluice_timespec_ns(deadline) - sluice_monotonic_ns();
+    if (left < need)
+        return true;
+    int64_t median = sluice_service_median(&p->service);
+    return left < median && sluice_gate_stats(&p->gate).waiting > 0;
 }
 
 /* Count how a limited pool's call_begin ended; the queue-wait histogram sees every wait. */

@@ -9,8 +9,9 @@
  * SLUICE_SERVICE_SAMPLES durations of successful calls (call start to end,
  * the whole transfer: what a call needs to *finish*, which is the question
  * the deadline rules ask, not time to first byte) in a ring, and every
- * SLUICE_SERVICE_REFRESH samples one recorder copies the ring, sorts the
- * copy and publishes two order statistics:
+ * SLUICE_SERVICE_REFRESH samples (every sample while the ring fills) one
+ * recorder copies the ring, sorts the copy and publishes three order
+ * statistics:
  *   low   the `percent` quantile (a pool's start_quantile; default 10):
  *         "almost every call takes at least this long". A call with less
  *         time left than this would finish only if it were among the
@@ -19,6 +20,9 @@
  *         the work of every one that could not. A low quantile, not the
  *         median, because the rule must not refuse calls that had an even
  *         chance, and not the minimum, which one lucky call sets for good.
+ *   mid   the median: "a call with less time left than this has less than
+ *         an even chance". The start rule uses it instead of `low` while
+ *         other calls queue behind the one being granted (sluice/pool.h).
  *   high  the SLUICE_SERVICE_HIGH_PERCENT (90 %) quantile: how long a call
  *         that has already outlived a typical one may still run at the
  *         provider. Lingering permits (sluice/pool.h) use it.
@@ -29,10 +33,16 @@
  * order under one lock by every sample, and stochastic estimators move by a
  * fixed step per sample, so they lag a latency shift by many times the ring.
  * Sorting 64 integers every 8 samples is ~400 comparisons amortised to ~50
- * per call, off the permit path's critical section (the recorder has
- * already released its permit, see sluice_pool_call_end). Both values are
+ * per call (the first 64 calls sort what they have at every sample), off the permit path's critical section (the recorder has
+ * already released its permit, see sluice_pool_call_end). Every value is
  * 0 ("unknown": every rule that uses them is off) until
- * SLUICE_SERVICE_MIN_SAMPLES calls succeeded.
+ * SLUICE_SERVICE_MIN_SAMPLES calls succeeded. Few, because the rules matter
+ * most at a cold start: against deadlines near the service time, a pool
+ * without an estimate starts calls with no time left, those are abandoned,
+ * and successes to learn from stop coming (64 callers, 250 ms deadlines,
+ * a 200 ms provider: 13 successes in 12 s). The first successes of a cold
+ * start are the fast ones, so an early estimate errs low, which makes the
+ * rules lenient, never strict, until the ring fills.
  *
  * struct sluice_histogram — counts of durations in fixed buckets
  * (SLUICE_HISTOGRAM_BOUNDS_NS, Prometheus' `le` upper bounds) plus their
@@ -63,7 +73,7 @@
 
 #define SLUICE_SERVICE_SAMPLES 64u     /* successful calls the estimate covers (power of two) */
 #define SLUICE_SERVICE_REFRESH 8u      /* samples between two refreshes of the estimate */
-#define SLUICE_SERVICE_MIN_SAMPLES 16u /* fewer successes than this: no estimate yet */
+#define SLUICE_SERVICE_MIN_SAMPLES 4u /* fewer successes than this: no estimate yet */
 #define SLUICE_SERVICE_HIGH_PERCENT 90u
 #define SLUICE_SERVICE_PERCENT_MAX 50u /* a "low" quantile: above the median it refuses calls
                                           that were more likely than not to finish */
@@ -72,6 +82,7 @@ struct sluice_service {
     _Atomic(uint64_t) added;                      /* samples ever added */
     _Atomic(int64_t) ring[SLUICE_SERVICE_SAMPLES]; /* slot added % SAMPLES */
     _Atomic(int64_t) low_ns;                      /* 0 = unknown */
+    _Atomic(int64_t) mid_ns;                      /* 0 = unknown */
     _Atomic(int64_t) high_ns;                     /* 0 = unknown */
     sluice_spinlock refresh;
     uint32_t percent; /* the low quantile, in [1, SLUICE_SERVICE_PERCENT_MAX] */
@@ -83,6 +94,7 @@ SLUICE_INLINE void sluice_service_init(struct sluice_service *s, uint32_t percen
     for (uint32_t i = 0; i < SLUICE_SERVICE_SAMPLES; i++)
         atomic_init(&s->ring[i], 0);
     atomic_init(&s->low_ns, 0);
+    atomic_init(&s->mid_ns, 0);
     atomic_init(&s->high_ns, 0);
     sluice_spinlock_init(&s->refresh);
     s->percent = percent;
@@ -95,7 +107,7 @@ SLUICE_INLINE int64_t sluice__service_rank(const int64_t *sorted, uint32_t n, ui
     return sorted[rank ? rank - 1u : 0u];
 }
 
-/* Recompute both estimates from the ring. Call with `refresh` held. */
+/* Recompute the estimates from the ring. Call with `refresh` held. */
 SLUICE_INLINE void sluice__service_refresh(struct sluice_service *s, uint64_t added)
 {
     int64_t v[SLUICE_SERVICE_SAMPLES];
@@ -110,6 +122,7 @@ SLUICE_INLINE void sluice__service_refresh(struct sluice_service *s, uint64_t ad
         v[j] = x;
     }
     atomic_store_explicit(&s->low_ns, sluice__service_rank(v, n, s->percent), SLUICE_RELAXED);
+    atomic_store_explicit(&s->mid_ns, sluice__service_rank(v, n, 50u), SLUICE_RELAXED);
     atomic_store_explicit(&s->high_ns, sluice__service_rank(v, n, SLUICE_SERVICE_HIGH_PERCENT),
                           SLUICE_RELAXED);
 }
@@ -120,7 +133,8 @@ SLUICE_INLINE void sluice_service_add(struct sluice_service *s, int64_t ns)
     uint64_t i = atomic_fetch_add_explicit(&s->added, 1u, SLUICE_RELAXED);
     atomic_store_explicit(&s->ring[i % SLUICE_SERVICE_SAMPLES], ns > 0 ? ns : 1, SLUICE_RELAXED);
     uint64_t added = i + 1u;
-    if (added < SLUICE_SERVICE_MIN_SAMPLES || added % SLUICE_SERVICE_REFRESH != 0u)
+    if (added < SLUICE_SERVICE_MIN_SAMPLES ||
+        (added > SLUICE_SERVICE_SAMPLES && added % SLUICE_SERVICE_REFRESH != 0u))
         return;
     if (!sluice_spinlock_trylock(&s->refresh))
         return; /* someone is refreshing: the next refresh point catches this sample */
@@ -132,6 +146,12 @@ SLUICE_INLINE void sluice_service_add(struct sluice_service *s, int64_t ns)
 SLUICE_INLINE int64_t sluice_service_expected(const struct sluice_service *s)
 {
     return atomic_load_explicit(&((struct sluice_service *)s)->low_ns, SLUICE_RELAXED);
+}
+
+/* The median, ns; 0 = not known yet. */
+SLUICE_INLINE int64_t sluice_service_median(const struct sluice_service *s)
+{
+    return atomic_load_explicit(&((struct sluice_service *)s)->mid_ns, SLUICE_RELAXED);
 }
 
 /* The high quantile (SLUICE_SERVICE_HIGH_PERCENT), ns; 0 = not known yet. */

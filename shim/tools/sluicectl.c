@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <mimalloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>

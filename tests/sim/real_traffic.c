@@ -51,14 +51,18 @@ Test(real_traffic, blocking_threads_with_fast_429s_lock_inside_the_cap, .timeout
 }
 
 /* C = 10, 100 ms calls, 503 after 100 ms or 300 ms in the queue. The target
- * (issue 19) is at most 1 of 100 seeds outside [0.8·C, 1.25·C]; today 3 of
- * 100 lock at 13 (1.3·C: one window at 13 read within the knee by chance),
- * so this holds what is met — none outside [0.8·C, 1.3·C], at most 3 above
- * 1.25·C — and the README says what is not. */
+ * (issue 19) is at most 1 of 100 seeds outside [0.8·C, 1.25·C]. A lock at 13
+ * (1.3·C) comes from one window at 13 that read within the knee by chance.
+ * With the 100 ms timeout the 503s make the bracket, and latency knees at
+ * every later visit lower the lock (SLUICE_DISCOVERY_KNEE_STRIKES; 3 of 100
+ * seeds stayed at 13 before it, 1 now). With 300 ms the knee makes the
+ * bracket and locks at 13 in 3 of 100 seeds: held here, and the README says
+ * the target is not met there. */
 Test(real_traffic, a_gateway_that_queues_then_refuses_locks_on_latency_not_on_its_503s,
      .timeout = 300)
 {
     static const double timeouts[] = {0.1, 0.3}; /* one and three service times */
+    static const int most_above[] = {1, 3};
     for (size_t t = 0; t < 2; t++) {
         int outside = 0;
         for (uint64_t seed = 1; seed <= 100; seed++) {
@@ -77,7 +81,7 @@ Test(real_traffic, a_gateway_that_queues_then_refuses_locks_on_latency_not_on_it
                             seed, at);
             }
         }
-        cr_expect_leq(outside, 3, "queue timeout %.1f s: %d of 100 seeds above 1.25·C",
+        cr_expect_leq(outside, most_above[t], "queue timeout %.1f s: %d of 100 seeds above 1.25·C",
                       timeouts[t], outside);
     }
 }

@@ -66,8 +66,9 @@ static int stress_generate(void *ctx, struct sluice_generation *gen)
 
 static const struct sluice_run_ops stress_ops = {.generate = stress_generate};
 
-/* A run's status, with a client failure told apart by the client's own code. */
-static long check(struct worker *w, int status, int client_status)
+/* A run's status, with a client failure told apart by the client's own code. A
+ * timeout before its deadline is allowed only as the start rule's refusal. */
+static long check(struct worker *w, int status, int client_status, bool refused_late)
 {
     switch (status) {
     case SLUICE_OK:
@@ -81,7 +82,7 @@ static long check(struct worker *w, int status, int client_status)
     case SLUICE_ECANCELED:
         return !sluice_cancel_fired(&w->token);
     case SLUICE_ETIMEDOUT:
-        return !w->has_deadline || !sluice_deadline_passed(&w->deadline);
+        return !w->has_deadline || (!sluice_deadline_passed(&w->deadline) && !refused_late);
     default:
         return 1; /* ECAPACITY or anything else: never allowed here */
     }
@@ -108,7 +109,7 @@ static void *worker_main(void *arg)
         int status = sluice_run(w->engine, &d, &r);
         if (external)
             cancel_disarm(&w->armed);
-        w->violations += check(w, status, r.client_status);
+        w->violations += check(w, status, r.client_status, r.refused_late);
         w->runs++;
         bool client = status == SLUICE_ECLIENT;
         w->by_status[status == SLUICE_OK                      ? 0

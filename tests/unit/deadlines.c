@@ -196,6 +196,46 @@ Test(deadlines, an_async_call_granted_too_late_settles_etimedout_and_its_permit_
     sluice_pool_destroy(p);
 }
 
+/* 16 successes of 2, 4, ..., 32 s: the low quantile (p10) is 4 s, the median 16 s. */
+static void warm_up_spread(struct sluice_pool *p)
+{
+    for (int64_t i = 1; i <= 16; i++)
+        warm_up(p, 1, 2 * i * SEC);
+    cr_assert_eq(sluice_service_expected(&p->service), 4 * SEC);
+    cr_assert_eq(sluice_service_median(&p->service), 16 * SEC);
+}
+
+Test(deadlines, a_call_with_less_than_an_even_chance_yields_its_permit_to_a_caller_behind_it)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    warm_up_spread(p);
+    struct sluice_call holder;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    /* 10 s left: above the low quantile, below the median. */
+    struct timespec short_dl = deadline_in(10 * SEC), long_dl = deadline_in(600 * SEC);
+    int first = 1, second = 1;
+    struct sluice_pool_waiter w1 = {.cb = record_status, .data = &first, .deadline = &short_dl};
+    struct sluice_pool_waiter w2 = {.cb = record_status, .data = &second, .deadline = &long_dl};
+    sluice_pool_call_begin_async(p, &w1);
+    sluice_pool_call_begin_async(p, &w2);
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(first, SLUICE_ETIMEDOUT, "started with less than an even chance while "
+                                          "another caller waited");
+    cr_assert(w1.call.refused_late);
+    cr_assert_eq(second, SLUICE_OK, "the permit went to the caller behind it");
+    /* With nobody behind it, the same 10 s is enough to start: the permit would idle. */
+    struct timespec again = deadline_in(10 * SEC);
+    int third = 1;
+    struct sluice_pool_waiter w3 = {.cb = record_status, .data = &third, .deadline = &again};
+    sluice_pool_call_begin_async(p, &w3);
+    sluice_pool_call_end(p, &w2.call, SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(third, SLUICE_OK);
+    cr_assert_not(w3.call.refused_late);
+    sluice_pool_call_end(p, &w3.call, SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(sluice_pool_stats(p).refused_late, 1);
+    sluice_pool_destroy(p);
+}
+
 /* ---- refuse early ------------------------------------------------------------ */
 
 Test(deadlines, early_refusal_fires_only_when_the_predicted_wait_passes_the_deadline)

@@ -603,6 +603,108 @@ Test(discovery, a_ceiling_refused_twice_before_it_held_for_a_while_is_lowered)
     sluice_discovery_destroy(n.disc);
 }
 
+/* A policy that grows by one on every healthy window, cuts on a refusal, and,
+ * while `knee` is set, answers a saturated window with a latency knee: the
+ * discovery layer's rules for knees at a lock, without a latency model. */
+struct knee_policy {
+    struct sluice_policy base;
+    bool knee;
+};
+
+static uint32_t knee_reset(struct sluice_policy *self, uint32_t jumpstart, bool warm)
+{
+    (void)self, (void)warm;
+    return jumpstart;
+}
+
+static struct sluice_verdict knee_update(struct sluice_policy *self, const struct sluice_window *w)
+{
+    if (w->n_fresh_overload)
+        return sluice__verdict_overload(w, 0.9);
+    if (((struct knee_policy *)self)->knee && w->saturated)
+        return sluice__verdict(w->limit - 1, SLUICE_CAUSE_LATENCY, 0);
+    return sluice__verdict(w->limit + 1, SLUICE_CAUSE_ADDITIVE, 0);
+}
+
+static const struct sluice_policy_ops knee_ops = {"knee", true, knee_reset, knee_update,
+                                                  sizeof(struct knee_policy)};
+
+/* Lock at 9 under the knee policy, the bracket made at 10 by a refusal or
+ * (by_knee) by a latency knee; returns the node's copy of the policy. */
+static struct knee_policy *lock_at_9_with_knees(struct node *n, bool by_knee)
+{
+    node_init(n);
+    struct knee_policy policy = {{&knee_ops}, false};
+    struct sluice_discovery_desc d = node_desc(n, "cloud:x");
+    d.policy = &policy.base;
+    d.jumpstart = 10;
+    node_create(n, &d);
+    struct knee_policy *p = (struct knee_policy *)sluice__discovery_policy(n->disc);
+    if (by_knee) {
+        p->knee = true;
+        run_window(n, 16, SEC);
+        p->knee = false;
+    } else {
+        advance(n, SEC);
+        feed(n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, 0);
+    }
+    for (int i = 0; i < 10 && sluice_discovery_state(n->disc) != SLUICE_DISCOVERY_LOCKED; i++)
+        run_window(n, 16, SEC);
+    cr_assert_eq(status_of(n).ceiling, 9);
+    return p;
+}
+
+/* One visit to the ceiling that ends in a knee, then back to the ceiling
+ * with `stable` stable windows there. */
+static void knee_at_the_ceiling(struct node *n, struct knee_policy *p, int stable)
+{
+    cr_assert_eq(sluice_discovery_limit(n->disc), status_of(n).ceiling);
+    p->knee = true;
+    run_window(n, 16, SEC);
+    cr_assert_eq(status_of(n).last_event.cause, SLUICE_CAUSE_LATENCY, "no knee");
+    p->knee = false;
+    recover_to_the_ceiling(n, stable);
+}
+
+Test(discovery, a_ceiling_that_every_visit_ends_in_a_latency_knee_is_lowered_one_step)
+{
+    struct node n;
+    struct knee_policy *p = lock_at_9_with_knees(&n, false);
+    for (int k = 1; k < SLUICE_DISCOVERY_KNEE_STRIKES; k++) {
+        knee_at_the_ceiling(&n, p, 0);
+        cr_assert_eq(status_of(&n).ceiling, 9, "knee %d at the lock: a transient", k);
+    }
+    p->knee = true;
+    run_window(&n, 16, SEC);
+    struct sluice_discovery_status st = status_of(&n);
+    cr_assert_eq(st.ceiling, 8, "every visit ended in a knee: lowered by one");
+    cr_assert_eq(st.last_event.cause, SLUICE_CAUSE_LOWERED);
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(discovery, latency_knees_far_apart_at_a_ceiling_are_forgiven)
+{
+    struct node n;
+    struct knee_policy *p = lock_at_9_with_knees(&n, false);
+    for (int k = 0; k < 2 * SLUICE_DISCOVERY_KNEE_STRIKES; k++)
+        knee_at_the_ceiling(&n, p, SLUICE_DISCOVERY_FORGIVE);
+    cr_assert_eq(status_of(&n).ceiling, 9, "knees with FORGIVE stable windows between them");
+    sluice_discovery_destroy(n.disc);
+}
+
+/* A provider that slows with every call knees at every level: where latency
+ * made the bracket it has judged the ceiling already, and knees there must
+ * not walk the lock down one step at a time. */
+Test(discovery, latency_knees_never_lower_a_ceiling_that_latency_bracketed)
+{
+    struct node n;
+    struct knee_policy *p = lock_at_9_with_knees(&n, true);
+    for (int k = 0; k < 2 * SLUICE_DISCOVERY_KNEE_STRIKES; k++)
+        knee_at_the_ceiling(&n, p, 0);
+    cr_assert_eq(status_of(&n).ceiling, 9);
+    sluice_discovery_destroy(n.disc);
+}
+
 Test(discovery, a_fixed_node_ignores_samples_and_clear)
 {
     struct node n;

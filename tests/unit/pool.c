@@ -422,9 +422,10 @@ static void async_cb(struct sluice_pool_waiter *w, int status)
 
 static void async_init(struct async_call *a, _Atomic(int) *next_start, bool end_inline)
 {
-    memset(a, 0xA5, sizeof *a); /* the pool owns every field but cb and data */
+    memset(a, 0xA5, sizeof *a); /* the pool owns every field but cb, data and deadline */
     a->w.cb = async_cb;
     a->w.data = a;
+    a->w.deadline = NULL;
     a->calls = 0;
     a->status = 1;
     a->order = -1;
