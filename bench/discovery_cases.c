@@ -54,8 +54,11 @@
  * The robustness table (rows discovery.robust.<mode>_c<C>, after the
  * scoreboard) runs each policy and peer over many seeds — 300, or 30 with
  * --quick, or SLUICE_BENCH_SEEDS — per mode and cap: queue and knee at
- * C in {8, 12, 16, 24, 52, 200}, reject at {3, 8, 16, 52, 200}, and the
- * three scenarios above. Per row: seeds, outside_band (seeds whose ceiling
+ * C in {8, 12, 16, 24, 52, 200}, reject at {3, 8, 16, 52, 200}, queue with
+ * streamed answers of lognormal length (sigma 1) at C in {8, 16, 52} with
+ * the time to first token as the sample (queue_stream_ttft) and with the
+ * whole call (queue_stream_whole), and the three scenarios above. Per
+ * row: seeds, outside_band (seeds whose ceiling
  * — the lock, or the final limit where there is none — left [0.8·C,
  * 1.25·C], [0.85·C, C] in reject mode; for the scenarios, seeds that missed
  * their target), gp_median and gp_worst (served over the oracle's on the
@@ -117,6 +120,10 @@ struct scenario {
     double deadline_s;      /* callers abandon a call unanswered this long (0 = never); the
                                band then also holds every lock ever taken (none lowered) */
     bool linger;            /* an abandoned call's permit lingers, as a pool's does */
+    /* Streamed answers (provider_sim.h "streams"; 0 = not streamed): median_s is then the
+     * time to first token. */
+    double answer_tokens, answer_sigma, token_s;
+    bool sample_ttft;       /* discovery's sample is the time to first token */
 };
 
 static const struct scenario scenarios[] = {
@@ -511,6 +518,10 @@ static struct result run_one(const struct scenario *sc, const struct impl *im, u
     cfg.client_lag_s = sc->client_lag_s;
     cfg.deadline_s = sc->deadline_s;
     cfg.linger = sc->linger;
+    cfg.answer_tokens = sc->answer_tokens;
+    cfg.answer_sigma = sc->answer_sigma;
+    cfg.token_s = sc->token_s;
+    cfg.sample_ttft = sc->sample_ttft;
     if (sc->retry_ladder) {
         cfg.retry_ladder = retry_ladder;
         cfg.n_retry_ladder = sizeof retry_ladder / sizeof retry_ladder[0];
@@ -719,6 +730,13 @@ BENCH_REGISTER(discovery, discovery_scoreboard, true)
 
 static const uint32_t robust_queue_caps[] = {8, 12, 16, 24, 52, 200};
 static const uint32_t robust_reject_caps[] = {3, 8, 16, 52, 200};
+static const uint32_t robust_stream_caps[] = {8, 16, 52};
+/* A streamed chat answer: 0.3 s to the first token (lognormal, the usual 0.4), then a median
+ * of 100 tokens (lognormal sigma 1: a few words to thousands) at 20 ms each. */
+#define STREAM_TTFT_S 0.3
+#define STREAM_TOKENS 100.0
+#define STREAM_TOKENS_SIGMA 1.0
+#define STREAM_TOKEN_S 0.02
 #define ROBUST_MAX_ROWS 64
 
 /* Every policy and peer that learns a limit (not the fixed rows); only those
@@ -853,6 +871,18 @@ static int robust_rows(struct scenario *rows)
             rows[n++] = sc;
         }
     }
+    /* Queue mode with streamed answers of lognormal length (sigma 1): the sample is the time
+     * to first token (what a streamed chat reports), or the whole call, side by side. */
+    for (size_t c = 0; c < sizeof robust_stream_caps / sizeof robust_stream_caps[0]; c++)
+        for (int ttft = 1; ttft >= 0; ttft--)
+            rows[n++] = (struct scenario){.name = ttft ? "queue_stream_ttft" : "queue_stream_whole",
+                                          .mode = SIM_QUEUE,
+                                          .cap = robust_stream_caps[c],
+                                          .median_s = STREAM_TTFT_S,
+                                          .answer_tokens = STREAM_TOKENS,
+                                          .answer_sigma = STREAM_TOKENS_SIGMA,
+                                          .token_s = STREAM_TOKEN_S,
+                                          .sample_ttft = ttft};
     for (size_t k = 0; k < sizeof scenarios / sizeof scenarios[0]; k++)
         if (scenarios[k].target != TARGET_BAND)
             rows[n++] = scenarios[k];

@@ -15,6 +15,8 @@ set(SLUICE_DEBIAN_PACKAGES
   libhiredis-dev        # shim: the Redis fleet (shared cap, leader lease, fleet permits)
   redis-server          # tests: the fleet's tests start their own server on loopback
   haproxy               # tests: a real queue-then-refuse gateway (maxconn + timeout queue) on loopback
+  libuv1-dev            # examples: the curl loop inside libuv (examples/curl_libuv.c)
+  libevent-dev          # examples: the curl loop inside libevent (examples/curl_libevent.c)
 )
 # The fuzz preset builds libFuzzer targets: clang, and its fuzzer runtime,
 # which Debian 12 ships only as a Recommends of clang.

@@ -26,8 +26,9 @@ struct app {
 };
 
 /* The loop wants `fd` watched for `what` (CURL_POLL_*), or no longer. */
-static void watch(void *ctx, curl_socket_t fd, int what)
+static void watch(void *ctx, curl_socket_t fd, int what, void **socketp)
 {
+    (void)socketp; /* epoll keys on the descriptor itself */
     struct app *app = ctx;
     if (what == CURL_POLL_REMOVE) {
         epoll_ctl(app->epfd, EPOLL_CTL_DEL, fd, NULL);

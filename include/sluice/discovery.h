@@ -92,7 +92,10 @@
  * *started* during its first part, [from, until), which lasts window_span
  * mean latencies (longer at small limits, so it sees ~window_samples calls),
  * and it closes window_tail mean latencies after `until`, once nearly all of
- * them have finished. Closing after a fixed number of *completions* instead
+ * them have finished. Where a sample's latency is less than its call (a
+ * streamed answer's time to first token), the windows are timed by the
+ * calls' mean duration, start to sample, instead: a cohort must last long
+ * enough to see its calls end, whatever part of them the signal measures. Closing after a fixed number of *completions* instead
  * would bias every window towards the calls that happened to be short (the
  * first to finish), and a lognormal provider then looks slower in steady
  * state than it did right after each change: false latency knees. A window
@@ -489,6 +492,7 @@ struct sluice__window_acc {
     _Atomic(uint32_t) refused_in_flight;  /* the same over every overload, echoes included */
     _Atomic(uint32_t) served_in_flight;   /* most in flight at a served call's start */
     _Atomic(int64_t) latency_sum, latency_min, latency_dev, retry_after;
+    _Atomic(int64_t) duration_sum; /* the measured calls' start-to-sample times */
 };
 
 struct sluice_discovery {
@@ -502,6 +506,8 @@ struct sluice_discovery {
     _Atomic(int64_t) last_cut_ns;     /* overloads from calls started before this are stale;
                                          INT64_MIN = no cut yet */
     _Atomic(int64_t) latency_ref_ns;  /* average of recent window means; 0 = none yet */
+    _Atomic(int64_t) duration_ref_ns; /* the same of the calls' durations (start to sample);
+                                         times windows with latency_ref_ns (see Windows) */
     _Atomic(int64_t) hold_until_ns;   /* no new call before this (Retry-After); 0 = none */
     _Atomic(uint32_t) hinted;         /* enum sluice__hint_state (written under the lock) */
     _Atomic(uint32_t) signals[SLUICE__SIGNALS]; /* refusals of another cause not yet told in an
@@ -805,6 +811,23 @@ SLUICE_INLINE void sluice__discovery_drain(struct sluice__window_acc *a)
     }
 }
 
+/* *ref = floor((*ref + mean) / 2) without the overflow of the sum (both >= 0); mean alone
+ * while *ref is 0. Call locked. */
+SLUICE_INLINE void sluice__discovery_average(_Atomic(int64_t) *ref, int64_t mean)
+{
+    int64_t r = atomic_load_explicit(ref, SLUICE_RELAXED);
+    atomic_store_explicit(ref, r ? r / 2 + mean / 2 + (r % 2 + mean % 2) / 2 : mean,
+                          SLUICE_RELAXED);
+}
+
+/* What times a window: the mean latency, or the calls' mean duration where it is longer. */
+SLUICE_INLINE int64_t sluice__discovery_timing_ref(const struct sluice_discovery *d)
+{
+    int64_t latency = atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED);
+    int64_t duration = atomic_load_explicit(&d->duration_ref_ns, SLUICE_RELAXED);
+    return duration > latency ? duration : latency;
+}
+
 /* Take the closing window's totals and open the next one at `now` (the caller
  * then schedules it and publishes it with sluice__discovery_opened). Call locked. */
 SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discovery *d, int64_t now)
@@ -835,6 +858,7 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
     w.served_in_flight = served > d->served_before ? served : d->served_before;
     d->served_before = served;
     int64_t sum = atomic_exchange_explicit(&a->latency_sum, 0, SLUICE_RELAXED);
+    int64_t duration = atomic_exchange_explicit(&a->duration_sum, 0, SLUICE_RELAXED);
     int64_t dev = atomic_exchange_explicit(&a->latency_dev, 0, SLUICE_RELAXED);
     int64_t min = atomic_exchange_explicit(&a->latency_min, INT64_MAX, SLUICE_RELAXED);
     w.retry_after_ns = atomic_exchange_explicit(&a->retry_after, 0, SLUICE_RELAXED);
@@ -842,11 +866,8 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
         w.latency_mean_ns = sum / w.n_ok;
         w.latency_mad_ns = dev / w.n_ok;
         w.latency_min_ns = min == INT64_MAX ? 0 : min;
-        int64_t ref = atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED);
-        /* floor((ref + mean) / 2) without the overflow of the sum (both >= 0) */
-        int64_t avg = ref ? ref / 2 + w.latency_mean_ns / 2 + (ref % 2 + w.latency_mean_ns % 2) / 2
-                          : w.latency_mean_ns;
-        atomic_store_explicit(&d->latency_ref_ns, avg, SLUICE_RELAXED);
+        sluice__discovery_average(&d->latency_ref_ns, w.latency_mean_ns);
+        sluice__discovery_average(&d->duration_ref_ns, duration / w.n_ok);
     }
     /* "Reached the limit", with 1/8 slack: arrivals are bursty and the count
      * is read at each call's start, not continuously. */
@@ -1061,7 +1082,7 @@ SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t n
         sluice__discovery_congestion(d, now, &w, &v, old);
     else
         sluice__discovery_healthy(d, now, &w, &v, old);
-    sluice__discovery_schedule(d, now, atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED));
+    sluice__discovery_schedule(d, now, sluice__discovery_timing_ref(d));
     sluice__discovery_opened(d);
 }
 
@@ -1107,7 +1128,8 @@ SLUICE__ATOMIC_EXTREMUM(min_i64, int64_t, <)
 #undef SLUICE__ATOMIC_EXTREMUM
 
 /* The first latency ever seen (or since a clear) schedules the open window. */
-SLUICE_INLINE void sluice__discovery_first_latency(struct sluice_discovery *d, int64_t latency_ns)
+SLUICE_INLINE void sluice__discovery_first_latency(struct sluice_discovery *d, int64_t latency_ns,
+                                                   int64_t duration_ns)
 {
     /* It is the fastest of the calls then in flight, so double it rather
      * than cut the window's slow calls off. Under the update lock, like
@@ -1118,8 +1140,10 @@ SLUICE_INLINE void sluice__discovery_first_latency(struct sluice_discovery *d, i
     if (!atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED)) {
         int64_t guess = sluice_add_ns(latency_ns, latency_ns);
         atomic_store_explicit(&d->latency_ref_ns, guess, SLUICE_RELAXED);
+        atomic_store_explicit(&d->duration_ref_ns, sluice_add_ns(duration_ns, duration_ns),
+                              SLUICE_RELAXED);
         sluice__discovery_schedule(d, atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED),
-                                   guess);
+                                   sluice__discovery_timing_ref(d));
     }
     sluice__discovery_unlock(d);
 }
@@ -1277,6 +1301,9 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
     bool fresh = false, measured = false;
     int64_t ref = atomic_load_explicit(&d->latency_ref_ns, SLUICE_RELAXED);
     sluice__discovery_hold_for(d, s, now);
+    int64_t duration = now - started < latency                           ? latency
+                       : now - started > SLUICE_DISCOVERY_LATENCY_MAX_NS ? SLUICE_DISCOVERY_LATENCY_MAX_NS
+                                                                         : now - started;
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
         /* News, not an echo ("What a refusal says"): started after the last
          * cut, or under a limit no higher than today's (a late timeout still
@@ -1292,7 +1319,7 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
         measured = started >= atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED) &&
                    started < atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED);
         if (measured && !ref)
-            sluice__discovery_first_latency(d, latency);
+            sluice__discovery_first_latency(d, latency, duration);
     }
     struct sluice__window_acc *a = sluice__discovery_enter(d);
     if (s->outcome == SLUICE_OUTCOME_OK)
@@ -1313,6 +1340,7 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
     } else if (measured) {
         int64_t dev = latency - (ref ? ref : latency);
         atomic_fetch_add_explicit(&a->latency_sum, latency, SLUICE_RELAXED);
+        atomic_fetch_add_explicit(&a->duration_sum, duration, SLUICE_RELAXED);
         atomic_fetch_add_explicit(&a->latency_dev, dev < 0 ? -dev : dev, SLUICE_RELAXED);
         sluice__atomic_min_i64(&a->latency_min, latency);
         sluice__atomic_max_u32(&a->max_in_flight, s->in_flight_at_start);
@@ -1563,6 +1591,7 @@ SLUICE_INLINE void sluice__discovery_restart(struct sluice_discovery *d, int64_t
     sluice__discovery_take(d, now);
     atomic_store_explicit(&d->last_cut_ns, now, SLUICE_RELAXED);
     atomic_store_explicit(&d->latency_ref_ns, 0, SLUICE_RELAXED);
+    atomic_store_explicit(&d->duration_ref_ns, 0, SLUICE_RELAXED);
     sluice__discovery_schedule(d, now, 0);
     sluice__discovery_opened(d);
 }
@@ -1715,6 +1744,7 @@ SLUICE_INLINE void sluice__discovery_init_acc(struct sluice__window_acc *a)
     atomic_init(&a->refused_in_flight, UINT32_MAX);
     atomic_init(&a->served_in_flight, 0u);
     atomic_init(&a->latency_sum, 0);
+    atomic_init(&a->duration_sum, 0);
     atomic_init(&a->latency_min, INT64_MAX);
     atomic_init(&a->latency_dev, 0);
     atomic_init(&a->retry_after, 0);
@@ -1771,6 +1801,7 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     atomic_init(&d->cohort_due_ns, sluice_add_ns(now, cfg.window_max_ns));
     atomic_init(&d->last_cut_ns, INT64_MIN); /* no cut yet: every overload is fresh */
     atomic_init(&d->latency_ref_ns, 0);
+    atomic_init(&d->duration_ref_ns, 0);
     atomic_init(&d->hold_until_ns, 0);
     atomic_init(&d->hinted, SLUICE__HINT_NONE);
     atomic_init(&d->rate_struck, UINT32_MAX);

@@ -6,15 +6,37 @@
  * body, the reply and every copied string come from malloc.
  */
 #include <sluice/client.h>
+#include <sluice/sse.h>
 
 #include "curl_internal.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define SLUICE__CHAT_REPAIR_DEFAULT "That answer was rejected; answer again, correctly."
+
+/* How the current response's body is read: decided at its first byte. */
+enum sluice__chat_body_mode {
+    SLUICE__CHAT_BODY_UNDECIDED = 0,
+    SLUICE__CHAT_BODY_JSON, /* one chat.completion (or an error) */
+    SLUICE__CHAT_BODY_SSE,  /* a 2xx text/event-stream: chat.completion.chunk events */
+};
+
+/* What the current stream said, event by event. */
+struct sluice__chat_stream {
+    struct sluice_sse sse;
+    int64_t first_event_ns; /* the first event (comments excluded) arrived; 0 = none yet */
+    bool done;              /* data: [DONE] came */
+    bool finished;          /* a finish_reason other than "error" came */
+    bool failed;            /* an error event came, or an event that is not a chunk */
+    bool nomem;             /* the reply could not grow */
+    long error_code;        /* the error event's numeric code (0 = none, or not a number) */
+    char error[96];         /* why it failed, for sluice_chat_result's error */
+};
 
 struct sluice_chat {
     char *base_url, *model, *api_key, *repair_prompt, *next_repair;
@@ -22,14 +44,28 @@ struct sluice_chat {
     int64_t retry_after_max_ns;
     int (*validate)(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair);
     void *validate_ctx;
+    bool stream;
+    sluice_chat_delta_fn on_delta;
+    void *delta_ctx;
     json_t *messages;
     CURL *easy;
     struct curl_slist *headers;
-    char *body; /* the last response body */
+    char *body; /* the last response body; when streaming, the reply assembled so far */
     size_t body_len, body_cap;
+    size_t received; /* bytes of response body read, against SLUICE_CHAT_REPLY_MAX */
     bool body_truncated;
+    enum sluice__chat_body_mode body_mode;
+    char *sse_buf; /* SLUICE_CHAT_EVENT_MAX bytes when streaming */
+    struct sluice__chat_stream st;
     char *reply;
+    struct sluice_chat_usage usage;
     struct sluice_curl_result result;
+    /* On the curl loop (sluice_chat_submit): the caller's completion and the conclusion the
+     * finish hook reached; loop thread only after submit. */
+    sluice_chat_done_fn loop_done;
+    void *loop_data;
+    int loop_status;
+    bool loop_finished;
 };
 
 static char *sluice__dup(const char *s)
@@ -86,30 +122,55 @@ static int sluice__chat_add(json_t *messages, const char *role, const char *cont
     return m && json_array_append_new(messages, m) == 0 ? SLUICE_OK : SLUICE_ENOMEM;
 }
 
-static size_t sluice__chat_body(char *data, size_t size, size_t n, void *ctx)
+/* Append to c->body (kept NUL-terminated); false when memory runs out. */
+static bool sluice__chat_append(struct sluice_chat *c, const char *data, size_t bytes)
 {
-    struct sluice_chat *c = (struct sluice_chat *)ctx;
-    size_t bytes = size * n;
-    if (bytes > SLUICE_CHAT_REPLY_MAX - c->body_len) {
-        /* Past the cap nothing more is kept, so nothing more is read: a short count makes
-         * curl end the transfer (CURLE_WRITE_ERROR) instead of draining an endless body. */
-        c->body_truncated = true;
-        return 0;
-    }
     if (c->body_len + bytes + 1 > c->body_cap) {
         size_t cap = c->body_cap ? c->body_cap : 4096;
         while (cap < c->body_len + bytes + 1)
             cap *= 2;
         char *grown = realloc(c->body, cap);
         if (!grown)
-            return 0; /* curl fails the transfer with CURLE_WRITE_ERROR */
+            return false;
         c->body = grown;
         c->body_cap = cap;
     }
     memcpy(c->body + c->body_len, data, bytes);
     c->body_len += bytes;
     c->body[c->body_len] = '\0';
-    return bytes;
+    return true;
+}
+
+/* A streamed chat asked for SSE and a 2xx text/event-stream came: read it as events.
+ * Anything else (an error's JSON, a provider that ignores "stream") is one body. */
+static enum sluice__chat_body_mode sluice__chat_body_mode(struct sluice_chat *c)
+{
+    long http = 0;
+    char *type = NULL;
+    curl_easy_getinfo(c->easy, CURLINFO_RESPONSE_CODE, &http);
+    curl_easy_getinfo(c->easy, CURLINFO_CONTENT_TYPE, &type);
+    static const char sse[] = "text/event-stream";
+    bool events = c->stream && http >= 200 && http < 300 && type &&
+                  strncasecmp(type, sse, sizeof sse - 1) == 0;
+    return events ? SLUICE__CHAT_BODY_SSE : SLUICE__CHAT_BODY_JSON;
+}
+
+static size_t sluice__chat_body(char *data, size_t size, size_t n, void *ctx)
+{
+    struct sluice_chat *c = (struct sluice_chat *)ctx;
+    size_t bytes = size * n;
+    if (bytes > SLUICE_CHAT_REPLY_MAX - c->received) {
+        /* Past the cap nothing more is kept, so nothing more is read: a short count makes
+         * curl end the transfer (CURLE_WRITE_ERROR) instead of draining an endless body. */
+        c->body_truncated = true;
+        return 0;
+    }
+    c->received += bytes;
+    if (c->body_mode == SLUICE__CHAT_BODY_UNDECIDED)
+        c->body_mode = sluice__chat_body_mode(c);
+    if (c->body_mode == SLUICE__CHAT_BODY_SSE) /* an error event or a bad stream stops it */
+        return sluice_sse_feed(&c->st.sse, data, bytes) == SLUICE_OK ? bytes : 0;
+    return sluice__chat_append(c, data, bytes) ? bytes : 0; /* 0: CURLE_WRITE_ERROR */
 }
 
 void sluice_chat_destroy(struct sluice_chat *c)
@@ -129,6 +190,7 @@ void sluice_chat_destroy(struct sluice_chat *c)
     free(c->repair_prompt);
     free(c->next_repair);
     free(c->body);
+    free(c->sse_buf);
     free(c->reply);
     free(c);
 }
@@ -191,12 +253,18 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
     c->retry_after_max_ns = d->retry_after_max_ns;
     c->validate = d->validate;
     c->validate_ctx = d->validate_ctx;
+    c->stream = d->stream;
+    c->on_delta = d->on_delta;
+    c->delta_ctx = d->delta_ctx;
+    c->usage = (struct sluice_chat_usage){-1, -1};
+    c->sse_buf = d->stream ? malloc(SLUICE_CHAT_EVENT_MAX) : NULL;
     c->messages = json_array();
     c->easy = curl_easy_init();
     c->headers = sluice__chat_headers(c->api_key);
     sluice__curl_result_init(&c->result);
     int status = (!c->model || !c->repair_prompt || (d->base_url && !c->base_url) ||
-                  (key && !c->api_key) || !c->messages || !c->easy || !c->headers)
+                  (key && !c->api_key) || !c->messages || !c->easy || !c->headers ||
+                  (d->stream && !c->sse_buf))
                      ? SLUICE_ENOMEM
                      : SLUICE_OK;
     if (status == SLUICE_OK && d->system)
@@ -242,6 +310,11 @@ const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *c)
     return &c->result;
 }
 
+struct sluice_chat_usage sluice_chat_usage(const struct sluice_chat *c)
+{
+    return c->usage;
+}
+
 /* A repair resends the conversation with the rejected reply and the repair message. */
 static int sluice__chat_extend(struct sluice_chat *c)
 {
@@ -254,7 +327,17 @@ static int sluice__chat_extend(struct sluice_chat *c)
     return status;
 }
 
-/* choices[0].message.content of a 2xx body, copied into c->reply. */
+static void sluice__chat_read_usage(struct sluice_chat *c, json_t *usage)
+{
+    json_t *prompt = json_object_get(usage, "prompt_tokens");
+    json_t *completion = json_object_get(usage, "completion_tokens");
+    if (json_is_integer(prompt))
+        c->usage.prompt_tokens = json_integer_value(prompt);
+    if (json_is_integer(completion))
+        c->usage.completion_tokens = json_integer_value(completion);
+}
+
+/* choices[0].message.content of a 2xx body, copied into c->reply; usage when sent. */
 static int sluice__chat_parse(struct sluice_chat *c)
 {
     json_t *root = c->body ? json_loadb(c->body, c->body_len, 0, NULL) : NULL;
@@ -265,17 +348,179 @@ static int sluice__chat_parse(struct sluice_chat *c)
         free(c->reply);
         c->reply = strndup(json_string_value(content), json_string_length(content));
         status = c->reply ? SLUICE_OK : SLUICE_ENOMEM;
+        sluice__chat_read_usage(c, json_object_get(root, "usage"));
     }
     json_decref(root);
     return status;
 }
 
-static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
+/* ---- streaming ------------------------------------------------------------------- */
+
+static int sluice__chat_stream_fail(struct sluice__chat_stream *st, long code, const char *fmt,
+                                    ...) __attribute__((format(printf, 3, 4)));
+static int sluice__chat_stream_fail(struct sluice__chat_stream *st, long code, const char *fmt,
+                                    ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->error, sizeof st->error, fmt, ap);
+    va_end(ap);
+    st->failed = true;
+    st->error_code = code;
+    return SLUICE_EIO;
+}
+
+/* An error event's code as an HTTP status (a number or a numeric string, 400..599); 0 else. */
+static long sluice__chat_error_code(json_t *code)
+{
+    long v = 0;
+    if (json_is_integer(code)) {
+        json_int_t i = json_integer_value(code);
+        v = i >= 400 && i < 600 ? (long)i : 0;
+    } else if (json_is_string(code)) {
+        const char *s = json_string_value(code);
+        char *end = NULL;
+        long i = strtol(s, &end, 10);
+        v = *s >= '0' && *s <= '9' && end && !*end && i >= 400 && i < 600 ? i : 0;
+    }
+    return v;
+}
+
+/* The kind an error event's code gives, by the rule an HTTP status of that code follows. */
+static enum sluice_curl_kind sluice__chat_code_kind(long code)
+{
+    if (!code)
+        return SLUICE_CURL_SERVER_ERROR; /* no status to go by: the provider failed the call */
+    struct sluice_curl_response as_status = {
+        .http_status = code, .code = CURLE_OK, .request_sent = true, .retry_after_s = -1,
+        .now_s = 1};
+    struct sluice_curl_result kind;
+    return sluice_curl_classify(&as_status, &kind);
+}
+
+/* One chat.completion.chunk (or an error object in its place). */
+static int sluice__chat_chunk(struct sluice_chat *c, json_t *root)
+{
+    struct sluice__chat_stream *st = &c->st;
+    json_t *error = json_object_get(root, "error");
+    json_t *choice = json_array_get(json_object_get(root, "choices"), 0);
+    const char *finish = json_string_value(json_object_get(choice, "finish_reason"));
+    if (json_is_object(error) || (finish && strcmp(finish, "error") == 0)) {
+        long code = sluice__chat_error_code(json_object_get(error, "code"));
+        const char *message = json_string_value(json_object_get(error, "message"));
+        return sluice__chat_stream_fail(st, code,
+                                        "the provider ended the stream with an error event "
+                                        "(code %ld: %.40s)",
+                                        code, message ? message : "no message");
+    }
+    if (!json_is_object(root))
+        return sluice__chat_stream_fail(st, 0, "an event's data is not a JSON object");
+    json_t *usage = json_object_get(root, "usage");
+    if (json_is_object(usage))
+        sluice__chat_read_usage(c, usage);
+    json_t *content = json_object_get(json_object_get(choice, "delta"), "content");
+    size_t len = json_string_length(content);
+    if (len) {
+        const char *text = json_string_value(content);
+        if (!sluice__chat_append(c, text, len)) {
+            st->nomem = true;
+            return SLUICE_ENOMEM;
+        }
+        if (c->on_delta)
+            c->on_delta(c->delta_ctx, c, text, len);
+    }
+    if (finish)
+        st->finished = true;
+    return SLUICE_OK;
+}
+
+static int sluice__chat_event(void *ctx, const struct sluice_sse_event *ev)
 {
     struct sluice_chat *c = (struct sluice_chat *)ctx;
-    if (gen->attempt > 0 && sluice__chat_extend(c) != SLUICE_OK)
+    if (!c->st.first_event_ns)
+        c->st.first_event_ns = sluice_monotonic_ns();
+    static const char done[] = "[DONE]";
+    if (ev->data_len == sizeof done - 1 && memcmp(ev->data, done, sizeof done - 1) == 0) {
+        c->st.done = true;
+        return SLUICE_OK;
+    }
+    json_t *root = json_loadb(ev->data, ev->data_len, 0, NULL);
+    int status = root ? sluice__chat_chunk(c, root)
+                      : sluice__chat_stream_fail(&c->st, 0, "an event's data is not JSON");
+    json_decref(root);
+    return status;
+}
+
+/* Before a streamed generation's transfer. */
+static void sluice__chat_stream_begin(struct sluice_chat *c)
+{
+    memset(&c->st, 0, sizeof c->st);
+    sluice_sse_init(&c->st.sse, &(struct sluice_sse_desc){.buf = c->sse_buf,
+                                                          .size = SLUICE_CHAT_EVENT_MAX,
+                                                          .on_event = sluice__chat_event,
+                                                          .ctx = c});
+}
+
+/* What a streamed response ends as; `status` is the transfer's. Corrects c->result (kind,
+ * outcome, latency, error) to what the stream said. */
+static int sluice__chat_stream_end(struct sluice_chat *c, int status)
+{
+    struct sluice__chat_stream *st = &c->st;
+    if (st->first_event_ns) { /* time to first token: queueing, not the answer's length */
+        int64_t start = sluice_monotonic_ns() - c->result.transfer_ns; /* curl's own clock */
+        int64_t ttft = st->first_event_ns - start;
+        c->result.latency_ns = ttft < 0 ? 0 : ttft;
+    }
+    if (st->nomem)
         return SLUICE_ENOMEM;
-    const char *base = c->base_url ? c->base_url : gen->endpoint;
+    const char *bad_stream = sluice_sse_error(&st->sse);
+    if (st->failed || *bad_stream) {
+        /* The transfer was stopped here on purpose: what the stream said is the kind, not
+         * the CURLE_WRITE_ERROR that stopping it left. */
+        enum sluice_curl_kind kind = sluice__chat_code_kind(st->error_code);
+        c->result.kind = kind;
+        c->result.outcome = sluice__curl_kind_outcome(kind);
+        c->result.retry_after_ns = c->result.hold_ns = 0;
+        snprintf(c->result.error, sizeof c->result.error, "%s%s",
+                 st->failed ? st->error : "the event stream is invalid: ",
+                 st->failed ? "" : bad_stream);
+        return SLUICE_EIO;
+    }
+    if (status != SLUICE_OK)
+        return status;
+    if (!st->done && !st->finished) {
+        c->result.outcome = SLUICE_OUTCOME_IGNORE;
+        snprintf(c->result.error, sizeof c->result.error,
+                 "the event stream ended before data: [DONE] or a finish_reason (cut short)");
+        return SLUICE_EIO;
+    }
+    free(c->reply);
+    c->reply = strndup(c->body ? c->body : "", c->body_len);
+    return c->reply ? SLUICE_OK : SLUICE_ENOMEM;
+}
+
+/* ---- one generation, on either path ------------------------------------------------ */
+
+/* The request body: the conversation, and the stream flags when streaming. */
+static char *sluice__chat_request(const struct sluice_chat *c)
+{
+    json_t *req = json_pack("{s:s, s:O}", "model", c->model, "messages", c->messages);
+    if (req && c->max_tokens > 0)
+        json_object_set_new(req, "max_tokens", json_integer(c->max_tokens));
+    if (req && c->stream) {
+        json_object_set_new(req, "stream", json_true());
+        json_object_set_new(req, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    }
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    return body;
+}
+
+/* Set the easy handle up for the next generation against `endpoint` (the chat's base_url
+ * wins) and reset what one response leaves behind. */
+static int sluice__chat_prepare(struct sluice_chat *c, const char *endpoint)
+{
+    const char *base = c->base_url ? c->base_url : endpoint;
     if (!base)
         return SLUICE_EINVAL;
     size_t base_len = strlen(base);
@@ -283,11 +528,7 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
         base_len--;
     static const char path[] = "/chat/completions";
     char *url = malloc(base_len + sizeof path);
-    json_t *req = json_pack("{s:s, s:O}", "model", c->model, "messages", c->messages);
-    if (req && c->max_tokens > 0)
-        json_object_set_new(req, "max_tokens", json_integer(c->max_tokens));
-    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
-    json_decref(req);
+    char *body = sluice__chat_request(c);
     if (!url || !body) {
         free(url);
         free(body);
@@ -299,18 +540,19 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     curl_easy_setopt(c->easy, CURLOPT_COPYPOSTFIELDS, body);
     free(url);
     free(body);
-    c->body_len = 0;
+    c->body_len = c->received = 0;
     c->body_truncated = false;
-    struct sluice_curl_call call = {.easy = c->easy,
-                                    .deadline = gen->deadline,
-                                    .cancel = gen->cancel,
-                                    .retry_after_max_ns = c->retry_after_max_ns,
-                                    .write = sluice__chat_body, /* error bodies are classified */
-                                    .write_data = c};
-    int status = sluice_curl_transfer(&call, &c->result);
-    gen->outcome = c->result.outcome;
-    gen->abandoned = c->result.abandoned;
-    gen->retry_after_ns = c->result.hold_ns;
+    c->body_mode = SLUICE__CHAT_BODY_UNDECIDED;
+    c->usage = (struct sluice_chat_usage){-1, -1};
+    if (c->stream)
+        sluice__chat_stream_begin(c);
+    return SLUICE_OK;
+}
+
+/* After the transfer (c->result filled, `status` its return): what the generation returns,
+ * with c->result corrected to what the body said, so discovery learns from that. */
+static int sluice__chat_conclude(struct sluice_chat *c, int status)
+{
     if (c->body_truncated || c->result.curl_code == CURLE_FILESIZE_EXCEEDED) {
         snprintf(c->result.error, sizeof c->result.error,
                  "the response body passed SLUICE_CHAT_REPLY_MAX (%u bytes); the transfer was "
@@ -318,11 +560,98 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
                  SLUICE_CHAT_REPLY_MAX);
         return SLUICE_EIO;
     }
+    if (c->body_mode == SLUICE__CHAT_BODY_SSE)
+        return sluice__chat_stream_end(c, status);
     if (status != SLUICE_OK)
         return status;
     if (c->result.kind != SLUICE_CURL_SUCCESS)
         return SLUICE_EIO;
     return sluice__chat_parse(c);
+}
+
+/* A streamed answer's sample is its time to first token; any other is the whole call. */
+static bool sluice__chat_timed_first_token(const struct sluice_chat *c)
+{
+    return c->body_mode == SLUICE__CHAT_BODY_SSE && c->st.first_event_ns;
+}
+
+static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
+{
+    struct sluice_chat *c = (struct sluice_chat *)ctx;
+    if (gen->attempt > 0 && sluice__chat_extend(c) != SLUICE_OK)
+        return SLUICE_ENOMEM;
+    int status = sluice__chat_prepare(c, gen->endpoint);
+    if (status != SLUICE_OK)
+        return status;
+    struct sluice_curl_call call = {.easy = c->easy,
+                                    .deadline = gen->deadline,
+                                    .cancel = gen->cancel,
+                                    .retry_after_max_ns = c->retry_after_max_ns,
+                                    .write = sluice__chat_body, /* error bodies are classified */
+                                    .write_data = c};
+    status = sluice__chat_conclude(c, sluice_curl_transfer(&call, &c->result));
+    gen->outcome = c->result.outcome;
+    gen->abandoned = c->result.abandoned;
+    gen->retry_after_ns = c->result.hold_ns;
+    if (sluice__chat_timed_first_token(c))
+        gen->latency_ns = c->result.latency_ns;
+    return status;
+}
+
+/* ---- on the curl loop -------------------------------------------------------------- */
+
+/* The loop's finish hook: the same conclusion as sluice_run's, before discovery's sample. */
+static void sluice__chat_loop_finish(void *data, CURL *easy, struct sluice_curl_result *res)
+{
+    (void)easy;
+    struct sluice_chat *c = (struct sluice_chat *)data;
+    c->result = *res;
+    c->loop_status = sluice__chat_conclude(c, res->status);
+    c->loop_finished = true;
+    c->result.status = c->loop_status;
+    *res = c->result;
+}
+
+static void sluice__chat_loop_done(const struct sluice_curl_result *res, CURL *easy, void *data)
+{
+    (void)easy;
+    struct sluice_chat *c = (struct sluice_chat *)data;
+    if (!c->loop_finished) /* it never transferred: the loop's status is the answer */
+        c->result = *res;
+    int status = c->loop_finished ? c->loop_status : res->status;
+    c->loop_finished = false;
+    c->loop_done(c, status, c->loop_data);
+}
+
+int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
+                       const struct sluice_chat_request *req, uint64_t *id)
+{
+    if (!loop || !c || !req || !req->done)
+        return SLUICE_EINVAL;
+    const char *endpoint = req->endpoint;
+    const struct sluice_backend *b = NULL;
+    if (!endpoint && !c->base_url && (b = sluice_engine_find(sluice_curl_loop_engine(loop),
+                                                             req->backend)))
+        endpoint = b->endpoint;
+    int status = sluice__chat_prepare(c, endpoint);
+    if (status != SLUICE_OK)
+        return status;
+    sluice__curl_result_init(&c->result);
+    c->loop_done = req->done;
+    c->loop_data = req->data;
+    c->loop_finished = false;
+    return sluice_curl_loop_submit(loop,
+                                   &(struct sluice_curl_request){
+                                       .backend = req->backend,
+                                       .easy = c->easy,
+                                       .deadline = req->deadline,
+                                       .cancel = req->cancel,
+                                       .done = sluice__chat_loop_done,
+                                       .data = c,
+                                       .retry_after_max_ns = c->retry_after_max_ns,
+                                       .finish = sluice__chat_loop_finish,
+                                   },
+                                   id);
 }
 
 static int sluice__chat_validate(void *ctx, unsigned attempt, bool *repair)

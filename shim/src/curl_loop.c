@@ -122,6 +122,7 @@ struct sluice_curl_loop {
     uint32_t n_recs;
     CURLM *multi;
     int wake_fd; /* embedder's loop: eventfd; -1 in own-thread mode */
+    void *wake_socketp; /* the embedder's pointer for wake_fd (watch's socketp) */
     bool embedded;
     sluice_curl_watch_fn watch;
     sluice_curl_timer_fn timer;
@@ -296,6 +297,8 @@ static void sluice__complete_transfer(struct sluice__rec *rec, CURLcode code,
     sluice__curl_disarm_deadline(easy, rec->req.deadline);
     res.queued_ns = rec->queued_ns;
     res.in_flight_at_start = rec->waiter.call.in_flight_at_start;
+    if (rec->req.finish)
+        rec->req.finish(rec->req.data, easy, &res);
     sluice__curl_end_call(rec->pool, &rec->waiter.call, &res);
     sluice__complete(rec, &res);
 }
@@ -594,12 +597,15 @@ static void sluice__drain_for_close(struct sluice_curl_loop *loop)
 
 /* ---- set-up and tear-down (on the loop's thread) ---------------------------------------- */
 
+/* The embedder's pointer for the socket rides on curl's own (curl_multi_assign). */
 static int sluice__socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
     (void)easy;
-    (void)socketp;
     struct sluice_curl_loop *loop = (struct sluice_curl_loop *)userp;
-    loop->watch(loop->ctx, fd, what);
+    void *assigned = socketp;
+    loop->watch(loop->ctx, fd, what, &assigned);
+    if (assigned != socketp && what != CURL_POLL_REMOVE)
+        curl_multi_assign(loop->multi, fd, assigned);
     return 0;
 }
 
@@ -679,7 +685,7 @@ static int sluice__loop_init(struct sluice_curl_loop *loop, const struct sluice_
         curl_multi_setopt(loop->multi, CURLMOPT_SOCKETDATA, loop);
         curl_multi_setopt(loop->multi, CURLMOPT_TIMERFUNCTION, sluice__timer_cb);
         curl_multi_setopt(loop->multi, CURLMOPT_TIMERDATA, loop);
-        loop->watch(loop->ctx, loop->wake_fd, CURL_POLL_IN);
+        loop->watch(loop->ctx, loop->wake_fd, CURL_POLL_IN, &loop->wake_socketp);
     }
     return SLUICE_OK;
 }
@@ -694,7 +700,7 @@ static void sluice__loop_fini(struct sluice_curl_loop *loop)
         curl_multi_cleanup(loop->multi);
     loop->multi = NULL;
     if (loop->embedded && loop->wake_fd >= 0) {
-        loop->watch(loop->ctx, loop->wake_fd, CURL_POLL_REMOVE);
+        loop->watch(loop->ctx, loop->wake_fd, CURL_POLL_REMOVE, &loop->wake_socketp);
         close(loop->wake_fd);
     }
     free(loop->free_slots);
@@ -926,6 +932,11 @@ int sluice_curl_loop_cancel(struct sluice_curl_loop *loop, uint64_t id)
         sluice__raise_cancel(loop, &loop->recs[slot], id);
     atomic_fetch_sub_explicit(&loop->callers, 1u, SLUICE_SEQ_CST);
     return SLUICE_OK;
+}
+
+const struct sluice_engine *sluice_curl_loop_engine(const struct sluice_curl_loop *loop)
+{
+    return loop->engine;
 }
 
 struct sluice_curl_loop_counts sluice_curl_loop_stats(const struct sluice_curl_loop *loop)

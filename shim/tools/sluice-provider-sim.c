@@ -19,6 +19,9 @@
  *                                         rest: S·(1+slope·(n−1)/C), no cap
  *                                 drop    past C in service the call is never
  *                                         answered (the client times out)
+ *                               With --stream, a call whose body asks
+ *                               "stream": true is answered with server-
+ *                               sent events instead (see "Streaming")
  *   GET  /stats                 counters as JSON (see stats_json)
  *   POST /stats/reset           zero the counters; peaks restart from now
  *
@@ -31,6 +34,20 @@
  * written to stdout. Messages and the per-second lines go to stderr. Exit
  * codes: 0 after SIGTERM/SIGINT, 1 when the server cannot start, 2 on a bad
  * command line (one line on stderr saying which flag).
+ *
+ * Streaming (--stream): the mode's service time is the time to first token
+ * (so queueing and the knee slow the first token, as at a real provider);
+ * the call holds its slot from its start until its last token. The answer
+ * is a comment at once (": sluice-provider-sim processing", as OpenRouter's
+ * keep-alive), then one chat.completion.chunk per token every --token-ms,
+ * --answer-tokens long (lognormal, --answer-sigma), a last chunk with
+ * finish_reason "stop", a chunk with `usage`, and `data: [DONE]`.
+ * --stream-fail-after N sends an error event with code 429 (and
+ * finish_reason "error") after N tokens instead and ends the stream;
+ * --stream-endless never ends it. A client that hangs up mid-stream is seen
+ * at once (the thread waits for the next token in ppoll on its socket) and
+ * counted in stream.cut; with --abandoned hold the slot stays taken until
+ * the stream's planned end (at once for an endless stream).
  *
  * Abandoned calls (--abandoned): a client that hangs up while its call is
  * in service is counted as cancelled at once. With `hold` (the default) the
@@ -109,6 +126,9 @@
 #define STOP_BOUND_S 5           /* a stop that takes longer is killed by SIGALRM */
 #define NS_PER_S INT64_C(1000000000)
 #define MAX_SERVICE_NS 8.64e13   /* one day: longer draws are cut to it */
+#define MAX_ANSWER_TOKENS 1000000u /* longer draws of --answer-tokens are cut to it */
+#define MAX_TOKEN_BYTES 16384u     /* --token-bytes */
+#define STREAM_BLOCK (64u << 10)   /* bytes MHD asks the stream reader for, at most */
 
 /* ---- options --------------------------------------------------------------- */
 
@@ -146,6 +166,20 @@ struct dialect_options {
     size_t n_platform, n_quota;
 };
 
+/* --stream and its flags. */
+struct stream_options {
+    bool on;               /* --stream */
+    bool any;              /* a stream flag other than --stream was given */
+    double token_ms;       /* time between tokens (default: 10) */
+    double answer_tokens;  /* median answer length in tokens (default: 16) */
+    double answer_sigma;   /* its lognormal shape (default: 1) */
+    uint32_t token_bytes;  /* bytes of text per token (default: 4) */
+    uint32_t fail_after;   /* tokens before a 429 error event (default: 0 = never) */
+    bool fail_set;
+    bool endless;          /* --stream-endless */
+    bool stamp;            /* --stream-stamp: each token's text is its send time */
+};
+
 /* What a call whose client hangs up mid-call does with its slot. */
 enum abandoned { ABANDONED_HOLD, ABANDONED_FREE };
 
@@ -162,7 +196,27 @@ struct options {
     uint64_t seed;
     bool quiet;
     struct dialect_options dialect; /* --dialect, --platform-at, --quota-at */
+    struct stream_options stream;
 };
+
+static void stream_usage(FILE *f)
+{
+    fputs("\n"
+          "Streaming (server-sent events to calls whose body has \"stream\": true):\n"
+          "  --stream            answer such calls with SSE; the mode's service time\n"
+          "                      (--median-ms, --sigma) is then the time to first token\n"
+          "  --token-ms X        time between tokens in ms (default 10)\n"
+          "  --answer-tokens N   median answer length in tokens (default 16)\n"
+          "  --answer-sigma X    lognormal shape of answer lengths (default 1; 0 = always N)\n"
+          "  --token-bytes N     bytes of text per token, 1 to 16384 (default 4)\n"
+          "  --stream-fail-after N  after N tokens send an error event with code 429\n"
+          "                      (finish_reason \"error\") and end the stream\n"
+          "  --stream-endless    never end the stream\n"
+          "  --stream-stamp      each token's text is the CLOCK_MONOTONIC ns at which it was\n"
+          "                      sent, zero-padded to --token-bytes (at least 20), so a client\n"
+          "                      on this machine can time the delivery (sluice-bench)\n",
+          f);
+}
 
 static void usage(FILE *f)
 {
@@ -209,6 +263,7 @@ static void usage(FILE *f)
           "Endpoints: POST " CHAT_PATH ", GET /stats, POST /stats/reset.\n"
           "Exit status: 0 after SIGTERM or SIGINT, 1 if it cannot start, 2 on a bad flag.\n",
           f);
+    stream_usage(f);
 }
 
 /* One line on stderr naming the flag to fix, then exit 2. */
@@ -295,9 +350,82 @@ static int cmp_change(const void *a, const void *b)
     return (x->at_ns > y->at_ns) - (x->at_ns < y->at_ns);
 }
 
+/* The streaming flags: 1 if the flag takes a value, 0 if not, -1 if it is not one. */
+static int stream_flag_takes_value(const char *flag)
+{
+    static const char *const with_value[] = {"--token-ms", "--answer-tokens", "--answer-sigma",
+                                             "--token-bytes", "--stream-fail-after"};
+    static const char *const without[] = {"--stream", "--stream-endless", "--stream-stamp"};
+    for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
+        if (!strcmp(flag, with_value[i]))
+            return 1;
+    for (size_t i = 0; i < sizeof without / sizeof *without; i++)
+        if (!strcmp(flag, without[i]))
+            return 0;
+    return -1;
+}
+
+/* Apply a streaming flag (one stream_flag_takes_value knows). */
+static void parse_stream_flag(const char *flag, const char *value, struct stream_options *st)
+{
+    if (!strcmp(flag, "--stream")) {
+        st->on = true;
+        return;
+    }
+    st->any = true;
+    if (!strcmp(flag, "--stream-endless")) {
+        st->endless = true;
+    } else if (!strcmp(flag, "--stream-stamp")) {
+        st->stamp = true;
+    } else if (!strcmp(flag, "--token-ms")) {
+        st->token_ms = need_number(flag, value);
+        if (st->token_ms > 86400e3)
+            bad_usage("%s needs milliseconds from 0 to 86400000, got '%s'", flag, value);
+    } else if (!strcmp(flag, "--answer-tokens")) {
+        st->answer_tokens = need_count(flag, value);
+        if (st->answer_tokens < 1)
+            bad_usage("%s needs a whole number from 1 to 1000000, got '%s'", flag, value);
+    } else if (!strcmp(flag, "--answer-sigma")) {
+        st->answer_sigma = need_number(flag, value);
+        if (st->answer_sigma > 10)
+            bad_usage("%s needs a number from 0 to 10, got '%s'", flag, value);
+    } else if (!strcmp(flag, "--token-bytes")) {
+        st->token_bytes = need_count(flag, value);
+        if (st->token_bytes < 1 || st->token_bytes > MAX_TOKEN_BYTES)
+            bad_usage("%s needs a whole number from 1 to %u, got '%s'", flag, MAX_TOKEN_BYTES,
+                      value);
+    } else if (!strcmp(flag, "--stream-fail-after")) {
+        st->fail_after = need_count(flag, value);
+        st->fail_set = true;
+    }
+}
+
+static void stream_defaults(struct stream_options *st)
+{
+    st->token_ms = 10;
+    st->answer_tokens = 16;
+    st->answer_sigma = 1;
+    st->token_bytes = 4;
+}
+
+/* Flags that need --stream, or each other's absence. */
+static void check_stream_options(const struct stream_options *st)
+{
+    if (st->any && !st->on)
+        bad_usage("--token-ms, --answer-tokens, --answer-sigma, --token-bytes, "
+                  "--stream-fail-after, --stream-endless and --stream-stamp need --stream");
+    if (st->fail_set && st->endless)
+        bad_usage("--stream-fail-after and --stream-endless exclude each other");
+    if (st->stamp && st->token_bytes < 20)
+        bad_usage("--stream-stamp needs --token-bytes of at least 20 (a nanosecond time)");
+}
+
 /* 1 if the flag takes a value, 0 if not, -1 if there is no such flag. */
 static int flag_takes_value(const char *flag)
 {
+    int stream = stream_flag_takes_value(flag);
+    if (stream >= 0)
+        return stream;
     static const char *const with_value[] = {"--port", "--mode", "--cap", "--cap-at",
                                              "--median-ms", "--sigma", "--retry-after",
                                              "--queue-bound", "--queue-timeout",
@@ -345,6 +473,7 @@ static void parse_options(int argc, char **argv, struct options *o)
     o->model.sigma = SIM_DEFAULT_SIGMA;
     o->model.knee_slope = SIM_DEFAULT_KNEE_SLOPE;
     o->seed = 1;
+    stream_defaults(&o->stream);
     for (int i = 1; i < argc; i++) {
         char flag[32];
         const char *a = argv[i], *eq = strchr(a, '=');
@@ -366,7 +495,9 @@ static void parse_options(int argc, char **argv, struct options *o)
         } else if (!takes && value) {
             bad_usage("%s takes no value, got '%s'", flag, value);
         }
-        if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
+        if (stream_flag_takes_value(flag) >= 0) {
+            parse_stream_flag(flag, value, &o->stream);
+        } else if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
             usage(stdout);
             exit(0);
         } else if (!strcmp(flag, "--quiet")) {
@@ -428,6 +559,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         bad_usage("--platform-at and --quota-at need --dialect D: the refusal is the dialect's");
     if (!o->queue_bound_set)
         o->model.queue_bound = SIM_DEFAULT_QUEUE_BOUND(o->model.cap);
+    check_stream_options(&o->stream);
     if (o->retry_after_date && !o->retry_after_set)
         bad_usage("--retry-after-date needs --retry-after S as well");
     if (o->retry_after_set && o->model.mode != SIM_REJECT && o->model.mode != SIM_RATE)
@@ -486,6 +618,27 @@ struct req {
     struct req *next;     /* FIFO link */
     char *body;           /* request body, body_len bytes */
     size_t body_len;
+    struct stream *stream; /* a call answered with SSE (--stream); NULL otherwise */
+};
+
+/* A streamed answer's progress. Owned by its connection thread. */
+struct stream {
+    int fd;              /* the client's socket, watched between tokens */
+    uint32_t tokens;     /* answer length, drawn when the stream starts */
+    uint32_t sent;       /* tokens sent so far */
+    int64_t next_ns;     /* when the next token is due (the first one: the call's due_ns) */
+    int64_t end_ns;      /* when the last token is due (--abandoned hold keeps the slot till then) */
+    bool began, over;    /* the opening comment went out; the last event went out */
+    char model_json[300]; /* the request's model as a JSON string */
+};
+
+/* Streamed answers (stats_json's "stream"). */
+struct stream_counters {
+    uint64_t started;   /* streams that sent their headers */
+    uint64_t completed; /* ended with [DONE] */
+    uint64_t failed;    /* ended with a 429 error event (--stream-fail-after) */
+    uint64_t cut;       /* the connection closed mid-stream (the client hung up) */
+    uint64_t tokens;    /* tokens sent, all streams */
 };
 
 struct counters {
@@ -493,6 +646,7 @@ struct counters {
     uint64_t cancelled; /* of those, calls whose client left before the answer */
     uint64_t queue_timeouts; /* of the 503s, calls that waited --queue-timeout */
     uint64_t by_status[600];
+    struct stream_counters stream;
 };
 
 static struct server {
@@ -510,6 +664,7 @@ static struct server {
     bool retry_after_date;
     enum abandoned abandoned;
     struct dialect_options dialect;
+    struct stream_options stream;
     int stop_fd;   /* eventfd, readable once stopping */
     int64_t t0_ns; /* start, CLOCK_MONOTONIC */
 } server = {.lock = PTHREAD_MUTEX_INITIALIZER, .stop_fd = -1};
@@ -675,7 +830,9 @@ static int arrive(struct server *sv, struct req *r)
     switch (verdict) {
     case SIM_SERVE:
         start_service(sv, r);
-        if (r->due_ns <= now_ns()) { /* --median-ms 0: answer at once */
+        if (r->stream) {
+            status = 200; /* the stream starts now */
+        } else if (r->due_ns <= now_ns()) { /* --median-ms 0: answer at once */
             finish_service(sv, r);
             status = 200;
         }
@@ -724,6 +881,10 @@ static struct timespec *wait_timeout(struct server *sv, struct req *r, struct ti
     if (r->state == REQ_EXPIRED) {
         r->state = REQ_DONE; /* counted by expire_waiting */
         *status = 503;
+        return NULL;
+    }
+    if (r->state == REQ_SERVING && r->stream && !r->lingering) {
+        *status = 200; /* the stream starts now; its first token is due at due_ns */
         return NULL;
     }
     if (r->state == REQ_SERVING) {
@@ -1081,6 +1242,210 @@ static enum MHD_Result answer_in_dialect(struct server *sv, struct MHD_Connectio
     return respond_json(conn, 429, body, retry_after);
 }
 
+/* ---- streaming (--stream) ---------------------------------------------------------- */
+
+/* The request body asks for a streamed answer ("stream": true). */
+static bool request_streams(const struct req *r)
+{
+    json_t *root = r->body_len ? json_loadb(r->body, r->body_len, 0, NULL) : NULL;
+    bool yes = json_is_true(json_object_get(root, "stream"));
+    json_decref(root);
+    return yes;
+}
+
+/* Under lock: the answer's length, from the --answer-tokens distribution. */
+static uint32_t draw_answer_tokens(struct server *sv)
+{
+    double n = sim_lognormal(&sv->rng, sv->stream.answer_tokens, sv->stream.answer_sigma) + 0.5;
+    return n < 1 ? 1 : n > MAX_ANSWER_TOKENS ? MAX_ANSWER_TOKENS : (uint32_t)n;
+}
+
+enum stream_wake { STREAM_DUE, STREAM_HUNG_UP, STREAM_STOPPING };
+
+/* Sleep until `at`, watching the client's socket and the stop eventfd. */
+static enum stream_wake stream_wait(struct server *sv, const struct stream *st, int64_t at)
+{
+    struct pollfd fds[2] = {{.fd = st->fd, .events = POLLRDHUP}, {.fd = sv->stop_fd, .events = POLLIN}};
+    for (;;) {
+        int64_t left = at - now_ns();
+        struct timespec ts = {(time_t)(left > 0 ? left / NS_PER_S : 0),
+                              (long)(left > 0 ? left % NS_PER_S : 0)};
+        int n = ppoll(fds, 2, &ts, NULL); /* a zero timeout still reports a hang-up */
+        if (n < 0 && errno != EINTR)
+            return STREAM_HUNG_UP;
+        if (n > 0)
+            return fds[1].revents ? STREAM_STOPPING : STREAM_HUNG_UP;
+        if (n == 0 && left <= 0)
+            return STREAM_DUE;
+    }
+}
+
+/* One chat.completion.chunk event (`delta` and `finish` are JSON) into buf; its length. */
+static ssize_t stream_chunk(const struct req *r, char *buf, size_t max, const char *delta,
+                            const char *finish, const char *more)
+{
+    int n = snprintf(buf, max,
+                     "data: {\"id\":\"chatcmpl-sim-%" PRIu64 "\",\"object\":\"chat.completion."
+                     "chunk\",\"created\":%lld,\"model\":%s,\"choices\":[{\"index\":0,\"delta\":%s,"
+                     "\"finish_reason\":%s}]%s}\n\n",
+                     r->id, (long long)time(NULL), r->stream->model_json, delta, finish, more);
+    return n < 0 || (size_t)n >= max ? MHD_CONTENT_READER_END_WITH_ERROR : (ssize_t)n;
+}
+
+/* The next token's chunk: token_bytes letters (the first one carries the role). */
+static ssize_t stream_token(struct server *sv, const struct req *r, char *buf, size_t max)
+{
+    static const char head[] = "{\"role\":\"assistant\",\"content\":\"";
+    char delta[MAX_TOKEN_BYTES + sizeof head + 4];
+    const struct stream *st = r->stream;
+    size_t at = r->stream->sent ? (size_t)snprintf(delta, sizeof delta, "{\"content\":\"")
+                                : (size_t)snprintf(delta, sizeof delta, "%s", head);
+    if (sv->stream.stamp) /* the check above keeps token_bytes >= 20 digits */
+        snprintf(delta + at, sv->stream.token_bytes + 1, "%0*" PRId64,
+                 (int)sv->stream.token_bytes, now_ns());
+    else
+        memset(delta + at, 'a' + (int)(st->sent % 26), sv->stream.token_bytes);
+    snprintf(delta + at + sv->stream.token_bytes, 3, "\"}");
+    return stream_chunk(r, buf, max, delta, "null", "");
+}
+
+/* The last events: finish_reason "stop", `usage`, [DONE]. */
+static ssize_t stream_last(const struct req *r, char *buf, size_t max)
+{
+    ssize_t n = stream_chunk(r, buf, max, "{}", "\"stop\"", "");
+    char usage[160];
+    json_int_t prompt = (json_int_t)(r->body_len + 3) / 4, completion = r->stream->sent;
+    snprintf(usage, sizeof usage,
+             ",\"usage\":{\"prompt_tokens\":%" JSON_INTEGER_FORMAT ",\"completion_tokens\":%"
+             JSON_INTEGER_FORMAT ",\"total_tokens\":%" JSON_INTEGER_FORMAT "}",
+             prompt, completion, prompt + completion);
+    ssize_t u = n < 0 ? n : stream_chunk(r, buf + n, max - (size_t)n, "{}", "null", usage);
+    static const char done[] = "data: [DONE]\n\n";
+    if (u < 0 || (size_t)(n + u) + sizeof done > max)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    memcpy(buf + n + u, done, sizeof done - 1);
+    return n + u + (ssize_t)sizeof done - 1;
+}
+
+/* The error event OpenRouter sends when a call fails mid-stream. */
+static ssize_t stream_error(const struct req *r, char *buf, size_t max)
+{
+    return stream_chunk(r, buf, max, "{\"content\":\"\"}", "\"error\"",
+                        ",\"error\":{\"code\":429,\"message\":\"the provider's concurrency cap "
+                        "is reached mid-stream\"}");
+}
+
+/* The stream ended as planned (completed, or failed with its error event). */
+static void stream_end(struct server *sv, struct req *r, bool failed)
+{
+    pthread_mutex_lock(&sv->lock);
+    if (failed)
+        sv->total.stream.failed++;
+    else
+        sv->total.stream.completed++;
+    if (r->state == REQ_SERVING)
+        finish_service(sv, r); /* HTTP 200 went out: counted there */
+    pthread_mutex_unlock(&sv->lock);
+    r->stream->over = true;
+}
+
+/* The client hung up mid-stream: with --abandoned hold the slot is kept until the stream's
+ * planned end. on_completed then counts the cut and gives the slot back. */
+static ssize_t stream_cut(struct server *sv, struct req *r)
+{
+    bool hold = false;
+    pthread_mutex_lock(&sv->lock);
+    if (r->state == REQ_SERVING && sv->abandoned == ABANDONED_HOLD && !sv->stream.endless) {
+        abandon_call(sv, r);
+        hold = true;
+    }
+    pthread_mutex_unlock(&sv->lock);
+    if (hold) {
+        struct stream quiet = *r->stream;
+        quiet.fd = -1; /* only the stop eventfd ends the wait */
+        (void)stream_wait(sv, &quiet, r->stream->end_ns);
+    }
+    mhd_no_on_purpose = true;
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+/* MHD's content reader for a streamed answer: blocks its connection thread until the next
+ * event is due (MHD_USE_THREAD_PER_CONNECTION allows it), then returns that event. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct server *sv = &server;
+    struct req *r = cls;
+    struct stream *st = r->stream;
+    if (st->over)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (!st->began) {
+        static const char comment[] = ": sluice-provider-sim processing\n\n";
+        st->began = true;
+        memcpy(buf, comment, sizeof comment - 1); /* max is STREAM_BLOCK, never less */
+        return (ssize_t)sizeof comment - 1;
+    }
+    enum stream_wake wake = stream_wait(sv, st, st->next_ns);
+    if (wake == STREAM_HUNG_UP)
+        return stream_cut(sv, r);
+    if (wake == STREAM_STOPPING) {
+        mhd_no_on_purpose = true;
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    st->next_ns += (int64_t)(sv->stream.token_ms * 1e6);
+    if (sv->stream.fail_set && st->sent == sv->stream.fail_after) {
+        ssize_t n = stream_error(r, buf, max);
+        stream_end(sv, r, true);
+        return n;
+    }
+    if (sv->stream.endless || st->sent < st->tokens) {
+        ssize_t n = stream_token(sv, r, buf, max);
+        st->sent++;
+        pthread_mutex_lock(&sv->lock);
+        sv->total.stream.tokens++;
+        pthread_mutex_unlock(&sv->lock);
+        return n;
+    }
+    ssize_t n = stream_last(r, buf, max);
+    stream_end(sv, r, false);
+    return n;
+}
+
+/* Answer a streamed call that has its slot: headers and the opening comment at once, then
+ * the tokens from stream_read. */
+static enum MHD_Result respond_stream(struct server *sv, struct MHD_Connection *conn, struct req *r)
+{
+    struct stream *st = r->stream;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    st->fd = ci ? ci->connect_fd : -1;
+    char model[256];
+    request_model(r, model, sizeof model);
+    json_t *name = json_string(model);
+    char *quoted = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
+    snprintf(st->model_json, sizeof st->model_json, "%s", quoted ? quoted : "\"sluice-sim\"");
+    free(quoted);
+    json_decref(name);
+    pthread_mutex_lock(&sv->lock);
+    st->tokens = draw_answer_tokens(sv);
+    st->next_ns = r->due_ns;
+    st->end_ns = r->due_ns + (int64_t)(sv->stream.token_ms * 1e6) * st->tokens;
+    sv->total.stream.started++;
+    pthread_mutex_unlock(&sv->lock);
+    struct MHD_Response *res =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, r, NULL);
+    if (!res)
+        return MHD_NO;
+    enum MHD_Result ok =
+        MHD_add_response_header(res, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    if (ok == MHD_YES)
+        ok = MHD_add_response_header(res, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    if (ok == MHD_YES)
+        ok = MHD_queue_response(conn, 200, res);
+    MHD_destroy_response(res);
+    return ok;
+}
+
 static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *conn, struct req *r)
 {
     int status;
@@ -1094,6 +1459,11 @@ static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *con
     }
     if (sv->dialect.id != DIALECT_NONE && in_signal_span(sv))
         return answer_signal(sv, conn);
+    if (sv->stream.on && !r->stream && request_streams(r)) {
+        r->stream = calloc(1, sizeof *r->stream);
+        if (!r->stream)
+            return MHD_NO;
+    }
     status = arrive(sv, r);
     if (status == 0)
         status = wait_for_answer(sv, conn, r);
@@ -1119,6 +1489,8 @@ static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *con
     if (status == 503)
         return respond_json(conn, 503, error_body("the provider's queue is full", "server_error",
                                                   "overloaded"), NULL);
+    if (r->stream)
+        return respond_stream(sv, conn, r);
     return respond_json(conn, 200, completion_body(r), NULL);
 }
 
@@ -1138,7 +1510,18 @@ static enum MHD_Result answer_chat(struct server *sv, struct MHD_Connection *con
  * (until a reset). queue_timeouts counts the 503s of calls that waited
  * --queue-timeout (they are in by_status["503"] too). by_status always has
  * "200", "429" and "503"; other codes (413) appear once seen.
+ * "stream": {"started", "completed", "failed", "cut", "tokens"} counts
+ * streamed answers (struct stream_counters); a streamed call is in
+ * by_status["200"] once it completed or failed with its error event (its
+ * HTTP status was 200), in cancelled when its client hung up.
  */
+static json_t *stream_stats_json(const struct stream_counters *c)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:I}", "started", (json_int_t)c->started, "completed",
+                     (json_int_t)c->completed, "failed", (json_int_t)c->failed, "cut",
+                     (json_int_t)c->cut, "tokens", (json_int_t)c->tokens);
+}
+
 static json_t *stats_json(struct server *sv)
 {
     pthread_mutex_lock(&sv->lock);
@@ -1155,7 +1538,7 @@ static json_t *stats_json(struct server *sv)
             snprintf(key, sizeof key, "%u", s);
             json_object_set_new(by, key, json_integer((json_int_t)c.by_status[s]));
         }
-    return json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
+    json_t *stats = json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
                      "uptime_ms", (json_int_t)((now_ns() - sv->t0_ns) / 1000000), "mode",
                      sim_mode_name(m.mode), "abandoned",
                      sv->abandoned == ABANDONED_HOLD ? "hold" : "free", "cap", (json_int_t)m.cap,
@@ -1164,6 +1547,8 @@ static json_t *stats_json(struct server *sv)
                      "peak_in_flight", (json_int_t)peak, "peak_in_service", (json_int_t)peak_service,
                      "requests", (json_int_t)c.requests, "cancelled", (json_int_t)c.cancelled,
                      "queue_timeouts", (json_int_t)c.queue_timeouts, "by_status", by);
+    json_object_set_new(stats, "stream", stream_stats_json(&c.stream));
+    return stats;
 }
 
 static void stats_reset(struct server *sv)
@@ -1239,12 +1624,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!r)
         return;
     pthread_mutex_lock(&sv->lock);
+    if (r->stream && r->state == REQ_SERVING) /* seen between tokens, or by a failed write */
+        sv->total.stream.cut++;
     if (r->state == REQ_WAITING || r->state == REQ_SERVING)
         cancel_call(sv, r);
     pthread_mutex_unlock(&sv->lock);
     if (r->wake_fd >= 0)
         close(r->wake_fd);
     free(r->body);
+    free(r->stream);
     free(r);
     *con_cls = NULL;
 }
@@ -1327,6 +1715,7 @@ int main(int argc, char **argv)
     sv->retry_after_date = o.retry_after_date;
     sv->abandoned = o.abandoned;
     sv->dialect = o.dialect;
+    sv->stream = o.stream;
     if (sv->model.mode == SIM_RATE) {
         sv->rate.slots = sim_rate_slots(&sv->model);
         sv->rate.t = calloc(sv->rate.slots, sizeof *sv->rate.t);

@@ -363,9 +363,9 @@ LOOP_TEST(submissions_past_max_requests_get_eagain_and_unknown_backends_einval)
     sluice_engine_destroy(e);
 }
 
-static void watch_nothing(void *ctx, curl_socket_t fd, int what)
+static void watch_nothing(void *ctx, curl_socket_t fd, int what, void **socketp)
 {
-    (void)ctx, (void)fd, (void)what;
+    (void)ctx, (void)fd, (void)what, (void)socketp;
 }
 
 static void timer_nothing(void *ctx, long timeout_ms)
@@ -748,8 +748,9 @@ struct ep {
     int64_t timer_at_ns;
 };
 
-static void ep_watch(void *ctx, curl_socket_t fd, int what)
+static void ep_watch(void *ctx, curl_socket_t fd, int what, void **socketp)
 {
+    (void)socketp;
     struct ep *ep = (struct ep *)ctx;
     struct epoll_event ev = {0};
     ev.data.fd = fd;
@@ -829,6 +830,78 @@ LOOP_TEST(an_epoll_loop_drives_the_embedded_mode_to_completion)
     for (int i = 0; i < N; i++)
         curl_easy_cleanup(q[i].easy);
     fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+/* A per-socket record an embedder keeps in watch's socketp (instead of a table by fd). */
+struct sock_rec {
+    curl_socket_t fd;
+    int calls;
+};
+
+struct ep_tracked {
+    struct ep ep; /* first: ep_watch's ctx */
+    int made, freed, wrong, reused;
+};
+
+static void ep_watch_tracked(void *ctx, curl_socket_t fd, int what, void **socketp)
+{
+    struct ep_tracked *t = (struct ep_tracked *)ctx;
+    struct sock_rec *rec = (struct sock_rec *)*socketp;
+    if (!rec) {
+        rec = (struct sock_rec *)calloc(1, sizeof *rec);
+        cr_assert_not_null(rec);
+        rec->fd = fd;
+        *socketp = rec;
+        t->made++;
+    } else {
+        t->reused++;
+    }
+    t->wrong += rec->fd != fd;
+    rec->calls++;
+    ep_watch(&t->ep, fd, what, socketp);
+    if (what == CURL_POLL_REMOVE) {
+        free(rec);
+        *socketp = NULL;
+        t->freed++;
+    }
+}
+
+LOOP_TEST(the_watch_callback_gets_back_the_pointer_it_set_for_each_socket)
+{
+    const char *args[] = {"--mode", "reject", "--cap", "64", "--median-ms", "20", NULL};
+    fx_start(args);
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    struct ep_tracked t = {0};
+    t.ep.fd = epoll_create1(EPOLL_CLOEXEC);
+    t.ep.timer_at_ns = -1;
+    struct sluice_curl_loop *loop = NULL;
+    struct sluice_curl_loop_desc d = {
+        .engine = e, .watch = ep_watch_tracked, .timer = ep_timer, .ctx = &t};
+    cr_assert_eq(sluice_curl_loop_create(&d, &loop), SLUICE_OK);
+    cr_assert_eq(t.made, 1, "the wake-up descriptor got its own record at create");
+    struct tracker tr;
+    tracker_init(&tr);
+    enum { N = 8 };
+    struct req q[N];
+    for (int i = 0; i < N; i++) {
+        req_init(&q[i], &tr);
+        /* A fresh connection each: each socket's watch/remove cycle is seen. */
+        curl_easy_setopt(q[i].easy, CURLOPT_FORBID_REUSE, 1L);
+        cr_assert_eq(submit(loop, &q[i], false), SLUICE_OK);
+    }
+    int64_t until = fx_now_ms() + 10000;
+    while (tr.done < N && fx_now_ms() < until)
+        ep_run_once(&t.ep, loop, 100);
+    cr_assert_eq(tr.done, N, "%ld of %d completed", tr.done, N);
+    sluice_curl_loop_destroy(loop);
+    cr_assert_eq(t.wrong, 0, "a socket got another socket's pointer");
+    cr_assert_geq(t.made, 1 + N, "one record per connection and the wake-up descriptor");
+    cr_assert_gt(t.reused, 0, "later calls for a socket got its pointer back");
+    cr_assert_eq(t.freed, t.made, "every record came back with CURL_POLL_REMOVE");
+    close(t.ep.fd);
+    for (int i = 0; i < N; i++)
+        curl_easy_cleanup(q[i].easy);
     sluice_engine_destroy(e);
 }
 

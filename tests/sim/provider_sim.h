@@ -48,6 +48,14 @@
  *              sample, not an overload); the provider keeps serving it. With
  *              linger the permit stays held, as a pool's lingering permit
  *              does (sluice/pool.h), until sluice_service_linger_until.
+ *   streams    with answer_tokens > 0 an answer is streamed: the
+ *              provider's draw (lognormal, the mode's slow-down) is the time
+ *              to its first token, then answer_tokens (lognormal,
+ *              answer_sigma) tokens of token_s each hold the slot. The
+ *              sample discovery sees is the time to first token with
+ *              sample_ttft (what the chat client reports for a stream),
+ *              else the whole call; the service-time estimate always
+ *              learns the whole call, as a pool's does.
  *   retries    a refused call is retried after the Retry-After, or after
  *              retry_s, or after retry_ladder[k] seconds for its k-th retry
  *              (the last step repeats), as SDK retry loops do.
@@ -112,6 +120,11 @@ struct sim_config {
     bool linger;           /* an abandoned call's permit lingers (see "abandons") */
     const double *retry_ladder; /* retry delays by attempt, seconds (NULL = retry_s) */
     uint32_t n_retry_ladder;
+    /* streamed answers (see "streams"; answer_tokens 0 = not streamed) */
+    double answer_tokens;  /* median answer length in tokens */
+    double answer_sigma;   /* lognormal shape of answer lengths (0 = always the median) */
+    double token_s;        /* time per token */
+    bool sample_ttft;      /* discovery's sample is the time to first token, not the whole call */
     /* sluice */
     uint32_t gate_limit;   /* the gate's starting limit (default 1; discovery resets it) */
     double epoch_s;        /* wall clock at virtual time 0 (default 1.7e9) */
@@ -193,6 +206,7 @@ struct sim_req {
     bool open_loop;
     uint32_t retries;    /* refusals in a row: the retry ladder's step */
     uint32_t next_free;
+    int64_t t_first;     /* streamed: when the provider sent the first token (0 = not yet) */
 };
 
 struct sim_stats {
@@ -378,6 +392,12 @@ static inline void sim__serve(struct sim *s, uint32_t id, uint64_t gen)
 {
     s->in_service++;
     double service = sim_provider_service_s(&s->provider, &s->rng, s->in_service);
+    if (s->cfg.answer_tokens > 0) { /* the draw was the first token; the tokens follow */
+        if (s->reqs[id].gen == gen) /* not a stale attempt the caller gave up on */
+            s->reqs[id].t_first = s->now + sim__ns(service);
+        service += sim_lognormal(&s->rng, s->cfg.answer_tokens, s->cfg.answer_sigma) *
+                   s->cfg.token_s;
+    }
     sim__push(s, s->now + sim__ns(service), SIM_EV_DONE, id, gen);
 }
 
@@ -511,6 +531,10 @@ static inline void sim__response(struct sim *s, struct sim_req *r)
     struct sluice_sample sample;
     memset(&sample, 0, sizeof sample); /* fields this sim does not know stay "unknown" */
     sample.latency_ns = s->now - r->t_start;
+    if (s->cfg.sample_ttft && r->t_first && r->outcome == SLUICE_OUTCOME_OK) /* + the way back */
+        sample.latency_ns = r->t_first + sim__ns(s->cfg.net_s / 2) - r->t_start;
+    int64_t whole_ns = s->now - r->t_start;
+    r->t_first = 0;
     sample.in_flight_at_start = r->in_flight_at_start;
     sample.outcome = r->outcome;
     sample.retry_after_ns = r->retry_after_ns;
@@ -537,7 +561,7 @@ static inline void sim__response(struct sim *s, struct sim_req *r)
     r->retries = 0;
     s->stats.ok++;
     s->stats.served++;
-    sluice_service_add(&s->service, sample.latency_ns);
+    sluice_service_add(&s->service, whole_ns);
     sim__record_e2e(s, (double)(s->now - r->t_issue) / SIM_NS);
     if (r->open_loop) {
         r->next_free = s->free_head;
@@ -557,6 +581,7 @@ static inline void sim__start(struct sim *s, struct sim_req *r)
         return;
     }
     r->t_start = s->now;
+    r->t_first = 0;
     r->in_flight_at_start = s->held;
     r->limit_at_start = sluice_gate_limit(&s->gate);
     s->stats.attempts++;

@@ -38,10 +38,43 @@
  * read), with SLUICE_EIO, sample IGNORE, and sluice_chat_result's `error`
  * saying so: an endless body never holds the run's permit.
  *
+ * Streaming (sluice_chat_desc.stream): the request asks for
+ * `"stream": true` with `"stream_options": {"include_usage": true}`, and a
+ * 2xx text/event-stream answer is read as server-sent events
+ * (sluice/sse.h) as it arrives: each chat.completion.chunk's
+ * choices[0].delta.content goes to on_delta and is appended to the reply,
+ * which sluice_chat_reply returns once the stream ended with `data: [DONE]`
+ * or a finish_reason; the last chunk's `usage`, when sent, is
+ * sluice_chat_usage. A non-2xx answer, or a provider that ignores "stream"
+ * and answers one JSON body, is read as without streaming. Comments
+ * (keep-alives such as ": OPENROUTER PROCESSING") are skipped.
+ * The latency sample of a streamed generation is its time to first token:
+ * from the transfer's start to the first event (comments excluded), in
+ * gen->latency_ns and sluice_chat_result's latency_ns, because the whole
+ * call's time measures the answer's length, not the provider's queue. A
+ * non-streamed generation's sample stays the whole call.
+ * An error that arrives mid-stream as an event (an `error` object, or
+ * finish_reason "error", as OpenRouter sends them) ends the generation at
+ * once with SLUICE_EIO: the error's code, when it is an HTTP status
+ * (429, or "429"), decides the kind and the sample by the table in
+ * sluice/curl.h, so a 429 event backs discovery off as a 429 response
+ * would; without one it is SERVER_ERROR (sample IGNORE). result.http_status
+ * stays the response's own (200); result.error quotes the event. A stream
+ * that breaks the SSE bounds (a line or event past SLUICE_CHAT_EVENT_MAX),
+ * carries an event that is not JSON, or ends before [DONE] or a
+ * finish_reason is SLUICE_EIO with result.error saying which (sample
+ * IGNORE). The reply cap counts every byte of the stream, so an endless
+ * stream ends at SLUICE_CHAT_REPLY_MAX as an endless body does. A token or
+ * deadline that fires mid-stream aborts the transfer (the connection is
+ * closed, so the provider sees it) like any other.
+ *
  * The API key: from the description, else the environment variable
  * SLUICE_API_KEY, else OPENROUTER_API_KEY; sent only as the Authorization
  * header, never logged or put in an error message, and wiped from memory
  * when the chat is destroyed.
+ *
+ * The same chat runs on the curl loop too (sluice_chat_submit, below): the
+ * request body, the response reading and the sample are the same code.
  *
  * Threads: one chat is one conversation: use it from one run at a time.
  * Different chats are independent. Memory comes from the process's malloc.
@@ -59,8 +92,24 @@ extern "C" {
 #define SLUICE_CHAT_API_KEY_ENV "SLUICE_API_KEY"
 #define SLUICE_CHAT_API_KEY_ENV_OPENROUTER "OPENROUTER_API_KEY"
 #define SLUICE_CHAT_REPLY_MAX (16u << 20) /* bytes of response body read, at most */
+#define SLUICE_CHAT_EVENT_MAX (1u << 20)  /* bytes of one streamed event (and of one line) */
 
 struct sluice_chat;
+
+/* A streamed reply's next piece of text (`len` bytes, NUL-terminated; it may hold NUL bytes
+ * of its own). Runs on the thread running the generation (sluice_run's caller, or the curl
+ * loop's thread with sluice_chat_submit), inside the transfer, while the call holds its
+ * permit: keep it short. The text is valid during the call only. To stop the stream, fire
+ * the call's cancel token (from here too); do not call other sluice_chat functions on this
+ * chat from here. */
+typedef void (*sluice_chat_delta_fn)(void *ctx, struct sluice_chat *chat, const char *text,
+                                     size_t len);
+
+/* Tokens the provider reported for the last generation; -1 = not reported. */
+struct sluice_chat_usage {
+    int64_t prompt_tokens;
+    int64_t completion_tokens;
+};
 
 struct sluice_chat_desc {
     const char *base_url;      /* e.g. "https://api.openai.com/v1"; "/chat/completions" is appended
@@ -78,6 +127,11 @@ struct sluice_chat_desc {
     int (*validate)(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair);
     void *validate_ctx;
     int64_t retry_after_max_ns; /* Retry-After clamp (default: 60 s) */
+    bool stream;                /* ask for a streamed answer (server-sent events); allocates
+                                   SLUICE_CHAT_EVENT_MAX bytes for the parser at create
+                                   (default: false) */
+    sluice_chat_delta_fn on_delta; /* each piece of a streamed reply (default: NULL = none) */
+    void *delta_ctx;               /* passed to on_delta */
     char *error;                /* receives a message naming the field when create fails
                                    (default: NULL = no message); "" on success */
     size_t error_size;          /* bytes at error, NUL included (default: 0) */
@@ -97,6 +151,47 @@ const char *sluice_chat_reply(const struct sluice_chat *chat);
 
 /* The last generation's transport result (HTTP status, kind, Retry-After, rate limits). */
 const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *chat);
+
+/* The last generation's `usage` (a streamed answer's last chunk, or a JSON answer's);
+ * {-1, -1} before it or when the provider sent none. */
+struct sluice_chat_usage sluice_chat_usage(const struct sluice_chat *chat);
+
+/* ---- on the curl loop ---------------------------------------------------------------- */
+
+/* A chat's completion on the loop: runs exactly once per accepted submission, on the loop
+ * thread, after the last on_delta. `status` is what a sluice_run generation would have
+ * returned (SLUICE_OK with the reply in sluice_chat_reply; SLUICE_EIO, ETIMEDOUT, ECANCELED,
+ * ENOMEM, ECLOSED...), sluice_chat_result(chat) the transport result behind it. The chat is
+ * the caller's again from here: it may be destroyed or submitted again inside this call. */
+typedef void (*sluice_chat_done_fn)(struct sluice_chat *chat, int status, void *data);
+
+/* One chat generation submitted to a curl loop. Read during submit only, except as marked. */
+struct sluice_chat_request {
+    const char *backend;             /* backend ID (default: NULL = endpoint-only, unlimited) */
+    const char *endpoint;            /* endpoint override; keeps the backend's pool (default:
+                                        NULL = the backend's endpoint; the chat's base_url wins
+                                        over either) */
+    const struct timespec *deadline; /* whole call, queueing included; its value is copied
+                                        (default: none) */
+    struct sluice_cancel *cancel;    /* kept: must outlive the request (default: none) */
+    sluice_chat_done_fn done;        /* required */
+    void *data;                      /* passed to done */
+};
+
+/*
+ * One generation of `chat` through the loop (sluice/curl.h), from any thread: the same
+ * admission, permits, FIFO, deadline and cancel rules as sluice_curl_loop_submit, and the
+ * same request body, streaming, response reading and discovery sample as a sluice_run
+ * generation (one code path: a streamed call's sample is its time to first token, a 429
+ * event mid-stream an overload). on_delta and `done` run on the loop thread. The chat is
+ * the loop's until `done` runs: do not touch it meanwhile, nor submit it twice. Repairs
+ * (the description's validate) are sluice_run's: here the caller reads the reply in `done`
+ * and submits again (with sluice_chat_set_repair's message, as a new run) if it must.
+ * Returns as sluice_curl_loop_submit (SLUICE_OK, then `done` runs exactly once; or
+ * ECAPACITY, EAGAIN, ECLOSED, EINVAL — also for no URL — or ENOMEM, and `done` never runs).
+ */
+int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *chat,
+                       const struct sluice_chat_request *req, uint64_t *id);
 
 /* The repair message for the next repair only (copied); NULL = the description's.
  * SLUICE_OK, SLUICE_EINVAL (message is not UTF-8; the chat is unchanged), SLUICE_ENOMEM. */

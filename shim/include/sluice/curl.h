@@ -426,15 +426,28 @@ struct sluice_curl_request {
     struct sluice_cancel *cancel;    /* cancels at any stage; kept: must outlive the request
                                         (until `done` has returned) (default: none) */
     sluice_curl_done_fn done;        /* required */
-    void *data;                      /* passed to done; kept as an opaque value, never read */
+    void *data;                      /* passed to done and finish; kept as an opaque value,
+                                        never read */
     int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
     enum sluice_curl_dialect dialect; /* the backend's rate-limit dialect (default: AUTO); the
                                         loop reads headers only, not error bodies */
+    /* After a transfer, on the loop thread, before discovery gets its sample and before `done`:
+     * the caller's reading of the body may correct *result (kind, outcome, retry_after_ns,
+     * latency_ns, status, error), e.g. a streamed answer's time to first token, or an error
+     * event that came mid-stream. Not called for a request that never transferred
+     * (default: NULL = the classification stands). */
+    void (*finish)(void *data, CURL *easy, struct sluice_curl_result *result);
 };
 
 /* Embedder's-loop mode: watch `fd` for `what` (CURL_POLL_IN, _OUT, _INOUT; CURL_POLL_REMOVE
- * = stop watching it). The loop's own wake-up descriptor comes through here too. */
-typedef void (*sluice_curl_watch_fn)(void *ctx, curl_socket_t fd, int what);
+ * = stop watching it). The loop's own wake-up descriptor comes through here too.
+ * `*socketp` is this socket's own pointer, as curl_multi_assign keeps one: NULL the first time
+ * a descriptor is watched; what the callback stores there comes back in every later call for
+ * that descriptor, CURL_POLL_REMOVE included, after which it is forgotten (free what it points
+ * at there). So an embedder keeps its per-socket watcher (a uv_poll_t, a struct event) here,
+ * with no table from descriptors to watchers. Runs on the loop's thread, inside
+ * sluice_curl_loop_create, _action and _destroy. */
+typedef void (*sluice_curl_watch_fn)(void *ctx, curl_socket_t fd, int what, void **socketp);
 /* Embedder's-loop mode: call sluice_curl_loop_action(loop, CURL_SOCKET_TIMEOUT, 0) in
  * `timeout_ms` (0 = as soon as possible; -1 = no timer needed). Replaces any earlier timer. */
 typedef void (*sluice_curl_timer_fn)(void *ctx, long timeout_ms);
@@ -516,6 +529,9 @@ struct sluice_curl_loop_counts {
 };
 struct sluice_curl_loop_counts sluice_curl_loop_stats(const struct sluice_curl_loop *loop);
 
+/* The engine the loop was created over (any thread). */
+const struct sluice_engine *sluice_curl_loop_engine(const struct sluice_curl_loop *loop);
+
 /*
  * Shut down: from any thread (own-thread mode: not from a `done`;
  * embedder's-loop mode: on the loop's thread, outside any action), and
@@ -532,6 +548,15 @@ void sluice_curl_loop_close(struct sluice_curl_loop *loop);
  * Close (if not yet done) and free the loop, its curl_multi and every
  * per-request record. No other call on the loop may run
  * concurrently with or after it. NULL is a no-op.
+ *
+ * Shutdown order in embedder's-loop mode: (1) destroy the loop, on the
+ * loop's thread, while your event loop still exists: watch gets
+ * CURL_POLL_REMOVE for every socket still watched and for the wake-up
+ * descriptor, each with its socketp, so you free your watchers there (a
+ * libuv handle is closed with uv_close then); (2) then stop or close what
+ * the timer callback armed and your other handles; (3) then run your loop
+ * once more if it needs to finish closes (libuv), and close it. The
+ * examples curl_libuv.c and curl_libevent.c follow this order.
  */
 void sluice_curl_loop_destroy(struct sluice_curl_loop *loop);
 

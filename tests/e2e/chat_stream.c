@@ -1,0 +1,461 @@
+/*
+ * chat_stream.c — streamed chat completions (sluice/client.h's `stream`)
+ * through sluice_run against `sluice-provider-sim --stream` over loopback:
+ * the reply assembled from its deltas, usage, time to first token as the
+ * sample, a 429 error event mid-stream, cancel and deadline mid-stream (the
+ * simulator sees the connection close), an endless stream cut at the reply
+ * cap, and a provider that ignores "stream". Every promise is checked on
+ * the simulator's own counters as well as on what the client returned.
+ */
+#include "e2e/curl_fixture.h"
+
+#include <sluice/client.h>
+#include <sluice/run.h>
+
+#define STREAM_TEST(name)                                                                          \
+    Test(chat_stream, name, .init = fx_setup, .fini = fx_teardown, .timeout = 60)
+
+/* What the delta callback saw. */
+struct deltas {
+    int n;
+    char text[256];
+    size_t len;
+    int cancel_after; /* fire `cancel` at this delta (0 = never) */
+    struct sluice_cancel *cancel;
+};
+
+static void on_delta(void *ctx, struct sluice_chat *chat, const char *text, size_t len)
+{
+    (void)chat;
+    struct deltas *d = ctx;
+    d->n++;
+    size_t keep = len < sizeof d->text - 1 - d->len ? len : sizeof d->text - 1 - d->len;
+    memcpy(d->text + d->len, text, keep);
+    d->len += keep;
+    d->text[d->len] = '\0';
+    if (d->cancel_after && d->n == d->cancel_after)
+        sluice_cancel_fire(d->cancel);
+}
+
+static struct sluice_engine *engine_at_sim(void)
+{
+    static char base[64];
+    sim_process_url(&fx_sim, "/v1", base, sizeof base);
+    struct sluice_backend_desc b = {.id = FX_BACKEND, .endpoint = base, .active = 4};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(
+        sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
+        SLUICE_OK);
+    return e;
+}
+
+static struct sluice_chat *stream_chat(struct deltas *d)
+{
+    struct sluice_chat *chat = NULL;
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
+                                                               .prompt = "hi",
+                                                               .stream = true,
+                                                               .on_delta = on_delta,
+                                                               .delta_ctx = d},
+                                    &chat),
+                 SLUICE_OK);
+    return chat;
+}
+
+static int run_chat(struct sluice_engine *e, struct sluice_chat *chat,
+                    const struct timespec *deadline, struct sluice_cancel *cancel,
+                    struct sluice_run_result *rr)
+{
+    return sluice_run(e,
+                      &(struct sluice_run_desc){.backend = FX_BACKEND,
+                                                .ops = &sluice_chat_ops,
+                                                .ctx = chat,
+                                                .deadline = deadline,
+                                                .cancel = cancel,
+                                                .max_repairs = SLUICE_SOME(0)},
+                      rr);
+}
+
+/* A number from the simulator's /stats "stream" object. */
+static long stream_stat(const char *key)
+{
+    char url[96], body[4096] = "";
+    CURL *easy = curl_easy_init();
+    curl_easy_setopt(easy, CURLOPT_URL, sim_process_url(&fx_sim, "/stats", url, sizeof url));
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, fx_collect);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 5000L);
+    cr_assert_eq(curl_easy_perform(easy), CURLE_OK, "GET /stats failed");
+    curl_easy_cleanup(easy);
+    json_t *root = json_loads(body, 0, NULL);
+    json_t *v = json_object_get(json_object_get(root, "stream"), key);
+    cr_assert(json_is_integer(v), "/stats has no stream.%s: %s", key, body);
+    long n = (long)json_integer_value(v);
+    json_decref(root);
+    return n;
+}
+
+/* Poll until stream.key reaches want (bounded: 5 s); its last value. */
+static long stream_stat_reaches(const char *key, long want)
+{
+    long v = stream_stat(key);
+    for (int i = 0; i < 500 && v < want; i++) {
+        fx_sleep_ms(10);
+        v = stream_stat(key);
+    }
+    return v;
+}
+
+STREAM_TEST(a_streamed_reply_is_assembled_from_its_deltas_and_reports_usage)
+{
+    const char *args[] = {"--stream", "--median-ms", "5", "--sigma", "0", "--answer-tokens", "5",
+                          "--answer-sigma", "0", "--token-ms", "1", NULL};
+    fx_start(args);
+    struct sluice_engine *e = engine_at_sim();
+    struct deltas d = {0};
+    struct sluice_chat *chat = stream_chat(&d);
+    struct sluice_run_result rr;
+    int status = run_chat(e, chat, NULL, NULL, &rr);
+    cr_assert_eq(status, SLUICE_OK, "run: %s (client %s: %s)", sluice_status_name(status),
+                 sluice_status_name(rr.client_status), sluice_chat_result(chat)->error);
+    cr_assert_eq(d.n, 5, "one delta per token, got %d", d.n);
+    cr_assert_str_eq(d.text, "aaaabbbbccccddddeeee");
+    cr_assert_str_eq(sluice_chat_reply(chat), d.text, "the reply is the deltas in order");
+    struct sluice_chat_usage u = sluice_chat_usage(chat);
+    cr_assert_eq(u.completion_tokens, 5);
+    cr_assert_gt(u.prompt_tokens, 0);
+    cr_assert_eq(rr.last.outcome, SLUICE_OUTCOME_OK);
+    cr_assert_eq(stream_stat("completed"), 1);
+    cr_assert_eq(stream_stat("tokens"), 5);
+    sluice_chat_destroy(chat);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(the_sample_of_a_streamed_call_is_its_time_to_first_token)
+{
+    /* Headers and a comment at once, the first token after 100 ms, then 20 tokens 25 ms
+     * apart: time to first byte is ~0, time to first token >= 100 ms, the whole call
+     * >= 600 ms. The sample must be the middle one. */
+    const char *args[] = {"--stream", "--median-ms", "100", "--sigma", "0", "--answer-tokens",
+                          "20", "--answer-sigma", "0", "--token-ms", "25", NULL};
+    fx_start(args);
+    struct sluice_engine *e = engine_at_sim();
+    struct deltas d = {0};
+    struct sluice_chat *chat = stream_chat(&d);
+    struct sluice_run_result rr;
+    cr_assert_eq(run_chat(e, chat, NULL, NULL, &rr), SLUICE_OK, "%s",
+                 sluice_chat_result(chat)->error);
+    int64_t ttft = rr.last.latency_ns;
+    cr_assert_geq(ttft, 100 * SLUICE_NS_PER_MS,
+                  "the sample (%lld ns) is not the time to first byte: the comment came first",
+                  (long long)ttft);
+    cr_assert_lt(ttft + 250 * SLUICE_NS_PER_MS, rr.elapsed_ns,
+                 "the sample (%lld ns) leaves out the 475 ms of tokens (call: %lld ns)",
+                 (long long)ttft, (long long)rr.elapsed_ns);
+    cr_assert_eq(sluice_chat_result(chat)->latency_ns, ttft, "the result shows the same sample");
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(a_429_error_event_mid_stream_ends_the_generation_as_an_overload_sample)
+{
+    const char *args[] = {"--stream", "--median-ms", "5", "--sigma", "0", "--answer-tokens", "10",
+                          "--answer-sigma", "0", "--token-ms", "1", "--stream-fail-after", "2",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = engine_at_sim();
+    struct deltas d = {0};
+    struct sluice_chat *chat = stream_chat(&d);
+    struct sluice_run_result rr;
+    int status = run_chat(e, chat, NULL, NULL, &rr);
+    cr_assert_eq(status, SLUICE_ECLIENT, "run: %s", sluice_status_name(status));
+    cr_assert_eq(rr.client_status, SLUICE_EIO);
+    const struct sluice_curl_result *res = sluice_chat_result(chat);
+    cr_assert_eq(res->kind, SLUICE_CURL_OVERLOADED, "kind %s", sluice_curl_kind_name(res->kind));
+    cr_assert_eq(rr.last.outcome, SLUICE_OUTCOME_OVERLOAD, "discovery gets an overload sample");
+    cr_assert_eq(res->http_status, 200, "the HTTP status stays the response's own");
+    cr_assert(strstr(res->error, "429"), "the error quotes the event: %s", res->error);
+    cr_assert_eq(d.n, 2, "the deltas before the error were delivered");
+    cr_assert_null(sluice_chat_reply(chat), "a failed stream leaves no reply");
+    cr_assert_eq(stream_stat("failed"), 1);
+    sluice_chat_destroy(chat);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+/* A long stream (1000 tokens, 20 ms apart: 20 s) that the caller ends early. */
+static const char *const long_stream[] = {"--stream", "--abandoned", "free", "--median-ms", "0",
+                                          "--answer-tokens", "1000", "--answer-sigma", "0",
+                                          "--token-ms", "20", NULL};
+
+STREAM_TEST(a_cancel_mid_stream_closes_the_connection_and_the_provider_sees_it_at_once)
+{
+    fx_start(long_stream);
+    struct sluice_engine *e = engine_at_sim();
+    struct sluice_cancel cancel;
+    sluice_cancel_init(&cancel);
+    struct deltas d = {.cancel_after = 3, .cancel = &cancel};
+    struct sluice_chat *chat = stream_chat(&d);
+    struct sluice_run_result rr;
+    int status = run_chat(e, chat, NULL, &cancel, &rr);
+    cr_assert(status == SLUICE_ECANCELED ||
+                  (status == SLUICE_ECLIENT && rr.client_status == SLUICE_ECANCELED),
+              "run: %s (client %s)", sluice_status_name(status),
+              sluice_status_name(rr.client_status));
+    cr_assert_eq(stream_stat_reaches("cut", 1), 1, "the simulator saw the client hang up");
+    cr_assert_eq(stream_stat("completed"), 0);
+    /* The simulator sends a token every 20 ms whatever the client reads, and watches the
+     * socket between tokens: 50 ms is 2.5 tokens past the 3 the client took; 10 more leave
+     * room for a loaded machine, where a 1 s poll (curl's own) would show 50. */
+    long sent = stream_stat("tokens");
+    cr_assert_leq(sent, 3 + 10, "the provider sent %ld tokens before it saw the close", sent);
+    cr_assert_eq(fx_stats_settled().in_flight, 0, "the provider's slot is free");
+    cr_assert_eq(fx_counts(e).admitted, 0, "the run's admission was given back");
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(a_deadline_mid_stream_ends_the_generation_and_the_provider_sees_the_close)
+{
+    fx_start(long_stream);
+    struct sluice_engine *e = engine_at_sim();
+    struct deltas d = {0};
+    struct sluice_chat *chat = stream_chat(&d);
+    struct timespec deadline;
+    sluice_deadline_in(&deadline, 300 * SLUICE_NS_PER_MS);
+    struct sluice_run_result rr;
+    int status = run_chat(e, chat, &deadline, NULL, &rr);
+    cr_assert(status == SLUICE_ETIMEDOUT ||
+                  (status == SLUICE_ECLIENT && rr.client_status == SLUICE_ETIMEDOUT),
+              "run: %s (client %s)", sluice_status_name(status),
+              sluice_status_name(rr.client_status));
+    cr_assert_gt(d.n, 0, "the stream had started");
+    cr_assert_eq(stream_stat_reaches("cut", 1), 1, "the simulator saw the client hang up");
+    cr_assert_lt(stream_stat("tokens"), 1000);
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(an_endless_stream_ends_at_the_reply_cap)
+{
+    const char *args[] = {"--stream", "--stream-endless", "--median-ms", "0", "--token-ms", "0",
+                          "--token-bytes", "16384", NULL};
+    fx_start(args);
+    struct sluice_engine *e = engine_at_sim();
+    struct sluice_chat *chat = NULL;
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
+                                                               .prompt = "hi",
+                                                               .stream = true},
+                                    &chat),
+                 SLUICE_OK);
+    struct timespec deadline;
+    sluice_deadline_in(&deadline, 30 * SLUICE_NS_PER_SEC);
+    struct sluice_run_result rr;
+    int status = run_chat(e, chat, &deadline, NULL, &rr);
+    cr_assert_eq(status, SLUICE_ECLIENT, "run: %s", sluice_status_name(status));
+    cr_assert_eq(rr.client_status, SLUICE_EIO, "client: %s",
+                 sluice_status_name(rr.client_status));
+    cr_assert(strstr(sluice_chat_result(chat)->error, "SLUICE_CHAT_REPLY_MAX"), "error: %s",
+              sluice_chat_result(chat)->error);
+    cr_assert_eq(rr.last.outcome, SLUICE_OUTCOME_IGNORE);
+    cr_assert_eq(stream_stat_reaches("cut", 1), 1, "the transfer was ended, not drained");
+    long sent = stream_stat("tokens");
+    cr_assert_lt((double)sent * 16384, 2.0 * SLUICE_CHAT_REPLY_MAX,
+                 "the provider sent %ld tokens of 16 KiB", sent);
+    sluice_chat_destroy(chat);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(a_provider_that_ignores_stream_is_read_as_one_json_body)
+{
+    const char *args[] = {"--median-ms", "5", NULL}; /* no --stream: a JSON answer */
+    fx_start(args);
+    struct sluice_engine *e = engine_at_sim();
+    struct deltas d = {0};
+    struct sluice_chat *chat = stream_chat(&d);
+    struct sluice_run_result rr;
+    cr_assert_eq(run_chat(e, chat, NULL, NULL, &rr), SLUICE_OK, "%s",
+                 sluice_chat_result(chat)->error);
+    cr_assert(strstr(sluice_chat_reply(chat), "sluice-provider-sim reply"));
+    cr_assert_eq(d.n, 0, "no deltas without a stream");
+    cr_assert_eq(sluice_chat_usage(chat).completion_tokens, 5, "usage from the JSON body");
+    cr_assert_eq(stream_stat("started"), 0);
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(the_simulators_stream_flags_without_stream_exit_2_naming_them)
+{
+    char out[256], err[512];
+    const char *args[] = {"--token-ms", "5", NULL};
+    int status = sim_process_run(args, out, sizeof out, err, sizeof err);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "status 0x%x", (unsigned)status);
+    cr_assert(strstr(err, "--token-ms") && strstr(err, "need --stream"), "stderr: %s", err);
+    const char *both[] = {"--stream", "--stream-endless", "--stream-fail-after", "1", NULL};
+    status = sim_process_run(both, out, sizeof out, err, sizeof err);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "status 0x%x", (unsigned)status);
+    cr_assert(strstr(err, "exclude each other"), "stderr: %s", err);
+    const char *bytes[] = {"--stream", "--token-bytes", "0", NULL};
+    status = sim_process_run(bytes, out, sizeof out, err, sizeof err);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "status 0x%x", (unsigned)status);
+    cr_assert(strstr(err, "--token-bytes"), "stderr: %s", err);
+}
+
+/* ---- the same chat on the curl loop (sluice_chat_submit) ------------------------------- */
+
+struct loop_done {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+    int status;
+    pthread_t done_thread;
+};
+
+/* Deltas with the thread they ran on (the loop's). */
+struct loop_deltas {
+    struct deltas d; /* first: on_delta's ctx */
+    pthread_t thread;
+    bool one_thread;
+};
+
+static void on_loop_delta(void *ctx, struct sluice_chat *chat, const char *text, size_t len)
+{
+    struct loop_deltas *ld = ctx;
+    if (ld->d.n == 0)
+        ld->thread = pthread_self();
+    ld->one_thread = (ld->d.n == 0 || ld->one_thread) && pthread_equal(ld->thread, pthread_self());
+    on_delta(&ld->d, chat, text, len);
+}
+
+static void on_chat_done(struct sluice_chat *chat, int status, void *data)
+{
+    (void)chat;
+    struct loop_done *w = data;
+    pthread_mutex_lock(&w->mu);
+    w->status = status;
+    w->done_thread = pthread_self();
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Submit `chat` to a fresh own-thread loop and wait (bounded) for its completion. */
+static int run_on_loop(struct sluice_engine *e, struct sluice_chat *chat, struct sluice_cancel *cancel,
+                       struct loop_done *w)
+{
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->done = false;
+    struct timespec deadline;
+    sluice_deadline_in(&deadline, 20 * SLUICE_NS_PER_SEC);
+    cr_assert_eq(sluice_chat_submit(loop, chat,
+                                    &(struct sluice_chat_request){.backend = FX_BACKEND,
+                                                                  .deadline = &deadline,
+                                                                  .cancel = cancel,
+                                                                  .done = on_chat_done,
+                                                                  .data = w},
+                                    NULL),
+                 SLUICE_OK);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    pthread_mutex_lock(&w->mu);
+    while (!w->done && pthread_cond_timedwait(&w->cv, &w->mu, &until) == 0) {
+    }
+    bool done = w->done;
+    int status = w->status;
+    pthread_mutex_unlock(&w->mu);
+    cr_assert(done, "the chat's completion never ran");
+    cr_assert_not(pthread_equal(w->done_thread, pthread_self()), "done ran on the loop thread");
+    sluice_curl_loop_destroy(loop);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    return status;
+}
+
+static struct sluice_chat *loop_chat(struct loop_deltas *ld)
+{
+    struct sluice_chat *chat = NULL;
+    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
+                                                               .prompt = "hi",
+                                                               .stream = true,
+                                                               .on_delta = on_loop_delta,
+                                                               .delta_ctx = ld},
+                                    &chat),
+                 SLUICE_OK);
+    return chat;
+}
+
+STREAM_TEST(on_the_curl_loop_deltas_and_completion_run_on_the_loop_thread_with_the_same_sample)
+{
+    const char *args[] = {"--stream", "--median-ms", "100", "--sigma", "0", "--answer-tokens",
+                          "20", "--answer-sigma", "0", "--token-ms", "25", NULL};
+    fx_start(args);
+    struct sluice_engine *e = engine_at_sim();
+    struct loop_deltas ld = {0};
+    struct sluice_chat *chat = loop_chat(&ld);
+    struct loop_done w;
+    int status = run_on_loop(e, chat, NULL, &w);
+    cr_assert_eq(status, SLUICE_OK, "%s: %s", sluice_status_name(status),
+                 sluice_chat_result(chat)->error);
+    cr_assert_eq(ld.d.n, 20);
+    cr_assert(ld.one_thread && pthread_equal(ld.thread, w.done_thread),
+              "every delta and the completion ran on the loop thread");
+    cr_assert_eq(strlen(sluice_chat_reply(chat)), 20 * 4);
+    cr_assert_str_eq(sluice_chat_reply(chat), ld.d.text);
+    cr_assert_eq(sluice_chat_usage(chat).completion_tokens, 20);
+    /* result.latency_ns is the sample the loop gave discovery (the finish hook ran first). */
+    const struct sluice_curl_result *res = sluice_chat_result(chat);
+    cr_assert_geq(res->latency_ns, 100 * SLUICE_NS_PER_MS, "sample %lld ns is not TTFB",
+                  (long long)res->latency_ns);
+    cr_assert_lt(res->latency_ns + 250 * SLUICE_NS_PER_MS, res->transfer_ns,
+                 "sample %lld ns leaves out the tokens (transfer %lld ns)",
+                 (long long)res->latency_ns, (long long)res->transfer_ns);
+    cr_assert_eq(res->outcome, SLUICE_OUTCOME_OK);
+    sluice_chat_destroy(chat);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(on_the_curl_loop_a_429_event_mid_stream_is_an_overload_sample)
+{
+    const char *args[] = {"--stream", "--median-ms", "5", "--sigma", "0", "--answer-tokens", "10",
+                          "--answer-sigma", "0", "--token-ms", "1", "--stream-fail-after", "3",
+                          NULL};
+    fx_start(args);
+    struct sluice_engine *e = engine_at_sim();
+    struct loop_deltas ld = {0};
+    struct sluice_chat *chat = loop_chat(&ld);
+    struct loop_done w;
+    cr_assert_eq(run_on_loop(e, chat, NULL, &w), SLUICE_EIO);
+    const struct sluice_curl_result *res = sluice_chat_result(chat);
+    cr_assert_eq(res->kind, SLUICE_CURL_OVERLOADED, "kind %s", sluice_curl_kind_name(res->kind));
+    cr_assert_eq(res->outcome, SLUICE_OUTCOME_OVERLOAD, "the loop gave discovery an overload");
+    cr_assert_eq(ld.d.n, 3);
+    cr_assert_eq(stream_stat("failed"), 1);
+    sluice_chat_destroy(chat);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(on_the_curl_loop_a_cancel_mid_stream_closes_the_connection)
+{
+    fx_start(long_stream);
+    struct sluice_engine *e = engine_at_sim();
+    struct sluice_cancel cancel;
+    sluice_cancel_init(&cancel);
+    struct loop_deltas ld = {.d = {.cancel_after = 3, .cancel = &cancel}};
+    struct sluice_chat *chat = loop_chat(&ld);
+    struct loop_done w;
+    cr_assert_eq(run_on_loop(e, chat, &cancel, &w), SLUICE_ECANCELED);
+    cr_assert_eq(stream_stat_reaches("cut", 1), 1, "the simulator saw the client hang up");
+    long sent = stream_stat("tokens");
+    cr_assert_leq(sent, 3 + 10, "the provider sent %ld tokens before it saw the close", sent);
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}
