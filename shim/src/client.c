@@ -310,7 +310,7 @@ const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *c)
     return &c->result;
 }
 
-struct sluice_chat_usage sluice_chat_usage(const struct sluice_chat *c)
+struct sluice_chat_usage sluice_chat_last_usage(const struct sluice_chat *c)
 {
     return c->usage;
 }
@@ -479,7 +479,7 @@ static int sluice__chat_stream_end(struct sluice_chat *c, int status)
          * the CURLE_WRITE_ERROR that stopping it left. */
         enum sluice_curl_kind kind = sluice__chat_code_kind(st->error_code);
         c->result.kind = kind;
-        c->result.outcome = sluice__curl_kind_outcome(kind);
+        c->result.outcome = sluice_curl_kind_outcome(kind);
         c->result.retry_after_ns = c->result.hold_ns = 0;
         snprintf(c->result.error, sizeof c->result.error, "%s%s",
                  st->failed ? st->error : "the event stream is invalid: ",

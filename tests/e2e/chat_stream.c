@@ -121,7 +121,7 @@ STREAM_TEST(a_streamed_reply_is_assembled_from_its_deltas_and_reports_usage)
     cr_assert_eq(d.n, 5, "one delta per token, got %d", d.n);
     cr_assert_str_eq(d.text, "aaaabbbbccccddddeeee");
     cr_assert_str_eq(sluice_chat_reply(chat), d.text, "the reply is the deltas in order");
-    struct sluice_chat_usage u = sluice_chat_usage(chat);
+    struct sluice_chat_usage u = sluice_chat_last_usage(chat);
     cr_assert_eq(u.completion_tokens, 5);
     cr_assert_gt(u.prompt_tokens, 0);
     cr_assert_eq(rr.last.outcome, SLUICE_OUTCOME_OK);
@@ -280,7 +280,7 @@ STREAM_TEST(a_provider_that_ignores_stream_is_read_as_one_json_body)
                  sluice_chat_result(chat)->error);
     cr_assert(strstr(sluice_chat_reply(chat), "sluice-provider-sim reply"));
     cr_assert_eq(d.n, 0, "no deltas without a stream");
-    cr_assert_eq(sluice_chat_usage(chat).completion_tokens, 5, "usage from the JSON body");
+    cr_assert_eq(sluice_chat_last_usage(chat).completion_tokens, 5, "usage from the JSON body");
     cr_assert_eq(stream_stat("started"), 0);
     sluice_chat_destroy(chat);
     sluice_engine_destroy(e);
@@ -408,7 +408,7 @@ STREAM_TEST(on_the_curl_loop_deltas_and_completion_run_on_the_loop_thread_with_t
               "every delta and the completion ran on the loop thread");
     cr_assert_eq(strlen(sluice_chat_reply(chat)), 20 * 4);
     cr_assert_str_eq(sluice_chat_reply(chat), ld.d.text);
-    cr_assert_eq(sluice_chat_usage(chat).completion_tokens, 20);
+    cr_assert_eq(sluice_chat_last_usage(chat).completion_tokens, 20);
     /* result.latency_ns is the sample the loop gave discovery (the finish hook ran first). */
     const struct sluice_curl_result *res = sluice_chat_result(chat);
     cr_assert_geq(res->latency_ns, 100 * SLUICE_NS_PER_MS, "sample %lld ns is not TTFB",

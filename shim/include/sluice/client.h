@@ -153,8 +153,9 @@ const char *sluice_chat_reply(const struct sluice_chat *chat);
 const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *chat);
 
 /* The last generation's `usage` (a streamed answer's last chunk, or a JSON answer's);
- * {-1, -1} before it or when the provider sent none. */
-struct sluice_chat_usage sluice_chat_usage(const struct sluice_chat *chat);
+ * {-1, -1} before it or when the provider sent none. (Not named sluice_chat_usage: in
+ * C++ a function of the struct's name hides it.) */
+struct sluice_chat_usage sluice_chat_last_usage(const struct sluice_chat *chat);
 
 /* ---- on the curl loop ---------------------------------------------------------------- */
 
