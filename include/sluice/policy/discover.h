@@ -612,9 +612,11 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
      * Where refusals made the bracket, they are the sharper signal above
      * the cap: a level below the knee passes without the upper bound. But a
      * gateway that queues before it refuses shows it in latency first, so
-     * a level in doubt there is measured again, and the bracket's last step
-     * is never locked in doubt (it steps down one to measure, and the doubt
-     * is decided after `confirm` windows). At the lock, doubt passes. */
+     * a level in doubt there is measured again. The last step of either
+     * bracket is never locked in doubt: it steps down one to measure, and
+     * the doubt is decided after `confirm` windows (a hold there is what
+     * discovery locks on, and under a latency bracket the step may have
+     * passed once by chance on the way up). At the lock, doubt passes. */
     bool trusted = w->probe_cap && w->limit == p->settled;
     bool refused = w->probe_cap && !p->est && !trusted;
     bool pass = trusted || (x <= threshold && (refused || x + 2.0 * se <= log1p(1.5 * k->knee)));
@@ -627,7 +629,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     }
     if (!pass && !(p->slow_start && x <= threshold + se)) {
         l->doubts++;
-        if (refused && w->saturated && w->limit == w->probe_cap && w->limit > 1)
+        if ((refused || last_step) && w->saturated && w->limit == w->probe_cap && w->limit > 1)
             return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
         /* Above the knee, not yet beyond the noise: measure more. When the
          * reference is what is short of calls, probe it (BBR's PROBE_RTT);
