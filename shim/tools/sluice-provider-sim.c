@@ -350,19 +350,27 @@ static int cmp_change(const void *a, const void *b)
     return (x->at_ns > y->at_ns) - (x->at_ns < y->at_ns);
 }
 
+/* 1 if `flag` is one of with_value[n_with], 0 if one of without[n_without], else -1. */
+static int flag_in(const char *flag, const char *const *with_value, size_t n_with,
+                   const char *const *without, size_t n_without)
+{
+    for (size_t i = 0; i < n_with; i++)
+        if (!strcmp(flag, with_value[i]))
+            return 1;
+    for (size_t i = 0; i < n_without; i++)
+        if (!strcmp(flag, without[i]))
+            return 0;
+    return -1;
+}
+
 /* The streaming flags: 1 if the flag takes a value, 0 if not, -1 if it is not one. */
 static int stream_flag_takes_value(const char *flag)
 {
     static const char *const with_value[] = {"--token-ms", "--answer-tokens", "--answer-sigma",
                                              "--token-bytes", "--stream-fail-after"};
     static const char *const without[] = {"--stream", "--stream-endless", "--stream-stamp"};
-    for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
-        if (!strcmp(flag, with_value[i]))
-            return 1;
-    for (size_t i = 0; i < sizeof without / sizeof *without; i++)
-        if (!strcmp(flag, without[i]))
-            return 0;
-    return -1;
+    return flag_in(flag, with_value, sizeof with_value / sizeof *with_value, without,
+                   sizeof without / sizeof *without);
 }
 
 /* Apply a streaming flag (one stream_flag_takes_value knows). */
@@ -433,13 +441,8 @@ static int flag_takes_value(const char *flag)
                                              "--rate", "--rate-window", "--dialect",
                                              "--platform-at", "--quota-at"};
     static const char *const without[] = {"--help", "-h", "--quiet", "--retry-after-date"};
-    for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++)
-        if (!strcmp(flag, with_value[i]))
-            return 1;
-    for (size_t i = 0; i < sizeof without / sizeof *without; i++)
-        if (!strcmp(flag, without[i]))
-            return 0;
-    return -1;
+    return flag_in(flag, with_value, sizeof with_value / sizeof *with_value, without,
+                   sizeof without / sizeof *without);
 }
 
 /* --dialect, --platform-at, --quota-at (the flags flag_takes_value lists; nothing else). */
