@@ -79,17 +79,9 @@ static int run_chat(struct sluice_engine *e, struct sluice_chat *chat,
 /* A number from the simulator's /stats "stream" object. */
 static long stream_stat(const char *key)
 {
-    char url[96], body[4096] = "";
-    CURL *easy = curl_easy_init();
-    curl_easy_setopt(easy, CURLOPT_URL, sim_process_url(&fx_sim, "/stats", url, sizeof url));
-    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, fx_collect);
-    curl_easy_setopt(easy, CURLOPT_WRITEDATA, body);
-    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 5000L);
-    cr_assert_eq(curl_easy_perform(easy), CURLE_OK, "GET /stats failed");
-    curl_easy_cleanup(easy);
-    json_t *root = json_loads(body, 0, NULL);
+    json_t *root = fx_stats_json();
     json_t *v = json_object_get(json_object_get(root, "stream"), key);
-    cr_assert(json_is_integer(v), "/stats has no stream.%s: %s", key, body);
+    cr_assert(json_is_integer(v), "/stats has no stream.%s", key);
     long n = (long)json_integer_value(v);
     json_decref(root);
     return n;

@@ -107,7 +107,8 @@ static inline long fx_json_long(json_t *obj, const char *key)
     return (long)json_integer_value(json_object_get(obj, key));
 }
 
-static inline struct fx_stats fx_stats(void)
+/* The simulator's GET /stats, parsed; the caller json_decref()s it. */
+static inline json_t *fx_stats_json(void)
 {
     char url[96], body[4096] = "";
     CURL *easy = curl_easy_init();
@@ -119,6 +120,12 @@ static inline struct fx_stats fx_stats(void)
     curl_easy_cleanup(easy);
     json_t *root = json_loads(body, 0, NULL);
     cr_assert_not_null(root, "/stats is not JSON: %s", body);
+    return root;
+}
+
+static inline struct fx_stats fx_stats(void)
+{
+    json_t *root = fx_stats_json();
     json_t *by = json_object_get(root, "by_status");
     struct fx_stats s = {
         .requests = fx_json_long(root, "requests"),
