@@ -20,6 +20,9 @@
 #define FLEET_SAMPLES_PER_REPORT 64  /* samples the leader feeds per report and outcome */
 #define FLEET_CUT_BEATS 3            /* heartbeats the fleet takes to apply a cut of S */
 #define FLEET_BACKOFF 0.75           /* the default leader policy's cut on an overload */
+#define FLEET_WINDOW_CALLS 16        /* served calls a leader's window waits for (see leader_beat) */
+#define FLEET_WINDOW_BEATS 2         /* ... and beats, so it spans more than one report */
+#define FLEET_WINDOW_MAX_BEATS 150   /* ... or this many beats, whatever it holds */
 
 /* ---- configuration ------------------------------------------------------------ */
 
@@ -311,7 +314,10 @@ static void leader_start(struct sluice_fleet *f, uint32_t shared_limit, uint64_t
         d.jumpstart = shared_limit < min ? min : shared_limit > max ? max : shared_limit;
     f->a_leader_store = sluice__fleet_leader_store(f);
     d.store = &f->a_leader_store;
-    d.window_min_ns = 2 * f->heartbeat_ms * SLUICE_NS_PER_MS; /* see leader_feed */
+    /* The leader closes its windows itself (leader_beat); the node's own
+     * schedule is only the cap, and every report fed before it is measured. */
+    d.window_min_ns = d.window_max_ns = FLEET_WINDOW_MAX_BEATS * f->heartbeat_ms * SLUICE_NS_PER_MS;
+    f->a_window_fed = f->a_window_beats = 0;
     d.on_event = fleet_leader_event;
     d.on_event_ctx = f;
     sluice_gate_init(&f->a_leader_gate, max);
@@ -325,21 +331,21 @@ static void leader_start(struct sluice_fleet *f, uint32_t shared_limit, uint64_t
 
 /*
  * Feed one drained report ("ok overload served lat_sum lat_min maxif retry start_ms") to
- * the leader's node. Served calls count as started now: reports arrive a beat or two
- * late, and the node measures only calls that started in its open window (which lasts
- * at least two beats, see leader_start). Overloads keep the report's start (its oldest
+ * the leader's node; answer the samples fed. Served calls count as started now: reports
+ * arrive a beat or two late, and the node measures only calls that started in its open
+ * window (which leader_beat closes). Overloads keep the report's start (its oldest
  * window's, in server time): one that started before the node's last cut is stale, so
  * the burst of 429s a cut was made for does not cut again when it arrives late.
  */
-static void leader_feed(struct sluice_fleet *f, const char *report, int64_t now_srv_ms,
-                        enum sluice_outcome outcome)
+static unsigned leader_feed(struct sluice_fleet *f, const char *report, int64_t now_srv_ms,
+                            enum sluice_outcome outcome)
 {
     unsigned long long ok, overload, served;
     long long lat_sum, lat_min, retry, start_ms;
-    unsigned maxif;
+    unsigned maxif, n = 0;
     if (sscanf(report, "%llu %llu %llu %lld %lld %u %lld %lld", &ok, &overload, &served, &lat_sum,
                &lat_min, &maxif, &retry, &start_ms) != 8)
-        return;
+        return 0;
     int64_t now = sluice_monotonic_ns();
     int64_t age_ns = (now_srv_ms - start_ms) * SLUICE_NS_PER_MS;
     struct sluice_sample s = {0};
@@ -347,10 +353,15 @@ static void leader_feed(struct sluice_fleet *f, const char *report, int64_t now_
     s.in_flight_at_start = f->a_fleet_load;
     s.outcome = SLUICE_OUTCOME_OK;
     s.latency_ns = ok ? (int64_t)(lat_sum / (long long)ok) : 0;
-    for (unsigned long long i = 0; outcome == SLUICE_OUTCOME_OK && i < ok && i < FLEET_SAMPLES_PER_REPORT; i++) {
+    /* Every call the fleet served, at its windows' mean: a member measures
+     * latency only on the calls that started in its window's start period, but
+     * each served call ran at this load. Where a member's windows measured
+     * none, there is no latency to feed. */
+    unsigned long long fed = ok ? (served > ok ? served : ok) : 0;
+    for (; outcome == SLUICE_OUTCOME_OK && n < fed && n < FLEET_SAMPLES_PER_REPORT; n++) {
         /* One at the window's fastest, so the policy's minimum filter sees it. */
         struct sluice_sample one = s;
-        if (i == 0 && lat_min > 0)
+        if (n == 0 && lat_min > 0)
             one.latency_ns = lat_min;
         sluice_discovery_on_sample(f->a_leader, &one);
     }
@@ -361,14 +372,24 @@ static void leader_feed(struct sluice_fleet *f, const char *report, int64_t now_
                  FLEET_CUT_BEATS * f->heartbeat_ms * SLUICE_NS_PER_MS;
     s.retry_after_ns = retry;
     s.latency_ns = 0;
-    for (unsigned long long i = 0;
-         outcome == SLUICE_OUTCOME_OVERLOAD && i < overload && i < FLEET_SAMPLES_PER_REPORT; i++)
+    for (; outcome == SLUICE_OUTCOME_OVERLOAD && n < overload && n < FLEET_SAMPLES_PER_REPORT; n++)
         sluice_discovery_on_sample(f->a_leader, &s);
+    return n;
 }
 
-/* The leader's beat: drain the fleet's reports into its node, publish S. Every sample
+/*
+ * The leader's beat: drain the fleet's reports into its node, publish S. Every sample
  * says the fleet ran a_fleet_load calls when it started (the processes' loads summed
- * at this beat), so the node sees the fleet saturated when every process is. */
+ * at this beat), so the node sees the fleet saturated when every process is.
+ *
+ * The leader's windows are counted in calls, not timed: it closes one once it has
+ * fed FLEET_WINDOW_CALLS served calls over at least FLEET_WINDOW_BEATS beats. A
+ * node times its windows to see window_samples calls at its limit, but the fleet
+ * runs fewer than S calls when members sit idle on their base permits, and a
+ * member's windows (sized by its own small limit) reach the leader in lumps: timed
+ * windows there held fewer calls than the policy judges, and the fleet never grew.
+ * An overload still closes the window at once.
+ */
 static bool leader_beat(struct sluice_fleet *f)
 {
     static const enum fleet_key drain_keys[] = {KEY_REPORTS};
@@ -382,11 +403,18 @@ static bool leader_beat(struct sluice_fleet *f)
         /* Every report's served calls first: an overload closes the node's window at
          * once, and that window should hold all the fleet served meanwhile. */
         for (size_t i = 0; i < list->elements; i++)
-            leader_feed(f, list->element[i]->str, now_srv, SLUICE_OUTCOME_OK);
+            f->a_window_fed += leader_feed(f, list->element[i]->str, now_srv, SLUICE_OUTCOME_OK);
+        unsigned refused = 0;
         for (size_t i = 0; i < list->elements; i++)
-            leader_feed(f, list->element[i]->str, now_srv, SLUICE_OUTCOME_OVERLOAD);
+            refused += leader_feed(f, list->element[i]->str, now_srv, SLUICE_OUTCOME_OVERLOAD);
+        if (refused) /* it may have closed the window: count afresh */
+            f->a_window_fed = f->a_window_beats = 0;
     }
     freeReplyObject(r);
+    if (++f->a_window_beats >= FLEET_WINDOW_BEATS && f->a_window_fed >= FLEET_WINDOW_CALLS) {
+        sluice_discovery_update_now(f->a_leader);
+        f->a_window_fed = f->a_window_beats = 0;
+    }
     sluice_discovery_poll(f->a_leader);
     if (!f->a_redis)
         return false; /* the store lost the connection */

@@ -86,6 +86,8 @@ struct sluice_fleet {
     uint64_t a_clears_seen; /* the clears counter the leader has acted on */
     uint32_t a_fleet_load;  /* calls the fleet runs, summed over processes at the last beat */
     uint32_t a_kicked_for;  /* the published limit the pool was last told to take now */
+    uint32_t a_window_fed;  /* served calls fed to the leader's open window */
+    uint32_t a_window_beats; /* beats since the leader's window opened */
     struct sluice_discovery *a_leader; /* non-NULL while this process leads */
     struct sluice_gate a_leader_gate;  /* the leader node's gate: S, never acquired */
     struct sluice_store_ops a_leader_store;
