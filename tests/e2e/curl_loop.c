@@ -195,8 +195,7 @@ static void *submitter_main(void *arg)
 
 LOOP_TEST(reject_mode_cap_24_is_discovered_by_200_concurrent_submissions_from_4_threads)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "24", "--median-ms", "20", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 24, .median_ms = 20});
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(64, -1, &dd);
     struct sluice_curl_loop *loop = loop_create(e, 0);
@@ -285,9 +284,8 @@ static void *burst_main(void *arg)
 
 LOOP_TEST(of_500_simultaneous_submissions_exactly_active_plus_waiting_are_accepted)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "500", "--median-ms",
-                          "150",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 500, .median_ms = 150,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(20, 80, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
@@ -333,9 +331,8 @@ LOOP_TEST(of_500_simultaneous_submissions_exactly_active_plus_waiting_are_accept
 
 LOOP_TEST(submissions_past_max_requests_get_eagain_and_unknown_backends_einval)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "8", "--median-ms",
-                          "300",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 300,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(8, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 2);
     struct tracker t;
@@ -425,9 +422,8 @@ LOOP_TEST(a_bad_description_or_deadline_fails_with_einval_and_a_message_naming_t
 LOOP_TEST(cancel_by_id_aborts_a_transfer_within_50_ms_and_frees_the_provider_slot)
 {
     /* --abandoned free: a provider that frees the slot when the client leaves. */
-    const char *args[] = {"--mode", "reject", "--cap",       "4",    "--median-ms", "5000",
-                          "--sigma", "0",     "--abandoned", "free", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 5000,
+                                   .fixed_latency = true, .abandoned_free = true});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
@@ -458,9 +454,8 @@ LOOP_TEST(cancel_by_id_aborts_a_transfer_within_50_ms_and_frees_the_provider_slo
 
 LOOP_TEST(a_token_cancels_a_request_waiting_for_a_permit_without_touching_the_provider)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "600",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 600,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(1, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
@@ -493,9 +488,8 @@ LOOP_TEST(a_token_cancels_a_request_waiting_for_a_permit_without_touching_the_pr
 
 LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "800",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 800,
+                                   .fixed_latency = true});
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 1;
     struct sluice_engine *e = fx_engine(4, -1, &dd);
@@ -536,9 +530,8 @@ LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
  * transfer ends): it must be the value at submit, whatever becomes of the caller's timespec. */
 LOOP_TEST(a_deadline_is_the_value_at_submit_whatever_becomes_of_the_callers_timespec)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "800",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 800,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
@@ -577,8 +570,7 @@ LOOP_TEST(a_deadline_is_the_value_at_submit_whatever_becomes_of_the_callers_time
 
 LOOP_TEST(a_request_with_less_time_left_than_the_expected_service_never_starts_its_transfer)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "50", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 50});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     fx_teach_service(e, 10 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
     struct sluice_curl_loop *loop = loop_create(e, 0);
@@ -603,9 +595,8 @@ LOOP_TEST(a_request_with_less_time_left_than_the_expected_service_never_starts_i
 
 LOOP_TEST(an_abandoned_transfer_lingers_and_the_loop_releases_it_with_no_other_traffic)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "600",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 600,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(1, -1, NULL);
     fx_teach_service(e, 1 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
     struct sluice_curl_loop *loop = loop_create(e, 0);
@@ -638,9 +629,9 @@ LOOP_TEST(an_abandoned_transfer_lingers_and_the_loop_releases_it_with_no_other_t
 
 LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 {
-    const char *args[] = {"--mode",  "reject", "--cap",         "1", "--median-ms",        "400",
-                          "--sigma", "0",      "--retry-after", "1", "--retry-after-date", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 1, .median_ms = 400,
+                                   .fixed_latency = true, .retry_after = 1,
+                                   .retry_after_date = true});
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 4;
     struct sluice_engine *e = fx_engine(4, -1, &dd);
@@ -678,9 +669,8 @@ LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 
 LOOP_TEST(shutdown_completes_every_request_with_eclosed_and_leaks_nothing)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "8", "--median-ms",
-                          "5000",   "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5000,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
@@ -717,8 +707,7 @@ LOOP_TEST(shutdown_completes_every_request_with_eclosed_and_leaks_nothing)
 
 LOOP_TEST(sequential_requests_reuse_one_connection)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "0", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
@@ -804,8 +793,7 @@ static struct sluice_curl_loop *ep_loop_create(struct ep *ep, struct sluice_engi
 
 LOOP_TEST(an_epoll_loop_drives_the_embedded_mode_to_completion)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "64", "--median-ms", "30", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 64, .median_ms = 30});
     struct sluice_engine *e = fx_engine(8, -1, NULL);
     struct ep ep;
     struct sluice_curl_loop *loop = ep_loop_create(&ep, e);
@@ -869,8 +857,7 @@ static void ep_watch_tracked(void *ctx, curl_socket_t fd, int what, void **socke
 
 LOOP_TEST(the_watch_callback_gets_back_the_pointer_it_set_for_each_socket)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "64", "--median-ms", "20", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 64, .median_ms = 20});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
     struct ep_tracked t = {0};
     t.ep.fd = epoll_create1(EPOLL_CLOEXEC);
@@ -907,8 +894,7 @@ LOOP_TEST(the_watch_callback_gets_back_the_pointer_it_set_for_each_socket)
 
 LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "0", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
     struct ep ep;
     struct sluice_curl_loop *loop = ep_loop_create(&ep, e);
@@ -943,9 +929,8 @@ LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
 
 LOOP_TEST(closing_the_engine_completes_queued_requests_with_eclosed_from_another_thread)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "300",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 300,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(1, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
