@@ -123,6 +123,31 @@ static struct sluice_curl_loop *loop_create(struct sluice_engine *e, uint32_t ma
     return loop;
 }
 
+/* The requests a test names, NULL-terminated: REQS(&busy, &queued). */
+#define REQS(...) ((struct req *const[]){__VA_ARGS__, NULL})
+
+/* A loop over `e` (default max_requests) for the requests `qs`, each fresh and tracked by *t. */
+static struct sluice_curl_loop *loop_with(struct sluice_engine *e, struct tracker *t,
+                                          struct req *const qs[])
+{
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    tracker_init(t);
+    for (; *qs; qs++)
+        req_init(*qs, t);
+    return loop;
+}
+
+/* The pool holds nothing; then the loop, the requests' handles and the engine go. */
+static void loop_done_idle(struct sluice_engine *e, struct sluice_curl_loop *loop,
+                           struct req *const qs[])
+{
+    fx_assert_idle(e);
+    sluice_curl_loop_destroy(loop);
+    for (; *qs; qs++)
+        curl_easy_cleanup((*qs)->easy);
+    sluice_engine_destroy(e);
+}
+
 static void wait_in_flight(long n)
 {
     int64_t until = fx_now_ms() + 5000;
@@ -397,11 +422,9 @@ LOOP_TEST(a_bad_description_or_deadline_fails_with_einval_and_a_message_naming_t
                   cases[i].expect);
     }
     /* A request's deadline that is not normalised completes EINVAL, saying why. */
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req q;
-    req_init(&q, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&q));
     struct timespec denormal = {.tv_sec = 1, .tv_nsec = -5};
     struct sluice_curl_request rq = req_of(&q, false);
     rq.deadline = &denormal;
@@ -425,11 +448,9 @@ LOOP_TEST(cancel_by_id_aborts_a_transfer_within_50_ms_and_frees_the_provider_slo
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 5000,
                                    .fixed_latency = true, .abandoned_free = true});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req q;
-    req_init(&q, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&q));
     cr_assert_eq(submit(loop, &q, false), SLUICE_OK);
     wait_in_flight(1);
     cr_assert_eq(sluice_curl_loop_stats(loop).transferring, 1);
@@ -457,12 +478,9 @@ LOOP_TEST(a_token_cancels_a_request_waiting_for_a_permit_without_touching_the_pr
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 600,
                                    .fixed_latency = true});
     struct sluice_engine *e = fx_engine(1, -1, NULL);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req busy, queued;
-    req_init(&busy, &t);
-    req_init(&queued, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&busy, &queued));
     cr_assert_eq(submit(loop, &busy, false), SLUICE_OK);
     wait_in_flight(1);
     cr_assert_eq(submit(loop, &queued, true), SLUICE_OK);
@@ -479,11 +497,7 @@ LOOP_TEST(a_token_cancels_a_request_waiting_for_a_permit_without_touching_the_pr
     wait_done(&t, 2, 5000);
     cr_assert_eq(busy.r.status, SLUICE_OK);
     cr_assert_eq(fx_stats_settled().requests, 1, "the cancelled request reached the simulator");
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(busy.easy);
-    curl_easy_cleanup(queued.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&busy, &queued));
 }
 
 LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
@@ -493,12 +507,9 @@ LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 1;
     struct sluice_engine *e = fx_engine(4, -1, &dd);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req transferring, waiting;
-    req_init(&transferring, &t);
-    req_init(&waiting, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&transferring, &waiting));
     struct timespec d1, d2;
     struct sluice_curl_request r1 = req_of(&transferring, false);
     r1.deadline = sluice_deadline_in(&d1, 200 * SLUICE_NS_PER_MS);
@@ -519,11 +530,7 @@ LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
     cr_assert(ms1 >= 195 && ms1 < 600, "the transfer ended after %lld ms", (long long)ms1);
     cr_assert_eq(fx_stats_settled().cancelled, 1);
     cr_assert_eq(fx_status(e).limit, 1, "a deadline moved the limit");
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(transferring.easy);
-    curl_easy_cleanup(waiting.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&transferring, &waiting));
 }
 
 /* The loop reads a request's deadline long after submit returned (at the permit, when the
@@ -533,12 +540,9 @@ LOOP_TEST(a_deadline_is_the_value_at_submit_whatever_becomes_of_the_callers_time
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 800,
                                    .fixed_latency = true});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req reused, freed;
-    req_init(&reused, &t);
-    req_init(&freed, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&reused, &freed));
     /* One timespec the submitter reuses at once (a later deadline), one it frees (ASan). */
     struct timespec on_stack;
     struct sluice_curl_request r1 = req_of(&reused, false);
@@ -561,11 +565,7 @@ LOOP_TEST(a_deadline_is_the_value_at_submit_whatever_becomes_of_the_callers_time
                      sluice_curl_kind_name(both[i]->r.kind));
         cr_assert(both[i]->r.transferred, "request %d never started", i);
     }
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(reused.easy);
-    curl_easy_cleanup(freed.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&reused, &freed));
 }
 
 LOOP_TEST(a_request_with_less_time_left_than_the_expected_service_never_starts_its_transfer)
@@ -573,11 +573,9 @@ LOOP_TEST(a_request_with_less_time_left_than_the_expected_service_never_starts_i
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 50});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     fx_teach_service(e, 10 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req q;
-    req_init(&q, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&q));
     struct timespec d;
     struct sluice_curl_request rq = req_of(&q, false);
     rq.deadline = sluice_deadline_in(&d, 2 * SLUICE_NS_PER_SEC);
@@ -587,10 +585,7 @@ LOOP_TEST(a_request_with_less_time_left_than_the_expected_service_never_starts_i
     cr_assert(q.r.refused_late);
     cr_assert_not(q.r.transferred);
     cr_assert_eq(fx_stats_settled().requests, 0, "the provider got the request");
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(q.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&q));
 }
 
 LOOP_TEST(an_abandoned_transfer_lingers_and_the_loop_releases_it_with_no_other_traffic)
@@ -599,12 +594,9 @@ LOOP_TEST(an_abandoned_transfer_lingers_and_the_loop_releases_it_with_no_other_t
                                    .fixed_latency = true});
     struct sluice_engine *e = fx_engine(1, -1, NULL);
     fx_teach_service(e, 1 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req first, second;
-    req_init(&first, &t);
-    req_init(&second, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&first, &second));
     cr_assert_eq(submit(loop, &first, false), SLUICE_OK);
     WAIT_UNTIL(fx_stats().in_flight == 1); /* the request reached the provider */
     cr_assert_eq(submit(loop, &second, false), SLUICE_OK);
@@ -620,11 +612,7 @@ LOOP_TEST(an_abandoned_transfer_lingers_and_the_loop_releases_it_with_no_other_t
     cr_assert_eq(second.r.status, SLUICE_OK);
     cr_assert_eq(fx_counts(e).lingered, 1);
     cr_assert_eq(fx_counts(e).lingering, 0);
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(first.easy);
-    curl_easy_cleanup(second.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&first, &second));
 }
 
 LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
@@ -635,13 +623,9 @@ LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 4;
     struct sluice_engine *e = fx_engine(4, -1, &dd);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req busy, refused, held;
-    req_init(&busy, &t);
-    req_init(&refused, &t);
-    req_init(&held, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&busy, &refused, &held));
     cr_assert_eq(submit(loop, &busy, false), SLUICE_OK);
     wait_in_flight(1);
     cr_assert_eq(submit(loop, &refused, false), SLUICE_OK);
@@ -657,12 +641,7 @@ LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
     cr_assert_eq(held.r.http_status, 200);
     cr_assert_geq(held.done_ns - refused.done_ns, refused.r.retry_after_ns - 100 * SLUICE_NS_PER_MS,
                   "the held call did not wait out the hold");
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(busy.easy);
-    curl_easy_cleanup(refused.easy);
-    curl_easy_cleanup(held.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&busy, &refused, &held));
 }
 
 /* ---- shutdown and keep-alive --------------------------------------------------------------- */
