@@ -8,11 +8,10 @@
 #ifndef SLUICE_TESTS_SHIM_STATEFILE_FIXTURE_H
 #define SLUICE_TESTS_SHIM_STATEFILE_FIXTURE_H
 
-#include <dirent.h>
-
 #include <sluice/statefile.h>
 
 #include "e2e/admin_fixture.h"
+#include "shim/file_fixture.h"
 
 static char dir[256];
 static struct sluice_statefile *sf;
@@ -40,14 +39,6 @@ static inline char *slurp(const char *path)
     return buf;
 }
 
-static inline void spit(const char *path, const char *text, size_t len)
-{
-    FILE *fp = fopen(path, "wb");
-    cr_assert_not_null(fp, "%s: %s", path, strerror(errno));
-    cr_assert_eq(fwrite(text, 1, len, fp), len);
-    fclose(fp);
-}
-
 /* A state file at dir/sub/ceilings.json (the directory does not exist yet). */
 static inline const char *open_in_tmp(void)
 {
@@ -67,17 +58,6 @@ static inline struct sluice_lock_record record(uint32_t ceiling, const char *pol
     struct sluice_lock_record r = fixture_lock(ceiling, 3600);
     snprintf(r.policy, sizeof r.policy, "%s", policy);
     return r;
-}
-
-static inline int count_tmp_files(const char *d)
-{
-    DIR *dp = opendir(d);
-    int n = 0;
-    for (struct dirent *e; dp && (e = readdir(dp));)
-        n += strstr(e->d_name, ".tmp.") != NULL;
-    if (dp)
-        closedir(dp);
-    return n;
 }
 
 /* The state file's directories, made as its first save would. */
