@@ -106,11 +106,11 @@ FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
                  100 * settled_share);
 }
 
-/* Issue 19: a provider that queues past its cap and answers 503 to a call that
- * waited one median service time (a gateway's `timeout queue`;
- * sluice-provider-sim --mode queue --queue-timeout 50, 50 ms calls, no queue
- * bound: the issue's 100 ms / 100 ms at half the time, so a lock fits the
- * test's 30 s), shared by eight processes of 8 callers each. The leader's
+/* A provider that queues past its cap and answers 503 to a call that waited
+ * one median service time (a gateway's `timeout queue`; --mode queue
+ * --queue-timeout 50, 50 ms calls, no queue bound: 100 ms / 100 ms at half
+ * the time, so a lock fits the test's 30 s), shared by eight processes of 8
+ * callers each. The leader's
  * lock, one for the whole fleet, lands inside [0.8·C, 1.25·C]: the refusals
  * come only once calls queue 50 ms, and by then latency has long said "past
  * the cap". */

@@ -645,7 +645,7 @@ static unsigned probe_cap(int cap, const char *save_as)
     return probe_mode_cap("reject", cap, save_as, 0.85, 1.15);
 }
 
-/* Issue 10's real-HTTP check: a provider that queues instead of refusing
+/* Over real HTTP: a provider that queues instead of refusing
  * (Ollama-like) is found by latency alone, inside [0.8·C, 1.25·C]. */
 Test(sluicectl, probe_locks_a_queueing_provider_at_cap_12_inside_the_band, .fini = cleanup,
      .timeout = 120)
