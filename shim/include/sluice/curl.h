@@ -23,9 +23,6 @@
  * one map: SLUICE_CURL_KIND_MAP below gives each kind of response the
  * HTTP statuses that make it, what its body or budgets must say, and the
  * sample it gives discovery. Look there for how a 429 is classified.
- * The caller's own deadline or cancel ending a transfer is ABORTED (sample
- * IGNORE): the caller gave up; a deadline counts the time spent queueing,
- * so it says nothing about how long the provider takes.
  * Non-2xx responses are the caller's to handle: the call returns SLUICE_OK
  * (the HTTP exchange completed) and result.http_status / result.kind say
  * what came back, as curl_easy_perform returns CURLE_OK for a 404.
