@@ -34,6 +34,8 @@
 
 #include <sluice/sluice.h>
 
+#include "strbuf_internal.h"
+
 /* One node's writes waiting for (or done by) the writer thread. */
 struct sf_pending {
     char node[SLUICE_NODE_ID_MAX];
@@ -524,38 +526,6 @@ static bool member_is(const char *s, const struct member *m, const char *key)
 
 /* ---- writing ------------------------------------------------------------------ */
 
-struct out {
-    char *p;
-    size_t len, cap;
-    bool oom;
-};
-
-static void out_put(struct out *o, const char *s, size_t n)
-{
-    if (o->oom)
-        return;
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 1024;
-        while (cap < o->len + n + 1)
-            cap *= 2;
-        char *p = realloc(o->p, cap);
-        if (!p) {
-            o->oom = true;
-            return;
-        }
-        o->p = p;
-        o->cap = cap;
-    }
-    memcpy(o->p + o->len, s, n);
-    o->len += n;
-    o->p[o->len] = '\0';
-}
-
-static void out_str(struct out *o, const char *s)
-{
-    out_put(o, s, strlen(s));
-}
-
 /* mkdir -p, new directories 0700. */
 static int sf_mkdirs(struct sluice_statefile *f)
 {
@@ -674,7 +644,7 @@ static int sf_write_atomic(struct sluice_statefile *f, const char *data, size_t 
 }
 
 /* `"node": {"ceiling": ...}` for a record; false when the node ID is not valid UTF-8. */
-static bool sf_render_entry(struct out *o, const char *node, const struct sluice_lock_record *rec)
+static bool sf_render_entry(struct sluice__strbuf *o, const char *node, const struct sluice_lock_record *rec)
 {
     char policy[SLUICE_POLICY_NAME_MAX];
     snprintf(policy, sizeof policy, "%s", rec->policy);
@@ -690,10 +660,10 @@ static bool sf_render_entry(struct out *o, const char *node, const struct sluice
     char *v = val ? json_dumps(val, JSON_PRESERVE_ORDER) : NULL; /* ", " and ": " separators */
     bool ok = k && v;
     if (ok) {
-        out_str(o, "    ");
-        out_str(o, k);
-        out_str(o, ": ");
-        out_str(o, v);
+        sluice__strbuf_puts(o, "    ");
+        sluice__strbuf_puts(o, k);
+        sluice__strbuf_puts(o, ": ");
+        sluice__strbuf_puts(o, v);
     }
     free(k);
     free(v);
@@ -742,28 +712,28 @@ static int sf_rewrite(struct sluice_statefile *f, const char *node,
     bool present = false;
     for (size_t i = 0; i < n_nodes; i++)
         present |= member_is(s, &nodes[i], node);
-    struct out o = {0};
+    struct sluice__strbuf o = {0};
     if (status == SLUICE_OK && (rec || present || !root)) {
         char head[128];
         snprintf(head, sizeof head, "{\n  \"format\": \"%s\",\n  \"version\": %d,\n",
                  SLUICE_STATEFILE_FORMAT, SLUICE_STATEFILE_VERSION);
-        out_str(&o, head);
+        sluice__strbuf_puts(&o, head);
         for (size_t i = 0; i < n_top; i++) /* members this version does not know: kept */
             if (!member_is(s, &top[i], "format") && !member_is(s, &top[i], "version") &&
                 !member_is(s, &top[i], "nodes")) {
-                out_str(&o, "  ");
-                out_put(&o, s + top[i].k0, top[i].k1 - top[i].k0);
-                out_str(&o, ": ");
-                out_put(&o, s + top[i].v0, top[i].v1 - top[i].v0);
-                out_str(&o, ",\n");
+                sluice__strbuf_puts(&o, "  ");
+                sluice__strbuf_put(&o, s + top[i].k0, top[i].k1 - top[i].k0);
+                sluice__strbuf_puts(&o, ": ");
+                sluice__strbuf_put(&o, s + top[i].v0, top[i].v1 - top[i].v0);
+                sluice__strbuf_puts(&o, ",\n");
             }
-        out_str(&o, "  \"nodes\": {");
+        sluice__strbuf_puts(&o, "  \"nodes\": {");
         bool first = true, written = false;
         for (size_t i = 0; i < n_nodes && status == SLUICE_OK; i++) {
             bool mine = member_is(s, &nodes[i], node);
             if (mine && !rec)
                 continue;
-            out_str(&o, first ? "\n" : ",\n");
+            sluice__strbuf_puts(&o, first ? "\n" : ",\n");
             first = false;
             if (mine) {
                 if (!sf_render_entry(&o, node, rec))
@@ -771,18 +741,18 @@ static int sf_rewrite(struct sluice_statefile *f, const char *node,
                 written = true;
                 continue;
             }
-            out_str(&o, "    ");
-            out_put(&o, s + nodes[i].k0, nodes[i].k1 - nodes[i].k0);
-            out_str(&o, ": ");
-            out_put(&o, s + nodes[i].v0, nodes[i].v1 - nodes[i].v0);
+            sluice__strbuf_puts(&o, "    ");
+            sluice__strbuf_put(&o, s + nodes[i].k0, nodes[i].k1 - nodes[i].k0);
+            sluice__strbuf_puts(&o, ": ");
+            sluice__strbuf_put(&o, s + nodes[i].v0, nodes[i].v1 - nodes[i].v0);
         }
         if (rec && !written && status == SLUICE_OK) {
-            out_str(&o, first ? "\n" : ",\n");
+            sluice__strbuf_puts(&o, first ? "\n" : ",\n");
             first = false;
             if (!sf_render_entry(&o, node, rec))
                 status = SLUICE_EINVAL;
         }
-        out_str(&o, first ? "}\n}\n" : "\n  }\n}\n");
+        sluice__strbuf_puts(&o, first ? "}\n}\n" : "\n  }\n}\n");
         if (status == SLUICE_EINVAL)
             sf_fail(f, status, "%s: node ID \"%s\" is not valid UTF-8", f->path, node);
         else if (o.oom)
