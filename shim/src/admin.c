@@ -63,8 +63,8 @@ static int admin_resolve(const struct sluice_admin_desc *in, struct sluice_admin
 {
     *d = *in;
     if (!d->engine)
-        return admin_fail(in, SLUICE_EINVAL, "sluice_admin_desc.engine is NULL (pass the engine "
-                                             "to serve)");
+        return admin_fail(in, SLUICE_EINVAL,
+                          "sluice_admin_desc.engine is NULL (pass the engine to serve)");
     if (!d->address)
         d->address = "127.0.0.1";
     if (d->port.set && d->port.value > 65535)
@@ -101,7 +101,8 @@ static int admin_listen(const struct sluice_admin_desc *d, bool *loopback, uint1
     struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE,
                              .ai_socktype = SOCK_STREAM};
     char service[8];
-    snprintf(service, sizeof service, "%u", d->port.set ? d->port.value : SLUICE_ADMIN_PORT_DEFAULT);
+    snprintf(service, sizeof service, "%u",
+             d->port.set ? d->port.value : SLUICE_ADMIN_PORT_DEFAULT);
     struct addrinfo *ai = NULL;
     if (getaddrinfo(host, service, &hints, &ai) != 0 || !ai) {
         *status = admin_fail(d, SLUICE_EINVAL,
@@ -202,9 +203,8 @@ static struct MHD_Daemon *admin_daemon(struct sluice_admin *a, int fd)
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
         NULL, sluice__admin_on_request, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->max_connections + ADMIN_SPARE_CONNECTIONS,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)d->timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)d->max_request_bytes,
-        MHD_OPTION_NOTIFY_COMPLETED, sluice__admin_on_completed, a,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)d->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)d->max_request_bytes, MHD_OPTION_NOTIFY_COMPLETED, sluice__admin_on_completed, a,
         MHD_OPTION_NOTIFY_CONNECTION, sluice__admin_on_connection, a, MHD_OPTION_END);
 }
 

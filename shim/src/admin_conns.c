@@ -147,4 +147,3 @@ void sluice__admin_cut_overdue(struct sluice_admin *a)
         }
     pthread_mutex_unlock(&a->conns_mutex);
 }
-

@@ -78,13 +78,13 @@ struct sluice__admin_conn {
 
 /* One engine node as the admin tracks it (under mutex). */
 struct sluice__admin_node {
-    const char *id;                       /* engine-owned */
-    const struct sluice_event_ring *ring; /* NULL: fixed node, no events */
-    uint64_t cursor;                      /* events counted so far (a seq) */
+    const char *id;                            /* engine-owned */
+    const struct sluice_event_ring *ring;      /* NULL: fixed node, no events */
+    uint64_t cursor;                           /* events counted so far (a seq) */
     uint64_t backoffs[SLUICE__ADMIN_N_CAUSES]; /* backoff events by cause */
     uint64_t events[SLUICE__ADMIN_N_KINDS];    /* events by kind */
-    uint64_t dropped;                     /* overwritten before counted */
-    struct sluice__admin_sample *history; /* ring of history_s samples */
+    uint64_t dropped;                          /* overwritten before counted */
+    struct sluice__admin_sample *history;      /* ring of history_s samples */
     uint32_t hist_head, hist_len;
     struct sluice__admin_tally recent[SLUICE__ADMIN_RECENT_S + 1]; /* ring: the last
                                                                       RECENT_S seconds' ends */
@@ -103,7 +103,7 @@ struct sluice_admin {
     bool sampler_started;
     atomic_bool stopping;
     atomic_uint streams;
-    pthread_mutex_t conns_mutex;     /* taken inside mutex, never around it */
+    pthread_mutex_t conns_mutex;      /* taken inside mutex, never around it */
     struct sluice__admin_conn *conns; /* open connections, a doubly linked list */
     struct sluice__admin_node *nodes;
     size_t n_nodes;

@@ -42,8 +42,9 @@ static void totals_json(const struct sluice_pool_counts *c, json_t *o)
 {
     json_object_set_new(o, "lingering", json_integer(c->lingering));
     json_object_set_new(o, "expected_service_ms", ms_or_null(c->expected_ns ? c->expected_ns : -1));
-    json_object_set_new(o, "requests_total", json_integer((json_int_t)(c->calls_ok + c->calls_overload +
-                                                                       c->calls_ignored)));
+    json_object_set_new(
+        o, "requests_total",
+        json_integer((json_int_t)(c->calls_ok + c->calls_overload + c->calls_ignored)));
     json_object_set_new(o, "overloads_total", json_integer((json_int_t)c->calls_overload));
     json_object_set_new(o, "timeouts_total", json_integer((json_int_t)c->timeouts));
     json_object_set_new(o, "cancels_total", json_integer((json_int_t)c->cancels));
@@ -64,9 +65,9 @@ static void deadline_json(struct sluice_admin *a, size_t i, const struct sluice_
 {
     totals_json(c, o);
     const struct sluice__admin_node *n = &a->nodes[i];
-    struct sluice__admin_tally then, now = sluice__admin_take_tally(
-                                          sluice_engine_pool(a->engine, n->id), c,
-                                          sluice__admin_wall_ms());
+    struct sluice__admin_tally then,
+        now = sluice__admin_take_tally(sluice_engine_pool(a->engine, n->id), c,
+                                       sluice__admin_wall_ms());
     pthread_mutex_lock(&a->mutex);
     bool have = n->recent_len > 0;
     if (have) /* the oldest tally kept */
@@ -111,8 +112,8 @@ json_t *sluice__admin_node_json(struct sluice_admin *a, size_t i)
     json_object_set_new(o, "lock_expires_s", json_integer(st.lock_expires_s));
     json_object_set_new(o, "lock_left_s", json_integer(left > 0 ? left : 0));
     json_object_set_new(o, "status_line", json_string(line));
-    json_object_set_new(o, "events", json_integer(n->ring ? (json_int_t)sluice_event_ring_count(n->ring)
-                                                          : 0));
+    json_object_set_new(o, "events",
+                        json_integer(n->ring ? (json_int_t)sluice_event_ring_count(n->ring) : 0));
     json_t *last = st.last_event.seq ? event_json(&st.last_event) : NULL;
     json_object_set_new(o, "last_event", last ? last : json_null());
     deadline_json(a, i, &c, o);
@@ -135,15 +136,15 @@ char *sluice_admin_status_json(struct sluice_admin *a)
     return s;
 }
 
-json_t *sluice__admin_history_json(const struct sluice_admin *a,
-                                   const struct sluice__admin_node *n)
+json_t *sluice__admin_history_json(const struct sluice_admin *a, const struct sluice__admin_node *n)
 {
     json_t *arr = json_array();
     uint32_t cap = a->cfg.history_s;
     for (uint32_t k = 0; k < n->hist_len; k++) {
-        const struct sluice__admin_sample *s = &n->history[(n->hist_head + cap - n->hist_len + k) % cap];
-        json_array_append_new(arr, json_pack("[I,i,i]", (json_int_t)s->wall_ms, (int)s->limit,
-                                             (int)s->in_flight));
+        const struct sluice__admin_sample *s =
+            &n->history[(n->hist_head + cap - n->hist_len + k) % cap];
+        json_array_append_new(
+            arr, json_pack("[I,i,i]", (json_int_t)s->wall_ms, (int)s->limit, (int)s->in_flight));
     }
     return arr;
 }

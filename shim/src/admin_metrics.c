@@ -110,7 +110,8 @@ typedef void node_samples_fn(struct sluice__strbuf *b, const char *name, const s
 NODE_VALUE(in_flight, fmt_u64(buf, v->st.in_flight))
 NODE_VALUE(limit, v->st.limit ? fmt_u64(buf, v->st.limit) : "+Inf")
 NODE_VALUE(ceiling, fmt_u64(buf, v->st.ceiling))
-NODE_VALUE(lock_expiry, fmt_u64(buf, (uint64_t)(v->st.lock_expires_s > 0 ? v->st.lock_expires_s : 0)))
+NODE_VALUE(lock_expiry,
+           fmt_u64(buf, (uint64_t)(v->st.lock_expires_s > 0 ? v->st.lock_expires_s : 0)))
 NODE_VALUE(waiting, fmt_u64(buf, v->pc.queued))
 NODE_VALUE(refused_late, fmt_u64(buf, v->pc.refused_late))
 NODE_VALUE(timeouts, fmt_u64(buf, v->pc.timeouts))
@@ -121,14 +122,16 @@ NODE_VALUE(lingering, fmt_u64(buf, v->pc.lingering))
 NODE_VALUE(expected_service, fmt_seconds(buf, v->pc.expected_ns))
 #undef NODE_VALUE
 
-static void requests_by_outcome(struct sluice__strbuf *b, const char *name, const struct node_view *v)
+static void requests_by_outcome(struct sluice__strbuf *b, const char *name,
+                                const struct node_view *v)
 {
     put_labelled(b, name, v->id, "outcome", "ok", v->pc.calls_ok);
     put_labelled(b, name, v->id, "outcome", "overload", v->pc.calls_overload);
     put_labelled(b, name, v->id, "outcome", "ignore", v->pc.calls_ignored);
 }
 
-static void refusals_by_reason(struct sluice__strbuf *b, const char *name, const struct node_view *v)
+static void refusals_by_reason(struct sluice__strbuf *b, const char *name,
+                               const struct node_view *v)
 {
     put_labelled(b, name, v->id, "reason", "capacity", v->pc.refused_capacity);
     put_labelled(b, name, v->id, "reason", "predicted_late", v->pc.refused_early);
@@ -205,8 +208,8 @@ static const struct family families[] = {
      "(refuse_early: the predicted wait passes the deadline).",
      NULL, refusals_by_reason},
     {"sluice_refused_late_total", "counter",
-     "Calls not started: less of the deadline left than the expected service time.",
-     refused_late, NULL},
+     "Calls not started: less of the deadline left than the expected service time.", refused_late,
+     NULL},
     {"sluice_timeouts_total", "counter",
      "Calls whose deadline passed while queued or, abandoned, mid-transfer.", timeouts, NULL},
     {"sluice_cancels_total", "counter",

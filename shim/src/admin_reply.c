@@ -160,8 +160,8 @@ ptrdiff_t sluice__admin_want_node(struct sluice_admin *a, struct MHD_Connection 
         char *list = json_dumps(known, JSON_COMPACT);
         json_decref(known);
         *answered = sluice__admin_send_error(c, 404, NULL, "use one of the registered nodes",
-                                             "unknown node_id \"%.255s\"; known nodes: %.300s",
-                                             id, list ? list : "[]");
+                                             "unknown node_id \"%.255s\"; known nodes: %.300s", id,
+                                             list ? list : "[]");
         free(list);
     }
     return i;
@@ -197,4 +197,3 @@ bool sluice__admin_want_flag(struct MHD_Connection *c, const char *name, bool *o
                                          "malformed %s \"%.64s\"", name, s);
     return false;
 }
-

@@ -59,7 +59,8 @@ static enum MHD_Result send_event_lines(struct MHD_Connection *c,
     struct sluice_event batch[32];
     size_t got;
     uint64_t end = ring ? sluice_event_ring_count(ring) : 0;
-    while (ring && cursor < end && (got = sluice_event_ring_read(ring, &cursor, batch, 32, NULL)) > 0)
+    while (ring && cursor < end &&
+           (got = sluice_event_ring_read(ring, &cursor, batch, 32, NULL)) > 0)
         for (size_t k = 0; k < got; k++) {
             char line[512];
             size_t n = sluice_event_format_json(&batch[k], line, sizeof line);

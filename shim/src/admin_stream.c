@@ -141,4 +141,3 @@ enum MHD_Result sluice__admin_send_stream(struct sluice_admin *a, struct MHD_Con
     MHD_destroy_response(r);
     return ok;
 }
-
