@@ -20,8 +20,8 @@
 #define FLEET_SAMPLES_PER_REPORT 64  /* samples the leader feeds per report and outcome */
 #define FLEET_CUT_BEATS 3            /* heartbeats the fleet takes to apply a cut of S */
 #define FLEET_BACKOFF 0.75           /* the default leader policy's cut on an overload */
-#define FLEET_WINDOW_CALLS 16        /* served calls a leader's window waits for (see leader_beat) */
-#define FLEET_WINDOW_BEATS 2         /* ... and beats, so it spans more than one report */
+#define FLEET_WINDOW_CALLS 16        /* measured calls a leader's window waits for (see leader_beat) */
+#define FLEET_WINDOW_BEATS 3         /* ... and beats: the length timed windows had at 100 ms beats */
 #define FLEET_WINDOW_MAX_BEATS 150   /* ... or this many beats, whatever it holds */
 
 /* ---- configuration ------------------------------------------------------------ */
@@ -353,12 +353,7 @@ static unsigned leader_feed(struct sluice_fleet *f, const char *report, int64_t 
     s.in_flight_at_start = f->a_fleet_load;
     s.outcome = SLUICE_OUTCOME_OK;
     s.latency_ns = ok ? (int64_t)(lat_sum / (long long)ok) : 0;
-    /* Every call the fleet served, at its windows' mean: a member measures
-     * latency only on the calls that started in its window's start period, but
-     * each served call ran at this load. Where a member's windows measured
-     * none, there is no latency to feed. */
-    unsigned long long fed = ok ? (served > ok ? served : ok) : 0;
-    for (; outcome == SLUICE_OUTCOME_OK && n < fed && n < FLEET_SAMPLES_PER_REPORT; n++) {
+    for (; outcome == SLUICE_OUTCOME_OK && n < ok && n < FLEET_SAMPLES_PER_REPORT; n++) {
         /* One at the window's fastest, so the policy's minimum filter sees it. */
         struct sluice_sample one = s;
         if (n == 0 && lat_min > 0)
@@ -383,7 +378,7 @@ static unsigned leader_feed(struct sluice_fleet *f, const char *report, int64_t 
  * at this beat), so the node sees the fleet saturated when every process is.
  *
  * The leader's windows are counted in calls, not timed: it closes one once it has
- * fed FLEET_WINDOW_CALLS served calls over at least FLEET_WINDOW_BEATS beats. A
+ * fed FLEET_WINDOW_CALLS measured calls over at least FLEET_WINDOW_BEATS beats. A
  * node times its windows to see window_samples calls at its limit, but the fleet
  * runs fewer than S calls when members sit idle on their base permits, and a
  * member's windows (sized by its own small limit) reach the leader in lumps: timed
