@@ -16,7 +16,7 @@
 #include <sluice/curl.h>
 
 #include "admin_fixture.h"
-#include "e2e/sim_process.h"
+#include "sluice-provider-sim/sim_process.h"
 
 #ifndef cr_skip_test /* the TSan build's Criterion stand-in has none */
 #define cr_skip_test(...) return (void)fprintf(stderr, __VA_ARGS__)

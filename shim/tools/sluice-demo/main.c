@@ -54,7 +54,7 @@
 /* The simulator is found next to this program, else where the build put it. */
 static const char *demo_sim_path = "sluice-provider-sim";
 #define SLUICE_PROVIDER_SIM_PATH demo_sim_path
-#include "e2e/sim_process.h"
+#include "sluice-provider-sim/sim_process.h"
 #include "tool.h"
 
 #define PROG "sluice-demo"

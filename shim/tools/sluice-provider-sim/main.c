@@ -26,7 +26,8 @@
  *   POST /stats/reset           zero the counters; peaks restart from now
  *
  * The model (service times, verdicts past the cap, knee slow-down) is the
- * one the virtual-time simulator runs: tests/sim/provider_model.h. This
+ * one the virtual-time simulator runs: provider_model.h (beside this file;
+ * tests/sim/provider_sim.h runs the same model in virtual time). This
  * file only adds the sockets, the clock and the counters.
  *
  * Start-up contract (tests rely on it): the first line on stdout is the
@@ -114,7 +115,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
-#include "sim/provider_model.h"
+#include "provider_model.h"
 
 #define PROG "sluice-provider-sim"
 #define CHAT_PATH "/v1/chat/completions"
