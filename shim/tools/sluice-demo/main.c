@@ -113,19 +113,6 @@ static const char usage_text[] =
 
 /* ---- the command line ---------------------------------------------------------- */
 
-static bool parse_num(const char *s, double lo, double hi, double *out)
-{
-    if (!s || !*s)
-        return false;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !(v >= lo && v <= hi))
-        return false;
-    *out = v;
-    return true;
-}
-
 /* One flag with a value: "--flag V" or "--flag=V". Returns the value or NULL. */
 static const char *flag_value(int argc, char **argv, int *i, const char *flag)
 {
@@ -148,7 +135,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     double v;
     const char *env = getenv(CAP_ENV);
     if (env && *env) {
-        if (!parse_num(env, 1, CAP_MAX, &v) || v != floor(v))
+        if (!tool_parse_double(env, 1, CAP_MAX, &v) || v != floor(v))
             return usage_error("$" CAP_ENV " must be a whole number from 1 to %d, got '%s'",
                              CAP_MAX, env);
         o->cap = (unsigned)v;
@@ -159,7 +146,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         const char *a = argv[i], *val;
 #define NUM_FLAG(flag, lo, hi, dst)                                                                \
     if ((val = flag_value(argc, argv, &i, flag))) {                                                \
-        if (!parse_num(val, lo, hi, &v))                                                           \
+        if (!tool_parse_double(val, lo, hi, &v))                                                           \
             return usage_error(flag " needs a number from %g to %g, got '%s'", (double)(lo),        \
                              (double)(hi), val);                                                   \
         dst = v;                                                                                   \
@@ -178,7 +165,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             continue;
         }
         if ((val = flag_value(argc, argv, &i, "--cap"))) {
-            if (!parse_num(val, 1, CAP_MAX, &v) || v != floor(v))
+            if (!tool_parse_double(val, 1, CAP_MAX, &v) || v != floor(v))
                 return usage_error("--cap needs a whole number from 1 to %d, got '%s'", CAP_MAX, val);
             o->cap = (unsigned)v;
             o->cap_from = "--cap";

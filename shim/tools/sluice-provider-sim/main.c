@@ -116,6 +116,7 @@
 #include <microhttpd.h>
 
 #include "provider_model.h"
+#include "tool.h"
 
 #define PROG "sluice-provider-sim"
 #define CHAT_PATH "/v1/chat/completions"
@@ -279,36 +280,10 @@ __attribute__((format(printf, 1, 2), noreturn)) static void bad_usage(const char
     exit(2);
 }
 
-static bool parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-    if (!s || *s < '0' || *s > '9')
-        return false;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v > max)
-        return false;
-    *out = v;
-    return true;
-}
-
-static bool parse_double(const char *s, double *out)
-{
-    if (!s || !*s)
-        return false;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !(v >= 0) || !isfinite(v))
-        return false;
-    *out = v;
-    return true;
-}
-
 static uint32_t need_count(const char *flag, const char *v)
 {
     uint64_t n;
-    if (!parse_u64(v, MAX_COUNT, &n))
+    if (!tool_parse_u64(v, MAX_COUNT, &n))
         bad_usage("%s needs a whole number from 0 to 1000000, got '%s'", flag, v);
     return (uint32_t)n;
 }
@@ -316,7 +291,7 @@ static uint32_t need_count(const char *flag, const char *v)
 static double need_number(const char *flag, const char *v)
 {
     double x;
-    if (!parse_double(v, &x))
+    if (!tool_parse_double(v, 0, HUGE_VAL, &x))
         bad_usage("%s needs a number >= 0, got '%s'", flag, v);
     return x;
 }
@@ -338,7 +313,7 @@ static struct cap_change need_cap_change(const char *v)
     }
     uint64_t cap;
     if (end == v || errno || !(t >= 0) || t * unit > 1e9 || *end != ':' ||
-        !parse_u64(end + 1, MAX_COUNT, &cap))
+        !tool_parse_u64(end + 1, MAX_COUNT, &cap))
         bad_usage("--cap-at needs TIME:CAP such as 60s:52 or 1500ms:8, got '%s'", v);
     c.at_ns = (int64_t)(t * unit * 1e9);
     c.cap = (uint32_t)cap;
@@ -510,7 +485,7 @@ static void parse_options(int argc, char **argv, struct options *o)
             o->retry_after_date = true;
         } else if (!strcmp(flag, "--port")) {
             uint64_t p;
-            if (!parse_u64(value, 65535, &p))
+            if (!tool_parse_u64(value, 65535, &p))
                 bad_usage("%s needs a port from 0 to 65535, got '%s'", flag, value);
             o->port = (uint16_t)p;
         } else if (!strcmp(flag, "--mode")) {
@@ -529,7 +504,7 @@ static void parse_options(int argc, char **argv, struct options *o)
             o->model.sigma = need_number(flag, value);
         } else if (!strcmp(flag, "--retry-after")) {
             uint64_t s;
-            if (!parse_u64(value, 86400, &s))
+            if (!tool_parse_u64(value, 86400, &s))
                 bad_usage("%s needs whole seconds from 0 to 86400, got '%s'", flag, value);
             o->model.retry_after_s = (double)s;
             o->retry_after_set = true;
@@ -553,7 +528,7 @@ static void parse_options(int argc, char **argv, struct options *o)
         } else if (!strcmp(flag, "--rate-window")) {
             o->model.rate_window_s = need_number(flag, value);
         } else if (!strcmp(flag, "--seed")) {
-            if (!parse_u64(value, UINT64_MAX, &o->seed))
+            if (!tool_parse_u64(value, UINT64_MAX, &o->seed))
                 bad_usage("%s needs a whole number, got '%s'", flag, value);
         } else {
             parse_dialect_option(flag, value, &o->dialect);
