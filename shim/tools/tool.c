@@ -38,6 +38,13 @@ int usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+size_t tool_discard(char *ptr, size_t size, size_t n, void *ctx)
+{
+    (void)ptr;
+    (void)ctx;
+    return size * n;
+}
+
 bool tool_parse_u64(const char *s, uint64_t max, uint64_t *out)
 {
     /* strtoull alone would take " 5", "+5" and "-1" (as 2^64-1). */

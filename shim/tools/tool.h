@@ -3,17 +3,21 @@
  * of them): the exit codes (0 ok, 1 failure, 2 usage, as git and redis-cli
  * use them), one-line messages to stderr that start with the tool's name, the
  * flag that Ctrl-C or SIGTERM sets so a long command stops with what it has,
- * and the one way the tools read a number from the command line.
+ * the one way the tools read a number from the command line, and a libcurl
+ * write callback that discards.
  *
  * `tool_name` is the running tool's own name; a tool with subcommands points
- * it at "sluicectl clear" and so on. Everything here runs on the main thread
- * except `interrupted`, which the signal handler sets and any thread reads.
+ * it at "sluicectl clear" and so on. Threads: main sets tool_name before it
+ * starts any other thread; after that every function here may run on any
+ * thread (tool_discard runs on whichever thread performs the transfer), and
+ * `interrupted` is set by the signal handler and read by any thread.
  */
 #ifndef SLUICE_TOOL_H
 #define SLUICE_TOOL_H
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
@@ -31,6 +35,9 @@ int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* "NAME: message (see NAME --help)" on stderr; returns EXIT_USAGE. */
 int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A libcurl write callback that keeps nothing (an answer only its status matters for). */
+size_t tool_discard(char *ptr, size_t size, size_t n, void *ctx);
 
 /*
  * The whole of `s` as a whole number from 0 to `max`: decimal digits only

@@ -81,13 +81,6 @@ static void on_event(void *ctx, const struct sluice_event *ev)
     pthread_mutex_unlock(&d->mu);
 }
 
-static size_t discard(char *ptr, size_t size, size_t n, void *ctx)
-{
-    (void)ptr;
-    (void)ctx;
-    return size * n;
-}
-
 static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data);
 
 /* Submit a client's request if the budget allows; false when it is spent. */
@@ -130,7 +123,7 @@ static CURL *make_request(struct demo *d)
     curl_easy_setopt(c, CURLOPT_URL, d->url);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, d->headers);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tool_discard);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
     return c;

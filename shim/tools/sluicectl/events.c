@@ -61,29 +61,23 @@ static int sse_progress(void *clientp, curl_off_t a, curl_off_t b, curl_off_t c,
     return interrupted ? 1 : 0;
 }
 
-static int events_print(const struct opts *o, const char *node)
+/* The feed as it is now: the endpoint's JSON Lines, made terminal-safe. */
+static int events_once(const struct opts *o, const char *node)
 {
-    if (!o->follow) {
-        char *url = admin_url(o->admin, "/compute/concurrency/events", node, NULL);
-        struct fetched f;
-        admin_fetch("GET", url, &f);
-        int rc = EXIT_OK;
-        if (f.rc != CURLE_OK) {
-            rc = fail("cannot reach the admin endpoint at %s: %s", o->admin, f.error);
-        } else if (f.status != 200) {
-            json_t *j = f.body ? json_loads(f.body, 0, NULL) : NULL;
-            const char *err = json_string_value(json_object_get(j, "error"));
-            const char *fix = json_string_value(json_object_get(j, "fix"));
-            rc = err ? fail_answer(err, fix)
-                     : fail("%s answered HTTP %ld: is it a sluice admin endpoint?", url, f.status);
-            json_decref(j);
-        } else if (f.body) {
-            put_clean(f.body, true, stdout);
-        }
-        free(f.body);
-        free(url);
-        return rc;
-    }
+    char *url = admin_url(o->admin, "/compute/concurrency/events", node, NULL);
+    struct fetched f;
+    admin_fetch("GET", url, &f);
+    int rc = admin_answer_ok(o->admin, url, &f);
+    if (rc == EXIT_OK && f.body)
+        put_clean(f.body, true, stdout);
+    free(f.body);
+    free(url);
+    return rc;
+}
+
+/* The feed followed over server-sent events until the stream ends or Ctrl-C. */
+static int events_follow(const struct opts *o, const char *node)
+{
     char *url = admin_url(o->admin, "/compute/concurrency/events", node, "&follow=1");
     struct sse s = {0};
     char error[CURL_ERROR_SIZE] = "";
@@ -125,5 +119,5 @@ int events_cmd(const struct opts *o)
         return usage_error("events needs a NODE");
     if (!o->admin)
         return usage_error("events needs --admin URL (a running process's admin endpoint)");
-    return events_print(o, o->pos[0]);
+    return o->follow ? events_follow(o, o->pos[0]) : events_once(o, o->pos[0]);
 }

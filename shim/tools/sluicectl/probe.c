@@ -72,13 +72,6 @@ static void probe_on_event(void *ctx, const struct sluice_event *ev)
     pthread_mutex_unlock(&p->mu);
 }
 
-static size_t discard(char *ptr, size_t size, size_t n, void *ctx)
-{
-    (void)ptr;
-    (void)ctx;
-    return size * n;
-}
-
 static CURL *probe_easy(struct probe *p)
 {
     CURL *c = curl_easy_init();
@@ -93,7 +86,7 @@ static CURL *probe_easy(struct probe *p)
         curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     }
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, p->headers);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tool_discard);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(p->o->request_timeout_s * 1000));
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);

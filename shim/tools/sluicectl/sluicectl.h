@@ -112,6 +112,12 @@ char *admin_url(const char *base, const char *path, const char *node, const char
 /* One bounded request (5 s to connect, 15 s in all); the caller frees f->body. */
 void admin_fetch(const char *method, const char *url, struct fetched *f);
 /*
+ * EXIT_OK when f (fetched from url on the endpoint at base) is an HTTP 200
+ * answer; else EXIT_FAIL after one line: unreachable, the endpoint's
+ * {"error", "fix"}, or the status of something that is not an admin endpoint.
+ */
+int admin_answer_ok(const char *base, const char *url, const struct fetched *f);
+/*
  * GET/POST an admin route and parse its JSON; NULL after printing one line
  * (unreachable, not HTTP, an error answer, not JSON).
  */

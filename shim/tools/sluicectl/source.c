@@ -70,6 +70,22 @@ void admin_fetch(const char *method, const char *url, struct fetched *f)
 }
 
 /* See sluicectl.h. */
+int admin_answer_ok(const char *base, const char *url, const struct fetched *f)
+{
+    if (f->rc != CURLE_OK)
+        return fail("cannot reach the admin endpoint at %s: %s", base, f->error);
+    if (f->status == 200)
+        return EXIT_OK;
+    json_t *j = f->body ? json_loads(f->body, 0, NULL) : NULL;
+    const char *err = json_string_value(json_object_get(j, "error"));
+    const char *fix = json_string_value(json_object_get(j, "fix"));
+    int rc = err ? fail_answer(err, fix)
+                 : fail("%s answered HTTP %ld: is it a sluice admin endpoint?", url, f->status);
+    json_decref(j);
+    return rc;
+}
+
+/* See sluicectl.h. */
 json_t *admin_json(const char *method, const char *base, const char *path,
                           const char *node)
 {
@@ -81,21 +97,9 @@ json_t *admin_json(const char *method, const char *base, const char *path,
     struct fetched f;
     admin_fetch(method, url, &f);
     json_t *j = NULL;
-    if (f.rc != CURLE_OK) {
-        fail("cannot reach the admin endpoint at %s: %s", base, f.error);
-    } else {
+    if (admin_answer_ok(base, url, &f) == EXIT_OK) {
         j = f.body ? json_loads(f.body, 0, NULL) : NULL;
-        const char *err = json_string_value(json_object_get(j, "error"));
-        const char *fix = json_string_value(json_object_get(j, "fix"));
-        if (f.status != 200 && err) {
-            fail_answer(err, fix);
-            json_decref(j);
-            j = NULL;
-        } else if (f.status != 200) {
-            fail("%s answered HTTP %ld: is it a sluice admin endpoint?", url, f.status);
-            json_decref(j);
-            j = NULL;
-        } else if (!json_is_object(j)) {
+        if (!json_is_object(j)) {
             fail("%s did not answer JSON: is it a sluice admin endpoint?", url);
             json_decref(j);
             j = NULL;
