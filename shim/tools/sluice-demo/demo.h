@@ -97,14 +97,18 @@ struct demo {
     int cols;            /* terminal width */
 };
 
+/* Seconds from the first request to t_ns (0 before it). */
+static inline double since_start_s(const struct demo *d, int64_t t_ns)
+{
+    double s = (double)(t_ns - d->t0_ns) / 1e9;
+    return s > 0 ? s : 0;
+}
+
 /* options.c */
 int parse_options(int argc, char **argv, struct options *o);
 
 /* svg.c */
 const char *plot_path(const struct demo *d, char *buf, size_t size);
 int write_svg(const struct demo *d, uint32_t ceiling);
-
-/* main.c */
-double since_start_s(const struct demo *d, int64_t t_ns);
 
 #endif /* SLUICE_DEMO_DEMO_H */

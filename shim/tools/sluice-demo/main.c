@@ -59,12 +59,6 @@ static const char *find_tool(const char *name, const char *built, char *buf, siz
 /* ---- the run ---------------------------------------------------------------------- */
 
 
-double since_start_s(const struct demo *d, int64_t t_ns)
-{
-    double s = (double)(t_ns - d->t0_ns) / 1e9;
-    return s > 0 ? s : 0;
-}
-
 static long answered(struct demo *d)
 {
     return atomic_load(&d->ok) + atomic_load(&d->overloaded) + atomic_load(&d->failed);

@@ -6,23 +6,7 @@
 #define _GNU_SOURCE
 #include "sim.h"
 
-_Thread_local struct dialect_headers dialect_headers;
-
 /* ---- answering in a dialect ----------------------------------------------------------- */
-
-/* Add one header to the answer this thread builds next. */
-__attribute__((format(printf, 2, 3))) static void dialect_header(const char *name,
-                                                                 const char *fmt, ...)
-{
-    if (dialect_headers.n == MAX_DIALECT_HEADERS)
-        return;
-    size_t i = dialect_headers.n++;
-    snprintf(dialect_headers.name[i], sizeof dialect_headers.name[i], "%s", name);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(dialect_headers.value[i], sizeof dialect_headers.value[i], fmt, ap);
-    va_end(ap);
-}
 
 /* Which refusal span holds now: the platform's, the quota's, or none (NULL). */
 static const char *signal_now(const struct server *sv)

@@ -7,7 +7,8 @@
  *   options.c   the command line and its help
  *   provider.c  the provider: slots, the FIFO, waiting for an answer
  *               (the model itself is provider_model.h)
- *   http.c      libmicrohttpd: routes, JSON answers, /stats
+ *   http.c      libmicrohttpd: routes, /stats
+ *   answer.c    JSON bodies, a dialect's headers, the libmicrohttpd log
  *   dialect.c   answering as a provider family would (--dialect)
  *   stream.c    server-sent-event answers (--stream)
  *   main.c      start-up, --cap-at, the per-second lines, the stop
@@ -199,17 +200,7 @@ extern struct server server;
 
 /* Set by a handler that returns MHD_NO on purpose (its client left, or the
  * server stops): MHD then logs "internal error", which here is no error. */
-extern _Thread_local bool mhd_no_on_purpose;
-
-/* Headers the dialect wants on the answer this thread is building
- * (dialect.c adds them, respond_json in http.c sends and empties them). */
-#define MAX_DIALECT_HEADERS 6
-struct dialect_headers {
-    size_t n;
-    char name[MAX_DIALECT_HEADERS][40];
-    char value[MAX_DIALECT_HEADERS][48];
-};
-extern _Thread_local struct dialect_headers dialect_headers;
+extern _Thread_local bool mhd_no_on_purpose; /* answer.c */
 
 /* The functions one file calls in another, by the file that defines them
  * (each is documented there). */
@@ -229,18 +220,27 @@ int arrive(struct server *sv, struct req *r);
 int wait_for_answer(struct server *sv, struct MHD_Connection *conn, struct req *r);
 
 /* http.c */
+enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                           const char *method, const char *version, const char *upload,
+                           size_t *upload_size, void **con_cls);
+void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                  enum MHD_RequestTerminationCode toe);
+
+/* answer.c */
 void mhd_log(void *cls, const char *fmt, va_list ap);
-enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned status, json_t *body, const char *retry_after);
+enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned status, json_t *body,
+                             const char *retry_after);
 json_t *error_body(const char *message, const char *type, const char *code);
 void request_model(const struct req *r, char *out, size_t n);
 json_t *completion_body(const struct req *r);
-enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method, const char *version, const char *upload, size_t *upload_size, void **con_cls);
-void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe);
+/* Add a header to the answer this thread builds next (at most 6). */
+__attribute__((format(printf, 2, 3))) void dialect_header(const char *name, const char *fmt, ...);
 
 /* dialect.c */
 bool in_signal_span(const struct server *sv);
 enum MHD_Result answer_signal(struct server *sv, struct MHD_Connection *conn);
-enum MHD_Result answer_in_dialect(struct server *sv, struct MHD_Connection *conn, struct req *r, int status);
+enum MHD_Result answer_in_dialect(struct server *sv, struct MHD_Connection *conn, struct req *r,
+                                  int status);
 
 /* stream.c */
 bool request_streams(const struct req *r);
