@@ -11,7 +11,7 @@
 /* Which refusal span holds now: the platform's, the quota's, or none (NULL). */
 static const char *signal_now(const struct server *sv)
 {
-    int64_t t = now_ns() - sv->t0_ns;
+    int64_t t = sim_clock_ns() - sv->t0_ns;
     const struct dialect_options *d = &sv->dialect;
     for (size_t i = 0; i < d->n_platform; i++)
         if (t >= d->platform[i].from_ns && t < d->platform[i].until_ns)
@@ -156,7 +156,7 @@ enum MHD_Result answer_in_dialect(struct server *sv, struct MHD_Connection *conn
     if (sv->model.mode == SIM_RATE) {
         pthread_mutex_lock(&sv->lock);
         uint32_t left = sim_rate_left(&sv->model, &sv->rate,
-                                      (double)(now_ns() - sv->t0_ns) / 1e9, &reset_s);
+                                      (double)(sim_clock_ns() - sv->t0_ns) / 1e9, &reset_s);
         pthread_mutex_unlock(&sv->lock);
         dialect_rate_headers(sv, left, reset_s);
     }

@@ -115,7 +115,7 @@ static json_t *stats_json(struct server *sv)
             json_object_set_new(by, key, json_integer((json_int_t)c.by_status[s]));
         }
     json_t *stats = json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}",
-                     "uptime_ms", (json_int_t)((now_ns() - sv->t0_ns) / 1000000), "mode",
+                     "uptime_ms", (json_int_t)((sim_clock_ns() - sv->t0_ns) / 1000000), "mode",
                      sim_mode_name(m.mode), "abandoned",
                      sv->abandoned == ABANDONED_HOLD ? "hold" : "free", "cap", (json_int_t)m.cap,
                      "in_flight", (json_int_t)flying, "in_service", (json_int_t)in_service,

@@ -107,7 +107,7 @@ static void set_cap(struct server *sv, uint32_t cap, bool quiet)
     pump(sv);
     pthread_mutex_unlock(&sv->lock);
     if (!quiet)
-        fprintf(stderr, PROG ": t=%.1fs cap -> %" PRIu32 "\n", (double)(now_ns() - sv->t0_ns) / 1e9, cap);
+        fprintf(stderr, PROG ": t=%.1fs cap -> %" PRIu32 "\n", (double)(sim_clock_ns() - sv->t0_ns) / 1e9, cap);
 }
 
 static void print_second(struct server *sv, struct counters *last)
@@ -123,7 +123,7 @@ static void print_second(struct server *sv, struct counters *last)
             PROG ": t=%.0fs %s cap=%" PRIu32 " in_flight=%" PRIu32 " queued=%" PRIu32
                  " lingering=%" PRIu32 " peak=%" PRIu32 " | last 1s: 200=%" PRIu64 " 429=%" PRIu64
                  " 503=%" PRIu64 " cancelled=%" PRIu64 " | requests=%" PRIu64 "\n",
-            (double)(now_ns() - sv->t0_ns) / 1e9, sim_mode_name(sv->model.mode), cap, flying,
+            (double)(sim_clock_ns() - sv->t0_ns) / 1e9, sim_mode_name(sv->model.mode), cap, flying,
             waiting, lingering, peak, c.by_status[200] - last->by_status[200],
             c.by_status[429] - last->by_status[429], c.by_status[503] - last->by_status[503],
             c.cancelled - last->cancelled, c.requests);
@@ -137,7 +137,7 @@ static void run_until_signal(struct server *sv, const struct options *o, const s
     int64_t next_tick = sv->t0_ns + NS_PER_S;
     size_t next_change = 0;
     for (;;) {
-        int64_t now = now_ns();
+        int64_t now = sim_clock_ns();
         while (next_change < o->n_changes && sv->t0_ns + o->changes[next_change].at_ns <= now)
             set_cap(sv, o->changes[next_change++].cap, o->quiet);
         if (next_tick <= now) {
@@ -212,7 +212,7 @@ int main(int argc, char **argv)
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
     if (!o.quiet)
         flags |= MHD_USE_ERROR_LOG;
-    sv->t0_ns = now_ns();
+    sv->t0_ns = sim_clock_ns();
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, o.port, NULL, NULL, on_request, sv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, sv,

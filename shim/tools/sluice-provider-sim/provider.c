@@ -9,7 +9,8 @@
 struct server server = {.lock = PTHREAD_MUTEX_INITIALIZER, .stop_fd = -1};
 
 
-int64_t now_ns(void)
+/* CLOCK_MONOTONIC in ns: every deadline and span of the simulator. */
+int64_t sim_clock_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -38,7 +39,7 @@ static void start_service(struct server *sv, struct req *r)
     double ns = sim_provider_service_s(&sv->model, &sv->rng, sv->in_service) * 1e9;
     if (!(ns < MAX_SERVICE_NS)) /* a huge --sigma can draw +inf */
         ns = MAX_SERVICE_NS;
-    r->due_ns = now_ns() + (int64_t)ns;
+    r->due_ns = sim_clock_ns() + (int64_t)ns;
     r->state = REQ_SERVING;
     note_peaks(sv);
 }
@@ -86,7 +87,7 @@ static void expire_waiting(struct server *sv, int64_t now)
  * left its slot, or the cap rose). */
 void pump(struct server *sv)
 {
-    expire_waiting(sv, now_ns());
+    expire_waiting(sv, sim_clock_ns());
     while (sim_provider_may_start_waiting(&sv->model, sv->in_service, sv->waiting)) {
         struct req *r = sv->head;
         fifo_unlink(sv, r, NULL);
@@ -161,10 +162,10 @@ int arrive(struct server *sv, struct req *r)
     }
     sv->total.requests++;
     r->id = ++sv->next_id;
-    expire_waiting(sv, now_ns());
+    expire_waiting(sv, sim_clock_ns());
     enum sim_verdict verdict =
         sv->model.mode == SIM_RATE &&
-                !sim_rate_admit(&sv->model, &sv->rate, (double)(now_ns() - sv->t0_ns) / 1e9)
+                !sim_rate_admit(&sv->model, &sv->rate, (double)(sim_clock_ns() - sv->t0_ns) / 1e9)
             ? SIM_REFUSE_429
             : sim_provider_admit(&sv->model, sv->in_service, sv->waiting);
     switch (verdict) {
@@ -172,7 +173,7 @@ int arrive(struct server *sv, struct req *r)
         start_service(sv, r);
         if (r->stream) {
             status = 200; /* the stream starts now */
-        } else if (r->due_ns <= now_ns()) { /* --median-ms 0: answer at once */
+        } else if (r->due_ns <= sim_clock_ns()) { /* --median-ms 0: answer at once */
             finish_service(sv, r);
             status = 200;
         }
@@ -185,7 +186,7 @@ int arrive(struct server *sv, struct req *r)
             break;
         }
         r->state = REQ_WAITING;
-        r->queued_ns = now_ns();
+        r->queued_ns = sim_clock_ns();
         r->next = NULL;
         if (sv->tail)
             sv->tail->next = r;
@@ -214,7 +215,7 @@ int arrive(struct server *sv, struct req *r)
 static struct timespec *wait_timeout(struct server *sv, struct req *r, struct timespec *ts,
                                      int *status)
 {
-    int64_t now = now_ns(), left;
+    int64_t now = sim_clock_ns(), left;
     *status = 0;
     if (r->state == REQ_WAITING)
         expire_waiting(sv, now);

@@ -209,7 +209,7 @@ extern _Thread_local bool mhd_no_on_purpose; /* answer.c */
 void parse_options(int argc, char **argv, struct options *o);
 
 /* provider.c */
-int64_t now_ns(void);
+int64_t sim_clock_ns(void);
 uint32_t in_flight(const struct server *sv);
 void note_peaks(struct server *sv);
 void pump(struct server *sv);

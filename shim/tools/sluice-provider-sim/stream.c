@@ -31,7 +31,7 @@ static enum stream_wake stream_wait(struct server *sv, const struct stream *st, 
 {
     struct pollfd fds[2] = {{.fd = st->fd, .events = POLLRDHUP}, {.fd = sv->stop_fd, .events = POLLIN}};
     for (;;) {
-        int64_t left = at - now_ns();
+        int64_t left = at - sim_clock_ns();
         struct timespec ts = {(time_t)(left > 0 ? left / NS_PER_S : 0),
                               (long)(left > 0 ? left % NS_PER_S : 0)};
         int n = ppoll(fds, 2, &ts, NULL); /* a zero timeout still reports a hang-up */
@@ -66,7 +66,7 @@ static ssize_t stream_token(struct server *sv, const struct req *r, char *buf, s
                                 : (size_t)snprintf(delta, sizeof delta, "%s", head);
     if (sv->stream.stamp) /* the check above keeps token_bytes >= 20 digits */
         snprintf(delta + at, sv->stream.token_bytes + 1, "%0*" PRId64,
-                 (int)sv->stream.token_bytes, now_ns());
+                 (int)sv->stream.token_bytes, sim_clock_ns());
     else
         memset(delta + at, 'a' + (int)(st->sent % 26), sv->stream.token_bytes);
     snprintf(delta + at + sv->stream.token_bytes, 3, "\"}");
