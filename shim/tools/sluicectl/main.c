@@ -13,7 +13,11 @@
  * 2 usage. Every network call is bounded by a timeout, and probe by a
  * request budget and a wall-clock limit; Ctrl-C stops probe and events
  * --follow cleanly.
+ *
+ * This file is the command table; each subcommand has its own file over
+ * what they share (see sluicectl.h).
  */
+#define _GNU_SOURCE
 #include <curl/curl.h>
 #include <signal.h>
 #include <stdio.h>
