@@ -374,17 +374,11 @@ static int probe_report(struct probe *p, const char *why)
     return rc;
 }
 
-static int probe_run(const struct opts *o, const char *url)
+/* What the probe needs before its first request: the body, the headers, the
+ * state file for --save and an engine of one adaptive backend. */
+static int probe_setup(struct probe *p)
 {
-    if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
-        return usage_error("probe URL must start with http:// or https:// (got '%s')", url);
-    struct probe *p = calloc(1, sizeof *p);
-    p->o = o;
-    p->url = url;
-    p->node = o->save ? o->save : "probe";
-    pthread_mutex_init(&p->mu, NULL);
-    sluice_cancel_init(&p->cancel);
-    p->events = calloc(PROBE_EVENTS_MAX, sizeof *p->events);
+    const struct opts *o = p->o;
     int rc = EXIT_OK;
     if (o->body_file)
         rc = probe_read_body(p, o->body_file);
@@ -412,46 +406,47 @@ static int probe_run(const struct opts *o, const char *url)
                                                           .error_size = sizeof err},
                              &p->engine) != SLUICE_OK)
         rc = fail("%s", err);
+    return rc;
+}
 
-    bool tty = isatty(STDERR_FILENO);
-    p->t0_ns = sluice_monotonic_ns();
-    bool stopped = false;
-    if (rc == EXIT_OK)
-        rc = probe_preflight(p, &stopped);
+/* --concurrency-max workers, watched from this thread until probe_should_stop
+ * says why; then they stop and the report goes out. */
+static int probe_drive(struct probe *p, bool tty)
+{
+    const struct opts *o = p->o;
     pthread_t *tids = calloc((size_t)o->concurrency_max, sizeof *tids);
     long workers = 0;
-    if (rc == EXIT_OK && stopped) {
-        probe_progress(p, tty, true);
-        rc = probe_report(p, "interrupted");
-    } else if (rc == EXIT_OK) {
-        /* Workers ignore SIGINT: the main thread sees it and stops them. */
-        sigset_t block, old;
-        sigemptyset(&block);
-        sigaddset(&block, SIGINT);
-        pthread_sigmask(SIG_BLOCK, &block, &old);
-        atomic_store(&p->live_workers, o->concurrency_max);
-        for (; workers < o->concurrency_max; workers++)
-            if (pthread_create(&tids[workers], NULL, probe_worker, p) != 0)
-                break;
-        atomic_fetch_sub(&p->live_workers, o->concurrency_max - workers);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        const char *why;
-        int tick = 0;
-        while (!(why = probe_should_stop(p))) {
-            struct timespec ms100 = {0, 100 * 1000 * 1000};
-            nanosleep(&ms100, NULL);
-            if (tty || ++tick % 10 == 0)
-                probe_progress(p, tty, false);
-        }
-        atomic_store(&p->stop, true);
-        sluice_cancel_fire(&p->cancel); /* queued calls leave, transfers abort */
-        for (long i = 0; i < workers; i++)
-            pthread_join(tids[i], NULL);
-        sluice_discovery_sync(sluice_pool_discovery(sluice_engine_pool(p->engine, p->node)));
-        probe_progress(p, tty, true);
-        rc = probe_report(p, why);
+    /* Workers ignore SIGINT: the main thread sees it and stops them. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    atomic_store(&p->live_workers, o->concurrency_max);
+    for (; workers < o->concurrency_max; workers++)
+        if (pthread_create(&tids[workers], NULL, probe_worker, p) != 0)
+            break;
+    atomic_fetch_sub(&p->live_workers, o->concurrency_max - workers);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    const char *why;
+    int tick = 0;
+    while (!(why = probe_should_stop(p))) {
+        struct timespec ms100 = {0, 100 * 1000 * 1000};
+        nanosleep(&ms100, NULL);
+        if (tty || ++tick % 10 == 0)
+            probe_progress(p, tty, false);
     }
+    atomic_store(&p->stop, true);
+    sluice_cancel_fire(&p->cancel); /* queued calls leave, transfers abort */
+    for (long i = 0; i < workers; i++)
+        pthread_join(tids[i], NULL);
     free(tids);
+    sluice_discovery_sync(sluice_pool_discovery(sluice_engine_pool(p->engine, p->node)));
+    probe_progress(p, tty, true);
+    return probe_report(p, why);
+}
+
+static void probe_free(struct probe *p)
+{
     if (p->engine) {
         sluice_engine_close(p->engine);
         sluice_engine_destroy(p->engine);
@@ -462,6 +457,32 @@ static int probe_run(const struct opts *o, const char *url)
     free(p->events);
     pthread_mutex_destroy(&p->mu);
     free(p);
+}
+
+static int probe_run(const struct opts *o, const char *url)
+{
+    if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8))
+        return usage_error("probe URL must start with http:// or https:// (got '%s')", url);
+    struct probe *p = calloc(1, sizeof *p);
+    p->o = o;
+    p->url = url;
+    p->node = o->save ? o->save : "probe";
+    pthread_mutex_init(&p->mu, NULL);
+    sluice_cancel_init(&p->cancel);
+    p->events = calloc(PROBE_EVENTS_MAX, sizeof *p->events);
+    int rc = probe_setup(p);
+    bool tty = isatty(STDERR_FILENO);
+    p->t0_ns = sluice_monotonic_ns();
+    bool stopped = false;
+    if (rc == EXIT_OK)
+        rc = probe_preflight(p, &stopped);
+    if (rc == EXIT_OK && stopped) {
+        probe_progress(p, tty, true);
+        rc = probe_report(p, "interrupted");
+    } else if (rc == EXIT_OK) {
+        rc = probe_drive(p, tty);
+    }
+    probe_free(p);
     return rc;
 }
 
