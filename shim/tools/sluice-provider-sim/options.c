@@ -251,97 +251,74 @@ static void parse_dialect_option(const char *flag, const char *value, struct dia
     spans[(*n)++].until_ns = c.at_ns + (int64_t)c.cap * (NS_PER_S / 1000);
 }
 
-void parse_options(int argc, char **argv, struct options *o)
+/* One flag of the main table (or of the stream and dialect tables it hands on to). */
+static void parse_flag(const char *flag, const char *value, struct options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->model.mode = SIM_REJECT;
-    o->model.cap = 8;
-    o->model.median_s = SIM_DEFAULT_MEDIAN_S;
-    o->model.sigma = SIM_DEFAULT_SIGMA;
-    o->model.knee_slope = SIM_DEFAULT_KNEE_SLOPE;
-    o->seed = 1;
-    stream_defaults(&o->stream);
-    for (int i = 1; i < argc; i++) {
-        char flag[32];
-        const char *a = argv[i], *eq = strchr(a, '=');
-        const char *value = NULL;
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        if (len >= sizeof flag)
-            bad_usage("unknown flag '%s'", a);
-        memcpy(flag, a, len);
-        flag[len] = '\0';
-        if (eq) /* --flag=value */
-            value = eq + 1;
-        int takes = flag_takes_value(flag);
-        if (takes < 0)
-            bad_usage("unknown flag '%s'", a);
-        if (takes && !value) {
-            if (i + 1 >= argc)
-                bad_usage("%s needs a value", flag);
-            value = argv[++i];
-        } else if (!takes && value) {
-            bad_usage("%s takes no value, got '%s'", flag, value);
-        }
-        if (stream_flag_takes_value(flag) >= 0) {
-            parse_stream_flag(flag, value, &o->stream);
-        } else if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
-            usage(stdout);
-            exit(0);
-        } else if (!strcmp(flag, "--quiet")) {
-            o->quiet = true;
-        } else if (!strcmp(flag, "--retry-after-date")) {
-            o->retry_after_date = true;
-        } else if (!strcmp(flag, "--port")) {
-            uint64_t p;
-            if (!tool_parse_u64(value, 65535, &p))
-                bad_usage("%s needs a port from 0 to 65535, got '%s'", flag, value);
-            o->port = (uint16_t)p;
-        } else if (!strcmp(flag, "--mode")) {
-            if (!sim_mode_parse(value, &o->model.mode))
-                bad_usage("%s needs reject, queue, knee, rate, slow or drop, got '%s'", flag,
-                          value);
-        } else if (!strcmp(flag, "--cap")) {
-            o->model.cap = need_count(flag, value);
-        } else if (!strcmp(flag, "--cap-at")) {
-            if (o->n_changes == MAX_CAP_CHANGES)
-                bad_usage("%s is given more than %d times", flag, MAX_CAP_CHANGES);
-            o->changes[o->n_changes++] = need_cap_change(value);
-        } else if (!strcmp(flag, "--median-ms")) {
-            o->model.median_s = need_number(flag, value) / 1e3;
-        } else if (!strcmp(flag, "--sigma")) {
-            o->model.sigma = need_number(flag, value);
-        } else if (!strcmp(flag, "--retry-after")) {
-            uint64_t s;
-            if (!tool_parse_u64(value, 86400, &s))
-                bad_usage("%s needs whole seconds from 0 to 86400, got '%s'", flag, value);
-            o->model.retry_after_s = (double)s;
-            o->retry_after_set = true;
-        } else if (!strcmp(flag, "--queue-bound")) {
-            o->model.queue_bound = need_count(flag, value);
-            o->queue_bound_set = true;
-        } else if (!strcmp(flag, "--queue-timeout")) {
-            o->model.queue_timeout_s = need_number(flag, value) / 1e3;
-            o->queue_timeout_set = true;
-        } else if (!strcmp(flag, "--abandoned")) {
-            if (!strcmp(value, "hold"))
-                o->abandoned = ABANDONED_HOLD;
-            else if (!strcmp(value, "free"))
-                o->abandoned = ABANDONED_FREE;
-            else
-                bad_usage("%s needs hold or free, got '%s'", flag, value);
-        } else if (!strcmp(flag, "--knee-slope")) {
-            o->model.knee_slope = need_number(flag, value);
-        } else if (!strcmp(flag, "--rate")) {
-            o->model.rate_per_s = need_number(flag, value);
-        } else if (!strcmp(flag, "--rate-window")) {
-            o->model.rate_window_s = need_number(flag, value);
-        } else if (!strcmp(flag, "--seed")) {
-            if (!tool_parse_u64(value, UINT64_MAX, &o->seed))
-                bad_usage("%s needs a whole number, got '%s'", flag, value);
-        } else {
-            parse_dialect_option(flag, value, &o->dialect);
-        }
+    if (stream_flag_takes_value(flag) >= 0) {
+        parse_stream_flag(flag, value, &o->stream);
+    } else if (!strcmp(flag, "--help") || !strcmp(flag, "-h")) {
+        usage(stdout);
+        exit(0);
+    } else if (!strcmp(flag, "--quiet")) {
+        o->quiet = true;
+    } else if (!strcmp(flag, "--retry-after-date")) {
+        o->retry_after_date = true;
+    } else if (!strcmp(flag, "--port")) {
+        uint64_t p;
+        if (!tool_parse_u64(value, 65535, &p))
+            bad_usage("%s needs a port from 0 to 65535, got '%s'", flag, value);
+        o->port = (uint16_t)p;
+    } else if (!strcmp(flag, "--mode")) {
+        if (!sim_mode_parse(value, &o->model.mode))
+            bad_usage("%s needs reject, queue, knee, rate, slow or drop, got '%s'", flag,
+                      value);
+    } else if (!strcmp(flag, "--cap")) {
+        o->model.cap = need_count(flag, value);
+    } else if (!strcmp(flag, "--cap-at")) {
+        if (o->n_changes == MAX_CAP_CHANGES)
+            bad_usage("%s is given more than %d times", flag, MAX_CAP_CHANGES);
+        o->changes[o->n_changes++] = need_cap_change(value);
+    } else if (!strcmp(flag, "--median-ms")) {
+        o->model.median_s = need_number(flag, value) / 1e3;
+    } else if (!strcmp(flag, "--sigma")) {
+        o->model.sigma = need_number(flag, value);
+    } else if (!strcmp(flag, "--retry-after")) {
+        uint64_t s;
+        if (!tool_parse_u64(value, 86400, &s))
+            bad_usage("%s needs whole seconds from 0 to 86400, got '%s'", flag, value);
+        o->model.retry_after_s = (double)s;
+        o->retry_after_set = true;
+    } else if (!strcmp(flag, "--queue-bound")) {
+        o->model.queue_bound = need_count(flag, value);
+        o->queue_bound_set = true;
+    } else if (!strcmp(flag, "--queue-timeout")) {
+        o->model.queue_timeout_s = need_number(flag, value) / 1e3;
+        o->queue_timeout_set = true;
+    } else if (!strcmp(flag, "--abandoned")) {
+        if (!strcmp(value, "hold"))
+            o->abandoned = ABANDONED_HOLD;
+        else if (!strcmp(value, "free"))
+            o->abandoned = ABANDONED_FREE;
+        else
+            bad_usage("%s needs hold or free, got '%s'", flag, value);
+    } else if (!strcmp(flag, "--knee-slope")) {
+        o->model.knee_slope = need_number(flag, value);
+    } else if (!strcmp(flag, "--rate")) {
+        o->model.rate_per_s = need_number(flag, value);
+    } else if (!strcmp(flag, "--rate-window")) {
+        o->model.rate_window_s = need_number(flag, value);
+    } else if (!strcmp(flag, "--seed")) {
+        if (!tool_parse_u64(value, UINT64_MAX, &o->seed))
+            bad_usage("%s needs a whole number, got '%s'", flag, value);
+    } else {
+        parse_dialect_option(flag, value, &o->dialect);
     }
+}
+
+/* What no single flag can check: flags that need or exclude each other, and the
+ * defaults that depend on others (--queue-bound on --cap, --rate-window). */
+static void check_options(struct options *o)
+{
     if ((o->dialect.n_platform || o->dialect.n_quota) && o->dialect.id == DIALECT_NONE)
         bad_usage("--platform-at and --quota-at need --dialect D: the refusal is the dialect's");
     if (!o->queue_bound_set)
@@ -379,6 +356,42 @@ void parse_options(int argc, char **argv, struct options *o)
             bad_usage("--cap must be at least 1 in %s mode (also in --cap-at)",
                       sim_mode_name(o->model.mode));
     }
+}
+
+void parse_options(int argc, char **argv, struct options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->model.mode = SIM_REJECT;
+    o->model.cap = 8;
+    o->model.median_s = SIM_DEFAULT_MEDIAN_S;
+    o->model.sigma = SIM_DEFAULT_SIGMA;
+    o->model.knee_slope = SIM_DEFAULT_KNEE_SLOPE;
+    o->seed = 1;
+    stream_defaults(&o->stream);
+    for (int i = 1; i < argc; i++) {
+        char flag[32];
+        const char *a = argv[i], *eq = strchr(a, '=');
+        const char *value = NULL;
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof flag)
+            bad_usage("unknown flag '%s'", a);
+        memcpy(flag, a, len);
+        flag[len] = '\0';
+        if (eq) /* --flag=value */
+            value = eq + 1;
+        int takes = flag_takes_value(flag);
+        if (takes < 0)
+            bad_usage("unknown flag '%s'", a);
+        if (takes && !value) {
+            if (i + 1 >= argc)
+                bad_usage("%s needs a value", flag);
+            value = argv[++i];
+        } else if (!takes && value) {
+            bad_usage("%s takes no value, got '%s'", flag, value);
+        }
+        parse_flag(flag, value, o);
+    }
+    check_options(o);
     qsort(o->changes, o->n_changes, sizeof o->changes[0], cmp_change);
 }
 
