@@ -37,7 +37,7 @@
 
 #include <sluice/curl.h>
 
-#include "e2e/sim_process.h"
+#include "sluice-provider-sim/sim_process.h"
 
 #define CM_CONCURRENCY 32
 #define CM_MAX_REPEATS 64

@@ -34,7 +34,7 @@
 
 #include <sluice/curl.h>
 
-#include "e2e/sim_process.h"
+#include "sluice-provider-sim/sim_process.h"
 
 #define DL_THREADS 64
 #define DL_CAP "24"

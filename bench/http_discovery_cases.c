@@ -54,7 +54,7 @@
 #include <sluice/client.h>
 #include <sluice/curl.h>
 
-#include "e2e/sim_process.h"
+#include "sluice-provider-sim/sim_process.h"
 
 #define HTTP_RUN_LIMIT_S 30      /* a run that has not locked by then is a miss */
 #define HTTP_PROBE_KILL_MS 45000 /* sluicectl stops itself at HTTP_RUN_LIMIT_S; this is the backstop */

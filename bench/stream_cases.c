@@ -26,7 +26,7 @@
 #include <sluice/client.h>
 #include <sluice/run.h>
 
-#include "e2e/sim_process.h"
+#include "sluice-provider-sim/sim_process.h"
 
 #define SD_MAX_REPEATS 64
 #define SD_TARGET_NS 1e6

@@ -1,54 +1,54 @@
 /*
- * tool.h — what the sluice command-line tools share: the exit codes (0 ok,
- * 1 failure, 2 usage, as git and redis-cli use them), one-line messages to
- * stderr that start with the tool's name, and the flag that Ctrl-C or
- * SIGTERM sets so a long command stops with what it has.
+ * tool.h — what the sluice command-line tools share (tool.c, linked into each
+ * of them): the exit codes (0 ok, 1 failure, 2 usage, as git and redis-cli
+ * use them), one-line messages to stderr that start with the tool's name, the
+ * flag that Ctrl-C or SIGTERM sets so a long command stops with what it has,
+ * the one way the tools read a number from the command line, and a libcurl
+ * write callback that discards.
  *
- * Each tool is one program: these are static, and `tool_name` is the tool's
- * own (a tool with subcommands points it at "sluicectl clear" and so on).
+ * `tool_name` is the running tool's own name; a tool with subcommands points
+ * it at "sluicectl clear" and so on. Threads: main sets tool_name before it
+ * starts any other thread; after that every function here may run on any
+ * thread (tool_discard runs on whichever thread performs the transfer), and
+ * `interrupted` is set by the signal handler and read by any thread.
  */
 #ifndef SLUICE_TOOL_H
 #define SLUICE_TOOL_H
 
 #include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
-static const char *tool_name;
-static volatile sig_atomic_t interrupted;
+/* The prefix of every message (default: NULL; each tool's main sets it first). */
+extern const char *tool_name;
+/* Set by on_interrupt; a long command polls it and stops with what it has. */
+extern volatile sig_atomic_t interrupted;
 
-static void on_interrupt(int sig)
-{
-    (void)sig;
-    interrupted = 1;
-}
+/* A signal handler (SIGINT, SIGTERM) that only sets `interrupted`. */
+void on_interrupt(int sig);
 
 /* "NAME: message" on stderr; returns EXIT_FAIL. */
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), unused));
-static int fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", tool_name);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return EXIT_FAIL;
-}
+int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* "NAME: message (see NAME --help)" on stderr; returns EXIT_USAGE. */
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), unused));
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: ", tool_name);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, " (see %s --help)\n", tool_name);
-    va_end(ap);
-    return EXIT_USAGE;
-}
+int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A libcurl write callback that keeps nothing (an answer only its status matters for). */
+size_t tool_discard(char *ptr, size_t size, size_t n, void *ctx);
+
+/*
+ * The whole of `s` as a whole number from 0 to `max`: decimal digits only
+ * (no sign, no space, no trailing text). false leaves *out untouched.
+ */
+bool tool_parse_u64(const char *s, uint64_t max, uint64_t *out);
+
+/*
+ * The whole of `s` as a finite number in [lo, hi] (strtod's syntax: "1.5",
+ * "2e3"; no trailing text). false leaves *out untouched.
+ */
+bool tool_parse_double(const char *s, double lo, double hi, double *out);
 
 #endif /* SLUICE_TOOL_H */

@@ -17,7 +17,7 @@
 
 #include "e2e/curl_fixture.h"
 #include "admin_fixture.h"
-#include "e2e/sim_process.h"
+#include "sluice-provider-sim/sim_process.h"
 
 #ifndef cr_skip_test /* the TSan build's Criterion stand-in has none */
 #define cr_skip_test(...) return (void)fprintf(stderr, __VA_ARGS__)

@@ -25,7 +25,7 @@
 #include <sluice/curl.h>
 
 #include "common.h"
-#include "e2e/sim_process.h"
+#include "sluice-provider-sim/sim_process.h"
 
 #define FX_BACKEND "sim"
 #define FX_REQUEST "{\"model\":\"sim\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"

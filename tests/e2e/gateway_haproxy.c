@@ -25,7 +25,7 @@
 
 #include "e2e/curl_fixture.h"
 #include "admin_fixture.h"
-#include "e2e/sim_process.h"
+#include "sluice-provider-sim/sim_process.h"
 
 #ifndef SLUICECTL_PATH
 #error "SLUICECTL_PATH must name the sluicectl binary (tests/CMakeLists.txt sets it)"

@@ -21,7 +21,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "e2e/sim_process.h"
+#include "sluice-provider-sim/sim_process.h"
 
 static struct sim_process sim;
 

@@ -3,7 +3,7 @@
  * 52 parallel requests, discovered from live traffic and locked; then a plan
  * upgrade to 120, a clear, and the new ceiling discovered. It prints the
  * live status line and every event as they happen (run: ctest -R sim.demo -V).
- * The real-HTTP demo a person runs is shim/tools/sluice-demo.c
+ * The real-HTTP demo a person runs is shim/tools/sluice-demo/
  * (`cmake --workflow --preset demo`); this one covers the plan upgrade.
  *
  * SLUICE_DEMO_PACE_MS paces the virtual clock: that many real milliseconds

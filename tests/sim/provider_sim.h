@@ -77,7 +77,7 @@
 #include <sluice/discovery.h>
 #include <sluice/service.h>
 
-#include "provider_model.h"
+#include "sluice-provider-sim/provider_model.h"
 
 #define SIM_NS 1e9
 

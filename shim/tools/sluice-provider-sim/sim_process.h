@@ -1,6 +1,6 @@
 /*
  * sim_process.h — start and stop the HTTP provider simulator
- * (shim/tools/sluice-provider-sim) from an end-to-end test.
+ * (shim/tools/sluice-provider-sim) from a test, the bench or sluice-demo.
  *
  *   static struct sim_process sim;
  *   static void stop_sim(void) { sim_process_stop(&sim); }
@@ -45,8 +45,8 @@
  * gets its own copy and its own list of live pids (at most
  * SIM_PROCESS_MAX_LIVE at once are covered by the atexit handler).
  */
-#ifndef SLUICE_TESTS_E2E_SIM_PROCESS_H
-#define SLUICE_TESTS_E2E_SIM_PROCESS_H
+#ifndef SLUICE_TOOLS_SIM_PROCESS_H
+#define SLUICE_TOOLS_SIM_PROCESS_H
 
 #include <errno.h>
 #include <fcntl.h>
@@ -364,4 +364,4 @@ static inline int sim_process_run(const char *const args[], char *out, size_t ou
     return sim_process_stop(&proc);
 }
 
-#endif /* SLUICE_TESTS_E2E_SIM_PROCESS_H */
+#endif /* SLUICE_TOOLS_SIM_PROCESS_H */

@@ -28,185 +28,13 @@
  *
  * Exit status: 0 when a ceiling is locked, 1 when the run ended without
  * one or could not start, 2 on a bad command line.
+ *
+ * Files: see demo.h.
  */
 #define _GNU_SOURCE
-#include <curl/curl.h>
-#include <errno.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <math.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/ioctl.h>
-#include <time.h>
-#include <unistd.h>
+#include "demo.h"
 
-#include <sluice/admin.h>
-#include <sluice/curl.h>
-#include <sluice/sluice.h>
-#include <sluice/statefile.h>
-
-/* The simulator is found next to this program, else where the build put it. */
-static const char *demo_sim_path = "sluice-provider-sim";
-#define SLUICE_PROVIDER_SIM_PATH demo_sim_path
-#include "e2e/sim_process.h"
-#include "tool.h"
-
-#define PROG "sluice-demo"
-#define NODE "cloud:demo"
-#define CAP_ENV "SLUICE_DEMO_CAP"
-#define CAP_DEFAULT 52
-#define CAP_MAX 2000
-#define EVENTS_MAX 4096
-#define SAMPLES_MAX 20000
-#define TICK_MS 50
-#define BAR_MAX 30
-
-
-struct options {
-    unsigned cap;          /* the simulator's hidden cap */
-    const char *cap_from;  /* where cap came from, for the banner */
-    double seconds;        /* traffic time, longer if no lock yet */
-    long requests;         /* budget (0 = none) */
-    unsigned clients;      /* requests kept outstanding */
-    double median_ms;      /* the simulator's median service time */
-    double timeout_s;      /* wall-clock limit of the run */
-    const char *state;     /* the demo's state file */
-    const char *svg;       /* the timeline plot */
-    unsigned admin_port;   /* 8400 by default; 0 = any free port */
-    bool hold;             /* keep serving the page after the run */
-    bool plain;            /* periodic lines even on a terminal */
-};
-
-static const char usage_text[] =
-    "usage: " PROG " [options]\n"
-    "\n"
-    "Discover a simulated provider's hidden concurrency cap over real HTTP: starts\n"
-    "sluice-provider-sim on a free loopback port and drives requests at it through\n"
-    "sluice_curl_loop with the default discover policy, showing the live status, the\n"
-    "event timeline and the admin endpoint's Concurrency Health page.\n"
-    "\n"
-    "  --cap N          the provider's hidden cap (default: $" CAP_ENV ", else 52)\n"
-    "  --seconds S      send traffic for S seconds, and on until a ceiling locks (and\n"
-    "                   holds for 2 s), at most --timeout (default 15)\n"
-    "  --requests N     stop after N requests whatever happened (default: no limit)\n"
-    "  --clients N      requests kept outstanding (default: 256, or 3 x cap if more)\n"
-    "  --median-ms X    the provider's median service time (default 100)\n"
-    "  --timeout S      stop after S seconds whatever happened (default 50)\n"
-    "  --state FILE     the demo's state file (default ./sluice-demo-ceilings.json;\n"
-    "                   never your real ~/.local/state/sluice/ceilings.json)\n"
-    "  --svg FILE       where to write the timeline plot (default ./demo-timeline.svg);\n"
-    "                   a run that restores its lock writes FILE-restored.svg instead\n"
-    "  --admin-port N   admin endpoint port (default 8400, a free one if taken; 0 = any)\n"
-    "  --hold           keep serving the Concurrency Health page after the run, until Ctrl-C\n"
-    "  --plain          periodic status lines even on a terminal\n"
-    "  --help           this text\n"
-    "\n"
-    "The last line is 'discovered ceiling: N (true cap: C)'. Exit status: 0 when a\n"
-    "ceiling locked, 1 when none did (or the demo could not start), 2 on a bad flag.\n";
-
-
-/* ---- the command line ---------------------------------------------------------- */
-
-static bool parse_num(const char *s, double lo, double hi, double *out)
-{
-    if (!s || !*s)
-        return false;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !(v >= lo && v <= hi))
-        return false;
-    *out = v;
-    return true;
-}
-
-/* One flag with a value: "--flag V" or "--flag=V". Returns the value or NULL. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag)
-{
-    size_t n = strlen(flag);
-    if (strncmp(argv[*i], flag, n))
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n] || *i + 1 >= argc)
-        return NULL;
-    return argv[++*i];
-}
-
-static int parse_options(int argc, char **argv, struct options *o)
-{
-    *o = (struct options){.cap = CAP_DEFAULT, .cap_from = "default", .seconds = 15,
-                          .median_ms = 100, .timeout_s = 50,
-                          .state = "sluice-demo-ceilings.json", .svg = "demo-timeline.svg",
-                          .admin_port = SLUICE_ADMIN_PORT_DEFAULT};
-    double v;
-    const char *env = getenv(CAP_ENV);
-    if (env && *env) {
-        if (!parse_num(env, 1, CAP_MAX, &v) || v != floor(v))
-            return usage_error("$" CAP_ENV " must be a whole number from 1 to %d, got '%s'",
-                             CAP_MAX, env);
-        o->cap = (unsigned)v;
-        o->cap_from = "$" CAP_ENV;
-    }
-    double clients = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
-#define NUM_FLAG(flag, lo, hi, dst)                                                                \
-    if ((val = flag_value(argc, argv, &i, flag))) {                                                \
-        if (!parse_num(val, lo, hi, &v))                                                           \
-            return usage_error(flag " needs a number from %g to %g, got '%s'", (double)(lo),        \
-                             (double)(hi), val);                                                   \
-        dst = v;                                                                                   \
-        continue;                                                                                  \
-    }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage_text, stdout);
-            exit(EXIT_OK);
-        }
-        if (!strcmp(a, "--hold")) {
-            o->hold = true;
-            continue;
-        }
-        if (!strcmp(a, "--plain")) {
-            o->plain = true;
-            continue;
-        }
-        if ((val = flag_value(argc, argv, &i, "--cap"))) {
-            if (!parse_num(val, 1, CAP_MAX, &v) || v != floor(v))
-                return usage_error("--cap needs a whole number from 1 to %d, got '%s'", CAP_MAX, val);
-            o->cap = (unsigned)v;
-            o->cap_from = "--cap";
-            continue;
-        }
-        NUM_FLAG("--seconds", 1, 3600, o->seconds)
-        NUM_FLAG("--requests", 1, 1e9, o->requests)
-        NUM_FLAG("--clients", 1, 4096, clients)
-        NUM_FLAG("--median-ms", 0, 60000, o->median_ms)
-        NUM_FLAG("--timeout", 1, 3600, o->timeout_s)
-        NUM_FLAG("--admin-port", 0, 65535, o->admin_port)
-#undef NUM_FLAG
-        if ((val = flag_value(argc, argv, &i, "--state"))) {
-            o->state = val;
-            continue;
-        }
-        if ((val = flag_value(argc, argv, &i, "--svg"))) {
-            o->svg = val;
-            continue;
-        }
-        return usage_error("unknown flag or missing value: '%s'", a);
-    }
-    if (o->seconds > o->timeout_s)
-        o->timeout_s = o->seconds;
-    /* Demand must outrun the cap, or discovery would have nothing to find. */
-    o->clients = clients > 0 ? (unsigned)clients : o->cap * 3 > 256 ? o->cap * 3 : 256;
-    return EXIT_OK;
-}
+const char *demo_sim_path = "sluice-provider-sim";
 
 /* Next to this program (an install, or the build tree), else the build's path. */
 static const char *find_tool(const char *name, const char *built, char *buf, size_t size)
@@ -230,45 +58,6 @@ static const char *find_tool(const char *name, const char *built, char *buf, siz
 
 /* ---- the run ---------------------------------------------------------------------- */
 
-struct sample {
-    double t_s;
-    uint32_t limit, in_flight;
-    long overloads; /* 429s so far */
-};
-
-struct demo {
-    const struct options *o;
-    struct sluice_engine *engine;
-    struct sluice_curl_loop *loop;
-    struct sluice_statefile *state;
-    struct sluice_admin *admin;
-    struct sim_process sim;
-    char url[96];        /* the simulator's chat endpoint */
-    char admin_url[64];  /* "http://127.0.0.1:8400" */
-    char sluicectl[PATH_MAX];
-    CURL **easy;         /* one request per client */
-    struct curl_slist *headers;
-    int64_t t0_ns;       /* when the first request was submitted */
-    /* Written on the loop thread, read by the main thread. */
-    atomic_long submitted, ok, overloaded, failed;
-    atomic_bool stopping;
-    /* Events, appended by the event callback; printed and plotted by the main thread. */
-    pthread_mutex_t mu;
-    struct sluice_event events[EVENTS_MAX];
-    size_t n_events, printed;
-    bool restored;       /* a "restore" event: the lock came from the state file */
-    uint32_t cleared_ceiling, cleared_cap; /* a saved lock of another cap, cleared */
-    struct sample *samples;
-    size_t n_samples;
-    bool tty;
-    int cols;            /* terminal width */
-};
-
-static double since_start_s(const struct demo *d, int64_t t_ns)
-{
-    double s = (double)(t_ns - d->t0_ns) / 1e9;
-    return s > 0 ? s : 0;
-}
 
 static long answered(struct demo *d)
 {
@@ -284,13 +73,6 @@ static void on_event(void *ctx, const struct sluice_event *ev)
     if (ev->kind == SLUICE_EVENT_RESTORE)
         d->restored = true;
     pthread_mutex_unlock(&d->mu);
-}
-
-static size_t discard(char *ptr, size_t size, size_t n, void *ctx)
-{
-    (void)ptr;
-    (void)ctx;
-    return size * n;
 }
 
 static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data);
@@ -335,7 +117,7 @@ static CURL *make_request(struct demo *d)
     curl_easy_setopt(c, CURLOPT_URL, d->url);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, d->headers);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, tool_discard);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 30000L);
     return c;
@@ -442,192 +224,6 @@ static void take_sample(struct demo *d)
     d->samples[d->n_samples++] = (struct sample){
         .t_s = since_start_s(d, sluice_monotonic_ns()), .limit = st.limit,
         .in_flight = st.in_flight, .overloads = atomic_load(&d->overloaded)};
-}
-
-/* ---- the timeline plot (SVG by hand: no plotting dependency) ------------------------ */
-
-#define SVG_W 960
-#define SVG_H 440
-#define SVG_LEFT 64
-#define SVG_RIGHT 24
-#define SVG_TOP 56
-#define SVG_BOTTOM 56
-
-struct plot {
-    FILE *f;
-    double t_max, y_max;
-};
-
-static double px(const struct plot *p, double t)
-{
-    return SVG_LEFT + t / p->t_max * (SVG_W - SVG_LEFT - SVG_RIGHT);
-}
-
-static double py(const struct plot *p, double y)
-{
-    return SVG_H - SVG_BOTTOM - y / p->y_max * (SVG_H - SVG_TOP - SVG_BOTTOM);
-}
-
-/* A "nice" tick step (1, 2 or 5 times a power of ten) for about `n` ticks. */
-static double tick_step(double range, int n)
-{
-    double raw = range / n, mag = pow(10, floor(log10(raw)));
-    double f = raw / mag;
-    return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * mag;
-}
-
-static void svg_axes(struct plot *p)
-{
-    FILE *f = p->f;
-    double ys = tick_step(p->y_max, 6), ts = tick_step(p->t_max, 10);
-    fprintf(f, "<g font-size='12' fill='#555'>\n");
-    for (double y = 0; y <= p->y_max + 1e-9; y += ys)
-        fprintf(f, "<line x1='%d' x2='%d' y1='%.1f' y2='%.1f' stroke='#e5e5e5'/>"
-                   "<text x='%d' y='%.1f' text-anchor='end'>%g</text>\n",
-                SVG_LEFT, SVG_W - SVG_RIGHT, py(p, y), py(p, y), SVG_LEFT - 6, py(p, y) + 4, y);
-    for (double t = 0; t <= p->t_max + 1e-9; t += ts)
-        fprintf(f, "<text x='%.1f' y='%d' text-anchor='middle'>%g</text>\n", px(p, t),
-                SVG_H - SVG_BOTTOM + 18, t);
-    fprintf(f, "<line x1='%d' x2='%d' y1='%.1f' y2='%.1f' stroke='#888'/>\n", SVG_LEFT,
-            SVG_W - SVG_RIGHT, py(p, 0), py(p, 0));
-    fprintf(f, "<text x='%d' y='%d' text-anchor='middle'>seconds since the first request</text>\n",
-            (SVG_LEFT + SVG_W - SVG_RIGHT) / 2, SVG_H - 14);
-    fprintf(f, "<text transform='translate(18 %d) rotate(-90)' text-anchor='middle'>"
-               "requests in parallel</text>\n</g>\n",
-            (SVG_TOP + SVG_H - SVG_BOTTOM) / 2);
-}
-
-/* In flight, sampled every tick, as a filled area under the limit. */
-static void svg_in_flight(struct plot *p, const struct demo *d)
-{
-    fprintf(p->f, "<polygon fill='#2ca02c' fill-opacity='0.25' stroke='#2ca02c' "
-                  "stroke-width='1' points='%.1f,%.1f ",
-            px(p, 0), py(p, 0));
-    for (size_t i = 0; i < d->n_samples; i++)
-        fprintf(p->f, "%.1f,%.1f ", px(p, d->samples[i].t_s), py(p, d->samples[i].in_flight));
-    if (d->n_samples)
-        fprintf(p->f, "%.1f,%.1f", px(p, d->samples[d->n_samples - 1].t_s), py(p, 0));
-    fprintf(p->f, "'/>\n");
-}
-
-/* The limit as a step line from the events: every change of the limit is
- * one, so even a cut made within a tick of the rise before it shows. */
-static void svg_limit(struct plot *p, const struct demo *d)
-{
-    uint32_t limit = d->n_samples ? d->samples[0].limit : 0;
-    if (d->n_events && since_start_s(d, d->events[0].t_ns) <= 0)
-        limit = d->events[0].old_limit;
-    fprintf(p->f, "<polyline fill='none' stroke='#1f77b4' stroke-width='2.5' "
-                  "stroke-linejoin='round' points='%.1f,%.1f ",
-            px(p, 0), py(p, limit));
-    for (size_t i = 0; i < d->n_events; i++) {
-        double x = px(p, since_start_s(d, d->events[i].t_ns));
-        fprintf(p->f, "%.1f,%.1f %.1f,%.1f ", x, py(p, limit), x, py(p, d->events[i].new_limit));
-        limit = d->events[i].new_limit;
-    }
-    fprintf(p->f, "%.1f,%.1f'/>\n", px(p, p->t_max), py(p, limit));
-}
-
-/* Red ticks on the time axis where 429s came back (height: how many), and a
- * red dot wherever discovery backed off; a dashed line when the lock came. */
-static void svg_marks(struct plot *p, const struct demo *d)
-{
-    FILE *f = p->f;
-    fprintf(f, "<g stroke='#d62728' stroke-width='2'>\n");
-    for (size_t i = 1; i < d->n_samples; i++) {
-        long n = d->samples[i].overloads - d->samples[i - 1].overloads;
-        if (n > 0)
-            fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f'/>\n", px(p, d->samples[i].t_s),
-                    px(p, d->samples[i].t_s), py(p, 0), py(p, 0) - 6 - 4 * log2((double)n + 1));
-    }
-    fprintf(f, "</g>\n");
-    for (size_t i = 0; i < d->n_events; i++) {
-        const struct sluice_event *e = &d->events[i];
-        double x = px(p, since_start_s(d, e->t_ns));
-        if (e->kind == SLUICE_EVENT_BACKOFF)
-            fprintf(f, "<circle cx='%.1f' cy='%.1f' r='4' fill='#d62728'/>\n", x,
-                    py(p, e->old_limit));
-        if (e->kind == SLUICE_EVENT_LOCK || e->kind == SLUICE_EVENT_RESTORE)
-            fprintf(f, "<line x1='%.1f' x2='%.1f' y1='%d' y2='%.1f' stroke='#9467bd' "
-                       "stroke-dasharray='6 4'/><text x='%.1f' y='%d' font-size='12' "
-                       "fill='#9467bd'>%s %" PRIu32 " at %.1f s</text>\n",
-                    x, x, SVG_TOP - 6, py(p, 0), x + 4, SVG_TOP + 8,
-                    e->kind == SLUICE_EVENT_LOCK ? "locked" : "restored", e->ceiling,
-                    since_start_s(d, e->t_ns));
-    }
-}
-
-static void svg_legend(struct plot *p, const struct demo *d, uint32_t ceiling)
-{
-    FILE *f = p->f;
-    fprintf(f, "<text x='%d' y='22' font-size='16' font-weight='bold'>sluice demo: %s, true cap "
-               "%u, discovered ceiling %" PRIu32 "</text>\n",
-            SVG_LEFT, NODE, d->o->cap, ceiling);
-    static const struct {
-        const char *label, *style;
-    } keys[] = {
-        {"limit", "stroke='#1f77b4' stroke-width='2.5'"},
-        {"in flight", "stroke='#2ca02c' stroke-width='6' stroke-opacity='0.35'"},
-        {"true cap", "stroke='#999' stroke-dasharray='4 3'"},
-        {"429s / backoff", "stroke='#d62728' stroke-width='2'"},
-        {"lock", "stroke='#9467bd' stroke-dasharray='6 4'"},
-    };
-    int x = SVG_LEFT;
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
-        fprintf(f, "<line x1='%d' x2='%d' y1='40' y2='40' %s/><text x='%d' y='44' "
-                   "font-size='12'>%s</text>\n",
-                x, x + 22, keys[i].style, x + 28, keys[i].label);
-        x += 40 + 7 * (int)strlen(keys[i].label);
-    }
-}
-
-/*
- * Where this run's plot goes: --svg, except for a run that restored its lock (its plot
- * is a flat line at the ceiling), whose name gets "-restored" before the extension, so
- * the discovery plot the run before drew is kept.
- */
-static const char *plot_path(const struct demo *d, char *buf, size_t size)
-{
-    const char *svg = d->o->svg, *slash = strrchr(svg, '/'), *dot = strrchr(svg, '.');
-    if (!d->restored)
-        return svg;
-    size_t stem = dot && dot > (slash ? slash + 1 : svg) ? (size_t)(dot - svg) : strlen(svg);
-    snprintf(buf, size, "%.*s-restored%s", (int)stem, svg, svg + stem);
-    return buf;
-}
-
-static int write_svg(const struct demo *d, uint32_t ceiling)
-{
-    char buf[PATH_MAX];
-    const char *path = plot_path(d, buf, sizeof buf);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return fail("cannot write %s: %s (choose another --svg)", path, strerror(errno));
-    struct plot p = {.f = f, .t_max = 1, .y_max = d->o->cap};
-    for (size_t i = 0; i < d->n_samples; i++) {
-        p.t_max = fmax(p.t_max, d->samples[i].t_s);
-        p.y_max = fmax(p.y_max, fmax(d->samples[i].limit, d->samples[i].in_flight));
-    }
-    for (size_t i = 0; i < d->n_events; i++)
-        p.y_max = fmax(p.y_max, fmax(d->events[i].old_limit, d->events[i].new_limit));
-    p.y_max *= 1.15;
-    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' viewBox='0 0 %d %d' "
-               "font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
-            SVG_W, SVG_H, SVG_W, SVG_H);
-    svg_axes(&p);
-    fprintf(f, "<line x1='%d' x2='%d' y1='%.1f' y2='%.1f' stroke='#999' stroke-dasharray='4 3'/>"
-               "<text x='%d' y='%.1f' font-size='12' fill='#777' text-anchor='end'>true cap %u"
-               "</text>\n",
-            SVG_LEFT, SVG_W - SVG_RIGHT, py(&p, d->o->cap), py(&p, d->o->cap), SVG_W - SVG_RIGHT - 4,
-            py(&p, d->o->cap) - 5, d->o->cap);
-    svg_in_flight(&p, d);
-    svg_limit(&p, d);
-    svg_marks(&p, d);
-    svg_legend(&p, d, ceiling);
-    fprintf(f, "</svg>\n");
-    if (fclose(f) != 0)
-        return fail("cannot write %s: %s", path, strerror(errno));
-    return EXIT_OK;
 }
 
 /* ---- setting up ------------------------------------------------------------------------ */
@@ -999,3 +595,4 @@ int main(int argc, char **argv)
     curl_global_cleanup();
     return rc;
 }
+

@@ -19,7 +19,7 @@
  * One model, two drivers:
  *   tests/sim/provider_sim.h            runs it in virtual time (the
  *                                       discovery scenarios and the bench)
- *   shim/tools/sluice-provider-sim.c    runs it behind a real HTTP server
+ *   shim/tools/sluice-provider-sim/     runs it behind a real HTTP server
  * Both include this header, so a behaviour changed here changes in both.
  *
  * The model holds no provider state: the driver keeps its own count of calls

@@ -1,0 +1,167 @@
+/*
+ * status.c — `sluicectl status`: every node with its state glyph, ceiling and the
+ * time left on its lock, from the state file or live from --admin.
+ */
+#define _GNU_SOURCE
+#include "sluicectl.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+const char usage_status[] =
+    "usage: sluicectl status [--json] [--state FILE | --admin URL]\n"
+    "\n"
+    "Every node with its state glyph, ceiling and the time left on its lock.\n"
+    "\n"
+    "  --state FILE   the state file (default: $XDG_STATE_HOME/sluice/ceilings.json,\n"
+    "                 else ~/.local/state/sluice/ceilings.json)\n"
+    "  --admin URL    ask a running process instead, e.g. http://127.0.0.1:8400:\n"
+    "                 live in-flight counts, limits and states of every node\n"
+    "  --json         print JSON instead of a table\n";
+
+struct status_walk {
+    struct table table;
+    json_t *nodes;
+    int64_t now;
+};
+
+static int status_row(void *ctx, const char *node, const struct sluice_lock_record *rec,
+                      const char *problem)
+{
+    struct status_walk *w = ctx;
+    json_t *o = json_object();
+    json_object_set_new(o, "node", json_string(node));
+    if (!rec) {
+        json_object_set_new(o, "state", json_string("invalid"));
+        json_object_set_new(o, "problem", json_string(problem));
+        json_array_append_new(w->nodes, o);
+        const char *row[] = {node, "⚠️ invalid", "-", "-", problem, ""};
+        table_add(&w->table, row);
+        return 0;
+    }
+    bool live = rec->expires_s > w->now;
+    char ceiling[16], left[32], locked[32], until[32];
+    snprintf(ceiling, sizeof ceiling, "%" PRIu32, rec->ceiling);
+    format_left(rec->expires_s - w->now, left, sizeof left);
+    format_time(rec->locked_at_s, locked, sizeof locked);
+    format_time(rec->expires_s, until, sizeof until);
+    json_object_set_new(o, "state", json_string(live ? "locked" : "expired"));
+    json_object_set_new(o, "glyph", json_string(live ? "🔒" : ""));
+    json_object_set_new(o, "ceiling", json_integer(rec->ceiling));
+    json_object_set_new(o, "locked_at", json_integer(rec->locked_at_s));
+    json_object_set_new(o, "expires_at", json_integer(rec->expires_s));
+    json_object_set_new(o, "lock_left_s", json_integer(live ? rec->expires_s - w->now : 0));
+    json_object_set_new(o, "policy", json_string(rec->policy));
+    json_array_append_new(w->nodes, o);
+    const char *row[] = {node, live ? "🔒 locked" : "expired", ceiling, left, until,
+                         rec->policy[0] ? rec->policy : "-"};
+    table_add(&w->table, row);
+    return 0;
+}
+
+static int status_from_file(const struct opts *o)
+{
+    struct sluice_statefile *f;
+    if (open_state(o, &f) != EXIT_OK)
+        return EXIT_FAIL;
+    struct status_walk *w = calloc(1, sizeof *w);
+    w->table.cols = 6;
+    w->nodes = json_array();
+    w->now = (int64_t)time(NULL);
+    const char *head[] = {"NODE", "STATE", "CEILING", "LOCK LEFT", "EXPIRES", "POLICY"};
+    table_add(&w->table, head);
+    int status = sluice_statefile_foreach(f, status_row, w);
+    int rc = EXIT_OK;
+    if (status != SLUICE_OK) {
+        char err[1024];
+        sluice_statefile_last_error(f, err, sizeof err);
+        rc = fail("%s", err);
+    } else if (o->json) {
+        json_t *root = json_pack("{s:s,s:s,s:o}", "source", "statefile", "path",
+                                 sluice_statefile_path(f), "nodes", json_incref(w->nodes));
+        print_json(root);
+        json_decref(root);
+    } else if (json_array_size(w->nodes) == 0) {
+        fprintf(stderr, "no discovered ceilings in %s\n", sluice_statefile_path(f));
+    } else {
+        rc = table_print(&w->table);
+    }
+    table_free(&w->table);
+    json_decref(w->nodes);
+    free(w);
+    sluice_statefile_close(f);
+    return rc;
+}
+
+/* The deadline figures of one admin node (see the admin's node JSON): rates, queue wait, lingering. */
+static void status_figures(json_t *n, char fig[6][24])
+{
+    static const char *const rates[] = {"request_rate", "overload_rate", "timeout_rate"};
+    for (int k = 0; k < 3; k++)
+        snprintf(fig[k], 24, "%.1f", json_number_value(json_object_get(n, rates[k])));
+    static const char *const waits[] = {"queue_wait_p50_ms", "queue_wait_p99_ms"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(n, waits[k]);
+        if (json_is_number(v))
+            snprintf(fig[3 + k], 24, "%.0f ms", json_number_value(v));
+        else
+            snprintf(fig[3 + k], 24, "-");
+    }
+    snprintf(fig[5], 24, "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(n, "lingering")));
+}
+
+static int status_from_admin(const struct opts *o)
+{
+    json_t *s = admin_json("GET", o->admin, "/compute/concurrency", NULL);
+    if (!s)
+        return EXIT_FAIL;
+    json_t *nodes = json_object_get(s, "nodes");
+    if (!json_is_array(nodes)) {
+        json_decref(s);
+        return fail("%s answered JSON without \"nodes\": is it a sluice admin endpoint?", o->admin);
+    }
+    if (o->json) {
+        print_json(s);
+        json_decref(s);
+        return EXIT_OK;
+    }
+    struct table *t = calloc(1, sizeof *t);
+    t->cols = 11;
+    const char *head[] = {"STATUS",    "STATE",     "CEILING",   "LOCK LEFT",
+                          "WAITING",   "REQ/S",     "429/S",     "TIMEOUTS/S",
+                          "QUEUE P50", "QUEUE P99", "LINGERING"};
+    table_add(t, head);
+    size_t i;
+    json_t *n;
+    json_array_foreach(nodes, i, n) {
+        const char *state = json_string_value(json_object_get(n, "state"));
+        const char *glyph = json_string_value(json_object_get(n, "glyph"));
+        char st[64], ceiling[24] = "-", left[32] = "-", waiting[24];
+        snprintf(st, sizeof st, "%s%s%s", glyph && *glyph ? glyph : "", glyph && *glyph ? " " : "",
+                 state ? state : "?");
+        json_int_t c = json_integer_value(json_object_get(n, "ceiling"));
+        if (c > 0) {
+            snprintf(ceiling, sizeof ceiling, "%" JSON_INTEGER_FORMAT, c);
+            format_left(json_integer_value(json_object_get(n, "lock_left_s")), left, sizeof left);
+        }
+        snprintf(waiting, sizeof waiting, "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(json_object_get(n, "waiting")));
+        const char *line = json_string_value(json_object_get(n, "status_line"));
+        char fig[6][24];
+        status_figures(n, fig);
+        const char *row[] = {line ? line : "?", st,     ceiling, left,   waiting, fig[0],
+                             fig[1],            fig[2], fig[3],  fig[4], fig[5]};
+        table_add(t, row);
+    }
+    int rc = table_print(t);
+    free(t);
+    json_decref(s);
+    return rc;
+}
+
+int status_cmd(const struct opts *o)
+{
+    return o->admin ? status_from_admin(o) : status_from_file(o);
+}

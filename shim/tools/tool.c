@@ -1,0 +1,73 @@
+/* tool.c — see tool.h. */
+#include "tool.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+const char *tool_name;
+volatile sig_atomic_t interrupted;
+
+void on_interrupt(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+int fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", tool_name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return EXIT_FAIL;
+}
+
+int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", tool_name);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see %s --help)\n", tool_name);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+size_t tool_discard(char *ptr, size_t size, size_t n, void *ctx)
+{
+    (void)ptr;
+    (void)ctx;
+    return size * n;
+}
+
+bool tool_parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    /* strtoull alone would take " 5", "+5" and "-1" (as 2^64-1). */
+    if (!s || *s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool tool_parse_double(const char *s, double lo, double hi, double *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || !(v >= lo && v <= hi))
+        return false;
+    *out = v;
+    return true;
+}
