@@ -520,7 +520,7 @@ SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
     struct sluice_discovery *d = (struct sluice_discovery *)(void *)(p + 1);
     struct sluice_event_slot *slots = (struct sluice_event_slot *)(void *)(d + 1);
     sluice_discovery_init(d, &dd, slots, events, NULL); /* checked: cannot fail */
-    d->in_flight_src = &p->in_flight; /* one definition of "in flight": started calls */
+    sluice_discovery_count_in_flight(d, &p->in_flight); /* one "in flight": started calls */
     p->discovery = d;
 }
 
@@ -1413,7 +1413,7 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
                                             : (unsigned)SLUICE_OUTCOME_IGNORE],
                               1u, SLUICE_RELAXED);
     if (SLUICE_UNLIKELY(p->discovery != NULL))
-        sluice__discovery_record(p->discovery, &sample);
+        sluice_discovery_record(p->discovery, &sample);
     /* The sample may have raised the limit, granting waiters too: async
      * callbacks wait until every sync waiter this end granted is woken. */
     bool outer = SLUICE_UNLIKELY(p->discovery != NULL) && sluice__gate_hold_callbacks();
@@ -1430,7 +1430,7 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
         sluice__pool_reap(p);
     }
     if (SLUICE_UNLIKELY(p->discovery != NULL)) {
-        sluice__discovery_hand_out_grants(p->discovery);
+        sluice_discovery_hand_out_grants(p->discovery);
         sluice__gate_resume_callbacks(outer);
         sluice_discovery_flush(p->discovery);
         sluice_pool_poll(p);
