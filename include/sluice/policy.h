@@ -245,8 +245,12 @@ SLUICE_INLINE struct sluice_verdict sluice_policy_update(struct sluice_policy *p
 
 /* ---- helpers shared by the built-in policies ----------------------------- */
 
-SLUICE_INLINE struct sluice_verdict sluice__verdict(uint32_t limit, enum sluice_cause cause,
-                                                    uint32_t estimate)
+/* A verdict: propose `limit` for `cause` (SLUICE_CAUSE_NONE: no change of
+ * operating point), with `estimate` the policy's queue-free limit (0 = none).
+ * For any policy's update, built-in or not (the shim's fleet follower).
+ * Pure; any thread. */
+SLUICE_INLINE struct sluice_verdict sluice_verdict_make(uint32_t limit, enum sluice_cause cause,
+                                                        uint32_t estimate)
 {
     struct sluice_verdict v;
     v.limit = limit;
@@ -258,7 +262,7 @@ SLUICE_INLINE struct sluice_verdict sluice__verdict(uint32_t limit, enum sluice_
 /* Keep the limit where it is. */
 SLUICE_INLINE struct sluice_verdict sluice__verdict_hold(const struct sluice_window *w)
 {
-    return sluice__verdict(w->limit, SLUICE_CAUSE_NONE, 0);
+    return sluice_verdict_make(w->limit, SLUICE_CAUSE_NONE, 0);
 }
 
 /* limit·factor rounded down, always at least one below `limit` and at least 1. */
@@ -296,7 +300,7 @@ SLUICE_INLINE struct sluice_verdict sluice__verdict_overload(const struct sluice
     uint32_t cut = sluice__policy_cut(sluice_window_struck(w), factor);
     if (cut >= w->limit)
         cut = w->limit > 1 ? w->limit - 1 : 1;
-    return sluice__verdict(cut,
+    return sluice_verdict_make(cut,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER
                                                  : SLUICE_CAUSE_OVERLOAD,
                            0);

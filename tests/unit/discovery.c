@@ -622,8 +622,8 @@ static struct sluice_verdict knee_update(struct sluice_policy *self, const struc
     if (w->n_fresh_overload)
         return sluice__verdict_overload(w, 0.9);
     if (((struct knee_policy *)self)->knee && w->saturated)
-        return sluice__verdict(w->limit - 1, SLUICE_CAUSE_LATENCY, 0);
-    return sluice__verdict(w->limit + 1, SLUICE_CAUSE_ADDITIVE, 0);
+        return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_LATENCY, 0);
+    return sluice_verdict_make(w->limit + 1, SLUICE_CAUSE_ADDITIVE, 0);
 }
 
 static const struct sluice_policy_ops knee_ops = {"knee", true, knee_reset, knee_update,

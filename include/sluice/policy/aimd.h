@@ -44,10 +44,10 @@ SLUICE_INLINE struct sluice_verdict sluice__aimd_update(struct sluice_policy *se
     if (w->n_fresh_overload)
         return sluice__verdict_overload(w, p->params.backoff);
     if (p->params.timeout_ns && w->n_ok && w->latency_mean_ns > p->params.timeout_ns)
-        return sluice__verdict(sluice__policy_cut(w->limit, p->params.backoff),
+        return sluice_verdict_make(sluice__policy_cut(w->limit, p->params.backoff),
                                SLUICE_CAUSE_LATENCY, 0);
     if (w->saturated && w->n_ok)
-        return sluice__verdict(sluice__sat_add(w->limit, p->params.increase),
+        return sluice_verdict_make(sluice__sat_add(w->limit, p->params.increase),
                                SLUICE_CAUSE_ADDITIVE, 0);
     return sluice__verdict_hold(w);
 }

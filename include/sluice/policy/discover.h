@@ -475,7 +475,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
     p->slow_start = false;
     p->est = 0;
     uint32_t next = cut < 1.0 ? 1u : (uint32_t)cut;
-    return sluice__verdict(next,
+    return sluice_verdict_make(next,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER : SLUICE_CAUSE_OVERLOAD,
                            0);
 }
@@ -520,14 +520,14 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
          * The level is tested again once the reference is sampled. A
          * bracket from noise held a cap of 200 at 8, on 1 seed in 1000. */
         if (!p->est)
-            return sluice__verdict(next, SLUICE_CAUSE_NONE, 0);
+            return sluice_verdict_make(next, SLUICE_CAUSE_NONE, 0);
     }
     /* Discovery will lock no higher than this: the highest limit that passed,
      * or the one below it that served the most calls per second, if any did
      * (past a knee, throughput falls: the cap is its peak). */
     uint32_t best = lo ? sluice__discover_best(p, lo + 1) : 0;
     p->est = best && best < lo ? best : lo ? lo : w->limit > 1 ? w->limit - 1 : 1;
-    return sluice__verdict(next, SLUICE_CAUSE_LATENCY, p->est);
+    return sluice_verdict_make(next, SLUICE_CAUSE_LATENCY, p->est);
 }
 
 /* A slow-start probe has done its job once the level it left would go on in
@@ -565,7 +565,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
         const struct sluice__discover_level *top = sluice__discover_find(p, w->limit);
         if (w->saturated && w->probe_cap && w->limit == w->probe_cap && !p->est &&
             w->limit != p->settled && w->limit > 1 && !(top && top->passed))
-            return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
+            return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_NONE, 0);
         return sluice__verdict_hold(w);
     }
     double mean = (double)w->latency_mean_ns, n = w->n_ok;
@@ -597,7 +597,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
          * noise would walk the lock down one level per round. */
         const struct sluice__discover_level *below = sluice__discover_find(p, w->limit - 1);
         if (!below || below->n < (float)k->min_samples)
-            return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
+            return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_NONE, 0);
         uint32_t best = sluice__discover_best(p, w->limit + 1);
         if (best && best < w->limit && best < p->est) {
             p->est = best;
@@ -630,7 +630,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     if (!pass && !(p->slow_start && x <= threshold + se)) {
         l->doubts++;
         if ((refused || last_step) && w->saturated && w->limit == w->probe_cap && w->limit > 1)
-            return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
+            return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_NONE, 0);
         /* Above the knee, not yet beyond the noise: measure more. When the
          * reference is what is short of calls, probe it (BBR's PROBE_RTT);
          * slow start goes on after the probe if the doubt was the reference's. */
@@ -645,7 +645,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
             if (at < w->limit) {
                 p->probing = at;
                 p->resume = w->limit;
-                return sluice__verdict(at, SLUICE_CAUSE_NONE, 0);
+                return sluice_verdict_make(at, SLUICE_CAUSE_NONE, 0);
             }
         }
         p->slow_start = false;
@@ -667,14 +667,14 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
         uint32_t back = p->resume;
         p->probing = p->resume = 0;
         if (back > w->limit)
-            return sluice__verdict(back, SLUICE_CAUSE_ADDITIVE, 0);
+            return sluice_verdict_make(back, SLUICE_CAUSE_ADDITIVE, 0);
     }
     if (p->slow_start) {
         uint32_t step = w->n_ok < w->limit ? w->n_ok : w->limit;
-        return sluice__verdict(sluice__sat_add(w->limit, step), SLUICE_CAUSE_SLOW_START, 0);
+        return sluice_verdict_make(sluice__sat_add(w->limit, step), SLUICE_CAUSE_SLOW_START, 0);
     }
     uint32_t step = w->probe_cap > w->limit ? (w->probe_cap - w->limit) / 2 : w->limit / 4;
-    return sluice__verdict(sluice__sat_add(w->limit, step ? step : 1), SLUICE_CAUSE_ADDITIVE, 0);
+    return sluice_verdict_make(sluice__sat_add(w->limit, step ? step : 1), SLUICE_CAUSE_ADDITIVE, 0);
 }
 
 SLUICE__POLICY_OPS(discover, true)

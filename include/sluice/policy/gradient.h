@@ -81,9 +81,9 @@ SLUICE_INLINE struct sluice_verdict sluice__gradient_update(struct sluice_policy
         p->estimate = 1.0;
     uint32_t next = sluice__sat_u32(p->estimate);
     if (next > w->limit)
-        return sluice__verdict(next, SLUICE_CAUSE_ADDITIVE, 0);
+        return sluice_verdict_make(next, SLUICE_CAUSE_ADDITIVE, 0);
     if (next < w->limit)
-        return sluice__verdict(next, SLUICE_CAUSE_LATENCY, next);
+        return sluice_verdict_make(next, SLUICE_CAUSE_LATENCY, next);
     return sluice__verdict_hold(w);
 }
 

@@ -63,15 +63,15 @@ SLUICE_INLINE struct sluice_verdict sluice__vegas_update(struct sluice_policy *s
     uint32_t step = (uint32_t)lg;
     if (queue > p->params.beta * lg) {
         uint32_t next = w->limit > step ? w->limit - step : 1;
-        return sluice__verdict(next, SLUICE_CAUSE_LATENCY, next);
+        return sluice_verdict_make(next, SLUICE_CAUSE_LATENCY, next);
     }
     if (!w->saturated)
         return sluice__verdict_hold(w);
     if (queue <= lg)
-        return sluice__verdict(sluice__sat_add(w->limit, sluice__sat_u32(p->params.beta * lg)),
+        return sluice_verdict_make(sluice__sat_add(w->limit, sluice__sat_u32(p->params.beta * lg)),
                                SLUICE_CAUSE_ADDITIVE, 0);
     if (queue < p->params.alpha * lg)
-        return sluice__verdict(sluice__sat_add(w->limit, step), SLUICE_CAUSE_ADDITIVE, 0);
+        return sluice_verdict_make(sluice__sat_add(w->limit, step), SLUICE_CAUSE_ADDITIVE, 0);
     return sluice__verdict_hold(w);
 }
 
