@@ -239,8 +239,8 @@ SLUICE_INLINE struct sluice_window_totals sluice__window_acc_take(struct sluice_
     uint32_t refused_at = atomic_exchange_explicit(&a->overload_limit, UINT32_MAX, SLUICE_RELAXED);
     t.overload_limit = refused_at == UINT32_MAX ? 0 : refused_at;
     t.overload_start_ns = atomic_exchange_explicit(&a->overload_start, INT64_MAX, SLUICE_RELAXED);
-    uint32_t in_flight = atomic_exchange_explicit(&a->overload_in_flight, UINT32_MAX, SLUICE_RELAXED);
-    t.overload_in_flight = in_flight == UINT32_MAX ? 0 : in_flight;
+    uint32_t fewest = atomic_exchange_explicit(&a->overload_in_flight, UINT32_MAX, SLUICE_RELAXED);
+    t.overload_in_flight = fewest == UINT32_MAX ? 0 : fewest;
     uint32_t echoed = atomic_exchange_explicit(&a->refused_in_flight, UINT32_MAX, SLUICE_RELAXED);
     t.refused_in_flight = echoed == UINT32_MAX ? 0 : echoed;
     t.served_in_flight = atomic_exchange_explicit(&a->served_in_flight, 0u, SLUICE_RELAXED);
