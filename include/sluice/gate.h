@@ -122,12 +122,12 @@ struct sluice_gate_node {
 };
 
 struct sluice_gate_waiter;
-typedef void (*sluice_gate_cb)(struct sluice_gate_waiter *waiter, int status);
+typedef void (*sluice_gate_fn)(struct sluice_gate_waiter *waiter, int status);
 
 /* An async waiter: set `cb` (and `data`), keep it alive until cb has run.
  * sluice__node is the gate's: acquire_async initialises it. */
 struct sluice_gate_waiter {
-    sluice_gate_cb cb;
+    sluice_gate_fn cb;
     void *data;
     struct sluice_gate_node sluice__node;
 };

@@ -293,7 +293,7 @@ enum { SLUICE__WATCH_AWAKE = 0, SLUICE__WATCH_ASLEEP = 1, SLUICE__WATCH_SETTLED 
 struct sluice_pool;
 struct sluice_pool_waiter;
 /* Runs exactly once per sluice_pool_call_begin_async; see there. */
-typedef void (*sluice_pool_cb)(struct sluice_pool_waiter *waiter, int status);
+typedef void (*sluice_pool_fn)(struct sluice_pool_waiter *waiter, int status);
 
 /*
  * An async generation call: set `cb` (and `data`), keep the record alive
@@ -301,7 +301,7 @@ typedef void (*sluice_pool_cb)(struct sluice_pool_waiter *waiter, int status);
  * sluice_pool_call_begin_async is called (stale contents are overwritten).
  */
 struct sluice_pool_waiter {
-    sluice_pool_cb cb;
+    sluice_pool_fn cb;
     void *data;
     const struct timespec *deadline; /* for the start rule only: a grant with less time left
                                         than the expected service time settles ETIMEDOUT
