@@ -54,25 +54,20 @@ SLUICE_INLINE struct sluice_verdict sluice__aimd_update(struct sluice_policy *se
 
 SLUICE__POLICY_OPS(aimd, true)
 
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_PARAMS. */
+#define SLUICE__AIMD_PARAMS(X)                                                                     \
+    X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_aimd_params.backoff must be in (0, 1)")        \
+    X(increase, 1, 0.0, (double)SLUICE_POLICY_LIMIT_MAX, true,                                     \
+      "sluice_policy_aimd_params.increase must be at most SLUICE_POLICY_LIMIT_MAX")                \
+    X(timeout_ns, 0, -1.0, 1e30, false, "sluice_policy_aimd_params.timeout_ns must not be negative")
+
 /* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
 SLUICE_INLINE int sluice_policy_aimd_init(struct sluice_policy_aimd *p,
                                           const struct sluice_policy_aimd_params *params,
                                           const char **why)
 {
     struct sluice_policy_aimd_params r;
-    memset(&r, 0, sizeof r);
-    if (params)
-        r = *params;
-    SLUICE__DEFAULT(r.backoff, 0.9);
-    SLUICE__DEFAULT(r.increase, 1);
-    if (sluice__check_range(r.backoff, 0.0, 1.0, false,
-                            "sluice_policy_aimd_params.backoff must be in (0, 1)", why) ||
-        sluice__check_range((double)r.increase, 0.0, (double)SLUICE_POLICY_LIMIT_MAX, true,
-                            "sluice_policy_aimd_params.increase must be at most "
-                            "SLUICE_POLICY_LIMIT_MAX", why) ||
-        sluice__check_range((double)r.timeout_ns, -1.0, 1e30, false,
-                            "sluice_policy_aimd_params.timeout_ns must not be negative", why))
-        return SLUICE_EINVAL;
+    SLUICE__POLICY_RESOLVE(SLUICE__AIMD_PARAMS);
     p->base.ops = sluice__aimd_ops();
     p->params = r;
     return SLUICE_OK;

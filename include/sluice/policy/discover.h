@@ -844,42 +844,28 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
 
 SLUICE__POLICY_OPS(discover, true)
 
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_PARAMS. */
+#define SLUICE__DISCOVER_PARAMS(X)                                                                 \
+    X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_discover_params.backoff must be in (0, 1)")   \
+    X(knee, 0.14, 0.0, 100.0, true, "sluice_policy_discover_params.knee must be in (0, 100]")     \
+    X(knee_floor, 0.25, 0.0, 1.0, false,                                                           \
+      "sluice_policy_discover_params.knee_floor must be in (0, 1)")                                \
+    X(noise_z, 2.0, 0.0, 100.0, true, "sluice_policy_discover_params.noise_z must be in (0, 100]") \
+    X(memory_s, 1800.0, 0.0, 1e7, true,                                                            \
+      "sluice_policy_discover_params.memory_s must be in (0, 1e7]")                                \
+    X(confirm, 4, 0.0, 1000.0, true, "sluice_policy_discover_params.confirm must be in [1, 1000]") \
+    X(min_samples, 8, 0.0, 65536.0, true,                                                          \
+      "sluice_policy_discover_params.min_samples must be in [1, 65536]")                           \
+    X(reference_samples, 128, 0.0, 1e6, true,                                                      \
+      "sluice_policy_discover_params.reference_samples must be in [1, 1e6]")
+
 /* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
 SLUICE_INLINE int sluice_policy_discover_init(struct sluice_policy_discover *p,
                                               const struct sluice_policy_discover_params *params,
                                               const char **why)
 {
     struct sluice_policy_discover_params r;
-    memset(&r, 0, sizeof r);
-    if (params)
-        r = *params;
-    SLUICE__DEFAULT(r.backoff, 0.9);
-    SLUICE__DEFAULT(r.knee, 0.14);
-    SLUICE__DEFAULT(r.knee_floor, 0.25);
-    SLUICE__DEFAULT(r.noise_z, 2.0);
-    SLUICE__DEFAULT(r.memory_s, 1800.0);
-    SLUICE__DEFAULT(r.confirm, 4);
-    SLUICE__DEFAULT(r.min_samples, 8);
-    SLUICE__DEFAULT(r.reference_samples, 128);
-    if (sluice__check_range(r.backoff, 0.0, 1.0, false,
-                            "sluice_policy_discover_params.backoff must be in (0, 1)", why) ||
-        sluice__check_range(r.knee, 0.0, 100.0, true,
-                            "sluice_policy_discover_params.knee must be in (0, 100]", why) ||
-        sluice__check_range(r.knee_floor, 0.0, 1.0, false,
-                            "sluice_policy_discover_params.knee_floor must be in (0, 1)", why) ||
-        sluice__check_range(r.noise_z, 0.0, 100.0, true,
-                            "sluice_policy_discover_params.noise_z must be in (0, 100]", why) ||
-        sluice__check_range(r.memory_s, 0.0, 1e7, true,
-                            "sluice_policy_discover_params.memory_s must be in (0, 1e7]", why) ||
-        sluice__check_range((double)r.confirm, 0.0, 1000.0, true,
-                            "sluice_policy_discover_params.confirm must be in [1, 1000]", why) ||
-        sluice__check_range((double)r.min_samples, 0.0, 65536.0, true,
-                            "sluice_policy_discover_params.min_samples must be in [1, 65536]",
-                            why) ||
-        sluice__check_range((double)r.reference_samples, 0.0, 1e6, true,
-                            "sluice_policy_discover_params.reference_samples must be in [1, 1e6]",
-                            why))
-        return SLUICE_EINVAL;
+    SLUICE__POLICY_RESOLVE(SLUICE__DISCOVER_PARAMS);
     p->base.ops = sluice__discover_ops();
     p->params = r;
     sluice__discover_reset(&p->base, 1, false);

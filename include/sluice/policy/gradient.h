@@ -89,31 +89,23 @@ SLUICE_INLINE struct sluice_verdict sluice__gradient_update(struct sluice_policy
 
 SLUICE__POLICY_OPS(gradient, true)
 
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_PARAMS. */
+#define SLUICE__GRADIENT_PARAMS(X)                                                                 \
+    X(tolerance, 1.5, 0.999999, 100.0, true,                                                       \
+      "sluice_policy_gradient_params.tolerance must be in [1, 100]")                               \
+    X(smoothing, 0.2, 0.0, 1.0, true, "sluice_policy_gradient_params.smoothing must be in (0, 1]") \
+    X(long_weight, 0.05, 0.0, 1.0, true,                                                           \
+      "sluice_policy_gradient_params.long_weight must be in (0, 1]")                               \
+    X(queue, 4.0, 0.0, 1e6, true, "sluice_policy_gradient_params.queue must be in (0, 1e6]")       \
+    X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_gradient_params.backoff must be in (0, 1)")
+
 /* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
 SLUICE_INLINE int sluice_policy_gradient_init(struct sluice_policy_gradient *p,
                                               const struct sluice_policy_gradient_params *params,
                                               const char **why)
 {
     struct sluice_policy_gradient_params r;
-    memset(&r, 0, sizeof r);
-    if (params)
-        r = *params;
-    SLUICE__DEFAULT(r.tolerance, 1.5);
-    SLUICE__DEFAULT(r.smoothing, 0.2);
-    SLUICE__DEFAULT(r.long_weight, 0.05);
-    SLUICE__DEFAULT(r.queue, 4.0);
-    SLUICE__DEFAULT(r.backoff, 0.9);
-    if (sluice__check_range(r.tolerance, 0.999999, 100.0, true,
-                            "sluice_policy_gradient_params.tolerance must be in [1, 100]", why) ||
-        sluice__check_range(r.smoothing, 0.0, 1.0, true,
-                            "sluice_policy_gradient_params.smoothing must be in (0, 1]", why) ||
-        sluice__check_range(r.long_weight, 0.0, 1.0, true,
-                            "sluice_policy_gradient_params.long_weight must be in (0, 1]", why) ||
-        sluice__check_range(r.queue, 0.0, 1e6, true,
-                            "sluice_policy_gradient_params.queue must be in (0, 1e6]", why) ||
-        sluice__check_range(r.backoff, 0.0, 1.0, false,
-                            "sluice_policy_gradient_params.backoff must be in (0, 1)", why))
-        return SLUICE_EINVAL;
+    SLUICE__POLICY_RESOLVE(SLUICE__GRADIENT_PARAMS);
     p->base.ops = sluice__gradient_ops();
     p->params = r;
     sluice__gradient_reset(&p->base, 1, false);
