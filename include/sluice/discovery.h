@@ -192,6 +192,14 @@
  *
  * Allocation: only in sluice_discovery_create (through the allocator hook);
  * sluice_discovery_init uses caller storage for the event ring.
+ *
+ * Why one header of this size: what is left here is one state machine
+ * (probing, backoff, locked; the bracket, the strikes, holds and hints)
+ * whose every transition runs under one update lock on one struct, plus
+ * its description and status view; the accumulator (sluice/window.h) and
+ * the effects combiner (sluice/effects.h) are already apart. Nearly 500
+ * of its lines are comments, 200 of them this one: the manual of the lock
+ * criterion and of what each signal means, beside the code it governs.
  */
 #ifndef SLUICE_DISCOVERY_H
 #define SLUICE_DISCOVERY_H

@@ -23,9 +23,12 @@
  * (sluice/discovery.h) carries one discovery node whose limit drives the
  * gate. `active` is then the hard maximum (discovery's max_limit defaults
  * to it and may not exceed it); the gate starts at the jumpstart, or at a
- * live lock read back from the store. call_end feeds every call's sample
- * to sluice_discovery_on_sample *before* giving the permit back, so a cut
- * made for an overload takes effect before the permit moves on. call_begin
+ * live lock read back from the store. call_end records every call's
+ * sample (sluice_discovery_record) *before* giving the permit back, so a
+ * cut made for an overload takes effect before the permit moves on, and
+ * runs discovery's effects after it (sluice_discovery_hand_out_grants,
+ * then sluice_discovery_flush), so no store call or callback delays the
+ * next call in line. call_begin
  * honours the provider's Retry-After (sluice_discovery_hold_until): a call
  * granted its permit while the hold lasts waits it out, permit in hand,
  * until the hold ends, its deadline passes (SLUICE_ETIMEDOUT) or its token
@@ -159,6 +162,15 @@
  * gate is embedded and its waiters queue on their own stacks, as do calls
  * waiting out a hold, so the number of waiting runs needs no storage
  * reserved for it.
+ *
+ * Why one header of this size: admission, the sync and async call paths,
+ * Retry-After holds, lingering permits and call_end all read and write the
+ * same `struct sluice_pool` under one set of ordering rules (above), and
+ * each call path is the same steps (admit, hold, start rule, permit, end)
+ * in two shapes that must stay in step. Split by section, each part would
+ * need the others' private helpers and the ordering argument would live in
+ * several files; the sections below (holds, lingering permits, the async
+ * call path, ending a call) are the seams to read by.
  */
 #ifndef SLUICE_POOL_H
 #define SLUICE_POOL_H
