@@ -54,7 +54,7 @@ SLUICE_INLINE struct sluice_verdict sluice__aimd_update(struct sluice_policy *se
 
 SLUICE__POLICY_OPS(aimd, true)
 
-/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_PARAMS. */
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_RESOLVE. */
 #define SLUICE__AIMD_PARAMS(X)                                                                     \
     X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_aimd_params.backoff must be in (0, 1)")        \
     X(increase, 1, 0.0, (double)SLUICE_POLICY_LIMIT_MAX, true,                                     \

@@ -844,7 +844,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
 
 SLUICE__POLICY_OPS(discover, true)
 
-/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_PARAMS. */
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_RESOLVE. */
 #define SLUICE__DISCOVER_PARAMS(X)                                                                 \
     X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_discover_params.backoff must be in (0, 1)")   \
     X(knee, 0.14, 0.0, 100.0, true, "sluice_policy_discover_params.knee must be in (0, 100]")     \

@@ -89,7 +89,7 @@ SLUICE_INLINE struct sluice_verdict sluice__gradient_update(struct sluice_policy
 
 SLUICE__POLICY_OPS(gradient, true)
 
-/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_PARAMS. */
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_RESOLVE. */
 #define SLUICE__GRADIENT_PARAMS(X)                                                                 \
     X(tolerance, 1.5, 0.999999, 100.0, true,                                                       \
       "sluice_policy_gradient_params.tolerance must be in [1, 100]")                               \

@@ -77,7 +77,7 @@ SLUICE_INLINE struct sluice_verdict sluice__vegas_update(struct sluice_policy *s
 
 SLUICE__POLICY_OPS(vegas, true)
 
-/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_PARAMS. */
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_RESOLVE. */
 #define SLUICE__VEGAS_PARAMS(X)                                                                    \
     X(alpha, 3.0, 0.0, 1000.0, true, "sluice_policy_vegas_params.alpha must be in (0, 1000]")      \
     X(beta, 6.0, r.alpha, 1000.0, true,                                                            \
