@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Render sluice-bench --json output as the Markdown tables in README.md.
+"""Render sluice-bench --json output as the Markdown tables in bench/RESULTS.md.
 
 usage: bench/tables.py bench.json [discovery.json]
 """

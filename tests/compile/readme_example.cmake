@@ -1,9 +1,10 @@
-# Extract README.md's compiled example into a C file, so that the example
-# cannot rot: the ```c block right after the line
+# Extract one of README.md's compiled examples into a C file, so that the
+# examples cannot rot: the ```c block right after the INDEX-th line
 #   <!-- example: compiled in CI -->
-# (blank lines between them are allowed). A #line directive makes compiler
-# messages point at README.md's own lines.
-#   cmake -DREADME=<README.md> -DOUT=<file.c> -P readme_example.cmake
+# (blank lines between them are allowed; INDEX counts from 1, default 1).
+# Each block is a whole program. A #line directive makes compiler messages
+# point at README.md's own lines.
+#   cmake -DREADME=<README.md> -DOUT=<file.c> [-DINDEX=<n>] -P readme_example.cmake
 # The text is handled as one string, never as a CMake list: C is full of the
 # ';' and '[' that list splitting would mangle.
 set(marker "<!-- example: compiled in CI -->")
@@ -21,13 +22,25 @@ function(count_lines s out)
   set(${out} ${n} PARENT_SCOPE)
 endfunction()
 
-string(FIND "${text}" "\n${marker}\n" at)
-if(at EQUAL -1)
-  message(FATAL_ERROR "${lost}: no line '${marker}' in ${README} "
-    "(put it on its own line right before the ```c block that CI must compile)")
+if(NOT DEFINED INDEX)
+  set(INDEX 1)
+endif()
+if(INDEX GREATER 1)
+  set(lost "README lost its compiled example ${INDEX}")
 endif()
 string(LENGTH "\n${marker}\n" marker_len)
-math(EXPR after "${at} + ${marker_len}")
+set(after 0)
+foreach(i RANGE 1 ${INDEX})
+  string(SUBSTRING "${text}" ${after} -1 tail)
+  string(FIND "${tail}" "\n${marker}\n" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${lost}: no line '${marker}' number ${INDEX} in ${README} "
+      "(put it on its own line right before the ```c block that CI must compile)")
+  endif()
+  # Step past the marker but keep its newline: the next marker may follow at once.
+  math(EXPR after "${after} + ${at} + ${marker_len} - 1")
+endforeach()
+math(EXPR after "${after} + 1")
 string(SUBSTRING "${text}" 0 ${after} before)
 count_lines("${before}" marker_line)
 math(EXPR marker_line "${marker_line} - 1") # the newline added above
