@@ -1,6 +1,7 @@
 /*
  * curl.c — sluice_curl_classify: what one response says about a provider's
- * capacity (the table in sluice/curl.h), and the header parsers behind it.
+ * capacity (the rule is SLUICE_CURL_KIND_MAP in sluice/curl.h), and the
+ * header parsers behind it.
  *
  * Everything here is pure and allocation-free so that tests and the fuzzer
  * can feed it any bytes. Numbers are parsed by hand rather than with strtoll
@@ -18,10 +19,10 @@
 const char *sluice_curl_kind_name(enum sluice_curl_kind kind)
 {
     switch (kind) {
-#define SLUICE__CURL_KIND_NAME(name, str, outcome)                                                 \
+#define SLUICE__CURL_KIND_NAME(name, str, outcome, statuses)                                       \
     case SLUICE_CURL_##name:                                                                       \
         return str;
-        SLUICE_CURL_KIND_MAP(SLUICE__CURL_KIND_NAME)
+        SLUICE_CURL_KIND_MAP(SLUICE__CURL_KIND_NAME, )
 #undef SLUICE__CURL_KIND_NAME
     }
     return "unknown";
@@ -30,10 +31,10 @@ const char *sluice_curl_kind_name(enum sluice_curl_kind kind)
 enum sluice_outcome sluice_curl_kind_outcome(enum sluice_curl_kind kind)
 {
     switch (kind) {
-#define SLUICE__CURL_KIND_OUTCOME(name, str, outcome)                                              \
+#define SLUICE__CURL_KIND_OUTCOME(name, str, outcome, statuses)                                    \
     case SLUICE_CURL_##name:                                                                       \
         return SLUICE_OUTCOME_##outcome;
-        SLUICE_CURL_KIND_MAP(SLUICE__CURL_KIND_OUTCOME)
+        SLUICE_CURL_KIND_MAP(SLUICE__CURL_KIND_OUTCOME, )
 #undef SLUICE__CURL_KIND_OUTCOME
     }
     return SLUICE_OUTCOME_IGNORE;
@@ -656,31 +657,22 @@ static void sluice__read_retry_after(const struct sluice_curl_response *r, int64
 
 /* ---- the rule ---------------------------------------------------------------------- */
 
-/* What the status alone says; the first row that holds it wins. */
-static const struct {
-    long lo, hi;
-    enum sluice_curl_kind kind;
-} sluice__status_rows[] = {
-    {200, 299, SLUICE_CURL_SUCCESS},
-    {402, 402, SLUICE_CURL_QUOTA},             /* payment required: credits, billing */
-    {429, 429, SLUICE_CURL_OVERLOADED},        /* refined below */
-    {503, 503, SLUICE_CURL_OVERLOADED},        /* refined below */
-    {529, 529, SLUICE_CURL_PLATFORM_OVERLOAD}, /* Anthropic's platform-wide overload */
-    {504, 504, SLUICE_CURL_PROVIDER_TIMEOUT},
-    {400, 499, SLUICE_CURL_CLIENT_ERROR},
-    {500, 599, SLUICE_CURL_SERVER_ERROR},
-};
-
-/* The status row, before the body and the budgets are heard. */
+/* Steps 1 and 2 of SLUICE_CURL_KIND_MAP: the transfer, then the first row whose statuses hold
+ * the final one, before the body and the budgets are heard. */
 static enum sluice_curl_kind sluice__status_kind(const struct sluice_curl_response *r)
 {
     if (r->code == CURLE_OPERATION_TIMEDOUT && r->request_sent)
         return SLUICE_CURL_PROVIDER_TIMEOUT;
     if (r->code != CURLE_OK)
         return SLUICE_CURL_TRANSPORT;
-    for (size_t i = 0; i < sizeof sluice__status_rows / sizeof sluice__status_rows[0]; i++)
-        if (r->http_status >= sluice__status_rows[i].lo && r->http_status <= sluice__status_rows[i].hi)
-            return sluice__status_rows[i].kind;
+    long status = r->http_status;
+#define SLUICE__CURL_HTTP(lo, hi) || (status >= (lo) && status <= (hi))
+#define SLUICE__CURL_KIND_OF_STATUS(name, str, outcome, statuses)                                  \
+    if (0 statuses)                                                                                \
+        return SLUICE_CURL_##name;
+    SLUICE_CURL_KIND_MAP(SLUICE__CURL_KIND_OF_STATUS, SLUICE__CURL_HTTP)
+#undef SLUICE__CURL_KIND_OF_STATUS
+#undef SLUICE__CURL_HTTP
     return SLUICE_CURL_UNEXPECTED;
 }
 
@@ -692,8 +684,9 @@ static bool sluice__spent(const struct sluice_curl_budget *b, int64_t *reset_ns)
 }
 
 /*
- * A refusal (429, 503, 529) heard out: what its body and budgets say it is
- * (the table in sluice/curl.h), and the hold it asks for in *hold.
+ * Step 3 of SLUICE_CURL_KIND_MAP: a refusal (429, 503, 529) heard out, in
+ * the map's order of precedence (QUOTA, PLATFORM_OVERLOAD, RATE_LIMITED; each
+ * row's comment says what makes it), and the hold it asks for in *hold.
  */
 static enum sluice_curl_kind sluice__refine(const struct sluice_curl_response *r,
                                             const struct sluice__dialect_row *row,

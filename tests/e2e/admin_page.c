@@ -15,6 +15,7 @@
 
 #include <sluice/curl.h>
 
+#include "e2e/curl_fixture.h"
 #include "admin_fixture.h"
 #include "e2e/sim_process.h"
 
@@ -174,8 +175,8 @@ PAGE_TEST(chromium_renders_status_lines_glyphs_events_and_clear_buttons)
     if (!browser)
         cr_skip_test("chromium not found (install Debian's chromium package): the Concurrency "
                      "Health page was not tested in a browser");
-    const char *args[] = {"--mode", "reject", "--cap", "24", "--median-ms", "150", NULL};
-    cr_assert_eq(sim_process_start(&sim, args), 0);
+    const struct fx_provider provider = {.mode = "reject", .cap = 24, .median_ms = 150};
+    cr_assert_eq(fx_sim_start(&sim, &provider), 0);
     sim_process_url(&sim, "/v1/chat/completions", url_chat, sizeof url_chat);
     char base[64];
     start_world(base, sizeof base);

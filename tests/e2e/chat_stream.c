@@ -100,9 +100,8 @@ static long stream_stat_reaches(const char *key, long want)
 
 STREAM_TEST(a_streamed_reply_is_assembled_from_its_deltas_and_reports_usage)
 {
-    const char *args[] = {"--stream", "--median-ms", "5", "--sigma", "0", "--answer-tokens", "5",
-                          "--answer-sigma", "0", "--token-ms", "1", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.median_ms = 5, .fixed_latency = true, .stream = true,
+                                   .answer_tokens = 5, .fixed_answer = true, .token_ms = 1});
     struct sluice_engine *e = engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
@@ -129,9 +128,8 @@ STREAM_TEST(the_sample_of_a_streamed_call_is_its_time_to_first_token)
     /* Headers and a comment at once, the first token after 100 ms, then 20 tokens 25 ms
      * apart: time to first byte is ~0, time to first token >= 100 ms, the whole call
      * >= 600 ms. The sample must be the middle one. */
-    const char *args[] = {"--stream", "--median-ms", "100", "--sigma", "0", "--answer-tokens",
-                          "20", "--answer-sigma", "0", "--token-ms", "25", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.median_ms = 100, .fixed_latency = true, .stream = true,
+                                   .answer_tokens = 20, .fixed_answer = true, .token_ms = 25});
     struct sluice_engine *e = engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
@@ -152,10 +150,9 @@ STREAM_TEST(the_sample_of_a_streamed_call_is_its_time_to_first_token)
 
 STREAM_TEST(a_429_error_event_mid_stream_ends_the_generation_as_an_overload_sample)
 {
-    const char *args[] = {"--stream", "--median-ms", "5", "--sigma", "0", "--answer-tokens", "10",
-                          "--answer-sigma", "0", "--token-ms", "1", "--stream-fail-after", "2",
-                          NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.median_ms = 5, .fixed_latency = true, .stream = true,
+                                   .stream_fail_after = 2, .answer_tokens = 10,
+                                   .fixed_answer = true, .token_ms = 1});
     struct sluice_engine *e = engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
@@ -177,13 +174,13 @@ STREAM_TEST(a_429_error_event_mid_stream_ends_the_generation_as_an_overload_samp
 }
 
 /* A long stream (1000 tokens, 20 ms apart: 20 s) that the caller ends early. */
-static const char *const long_stream[] = {"--stream", "--abandoned", "free", "--median-ms", "0",
-                                          "--answer-tokens", "1000", "--answer-sigma", "0",
-                                          "--token-ms", "20", NULL};
+static const struct fx_provider long_stream = {.median_ms = FX_ZERO, .abandoned_free = true,
+                                               .stream = true, .answer_tokens = 1000,
+                                               .fixed_answer = true, .token_ms = 20};
 
 STREAM_TEST(a_cancel_mid_stream_closes_the_connection_and_the_provider_sees_it_at_once)
 {
-    fx_start(long_stream);
+    fx_start(&long_stream);
     struct sluice_engine *e = engine_at_sim();
     struct sluice_cancel cancel;
     sluice_cancel_init(&cancel);
@@ -210,7 +207,7 @@ STREAM_TEST(a_cancel_mid_stream_closes_the_connection_and_the_provider_sees_it_a
 
 STREAM_TEST(a_deadline_mid_stream_ends_the_generation_and_the_provider_sees_the_close)
 {
-    fx_start(long_stream);
+    fx_start(&long_stream);
     struct sluice_engine *e = engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
@@ -231,9 +228,8 @@ STREAM_TEST(a_deadline_mid_stream_ends_the_generation_and_the_provider_sees_the_
 
 STREAM_TEST(an_endless_stream_ends_at_the_reply_cap)
 {
-    const char *args[] = {"--stream", "--stream-endless", "--median-ms", "0", "--token-ms", "0",
-                          "--token-bytes", "16384", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.median_ms = FX_ZERO, .stream = true, .stream_endless = true,
+                                   .token_ms = FX_ZERO, .token_bytes = 16384});
     struct sluice_engine *e = engine_at_sim();
     struct sluice_chat *chat = NULL;
     cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
@@ -262,8 +258,7 @@ STREAM_TEST(an_endless_stream_ends_at_the_reply_cap)
 
 STREAM_TEST(a_provider_that_ignores_stream_is_read_as_one_json_body)
 {
-    const char *args[] = {"--median-ms", "5", NULL}; /* no --stream: a JSON answer */
-    fx_start(args);
+    fx_start(&(struct fx_provider){.median_ms = 5}); /* no .stream: a JSON answer */
     struct sluice_engine *e = engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
@@ -385,9 +380,8 @@ static struct sluice_chat *loop_chat(struct loop_deltas *ld)
 
 STREAM_TEST(on_the_curl_loop_deltas_and_completion_run_on_the_loop_thread_with_the_same_sample)
 {
-    const char *args[] = {"--stream", "--median-ms", "100", "--sigma", "0", "--answer-tokens",
-                          "20", "--answer-sigma", "0", "--token-ms", "25", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.median_ms = 100, .fixed_latency = true, .stream = true,
+                                   .answer_tokens = 20, .fixed_answer = true, .token_ms = 25});
     struct sluice_engine *e = engine_at_sim();
     struct loop_deltas ld = {0};
     struct sluice_chat *chat = loop_chat(&ld);
@@ -416,10 +410,9 @@ STREAM_TEST(on_the_curl_loop_deltas_and_completion_run_on_the_loop_thread_with_t
 
 STREAM_TEST(on_the_curl_loop_a_429_event_mid_stream_is_an_overload_sample)
 {
-    const char *args[] = {"--stream", "--median-ms", "5", "--sigma", "0", "--answer-tokens", "10",
-                          "--answer-sigma", "0", "--token-ms", "1", "--stream-fail-after", "3",
-                          NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.median_ms = 5, .fixed_latency = true, .stream = true,
+                                   .stream_fail_after = 3, .answer_tokens = 10,
+                                   .fixed_answer = true, .token_ms = 1});
     struct sluice_engine *e = engine_at_sim();
     struct loop_deltas ld = {0};
     struct sluice_chat *chat = loop_chat(&ld);
@@ -437,7 +430,7 @@ STREAM_TEST(on_the_curl_loop_a_429_event_mid_stream_is_an_overload_sample)
 
 STREAM_TEST(on_the_curl_loop_a_cancel_mid_stream_closes_the_connection)
 {
-    fx_start(long_stream);
+    fx_start(&long_stream);
     struct sluice_engine *e = engine_at_sim();
     struct sluice_cancel cancel;
     sluice_cancel_init(&cancel);

@@ -26,7 +26,6 @@
  * keeps serving, and that the old lock survives for the next process.
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -36,6 +35,7 @@
 
 #include "admin_fixture.h"
 #include "common.h"
+#include "shim/file_fixture.h"
 
 #define KILLS 500      /* "hundreds of times" */
 #define KEEP_A 7u      /* ceilings of the two nodes no one writes */
@@ -123,25 +123,6 @@ static char *slurp(const char *path, size_t *len)
     *len = fread(buf, 1, (1 << 16) - 1, fp);
     fclose(fp);
     return buf;
-}
-
-static void spit(const char *path, const char *text, size_t len)
-{
-    FILE *fp = fopen(path, "wb");
-    cr_assert_not_null(fp, "%s: %s", path, strerror(errno));
-    cr_assert_eq(fwrite(text, 1, len, fp), len);
-    fclose(fp);
-}
-
-static int count_tmp_files(const char *d)
-{
-    DIR *dp = opendir(d);
-    int n = 0;
-    for (struct dirent *e; dp && (e = readdir(dp));)
-        n += strstr(e->d_name, ".tmp.") != NULL;
-    if (dp)
-        closedir(dp);
-    return n;
 }
 
 static int64_t now_us(void)

@@ -28,8 +28,7 @@ static struct sluice_chat *chat_new(const struct sluice_chat_desc *d)
 
 CLIENT_TEST(a_run_with_the_chat_client_gets_the_providers_reply)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "10", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 10});
     char base[64];
     struct sluice_backend_desc b = {
         .id = FX_BACKEND, .endpoint = sim_base(base, sizeof base), .active = 4};
@@ -80,9 +79,8 @@ static void *runner_main(void *arg)
 
 CLIENT_TEST(the_openrouter_preset_with_an_endpoint_override_keeps_its_16_permits)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "100", "--median-ms",
-                          "200",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 100, .median_ms = 200,
+                                   .fixed_latency = true});
     struct sluice_engine *e = NULL;
     cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
     cr_assert_str_eq(sluice_engine_find(e, SLUICE_OPENROUTER_ID)->endpoint,
@@ -109,9 +107,8 @@ CLIENT_TEST(the_openrouter_preset_with_an_endpoint_override_keeps_its_16_permits
 
 CLIENT_TEST(a_429_fails_the_run_as_a_client_error_and_backs_discovery_off)
 {
-    const char *args[] = {"--mode",  "reject", "--cap",         "1", "--median-ms", "400",
-                          "--sigma", "0",      "--retry-after", "2", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 1, .median_ms = 400,
+                                   .fixed_latency = true, .retry_after = 2});
     char base[64];
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 4;

@@ -1,7 +1,8 @@
 /*
  * curl_fixture.h — what the libcurl transport's end-to-end tests share: a
- * simulator on a free port, chat-completion easy handles aimed at it, its
- * /stats, and engines with one backend ("sim") in front of it.
+ * simulator on a free port, described by the provider a test wants
+ * (struct fx_provider, not argv), chat-completion easy handles aimed at
+ * it, its /stats, and engines with one backend ("sim") in front of it.
  *
  * Every helper is static; each test file gets its own copy. Per-test
  * .init/.fini rather than TestSuite, and start() stops any simulator the
@@ -13,6 +14,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -41,10 +43,121 @@ __attribute__((unused)) static void fx_teardown(void)
     curl_global_cleanup();
 }
 
-static inline void fx_start(const char *const args[])
+/* ---- the simulated provider -------------------------------------------------- */
+
+/* Passes a real 0 for an int field of struct fx_provider, whose 0 leaves the flag out. */
+#define FX_ZERO (-1)
+
+/*
+ * The provider a test wants, as sluice-provider-sim's flags by name (its
+ * --help says what each does). Zero, false or NULL leaves the flag out, so
+ * the simulator's own default holds; FX_ZERO passes 0.
+ *   fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 600,
+ *                                  .fixed_latency = true});
+ */
+struct fx_provider {
+    const char *mode;        /* --mode: "reject", "queue", "drop" or "rate" */
+    int cap;                 /* --cap: the hidden concurrency cap */
+    int median_ms;           /* --median-ms: median service time (time to first token) */
+    bool fixed_latency;      /* --sigma 0: every call takes exactly median_ms */
+    int retry_after;         /* --retry-after S on its refusals */
+    bool retry_after_date;   /* --retry-after-date: Retry-After as an HTTP-date */
+    bool abandoned_free;     /* --abandoned free: a call whose client hung up frees its slot */
+    int queue_timeout;       /* --queue-timeout MS (queue mode) */
+    int queue_bound;         /* --queue-bound N (queue mode) */
+    int rate;                /* --rate N (rate mode) */
+    int rate_window;         /* --rate-window S (rate mode) */
+    const char *dialect;     /* --dialect D: whose rate-limit headers and refusals */
+    const char *quota_at;    /* --quota-at T:MS: quota refusals in that span */
+    const char *platform_at; /* --platform-at T:MS: platform overload in that span */
+    /* Streaming: the rest need .stream. */
+    bool stream;             /* --stream: SSE answers */
+    bool stream_endless;     /* --stream-endless: never end the stream */
+    int stream_fail_after;   /* --stream-fail-after N: an error event (code 429) after N tokens */
+    int answer_tokens;       /* --answer-tokens N: median answer length */
+    bool fixed_answer;       /* --answer-sigma 0: every answer exactly answer_tokens long */
+    int token_ms;            /* --token-ms MS between tokens */
+    int token_bytes;         /* --token-bytes N of text per token */
+};
+
+/* The argv fx_provider_argv builds, and the numbers it points at. */
+struct fx_argv {
+    const char *v[48];
+    char num[16][24];
+    int n, nums;
+};
+
+static inline void fx__arg(struct fx_argv *a, const char *flag, const char *value)
+{
+    cr_assert_lt(a->n + 2, (int)(sizeof a->v / sizeof a->v[0]), "struct fx_argv: too many flags");
+    a->v[a->n++] = flag;
+    if (value)
+        a->v[a->n++] = value;
+    a->v[a->n] = NULL;
+}
+
+static inline void fx__int(struct fx_argv *a, const char *flag, int v)
+{
+    if (!v)
+        return;
+    cr_assert_lt(a->nums, (int)(sizeof a->num / sizeof a->num[0]), "struct fx_argv: too many numbers");
+    char *num = a->num[a->nums++];
+    snprintf(num, sizeof a->num[0], "%d", v == FX_ZERO ? 0 : v);
+    fx__arg(a, flag, num);
+}
+
+static inline void fx__str(struct fx_argv *a, const char *flag, const char *v)
+{
+    if (v)
+        fx__arg(a, flag, v);
+}
+
+static inline void fx__bool(struct fx_argv *a, const char *flag, const char *value, bool on)
+{
+    if (on)
+        fx__arg(a, flag, value);
+}
+
+/* The simulator's flags for provider `p`, NULL-terminated, in *a (valid while *a is). */
+static inline const char *const *fx_provider_argv(const struct fx_provider *p, struct fx_argv *a)
+{
+    memset(a, 0, sizeof *a);
+    fx__str(a, "--mode", p->mode);
+    fx__int(a, "--cap", p->cap);
+    fx__int(a, "--median-ms", p->median_ms);
+    fx__bool(a, "--sigma", "0", p->fixed_latency);
+    fx__int(a, "--retry-after", p->retry_after);
+    fx__bool(a, "--retry-after-date", NULL, p->retry_after_date);
+    fx__bool(a, "--abandoned", "free", p->abandoned_free);
+    fx__int(a, "--queue-timeout", p->queue_timeout);
+    fx__int(a, "--queue-bound", p->queue_bound);
+    fx__int(a, "--rate", p->rate);
+    fx__int(a, "--rate-window", p->rate_window);
+    fx__str(a, "--dialect", p->dialect);
+    fx__str(a, "--quota-at", p->quota_at);
+    fx__str(a, "--platform-at", p->platform_at);
+    fx__bool(a, "--stream", NULL, p->stream);
+    fx__bool(a, "--stream-endless", NULL, p->stream_endless);
+    fx__int(a, "--stream-fail-after", p->stream_fail_after);
+    fx__int(a, "--answer-tokens", p->answer_tokens);
+    fx__bool(a, "--answer-sigma", "0", p->fixed_answer);
+    fx__int(a, "--token-ms", p->token_ms);
+    fx__int(a, "--token-bytes", p->token_bytes);
+    return a->v;
+}
+
+/* Start `sim` as provider `p`: sim_process_start's result. */
+static inline int fx_sim_start(struct sim_process *sim, const struct fx_provider *p)
+{
+    struct fx_argv a;
+    return sim_process_start(sim, fx_provider_argv(p, &a));
+}
+
+/* Start the fixture's simulator (fx_sim) as provider `p`, stopping any earlier one. */
+static inline void fx_start(const struct fx_provider *p)
 {
     sim_process_stop(&fx_sim);
-    cr_assert_eq(sim_process_start(&fx_sim, args), 0, "the simulator did not start");
+    cr_assert_eq(fx_sim_start(&fx_sim, p), 0, "the simulator did not start");
 }
 
 static inline int64_t fx_now_ms(void)

@@ -123,6 +123,31 @@ static struct sluice_curl_loop *loop_create(struct sluice_engine *e, uint32_t ma
     return loop;
 }
 
+/* The requests a test names, NULL-terminated: REQS(&busy, &queued). */
+#define REQS(...) ((struct req *const[]){__VA_ARGS__, NULL})
+
+/* A loop over `e` (default max_requests) for the requests `qs`, each fresh and tracked by *t. */
+static struct sluice_curl_loop *loop_with(struct sluice_engine *e, struct tracker *t,
+                                          struct req *const qs[])
+{
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    tracker_init(t);
+    for (; *qs; qs++)
+        req_init(*qs, t);
+    return loop;
+}
+
+/* The pool holds nothing; then the loop, the requests' handles and the engine go. */
+static void loop_done_idle(struct sluice_engine *e, struct sluice_curl_loop *loop,
+                           struct req *const qs[])
+{
+    fx_assert_idle(e);
+    sluice_curl_loop_destroy(loop);
+    for (; *qs; qs++)
+        curl_easy_cleanup((*qs)->easy);
+    sluice_engine_destroy(e);
+}
+
 static void wait_in_flight(long n)
 {
     int64_t until = fx_now_ms() + 5000;
@@ -195,8 +220,7 @@ static void *submitter_main(void *arg)
 
 LOOP_TEST(reject_mode_cap_24_is_discovered_by_200_concurrent_submissions_from_4_threads)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "24", "--median-ms", "20", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 24, .median_ms = 20});
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(64, -1, &dd);
     struct sluice_curl_loop *loop = loop_create(e, 0);
@@ -285,9 +309,8 @@ static void *burst_main(void *arg)
 
 LOOP_TEST(of_500_simultaneous_submissions_exactly_active_plus_waiting_are_accepted)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "500", "--median-ms",
-                          "150",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 500, .median_ms = 150,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(20, 80, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
@@ -333,9 +356,8 @@ LOOP_TEST(of_500_simultaneous_submissions_exactly_active_plus_waiting_are_accept
 
 LOOP_TEST(submissions_past_max_requests_get_eagain_and_unknown_backends_einval)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "8", "--median-ms",
-                          "300",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 300,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(8, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 2);
     struct tracker t;
@@ -400,11 +422,9 @@ LOOP_TEST(a_bad_description_or_deadline_fails_with_einval_and_a_message_naming_t
                   cases[i].expect);
     }
     /* A request's deadline that is not normalised completes EINVAL, saying why. */
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req q;
-    req_init(&q, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&q));
     struct timespec denormal = {.tv_sec = 1, .tv_nsec = -5};
     struct sluice_curl_request rq = req_of(&q, false);
     rq.deadline = &denormal;
@@ -425,15 +445,12 @@ LOOP_TEST(a_bad_description_or_deadline_fails_with_einval_and_a_message_naming_t
 LOOP_TEST(cancel_by_id_aborts_a_transfer_within_50_ms_and_frees_the_provider_slot)
 {
     /* --abandoned free: a provider that frees the slot when the client leaves. */
-    const char *args[] = {"--mode", "reject", "--cap",       "4",    "--median-ms", "5000",
-                          "--sigma", "0",     "--abandoned", "free", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 5000,
+                                   .fixed_latency = true, .abandoned_free = true});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req q;
-    req_init(&q, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&q));
     cr_assert_eq(submit(loop, &q, false), SLUICE_OK);
     wait_in_flight(1);
     cr_assert_eq(sluice_curl_loop_stats(loop).transferring, 1);
@@ -458,16 +475,12 @@ LOOP_TEST(cancel_by_id_aborts_a_transfer_within_50_ms_and_frees_the_provider_slo
 
 LOOP_TEST(a_token_cancels_a_request_waiting_for_a_permit_without_touching_the_provider)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "600",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 600,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(1, -1, NULL);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req busy, queued;
-    req_init(&busy, &t);
-    req_init(&queued, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&busy, &queued));
     cr_assert_eq(submit(loop, &busy, false), SLUICE_OK);
     wait_in_flight(1);
     cr_assert_eq(submit(loop, &queued, true), SLUICE_OK);
@@ -484,27 +497,19 @@ LOOP_TEST(a_token_cancels_a_request_waiting_for_a_permit_without_touching_the_pr
     wait_done(&t, 2, 5000);
     cr_assert_eq(busy.r.status, SLUICE_OK);
     cr_assert_eq(fx_stats_settled().requests, 1, "the cancelled request reached the simulator");
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(busy.easy);
-    curl_easy_cleanup(queued.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&busy, &queued));
 }
 
 LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "800",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 800,
+                                   .fixed_latency = true});
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 1;
     struct sluice_engine *e = fx_engine(4, -1, &dd);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req transferring, waiting;
-    req_init(&transferring, &t);
-    req_init(&waiting, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&transferring, &waiting));
     struct timespec d1, d2;
     struct sluice_curl_request r1 = req_of(&transferring, false);
     r1.deadline = sluice_deadline_in(&d1, 200 * SLUICE_NS_PER_MS);
@@ -525,27 +530,19 @@ LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
     cr_assert(ms1 >= 195 && ms1 < 600, "the transfer ended after %lld ms", (long long)ms1);
     cr_assert_eq(fx_stats_settled().cancelled, 1);
     cr_assert_eq(fx_status(e).limit, 1, "a deadline moved the limit");
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(transferring.easy);
-    curl_easy_cleanup(waiting.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&transferring, &waiting));
 }
 
 /* The loop reads a request's deadline long after submit returned (at the permit, when the
  * transfer ends): it must be the value at submit, whatever becomes of the caller's timespec. */
 LOOP_TEST(a_deadline_is_the_value_at_submit_whatever_becomes_of_the_callers_timespec)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "800",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 800,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req reused, freed;
-    req_init(&reused, &t);
-    req_init(&freed, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&reused, &freed));
     /* One timespec the submitter reuses at once (a later deadline), one it frees (ASan). */
     struct timespec on_stack;
     struct sluice_curl_request r1 = req_of(&reused, false);
@@ -568,24 +565,17 @@ LOOP_TEST(a_deadline_is_the_value_at_submit_whatever_becomes_of_the_callers_time
                      sluice_curl_kind_name(both[i]->r.kind));
         cr_assert(both[i]->r.transferred, "request %d never started", i);
     }
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(reused.easy);
-    curl_easy_cleanup(freed.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&reused, &freed));
 }
 
 LOOP_TEST(a_request_with_less_time_left_than_the_expected_service_never_starts_its_transfer)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "50", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 50});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     fx_teach_service(e, 10 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req q;
-    req_init(&q, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&q));
     struct timespec d;
     struct sluice_curl_request rq = req_of(&q, false);
     rq.deadline = sluice_deadline_in(&d, 2 * SLUICE_NS_PER_SEC);
@@ -595,25 +585,18 @@ LOOP_TEST(a_request_with_less_time_left_than_the_expected_service_never_starts_i
     cr_assert(q.r.refused_late);
     cr_assert_not(q.r.transferred);
     cr_assert_eq(fx_stats_settled().requests, 0, "the provider got the request");
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(q.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&q));
 }
 
 LOOP_TEST(an_abandoned_transfer_lingers_and_the_loop_releases_it_with_no_other_traffic)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "600",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 600,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(1, -1, NULL);
     fx_teach_service(e, 1 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req first, second;
-    req_init(&first, &t);
-    req_init(&second, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&first, &second));
     cr_assert_eq(submit(loop, &first, false), SLUICE_OK);
     WAIT_UNTIL(fx_stats().in_flight == 1); /* the request reached the provider */
     cr_assert_eq(submit(loop, &second, false), SLUICE_OK);
@@ -629,28 +612,20 @@ LOOP_TEST(an_abandoned_transfer_lingers_and_the_loop_releases_it_with_no_other_t
     cr_assert_eq(second.r.status, SLUICE_OK);
     cr_assert_eq(fx_counts(e).lingered, 1);
     cr_assert_eq(fx_counts(e).lingering, 0);
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(first.easy);
-    curl_easy_cleanup(second.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&first, &second));
 }
 
 LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 {
-    const char *args[] = {"--mode",  "reject", "--cap",         "1", "--median-ms",        "400",
-                          "--sigma", "0",      "--retry-after", "1", "--retry-after-date", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 1, .median_ms = 400,
+                                   .fixed_latency = true, .retry_after = 1,
+                                   .retry_after_date = true});
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 4;
     struct sluice_engine *e = fx_engine(4, -1, &dd);
-    struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
-    tracker_init(&t);
     struct req busy, refused, held;
-    req_init(&busy, &t);
-    req_init(&refused, &t);
-    req_init(&held, &t);
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&busy, &refused, &held));
     cr_assert_eq(submit(loop, &busy, false), SLUICE_OK);
     wait_in_flight(1);
     cr_assert_eq(submit(loop, &refused, false), SLUICE_OK);
@@ -666,21 +641,15 @@ LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
     cr_assert_eq(held.r.http_status, 200);
     cr_assert_geq(held.done_ns - refused.done_ns, refused.r.retry_after_ns - 100 * SLUICE_NS_PER_MS,
                   "the held call did not wait out the hold");
-    fx_assert_idle(e);
-    sluice_curl_loop_destroy(loop);
-    curl_easy_cleanup(busy.easy);
-    curl_easy_cleanup(refused.easy);
-    curl_easy_cleanup(held.easy);
-    sluice_engine_destroy(e);
+    loop_done_idle(e, loop, REQS(&busy, &refused, &held));
 }
 
 /* ---- shutdown and keep-alive --------------------------------------------------------------- */
 
 LOOP_TEST(shutdown_completes_every_request_with_eclosed_and_leaks_nothing)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "8", "--median-ms",
-                          "5000",   "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5000,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
@@ -717,8 +686,7 @@ LOOP_TEST(shutdown_completes_every_request_with_eclosed_and_leaks_nothing)
 
 LOOP_TEST(sequential_requests_reuse_one_connection)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "0", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;
@@ -804,8 +772,7 @@ static struct sluice_curl_loop *ep_loop_create(struct ep *ep, struct sluice_engi
 
 LOOP_TEST(an_epoll_loop_drives_the_embedded_mode_to_completion)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "64", "--median-ms", "30", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 64, .median_ms = 30});
     struct sluice_engine *e = fx_engine(8, -1, NULL);
     struct ep ep;
     struct sluice_curl_loop *loop = ep_loop_create(&ep, e);
@@ -869,8 +836,7 @@ static void ep_watch_tracked(void *ctx, curl_socket_t fd, int what, void **socke
 
 LOOP_TEST(the_watch_callback_gets_back_the_pointer_it_set_for_each_socket)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "64", "--median-ms", "20", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 64, .median_ms = 20});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
     struct ep_tracked t = {0};
     t.ep.fd = epoll_create1(EPOLL_CLOEXEC);
@@ -907,8 +873,7 @@ LOOP_TEST(the_watch_callback_gets_back_the_pointer_it_set_for_each_socket)
 
 LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "0", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
     struct ep ep;
     struct sluice_curl_loop *loop = ep_loop_create(&ep, e);
@@ -943,9 +908,8 @@ LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
 
 LOOP_TEST(closing_the_engine_completes_queued_requests_with_eclosed_from_another_thread)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "300",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 300,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(1, -1, NULL);
     struct sluice_curl_loop *loop = loop_create(e, 0);
     struct tracker t;

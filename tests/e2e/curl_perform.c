@@ -36,8 +36,7 @@ static void *worker_main(void *arg)
 
 PERFORM_TEST(reject_mode_cap_24_is_discovered_with_at_most_2_percent_429s)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "24", "--median-ms", "20", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 24, .median_ms = 20});
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(64, -1, &dd);
     enum { N = 2 * 24 + 8 };
@@ -130,9 +129,8 @@ static void wait_in_flight(long n)
 
 PERFORM_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 {
-    const char *args[] = {"--mode",  "reject", "--cap",         "1", "--median-ms", "400",
-                          "--sigma", "0",      "--retry-after", "1", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 1, .median_ms = 400,
+                                   .fixed_latency = true, .retry_after = 1});
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 4;
     struct sluice_engine *e = fx_engine(4, -1, &dd);
@@ -170,9 +168,8 @@ PERFORM_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 PERFORM_TEST(a_token_fired_mid_transfer_cancels_within_50_ms_and_frees_the_provider_slot)
 {
     /* --abandoned free: a provider that frees the slot when the client leaves. */
-    const char *args[] = {"--mode", "reject", "--cap",       "4",    "--median-ms", "5000",
-                          "--sigma", "0",     "--abandoned", "free", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 5000,
+                                   .fixed_latency = true, .abandoned_free = true});
     struct sluice_engine *e = fx_engine(2, 0, NULL);
     struct sluice_cancel token;
     sluice_cancel_init(&token);
@@ -209,9 +206,8 @@ PERFORM_TEST(a_token_fired_mid_transfer_cancels_within_50_ms_and_frees_the_provi
 
 PERFORM_TEST(a_deadline_shorter_than_the_service_time_times_out_and_keeps_capacity)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "600",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 600,
+                                   .fixed_latency = true});
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(8, -1, &dd);
     uint32_t limit = fx_status(e).limit;
@@ -239,9 +235,8 @@ PERFORM_TEST(a_deadline_shorter_than_the_service_time_times_out_and_keeps_capaci
 
 PERFORM_TEST(a_deadline_that_passes_while_queued_never_starts_the_transfer)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "400",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 400,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(1, -1, NULL);
     struct bg_call busy;
     bg_start(&busy, e, NULL, NULL);
@@ -264,8 +259,7 @@ PERFORM_TEST(a_deadline_that_passes_while_queued_never_starts_the_transfer)
 
 PERFORM_TEST(a_call_with_less_time_left_than_the_expected_service_never_starts_its_transfer)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "50", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 50});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     fx_teach_service(e, 10 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
     CURL *easy = fx_easy();
@@ -286,9 +280,8 @@ PERFORM_TEST(a_call_with_less_time_left_than_the_expected_service_never_starts_i
 
 PERFORM_TEST(a_transfer_abandoned_at_its_deadline_keeps_its_permit_until_the_provider_is_done)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "600",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 600,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
     /* Half the recent calls took 50 ms, half 2 s: a 400 ms deadline is worth starting (p10
      * 50 ms), and a call abandoned at 400 ms may run at the provider until 2 s (p90). */
@@ -317,9 +310,8 @@ PERFORM_TEST(a_transfer_abandoned_at_its_deadline_keeps_its_permit_until_the_pro
 
 PERFORM_TEST(a_full_pool_rejects_at_once_and_never_starts_the_transfer)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "300",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 300,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(1, 0, NULL);
     struct bg_call busy;
     bg_start(&busy, e, NULL, NULL);
@@ -429,8 +421,7 @@ PERFORM_TEST(transport_errors_are_reported_and_do_not_move_the_limit)
 
 PERFORM_TEST(calls_on_one_thread_reuse_one_connection)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "4", "--median-ms", "0", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
     long connects = 0;
     for (int i = 0; i < 5; i++) {
@@ -464,9 +455,8 @@ static int count_progress(void *clientp, curl_off_t dt, curl_off_t dn, curl_off_
 
 PERFORM_TEST(the_callers_own_xferinfo_callback_keeps_working)
 {
-    const char *args[] = {"--mode", "reject",  "--cap", "4", "--median-ms",
-                          "100",    "--sigma", "0",     NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 100,
+                                   .fixed_latency = true});
     struct sluice_engine *e = fx_engine(4, -1, NULL);
     CURL *easy = fx_easy();
     struct progress p = {0, 0};

@@ -37,8 +37,7 @@ static void resubmit(const struct sluice_curl_result *r, CURL *easy, void *data)
 
 QUEUE_TEST(queue_mode_cap_24_locks_within_80_to_125_percent_of_the_cap)
 {
-    const char *args[] = {"--mode", "queue", "--cap", "24", "--median-ms", "20", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "queue", .cap = 24, .median_ms = 20});
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(64, -1, &dd);
     static struct closed_loop cl;

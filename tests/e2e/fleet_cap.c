@@ -52,8 +52,7 @@ static long long watch_leases(int ms, long long *min_shared)
  * smaller (the documented join transient). */
 FLEET_TEST(eight_processes_never_run_more_than_the_shared_limit_together)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 1000, .median_ms = 20});
     for (int i = 0; i < WORKERS; i++)
         rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 4, .max_limit = 12});
     cr_assert(RFX_WAIT_UNTIL(rfx_int("ZCARD %s", rfx_key("holders")) == WORKERS, 5000),
@@ -88,8 +87,7 @@ static double refused_share(int ms, struct fx_stats *out)
  * 6-7 % of the calls in the first 5 s here). */
 FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "12", "--median-ms", "20", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 12, .median_ms = 20});
     for (int i = 0; i < WORKERS; i++)
         rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 4});
     struct fx_stats probing, settled;
@@ -108,11 +106,11 @@ FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
                  100 * settled_share);
 }
 
-/* Issue 19: a provider that queues past its cap and answers 503 to a call that
- * waited one median service time (a gateway's `timeout queue`;
- * sluice-provider-sim --mode queue --queue-timeout 50, 50 ms calls, no queue
- * bound: the issue's 100 ms / 100 ms at half the time, so a lock fits the
- * test's 30 s), shared by eight processes of 8 callers each. The leader's
+/* A provider that queues past its cap and answers 503 to a call that waited
+ * one median service time (a gateway's `timeout queue`; --mode queue
+ * --queue-timeout 50, 50 ms calls, no queue bound: 100 ms / 100 ms at half
+ * the time, so a lock fits the test's 30 s), shared by eight processes of 8
+ * callers each. The leader's
  * lock, one for the whole fleet, lands inside [0.8·C, 1.25·C]: the refusals
  * come only once calls queue 50 ms, and by then latency has long said "past
  * the cap". */
@@ -120,11 +118,8 @@ FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
 #define QUEUE_LOCK_MS 25000
 FLEET_TEST(eight_processes_lock_a_queue_then_refuse_provider_inside_the_band)
 {
-    char cap[16];
-    snprintf(cap, sizeof cap, "%d", QUEUE_CAP);
-    const char *args[] = {"--mode", "queue", "--cap", cap, "--median-ms", "50",
-                          "--queue-timeout", "50", "--queue-bound", "1000000", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "queue", .cap = QUEUE_CAP, .median_ms = 50,
+                                   .queue_timeout = 50, .queue_bound = 1000000});
     for (int i = 0; i < WORKERS; i++)
         rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 8});
     bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) > 0, QUEUE_LOCK_MS);
@@ -150,8 +145,7 @@ FLEET_TEST(eight_processes_lock_a_queue_then_refuse_provider_inside_the_band)
  * machine, and held at 4 or 5 just the same. */
 FLEET_TEST(idle_members_do_not_stall_the_fleets_discovery)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 1000, .median_ms = 20});
     rfx_spawn(0, &(struct rfx_worker_cfg){.threads = 12, .max_limit = 16});
     char url[64];
     rfx_url(url, sizeof url);

@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include <jansson.h>
 
+#include "e2e/curl_fixture.h"
 #include "admin_fixture.h"
 #include "e2e/sim_process.h"
 
@@ -249,8 +250,8 @@ static const char *start_stage(void)
     if (!haproxy)
         return NULL;
     curl_global_init(CURL_GLOBAL_DEFAULT);
-    const char *args[] = {"--mode", "reject", "--cap", "100000", "--median-ms", "100", NULL};
-    cr_assert_eq(sim_process_start(&sim, args), 0, "the backend simulator did not start");
+    const struct fx_provider provider = {.mode = "reject", .cap = 100000, .median_ms = 100};
+    cr_assert_eq(fx_sim_start(&sim, &provider), 0, "the backend simulator did not start");
     gateway_start(haproxy, sim.port);
     return haproxy;
 }

@@ -547,8 +547,7 @@ static void *sim_caller_main(void *arg)
 
 HOSTILE_TEST(calls_a_provider_silently_drops_end_at_their_deadlines_on_both_sides)
 {
-    const char *args[] = {"--mode", "drop", "--cap", "1", "--median-ms", "10000", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "drop", .cap = 1, .median_ms = 10000});
     struct sluice_engine *e = fx_engine(4, 0, NULL);
     enum { N = 4 };
     struct sim_caller c[N];
@@ -573,9 +572,8 @@ HOSTILE_TEST(calls_a_provider_silently_drops_end_at_their_deadlines_on_both_side
 
 HOSTILE_TEST(a_retry_after_date_a_day_ahead_is_clamped_and_the_backend_recovers)
 {
-    const char *args[] = {"--mode",         "reject", "--cap", "0", "--retry-after", "86400",
-                          "--retry-after-date", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = FX_ZERO, .retry_after = 86400,
+                                   .retry_after_date = true});
     struct sluice_discovery_desc dd = fx_discovery();
     dd.retry_after_max_ns = 200 * SLUICE_NS_PER_MS;
     struct sluice_engine *e = fx_engine(4, 4, &dd);

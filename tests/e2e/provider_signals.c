@@ -113,9 +113,8 @@ static void done_with(struct sluice_engine *e)
 
 SIGNAL_TEST(quota_refusals_leave_the_lock_and_the_caller_tells_them_from_a_429)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "8", "--median-ms", "10", "--dialect",
-                          "openai", "--quota-at", "0s:60000", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 10,
+                                   .dialect = "openai", .quota_at = "0s:60000"});
     struct sluice_engine *e = locked_engine();
     struct tally sum = {.dialect = SLUICE_CURL_DIALECT_AUTO};
     run_callers(e, 8, 1500, &sum);
@@ -134,9 +133,8 @@ SIGNAL_TEST(quota_refusals_leave_the_lock_and_the_caller_tells_them_from_a_429)
 
 SIGNAL_TEST(a_burst_of_anthropic_529s_under_a_lock_keeps_the_lock)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "8", "--median-ms", "10", "--dialect",
-                          "anthropic", "--platform-at", "500ms:600", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 10,
+                                   .dialect = "anthropic", .platform_at = "500ms:600"});
     struct sluice_engine *e = locked_engine();
     struct tally sum = {.dialect = SLUICE_CURL_DIALECT_AUTO};
     run_callers(e, 8, 2500, &sum);
@@ -152,9 +150,8 @@ SIGNAL_TEST(a_burst_of_anthropic_529s_under_a_lock_keeps_the_lock)
 
 SIGNAL_TEST(a_rate_limit_429_that_names_its_reset_holds_instead_of_cutting)
 {
-    const char *args[] = {"--mode",   "rate",    "--rate",      "40",     "--rate-window", "1",
-                          "--median-ms", "10",   "--dialect",   "openai", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "rate", .median_ms = 10, .rate = 40, .rate_window = 1,
+                                   .dialect = "openai"});
     struct sluice_discovery_desc dd = fx_discovery();
     dd.jumpstart = 8;
     struct sluice_engine *e = fx_engine(16, -1, &dd);
@@ -175,9 +172,8 @@ SIGNAL_TEST(a_stated_request_rate_moves_the_jumpstart_to_rate_times_latency)
 {
     /* 200 calls a second (stated as 12000 a minute), each taking 50 ms: 10 in service, of
      * which the hint takes SLUICE_DISCOVERY_HINT_SHARE, once a window measured them. */
-    const char *args[] = {"--mode", "rate", "--rate", "200", "--median-ms", "50", "--sigma", "0",
-                          "--dialect", "openai", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "rate", .median_ms = 50, .fixed_latency = true,
+                                   .rate = 200, .dialect = "openai"});
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(16, -1, &dd);
     cr_assert_eq(fx_status(e).limit, 5, "the default jumpstart first");

@@ -5,7 +5,7 @@
  * through one pool each, coordinated by a sluice_fleet.
  *
  *   rfx_start();                          // redis-server --port P --save "" --appendonly no
- *   fx_start(sim_args);                   // the simulator
+ *   fx_start(&(struct fx_provider){.mode = "reject", .cap = 12});  // the simulator
  *   rfx_spawn(&w[i], &(struct rfx_worker_cfg){.threads = 4}, i);
  *   redisReply *r = rfx_cmd("ZCARD %s", rfx_key("holders"));
  *   rfx_teardown();                       // .fini: workers, then redis, then the simulator
@@ -356,8 +356,7 @@ static inline void rfx_setup_workers(int n)
 {
     fx_setup();
     rfx_start();
-    const char *args[] = {"--mode", "reject", "--cap", "1000", "--median-ms", "20", NULL};
-    fx_start(args);
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 1000, .median_ms = 20});
     for (int i = 0; i < n; i++)
         rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 6, .max_limit = 16});
 }

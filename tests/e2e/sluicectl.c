@@ -11,6 +11,7 @@
 
 #include <sluice/statefile.h>
 
+#include "e2e/curl_fixture.h"
 #include "admin_fixture.h"
 #include "e2e/sim_process.h"
 
@@ -608,12 +609,10 @@ SLUICECTL_TEST(escape_sequences_from_an_endpoint_or_a_node_id_never_reach_the_te
  */
 static unsigned probe_mode_cap(const char *mode, int cap, const char *save_as, double lo, double hi)
 {
-    char cap_s[16];
-    snprintf(cap_s, sizeof cap_s, "%d", cap);
-    const char *args[] = {"--mode", mode, "--cap", cap_s, "--median-ms", "50", NULL};
+    const struct fx_provider provider = {.mode = mode, .cap = cap, .median_ms = 50};
     unsigned best = 0;
     for (int attempt = 1; attempt <= 3; attempt++) {
-        cr_assert_eq(sim_process_start(&sim, args), 0);
+        cr_assert_eq(fx_sim_start(&sim, &provider), 0);
         char url[128];
         sim_process_url(&sim, "/v1/chat/completions", url, sizeof url);
         struct proc_result *r =
@@ -646,7 +645,7 @@ static unsigned probe_cap(int cap, const char *save_as)
     return probe_mode_cap("reject", cap, save_as, 0.85, 1.15);
 }
 
-/* Issue 10's real-HTTP check: a provider that queues instead of refusing
+/* Over real HTTP: a provider that queues instead of refusing
  * (Ollama-like) is found by latency alone, inside [0.8·C, 1.25·C]. */
 Test(sluicectl, probe_locks_a_queueing_provider_at_cap_12_inside_the_band, .fini = cleanup,
      .timeout = 120)
@@ -678,8 +677,9 @@ SLUICECTL_TEST(probe_discovers_cap_16_and_52_within_15_percent)
 
 SLUICECTL_TEST(probe_stops_on_ctrl_c_with_what_it_found)
 {
-    const char *args[] = {"--mode", "reject", "--cap", "16", "--median-ms", "3000", "--sigma", "0", NULL};
-    cr_assert_eq(sim_process_start(&sim, args), 0);
+    const struct fx_provider provider = {.mode = "reject", .cap = 16, .median_ms = 3000,
+                                         .fixed_latency = true};
+    cr_assert_eq(fx_sim_start(&sim, &provider), 0);
     char url[128];
     sim_process_url(&sim, "/v1/chat/completions", url, sizeof url);
     struct spawned s;

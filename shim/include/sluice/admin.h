@@ -141,15 +141,22 @@ void sluice_admin_stop(struct sluice_admin *a);
  *
  * sluice_admin_status_json: the body of GET /compute/concurrency.
  * sluice_admin_metrics: the body of GET /metrics, Prometheus text format
- *   0.0.4. Families, each with a `node` label:
+ *   0.0.4. Families, in this order, each with a `node` label:
  *     sluice_inflight, sluice_limit (+Inf = unlimited), sluice_ceiling
  *     (0 = not locked), sluice_lock_expiry_timestamp_seconds (0 = none),
  *     sluice_waiting (calls queued for a permit or a Retry-After hold),
- *     sluice_state{state} (1 for the current state: probing, backoff,
- *     locked, fixed), sluice_backoffs_total{cause}, sluice_events_total{event}
+ *     sluice_requests_total{outcome} (ok, overload, ignore),
+ *     sluice_admissions_refused_total{reason} (capacity, predicted_late),
+ *     sluice_refused_late_total, sluice_timeouts_total, sluice_cancels_total,
+ *     sluice_overloads_total, sluice_lingered_total, sluice_lingering,
+ *     sluice_expected_service_seconds (0 = unknown), the histograms
+ *     sluice_queue_wait_seconds and sluice_call_seconds, sluice_state{state}
+ *     (1 for the current state: probing, backoff, locked, fixed), and for
+ *     adaptive nodes sluice_backoffs_total{cause}, sluice_events_total{event}
  *     and sluice_events_dropped_total (events the ring overwrote before
- *     the admin counted them). The counters count events seen since the
- *     admin started, including those still in each node's ring then.
+ *     the admin counted them). The event counters count events seen since
+ *     the admin started, including those still in each node's ring then.
+ *     Each family is one row of the table in shim/src/admin_metrics.c.
  */
 char *sluice_admin_status_json(struct sluice_admin *a);
 char *sluice_admin_metrics(struct sluice_admin *a);

@@ -56,8 +56,8 @@
  * An error that arrives mid-stream as an event (an `error` object, or
  * finish_reason "error", as OpenRouter sends them) ends the generation at
  * once with SLUICE_EIO: the error's code, when it is an HTTP status
- * (429, or "429"), decides the kind and the sample by the table in
- * sluice/curl.h, so a 429 event backs discovery off as a 429 response
+ * (429, or "429"), decides the kind and the sample by SLUICE_CURL_KIND_MAP
+ * in sluice/curl.h, so a 429 event backs discovery off as a 429 response
  * would; without one it is SERVER_ERROR (sample IGNORE). result.http_status
  * stays the response's own (200); result.error quotes the event. A stream
  * that breaks the SSE bounds (a line or event past SLUICE_CHAT_EVENT_MAX),

@@ -19,48 +19,10 @@
  *                          directly, without a socket.
  * The built-in chat-completions client for sluice_run is in sluice/client.h.
  *
- * Classification (sluice_curl_classify), the rule every path shares
- * (the kind -> sample column is SLUICE_CURL_KIND_MAP below):
- *   2xx                      SUCCESS           sample OK (latency = time to
- *                                              first byte); a spent request
- *                                              budget with its reset named
- *                                              (remaining 0) paces: hold_ns
- *   402, or a 429/503/529 whose body says quota or billing
- *   (insufficient_quota; Gemini's "limit: 0" on RESOURCE_EXHAUSTED)
- *                            QUOTA             sample QUOTA: waiting will
- *                                              not help, nothing moves
- *   529, a body with Anthropic's overloaded_error, a 503 from the Together
- *   dialect (at or below the dynamic rate) or the Gemini one (UNAVAILABLE)
- *                            PLATFORM_OVERLOAD sample PLATFORM: a short
- *                                              hold, never a cut
- *   429 that names a spent budget (requests or tokens remaining 0) with
- *   its reset, or Gemini's RESOURCE_EXHAUSTED with a RetryInfo delay
- *                            RATE_LIMITED      sample RATE: hold until the
- *                                              reset (hold_ns), no cut
- *   any other 429, 503       OVERLOADED        sample OVERLOAD with the
- *                                              provider's Retry-After: the
- *                                              caller's concurrency cap
- *   504, or curl's CURLE_OPERATION_TIMEDOUT once the request was sent
- *                            PROVIDER_TIMEOUT  sample OVERLOAD: the provider
- *                                              (or its gateway) took the call
- *                                              and did not answer in time
- *   any other 4xx            CLIENT_ERROR      sample IGNORE: the provider
- *                                              refused the request itself
- *                                              (bad input, auth, quota, not
- *                                              found) and ran no inference, so
- *                                              its latency would read as a
- *                                              fast provider and hide a knee
- *   any other 5xx            SERVER_ERROR      sample IGNORE: the provider is
- *                                              broken, not full; backing off
- *                                              would not help
- *   1xx/3xx final, or no HTTP status with CURLE_OK
- *                            UNEXPECTED        sample IGNORE
- *   no response (refused, DNS, TLS, reset, a timeout before the request
- *   left, ...)               TRANSPORT         sample IGNORE: says nothing
- *                                              about the provider's cap
- * The caller's own deadline or cancel ending a transfer is ABORTED (sample
- * IGNORE): the caller gave up; a deadline counts the time spent queueing,
- * so it says nothing about how long the provider takes.
+ * Classification (sluice_curl_classify), the rule every path shares, is
+ * one map: SLUICE_CURL_KIND_MAP below gives each kind of response the
+ * HTTP statuses that make it, what its body or budgets must say, and the
+ * sample it gives discovery. Look there for how a 429 is classified.
  * Non-2xx responses are the caller's to handle: the call returns SLUICE_OK
  * (the HTTP exchange completed) and result.http_status / result.kind say
  * what came back, as curl_easy_perform returns CURLE_OK for a 404.
@@ -143,28 +105,65 @@ extern "C" {
 
 /* ---- classification -------------------------------------------------------- */
 
-/* X(NAME, "name", the sample it gives discovery: SLUICE_OUTCOME_...) — the one place the
- * kind -> outcome rule lives (the table at the top says which responses are which kind). */
-#define SLUICE_CURL_KIND_MAP(X)                                                                    \
-    X(SUCCESS, "success", OK)                           /* 2xx */                                  \
-    X(OVERLOADED, "overloaded", OVERLOAD)               /* 429, 503: the caller's cap */           \
-    X(RATE_LIMITED, "rate_limited", RATE)               /* 429 naming a spent budget's reset */    \
-    X(PLATFORM_OVERLOAD, "platform_overload", PLATFORM) /* 529, overloaded_error, ... */           \
-    X(QUOTA, "quota", QUOTA)                            /* 402, insufficient_quota, limit: 0 */    \
-    X(PROVIDER_TIMEOUT, "provider_timeout", OVERLOAD)   /* 504, or timed out once sent */          \
-    X(CLIENT_ERROR, "client_error", IGNORE)             /* other 4xx */                            \
-    X(SERVER_ERROR, "server_error", IGNORE)             /* other 5xx */                            \
-    X(UNEXPECTED, "unexpected", IGNORE)     /* 1xx/3xx final status, or none with CURLE_OK */      \
-    X(TRANSPORT, "transport", IGNORE)       /* no response: refused, DNS, TLS, reset... */         \
-    X(ABORTED, "aborted", IGNORE)           /* the caller's cancel or deadline ended it */
+/*
+ * The classification rule: X(NAME, "name", OUTCOME, statuses), one row per
+ * kind, statuses written HTTP(lo, hi) (inclusive ranges of the final
+ * status; none for a kind no status alone makes). It generates the enum,
+ * sluice_curl_kind_name, sluice_curl_kind_outcome (OUTCOME names the
+ * sample discovery gets, SLUICE_OUTCOME_<OUTCOME>) and the status step of
+ * sluice_curl_classify. How classify applies it, in order:
+ *   1. the transfer: CURLE_OPERATION_TIMEDOUT once the request was sent is
+ *      PROVIDER_TIMEOUT; any other CURLcode but CURLE_OK is TRANSPORT;
+ *   2. the status: the first row, in map order, whose ranges hold it (so
+ *      the single statuses come before the 4xx and 5xx catch-alls); none
+ *      is UNEXPECTED;
+ *   3. a refusal (OVERLOADED or PLATFORM_OVERLOAD from step 2) is heard out:
+ *      its body says QUOTA, else PLATFORM_OVERLOAD, else (a 429 only) its
+ *      budgets say RATE_LIMITED, each as its row's comment says; else it
+ *      stays as step 2 made it.
+ * ABORTED is the transports' own: the caller's deadline or cancel ended it.
+ */
+#define SLUICE_CURL_KIND_MAP(X, HTTP)                                                              \
+    /* Latency = time to first byte. A spent request budget with its reset named                   \
+     * (remaining 0) paces: hold_ns until the reset, instead of a refusal. */                      \
+    X(SUCCESS, "success", OK, HTTP(200, 299))                                                      \
+    /* Any other 429 or 503: the caller's concurrency cap; Retry-After is the hold. */             \
+    X(OVERLOADED, "overloaded", OVERLOAD, HTTP(429, 429) HTTP(503, 503))                           \
+    /* A 429 that names a spent budget (requests or tokens remaining 0) with its reset, or         \
+     * Gemini's RESOURCE_EXHAUSTED with a RetryInfo delay: hold until the reset (the later of      \
+     * it and Retry-After), no cut. */                                                             \
+    X(RATE_LIMITED, "rate_limited", RATE, )                                                        \
+    /* 529; or a 429/503 with Anthropic's overloaded_error in its body; or a 503 from a            \
+     * dialect whose 503 is the platform's (Together at or below its dynamic rate, Gemini's        \
+     * UNAVAILABLE): a short hold, never a cut. */                                                 \
+    X(PLATFORM_OVERLOAD, "platform_overload", PLATFORM, HTTP(529, 529))                            \
+    /* 402; or a 429/503/529 whose body says quota or billing (insufficient_quota, Gemini's        \
+     * "limit: 0" on RESOURCE_EXHAUSTED): waiting will not help, nothing moves, no hold. */        \
+    X(QUOTA, "quota", QUOTA, HTTP(402, 402))                                                       \
+    /* 504, or step 1's timeout: the provider (or its gateway) took the call and did not           \
+     * answer in time. */                                                                          \
+    X(PROVIDER_TIMEOUT, "provider_timeout", OVERLOAD, HTTP(504, 504))                              \
+    /* The provider refused the request itself (bad input, auth, quota, not found) and             \
+     * ran no inference, so its latency would read as a fast provider and hide a knee. */          \
+    X(CLIENT_ERROR, "client_error", IGNORE, HTTP(400, 499))                                        \
+    /* The provider is broken, not full: backing off would not help. */                            \
+    X(SERVER_ERROR, "server_error", IGNORE, HTTP(500, 599))                                        \
+    /* A 1xx/3xx final status, or none with CURLE_OK. */                                           \
+    X(UNEXPECTED, "unexpected", IGNORE, )                                                          \
+    /* No response (refused, DNS, TLS, reset, a timeout before the request left): says             \
+     * nothing about the provider's cap. */                                                        \
+    X(TRANSPORT, "transport", IGNORE, )                                                            \
+    /* The caller gave up; a deadline counts the time spent queueing, so it says nothing           \
+     * about how long the provider takes. */                                                       \
+    X(ABORTED, "aborted", IGNORE, )
 
 enum sluice_curl_kind {
-#define SLUICE__CURL_KIND_ENUM(name, str, outcome) SLUICE_CURL_##name,
-    SLUICE_CURL_KIND_MAP(SLUICE__CURL_KIND_ENUM)
+#define SLUICE__CURL_KIND_ENUM(name, str, outcome, statuses) SLUICE_CURL_##name,
+    SLUICE_CURL_KIND_MAP(SLUICE__CURL_KIND_ENUM, ) /* the statuses column unused */
 #undef SLUICE__CURL_KIND_ENUM
 };
 
-/* The sample a kind gives discovery (the map's third column). */
+/* The sample a kind gives discovery (the map's OUTCOME column). */
 enum sluice_outcome sluice_curl_kind_outcome(enum sluice_curl_kind kind);
 
 /* X(NAME, "name"): the provider families whose rate-limit dialect classify reads. */
@@ -274,7 +273,7 @@ struct sluice_curl_response {
 /* What a call returned; the same struct for the blocking call and the loop. */
 struct sluice_curl_result {
     int status;                  /* what the call returned (see sluice_curl_perform) */
-    enum sluice_curl_kind kind;  /* the response's class (table above) */
+    enum sluice_curl_kind kind;  /* the response's class (SLUICE_CURL_KIND_MAP) */
     enum sluice_outcome outcome; /* the sample discovery got for it */
     long http_status;            /* 0 = no HTTP response */
     CURLcode curl_code;          /* the transfer's result (CURLE_OK when it never ran) */
@@ -305,7 +304,7 @@ struct sluice_curl_result {
 };
 
 /*
- * Classify one response (table at the top) into out->kind, out->outcome,
+ * Classify one response (SLUICE_CURL_KIND_MAP) into out->kind, out->outcome,
  * out->http_status, out->curl_code, out->retry_after_ns, out->hold_ns and out->ratelimit;
  * the other fields of *out are left alone. Returns out->kind. Pure: no
  * I/O, no allocation, any input is safe (headers with NULL names or values

@@ -1,7 +1,8 @@
 /*
  * curl_classify.c — sluice_curl_classify, the one rule that turns a
- * response into a sample for discovery (table in sluice/curl.h). No socket:
- * every input is built by hand, as the fuzzer will.
+ * response into a sample for discovery (SLUICE_CURL_KIND_MAP in
+ * sluice/curl.h). No socket: every input is built by hand, as the fuzzer
+ * will.
  */
 #include <criterion/criterion.h>
 

@@ -2,7 +2,7 @@
  * provider_dialects.c — every provider family's rate-limit dialect, read
  * from a recorded-style response (tests/fixtures/providers/NAME.http: status
  * line, headers, blank line, body; written from each provider's public
- * docs) and classified as the table in sluice/curl.h says: the kind, the
+ * docs) and classified as SLUICE_CURL_KIND_MAP in sluice/curl.h says: the kind, the
  * sample, the hold, and the normalised budgets with their window and
  * source. No socket.
  */
