@@ -278,4 +278,24 @@ SLUICE_INLINE void sluice__free(const struct sluice_allocator *a, void *ptr, siz
         free(ptr);
 }
 
+/*
+ * An enum and its name function from one X-macro map (libuv's UV_ERRNO_MAP
+ * shape): `enum type { ... }` from ROW_ENUM(name, str) rows (each expands
+ * to `CONSTANT,`) and `const char *name_fn(enum type)` from ROW_CASE rows
+ * (each expands to SLUICE__NAME_CASE(CONSTANT, str)), returning "unknown"
+ * for a value outside the map. The map is the one place a value is listed.
+ */
+#define SLUICE__NAME_CASE(constant, str)                                                           \
+    case constant:                                                                                 \
+        return str;
+#define SLUICE__ENUM_WITH_NAMES(type, name_fn, MAP, ROW_ENUM, ROW_CASE)                            \
+    enum type { MAP(ROW_ENUM) };                                                                   \
+    SLUICE_INLINE const char *name_fn(enum type value)                                             \
+    {                                                                                              \
+        switch (value) {                                                                           \
+            MAP(ROW_CASE)                                                                          \
+        }                                                                                          \
+        return "unknown";                                                                          \
+    }
+
 #endif /* SLUICE_CC_H */

@@ -110,13 +110,13 @@
  * a clock coarser than the calls: with a nanosecond clock they do not
  * happen. Where they do, the calls in that tick mostly started *after* the
  * cut — a pool records the sample, then releases the permit the next call
- * starts on — and on the simulator treating them as stale let more 429s
- * through: reject share 0.001 -> 0.002 at C = 3 and 52.) The next window
+ * starts on — so treating them as stale would let more 429s through.) The
+ * next window
  * opens when the previous one closes, so every window's calls started
  * under a single limit.
  *
  * Two steps per sample: record, then flush.
- *   sluice__discovery_record  the in-memory part: add the sample to the
+ *   sluice_discovery_record   the in-memory part: add the sample to the
  *       open window; the completion that finds the window due closes it
  *       under the update lock (policy update, state, limit, event ring,
  *       "persist this lock").
@@ -129,23 +129,22 @@
  * callback ever delays the next call in line. clear and poll do their
  * locked work, then flush.
  *
- * Who runs the effects: flush is a non-blocking combiner. Whoever finds
- * effects pending and nobody flushing becomes the flusher and runs them
- * until none are left; anyone else returns at once, and the running
- * flusher picks their work up before it stops. So the store and the event
- * callback run on the thread whose call caused the effect, or on another
- * thread that was already flushing that node; never under a core lock,
- * never twice at once for one node, and events in seq order. No caller
- * waits for another thread's I/O — except sluice_discovery_sync, which
- * exists to wait (tests, shutdown, sluicectl), also for a store that
- * writes on a thread of its own (sluice_store_ops.sync, e.g. the state
- * file, whose save only hands the write over). Persistence is "latest
- * wins": the flusher saves the newest record, so an older save never lands
- * after a newer clear. A store failure (load, save or clear returning an
- * error) becomes a "store" event; discovery keeps serving from memory.
+ * Who runs the effects: flush is the non-blocking combiner of
+ * sluice/effects.h (its header gives the progress and ordering argument).
+ * The store and the event callback run on the thread whose call caused the
+ * effect, or on another thread that was already flushing that node; never
+ * under a core lock, never twice at once for one node, and events in seq
+ * order. No caller waits for another thread's I/O — except
+ * sluice_discovery_sync, which exists to wait (tests, shutdown, sluicectl),
+ * also for a store that writes on a thread of its own
+ * (sluice_store_ops.sync, e.g. the state file, whose save only hands the
+ * write over). Persistence is "latest wins": the flusher saves the newest
+ * record, so an older save never lands after a newer clear. A store failure
+ * (load, save or clear returning an error) becomes a "store" event;
+ * discovery keeps serving from memory.
  *
  * Progress: record never waits for a lock: it adds to the window with
- * atomic RMWs, and the one completion that finds the window due tries the
+ * atomic RMWs (the accumulator of sluice/window.h), and the one completion that finds the window due tries the
  * update lock (sluice_spinlock_trylock); if another thread holds it, it
  * skips, and the next completion tries again. Everything under the update
  * lock is bounded in-memory work; the closer's only wait is for samples
@@ -164,33 +163,27 @@
  * Different nodes may share a store, which must then be thread-safe.
  *
  * In flight (events and snapshots): generation calls started and not yet
- * ended. A pool points `in_flight_src` at its count after init (calls still
- * waiting out a Retry-After hold are not in flight); a standalone node
- * counts the permits held on its gate.
+ * ended. A pool hands discovery its count after init
+ * (sluice_discovery_count_in_flight; calls still waiting out a Retry-After
+ * hold are not in flight); a standalone node counts the permits held on
+ * its gate.
  *
- * Memory ordering: each window's counters live in one of two buffers. A
- * sample announces itself in the open buffer's writer count (seq_cst RMW,
- * then a seq_cst re-read of which buffer is open), adds its fields relaxed,
- * and leaves with a release decrement. The closer flips the open buffer
- * (seq_cst store) and waits for the old buffer's writers to leave (seq_cst
- * loads; Dekker with the writers' announce-then-re-read) before reading it:
- * so a sample lands whole in one window, never its latency in one and its
- * count in the next, which would skew both windows' means. Windows are
- * named by a sequence number, published with release once the new window
- * is set up and read with acquire by a completion that tests whether the
- * window is due, so it never closes a window it did not see due (with a
- * coarse clock, two windows can open in one tick). The update lock
- * (acquire/release) orders each update after the previous one, so the
- * policy, the bracket and the lock record need no atomics of their own. Fields that readers outside
- * the lock see (limit, state, ceiling, expiry, hold, window bounds, last
- * cut) are relaxed atomics: a status snapshot is a set of recent values,
- * not one instant, and a completion that reads stale window bounds merely
- * counts or skips one sample. The gate publishes limit changes with its own
- * (seq_cst) protocol. Effects are handed to the flusher Dekker-style:
- * whoever records an effect bumps `fx_posted` (seq_cst) before it tries the
- * `flushing` flag (seq_cst); a flusher clears the flag (seq_cst) before it
- * re-reads `fx_posted`, so at least one of them sees the other's write and
- * no effect is stranded.
+ * Memory ordering: each window's counters live in the two-buffer
+ * accumulator of sluice/window.h, whose Dekker handshake lands a sample
+ * whole in one window. Windows are named by a sequence number, published
+ * with release once the new window is set up and read with acquire by a
+ * completion that tests whether the window is due, so it never closes a
+ * window it did not see due (with a coarse clock, two windows can open in
+ * one tick). The update lock (acquire/release) orders each update after
+ * the previous one, so the policy, the bracket and the lock record need no
+ * atomics of their own. Fields that readers outside the lock see (limit,
+ * state, ceiling, expiry, hold, window bounds, last cut) are relaxed
+ * atomics: a status snapshot is a set of recent values, not one instant,
+ * and a completion that reads stale window bounds merely counts or skips
+ * one sample. The gate publishes limit changes with its own (seq_cst)
+ * protocol; the grants a raise makes are handed out after the lock
+ * (sluice_gate_set_limit_collect). Effects reach the flusher through
+ * sluice/effects.h's handshake, posted before the lock is dropped.
  *
  * Time: the discovery clock (struct sluice_clock, monotonic) times windows,
  * holds and events; the wall clock (ns since the Unix epoch) stamps lock
@@ -199,16 +192,26 @@
  *
  * Allocation: only in sluice_discovery_create (through the allocator hook);
  * sluice_discovery_init uses caller storage for the event ring.
+ *
+ * Why one header of this size: what is left here is one state machine
+ * (probing, backoff, locked; the bracket, the strikes, holds and hints)
+ * whose every transition runs under one update lock on one struct, plus
+ * its description and status view; the accumulator (sluice/window.h) and
+ * the effects combiner (sluice/effects.h) are already apart. Nearly 500
+ * of its lines are comments, 200 of them this one: the manual of the lock
+ * criterion and of what each signal means, beside the code it governs.
  */
 #ifndef SLUICE_DISCOVERY_H
 #define SLUICE_DISCOVERY_H
 
+#include "effects.h"
 #include "events.h"
 #include "gate.h"
 #include "policy.h"
 #include "policy/discover.h"
 #include "store.h"
 #include "time.h"
+#include "window.h"
 
 #ifdef __cplusplus
 static_assert(SLUICE_POLICY_LIMIT_MAX == SLUICE_GATE_LIMIT_MAX, "policy and gate limits agree");
@@ -479,25 +482,9 @@ enum sluice__hint_state {
     SLUICE__HINT_DONE,     /* applied, or evidence came first */
 };
 
-/* One window's totals, written by every completion (see "Memory ordering"). */
-struct sluice__window_acc {
-    _Atomic(uint32_t) writers; /* samples adding to this buffer right now */
-    _Atomic(uint32_t) n_ok, n_overload, n_fresh, n_ignore, max_in_flight;
-    _Atomic(uint32_t) n_ok_other; /* served calls outside the measured cohort (in n_ignore too) */
-    _Atomic(uint32_t) overload_limit; /* lowest limit_at_start of a fresh overload; UINT32_MAX =
-                                         none known */
-    _Atomic(int64_t) overload_start;  /* earliest start of a fresh overload; INT64_MAX = none */
-    _Atomic(uint32_t) overload_in_flight; /* fewest in flight at a fresh overload's start;
-                                             UINT32_MAX = none known */
-    _Atomic(uint32_t) refused_in_flight;  /* the same over every overload, echoes included */
-    _Atomic(uint32_t) served_in_flight;   /* most in flight at a served call's start */
-    _Atomic(int64_t) latency_sum, latency_min, latency_dev, retry_after;
-    _Atomic(int64_t) duration_sum; /* the measured calls' start-to-sample times */
-};
-
 struct sluice_discovery {
     /* Completions write here: the open window's buffer and the closed one. */
-    SLUICE_ALIGNED(SLUICE_CACHELINE) struct sluice__window_acc acc[2];
+    SLUICE_ALIGNED(SLUICE_CACHELINE) struct sluice_window_accum acc;
 
     /* Written by the updater, read by completions and status readers. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(int64_t) cohort_from_ns; /* the window opened */
@@ -516,7 +503,6 @@ struct sluice_discovery {
                                          under; UINT32_MAX = none */
     _Atomic(uint64_t) window_seq;     /* windows opened so far: names the open window
                                          (bumped, release, once it is fully set up) */
-    _Atomic(uint32_t) acc_open;       /* which acc[] the open window adds to */
     _Atomic(uint32_t) limit;
     _Atomic(uint32_t) ceiling;       /* locked ceiling; 0 = not locked */
     _Atomic(int64_t) lock_expires_s; /* wall clock; 0 = not locked */
@@ -525,18 +511,8 @@ struct sluice_discovery {
      * count of calls started and not yet ended; NULL = the gate's permits held. */
     const _Atomic(uint32_t) *in_flight_src;
 
-    /* Effects, handed from the update lock to the flusher (see "Who runs the effects"). */
-    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) fx_posted; /* bumped per locked section
-                                                                     that left effects */
-    _Atomic(uint64_t) fx_done;     /* fx_posted as of the last completed flush round */
-    _Atomic(uint64_t) persist_gen; /* bumped per lock record to persist (under lock) */
-    _Atomic(uint32_t) flushing;    /* 1 while a thread runs the effects */
-    _Atomic(uint32_t) fx_epoch;    /* futex word for sync: bumped when a flush round ends */
-    _Atomic(uint32_t) fx_sleepers; /* threads parked in sync */
-    _Atomic(struct sluice_gate_node *) grants; /* gate grants not yet handed out (a stack of
-                                                  chains; pushed under the lock) */
-    uint64_t persisted_gen; /* the flusher's own: persist_gen it last applied */
-    uint64_t delivered;     /* the flusher's own: seq of the last event handed to on_event */
+    /* Effects, handed from the update lock to the flusher (sluice/effects.h). */
+    struct sluice_effects fx;
 
     /* Only under `lock`. */
     sluice_spinlock lock;
@@ -551,14 +527,12 @@ struct sluice_discovery {
     bool confirmed;         /* a stable window ran at the locked ceiling */
     int64_t confirmed_ns;   /* when it did: a refusal at the ceiling from a call started
                                earlier was part of that window after all (a late timeout) */
-    bool fx_dirty;          /* this locked section left effects for the flusher */
     uint32_t bad;           /* the limit at which the last congestion struck */
     uint32_t strikes;       /* refusals at the confirmed ceiling not yet forgiven */
     uint32_t knee_strikes;  /* latency knees at the ceiling not yet forgiven */
     uint32_t clean_run;     /* stable windows at the ceiling since the last of them */
     uint32_t served_before; /* the last window's served_in_flight */
     uint32_t knee_estimate; /* the policy's queue-free estimate at the last knee; 0 = none */
-    struct sluice_lock_record persist_rec; /* the latest record to persist; ceiling 0 = clear */
     union {
         max_align_t align;
         unsigned char bytes[SLUICE_POLICY_STATE_MAX];
@@ -618,6 +592,20 @@ SLUICE_INLINE uint32_t sluice__discovery_in_flight(const struct sluice_discovery
     return sluice_gate_stats(d->gate).in_flight;
 }
 
+/*
+ * Count the calls in flight (events, snapshots) from `src` from now on,
+ * instead of the permits held on the gate: a pool points it at its count of
+ * calls started and not yet ended, which also covers a call that lingers
+ * after its caller gave up (sluice/pool.h). `src` must outlive the node;
+ * NULL goes back to the gate's count. Call after init, before any other
+ * thread uses the node.
+ */
+SLUICE_INLINE void sluice_discovery_count_in_flight(struct sluice_discovery *d,
+                                                    const _Atomic(uint32_t) *src)
+{
+    d->in_flight_src = src;
+}
+
 /* Record an event in the ring for the flusher to deliver. Call locked (or during init). */
 SLUICE_INLINE void sluice__discovery_emit(struct sluice_discovery *d, int64_t now,
                                           enum sluice_event_kind kind, enum sluice_cause cause,
@@ -634,38 +622,13 @@ SLUICE_INLINE void sluice__discovery_emit(struct sluice_discovery *d, int64_t no
     ev.in_flight = sluice__discovery_in_flight(d);
     ev.ceiling = atomic_load_explicit(&d->ceiling, SLUICE_RELAXED);
     sluice_event_ring_push(&d->events, &ev);
-    d->fx_dirty = true;
-}
-
-/* Publish the effects this locked section left (before the lock is dropped, so
- * sync sees every effect recorded before it was called). Call locked. */
-SLUICE_INLINE void sluice__discovery_post(struct sluice_discovery *d)
-{
-    if (!d->fx_dirty)
-        return;
-    d->fx_dirty = false;
-    atomic_fetch_add_explicit(&d->fx_posted, 1u, SLUICE_SEQ_CST);
+    sluice_effects_mark(&d->fx);
 }
 
 SLUICE_INLINE void sluice__discovery_unlock(struct sluice_discovery *d)
 {
-    sluice__discovery_post(d);
+    sluice_effects_post(&d->fx);
     sluice_spinlock_unlock(&d->lock);
-}
-
-/* Keep a chain of gate grants for the next flush. Call locked (one pusher at a time;
- * flushers only ever take the whole stack, so there is no ABA). */
-SLUICE_INLINE void sluice__discovery_stash_grants(struct sluice_discovery *d,
-                                                  struct sluice_gate_node *granted)
-{
-    struct sluice_gate_node *tail = granted;
-    while (tail->next)
-        tail = tail->next;
-    struct sluice_gate_node *top = atomic_load_explicit(&d->grants, SLUICE_RELAXED);
-    do
-        tail->next = top;
-    while (!atomic_compare_exchange_weak_explicit(&d->grants, &top, granted, SLUICE_RELEASE,
-                                                  SLUICE_RELAXED));
 }
 
 /* Move the gate's limit and start a new operating point. The waiters a raise
@@ -676,9 +639,9 @@ SLUICE_INLINE void sluice__discovery_set_limit(struct sluice_discovery *d, uint3
     uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
     if (next == old)
         return;
-    struct sluice_gate_node *granted = sluice__gate_set_limit_collect(d->gate, next);
+    struct sluice_gate_node *granted = sluice_gate_set_limit_collect(d->gate, next);
     if (granted)
-        sluice__discovery_stash_grants(d, granted);
+        sluice_effects_stash_grants(&d->fx, granted);
     atomic_store_explicit(&d->limit, next, SLUICE_RELAXED);
     if (next < old)
         atomic_store_explicit(&d->last_cut_ns, now, SLUICE_RELAXED);
@@ -695,16 +658,15 @@ SLUICE_INLINE void sluice__discovery_persist(struct sluice_discovery *d, uint32_
 {
     if (!d->has_store)
         return;
-    struct sluice_lock_record *r = &d->persist_rec;
-    memset(r, 0, sizeof *r);
-    r->ceiling = ceiling;
-    r->expires_s = expires_s;
-    r->locked_at_s = locked_at_s;
+    struct sluice_lock_record r;
+    memset(&r, 0, sizeof r);
+    r.ceiling = ceiling;
+    r.expires_s = expires_s;
+    r.locked_at_s = locked_at_s;
     const char *name = sluice__discovery_policy(d)->ops->name;
     if (ceiling && name)
-        strncpy(r->policy, name, sizeof r->policy - 1);
-    atomic_fetch_add_explicit(&d->persist_gen, 1u, SLUICE_RELAXED);
-    d->fx_dirty = true;
+        strncpy(r.policy, name, sizeof r.policy - 1);
+    sluice_effects_set_record(&d->fx, &r);
 }
 
 /* Record a lock at `ceiling` (a new one, or a lower one) and have it persisted. Call locked. */
@@ -772,45 +734,6 @@ SLUICE_INLINE void sluice__discovery_schedule(struct sluice_discovery *d, int64_
     atomic_store_explicit(&d->cohort_due_ns, due, SLUICE_RELAXED);
 }
 
-/* The buffer the open window adds to, with this sample counted in its writers. */
-SLUICE_INLINE struct sluice__window_acc *sluice__discovery_enter(struct sluice_discovery *d)
-{
-    for (;;) {
-        uint32_t open = atomic_load_explicit(&d->acc_open, SLUICE_RELAXED);
-        struct sluice__window_acc *a = &d->acc[open];
-        atomic_fetch_add_explicit(&a->writers, 1u, SLUICE_SEQ_CST);
-        if (atomic_load_explicit(&d->acc_open, SLUICE_SEQ_CST) == open)
-            return a;
-        atomic_fetch_sub_explicit(&a->writers, 1u, SLUICE_RELAXED); /* flipped: try the other */
-    }
-}
-
-SLUICE_INLINE void sluice__discovery_leave(struct sluice__window_acc *a)
-{
-    atomic_fetch_sub_explicit(&a->writers, 1u, SLUICE_RELEASE);
-}
-
-/* Pauses a closer spins for the samples still adding to the window it closes
- * before it yields the CPU to them: each is a handful of RMWs, so only a
- * preempted writer outlasts the spin. */
-#ifndef SLUICE_DISCOVERY_DRAIN_SPIN
-#define SLUICE_DISCOVERY_DRAIN_SPIN 1024
-#endif
-
-/* Wait until no sample is adding to `a` (it is no longer open, so none can
- * join). A writer there takes no lock and calls nothing: it finishes as
- * soon as it runs, so this waits for the scheduler only, never for a lock,
- * a store or a callback. Call locked. */
-SLUICE_INLINE void sluice__discovery_drain(struct sluice__window_acc *a)
-{
-    for (int i = 0; atomic_load_explicit(&a->writers, SLUICE_SEQ_CST) != 0; i++) {
-        if (i < SLUICE_DISCOVERY_DRAIN_SPIN)
-            sluice_cpu_relax();
-        else
-            sched_yield();
-    }
-}
-
 /* *ref = floor((*ref + mean) / 2) without the overflow of the sum (both >= 0); mean alone
  * while *ref is 0. Call locked. */
 SLUICE_INLINE void sluice__discovery_average(_Atomic(int64_t) *ref, int64_t mean)
@@ -832,42 +755,31 @@ SLUICE_INLINE int64_t sluice__discovery_timing_ref(const struct sluice_discovery
  * then schedules it and publishes it with sluice__discovery_opened). Call locked. */
 SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discovery *d, int64_t now)
 {
-    uint32_t open = atomic_load_explicit(&d->acc_open, SLUICE_RELAXED);
-    struct sluice__window_acc *a = &d->acc[open];
-    atomic_store_explicit(&d->acc_open, open ^ 1u, SLUICE_SEQ_CST);
-    sluice__discovery_drain(a);
+    struct sluice_window_totals t = sluice_window_accum_close(&d->acc);
     struct sluice_window w;
     memset(&w, 0, sizeof w);
     w.start_ns = atomic_exchange_explicit(&d->cohort_from_ns, now, SLUICE_RELAXED);
     w.end_ns = now;
     w.limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
-    w.n_ok = atomic_exchange_explicit(&a->n_ok, 0u, SLUICE_RELAXED);
-    w.n_overload = atomic_exchange_explicit(&a->n_overload, 0u, SLUICE_RELAXED);
-    w.n_fresh_overload = atomic_exchange_explicit(&a->n_fresh, 0u, SLUICE_RELAXED);
-    w.n_ignore = atomic_exchange_explicit(&a->n_ignore, 0u, SLUICE_RELAXED);
-    w.n_served = w.n_ok + atomic_exchange_explicit(&a->n_ok_other, 0u, SLUICE_RELAXED);
-    w.max_in_flight = atomic_exchange_explicit(&a->max_in_flight, 0u, SLUICE_RELAXED);
-    uint32_t refused_at = atomic_exchange_explicit(&a->overload_limit, UINT32_MAX, SLUICE_RELAXED);
-    w.overload_limit = refused_at == UINT32_MAX ? 0 : refused_at;
-    w.overload_start_ns = atomic_exchange_explicit(&a->overload_start, INT64_MAX, SLUICE_RELAXED);
-    uint32_t in_flight = atomic_exchange_explicit(&a->overload_in_flight, UINT32_MAX, SLUICE_RELAXED);
-    w.overload_in_flight = in_flight == UINT32_MAX ? 0 : in_flight;
-    uint32_t echoed = atomic_exchange_explicit(&a->refused_in_flight, UINT32_MAX, SLUICE_RELAXED);
-    w.refused_in_flight = echoed == UINT32_MAX ? 0 : echoed;
-    uint32_t served = atomic_exchange_explicit(&a->served_in_flight, 0u, SLUICE_RELAXED);
-    w.served_in_flight = served > d->served_before ? served : d->served_before;
-    d->served_before = served;
-    int64_t sum = atomic_exchange_explicit(&a->latency_sum, 0, SLUICE_RELAXED);
-    int64_t duration = atomic_exchange_explicit(&a->duration_sum, 0, SLUICE_RELAXED);
-    int64_t dev = atomic_exchange_explicit(&a->latency_dev, 0, SLUICE_RELAXED);
-    int64_t min = atomic_exchange_explicit(&a->latency_min, INT64_MAX, SLUICE_RELAXED);
-    w.retry_after_ns = atomic_exchange_explicit(&a->retry_after, 0, SLUICE_RELAXED);
+    w.n_ok = t.n_ok;
+    w.n_overload = t.n_overload;
+    w.n_fresh_overload = t.n_fresh;
+    w.n_ignore = t.n_ignore;
+    w.n_served = t.n_ok + t.n_ok_other;
+    w.max_in_flight = t.max_in_flight;
+    w.overload_limit = t.overload_limit;
+    w.overload_start_ns = t.overload_start_ns;
+    w.overload_in_flight = t.overload_in_flight;
+    w.refused_in_flight = t.refused_in_flight;
+    w.served_in_flight = t.served_in_flight > d->served_before ? t.served_in_flight : d->served_before;
+    d->served_before = t.served_in_flight;
+    w.retry_after_ns = t.retry_after_ns;
     if (w.n_ok) {
-        w.latency_mean_ns = sum / w.n_ok;
-        w.latency_mad_ns = dev / w.n_ok;
-        w.latency_min_ns = min == INT64_MAX ? 0 : min;
+        w.latency_mean_ns = t.latency_sum_ns / w.n_ok;
+        w.latency_mad_ns = t.latency_dev_ns / w.n_ok;
+        w.latency_min_ns = t.latency_min_ns == INT64_MAX ? 0 : t.latency_min_ns;
         sluice__discovery_average(&d->latency_ref_ns, w.latency_mean_ns);
-        sluice__discovery_average(&d->duration_ref_ns, duration / w.n_ok);
+        sluice__discovery_average(&d->duration_ref_ns, t.duration_sum_ns / w.n_ok);
     }
     /* "Reached the limit", with 1/8 slack: arrivals are bursty and the count
      * is read at each call's start, not continuously. */
@@ -1089,8 +1001,7 @@ SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t n
 /* Should the open window close now? Lock-free; may be wrong by a sample. */
 SLUICE_INLINE bool sluice__discovery_due(struct sluice_discovery *d, int64_t now)
 {
-    uint32_t open = atomic_load_explicit(&d->acc_open, SLUICE_RELAXED);
-    return atomic_load_explicit(&d->acc[open].n_fresh, SLUICE_RELAXED) ||
+    return sluice_window_accum_has_fresh(&d->acc) ||
            now >= atomic_load_explicit(&d->cohort_due_ns, SLUICE_RELAXED);
 }
 
@@ -1111,21 +1022,6 @@ SLUICE_INLINE void sluice__discovery_maybe_close(struct sluice_discovery *d, int
         sluice__discovery_close(d, sluice_clock_now(&d->clock));
     sluice__discovery_unlock(d);
 }
-
-/* Relaxed atomic max/min: a CAS loop that stops as soon as `v` would not win. */
-#define SLUICE__ATOMIC_EXTREMUM(name, type, better)                                                \
-    SLUICE_INLINE void sluice__atomic_##name(_Atomic(type) *a, type v)                             \
-    {                                                                                              \
-        type cur = atomic_load_explicit(a, SLUICE_RELAXED);                                        \
-        while (v better cur && !atomic_compare_exchange_weak_explicit(a, &cur, v, SLUICE_RELAXED,  \
-                                                                      SLUICE_RELAXED)) {           \
-        }                                                                                          \
-    }
-SLUICE__ATOMIC_EXTREMUM(max_u32, uint32_t, >)
-SLUICE__ATOMIC_EXTREMUM(min_u32, uint32_t, <)
-SLUICE__ATOMIC_EXTREMUM(max_i64, int64_t, >)
-SLUICE__ATOMIC_EXTREMUM(min_i64, int64_t, <)
-#undef SLUICE__ATOMIC_EXTREMUM
 
 /* The first latency ever seen (or since a clear) schedules the open window. */
 SLUICE_INLINE void sluice__discovery_first_latency(struct sluice_discovery *d, int64_t latency_ns,
@@ -1281,13 +1177,15 @@ SLUICE_INLINE void sluice__discovery_tell_signals(struct sluice_discovery *d, bo
 /*
  * Feed one finished generation call: the in-memory half of on_sample (see
  * "Two steps per sample"). Never blocks and runs no callback and no store
- * call; the caller runs sluice_discovery_flush afterwards (a pool, after
- * releasing the call's permit). Calls that started before the last clear
- * count for nothing; a latency beyond SLUICE_DISCOVERY_LATENCY_MAX_NS
- * counts as that much, a negative one as 0.
+ * call; the caller runs sluice_discovery_hand_out_grants and
+ * sluice_discovery_flush afterwards, with no lock held (a pool, after
+ * releasing the call's permit: see sluice/pool.h). Calls that started
+ * before the last clear count for nothing; a latency beyond
+ * SLUICE_DISCOVERY_LATENCY_MAX_NS counts as that much, a negative one as 0.
+ * Any thread, concurrently with every other call on the node.
  */
-SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
-                                            const struct sluice_sample *s)
+SLUICE_INLINE void sluice_discovery_record(struct sluice_discovery *d,
+                                           const struct sluice_sample *s)
 {
     if (d->fixed)
         return;
@@ -1321,47 +1219,22 @@ SLUICE_INLINE void sluice__discovery_record(struct sluice_discovery *d,
         if (measured && !ref)
             sluice__discovery_first_latency(d, latency, duration);
     }
-    struct sluice__window_acc *a = sluice__discovery_enter(d);
+    struct sluice_window_acc *a = sluice_window_accum_enter(&d->acc);
     if (s->outcome == SLUICE_OUTCOME_OK)
-        sluice__atomic_max_u32(&a->served_in_flight, s->in_flight_at_start);
+        sluice_window_acc_add_served(a, s->in_flight_at_start);
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
-        atomic_fetch_add_explicit(&a->n_overload, 1u, SLUICE_RELAXED);
-        if (s->in_flight_at_start)
-            sluice__atomic_min_u32(&a->refused_in_flight, s->in_flight_at_start);
-        if (fresh) {
-            if (s->in_flight_at_start)
-                sluice__atomic_min_u32(&a->overload_in_flight, s->in_flight_at_start);
-            sluice__atomic_max_i64(&a->retry_after, s->retry_after_ns);
-            if (s->limit_at_start)
-                sluice__atomic_min_u32(&a->overload_limit, s->limit_at_start);
-            sluice__atomic_min_i64(&a->overload_start, started);
-            atomic_fetch_add_explicit(&a->n_fresh, 1u, SLUICE_RELAXED);
-        }
+        sluice_window_acc_add_overload(a, fresh, s->in_flight_at_start, s->limit_at_start, started,
+                                       s->retry_after_ns);
     } else if (measured) {
         int64_t dev = latency - (ref ? ref : latency);
-        atomic_fetch_add_explicit(&a->latency_sum, latency, SLUICE_RELAXED);
-        atomic_fetch_add_explicit(&a->duration_sum, duration, SLUICE_RELAXED);
-        atomic_fetch_add_explicit(&a->latency_dev, dev < 0 ? -dev : dev, SLUICE_RELAXED);
-        sluice__atomic_min_i64(&a->latency_min, latency);
-        sluice__atomic_max_u32(&a->max_in_flight, s->in_flight_at_start);
-        atomic_fetch_add_explicit(&a->n_ok, 1u, SLUICE_RELAXED);
+        sluice_window_acc_add_measured(a, latency, duration, dev < 0 ? -dev : dev,
+                                       s->in_flight_at_start);
     } else {
-        if (s->outcome == SLUICE_OUTCOME_OK)
-            atomic_fetch_add_explicit(&a->n_ok_other, 1u, SLUICE_RELAXED);
-        atomic_fetch_add_explicit(&a->n_ignore, 1u, SLUICE_RELAXED);
+        sluice_window_acc_add_ignored(a, s->outcome == SLUICE_OUTCOME_OK);
     }
-    sluice__discovery_leave(a);
+    sluice_window_accum_leave(a);
     sluice__discovery_maybe_close(d, now);
     sluice__discovery_tell_signals(d, false);
-}
-
-/* Wake the threads parked in sync so they re-check (a flush round ended). */
-SLUICE_INLINE void sluice__discovery_wake_syncers(struct sluice_discovery *d)
-{
-    atomic_fetch_add_explicit(&d->fx_epoch, 1u, SLUICE_SEQ_CST);
-    uint32_t n = atomic_load_explicit(&d->fx_sleepers, SLUICE_SEQ_CST);
-    for (uint32_t i = 0; i < n; i++) /* each wake reaches one sleeper; extras are no-ops */
-        sluice_futex_wake(&d->fx_epoch);
 }
 
 /* A store call failed: say so in an event. Called by the flusher, outside the lock. */
@@ -1377,59 +1250,36 @@ SLUICE_INLINE void sluice__discovery_store_failed(struct sluice_discovery *d)
 /* Save (or clear) the newest lock record, if it changed since the last one applied. */
 SLUICE_INLINE void sluice__discovery_apply_persist(struct sluice_discovery *d)
 {
-    if (atomic_load_explicit(&d->persist_gen, SLUICE_RELAXED) == d->persisted_gen)
-        return;
     struct sluice_lock_record rec;
-    sluice_spinlock_lock(&d->lock); /* bounded: nothing slow runs under it */
-    rec = d->persist_rec;
-    uint64_t gen = atomic_load_explicit(&d->persist_gen, SLUICE_RELAXED);
-    sluice_spinlock_unlock(&d->lock);
+    if (!sluice_effects_take_record(&d->fx, &d->lock, &rec))
+        return;
     int status = rec.ceiling ? d->store.save(d->store.ctx, d->node, &rec)
                              : d->store.clear(d->store.ctx, d->node);
-    d->persisted_gen = gen;
     if (status != SLUICE_OK)
         sluice__discovery_store_failed(d);
 }
 
-/* Hand the events recorded since the last delivery to on_event, in seq order. */
-SLUICE_INLINE void sluice__discovery_deliver(struct sluice_discovery *d)
+/* One round of this node's effects (a sluice_effects_run_fn): persist the
+ * newest lock record, then deliver the pending events to on_event. */
+SLUICE_INLINE void sluice__discovery_run_effects(void *ctx)
 {
-    uint64_t end = sluice_event_ring_count(&d->events);
-    if (!d->on_event) {
-        d->delivered = end;
-        return;
-    }
-    struct sluice_event batch[8];
-    while (d->delivered < end) {
-        uint64_t left = end - d->delivered;
-        size_t n = sluice_event_ring_read(&d->events, &d->delivered, batch,
-                                          left < 8 ? (size_t)left : 8, NULL);
-        for (size_t i = 0; i < n; i++)
-            d->on_event(d->on_event_ctx, &batch[i]);
-    }
+    struct sluice_discovery *d = (struct sluice_discovery *)ctx;
+    if (d->has_store)
+        sluice__discovery_apply_persist(d);
+    sluice_effects_deliver(&d->fx, &d->events, d->on_event, d->on_event_ctx);
 }
 
-/* Run effects until none are pending. Only the thread holding `flushing`. */
-SLUICE_INLINE void sluice__discovery_run_effects(struct sluice_discovery *d)
+/*
+ * Hand out the gate grants the node's limit raises made since the last
+ * flush: their sync waiters are woken, their async-waiter callbacks run on
+ * this thread. Part of sluice_discovery_flush, which does it first; a pool
+ * calls it on its own before the flush, so that async callbacks run only
+ * after every sync waiter its call end granted is woken. Call with no lock
+ * held; any thread; never blocks but for the gate's short spinlock.
+ */
+SLUICE_INLINE void sluice_discovery_hand_out_grants(struct sluice_discovery *d)
 {
-    uint64_t posted;
-    while ((posted = atomic_load_explicit(&d->fx_posted, SLUICE_SEQ_CST)) !=
-           atomic_load_explicit(&d->fx_done, SLUICE_RELAXED)) {
-        if (d->has_store)
-            sluice__discovery_apply_persist(d);
-        sluice__discovery_deliver(d);
-        atomic_store_explicit(&d->fx_done, posted, SLUICE_RELEASE);
-        sluice__discovery_wake_syncers(d);
-    }
-}
-
-/* Hand out the gate grants of limit raises: sync waiters are woken, async
- * callbacks run through the trampoline. Call with no lock held. */
-SLUICE_INLINE void sluice__discovery_hand_out_grants(struct sluice_discovery *d)
-{
-    if (atomic_load_explicit(&d->grants, SLUICE_RELAXED))
-        sluice__gate_notify_chain(atomic_exchange_explicit(
-            &d->grants, (struct sluice_gate_node *)NULL, SLUICE_ACQUIRE));
+    sluice_effects_hand_out_grants(&d->fx);
 }
 
 /*
@@ -1441,37 +1291,7 @@ SLUICE_INLINE void sluice__discovery_hand_out_grants(struct sluice_discovery *d)
  */
 SLUICE_INLINE void sluice_discovery_flush(struct sluice_discovery *d)
 {
-    /* Grants first, and by whoever finds them: a grant is a wake-up, not I/O,
-     * so it need not wait behind a slow store call on the flusher. */
-    sluice__discovery_hand_out_grants(d);
-    while (atomic_load_explicit(&d->fx_posted, SLUICE_SEQ_CST) !=
-           atomic_load_explicit(&d->fx_done, SLUICE_RELAXED)) {
-        if (atomic_exchange_explicit(&d->flushing, 1u, SLUICE_SEQ_CST))
-            return; /* the flusher re-reads fx_posted after it lets go: it sees ours */
-        sluice__discovery_run_effects(d);
-        atomic_store_explicit(&d->flushing, 0u, SLUICE_SEQ_CST);
-        sluice__discovery_wake_syncers(d);
-    }
-}
-
-/* The effects part of sluice_discovery_sync: every effect recorded before the call has run. */
-SLUICE_INLINE void sluice__discovery_sync_effects(struct sluice_discovery *d)
-{
-    uint64_t target = atomic_load_explicit(&d->fx_posted, SLUICE_SEQ_CST);
-    for (;;) {
-        sluice_discovery_flush(d);
-        if (atomic_load_explicit(&d->fx_done, SLUICE_ACQUIRE) >= target)
-            return;
-        uint32_t epoch = atomic_load_explicit(&d->fx_epoch, SLUICE_SEQ_CST);
-        atomic_fetch_add_explicit(&d->fx_sleepers, 1u, SLUICE_SEQ_CST);
-        /* Sleep only while a flusher is at work: it bumps the epoch when it
-         * ends a round or lets go, after we registered. Nobody flushing:
-         * loop and flush ourselves. */
-        if (atomic_load_explicit(&d->fx_done, SLUICE_SEQ_CST) < target &&
-            atomic_load_explicit(&d->flushing, SLUICE_SEQ_CST))
-            sluice_futex_wait(&d->fx_epoch, epoch, NULL);
-        atomic_fetch_sub_explicit(&d->fx_sleepers, 1u, SLUICE_SEQ_CST);
-    }
+    sluice_effects_flush(&d->fx, sluice__discovery_run_effects, d);
 }
 
 /*
@@ -1486,10 +1306,10 @@ SLUICE_INLINE void sluice__discovery_sync_effects(struct sluice_discovery *d)
  */
 SLUICE_INLINE void sluice_discovery_sync(struct sluice_discovery *d)
 {
-    sluice__discovery_sync_effects(d);
+    sluice_effects_sync(&d->fx, sluice__discovery_run_effects, d);
     if (d->has_store && d->store.sync && d->store.sync(d->store.ctx, d->node) != SLUICE_OK) {
         sluice__discovery_store_failed(d);
-        sluice__discovery_sync_effects(d);
+        sluice_effects_sync(&d->fx, sluice__discovery_run_effects, d);
     }
 }
 
@@ -1501,7 +1321,7 @@ SLUICE_INLINE void sluice_discovery_sync(struct sluice_discovery *d)
 SLUICE_INLINE void sluice_discovery_on_sample(struct sluice_discovery *d,
                                               const struct sluice_sample *s)
 {
-    sluice__discovery_record(d, s);
+    sluice_discovery_record(d, s);
     sluice_discovery_flush(d);
 }
 
@@ -1729,27 +1549,6 @@ SLUICE_INLINE void sluice__discovery_restore(struct sluice_discovery *d, int64_t
     sluice__discovery_emit(d, now, SLUICE_EVENT_RESTORE, SLUICE_CAUSE_STORE, old, ceiling);
 }
 
-SLUICE_INLINE void sluice__discovery_init_acc(struct sluice__window_acc *a)
-{
-    atomic_init(&a->writers, 0u);
-    atomic_init(&a->n_ok, 0u);
-    atomic_init(&a->n_overload, 0u);
-    atomic_init(&a->n_fresh, 0u);
-    atomic_init(&a->n_ignore, 0u);
-    atomic_init(&a->n_ok_other, 0u);
-    atomic_init(&a->max_in_flight, 0u);
-    atomic_init(&a->overload_limit, UINT32_MAX);
-    atomic_init(&a->overload_start, INT64_MAX);
-    atomic_init(&a->overload_in_flight, UINT32_MAX);
-    atomic_init(&a->refused_in_flight, UINT32_MAX);
-    atomic_init(&a->served_in_flight, 0u);
-    atomic_init(&a->latency_sum, 0);
-    atomic_init(&a->duration_sum, 0);
-    atomic_init(&a->latency_min, INT64_MAX);
-    atomic_init(&a->latency_dev, 0);
-    atomic_init(&a->retry_after, 0);
-}
-
 /*
  * Initialise over caller storage: `slots` holds `capacity` event slots
  * (a power of two; desc->events is ignored). Copies the policy prototype
@@ -1793,8 +1592,7 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     d->on_event_ctx = desc->on_event_ctx;
     sluice_event_ring_init(&d->events, slots, capacity, d->node);
     sluice_spinlock_init(&d->lock);
-    sluice__discovery_init_acc(&d->acc[0]);
-    sluice__discovery_init_acc(&d->acc[1]);
+    sluice_window_accum_init(&d->acc);
     int64_t now = sluice_clock_now(&d->clock);
     atomic_init(&d->cohort_from_ns, now);
     atomic_init(&d->cohort_until_ns, INT64_MAX);
@@ -1808,18 +1606,11 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     for (int i = 0; i < SLUICE__SIGNALS; i++)
         atomic_init(&d->signals[i], 0u);
     atomic_init(&d->window_seq, 0u);
-    atomic_init(&d->acc_open, 0u);
     atomic_init(&d->ceiling, 0u);
     atomic_init(&d->lock_expires_s, 0);
     atomic_init(&d->state, (int)(d->fixed ? SLUICE_DISCOVERY_FIXED : SLUICE_DISCOVERY_PROBING));
     d->in_flight_src = NULL;
-    atomic_init(&d->fx_posted, 0u);
-    atomic_init(&d->fx_done, 0u);
-    atomic_init(&d->persist_gen, 0u);
-    atomic_init(&d->flushing, 0u);
-    atomic_init(&d->fx_epoch, 0u);
-    atomic_init(&d->fx_sleepers, 0u);
-    atomic_init(&d->grants, (struct sluice_gate_node *)NULL);
+    sluice_effects_init(&d->fx);
     uint32_t start = sluice_policy_reset(policy, cfg.jumpstart, false);
     if (!d->fixed)
         start = sluice__discovery_clamp(d, start);
@@ -1827,7 +1618,7 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     sluice_gate_set_limit(d->gate, start);
     if (!d->fixed && d->has_store)
         sluice__discovery_restore(d, now);
-    sluice__discovery_post(d);
+    sluice_effects_post(&d->fx);
     sluice_discovery_flush(d);
     return SLUICE_OK;
 }

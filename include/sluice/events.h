@@ -62,23 +62,13 @@
     X(HINT, "hint")         /* the jumpstart moved to the provider's stated rate × latency        \
                                (cause provider_rate) */
 
-enum sluice_event_kind {
 #define SLUICE__EVENT_ENUM(name, str) SLUICE_EVENT_##name,
-    SLUICE_EVENT_KIND_MAP(SLUICE__EVENT_ENUM)
+#define SLUICE__EVENT_CASE(name, str) SLUICE__NAME_CASE(SLUICE_EVENT_##name, str)
+/* enum sluice_event_kind, and sluice_event_kind_name: the kind's name ("probe"). */
+SLUICE__ENUM_WITH_NAMES(sluice_event_kind, sluice_event_kind_name, SLUICE_EVENT_KIND_MAP,
+                        SLUICE__EVENT_ENUM, SLUICE__EVENT_CASE)
 #undef SLUICE__EVENT_ENUM
-};
-
-SLUICE_INLINE const char *sluice_event_kind_name(enum sluice_event_kind kind)
-{
-    switch (kind) {
-#define SLUICE__EVENT_NAME(name, str)                                                              \
-    case SLUICE_EVENT_##name:                                                                      \
-        return str;
-        SLUICE_EVENT_KIND_MAP(SLUICE__EVENT_NAME)
-#undef SLUICE__EVENT_NAME
-    }
-    return "unknown";
-}
+#undef SLUICE__EVENT_CASE
 
 struct sluice_event {
     uint64_t seq;            /* per node, from 1; a gap means events were dropped */

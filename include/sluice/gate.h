@@ -122,12 +122,12 @@ struct sluice_gate_node {
 };
 
 struct sluice_gate_waiter;
-typedef void (*sluice_gate_cb)(struct sluice_gate_waiter *waiter, int status);
+typedef void (*sluice_gate_fn)(struct sluice_gate_waiter *waiter, int status);
 
 /* An async waiter: set `cb` (and `data`), keep it alive until cb has run.
  * sluice__node is the gate's: acquire_async initialises it. */
 struct sluice_gate_waiter {
-    sluice_gate_cb cb;
+    sluice_gate_fn cb;
     void *data;
     struct sluice_gate_node sluice__node;
 };
@@ -718,13 +718,29 @@ SLUICE_INLINE int sluice_gate_cancel_async(struct sluice_gate *g, struct sluice_
 /* ---- limit, stats, close -------------------------------------------------- */
 
 /*
- * Change the limit under the gate's lock and return the waiters it granted,
- * chained through `next`, for sluice__gate_notify_chain. A caller that holds
- * a lock of its own (discovery's update lock) hands the grants out only
- * after dropping it, so no waiter callback runs under that lock. `limit`
- * must be at most SLUICE_GATE_LIMIT_MAX.
+ * The two halves of sluice_gate_set_limit, for a caller that changes the
+ * limit under a lock of its own (discovery's update lock) and must not
+ * wake anyone or run a callback there.
+ *
+ * sluice_gate_set_limit_collect changes the limit under the gate's lock,
+ * exactly as sluice_gate_set_limit does, and returns the waiters the change
+ * granted (NULL: none), chained through `next` and already dequeued: each
+ * holds its permit, but none has been told. The caller owns the chain
+ * until it passes it, once, to sluice_gate_notify_chain, which it must do
+ * after dropping its own lock and before the gate is closed or destroyed
+ * (a granted waiter stays parked until then). It may keep several chains
+ * and splice them (the `next` of a chain's last node is NULL; order
+ * between chains does not matter, within one it is FIFO order). `limit`
+ * must be at most SLUICE_GATE_LIMIT_MAX. Blocking like set_limit (the
+ * gate's short spinlock); callable from any thread, concurrently with
+ * every gate call.
+ *
+ * sluice_gate_notify_chain hands the grants out: sync waiters are woken
+ * first (a futex wake each), then async callbacks run on this thread
+ * (through the gate's trampoline: after the current callback when called
+ * from one). Call with no lock held that a callback might take.
  */
-SLUICE_INLINE struct sluice_gate_node *sluice__gate_set_limit_collect(struct sluice_gate *g,
+SLUICE_INLINE struct sluice_gate_node *sluice_gate_set_limit_collect(struct sluice_gate *g,
                                                                      uint32_t limit)
 {
     struct sluice_gate_node *granted = NULL, **last = &granted;
@@ -755,9 +771,7 @@ SLUICE_INLINE struct sluice_gate_node *sluice__gate_set_limit_collect(struct slu
     return granted;
 }
 
-/* Hand out the grants sluice__gate_set_limit_collect returned (NULL: none):
- * sync waiters are woken first, then async callbacks run (trampoline). */
-SLUICE_INLINE void sluice__gate_notify_chain(struct sluice_gate_node *granted)
+SLUICE_INLINE void sluice_gate_notify_chain(struct sluice_gate_node *granted)
 {
     while (granted) {
         struct sluice_gate_node *next = granted->next;
@@ -777,7 +791,7 @@ SLUICE_INLINE int sluice_gate_set_limit(struct sluice_gate *g, uint32_t limit)
 {
     if (limit > SLUICE_GATE_LIMIT_MAX)
         return SLUICE_EINVAL;
-    sluice__gate_notify_chain(sluice__gate_set_limit_collect(g, limit));
+    sluice_gate_notify_chain(sluice_gate_set_limit_collect(g, limit));
     return SLUICE_OK;
 }
 

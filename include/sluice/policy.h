@@ -129,24 +129,14 @@ struct sluice_sample {
     X(QUOTA, "quota")             /* a quota or billing refusal (a "quota" event) */               \
     X(PROVIDER_RATE, "provider_rate") /* a hint from the request rate the provider states */
 
-enum sluice_cause {
 #define SLUICE__CAUSE_ENUM(name, str) SLUICE_CAUSE_##name,
-    SLUICE_CAUSE_MAP(SLUICE__CAUSE_ENUM)
+#define SLUICE__CAUSE_CASE(name, str) SLUICE__NAME_CASE(SLUICE_CAUSE_##name, str)
+/* enum sluice_cause, and sluice_cause_name: the cause's snake_case name
+ * ("retry_after"); never NULL. */
+SLUICE__ENUM_WITH_NAMES(sluice_cause, sluice_cause_name, SLUICE_CAUSE_MAP, SLUICE__CAUSE_ENUM,
+                        SLUICE__CAUSE_CASE)
 #undef SLUICE__CAUSE_ENUM
-};
-
-/* The cause's snake_case name ("retry_after"); never NULL. */
-SLUICE_INLINE const char *sluice_cause_name(enum sluice_cause cause)
-{
-    switch (cause) {
-#define SLUICE__CAUSE_NAME(name, str)                                                              \
-    case SLUICE_CAUSE_##name:                                                                      \
-        return str;
-        SLUICE_CAUSE_MAP(SLUICE__CAUSE_NAME)
-#undef SLUICE__CAUSE_NAME
-    }
-    return "unknown";
-}
+#undef SLUICE__CAUSE_CASE
 
 /* True for the causes that are congestion signals (the reasons to back off). */
 SLUICE_INLINE bool sluice_cause_is_congestion(enum sluice_cause cause)
@@ -245,8 +235,12 @@ SLUICE_INLINE struct sluice_verdict sluice_policy_update(struct sluice_policy *p
 
 /* ---- helpers shared by the built-in policies ----------------------------- */
 
-SLUICE_INLINE struct sluice_verdict sluice__verdict(uint32_t limit, enum sluice_cause cause,
-                                                    uint32_t estimate)
+/* A verdict: propose `limit` for `cause` (SLUICE_CAUSE_NONE: no change of
+ * operating point), with `estimate` the policy's queue-free limit (0 = none).
+ * For any policy's update, built-in or not (the shim's fleet follower).
+ * Pure; any thread. */
+SLUICE_INLINE struct sluice_verdict sluice_verdict_make(uint32_t limit, enum sluice_cause cause,
+                                                        uint32_t estimate)
 {
     struct sluice_verdict v;
     v.limit = limit;
@@ -258,7 +252,7 @@ SLUICE_INLINE struct sluice_verdict sluice__verdict(uint32_t limit, enum sluice_
 /* Keep the limit where it is. */
 SLUICE_INLINE struct sluice_verdict sluice__verdict_hold(const struct sluice_window *w)
 {
-    return sluice__verdict(w->limit, SLUICE_CAUSE_NONE, 0);
+    return sluice_verdict_make(w->limit, SLUICE_CAUSE_NONE, 0);
 }
 
 /* limit·factor rounded down, always at least one below `limit` and at least 1. */
@@ -296,7 +290,7 @@ SLUICE_INLINE struct sluice_verdict sluice__verdict_overload(const struct sluice
     uint32_t cut = sluice__policy_cut(sluice_window_struck(w), factor);
     if (cut >= w->limit)
         cut = w->limit > 1 ? w->limit - 1 : 1;
-    return sluice__verdict(cut,
+    return sluice_verdict_make(cut,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER
                                                  : SLUICE_CAUSE_OVERLOAD,
                            0);
@@ -344,6 +338,32 @@ SLUICE_INLINE int sluice__check_range(double v, double lo, double hi, bool hi_in
         *why = msg;
     return ok ? SLUICE_OK : SLUICE_EINVAL;
 }
+
+/*
+ * A built-in policy's parameters as one table. PARAMS(X) lists one row per
+ * field, X(field, default, lo, hi, hi_inclusive, message): a zero field
+ * takes `default`, then every field must pass sluice__check_range(field,
+ * lo, hi, hi_inclusive) in row order, and the first that fails names itself
+ * in *why with `message`. Within the rows, `r` is the parameters being
+ * resolved, so a bound may be another field (vegas: beta above r.alpha).
+ * SLUICE__POLICY_RESOLVE(PARAMS) is the body of an init function with
+ * arguments `params` (NULL = all defaults) and `why`, and a local `r` of
+ * the params type: it fills `r`, or returns SLUICE_EINVAL from that
+ * function. (A statement macro rather than a function, so an init that
+ * cannot fail, with constant params, still folds to a plain copy.)
+ */
+#define SLUICE__PARAM_DEFAULT(field, def, lo, hi, hi_inclusive, msg) SLUICE__DEFAULT(r.field, def);
+#define SLUICE__PARAM_CHECK(field, def, lo, hi, hi_inclusive, msg)                                \
+    sluice__check_range((double)r.field, lo, hi, hi_inclusive, msg, why) ||
+#define SLUICE__POLICY_RESOLVE(PARAMS)                                                             \
+    do {                                                                                           \
+        memset(&r, 0, sizeof r);                                                                   \
+        if (params)                                                                                \
+            r = *params;                                                                           \
+        PARAMS(SLUICE__PARAM_DEFAULT)                                                              \
+        if (PARAMS(SLUICE__PARAM_CHECK) false)                                                     \
+            return SLUICE_EINVAL;                                                                  \
+    } while (0)
 
 /* Define the ops table of a built-in policy `name` (struct sluice_policy_<name>)
  * with its two callbacks and its size. */

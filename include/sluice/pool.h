@@ -23,9 +23,12 @@
  * (sluice/discovery.h) carries one discovery node whose limit drives the
  * gate. `active` is then the hard maximum (discovery's max_limit defaults
  * to it and may not exceed it); the gate starts at the jumpstart, or at a
- * live lock read back from the store. call_end feeds every call's sample
- * to sluice_discovery_on_sample *before* giving the permit back, so a cut
- * made for an overload takes effect before the permit moves on. call_begin
+ * live lock read back from the store. call_end records every call's
+ * sample (sluice_discovery_record) *before* giving the permit back, so a
+ * cut made for an overload takes effect before the permit moves on, and
+ * runs discovery's effects after it (sluice_discovery_hand_out_grants,
+ * then sluice_discovery_flush), so no store call or callback delays the
+ * next call in line. call_begin
  * honours the provider's Retry-After (sluice_discovery_hold_until): a call
  * granted its permit while the hold lasts waits it out, permit in hand,
  * until the hold ends, its deadline passes (SLUICE_ETIMEDOUT) or its token
@@ -159,6 +162,15 @@
  * gate is embedded and its waiters queue on their own stacks, as do calls
  * waiting out a hold, so the number of waiting runs needs no storage
  * reserved for it.
+ *
+ * Why one header of this size: admission, the sync and async call paths,
+ * Retry-After holds, lingering permits and call_end all read and write the
+ * same `struct sluice_pool` under one set of ordering rules (above), and
+ * each call path is the same steps (admit, hold, start rule, permit, end)
+ * in two shapes that must stay in step. Split by section, each part would
+ * need the others' private helpers and the ordering argument would live in
+ * several files; the sections below (holds, lingering permits, the async
+ * call path, ending a call) are the seams to read by.
  */
 #ifndef SLUICE_POOL_H
 #define SLUICE_POOL_H
@@ -293,7 +305,7 @@ enum { SLUICE__WATCH_AWAKE = 0, SLUICE__WATCH_ASLEEP = 1, SLUICE__WATCH_SETTLED 
 struct sluice_pool;
 struct sluice_pool_waiter;
 /* Runs exactly once per sluice_pool_call_begin_async; see there. */
-typedef void (*sluice_pool_cb)(struct sluice_pool_waiter *waiter, int status);
+typedef void (*sluice_pool_fn)(struct sluice_pool_waiter *waiter, int status);
 
 /*
  * An async generation call: set `cb` (and `data`), keep the record alive
@@ -301,7 +313,7 @@ typedef void (*sluice_pool_cb)(struct sluice_pool_waiter *waiter, int status);
  * sluice_pool_call_begin_async is called (stale contents are overwritten).
  */
 struct sluice_pool_waiter {
-    sluice_pool_cb cb;
+    sluice_pool_fn cb;
     void *data;
     const struct timespec *deadline; /* for the start rule only: a grant with less time left
                                         than the expected service time settles ETIMEDOUT
@@ -520,7 +532,7 @@ SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
     struct sluice_discovery *d = (struct sluice_discovery *)(void *)(p + 1);
     struct sluice_event_slot *slots = (struct sluice_event_slot *)(void *)(d + 1);
     sluice_discovery_init(d, &dd, slots, events, NULL); /* checked: cannot fail */
-    d->in_flight_src = &p->in_flight; /* one definition of "in flight": started calls */
+    sluice_discovery_count_in_flight(d, &p->in_flight); /* one "in flight": started calls */
     p->discovery = d;
 }
 
@@ -1413,7 +1425,7 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
                                             : (unsigned)SLUICE_OUTCOME_IGNORE],
                               1u, SLUICE_RELAXED);
     if (SLUICE_UNLIKELY(p->discovery != NULL))
-        sluice__discovery_record(p->discovery, &sample);
+        sluice_discovery_record(p->discovery, &sample);
     /* The sample may have raised the limit, granting waiters too: async
      * callbacks wait until every sync waiter this end granted is woken. */
     bool outer = SLUICE_UNLIKELY(p->discovery != NULL) && sluice__gate_hold_callbacks();
@@ -1430,7 +1442,7 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
         sluice__pool_reap(p);
     }
     if (SLUICE_UNLIKELY(p->discovery != NULL)) {
-        sluice__discovery_hand_out_grants(p->discovery);
+        sluice_discovery_hand_out_grants(p->discovery);
         sluice__gate_resume_callbacks(outer);
         sluice_discovery_flush(p->discovery);
         sluice_pool_poll(p);

@@ -23,6 +23,8 @@
  *   sluice/run.h       run lifecycle: admit, prepare, generate, validate, repair
  *   sluice/events.h    discovery event feed: bounded per-node ring, JSON Lines
  *   sluice/store.h     lock records, the store interface, an in-memory store
+ *   sluice/window.h    lock-free two-buffer accumulator of a window's samples
+ *   sluice/effects.h   effects combiner: store saves, events, grants after the lock
  *   sluice/discovery.h per-node probing/backoff/locked state machine, status line
  *
  * Compile-time options:
@@ -78,6 +80,8 @@
 #include "run.h"
 #include "events.h"
 #include "store.h"
+#include "window.h"
+#include "effects.h"
 #include "discovery.h"
 
 #endif

@@ -263,7 +263,7 @@ static struct sluice_verdict fleet_policy_update(struct sluice_policy *self,
         r->first_start_ns = w->start_ns ? w->start_ns : 1;
     sluice_spinlock_unlock(&f->report_lock);
     uint32_t limit = atomic_load_explicit(&f->published, SLUICE_RELAXED);
-    return sluice__verdict(limit, limit > w->limit ? SLUICE_CAUSE_ADDITIVE : SLUICE_CAUSE_NONE, 0);
+    return sluice_verdict_make(limit, limit > w->limit ? SLUICE_CAUSE_ADDITIVE : SLUICE_CAUSE_NONE, 0);
 }
 
 static const struct sluice_policy_ops fleet_policy_ops = {

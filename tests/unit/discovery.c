@@ -622,8 +622,8 @@ static struct sluice_verdict knee_update(struct sluice_policy *self, const struc
     if (w->n_fresh_overload)
         return sluice__verdict_overload(w, 0.9);
     if (((struct knee_policy *)self)->knee && w->saturated)
-        return sluice__verdict(w->limit - 1, SLUICE_CAUSE_LATENCY, 0);
-    return sluice__verdict(w->limit + 1, SLUICE_CAUSE_ADDITIVE, 0);
+        return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_LATENCY, 0);
+    return sluice_verdict_make(w->limit + 1, SLUICE_CAUSE_ADDITIVE, 0);
 }
 
 static const struct sluice_policy_ops knee_ops = {"knee", true, knee_reset, knee_update,
@@ -891,7 +891,7 @@ static void *close_and_flush(void *arg)
     struct closer *c = (struct closer *)arg;
     struct sluice_sample s = {SEC, 2, SLUICE_OUTCOME_OK, 0, 0, 0};
     int64_t t0 = sluice_monotonic_ns();
-    sluice__discovery_record(c->n->disc, &s);
+    sluice_discovery_record(c->n->disc, &s);
     c->record_ns = sluice_monotonic_ns() - t0;
     sluice_discovery_flush(c->n->disc);
     return NULL;
@@ -999,10 +999,10 @@ Test(discovery, a_limit_raise_hands_out_its_grants_in_flush_not_in_record)
     /* A healthy saturated window in slow start doubles the limit 1 -> 2. */
     advance(&n, SEC);
     struct sluice_sample ok = {SEC, 1, SLUICE_OUTCOME_OK, 0, 0, 0};
-    sluice__discovery_record(n.disc, &ok);
+    sluice_discovery_record(n.disc, &ok);
     advance(&n, 60 * SEC);
     struct sluice_sample late = {0, 1, SLUICE_OUTCOME_IGNORE, 0, 0, 0};
-    sluice__discovery_record(n.disc, &late);
+    sluice_discovery_record(n.disc, &late);
     cr_assert_eq(sluice_discovery_limit(n.disc), 2, "the close raised the limit");
     cr_assert_eq(granted, 0, "record ran a waiter callback");
     cr_assert_eq(n.n_seen, 0, "record ran the event callback");
@@ -1168,7 +1168,7 @@ Test(discovery, events_and_snapshots_count_in_flight_from_one_source)
     /* A pool counts calls started, not permits held (a call may hold a
      * permit while it waits out a Retry-After hold). */
     _Atomic(uint32_t) started = 2;
-    n.disc->in_flight_src = &started;
+    sluice_discovery_count_in_flight(n.disc, &started);
     cr_assert_eq(status_of(&n).in_flight, 2);
     advance(&n, SEC);
     feed(&n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, 0);

@@ -675,10 +675,10 @@ Test(gate, a_timed_out_waiter_whose_grant_is_still_in_transit_parks_instead_of_s
     /* Pop the waiter's grant, then hand it out only 400 ms later (as a
      * caller of collect does after a slow stretch under its own lock): the
      * waiter times out meanwhile and must wait for its verdict. */
-    struct sluice_gate_node *granted = sluice__gate_set_limit_collect(g, 2);
+    struct sluice_gate_node *granted = sluice_gate_set_limit_collect(g, 2);
     cr_assert_not_null(granted, "the waiter left before the grant; machine too slow");
     usleep(400000);
-    sluice__gate_notify_chain(granted);
+    sluice_gate_notify_chain(granted);
     pthread_join(tid, NULL);
     cr_assert_eq(t.status, SLUICE_ETIMEDOUT);
     cr_assert_lt(t.cpu_ns, 100 * SLUICE_NS_PER_MS,

@@ -44,15 +44,22 @@ SLUICE_INLINE struct sluice_verdict sluice__aimd_update(struct sluice_policy *se
     if (w->n_fresh_overload)
         return sluice__verdict_overload(w, p->params.backoff);
     if (p->params.timeout_ns && w->n_ok && w->latency_mean_ns > p->params.timeout_ns)
-        return sluice__verdict(sluice__policy_cut(w->limit, p->params.backoff),
+        return sluice_verdict_make(sluice__policy_cut(w->limit, p->params.backoff),
                                SLUICE_CAUSE_LATENCY, 0);
     if (w->saturated && w->n_ok)
-        return sluice__verdict(sluice__sat_add(w->limit, p->params.increase),
+        return sluice_verdict_make(sluice__sat_add(w->limit, p->params.increase),
                                SLUICE_CAUSE_ADDITIVE, 0);
     return sluice__verdict_hold(w);
 }
 
 SLUICE__POLICY_OPS(aimd, true)
+
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_RESOLVE. */
+#define SLUICE__AIMD_PARAMS(X)                                                                     \
+    X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_aimd_params.backoff must be in (0, 1)")        \
+    X(increase, 1, 0.0, (double)SLUICE_POLICY_LIMIT_MAX, true,                                     \
+      "sluice_policy_aimd_params.increase must be at most SLUICE_POLICY_LIMIT_MAX")                \
+    X(timeout_ns, 0, -1.0, 1e30, false, "sluice_policy_aimd_params.timeout_ns must not be negative")
 
 /* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
 SLUICE_INLINE int sluice_policy_aimd_init(struct sluice_policy_aimd *p,
@@ -60,19 +67,7 @@ SLUICE_INLINE int sluice_policy_aimd_init(struct sluice_policy_aimd *p,
                                           const char **why)
 {
     struct sluice_policy_aimd_params r;
-    memset(&r, 0, sizeof r);
-    if (params)
-        r = *params;
-    SLUICE__DEFAULT(r.backoff, 0.9);
-    SLUICE__DEFAULT(r.increase, 1);
-    if (sluice__check_range(r.backoff, 0.0, 1.0, false,
-                            "sluice_policy_aimd_params.backoff must be in (0, 1)", why) ||
-        sluice__check_range((double)r.increase, 0.0, (double)SLUICE_POLICY_LIMIT_MAX, true,
-                            "sluice_policy_aimd_params.increase must be at most "
-                            "SLUICE_POLICY_LIMIT_MAX", why) ||
-        sluice__check_range((double)r.timeout_ns, -1.0, 1e30, false,
-                            "sluice_policy_aimd_params.timeout_ns must not be negative", why))
-        return SLUICE_EINVAL;
+    SLUICE__POLICY_RESOLVE(SLUICE__AIMD_PARAMS);
     p->base.ops = sluice__aimd_ops();
     p->params = r;
     return SLUICE_OK;

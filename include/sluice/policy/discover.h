@@ -117,9 +117,9 @@
  *            the cap is its peak. So before that lock the level just below
  *            is measured if nothing has been (discovery does not lock on a
  *            window whose verdict steps down), and the lock goes to the
- *            one of the two that served more calls per second: against a
- *            knee at C = 12, where one above the cap costs 7%, median
- *            goodput 0.938 -> 0.960.
+ *            one of the two that served more calls per second (at small
+ *            limits only, where one level is a coarse step:
+ *            SLUICE__DISCOVER_COARSE_STEP).
  *   growth   A passing, saturated window doubles the limit in slow start
  *            (bounded by the calls it served). After that, half way to
  *            discovery's probe cap (a bisection between the highest level
@@ -143,6 +143,65 @@
 #define SLUICE_POLICY_DISCOVER_H
 
 #include "../policy.h"
+
+/* ---- the control law's constants, each with its reason ------------------- */
+
+/* memory_s is in seconds, the clocks in ns. */
+#define SLUICE__DISCOVER_NS_PER_S 1e9
+/* A level whose decayed weight is under one call is forgotten (its slot is free). */
+#define SLUICE__DISCOVER_LEVEL_MIN_N 1.0f
+/* s0 pools the levels that passed at or below 3/4 of Little's estimate of
+ * the cap: a cap within 25% of the estimate cannot make them queue. A probe
+ * of s0 aims at the same share of its target. */
+#define SLUICE__DISCOVER_REF_SHARE 0.75
+/* A probe of s0 goes no lower than half its target (or half the level in
+ * doubt): low enough to be queue-free, high enough to keep serving. */
+#define SLUICE__DISCOVER_PROBE_FLOOR 0.5
+#define SLUICE__DISCOVER_PROBE_DIVISOR 2u /* the same half, of an integer level */
+/* The rate: an average over about 4 latencies. */
+#define SLUICE__DISCOVER_RATE_LATENCIES 4.0
+/* Its windowed max over about 20 latencies (BBR's BtlBw filter), so a
+ * plateau outlives the cuts that follow it ... */
+#define SLUICE__DISCOVER_PLATEAU_LATENCIES 20.0
+/* ... taken only once the average spans 2 latencies (one window is noise). */
+#define SLUICE__DISCOVER_RATE_MIN_LATENCIES 2.0
+/* The pace: an average over half a latency, so a cap that fell shows soon ... */
+#define SLUICE__DISCOVER_PACE_LATENCIES 0.5
+/* ... but over at least a second: a rate limit refuses in bursts until its
+ * window (typically a second) slides, and a pace over less reads each burst
+ * as a cap that fell. Also the shortest life of a rate limit's echo. */
+#define SLUICE__DISCOVER_RATE_WINDOW_NS 1e9
+/* The pace keeps up with the plateau at 80% of it: the provider still
+ * serves what it did (rates are noisy; a cap that fell serves far less). */
+#define SLUICE__DISCOVER_PACE_HOLDS 0.8
+/* A refusal at up to 95% of what the provider serves is an echo: a 5%
+ * margin, since rate_max is a max of noisy rates. */
+#define SLUICE__DISCOVER_ECHO_MARGIN 0.95
+/* An echo dies out once the rate window slides: half a latency for slow
+ * calls, at least SLUICE__DISCOVER_RATE_WINDOW_NS. */
+#define SLUICE__DISCOVER_ECHO_LATENCIES 0.5
+/* sqrt(pi/2): mean absolute deviation -> standard deviation (normal). */
+#define SLUICE__DISCOVER_MAD_TO_SIGMA 1.2533141373155
+/* Gain of the cv² EWMA: 1/8, about eight windows of memory. */
+#define SLUICE__DISCOVER_CV2_GAIN 0.125
+/* One level is a coarse step when limit·knee <= 4, i.e. the step 1/limit
+ * is at least a quarter of the knee (at C = 12, one above the cap costs 7%):
+ * only there does the last step compare throughput with the level below. */
+#define SLUICE__DISCOVER_COARSE_STEP 4.0
+/* A pass: SLUICE__DISCOVER_PASS_Z standard errors below ln(1 + 1.5·knee),
+ * so a level passes only when even its noisy mean is clear of the knee. */
+#define SLUICE__DISCOVER_PASS_Z 2.0
+#define SLUICE__DISCOVER_PASS_KNEES 1.5
+/* After `confirm` windows of doubt, a rise past half a standard error
+ * above the knee is queueing: the estimate is all the evidence there is. */
+#define SLUICE__DISCOVER_CONFIRM_Z 0.5
+/* Windows of doubt slow start measures a level for before it probes s0:
+ * two windows of noise rarely agree. */
+#define SLUICE__DISCOVER_SLOW_START_DOUBTS 2u
+/* Growth after slow start: half way to the probe cap (a bisection) ... */
+#define SLUICE__DISCOVER_BISECT 2u
+/* ... or, with no bracket, a quarter of the limit. */
+#define SLUICE__DISCOVER_GROWTH_DIVISOR 4u
 
 struct sluice_policy_discover_params {
     double backoff;       /* factor applied on a fresh overload, in (0, 1) (default: 0.9) */
@@ -220,11 +279,12 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
 SLUICE_INLINE void sluice__discover_decay(struct sluice_policy_discover *p, int64_t now)
 {
     if (p->last_ns && now > p->last_ns) {
-        double f = exp(-(double)(now - p->last_ns) / (p->params.memory_s * 1e9));
+        double memory_ns = p->params.memory_s * SLUICE__DISCOVER_NS_PER_S;
+        double f = exp(-(double)(now - p->last_ns) / memory_ns);
         for (int i = 0; i < SLUICE__DISCOVER_LEVELS; i++) {
             struct sluice__discover_level *l = &p->levels[i];
             l->n = (float)(l->n * f);
-            if (l->limit && l->n < 1.0f)
+            if (l->limit && l->n < SLUICE__DISCOVER_LEVEL_MIN_N)
                 l->limit = 0;
         }
     }
@@ -343,7 +403,7 @@ sluice__discover_lowest(const struct sluice_policy_discover *p)
 SLUICE_INLINE double sluice__discover_ref_bound(const struct sluice_policy_discover *p)
 {
     const struct sluice__discover_level *lowest = sluice__discover_lowest(p);
-    return lowest ? 0.75 * sluice__discover_little(p, lowest->mean_ns) : 0;
+    return lowest ? SLUICE__DISCOVER_REF_SHARE * sluice__discover_little(p, lowest->mean_ns) : 0;
 }
 
 SLUICE_INLINE struct sluice__discover_ref sluice__discover_s0(const struct sluice_policy_discover *p)
@@ -380,9 +440,9 @@ SLUICE_INLINE uint32_t sluice__discover_probe_level(const struct sluice_policy_d
                                                     double target)
 {
     double bound = sluice__discover_ref_bound(p);
-    double at = bound > 0 && bound < target ? bound : 0.75 * target;
-    if (at < 0.5 * target)
-        at = 0.5 * target;
+    double at = bound > 0 && bound < target ? bound : SLUICE__DISCOVER_REF_SHARE * target;
+    if (at < SLUICE__DISCOVER_PROBE_FLOOR * target)
+        at = SLUICE__DISCOVER_PROBE_FLOOR * target;
     /* Never below the lowest limit measured: that one is known to be clean
      * enough to have started from, and it has calls already. */
     const struct sluice__discover_level *lowest = sluice__discover_lowest(p);
@@ -402,19 +462,18 @@ SLUICE_INLINE void sluice__discover_rate(struct sluice_policy_discover *p,
     double lat = s0 > 0 ? s0 : (double)w->latency_mean_ns;
     if (span <= 0 || lat <= 0)
         return;
-    double f = exp(-span / (4.0 * lat));
-    /* The pace spans half a latency, so a cap that fell shows soon, but at
-     * least a second: a rate limit refuses in bursts until its window
-     * (typically a second) slides, and a pace over less reads each burst as
-     * a cap that fell. */
-    double g = exp(-span / (0.5 * lat > 1e9 ? 0.5 * lat : 1e9));
+    double f = exp(-span / (SLUICE__DISCOVER_RATE_LATENCIES * lat));
+    double pace = SLUICE__DISCOVER_PACE_LATENCIES * lat;
+    if (pace < SLUICE__DISCOVER_RATE_WINDOW_NS)
+        pace = SLUICE__DISCOVER_RATE_WINDOW_NS;
+    double g = exp(-span / pace);
     p->now_n = p->now_n * g + w->n_served;
     p->now_ns = p->now_ns * g + span;
     p->rate_n = p->rate_n * f + w->n_served;
     p->rate_ns = p->rate_ns * f + span;
     double rate = p->rate_n / p->rate_ns;
-    p->rate_max *= exp(-span / (20.0 * lat));
-    if (p->rate_ns >= 2.0 * lat && rate > p->rate_max)
+    p->rate_max *= exp(-span / (SLUICE__DISCOVER_PLATEAU_LATENCIES * lat));
+    if (p->rate_ns >= SLUICE__DISCOVER_RATE_MIN_LATENCIES * lat && rate > p->rate_max)
         p->rate_max = rate;
 }
 
@@ -426,7 +485,7 @@ SLUICE_INLINE void sluice__discover_rate(struct sluice_policy_discover *p,
 SLUICE_INLINE double sluice__discover_served(const struct sluice_policy_discover *p, double s0)
 {
     double now = p->now_ns > 0 ? p->now_n / p->now_ns : 0;
-    return s0 > 0 && now >= 0.8 * p->rate_max ? p->rate_max * s0 : 0;
+    return s0 > 0 && now >= SLUICE__DISCOVER_PACE_HOLDS * p->rate_max ? p->rate_max * s0 : 0;
 }
 
 /* How far level `l` sits above the reference: x = ln(mean/s0), and the
@@ -461,13 +520,14 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
         p->echo_ns = w->start_ns;
     if (cut < backoff * served)
         cut = backoff * served;
-    /* Refused at a concurrency it serves (5% margin: rate_max is a max of
-     * noisy rates): the echo of an older burst. */
-    if (cut >= (double)w->limit || (double)struck <= 0.95 * served) {
-        /* An echo dies out once the rate window slides (about a second, or
-         * half a latency for slow calls); refusals that outlast it are news,
-         * and they cut from the limit, as a cap that fell needs. */
-        double span = 0.5 * s0 > 1e9 ? 0.5 * s0 : 1e9;
+    /* Refused at a concurrency it serves: the echo of an older burst. */
+    if (cut >= (double)w->limit || (double)struck <= SLUICE__DISCOVER_ECHO_MARGIN * served) {
+        /* An echo dies out once the rate window slides; refusals that
+         * outlast it are news, and they cut from the limit, as a cap that
+         * fell needs. */
+        double span = SLUICE__DISCOVER_ECHO_LATENCIES * s0;
+        if (span < SLUICE__DISCOVER_RATE_WINDOW_NS)
+            span = SLUICE__DISCOVER_RATE_WINDOW_NS;
         if ((double)(w->end_ns - p->echo_ns) < span)
             return sluice__verdict_hold(w);
         cut = (double)struck * backoff;
@@ -475,7 +535,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
     p->slow_start = false;
     p->est = 0;
     uint32_t next = cut < 1.0 ? 1u : (uint32_t)cut;
-    return sluice__verdict(next,
+    return sluice_verdict_make(next,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER : SLUICE_CAUSE_OVERLOAD,
                            0);
 }
@@ -498,7 +558,8 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
     if (w->limit == p->settled) /* at the lock: a transient, back off a little */
         target = (double)w->limit * p->params.backoff;
     else if (!ref->sampled) {
-        uint32_t at = sluice__discover_probe_level(p, target > l->limit / 2 ? target : l->limit / 2);
+        uint32_t half = l->limit / SLUICE__DISCOVER_PROBE_DIVISOR;
+        uint32_t at = sluice__discover_probe_level(p, target > half ? target : half);
         if (at < w->limit) {
             p->probing = at;
             p->resume = lo > at ? lo : 0;
@@ -520,14 +581,14 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
          * The level is tested again once the reference is sampled. A
          * bracket from noise held a cap of 200 at 8, on 1 seed in 1000. */
         if (!p->est)
-            return sluice__verdict(next, SLUICE_CAUSE_NONE, 0);
+            return sluice_verdict_make(next, SLUICE_CAUSE_NONE, 0);
     }
     /* Discovery will lock no higher than this: the highest limit that passed,
      * or the one below it that served the most calls per second, if any did
      * (past a knee, throughput falls: the cap is its peak). */
     uint32_t best = lo ? sluice__discover_best(p, lo + 1) : 0;
     p->est = best && best < lo ? best : lo ? lo : w->limit > 1 ? w->limit - 1 : 1;
-    return sluice__verdict(next, SLUICE_CAUSE_LATENCY, p->est);
+    return sluice_verdict_make(next, SLUICE_CAUSE_LATENCY, p->est);
 }
 
 /* A slow-start probe has done its job once the level it left would go on in
@@ -544,11 +605,205 @@ SLUICE_INLINE bool sluice__discover_goes_on(struct sluice_policy_discover *p, ui
     return x <= log1p(p->params.knee) + se;
 }
 
+/* The window cannot be judged by latency: too few served calls, no latency,
+ * no level (nothing ran), or the first window after the limit came down
+ * (`drained` false: it measured calls that waited behind the old queue). */
+SLUICE_INLINE bool sluice__discover_unjudged(const struct sluice_policy_discover *p,
+                                             const struct sluice_window *w, uint32_t level,
+                                             bool drained)
+{
+    return w->n_ok < p->params.min_samples || w->latency_mean_ns <= 0 || !level || !drained;
+}
+
+/* The verdict on a window nobody judged. A hold would let discovery lock the
+ * refusal bracket's last step on it: step down one until the level has passed. */
+SLUICE_INLINE struct sluice_verdict
+sluice__discover_unjudged_verdict(struct sluice_policy_discover *p, const struct sluice_window *w)
+{
+    const struct sluice__discover_level *top = sluice__discover_find(p, w->limit);
+    if (w->saturated && w->probe_cap && w->limit == w->probe_cap && !p->est &&
+        w->limit != p->settled && w->limit > 1 && !(top && top->passed))
+        return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_NONE, 0);
+    return sluice__verdict_hold(w);
+}
+
+/* Fold the window into the latency noise estimate (cv², an EWMA) and into its
+ * level's pooled mean; return the level. */
+SLUICE_INLINE struct sluice__discover_level *
+sluice__discover_pool_window(struct sluice_policy_discover *p, const struct sluice_window *w,
+                             uint32_t level)
+{
+    double mean = (double)w->latency_mean_ns, n = w->n_ok;
+    double cv = SLUICE__DISCOVER_MAD_TO_SIGMA * (double)w->latency_mad_ns / mean;
+    p->cv2 = p->cv2 > 0 ? p->cv2 + (cv * cv - p->cv2) * SLUICE__DISCOVER_CV2_GAIN : cv * cv;
+    struct sluice__discover_level *l = sluice__discover_pool(p, level, n, mean);
+    /* A probe's level was chosen below any sign of the cap: it is the
+     * reference being measured, not a level under test. */
+    if (p->probing && level == p->probing)
+        l->passed = 1;
+    return l;
+}
+
+/* Just below a latency bracket, the first stable window locks (at no more
+ * than the last cut's estimate): is this window that last step? */
+SLUICE_INLINE bool sluice__discover_last_step(const struct sluice_policy_discover *p,
+                                              const struct sluice_window *w)
+{
+    return w->saturated && p->est && w->probe_cap && w->limit == w->probe_cap &&
+           w->limit != p->settled;
+}
+
+/*
+ * Before the last step locks on a level that passed: past a knee
+ * throughput falls, so the cap is where it peaks. Measure the level just
+ * below (if nothing has: true, with the step down in *v), and lower the
+ * estimate to whichever of the two served more calls per second. Only where
+ * one level is a coarse step (SLUICE__DISCOVER_COARSE_STEP); at large
+ * limits the test's own resolution dominates and the comparison is noise.
+ * And once: the level that won locks without a comparison of its own, or
+ * noise would walk the lock down one level per round.
+ */
+SLUICE_INLINE bool sluice__discover_compare_below(struct sluice_policy_discover *p,
+                                                  const struct sluice_window *w,
+                                                  const struct sluice__discover_level *l,
+                                                  struct sluice_verdict *v)
+{
+    if (!l->passed || w->limit <= 1 || w->limit + 1 == p->compared ||
+        (double)w->limit * p->params.knee > SLUICE__DISCOVER_COARSE_STEP)
+        return false;
+    const struct sluice__discover_level *below = sluice__discover_find(p, w->limit - 1);
+    if (!below || below->n < (float)p->params.min_samples) {
+        *v = sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_NONE, 0);
+        return true;
+    }
+    uint32_t best = sluice__discover_best(p, w->limit + 1);
+    if (best && best < w->limit && best < p->est) {
+        p->est = best;
+        p->compared = w->limit;
+    }
+    return false;
+}
+
+/* What the latency test says of a level. */
+enum sluice__discover_test {
+    SLUICE__DISCOVER_PASS,  /* no queueing: the level passes */
+    SLUICE__DISCOVER_DOUBT, /* above the knee, not beyond the noise: measure more */
+    SLUICE__DISCOVER_QUEUE  /* queueing: a knee */
+};
+
+/*
+ * The latency test of level `l`, x = ln(mean/s0) with standard error se,
+ * against t = ln(1 + knee). Queueing: the last step without the estimate
+ * behind it, or x > t + noise_z·se. A pass: below the knee, and
+ * SLUICE__DISCOVER_PASS_Z standard errors below SLUICE__DISCOVER_PASS_KNEES
+ * knees. Where refusals made the bracket (`refused`), they are the sharper
+ * signal above the cap: a level below the knee passes without the upper
+ * bound; at the lock (`trusted`) everything passes, since only refusals
+ * lower a lock. Anything else is doubt, until `confirm` windows of it at
+ * one level decide on the estimate (queueing past
+ * SLUICE__DISCOVER_CONFIRM_Z standard errors).
+ */
+SLUICE_INLINE enum sluice__discover_test
+sluice__discover_test(const struct sluice_policy_discover *p, const struct sluice_window *w,
+                      struct sluice__discover_level *l, double x, double se, bool last_step,
+                      bool refused, bool trusted)
+{
+    const struct sluice_policy_discover_params *k = &p->params;
+    double threshold = log1p(k->knee);
+    if (last_step && !(l->passed && p->est >= w->limit))
+        return SLUICE__DISCOVER_QUEUE;
+    if (x > threshold + k->noise_z * se)
+        return SLUICE__DISCOVER_QUEUE;
+    double upper = log1p(SLUICE__DISCOVER_PASS_KNEES * k->knee);
+    if (trusted || (x <= threshold && (refused || x + SLUICE__DISCOVER_PASS_Z * se <= upper)))
+        return SLUICE__DISCOVER_PASS;
+    if (l->doubts + 1u >= k->confirm) {
+        l->doubts = 0;
+        return x > threshold + SLUICE__DISCOVER_CONFIRM_Z * se ? SLUICE__DISCOVER_QUEUE
+                                                               : SLUICE__DISCOVER_PASS;
+    }
+    return SLUICE__DISCOVER_DOUBT;
+}
+
+/*
+ * A level in doubt: measure more. The last step of either bracket is never
+ * locked in doubt: it steps down one to measure (a hold there is what
+ * discovery locks on, and under a latency bracket the step may have passed
+ * once by chance on the way up). When the reference is what is short of
+ * calls, probe it (BBR's PROBE_RTT); in slow start, first measure the level
+ * once more: two windows of noise rarely agree, and a probe costs its
+ * level's calls for as long as the reference needs.
+ */
+SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_discover *p,
+                                                           const struct sluice_window *w,
+                                                           struct sluice__discover_level *l,
+                                                           const struct sluice__discover_ref *ref,
+                                                           uint32_t level, bool last_step,
+                                                           bool refused, bool trusted)
+{
+    l->doubts++;
+    if ((refused || last_step) && w->saturated && w->limit == w->probe_cap && w->limit > 1)
+        return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_NONE, 0);
+    if (!ref->sampled && !p->probing && !trusted) {
+        if (p->slow_start && l->doubts < SLUICE__DISCOVER_SLOW_START_DOUBTS)
+            return sluice__verdict_hold(w);
+        uint32_t lo = sluice__discover_lo(p, level);
+        uint32_t half = level / SLUICE__DISCOVER_PROBE_DIVISOR;
+        uint32_t at = sluice__discover_probe_level(p, lo > half ? lo : half);
+        if (at < w->limit) {
+            p->probing = at;
+            p->resume = w->limit;
+            return sluice_verdict_make(at, SLUICE_CAUSE_NONE, 0);
+        }
+    }
+    p->slow_start = false;
+    return sluice__verdict_hold(w);
+}
+
+/*
+ * A level that passed (or that slow start goes on through): grow, if
+ * demand reached the limit. A running probe of s0 holds until the
+ * reference is sampled (or, in slow start, until the level it left would
+ * go on against it), then returns to where it left. Slow start doubles
+ * the limit (bounded by the calls served); after it, half way to
+ * discovery's probe cap (a bisection between the highest level that passed
+ * and the lowest that queued, +1 at the edge), or +limit/4 with no bracket.
+ */
+SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_discover *p,
+                                                          const struct sluice_window *w,
+                                                          const struct sluice__discover_level *l,
+                                                          const struct sluice__discover_ref *ref,
+                                                          uint32_t level, bool last_step)
+{
+    if (!w->saturated)
+        return sluice__verdict_hold(w);
+    if (last_step)
+        p->settled = w->limit;
+    if (p->probing) {
+        if (level == p->probing && !ref->sampled && l->n < (float)p->params.reference_samples &&
+            !(p->slow_start && sluice__discover_goes_on(p, p->resume, ref)))
+            return sluice__verdict_hold(w);
+        uint32_t back = p->resume;
+        p->probing = p->resume = 0;
+        if (back > w->limit)
+            return sluice_verdict_make(back, SLUICE_CAUSE_ADDITIVE, 0);
+    }
+    if (p->slow_start) {
+        uint32_t step = w->n_ok < w->limit ? w->n_ok : w->limit;
+        return sluice_verdict_make(sluice__sat_add(w->limit, step), SLUICE_CAUSE_SLOW_START, 0);
+    }
+    uint32_t step = w->probe_cap > w->limit
+                        ? (w->probe_cap - w->limit) / SLUICE__DISCOVER_BISECT
+                        : w->limit / SLUICE__DISCOVER_GROWTH_DIVISOR;
+    return sluice_verdict_make(sluice__sat_add(w->limit, step ? step : 1), SLUICE_CAUSE_ADDITIVE,
+                               0);
+}
+
+/* One window's verdict: the steps above, in order (see "Per window"). */
 SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy *self,
                                                             const struct sluice_window *w)
 {
     struct sluice_policy_discover *p = (struct sluice_policy_discover *)self;
-    const struct sluice_policy_discover_params *k = &p->params;
     sluice__discover_decay(p, w->end_ns);
     struct sluice__discover_ref ref = sluice__discover_s0(p);
     sluice__discover_rate(p, w, ref.mean_ns);
@@ -559,125 +814,50 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     p->echo_ns = 0;
     /* Where demand fell short of the limit, the calls ran at most max_in_flight at once. */
     uint32_t level = w->saturated ? w->limit : w->max_in_flight;
-    if (w->n_ok < k->min_samples || w->latency_mean_ns <= 0 || !level || !drained) {
-        /* A hold would let discovery lock the refusal bracket's last step on
-         * a window nobody judged: step down one until the level has passed. */
-        const struct sluice__discover_level *top = sluice__discover_find(p, w->limit);
-        if (w->saturated && w->probe_cap && w->limit == w->probe_cap && !p->est &&
-            w->limit != p->settled && w->limit > 1 && !(top && top->passed))
-            return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
-        return sluice__verdict_hold(w);
-    }
-    double mean = (double)w->latency_mean_ns, n = w->n_ok;
-    double cv = 1.2533141373155 * (double)w->latency_mad_ns / mean;
-    p->cv2 = p->cv2 > 0 ? p->cv2 + (cv * cv - p->cv2) * 0.125 : cv * cv;
-    struct sluice__discover_level *l = sluice__discover_pool(p, level, n, mean);
-    /* A probe's level was chosen below any sign of the cap: it is the
-     * reference being measured, not a level under test. */
-    if (p->probing && level == p->probing)
-        l->passed = 1;
+    if (sluice__discover_unjudged(p, w, level, drained))
+        return sluice__discover_unjudged_verdict(p, w);
+    struct sluice__discover_level *l = sluice__discover_pool_window(p, w, level);
     ref = sluice__discover_s0(p);
     double se, x = sluice__discover_rise(p, l, &ref, &se);
-    double threshold = log1p(k->knee);
-    /* Just below a latency bracket, the first stable window locks (at no more
-     * than the last cut's estimate). Lock only on a limit that passed with
-     * that estimate behind it; anything else counts as queueing, which
-     * brings the bracket down to what did pass. */
-    bool last_step = w->saturated && p->est && w->probe_cap && w->limit == w->probe_cap &&
-                     w->limit != p->settled;
-    if (last_step && l->passed && w->limit > 1 && w->limit + 1 != p->compared &&
-        (double)w->limit * k->knee <= 4.0) {
-        /* Past a knee throughput falls, so the cap is where it peaks: before
-         * locking, measure the level just below (if nothing has), and lock
-         * on whichever of the two served more calls per second. Only where
-         * one level is a coarse step (at least a quarter of the knee: at
-         * C = 12, one above the cap costs 7%); at large limits the test's
-         * own resolution dominates and the comparison is noise. And once:
-         * the level that won locks without a comparison of its own, or
-         * noise would walk the lock down one level per round. */
-        const struct sluice__discover_level *below = sluice__discover_find(p, w->limit - 1);
-        if (!below || below->n < (float)k->min_samples)
-            return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
-        uint32_t best = sluice__discover_best(p, w->limit + 1);
-        if (best && best < w->limit && best < p->est) {
-            p->est = best;
-            p->compared = w->limit;
-        }
-    }
-    if (last_step && !(l->passed && p->est >= w->limit))
-        return sluice__discover_knee(p, w, l, &ref);
-    if (x > threshold + k->noise_z * se)
-        return sluice__discover_knee(p, w, l, &ref);
-    /* A pass: below the knee, and two standard errors below 1.5 knees.
-     * Where refusals made the bracket, they are the sharper signal above
-     * the cap: a level below the knee passes without the upper bound. But a
-     * gateway that queues before it refuses shows it in latency first, so
-     * a level in doubt there is measured again. The last step of either
-     * bracket is never locked in doubt: it steps down one to measure, and
-     * the doubt is decided after `confirm` windows (a hold there is what
-     * discovery locks on, and under a latency bracket the step may have
-     * passed once by chance on the way up). At the lock, doubt passes. */
+    bool last_step = sluice__discover_last_step(p, w);
+    struct sluice_verdict v;
+    if (last_step && sluice__discover_compare_below(p, w, l, &v))
+        return v;
     bool trusted = w->probe_cap && w->limit == p->settled;
     bool refused = w->probe_cap && !p->est && !trusted;
-    bool pass = trusted || (x <= threshold && (refused || x + 2.0 * se <= log1p(1.5 * k->knee)));
-    if (!pass && l->doubts + 1u >= k->confirm) {
-        /* `confirm` windows of doubt: decide on the estimate. */
-        l->doubts = 0;
-        if (x > threshold + 0.5 * se)
-            return sluice__discover_knee(p, w, l, &ref);
-        pass = true;
-    }
-    if (!pass && !(p->slow_start && x <= threshold + se)) {
-        l->doubts++;
-        if ((refused || last_step) && w->saturated && w->limit == w->probe_cap && w->limit > 1)
-            return sluice__verdict(w->limit - 1, SLUICE_CAUSE_NONE, 0);
-        /* Above the knee, not yet beyond the noise: measure more. When the
-         * reference is what is short of calls, probe it (BBR's PROBE_RTT);
-         * slow start goes on after the probe if the doubt was the reference's. */
-        if (!ref.sampled && !p->probing && !trusted) {
-            /* In slow start, first measure the level once more: two windows
-             * of noise rarely agree, and a probe costs its level's calls
-             * for as long as the reference needs. */
-            if (p->slow_start && l->doubts < 2)
-                return sluice__verdict_hold(w);
-            uint32_t lo = sluice__discover_lo(p, level);
-            uint32_t at = sluice__discover_probe_level(p, lo > level / 2 ? lo : level / 2);
-            if (at < w->limit) {
-                p->probing = at;
-                p->resume = w->limit;
-                return sluice__verdict(at, SLUICE_CAUSE_NONE, 0);
-            }
-        }
-        p->slow_start = false;
-        return sluice__verdict_hold(w);
-    }
-    /* Slow start may go on through a rise within one standard error; only a
-     * pass passes the level. */
-    if (pass)
+    switch (sluice__discover_test(p, w, l, x, se, last_step, refused, trusted)) {
+    case SLUICE__DISCOVER_QUEUE:
+        return sluice__discover_knee(p, w, l, &ref);
+    case SLUICE__DISCOVER_DOUBT:
+        /* Slow start may go on through a rise within one standard error;
+         * only a pass passes the level. */
+        if (!(p->slow_start && x <= log1p(p->params.knee) + se))
+            return sluice__discover_doubt(p, w, l, &ref, level, last_step, refused, trusted);
+        break;
+    case SLUICE__DISCOVER_PASS:
         l->passed = 1;
+        break;
+    }
     l->doubts = 0;
-    if (!w->saturated)
-        return sluice__verdict_hold(w);
-    if (last_step)
-        p->settled = w->limit;
-    if (p->probing) {
-        if (level == p->probing && !ref.sampled && l->n < (float)k->reference_samples &&
-            !(p->slow_start && sluice__discover_goes_on(p, p->resume, &ref)))
-            return sluice__verdict_hold(w);
-        uint32_t back = p->resume;
-        p->probing = p->resume = 0;
-        if (back > w->limit)
-            return sluice__verdict(back, SLUICE_CAUSE_ADDITIVE, 0);
-    }
-    if (p->slow_start) {
-        uint32_t step = w->n_ok < w->limit ? w->n_ok : w->limit;
-        return sluice__verdict(sluice__sat_add(w->limit, step), SLUICE_CAUSE_SLOW_START, 0);
-    }
-    uint32_t step = w->probe_cap > w->limit ? (w->probe_cap - w->limit) / 2 : w->limit / 4;
-    return sluice__verdict(sluice__sat_add(w->limit, step ? step : 1), SLUICE_CAUSE_ADDITIVE, 0);
+    return sluice__discover_grow(p, w, l, &ref, level, last_step);
 }
 
 SLUICE__POLICY_OPS(discover, true)
+
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_RESOLVE. */
+#define SLUICE__DISCOVER_PARAMS(X)                                                                 \
+    X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_discover_params.backoff must be in (0, 1)")   \
+    X(knee, 0.14, 0.0, 100.0, true, "sluice_policy_discover_params.knee must be in (0, 100]")     \
+    X(knee_floor, 0.25, 0.0, 1.0, false,                                                           \
+      "sluice_policy_discover_params.knee_floor must be in (0, 1)")                                \
+    X(noise_z, 2.0, 0.0, 100.0, true, "sluice_policy_discover_params.noise_z must be in (0, 100]") \
+    X(memory_s, 1800.0, 0.0, 1e7, true,                                                            \
+      "sluice_policy_discover_params.memory_s must be in (0, 1e7]")                                \
+    X(confirm, 4, 0.0, 1000.0, true, "sluice_policy_discover_params.confirm must be in [1, 1000]") \
+    X(min_samples, 8, 0.0, 65536.0, true,                                                          \
+      "sluice_policy_discover_params.min_samples must be in [1, 65536]")                           \
+    X(reference_samples, 128, 0.0, 1e6, true,                                                      \
+      "sluice_policy_discover_params.reference_samples must be in [1, 1e6]")
 
 /* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
 SLUICE_INLINE int sluice_policy_discover_init(struct sluice_policy_discover *p,
@@ -685,36 +865,7 @@ SLUICE_INLINE int sluice_policy_discover_init(struct sluice_policy_discover *p,
                                               const char **why)
 {
     struct sluice_policy_discover_params r;
-    memset(&r, 0, sizeof r);
-    if (params)
-        r = *params;
-    SLUICE__DEFAULT(r.backoff, 0.9);
-    SLUICE__DEFAULT(r.knee, 0.14);
-    SLUICE__DEFAULT(r.knee_floor, 0.25);
-    SLUICE__DEFAULT(r.noise_z, 2.0);
-    SLUICE__DEFAULT(r.memory_s, 1800.0);
-    SLUICE__DEFAULT(r.confirm, 4);
-    SLUICE__DEFAULT(r.min_samples, 8);
-    SLUICE__DEFAULT(r.reference_samples, 128);
-    if (sluice__check_range(r.backoff, 0.0, 1.0, false,
-                            "sluice_policy_discover_params.backoff must be in (0, 1)", why) ||
-        sluice__check_range(r.knee, 0.0, 100.0, true,
-                            "sluice_policy_discover_params.knee must be in (0, 100]", why) ||
-        sluice__check_range(r.knee_floor, 0.0, 1.0, false,
-                            "sluice_policy_discover_params.knee_floor must be in (0, 1)", why) ||
-        sluice__check_range(r.noise_z, 0.0, 100.0, true,
-                            "sluice_policy_discover_params.noise_z must be in (0, 100]", why) ||
-        sluice__check_range(r.memory_s, 0.0, 1e7, true,
-                            "sluice_policy_discover_params.memory_s must be in (0, 1e7]", why) ||
-        sluice__check_range((double)r.confirm, 0.0, 1000.0, true,
-                            "sluice_policy_discover_params.confirm must be in [1, 1000]", why) ||
-        sluice__check_range((double)r.min_samples, 0.0, 65536.0, true,
-                            "sluice_policy_discover_params.min_samples must be in [1, 65536]",
-                            why) ||
-        sluice__check_range((double)r.reference_samples, 0.0, 1e6, true,
-                            "sluice_policy_discover_params.reference_samples must be in [1, 1e6]",
-                            why))
-        return SLUICE_EINVAL;
+    SLUICE__POLICY_RESOLVE(SLUICE__DISCOVER_PARAMS);
     p->base.ops = sluice__discover_ops();
     p->params = r;
     sluice__discover_reset(&p->base, 1, false);

@@ -81,13 +81,23 @@ SLUICE_INLINE struct sluice_verdict sluice__gradient_update(struct sluice_policy
         p->estimate = 1.0;
     uint32_t next = sluice__sat_u32(p->estimate);
     if (next > w->limit)
-        return sluice__verdict(next, SLUICE_CAUSE_ADDITIVE, 0);
+        return sluice_verdict_make(next, SLUICE_CAUSE_ADDITIVE, 0);
     if (next < w->limit)
-        return sluice__verdict(next, SLUICE_CAUSE_LATENCY, next);
+        return sluice_verdict_make(next, SLUICE_CAUSE_LATENCY, next);
     return sluice__verdict_hold(w);
 }
 
 SLUICE__POLICY_OPS(gradient, true)
+
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_RESOLVE. */
+#define SLUICE__GRADIENT_PARAMS(X)                                                                 \
+    X(tolerance, 1.5, 0.999999, 100.0, true,                                                       \
+      "sluice_policy_gradient_params.tolerance must be in [1, 100]")                               \
+    X(smoothing, 0.2, 0.0, 1.0, true, "sluice_policy_gradient_params.smoothing must be in (0, 1]") \
+    X(long_weight, 0.05, 0.0, 1.0, true,                                                           \
+      "sluice_policy_gradient_params.long_weight must be in (0, 1]")                               \
+    X(queue, 4.0, 0.0, 1e6, true, "sluice_policy_gradient_params.queue must be in (0, 1e6]")       \
+    X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_gradient_params.backoff must be in (0, 1)")
 
 /* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
 SLUICE_INLINE int sluice_policy_gradient_init(struct sluice_policy_gradient *p,
@@ -95,25 +105,7 @@ SLUICE_INLINE int sluice_policy_gradient_init(struct sluice_policy_gradient *p,
                                               const char **why)
 {
     struct sluice_policy_gradient_params r;
-    memset(&r, 0, sizeof r);
-    if (params)
-        r = *params;
-    SLUICE__DEFAULT(r.tolerance, 1.5);
-    SLUICE__DEFAULT(r.smoothing, 0.2);
-    SLUICE__DEFAULT(r.long_weight, 0.05);
-    SLUICE__DEFAULT(r.queue, 4.0);
-    SLUICE__DEFAULT(r.backoff, 0.9);
-    if (sluice__check_range(r.tolerance, 0.999999, 100.0, true,
-                            "sluice_policy_gradient_params.tolerance must be in [1, 100]", why) ||
-        sluice__check_range(r.smoothing, 0.0, 1.0, true,
-                            "sluice_policy_gradient_params.smoothing must be in (0, 1]", why) ||
-        sluice__check_range(r.long_weight, 0.0, 1.0, true,
-                            "sluice_policy_gradient_params.long_weight must be in (0, 1]", why) ||
-        sluice__check_range(r.queue, 0.0, 1e6, true,
-                            "sluice_policy_gradient_params.queue must be in (0, 1e6]", why) ||
-        sluice__check_range(r.backoff, 0.0, 1.0, false,
-                            "sluice_policy_gradient_params.backoff must be in (0, 1)", why))
-        return SLUICE_EINVAL;
+    SLUICE__POLICY_RESOLVE(SLUICE__GRADIENT_PARAMS);
     p->base.ops = sluice__gradient_ops();
     p->params = r;
     sluice__gradient_reset(&p->base, 1, false);

@@ -63,19 +63,27 @@ SLUICE_INLINE struct sluice_verdict sluice__vegas_update(struct sluice_policy *s
     uint32_t step = (uint32_t)lg;
     if (queue > p->params.beta * lg) {
         uint32_t next = w->limit > step ? w->limit - step : 1;
-        return sluice__verdict(next, SLUICE_CAUSE_LATENCY, next);
+        return sluice_verdict_make(next, SLUICE_CAUSE_LATENCY, next);
     }
     if (!w->saturated)
         return sluice__verdict_hold(w);
     if (queue <= lg)
-        return sluice__verdict(sluice__sat_add(w->limit, sluice__sat_u32(p->params.beta * lg)),
+        return sluice_verdict_make(sluice__sat_add(w->limit, sluice__sat_u32(p->params.beta * lg)),
                                SLUICE_CAUSE_ADDITIVE, 0);
     if (queue < p->params.alpha * lg)
-        return sluice__verdict(sluice__sat_add(w->limit, step), SLUICE_CAUSE_ADDITIVE, 0);
+        return sluice_verdict_make(sluice__sat_add(w->limit, step), SLUICE_CAUSE_ADDITIVE, 0);
     return sluice__verdict_hold(w);
 }
 
 SLUICE__POLICY_OPS(vegas, true)
+
+/* The parameters: X(field, default, lo, hi, hi_inclusive, message); see SLUICE__POLICY_RESOLVE. */
+#define SLUICE__VEGAS_PARAMS(X)                                                                    \
+    X(alpha, 3.0, 0.0, 1000.0, true, "sluice_policy_vegas_params.alpha must be in (0, 1000]")      \
+    X(beta, 6.0, r.alpha, 1000.0, true,                                                            \
+      "sluice_policy_vegas_params.beta must exceed alpha and be at most 1000")                     \
+    X(drift, 0.01, -1e-12, 1.0, false, "sluice_policy_vegas_params.drift must be in [0, 1)")       \
+    X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_vegas_params.backoff must be in (0, 1)")
 
 /* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
 SLUICE_INLINE int sluice_policy_vegas_init(struct sluice_policy_vegas *p,
@@ -83,23 +91,7 @@ SLUICE_INLINE int sluice_policy_vegas_init(struct sluice_policy_vegas *p,
                                            const char **why)
 {
     struct sluice_policy_vegas_params r;
-    memset(&r, 0, sizeof r);
-    if (params)
-        r = *params;
-    SLUICE__DEFAULT(r.alpha, 3.0);
-    SLUICE__DEFAULT(r.beta, 6.0);
-    SLUICE__DEFAULT(r.drift, 0.01);
-    SLUICE__DEFAULT(r.backoff, 0.9);
-    if (sluice__check_range(r.alpha, 0.0, 1000.0, true,
-                            "sluice_policy_vegas_params.alpha must be in (0, 1000]", why) ||
-        sluice__check_range(r.beta, r.alpha, 1000.0, true,
-                            "sluice_policy_vegas_params.beta must exceed alpha and be at most 1000",
-                            why) ||
-        sluice__check_range(r.drift, -1e-12, 1.0, false,
-                            "sluice_policy_vegas_params.drift must be in [0, 1)", why) ||
-        sluice__check_range(r.backoff, 0.0, 1.0, false,
-                            "sluice_policy_vegas_params.backoff must be in (0, 1)", why))
-        return SLUICE_EINVAL;
+    SLUICE__POLICY_RESOLVE(SLUICE__VEGAS_PARAMS);
     p->base.ops = sluice__vegas_ops();
     p->params = r;
     p->min_rtt_ns = 0;
