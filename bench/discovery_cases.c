@@ -66,6 +66,10 @@
  * over the oracle's). Seeds run in parallel on every online CPU
  * (SLUICE_BENCH_THREADS to change); progress goes to stderr;
  * SLUICE_BENCH_IMPLS=discover,vegas keeps only the rows it names.
+ *
+ * Why one file of this size: the rows, the three peer baselines and the
+ * scoring share one controller interface and one row printer; the peers are
+ * a few dozen lines each, too small for files of their own.
  */
 #include <math.h>
 #include <pthread.h>

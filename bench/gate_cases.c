@@ -65,6 +65,10 @@
  * GB_WATCHDOG_NS after stop; those threads are abandoned (see
  * gb_abandon_stuck), the run is left out of the medians, and a warning says
  * so. A hang is a bug in the implementation under test, never noise.
+ *
+ * Why one file of this size: every case runs the same implementations
+ * (sluice, sem_t, condvar_fifo, ...) through one adapter table and one set
+ * of thread drivers; split by case, each file would need the adapters again.
  */
 #include "harness.h"
 

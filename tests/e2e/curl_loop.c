@@ -4,6 +4,10 @@
  * submissions from 4 threads, admission at submit, cancel at every stage,
  * deadlines, Retry-After, shutdown, max_requests, keep-alive, and the
  * embedder's-loop mode driven by a plain epoll loop.
+ *
+ * Why one file of this size: every test drives one loop fixture (a loop,
+ * the simulator, named requests and their outcomes); split, each file would
+ * carry its own copy of that fixture.
  */
 #include <sys/epoll.h>
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_admin — the admin endpoint's request handling (method, path, query,
- * headers, body) over a loopback socket. admin.c has no entry point below
+ * headers, body) over a loopback socket. The admin has no entry point below
  * libmicrohttpd's connection (its handler takes an MHD_Connection, which
  * only MHD makes), so each input is sent to a real endpoint started once
  * per process: an engine with an adaptive node (cloud:a), a fixed one

@@ -10,7 +10,7 @@
  * RetryInfo, OpenRouter's retry_after_seconds, insufficient_quota).
  *
  * Checked for every input (the rule in sluice/curl.h):
- *   - the kind follows the table from the status and the curl code, a
+ *   - the kind follows SLUICE_CURL_KIND_MAP from the status and the curl code, a
  *     refusal (429/503/529) refined only to what its body or budgets may
  *     make it (quota, platform, and rate for a 429), the outcome follows the
  *     kind, and the return value is the kind;
@@ -160,7 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     enum sluice_curl_kind want = expected_kind(r.http_status, r.code, r.request_sent);
     check(kind == out.kind, "the return value is out->kind");
-    check(refined_from(kind, want, r.http_status), "the kind follows the table");
+    check(refined_from(kind, want, r.http_status), "the kind follows SLUICE_CURL_KIND_MAP");
     check(out.outcome == expected_outcome(kind), "the outcome follows the kind");
     check(out.http_status == r.http_status && out.curl_code == r.code, "status and code copied");
     check(strcmp(sluice_curl_kind_name(kind), "unknown") != 0, "every kind has a name");

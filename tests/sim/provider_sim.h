@@ -65,6 +65,10 @@
  * virtual time too. Everything random comes from one seeded splitmix64, and
  * simultaneous events run in scheduling order: a run is a pure function of
  * its configuration.
+ *
+ * Why one header of this size: the event loop, the callers, the gate
+ * adapter and the scoring are one simulation over one event queue and one
+ * clock; its users include it whole.
  */
 #ifndef SLUICE_PROVIDER_SIM_H
 #define SLUICE_PROVIDER_SIM_H

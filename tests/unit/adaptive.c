@@ -3,6 +3,10 @@
  * Samples come from real runs (sluice_run with a client that reports OK or
  * OVERLOAD); time that discovery reasons about is virtual, and the only
  * real-time waits are Retry-After holds, checked by order, never by length.
+ *
+ * Why one file of this size: these tests share the engine fixture, the
+ * scripted virtual clock and the reporting client; they are one concept
+ * (discovery inside the engine's pools).
  */
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -1,3 +1,14 @@
+/*
+ * The discovery state machine (sluice/discovery.h) driven sample by sample
+ * in virtual time: growth, backoff, brackets, locks and their expiry, holds,
+ * clears, hints, the store and the events, with stub policies where a test
+ * needs a verdict of its own.
+ *
+ * Why one file of this size: every test builds its node with the same
+ * helpers (a virtual clock, a memory store, sample feeders, stub policies)
+ * and they are one concept; split, the helpers would move to a fixture
+ * header and every file would include all of it.
+ */
 #include <criterion/criterion.h>
 #include <sluice/discovery.h>
 #include <sluice/policy/fixed.h>
