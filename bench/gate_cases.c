@@ -140,8 +140,8 @@ typedef void (*gb_release_fn)(void *gate);
 
 /* ---- sluice -----------------------------------------------------------------
  * Spelled once for any gate with sluice's API: P is its name prefix, id the
- * bench's short name. Issue 14's A/B instantiated it a second time, for the
- * CQS gate next to this one (with the queue gate renamed by sed). */
+ * bench's short name, so an A/B of a second gate with the same API is one
+ * more instantiation. */
 
 #define GB_SLUICE_FNS(id, P)                                                                       \
     static void *gb_##id##_create(uint32_t limit)                                                  \

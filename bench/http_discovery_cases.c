@@ -1,6 +1,5 @@
 /*
- * http_discovery_cases.c — ceiling discovery over real HTTP (issue 19's
- * "Targets", over real HTTP): how often a lock lands inside the band when
+ * http_discovery_cases.c — ceiling discovery over real HTTP: how often a lock lands inside the band when
  * real programs drive sluice against sluice-provider-sim on loopback.
  *
  * Cases, discovery.http.<driver>.<provider>:

@@ -51,13 +51,12 @@ Test(real_traffic, blocking_threads_with_fast_429s_lock_inside_the_cap, .timeout
 }
 
 /* C = 10, 100 ms calls, 503 after 100 ms or 300 ms in the queue. The target
- * (issue 19) is at most 1 of 100 seeds outside [0.8·C, 1.25·C]. A lock at 13
- * (1.3·C) comes from one window at 13 that read within the knee by chance.
- * With the 100 ms timeout the 503s make the bracket, and latency knees at
- * every later visit lower the lock (SLUICE_DISCOVERY_KNEE_STRIKES; 3 of 100
- * seeds stayed at 13 before it, 1 now). With 300 ms the knee makes the
- * bracket, and 13 had passed once on the way up: 3 of 100 locked there until
- * a latency bracket's last step in doubt stepped down to measure, 0 now. */
+ * is at most 1 of 100 seeds outside [0.8·C, 1.25·C]. A lock at 13 (1.3·C)
+ * comes from one window at 13 that read within the knee by chance. With the
+ * 100 ms timeout the 503s make the bracket, and latency knees at every later
+ * visit lower the lock (SLUICE_DISCOVERY_KNEE_STRIKES). With 300 ms the knee
+ * makes the bracket after 13 passed once on the way up, and a latency
+ * bracket's last step in doubt steps down to measure instead of locking. */
 Test(real_traffic, a_gateway_that_queues_then_refuses_locks_on_latency_not_on_its_503s,
      .timeout = 300)
 {

@@ -1,5 +1,5 @@
 /*
- * A randomized linearizability check of the gate (issue 14's model test):
+ * A randomized linearizability check of the gate:
  * three threads run a few random operations each (acquire with a short
  * deadline and a shared token, tryacquire, release of a permit held, cancel
  * = fire the token, set_limit), every call stamped at invocation and response
