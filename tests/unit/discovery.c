@@ -85,6 +85,15 @@ static void node_create(struct node *n, struct sluice_discovery_desc *d)
     cr_assert_eq(sluice_discovery_create(d, &n->disc, &why), SLUICE_OK, "%s", why);
 }
 
+/* The usual node: "cloud:x", the default policy, starting at `jumpstart`. */
+static void node_start(struct node *n, uint32_t jumpstart)
+{
+    node_init(n);
+    struct sluice_discovery_desc d = node_desc(n, "cloud:x");
+    d.jumpstart = jumpstart;
+    node_create(n, &d);
+}
+
 static void advance(struct node *n, int64_t ns)
 {
     n->time.mono_ns += ns;
@@ -417,10 +426,7 @@ Test(discovery, one_overload_burst_cuts_once_and_holds_for_retry_after)
 Test(discovery, a_burst_refused_far_below_the_limit_cuts_once_to_where_it_struck)
 {
     struct node n;
-    node_init(&n);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.jumpstart = 40;
-    node_create(&n, &d);
+    node_start(&n, 40);
     advance(&n, SEC);
     feed(&n, SEC / 1000, 25, SLUICE_OUTCOME_OVERLOAD, 0);
     cr_assert_eq(sluice_discovery_limit(n.disc), 22, "one cut from 25 in flight (x 0.9), not 40");
@@ -453,10 +459,7 @@ Test(discovery, a_burst_refused_far_below_the_limit_cuts_once_to_where_it_struck
 Test(discovery, update_now_closes_a_young_window_and_acts_on_the_policys_answer)
 {
     struct node n;
-    node_init(&n);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.jumpstart = 5;
-    node_create(&n, &d);
+    node_start(&n, 5);
     advance(&n, SEC);
     for (int i = 0; i < 16; i++)
         feed(&n, SEC, 5, SLUICE_OUTCOME_OK, 0);
@@ -515,10 +518,7 @@ static void feed_started(struct node *n, int64_t start_ns, uint32_t limit_at_sta
 Test(discovery, a_late_timeout_counts_against_the_limit_its_call_started_under)
 {
     struct node n;
-    node_init(&n);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.jumpstart = 20;
-    node_create(&n, &d);
+    node_start(&n, 20);
     int64_t t0 = n.time.mono_ns;
     /* Started under limit 6, a second ago; the limit is 20 now. The timeout
      * says 6 was too many: cut below 6 at once, not to 20 x 0.9. */
@@ -1169,10 +1169,7 @@ Test(discovery, a_lock_past_its_expiry_shows_as_probing_before_any_poll)
 Test(discovery, events_and_snapshots_count_in_flight_from_one_source)
 {
     struct node n;
-    node_init(&n);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.jumpstart = 10;
-    node_create(&n, &d);
+    node_start(&n, 10);
     for (int i = 0; i < 3; i++)
         cr_assert_eq(sluice_gate_tryacquire(&n.gate), SLUICE_OK);
     cr_assert_eq(status_of(&n).in_flight, 3, "standalone: the gate's permits held");
@@ -1191,10 +1188,7 @@ Test(discovery, events_and_snapshots_count_in_flight_from_one_source)
 Test(discovery, clear_keeps_a_live_retry_after_hold)
 {
     struct node n;
-    node_init(&n);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.jumpstart = 10;
-    node_create(&n, &d);
+    node_start(&n, 10);
     advance(&n, SEC);
     int64_t now = n.time.mono_ns;
     feed(&n, SEC / 10, 10, SLUICE_OUTCOME_OVERLOAD, 5 * SEC);
@@ -1581,10 +1575,7 @@ Test(discovery, a_platform_overload_burst_under_a_lock_holds_briefly_and_keeps_t
 Test(discovery, a_rate_limit_with_a_named_reset_holds_until_it_instead_of_cutting)
 {
     struct node n;
-    node_init(&n);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.jumpstart = 10;
-    node_create(&n, &d);
+    node_start(&n, 10);
     advance(&n, SEC);
     int64_t at = n.time.mono_ns;
     for (int i = 0; i < 10; i++)
@@ -1706,10 +1697,7 @@ Test(discovery, a_lock_or_a_bracket_wins_over_a_hint)
 Test(discovery, a_rate_refusal_brackets_where_it_struck_and_a_repeated_one_lowers_a_lock_by_one)
 {
     struct node n;
-    node_init(&n);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.jumpstart = 12;
-    node_create(&n, &d);
+    node_start(&n, 12);
     advance(&n, SEC);
     feed_started(&n, n.time.mono_ns - SEC / 10, 12, SLUICE_OUTCOME_RATE);
     cr_assert_eq(sluice_discovery_limit(n.disc), 11, "one step under where it struck, no x0.9");
