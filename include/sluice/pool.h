@@ -82,9 +82,9 @@
  *     and itself to be handed permits, which come free at `limit` per
  *     median service time (Little's law: the median, a robust stand-in for
  *     the mean of a skewed duration): wait = (queued + 1) x median / limit;
- *     with a free permit, 0. A run whose wait plus the expected service
- *     time passes its deadline, or whose wait plus the expected time to
- *     first byte passes its start deadline, gets SLUICE_ELATE at once, so a
+ *     with a free permit, 0. A run whose wait plus the service time it
+ *     needs passes its deadline, or whose wait plus the time to its first
+ *     byte passes its start deadline, gets SLUICE_ELATE at once, so a
  *     server can shed it or fail over within its own latency budget, and
  *     the provider's permits go to calls that can finish. How wrong it can
  *     be: it cannot see runs admitted but still preparing (they queue
@@ -92,10 +92,14 @@
  *     discovery is about to raise or cut; calls lingering after an abandon
  *     release on their own schedule. It is an estimate for shedding load,
  *     never a promise: a run it admits can still time out.
+ *     What a call needs is the median while calls queue (every permit is
+ *     taken: under overload a permit spent on a call with less than an
+ *     even chance is one a caller with time to spare does not get) and
+ *     the low quantile with a permit free (it would otherwise go unused).
  *   - Leave the line when it can no longer start in time. A queued call
  *     waits for its permit only until the last instant it could still be
  *     started usefully (sluice_pool_wait_bound: its deadline less the
- *     expected service time, its start deadline less the expected time to
+ *     median service time, its start deadline less the median time to
  *     first byte); then it leaves with SLUICE_ETIMEDOUT and refused_late
  *     set, instead of timing out at the head of the line and taking a
  *     permit from a caller with time to spare.
@@ -784,6 +788,19 @@ SLUICE_INLINE int64_t sluice_pool_predicted_wait(const struct sluice_pool *pool)
     return wait < (double)INT64_MAX ? (int64_t)wait : INT64_MAX;
 }
 
+/*
+ * The time a call needs to finish (`first`: to its first byte) for the
+ * deadline rules: the median while calls queue (`busy`: every permit taken,
+ * so a permit spent on a call with less than an even chance is one a
+ * caller with time to spare does not get), the low quantile with a permit
+ * free (it would otherwise go unused). 0 = not known yet.
+ */
+SLUICE_INLINE int64_t sluice__pool_need(const struct sluice_pool *p, bool busy, bool first)
+{
+    const struct sluice_service *s = first ? &p->first_byte : &p->service;
+    return busy ? sluice_service_median(s) : sluice_service_expected(s);
+}
+
 /* Whether the deadline rules that read the estimates are on for this pool. */
 SLUICE_INLINE bool sluice__pool_rules_on(const struct sluice_pool *p)
 {
@@ -792,9 +809,10 @@ SLUICE_INLINE bool sluice__pool_rules_on(const struct sluice_pool *p)
 
 /*
  * The last instant (CLOCK_MONOTONIC ns) at which a call with these
- * deadlines could still be started usefully: its deadline less the
- * expected service time, its start deadline less the expected time to
- * first byte, whichever is earlier; the deadline itself for an estimate
+ * deadlines could still be started usefully: its deadline less the median
+ * service time, its start deadline less the median time to first byte
+ * (a call that queues finds every permit taken: sluice__pool_need),
+ * whichever is earlier; the deadline itself for an estimate
  * not known yet, or with queue_late; INT64_MAX with neither deadline. A
  * queued call leaves the line then (see "Deadlines"); an event loop that
  * times its own waits (sluice_pool_call_begin_async) arms its timer for it
@@ -807,11 +825,10 @@ SLUICE_INLINE int64_t sluice_pool_wait_bound(const struct sluice_pool *p,
     bool early = sluice__pool_rules_on(p) && !p->queue_late;
     int64_t bound = INT64_MAX;
     if (deadline)
-        bound = sluice_timespec_ns(deadline) -
-                (early ? sluice_service_expected(&p->service) : 0);
+        bound = sluice_timespec_ns(deadline) - (early ? sluice__pool_need(p, true, false) : 0);
     if (start_deadline) {
         int64_t at = sluice_timespec_ns(start_deadline) -
-                     (early ? sluice_service_expected(&p->first_byte) : 0);
+                     (early ? sluice__pool_need(p, true, true) : 0);
         if (at < bound)
             bound = at;
     }
@@ -842,9 +859,10 @@ SLUICE_INLINE enum sluice_expiry sluice__pool_late_by(int64_t now, int64_t wait,
 /*
  * sluice_pool_admit for a run with deadlines (absolute CLOCK_MONOTONIC;
  * either may be NULL = none): unless the pool's queue_late is set, a run
- * whose predicted wait plus the expected service time already passes
- * `deadline`, or plus the expected time to first byte passes
- * `start_deadline`, is refused at once with SLUICE_ELATE (counted in
+ * whose predicted wait plus the time it needs already passes `deadline`
+ * (or its first byte's, `start_deadline`; sluice__pool_need: the median
+ * while calls queue, the low quantile with a permit free) is refused at
+ * once with SLUICE_ELATE (counted in
  * refused_early; nothing is reserved), so the caller can shed it or go
  * elsewhere while it still has time. Otherwise exactly sluice_pool_admit.
  * Lock-free: a few relaxed loads more than sluice_pool_admit, and only for
@@ -857,8 +875,8 @@ SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct times
         !atomic_load_explicit(&p->closed, SLUICE_RELAXED)) {
         int64_t wait = sluice_pool_predicted_wait(p);
         if (wait >= 0 && sluice__pool_late_by(sluice_monotonic_ns(), wait, start_deadline,
-                                              deadline, sluice_service_expected(&p->service),
-                                              sluice_service_expected(&p->first_byte)) !=
+                                              deadline, sluice__pool_need(p, wait > 0, false),
+                                              sluice__pool_need(p, wait > 0, true)) !=
                              SLUICE_EXPIRED_NONE) {
             sluice__pool_count(p, SLUICE__POOL_EARLY);
             return SLUICE_ELATE;
@@ -1246,14 +1264,9 @@ SLUICE_INLINE enum sluice_expiry sluice__pool_too_late(struct sluice_pool *p,
         return SLUICE_EXPIRED_START;
     if (deadline && sluice_timespec_ns(deadline) <= now)
         return SLUICE_EXPIRED_CALL;
-    enum sluice_expiry late = sluice__pool_late_by(now, 0, start_deadline, deadline,
-                                                   sluice_service_expected(&p->service),
-                                                   sluice_service_expected(&p->first_byte));
-    if (late != SLUICE_EXPIRED_NONE || sluice_gate_stats(&p->gate).waiting == 0)
-        return late;
-    return sluice__pool_late_by(now, 0, start_deadline, deadline,
-                                sluice_service_median(&p->service),
-                                sluice_service_median(&p->first_byte));
+    bool busy = sluice_gate_stats(&p->gate).waiting > 0;
+    return sluice__pool_late_by(now, 0, start_deadline, deadline, sluice__pool_need(p, busy, false),
+                                sluice__pool_need(p, busy, true));
 }
 
 /* Count how a limited pool's call_begin ended; the queue-wait histogram sees every wait. */
@@ -1710,6 +1723,14 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
                 sluice_service_add(&p->service, now - call->start_ns);
                 sluice_service_add(&p->first_byte, sample.latency_ns);
             }
+        } else if (outcome == SLUICE_OUTCOME_OK || outcome == SLUICE_OUTCOME_CENSORED) {
+            /* A call cut at t takes longer than t: without it the estimates would see only
+             * the calls short enough to beat their deadlines (sluice/service.h). */
+            sluice_service_add_censored(&p->service, now - call->start_ns);
+            if (outcome == SLUICE_OUTCOME_OK) /* its first byte came */
+                sluice_service_add(&p->first_byte, sample.latency_ns);
+            else
+                sluice_service_add_censored(&p->first_byte, now - call->start_ns);
         }
         sluice__pool_linger_verdict(p, call, outcome);
         sluice__pool_reap(p);
