@@ -131,7 +131,8 @@ extern "C" {
     X(OVERLOADED, "overloaded", OVERLOAD, HTTP(429, 429) HTTP(503, 503))                           \
     /* A 429 that names a spent budget (requests or tokens remaining 0) with its reset, or         \
      * Gemini's RESOURCE_EXHAUSTED with a RetryInfo delay: hold until the reset (the later of      \
-     * it and Retry-After), no cut. */                                                             \
+     * it and Retry-After), no cut. A reset already past when the answer is read is still this     \
+     * kind (the budget refused the call, not the cap), holding only for Retry-After. */           \
     X(RATE_LIMITED, "rate_limited", RATE, )                                                        \
     /* 529; or a 429/503 with Anthropic's overloaded_error in its body; or a 503 from a            \
      * dialect whose 503 is the platform's (Together at or below its dynamic rate, Gemini's        \
