@@ -42,6 +42,7 @@ struct sluice_chat {
     char *base_url, *model, *api_key, *repair_prompt, *next_repair;
     long max_tokens;
     int64_t retry_after_max_ns;
+    enum sluice_curl_dialect dialect;
     int (*validate)(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair);
     void *validate_ctx;
     bool stream;
@@ -251,6 +252,7 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
         sluice__dup(d->repair_prompt ? d->repair_prompt : SLUICE__CHAT_REPAIR_DEFAULT);
     c->max_tokens = d->max_tokens;
     c->retry_after_max_ns = d->retry_after_max_ns;
+    c->dialect = d->dialect;
     c->validate = d->validate;
     c->validate_ctx = d->validate_ctx;
     c->stream = d->stream;
@@ -550,8 +552,8 @@ static int sluice__chat_prepare(struct sluice_chat *c, const char *endpoint)
 }
 
 /* After the transfer (c->result filled, `status` its return): what the generation returns,
- * with c->result corrected to what the body said, so discovery learns from that. */
-static int sluice__chat_conclude(struct sluice_chat *c, int status)
+ * with c->result corrected to what the body said. */
+static int sluice__chat_answer(struct sluice_chat *c, int status)
 {
     if (c->body_truncated || c->result.curl_code == CURLE_FILESIZE_EXCEEDED) {
         snprintf(c->result.error, sizeof c->result.error,
@@ -567,6 +569,16 @@ static int sluice__chat_conclude(struct sluice_chat *c, int status)
     if (c->result.kind != SLUICE_CURL_SUCCESS)
         return SLUICE_EIO;
     return sluice__chat_parse(c);
+}
+
+/* sluice__chat_answer, with c->result's outcome the sample discovery gets on either path: a
+ * failed generation cannot say the provider served it (sluice_run's own rule). */
+static int sluice__chat_conclude(struct sluice_chat *c, int status)
+{
+    status = sluice__chat_answer(c, status);
+    if (status != SLUICE_OK && c->result.outcome == SLUICE_OUTCOME_OK)
+        c->result.outcome = SLUICE_OUTCOME_IGNORE;
+    return status;
 }
 
 /* A streamed answer's sample is its time to first token; any other is the whole call. */
@@ -587,6 +599,7 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
                                     .deadline = gen->deadline,
                                     .cancel = gen->cancel,
                                     .retry_after_max_ns = c->retry_after_max_ns,
+                                    .dialect = c->dialect,
                                     .write = sluice__chat_body, /* error bodies are classified */
                                     .write_data = c};
     status = sluice__chat_conclude(c, sluice_curl_transfer(&call, &c->result));
@@ -649,6 +662,9 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
                                        .done = sluice__chat_loop_done,
                                        .data = c,
                                        .retry_after_max_ns = c->retry_after_max_ns,
+                                       .dialect = c->dialect,
+                                       .write = sluice__chat_body, /* as sluice_run's */
+                                       .write_data = c,
                                        .finish = sluice__chat_loop_finish,
                                    },
                                    id);

@@ -56,6 +56,28 @@ void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline);
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res);
 
+/*
+ * An answer's body on its way to the caller's declared write callback
+ * (sluice_curl_call.write, sluice_curl_request.write): the first
+ * SLUICE_CURL_BODY_MAX bytes of an answer of status >= 400 are kept for
+ * classify, and every byte is handed on. Both transports read error bodies
+ * through this, so a response is classified the same on either.
+ */
+struct sluice__tee {
+    CURL *easy;
+    curl_write_callback write; /* the caller's; NULL = no tee, bodies are not read */
+    void *write_data;
+    char *body;      /* SLUICE_CURL_BODY_MAX bytes; NULL = malloc'd at the first error byte and
+                        left to the owner to reuse and free (the loop's records) */
+    size_t body_len; /* bytes kept of this answer */
+};
+
+/* Route `easy`'s body through `t` (nothing when t->write is NULL), from a fresh body_len. */
+void sluice__tee_install(struct sluice__tee *t);
+
+/* Put the caller's write callback back (nothing when t->write is NULL). */
+void sluice__tee_remove(const struct sluice__tee *t);
+
 /* A result for a call that never transferred. */
 void sluice__curl_result_init(struct sluice_curl_result *res);
 

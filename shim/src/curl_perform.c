@@ -17,6 +17,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -180,6 +181,42 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
         sluice_discovery_hint_rate(d, rate, res->transfer_ns, SLUICE_CAUSE_PROVIDER_RATE);
 }
 
+/* ---- error bodies, on either transport ----------------------------------------------- */
+
+/* Keep the first SLUICE_CURL_BODY_MAX bytes of an error body, then hand every byte on. */
+static size_t sluice__tee_write(char *p, size_t size, size_t n, void *data)
+{
+    struct sluice__tee *t = (struct sluice__tee *)data;
+    long http = 0;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &http);
+    size_t bytes = size * n, room = SLUICE_CURL_BODY_MAX - t->body_len;
+    if (http >= 400 && room && !t->body)
+        t->body = malloc(SLUICE_CURL_BODY_MAX); /* without it, classified by status and headers */
+    if (http >= 400 && room && t->body) {
+        size_t k = bytes < room ? bytes : room;
+        memcpy(t->body + t->body_len, p, k);
+        t->body_len += k;
+    }
+    return t->write(p, size, n, t->write_data);
+}
+
+void sluice__tee_install(struct sluice__tee *t)
+{
+    t->body_len = 0;
+    if (!t->write)
+        return;
+    curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, sluice__tee_write);
+    curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t);
+}
+
+void sluice__tee_remove(const struct sluice__tee *t)
+{
+    if (!t->write)
+        return;
+    curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, t->write);
+    curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t->write_data);
+}
+
 /* ---- the transfer ------------------------------------------------------------------ */
 
 struct sluice__xfer {
@@ -188,28 +225,9 @@ struct sluice__xfer {
     void *chained_data;
     CURLM *multi;
     struct sluice_cancel_hook hook;
-    /* The error body on its way to the caller's write callback (call->write). */
-    CURL *easy;
-    curl_write_callback write;
-    void *write_data;
-    size_t body_len;
+    struct sluice__tee tee; /* the error body on its way to call->write, kept in `body` */
     char body[SLUICE_CURL_BODY_MAX];
 };
-
-/* Keep the first SLUICE_CURL_BODY_MAX bytes of an error body, then hand every byte on. */
-static size_t sluice__tee_write(char *p, size_t size, size_t n, void *data)
-{
-    struct sluice__xfer *x = (struct sluice__xfer *)data;
-    long http = 0;
-    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &http);
-    size_t bytes = size * n, room = sizeof x->body - x->body_len;
-    if (http >= 400 && room) {
-        size_t k = bytes < room ? bytes : room;
-        memcpy(x->body + x->body_len, p, k);
-        x->body_len += k;
-    }
-    return x->write(p, size, n, x->write_data);
-}
 
 static int sluice__xferinfo(void *p, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                             curl_off_t ulnow)
@@ -283,9 +301,10 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
                              .chained = call->xferinfo,
                              .chained_data = call->xferinfo_data,
                              .multi = multi,
-                             .easy = easy,
-                             .write = call->write,
-                             .write_data = call->write_data};
+                             .tee = {.easy = easy,
+                                     .write = call->write,
+                                     .write_data = call->write_data}};
+    x.tee.body = x.body;
     x.hook.fn = sluice__xfer_on_cancel;
     if (call->cancel && !sluice_cancel_register(call->cancel, &x.hook)) {
         status = SLUICE_ECANCELED;
@@ -295,10 +314,7 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
         curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, sluice__xferinfo);
         curl_easy_setopt(easy, CURLOPT_XFERINFODATA, &x);
         curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
-        if (call->write) {
-            curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, sluice__tee_write);
-            curl_easy_setopt(easy, CURLOPT_WRITEDATA, &x);
-        }
+        sluice__tee_install(&x.tee);
         CURLMcode mc = curl_multi_add_handle(multi, easy);
         if (mc != CURLM_OK) {
             status = mc == CURLM_OUT_OF_MEMORY ? SLUICE_ENOMEM : SLUICE_EINVAL;
@@ -311,17 +327,14 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
             if (!nested)
                 sluice__tl_busy = false;
             sluice__curl_finish(easy, code, stop, call->deadline, call->retry_after_max_ns,
-                                call->dialect, x.body, x.body_len, res);
+                                call->dialect, x.tee.body, x.tee.body_len, res);
             status = res->status;
         }
         /* The caller's progress callback, or none, as before the call. */
         curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, call->xferinfo);
         curl_easy_setopt(easy, CURLOPT_XFERINFODATA, call->xferinfo_data);
         curl_easy_setopt(easy, CURLOPT_NOPROGRESS, call->xferinfo ? 0L : 1L);
-        if (call->write) {
-            curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, call->write);
-            curl_easy_setopt(easy, CURLOPT_WRITEDATA, call->write_data);
-        }
+        sluice__tee_remove(&x.tee);
         sluice__curl_disarm_deadline(easy, call->deadline);
     }
     if (call->cancel)

@@ -74,7 +74,10 @@
  * when the chat is destroyed.
  *
  * The same chat runs on the curl loop too (sluice_chat_submit, below): the
- * request body, the response reading and the sample are the same code.
+ * request body, the response reading, the classification (headers and the
+ * error body, through sluice_curl_request.write as through
+ * sluice_curl_call.write) and the sample are the same code, so a 429
+ * insufficient_quota is QUOTA on either path.
  *
  * Threads: one chat is one conversation: use it from one run at a time.
  * Different chats are independent. Memory comes from the process's malloc.
@@ -127,6 +130,8 @@ struct sluice_chat_desc {
     int (*validate)(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair);
     void *validate_ctx;
     int64_t retry_after_max_ns; /* Retry-After clamp (default: 60 s) */
+    enum sluice_curl_dialect dialect; /* the provider's rate-limit dialect (sluice/curl.h),
+                                         on either path (default: AUTO = detect) */
     bool stream;                /* ask for a streamed answer (server-sent events); allocates
                                    SLUICE_CHAT_EVENT_MAX bytes for the parser at create
                                    (default: false) */

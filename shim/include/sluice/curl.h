@@ -429,8 +429,15 @@ struct sluice_curl_request {
     void *data;                      /* passed to done and finish; kept as an opaque value,
                                         never read */
     int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
-    enum sluice_curl_dialect dialect; /* the backend's rate-limit dialect (default: AUTO); the
-                                        loop reads headers only, not error bodies */
+    enum sluice_curl_dialect dialect; /* the backend's rate-limit dialect (default: AUTO) */
+    curl_write_callback write;       /* the caller's CURLOPT_WRITEFUNCTION, declared so the loop
+                                        reads an error body for classify as the blocking path
+                                        does (sluice_curl_call.write): installed for the
+                                        transfer, this one chained with every byte, put back
+                                        before `finish` (default: NULL = the caller's write
+                                        function is left alone and error bodies are not read,
+                                        so a 429 insufficient_quota reads as OVERLOADED) */
+    void *write_data;                /* its CURLOPT_WRITEDATA */
     /* After a transfer, on the loop thread, before discovery gets its sample and before `done`:
      * the caller's reading of the body may correct *result (kind, outcome, retry_after_ns,
      * latency_ns, status, error), e.g. a streamed answer's time to first token, or an error
