@@ -523,8 +523,13 @@ static char *sluice__chat_request(const struct sluice_chat *c)
 static int sluice__chat_prepare(struct sluice_chat *c, const char *endpoint)
 {
     const char *base = c->base_url ? c->base_url : endpoint;
-    if (!base)
-        return SLUICE_EINVAL;
+    if (!base) {
+        sluice__curl_result_init(&c->result);
+        return c->result.status = sluice__shim_fail(
+                   c->result.error, sizeof c->result.error,
+                   "no URL to send the chat to: set sluice_chat_desc.base_url, or an endpoint on "
+                   "the backend, the run or the request");
+    }
     size_t base_len = strlen(base);
     while (base_len && base[base_len - 1] == '/')
         base_len--;
@@ -646,10 +651,10 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
     if (!endpoint && !c->base_url && (b = sluice_engine_find(sluice_curl_loop_engine(loop),
                                                              req->backend)))
         endpoint = b->endpoint;
+    sluice__curl_result_init(&c->result);
     int status = sluice__chat_prepare(c, endpoint);
     if (status != SLUICE_OK)
         return status;
-    sluice__curl_result_init(&c->result);
     c->loop_done = req->done;
     c->loop_data = req->data;
     c->loop_finished = false;

@@ -96,7 +96,14 @@ static inline int sluice__shim_fail(char *buf, size_t size, const char *fmt, ...
     return SLUICE_EINVAL;
 }
 
-/* SLUICE_OK, or SLUICE_EINVAL with res->error saying why `deadline` is not normalised. */
+/* SLUICE_OK, or SLUICE_EINVAL with res->error saying why `deadline` is not normalised or not
+ * on CLOCK_MONOTONIC (more than a year ahead). */
 int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res);
+
+/* A call that ended SLUICE_ETIMEDOUT before any transfer (res->status) with no word yet: say
+ * in res->error whether its deadline had passed when it was made (at `made_ns`), left too
+ * little to start (res->refused_late), or ran out while it queued. */
+void sluice__curl_explain_timeout(struct sluice_curl_result *res, const struct timespec *deadline,
+                                  int64_t made_ns);
 
 #endif

@@ -147,6 +147,7 @@ static void sluice__complete(struct sluice__rec *rec, struct sluice_curl_result 
         sluice_cancel_unregister(rec->req.cancel, &rec->hook);
     rec->hooked = false;
     sluice_pool_leave(rec->pool);
+    sluice__curl_explain_timeout(res, rec->req.deadline, rec->admitted_ns);
     CURL *easy = rec->req.easy;
     sluice_curl_done_fn done = rec->req.done;
     void *data = rec->req.data;
@@ -360,9 +361,12 @@ static void sluice__accept(struct sluice__rec *rec)
         sluice__complete_status(rec, SLUICE_ECLOSED, false);
         return;
     }
+    struct sluice_curl_result unused; /* the message is complete_status's to write */
     int status = atomic_load_explicit(&rec->cancel_id, SLUICE_RELAXED) == rec->id
                      ? SLUICE_ECANCELED
-                     : sluice_wait_stop_reason(rec->req.deadline, rec->req.cancel);
+                     : sluice__curl_check_deadline(rec->req.deadline, &unused);
+    if (status == SLUICE_OK)
+        status = sluice_wait_stop_reason(rec->req.deadline, rec->req.cancel);
     if (status == SLUICE_OK && rec->req.cancel) {
         rec->hook_id = rec->id;
         rec->hook.fn = sluice__on_token;

@@ -63,14 +63,50 @@ void sluice__curl_result_init(struct sluice_curl_result *res)
     res->ratelimit.requests = res->ratelimit.tokens = none;
 }
 
+/*
+ * A deadline further ahead than this is on the wrong clock. CLOCK_MONOTONIC
+ * counts from boot, so a CLOCK_REALTIME reading (seconds since 1970) lands
+ * about 56 years ahead of it, less only the machine's uptime; no model call
+ * waits a year. A year sits far from both.
+ */
+#define SLUICE__DEADLINE_AHEAD_MAX_NS (INT64_C(366) * 86400 * SLUICE_NS_PER_SEC)
+
 int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res)
 {
-    if (sluice_deadline_valid(deadline))
-        return SLUICE_OK;
-    return sluice__shim_fail(res->error, sizeof res->error,
-                             "deadline is not normalised: tv_nsec = %ld is outside [0, 999999999] "
-                             "(build it with sluice_deadline_in or sluice_ns_timespec)",
-                             (long)deadline->tv_nsec);
+    if (!sluice_deadline_valid(deadline))
+        return sluice__shim_fail(res->error, sizeof res->error,
+                                 "deadline is not normalised: tv_nsec = %ld is outside [0, "
+                                 "999999999] (build it with sluice_deadline_in or "
+                                 "sluice_ns_timespec)",
+                                 (long)deadline->tv_nsec);
+    int64_t ahead = deadline ? sluice_timespec_ns(deadline) - sluice_monotonic_ns() : 0;
+    if (ahead > SLUICE__DEADLINE_AHEAD_MAX_NS)
+        return sluice__shim_fail(res->error, sizeof res->error,
+                                 "deadline is %lld days ahead: not a CLOCK_MONOTONIC time (from "
+                                 "CLOCK_REALTIME?); build it with sluice_deadline_in",
+                                 (long long)(ahead / SLUICE_NS_PER_SEC / 86400));
+    return SLUICE_OK;
+}
+
+void sluice__curl_explain_timeout(struct sluice_curl_result *res, const struct timespec *deadline,
+                                  int64_t made_ns)
+{
+    if (res->status != SLUICE_ETIMEDOUT || res->transferred || res->error[0] || !deadline)
+        return;
+    int64_t late_ms = (made_ns - sluice_timespec_ns(deadline)) / SLUICE_NS_PER_MS;
+    if (late_ms >= 0)
+        snprintf(res->error, sizeof res->error,
+                 "the deadline had already passed when the call was made (%lld ms before; it "
+                 "is an absolute CLOCK_MONOTONIC time, e.g. sluice_deadline_in)",
+                 (long long)late_ms);
+    else if (res->refused_late)
+        snprintf(res->error, sizeof res->error,
+                 "not started: less of the deadline was left than the backend's expected "
+                 "service time");
+    else
+        snprintf(res->error, sizeof res->error,
+                 "the deadline passed while the call waited for a permit (%lld ms queued)",
+                 (long long)(res->queued_ns / SLUICE_NS_PER_MS));
 }
 
 bool sluice__curl_arm_deadline(CURL *easy, const struct timespec *deadline)
@@ -282,6 +318,7 @@ static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
 
 int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl_result *res)
 {
+    int64_t made_ns = sluice_monotonic_ns();
     sluice__curl_result_init(res);
     if (!call || !call->easy)
         return res->status = sluice__shim_fail(res->error, sizeof res->error,
@@ -289,8 +326,11 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK)
         return res->status = SLUICE_EINVAL;
     int status = sluice_wait_stop_reason(call->deadline, call->cancel);
-    if (status != SLUICE_OK)
-        return res->status = status;
+    if (status != SLUICE_OK) {
+        res->status = status;
+        sluice__curl_explain_timeout(res, call->deadline, made_ns);
+        return status;
+    }
     CURL *easy = call->easy;
     /* A nested call (from a chained callback) gets a multi of its own. */
     bool nested = sluice__tl_busy;
@@ -309,7 +349,8 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     if (call->cancel && !sluice_cancel_register(call->cancel, &x.hook)) {
         status = SLUICE_ECANCELED;
     } else if (!sluice__curl_arm_deadline(easy, call->deadline)) {
-        status = SLUICE_ETIMEDOUT;
+        status = res->status = SLUICE_ETIMEDOUT;
+        sluice__curl_explain_timeout(res, call->deadline, made_ns);
     } else {
         curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, sluice__xferinfo);
         curl_easy_setopt(easy, CURLOPT_XFERINFODATA, &x);
@@ -364,6 +405,7 @@ static int sluice__curl_check_call(const struct sluice_engine *engine,
 int sluice_curl_perform_call(const struct sluice_engine *engine,
                              const struct sluice_curl_call *call, struct sluice_curl_result *result)
 {
+    int64_t made_ns = sluice_monotonic_ns();
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
     struct sluice_pool *pool = NULL;
@@ -384,6 +426,7 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
         }
         res.queued_ns = queued;
         sluice_pool_leave(pool);
+        sluice__curl_explain_timeout(&res, call->deadline, made_ns);
     }
     if (result)
         *result = res;

@@ -324,7 +324,15 @@ CLIENT_TEST(text_that_is_not_utf8_is_refused_with_einval_naming_the_field)
     sluice_chat_destroy(chat);
 }
 
-CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval)
+static void never_done(struct sluice_chat *chat, int status, void *data)
+{
+    (void)chat;
+    (void)data;
+    cr_assert_fail("a refused submission has no completion (status %s)",
+                   sluice_status_name(status));
+}
+
+CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval_naming_what_to_set)
 {
     struct sluice_chat *chat = NULL;
     char err[256] = "untouched";
@@ -349,6 +357,21 @@ CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval)
         sluice_run(e, &(struct sluice_run_desc){.ops = &sluice_chat_ops, .ctx = chat}, &rr),
         SLUICE_ECLIENT);
     cr_assert_eq(rr.client_status, SLUICE_EINVAL, "the endpoint-only backend has no URL");
+    const char *why = sluice_chat_result(chat)->error;
+    cr_assert(strstr(why, "no URL") && strstr(why, "sluice_chat_desc.base_url"),
+              "the result names what to set: \"%s\"", why);
+    /* On the loop, refused at submit with the same words. */
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
+    sluice_chat_destroy(chat);
+    chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
+    cr_assert_eq(sluice_chat_submit(loop, chat, &(struct sluice_chat_request){.done = never_done},
+                                    NULL),
+                 SLUICE_EINVAL);
+    why = sluice_chat_result(chat)->error;
+    cr_assert(strstr(why, "no URL") && strstr(why, "sluice_chat_desc.base_url"), "\"%s\"", why);
+    sluice_curl_loop_destroy(loop);
     sluice_chat_destroy(chat);
     sluice_engine_destroy(e);
 }

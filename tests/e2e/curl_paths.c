@@ -337,3 +337,117 @@ PATHS_TEST(every_provider_fixture_is_classified_the_same_on_every_path)
     sluice_engine_destroy(e);
     replay_stop(&rp);
 }
+
+/* ---- deadlines that cannot be right, named -------------------------------------------- */
+
+/* What each way to call made of one deadline: its status and its result's error. */
+struct verdict {
+    const char *path;
+    int status;
+    char error[SLUICE_CURL_ERROR_MAX];
+};
+
+#define NOWHERE "http://127.0.0.1:1/v1" /* never reached: the deadline ends each call first */
+
+static size_t every_path(struct sluice_engine *e, struct sluice_curl_loop *loop,
+                         const struct timespec *deadline, struct verdict *v)
+{
+    size_t n = 0;
+    CURL *easy = fx_easy_url(NOWHERE "/chat/completions");
+    struct sluice_curl_result res;
+    v[n] = (struct verdict){.path = "sluice_curl_perform_call"};
+    v[n].status = sluice_curl_perform_call(
+        e, &(struct sluice_curl_call){.backend = FX_BACKEND, .easy = easy, .deadline = deadline},
+        &res);
+    snprintf(v[n++].error, sizeof v->error, "%s", res.error);
+
+    struct latch l;
+    latch_init(&l);
+    v[n] = (struct verdict){.path = "sluice_curl_loop_submit"};
+    cr_assert_eq(sluice_curl_loop_submit(loop,
+                                         &(struct sluice_curl_request){.backend = FX_BACKEND,
+                                                                       .easy = easy,
+                                                                       .deadline = deadline,
+                                                                       .done = on_curl_done,
+                                                                       .data = &l},
+                                         NULL),
+                 SLUICE_OK, "accepted: the loop's completion says why it ends");
+    v[n].status = latch_wait(&l);
+    snprintf(v[n++].error, sizeof v->error, "%s", l.res.error);
+    curl_easy_cleanup(easy);
+
+    struct sluice_chat *chat = paths_chat(NOWHERE);
+    latch_init(&l);
+    v[n] = (struct verdict){.path = "sluice_chat_submit"};
+    cr_assert_eq(sluice_chat_submit(loop, chat,
+                                    &(struct sluice_chat_request){.backend = FX_BACKEND,
+                                                                  .deadline = deadline,
+                                                                  .done = on_chat_done,
+                                                                  .data = &l},
+                                    NULL),
+                 SLUICE_OK);
+    v[n].status = latch_wait(&l);
+    snprintf(v[n++].error, sizeof v->error, "%s", sluice_chat_result(chat)->error);
+    sluice_chat_destroy(chat);
+    return n;
+}
+
+PATHS_TEST(a_deadline_on_the_wrong_clock_is_einval_and_one_already_past_says_so)
+{
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
+    struct verdict v[4];
+
+    /* CLOCK_REALTIME ten seconds from now: some 56 years ahead on CLOCK_MONOTONIC. */
+    struct timespec realtime;
+    clock_gettime(CLOCK_REALTIME, &realtime);
+    realtime.tv_sec += 10;
+    size_t n = every_path(e, loop, &realtime, v);
+    struct sluice_chat *chat = paths_chat(NOWHERE);
+    struct sluice_run_result rr;
+    v[n] = (struct verdict){.path = "sluice_run (chat)"};
+    v[n].status = sluice_run(e,
+                             &(struct sluice_run_desc){.backend = FX_BACKEND,
+                                                       .ops = &sluice_chat_ops,
+                                                       .ctx = chat,
+                                                       .deadline = &realtime},
+                             &rr) == SLUICE_ECLIENT
+                      ? rr.client_status
+                      : rr.status;
+    snprintf(v[n++].error, sizeof v->error, "%s", sluice_chat_result(chat)->error);
+    sluice_chat_destroy(chat);
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_eq(v[i].status, SLUICE_EINVAL, "%s: %s, not EINVAL", v[i].path,
+                     sluice_status_name(v[i].status));
+        cr_expect(strstr(v[i].error, "CLOCK_MONOTONIC") && strstr(v[i].error, "sluice_deadline_in"),
+                  "%s: the error names the clock and the fix: \"%s\"", v[i].path, v[i].error);
+    }
+
+    /* A second ago: ETIMEDOUT, saying the deadline had passed before the call. */
+    struct timespec past = sluice_ns_timespec(sluice_monotonic_ns() - SLUICE_NS_PER_SEC);
+    n = every_path(e, loop, &past, v);
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_eq(v[i].status, SLUICE_ETIMEDOUT, "%s: %s", v[i].path,
+                     sluice_status_name(v[i].status));
+        cr_expect(strstr(v[i].error, "already passed when the call was made"),
+                  "%s: the error says so: \"%s\"", v[i].path, v[i].error);
+    }
+
+    /* A year less a day ahead is a long deadline, not a wrong clock. */
+    struct timespec long_ahead =
+        sluice_ns_timespec(sluice_monotonic_ns() + INT64_C(365) * 86400 * SLUICE_NS_PER_SEC);
+    CURL *easy = fx_easy_url(NOWHERE "/chat/completions");
+    struct sluice_curl_result res;
+    cr_assert_eq(sluice_curl_perform_call(e,
+                                          &(struct sluice_curl_call){.backend = FX_BACKEND,
+                                                                     .easy = easy,
+                                                                     .deadline = &long_ahead},
+                                          &res),
+                 SLUICE_EIO, "sent (and refused by the closed port): %s", res.error);
+    curl_easy_cleanup(easy);
+    sluice_curl_loop_destroy(loop);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
