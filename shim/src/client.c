@@ -56,7 +56,7 @@ struct sluice_chat {
     size_t received; /* bytes of response body read, against SLUICE_CHAT_REPLY_MAX */
     bool body_truncated;
     enum sluice__chat_body_mode body_mode;
-    char *sse_buf; /* SLUICE_CHAT_EVENT_MAX bytes when streaming */
+    char *sse_buf; /* SLUICE_CHAT_EVENT_MAX bytes, from the first streamed answer on */
     struct sluice__chat_stream st;
     char *reply;
     struct sluice_chat_usage usage;
@@ -156,6 +156,8 @@ static enum sluice__chat_body_mode sluice__chat_body_mode(struct sluice_chat *c)
     return events ? SLUICE__CHAT_BODY_SSE : SLUICE__CHAT_BODY_JSON;
 }
 
+static bool sluice__chat_stream_open(struct sluice_chat *c);
+
 static size_t sluice__chat_body(char *data, size_t size, size_t n, void *ctx)
 {
     struct sluice_chat *c = (struct sluice_chat *)ctx;
@@ -167,8 +169,10 @@ static size_t sluice__chat_body(char *data, size_t size, size_t n, void *ctx)
         return 0;
     }
     c->received += bytes;
-    if (c->body_mode == SLUICE__CHAT_BODY_UNDECIDED)
-        c->body_mode = sluice__chat_body_mode(c);
+    if (c->body_mode == SLUICE__CHAT_BODY_UNDECIDED &&
+        (c->body_mode = sluice__chat_body_mode(c)) == SLUICE__CHAT_BODY_SSE &&
+        !sluice__chat_stream_open(c))
+        return 0;
     if (c->body_mode == SLUICE__CHAT_BODY_SSE) /* an error event or a bad stream stops it */
         return sluice_sse_feed(&c->st.sse, data, bytes) == SLUICE_OK ? bytes : 0;
     return sluice__chat_append(c, data, bytes) ? bytes : 0; /* 0: CURLE_WRITE_ERROR */
@@ -259,14 +263,12 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
     c->on_delta = d->on_delta;
     c->delta_ctx = d->delta_ctx;
     c->usage = (struct sluice_chat_usage){-1, -1};
-    c->sse_buf = d->stream ? malloc(SLUICE_CHAT_EVENT_MAX) : NULL;
     c->messages = json_array();
     c->easy = curl_easy_init();
     c->headers = sluice__chat_headers(c->api_key);
     sluice__curl_result_init(&c->result);
     int status = (!c->model || !c->repair_prompt || (d->base_url && !c->base_url) ||
-                  (key && !c->api_key) || !c->messages || !c->easy || !c->headers ||
-                  (d->stream && !c->sse_buf))
+                  (key && !c->api_key) || !c->messages || !c->easy || !c->headers)
                      ? SLUICE_ENOMEM
                      : SLUICE_OK;
     if (status == SLUICE_OK && d->system)
@@ -457,10 +459,22 @@ static int sluice__chat_event(void *ctx, const struct sluice_sse_event *ev)
 static void sluice__chat_stream_begin(struct sluice_chat *c)
 {
     memset(&c->st, 0, sizeof c->st);
+}
+
+/* A stream arrived: the parser, with the event buffer allocated now (after admission and the
+ * permit, so a refused request never paid for it) and kept for the chat's next streams. False
+ * when memory runs out (st.nomem). */
+static bool sluice__chat_stream_open(struct sluice_chat *c)
+{
+    if (!c->sse_buf && !(c->sse_buf = malloc(SLUICE_CHAT_EVENT_MAX))) {
+        c->st.nomem = true;
+        return false;
+    }
     sluice_sse_init(&c->st.sse, &(struct sluice_sse_desc){.buf = c->sse_buf,
                                                           .size = SLUICE_CHAT_EVENT_MAX,
                                                           .on_event = sluice__chat_event,
                                                           .ctx = c});
+    return true;
 }
 
 /* What a streamed response ends as; `status` is the transfer's. Corrects c->result (kind,

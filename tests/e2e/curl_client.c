@@ -7,6 +7,7 @@
  */
 #include "e2e/curl_fixture.h"
 
+#include <malloc.h>
 #include <sys/socket.h>
 
 #include <sluice/client.h>
@@ -373,5 +374,45 @@ CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval_naming_what_to_set)
     cr_assert(strstr(why, "no URL") && strstr(why, "sluice_chat_desc.base_url"), "\"%s\"", why);
     sluice_curl_loop_destroy(loop);
     sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}
+
+/* Bytes the process's malloc has handed out and not taken back (glibc: heap and mmapped). */
+static size_t malloc_in_use(void)
+{
+    struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+}
+
+CLIENT_TEST(a_refused_streaming_chat_never_paid_for_its_event_buffer)
+{
+    size_t before = malloc_in_use();
+    char *volatile probe = malloc(SLUICE_CHAT_EVENT_MAX); /* volatile: kept, not elided */
+    memset(probe, 1, SLUICE_CHAT_EVENT_MAX);
+    bool seen = malloc_in_use() - before >= SLUICE_CHAT_EVENT_MAX;
+    free(probe);
+    if (!seen)
+        cr_skip_test("mallinfo2 does not see this build's allocator (a sanitizer's)");
+    struct sluice_engine *e = fx_engine(1, 0, NULL); /* one run at a time, no waiting room */
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
+    struct sluice_pool *pool = sluice_engine_pool(e, FX_BACKEND);
+    cr_assert_eq(sluice_pool_admit(pool), SLUICE_OK, "the pool is full from here");
+    before = malloc_in_use();
+    struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){
+        .base_url = "http://127.0.0.1:1/v1", .model = "m", .prompt = "hi", .stream = true});
+    cr_assert_eq(sluice_chat_submit(loop, chat,
+                                    &(struct sluice_chat_request){.backend = FX_BACKEND,
+                                                                  .done = never_done},
+                                    NULL),
+                 SLUICE_ECAPACITY);
+    size_t paid = malloc_in_use() - before;
+    cr_assert_lt(paid, SLUICE_CHAT_EVENT_MAX / 4,
+                 "a streaming chat created and refused holds %zu bytes (the event buffer is %u)",
+                 paid, SLUICE_CHAT_EVENT_MAX);
+    sluice_chat_destroy(chat);
+    sluice_pool_leave(pool);
+    sluice_curl_loop_destroy(loop);
     sluice_engine_destroy(e);
 }

@@ -132,8 +132,10 @@ struct sluice_chat_desc {
     int64_t retry_after_max_ns; /* Retry-After clamp (default: 60 s) */
     enum sluice_curl_dialect dialect; /* the provider's rate-limit dialect (sluice/curl.h),
                                          on either path (default: AUTO = detect) */
-    bool stream;                /* ask for a streamed answer (server-sent events); allocates
-                                   SLUICE_CHAT_EVENT_MAX bytes for the parser at create
+    bool stream;                /* ask for a streamed answer (server-sent events); the first
+                                   streamed answer allocates SLUICE_CHAT_EVENT_MAX bytes for
+                                   the parser (after admission and the permit, kept until
+                                   destroy), so a refused request pays nothing for it
                                    (default: false) */
     sluice_chat_delta_fn on_delta; /* each piece of a streamed reply (default: NULL = none) */
     void *delta_ctx;               /* passed to on_delta */
