@@ -33,6 +33,7 @@ struct sluice__chat_stream {
     bool done;              /* data: [DONE] came */
     bool finished;          /* a finish_reason other than "error" came */
     bool failed;            /* an error event came, or an event that is not a chunk */
+    bool error_event;       /* the provider ended the stream with an error event */
     bool nomem;             /* the reply could not grow */
     long error_code;        /* the error event's numeric code (0 = none, or not a number) */
     char error[96];         /* why it failed, for sluice_chat_result's error */
@@ -412,6 +413,7 @@ static int sluice__chat_chunk(struct sluice_chat *c, json_t *root)
     if (json_is_object(error) || (finish && strcmp(finish, "error") == 0)) {
         long code = sluice__chat_error_code(json_object_get(error, "code"));
         const char *message = json_string_value(json_object_get(error, "message"));
+        st->error_event = true;
         return sluice__chat_stream_fail(st, code,
                                         "the provider ended the stream with an error event "
                                         "(code %ld: %.40s)",
@@ -597,6 +599,13 @@ static int sluice__chat_conclude(struct sluice_chat *c, int status)
     status = sluice__chat_answer(c, status);
     if (status != SLUICE_OK && c->result.outcome == SLUICE_OUTCOME_OK)
         c->result.outcome = SLUICE_OUTCOME_IGNORE;
+    /* The client stopped a stream the provider was still sending (a short write: the reply
+     * cap, an SSE bound, an event it could not read, no memory): the provider may still be
+     * generating, so the call ends abandoned, as a cancelled one does, and the pool decides
+     * whether its permit lingers. An error event is the provider's own end. */
+    if (c->body_mode == SLUICE__CHAT_BODY_SSE && c->result.curl_code == CURLE_WRITE_ERROR &&
+        !c->st.error_event)
+        c->result.abandoned = true;
     return status;
 }
 

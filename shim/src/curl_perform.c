@@ -204,7 +204,11 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
                            const struct sluice_curl_result *res)
 {
     if (res->abandoned) { /* still running at the provider: its permit lingers */
-        sluice_pool_call_abandon(pool, call, res->status);
+        /* Its deadline, else its token or the caller's own stop (a chat's stream cut at the
+         * reply cap), which sluice_run counts as a cancel too. */
+        sluice_pool_call_abandon(pool, call,
+                                 res->status == SLUICE_ETIMEDOUT ? SLUICE_ETIMEDOUT
+                                                                 : SLUICE_ECANCELED);
         return;
     }
     /* Time to first byte when there was a response; the pool times the rest. */

@@ -66,7 +66,12 @@
  * IGNORE). The reply cap counts every byte of the stream, so an endless
  * stream ends at SLUICE_CHAT_REPLY_MAX as an endless body does. A token or
  * deadline that fires mid-stream aborts the transfer (the connection is
- * closed, so the provider sees it) like any other.
+ * closed, so the provider sees it) like any other. A stream the client
+ * stops itself (the reply cap, an SSE bound, an event it cannot read)
+ * may still be generating at the provider, so it ends as a cancelled call
+ * does: result.abandoned, sluice_pool_call_abandon (counted in the pool's
+ * cancels; the pool decides whether its permit lingers), on either path.
+ * A stream the provider ends with an error event is an ordinary end.
  *
  * The API key: from the description, else the environment variable
  * SLUICE_API_KEY, else OPENROUTER_API_KEY; sent only as the Authorization

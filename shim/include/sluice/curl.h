@@ -293,8 +293,11 @@ struct sluice_curl_result {
     uint32_t in_flight_at_start; /* calls in flight on the backend once this one started */
     bool transferred;            /* the transfer was started (a permit was used) */
     bool abandoned;              /* the caller's deadline or token ended the transfer after
-                                    the request was sent: the provider is still running it,
-                                    so its permit lingers (sluice_pool_call_abandon) */
+                                    the request was sent (or the caller stopped it itself,
+                                    as the chat client stops a stream at its reply cap): the
+                                    provider may still be running it, so the call ends
+                                    through sluice_pool_call_abandon (counted as a timeout,
+                                    else a cancel; its permit may linger) */
     bool refused_late;           /* SLUICE_ETIMEDOUT before any transfer: the permit came with
                                     less of the deadline left than the backend's expected
                                     service time (sluice/pool.h's start rule) */
