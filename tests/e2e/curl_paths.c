@@ -451,3 +451,402 @@ PATHS_TEST(a_deadline_on_the_wrong_clock_is_einval_and_one_already_past_says_so)
     fx_assert_idle(e);
     sluice_engine_destroy(e);
 }
+
+/* ---- every status a public call returns is in its header's list ------------------------- */
+
+#define SHIM_HEADERS SLUICE_TEST_FIXTURES "/../../shim/include/sluice/"
+
+static const struct {
+    const char *name;
+    int value;
+} statuses[] = {
+#define STATUS_ROW(name, value, msg) {"SLUICE_" #name, value},
+    SLUICE_STATUS_MAP(STATUS_ROW)
+#undef STATUS_ROW
+};
+
+/*
+ * The statuses the comment above `decl` in `header` lists: every SLUICE_<STATUS> from its
+ * "Returns" (or, for a callback, "Statuses") on. Fails the test when there is no such
+ * comment or list, so a renamed declaration cannot pass unread.
+ */
+static void documented(const char *header, const char *decl, bool listed[],
+                       size_t n_statuses)
+{
+    static char text[65536];
+    char path[512];
+    snprintf(path, sizeof path, SHIM_HEADERS "%s", header);
+    FILE *fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "%s", path);
+    size_t len = fread(text, 1, sizeof text - 1, fp);
+    fclose(fp);
+    text[len] = '\0';
+    const char *at = strstr(text, decl);
+    cr_assert_not_null(at, "%s declares no %s", header, decl);
+    const char *end = at;
+    while (end > text && !(end[-2] == '*' && end[-1] == '/'))
+        end--;
+    for (const char *p = end; p < at; p++)
+        cr_assert(*p != ';' && *p != '}', "%s: no comment right above %s", header, decl);
+    const char *start = end - 2;
+    while (start > text && !(start[0] == '/' && start[1] == '*'))
+        start--;
+    const char *list = NULL;
+    for (const char *p = start; p < end && !list; p++)
+        if (!strncmp(p, "Returns", 7) || !strncmp(p, "Statuses", 8))
+            list = p;
+    cr_assert_not_null(list, "%s: the comment above %s has no Returns/Statuses list", header,
+                       decl);
+    memset(listed, 0, n_statuses * sizeof *listed);
+    for (const char *p = list; (p = strstr(p, "SLUICE_")) && p < end; p++) {
+        size_t k = strspn(p + 7, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") + 7;
+        for (size_t i = 0; i < n_statuses; i++)
+            listed[i] |= strlen(statuses[i].name) == k && !strncmp(p, statuses[i].name, k);
+    }
+}
+
+/* Every status in got[] is in the list above `decl`. */
+static void assert_documented(const char *header, const char *decl, const int *got, size_t n)
+{
+    enum { N_STATUSES = sizeof statuses / sizeof statuses[0] };
+    bool listed[N_STATUSES];
+    documented(header, decl, listed, N_STATUSES);
+    for (size_t g = 0; g < n; g++) {
+        bool found = false;
+        for (size_t i = 0; i < N_STATUSES; i++)
+            found |= statuses[i].value == got[g] && listed[i];
+        cr_expect(found, "%s returned SLUICE_%s, which the comment above it in %s does not list",
+                  decl, sluice_status_name(got[g]), header);
+    }
+}
+
+#define ASSERT_DOCUMENTED(header, decl, ...)                                                       \
+    do {                                                                                           \
+        const int got_[] = {__VA_ARGS__};                                                          \
+        assert_documented(header, decl, got_, sizeof got_ / sizeof got_[0]);                       \
+    } while (0)
+
+/* Backends for each refusal: "open" serves, "full" is full, "late" refuses early (10 s calls,
+ * its one permit held), "closed" is closed. */
+struct refusals {
+    struct sluice_engine *engine;
+    struct sluice_call held; /* late's permit */
+};
+
+static void refusals_start(struct refusals *r)
+{
+    struct sluice_backend_desc b[] = {
+        {.id = "open", .active = 4},
+        {.id = "full", .active = 1, .waiting = SLUICE_SOME(0)},
+        {.id = "late", .active = 1, .deadlines = {.refuse_early = true}},
+        {.id = "closed", .active = 1},
+    };
+    char err[256];
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = b,
+                                                                   .n_backends = 4,
+                                                                   .error = err,
+                                                                   .error_size = sizeof err},
+                                      &r->engine),
+                 SLUICE_OK, "%s", err);
+    cr_assert_eq(sluice_pool_admit(sluice_engine_pool(r->engine, "full")), SLUICE_OK);
+    struct sluice_pool *late = sluice_engine_pool(r->engine, "late");
+    for (int i = 0; i < 16; i++) { /* the service estimate: 10 s a call */
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(late, NULL, NULL, &call), SLUICE_OK);
+        call.start_ns -= 10 * SLUICE_NS_PER_SEC;
+        sluice_pool_call_end(late, &call, SLUICE_OUTCOME_OK, 0);
+    }
+    cr_assert_eq(sluice_pool_call_begin(late, NULL, NULL, &r->held), SLUICE_OK);
+    sluice_pool_close(sluice_engine_pool(r->engine, "closed"));
+}
+
+static void refusals_stop(struct refusals *r)
+{
+    sluice_pool_call_end(sluice_engine_pool(r->engine, "late"), &r->held, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_leave(sluice_engine_pool(r->engine, "full"));
+    sluice_engine_destroy(r->engine);
+}
+
+/* A chat completion with a reply, for the chat's SLUICE_OK. */
+static struct fixture *chat_reply_fixture(void)
+{
+    static struct fixture f = {.name = "chat_reply",
+                               .status = 200,
+                               .head = "HTTP/1.1 200 OK",
+                               .body = "{\"choices\":[{\"message\":{\"content\":\"hi\"}}]}"};
+    f.body_len = strlen(f.body);
+    return &f;
+}
+
+static int perform(struct refusals *r, const char *backend, const char *url,
+                   const struct timespec *deadline, struct sluice_cancel *cancel)
+{
+    CURL *easy = fx_easy_url(url);
+    int status = sluice_curl_perform(r->engine, backend, easy, deadline, cancel, NULL);
+    curl_easy_cleanup(easy);
+    return status;
+}
+
+static int transfer(const char *url, const struct timespec *deadline,
+                    struct sluice_cancel *cancel)
+{
+    CURL *easy = url ? fx_easy_url(url) : NULL;
+    struct sluice_curl_result res;
+    int status = sluice_curl_transfer(
+        &(struct sluice_curl_call){.easy = easy, .deadline = deadline, .cancel = cancel}, &res);
+    if (easy)
+        curl_easy_cleanup(easy);
+    return status;
+}
+
+/* A request on a loop, and the latch its completion opens. */
+struct loop_call {
+    CURL *easy;
+    struct latch l;
+};
+
+static int submit(struct sluice_curl_loop *loop, struct loop_call *c, const char *backend,
+                  const char *url, const struct timespec *deadline, struct sluice_cancel *cancel)
+{
+    c->easy = fx_easy_url(url);
+    latch_init(&c->l);
+    return sluice_curl_loop_submit(loop,
+                                   &(struct sluice_curl_request){.backend = backend,
+                                                                 .easy = c->easy,
+                                                                 .deadline = deadline,
+                                                                 .cancel = cancel,
+                                                                 .done = on_curl_done,
+                                                                 .data = &c->l},
+                                   NULL);
+}
+
+/* The completion of an accepted submission. */
+static int completion(struct loop_call *c)
+{
+    int status = latch_wait(&c->l);
+    curl_easy_cleanup(c->easy);
+    return status;
+}
+
+struct chat_call {
+    struct sluice_chat *chat;
+    struct latch l;
+};
+
+static int chat_submit(struct sluice_curl_loop *loop, struct chat_call *c, const char *base,
+                       const char *backend, const struct timespec *deadline,
+                       struct sluice_cancel *cancel)
+{
+    c->chat = NULL;
+    cr_assert_eq(sluice_chat_create(
+                     &(struct sluice_chat_desc){.base_url = base, .model = "m", .prompt = "hi"},
+                     &c->chat),
+                 SLUICE_OK);
+    latch_init(&c->l);
+    return sluice_chat_submit(loop, c->chat,
+                              &(struct sluice_chat_request){.backend = backend,
+                                                            .deadline = deadline,
+                                                            .cancel = cancel,
+                                                            .done = on_chat_done,
+                                                            .data = &c->l},
+                              NULL);
+}
+
+static int chat_completion(struct chat_call *c)
+{
+    int status = latch_wait(&c->l);
+    sluice_chat_destroy(c->chat);
+    return status;
+}
+
+static int chat_refusal(struct chat_call *c, int status)
+{
+    sluice_chat_destroy(c->chat);
+    return status;
+}
+
+/* The call drove the refusal it was meant to (else the list check below proves nothing). */
+static int expect_status(int got, int want, const char *what)
+{
+    cr_expect_eq(got, want, "%s: SLUICE_%s, want SLUICE_%s", what, sluice_status_name(got),
+                 sluice_status_name(want));
+    return got;
+}
+
+#define EXPECT(call, want) expect_status((call), SLUICE_##want, #call)
+
+/* submit's own status; an accepted request's completion is waited for and dropped. */
+static int submitted(struct sluice_curl_loop *loop, const char *backend, const char *url,
+                     const struct timespec *deadline)
+{
+    struct loop_call c;
+    int status = submit(loop, &c, backend, url, deadline, NULL);
+    if (status == SLUICE_OK)
+        completion(&c);
+    else
+        curl_easy_cleanup(c.easy);
+    return status;
+}
+
+/* sluice_chat_submit's own status, likewise. */
+static int chat_submitted(struct sluice_curl_loop *loop, const char *base, const char *backend,
+                          const struct timespec *deadline)
+{
+    struct chat_call c;
+    int status = chat_submit(loop, &c, base, backend, deadline, NULL);
+    return status == SLUICE_OK ? (chat_completion(&c), status) : chat_refusal(&c, status);
+}
+
+/* An accepted chat's completion status. */
+static int chat_done(struct sluice_curl_loop *loop, const char *base,
+                     const struct timespec *deadline, struct sluice_cancel *cancel)
+{
+    struct chat_call c;
+    cr_assert_eq(chat_submit(loop, &c, base, "open", deadline, cancel), SLUICE_OK);
+    return chat_completion(&c);
+}
+
+PATHS_TEST(every_status_a_public_call_returns_is_in_its_headers_list)
+{
+    struct replay rp;
+    replay_start(&rp);
+    atomic_store(&rp.serving, chat_reply_fixture());
+    char url[96], base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d/v1", rp.port);
+    snprintf(url, sizeof url, "%s/chat/completions", base);
+    const char *nowhere = NOWHERE "/chat/completions";
+    struct refusals r;
+    refusals_start(&r);
+    struct timespec past = sluice_ns_timespec(sluice_monotonic_ns() - SLUICE_NS_PER_SEC);
+    struct timespec in_15s, realtime;
+    sluice_deadline_in(&in_15s, 15 * SLUICE_NS_PER_SEC);
+    clock_gettime(CLOCK_REALTIME, &realtime);
+    struct sluice_cancel fired;
+    sluice_cancel_init(&fired);
+    sluice_cancel_fire(&fired);
+
+    ASSERT_DOCUMENTED("curl.h", "int sluice_curl_perform(",
+                      EXPECT(perform(&r, "open", url, NULL, NULL), OK),
+                      EXPECT(perform(&r, "open", nowhere, NULL, NULL), EIO),
+                      EXPECT(perform(&r, "open", url, &past, NULL), ETIMEDOUT),
+                      EXPECT(perform(&r, "open", url, NULL, &fired), ECANCELED),
+                      EXPECT(perform(&r, "full", url, NULL, NULL), ECAPACITY),
+                      EXPECT(perform(&r, "late", url, &in_15s, NULL), ELATE),
+                      EXPECT(perform(&r, "closed", url, NULL, NULL), ECLOSED),
+                      EXPECT(perform(&r, "unknown", url, NULL, NULL), EINVAL),
+                      EXPECT(perform(&r, "open", url, &realtime, NULL), EINVAL));
+    CURL *easy = fx_easy_url(url);
+    ASSERT_DOCUMENTED(
+        "curl.h", "int sluice_curl_perform_call(",
+        EXPECT(sluice_curl_perform_call(r.engine, &(struct sluice_curl_call){0}, NULL), EINVAL),
+        EXPECT(sluice_curl_perform_call(r.engine,
+                                        &(struct sluice_curl_call){.backend = "late",
+                                                                   .easy = easy,
+                                                                   .deadline = &in_15s},
+                                        NULL),
+               ELATE));
+    curl_easy_cleanup(easy);
+    ASSERT_DOCUMENTED("curl.h", "int sluice_curl_transfer(", EXPECT(transfer(url, NULL, NULL), OK),
+                      EXPECT(transfer(nowhere, NULL, NULL), EIO),
+                      EXPECT(transfer(url, &past, NULL), ETIMEDOUT),
+                      EXPECT(transfer(url, NULL, &fired), ECANCELED),
+                      EXPECT(transfer(NULL, NULL, NULL), EINVAL),
+                      EXPECT(transfer(url, &realtime, NULL), EINVAL));
+
+    struct sluice_curl_loop *loop = NULL, *one = NULL, *one_chat = NULL, *closed = NULL;
+    ASSERT_DOCUMENTED(
+        "curl.h", "int sluice_curl_loop_create(",
+        EXPECT(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){0}, &loop), EINVAL),
+        EXPECT(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = r.engine}, &loop),
+               OK));
+    struct sluice_curl_loop_desc one_request = {.engine = r.engine, .max_requests = 1};
+    cr_assert_eq(sluice_curl_loop_create(&one_request, &one), SLUICE_OK);
+    cr_assert_eq(sluice_curl_loop_create(&one_request, &one_chat), SLUICE_OK);
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = r.engine},
+                                         &closed),
+                 SLUICE_OK);
+    sluice_curl_loop_close(closed);
+
+    /* `one` and `one_chat` hold one request each, waiting for late's held permit. */
+    struct loop_call waiting;
+    struct chat_call waiting_chat;
+    cr_assert_eq(submit(one, &waiting, "late", url, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(chat_submit(one_chat, &waiting_chat, base, "late", NULL, NULL), SLUICE_OK);
+    ASSERT_DOCUMENTED("curl.h", "int sluice_curl_loop_submit(",
+                      EXPECT(submitted(loop, "open", url, NULL), OK),
+                      EXPECT(submitted(loop, "full", url, NULL), ECAPACITY),
+                      EXPECT(submitted(loop, "late", url, &in_15s), ELATE),
+                      EXPECT(submitted(loop, "closed", url, NULL), ECLOSED),
+                      EXPECT(submitted(loop, "unknown", url, NULL), EINVAL),
+                      EXPECT(submitted(one, "open", url, NULL), EAGAIN),
+                      EXPECT(submitted(closed, "open", url, NULL), ECLOSED));
+    ASSERT_DOCUMENTED("client.h", "int sluice_chat_submit(",
+                      EXPECT(chat_submitted(loop, base, "open", NULL), OK),
+                      EXPECT(chat_submitted(loop, base, "full", NULL), ECAPACITY),
+                      EXPECT(chat_submitted(loop, base, "late", &in_15s), ELATE),
+                      EXPECT(chat_submitted(loop, base, "closed", NULL), ECLOSED),
+                      EXPECT(chat_submitted(loop, base, "unknown", NULL), EINVAL),
+                      EXPECT(chat_submitted(loop, NULL, NULL, NULL), EINVAL),
+                      EXPECT(chat_submitted(one_chat, base, "open", NULL), EAGAIN),
+                      EXPECT(chat_submitted(closed, base, "open", NULL), ECLOSED));
+    uint64_t id = 0;
+    struct loop_call held;
+    CURL *held_easy = fx_easy_url(url);
+    latch_init(&held.l);
+    cr_assert_eq(sluice_curl_loop_submit(loop,
+                                         &(struct sluice_curl_request){.backend = "late",
+                                                                       .easy = held_easy,
+                                                                       .done = on_curl_done,
+                                                                       .data = &held.l},
+                                         &id),
+                 SLUICE_OK);
+    held.easy = held_easy;
+    ASSERT_DOCUMENTED("curl.h", "int sluice_curl_loop_cancel(",
+                      EXPECT(sluice_curl_loop_cancel(loop, id), OK),
+                      EXPECT(sluice_curl_loop_cancel(loop, 0), EINVAL),
+                      EXPECT(sluice_curl_loop_cancel(NULL, id), EINVAL));
+
+    /* The completions: served, refused by the port, past, cancelled (by token and by id),
+     * the wrong clock, and the waiting ones when their loops close. */
+    sluice_curl_loop_close(one);
+    sluice_curl_loop_close(one_chat);
+    struct loop_call done;
+    ASSERT_DOCUMENTED(
+        "curl.h", "(*sluice_curl_done_fn)",
+        EXPECT((submit(loop, &done, "open", url, NULL, NULL), completion(&done)), OK),
+        EXPECT((submit(loop, &done, "open", nowhere, NULL, NULL), completion(&done)), EIO),
+        EXPECT((submit(loop, &done, "open", url, &past, NULL), completion(&done)), ETIMEDOUT),
+        EXPECT((submit(loop, &done, "open", url, NULL, &fired), completion(&done)), ECANCELED),
+        EXPECT((submit(loop, &done, "open", url, &realtime, NULL), completion(&done)), EINVAL),
+        EXPECT(completion(&held), ECANCELED), EXPECT(completion(&waiting), ECLOSED));
+    ASSERT_DOCUMENTED("client.h", "(*sluice_chat_done_fn)",
+                      EXPECT(chat_done(loop, base, NULL, NULL), OK),
+                      EXPECT(chat_done(loop, NOWHERE, NULL, NULL), EIO),
+                      EXPECT(chat_done(loop, base, &past, NULL), ETIMEDOUT),
+                      EXPECT(chat_done(loop, base, NULL, &fired), ECANCELED),
+                      EXPECT(chat_done(loop, base, &realtime, NULL), EINVAL),
+                      EXPECT(chat_completion(&waiting_chat), ECLOSED));
+
+    struct sluice_chat *chat = NULL;
+    char bad_utf8[] = {'h', (char)0xC3, 0};
+    ASSERT_DOCUMENTED(
+        "client.h", "int sluice_chat_create(",
+        EXPECT(sluice_chat_create(&(struct sluice_chat_desc){.model = "m"}, &chat), EINVAL),
+        EXPECT(sluice_chat_create(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"}, &chat),
+               OK));
+    ASSERT_DOCUMENTED("client.h", "int sluice_chat_set_repair(",
+                      EXPECT(sluice_chat_set_repair(chat, "again"), OK),
+                      EXPECT(sluice_chat_set_repair(chat, bad_utf8), EINVAL));
+    sluice_chat_destroy(chat);
+    enum sluice_curl_dialect dialect;
+    ASSERT_DOCUMENTED("curl.h", "int sluice_curl_dialect_parse(",
+                      EXPECT(sluice_curl_dialect_parse("openai", &dialect), OK),
+                      EXPECT(sluice_curl_dialect_parse("nobody", &dialect), EINVAL));
+
+    sluice_curl_loop_destroy(loop);
+    sluice_curl_loop_destroy(one);
+    sluice_curl_loop_destroy(one_chat);
+    sluice_curl_loop_destroy(closed);
+    refusals_stop(&r);
+    replay_stop(&rp);
+}
