@@ -49,13 +49,14 @@ static struct sluice_engine *engine_at_sim(void)
     return e;
 }
 
+/* A streaming chat whose deltas go to *d (NULL: none). */
 static struct sluice_chat *stream_chat(struct deltas *d)
 {
     struct sluice_chat *chat = NULL;
     cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
                                                                .prompt = "hi",
                                                                .stream = true,
-                                                               .on_delta = on_delta,
+                                                               .on_delta = d ? on_delta : NULL,
                                                                .delta_ctx = d},
                                     &chat),
                  SLUICE_OK);
@@ -251,12 +252,7 @@ STREAM_TEST(an_endless_stream_ends_at_the_reply_cap)
 {
     fx_start(&endless_stream);
     struct sluice_engine *e = engine_at_sim();
-    struct sluice_chat *chat = NULL;
-    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
-                                                               .prompt = "hi",
-                                                               .stream = true},
-                                    &chat),
-                 SLUICE_OK);
+    struct sluice_chat *chat = stream_chat(NULL);
     struct timespec deadline;
     sluice_deadline_in(&deadline, 30 * SLUICE_NS_PER_SEC);
     struct sluice_run_result rr;
@@ -281,12 +277,7 @@ STREAM_TEST(a_stream_cut_at_the_reply_cap_ends_abandoned_like_a_cancelled_call)
     fx_start(&endless_stream);
     struct sluice_engine *e = engine_at_sim();
     fx_teach_service(e, LINGER_AFTER_NS, 16);
-    struct sluice_chat *chat = NULL;
-    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
-                                                               .prompt = "hi",
-                                                               .stream = true},
-                                    &chat),
-                 SLUICE_OK);
+    struct sluice_chat *chat = stream_chat(NULL);
     struct sluice_run_result rr;
     cr_assert_eq(run_chat(e, chat, NULL, NULL, &rr), SLUICE_ECLIENT);
     cr_assert_eq(rr.client_status, SLUICE_EIO);

@@ -6,6 +6,7 @@
  * messages, the repair turn).
  */
 #include "e2e/curl_fixture.h"
+#include "e2e/curl_loopback.h"
 
 #include <malloc.h>
 #include <sys/socket.h>
@@ -162,27 +163,6 @@ struct capture {
     pthread_t thread;
 };
 
-static void capture_read(int fd, char *buf, size_t cap)
-{
-    size_t len = 0;
-    long want = -1;
-    while (len + 1 < cap) {
-        ssize_t got = recv(fd, buf + len, cap - 1 - len, 0);
-        if (got <= 0)
-            break;
-        len += (size_t)got;
-        buf[len] = '\0';
-        char *end = strstr(buf, "\r\n\r\n");
-        if (end && want < 0) {
-            char *cl = strcasestr(buf, "Content-Length:");
-            want = (long)(end + 4 - buf) + (cl ? strtol(cl + 15, NULL, 10) : 0);
-        }
-        if (want >= 0 && (long)len >= want)
-            break;
-    }
-    buf[len] = '\0';
-}
-
 static void *capture_main(void *arg)
 {
     struct capture *c = (struct capture *)arg;
@@ -193,7 +173,7 @@ static void *capture_main(void *arg)
         int fd = accept(c->listen_fd, NULL, NULL);
         if (fd < 0)
             return NULL;
-        capture_read(fd, c->req[i], sizeof c->req[i]);
+        loopback_read_request(fd, c->req[i], sizeof c->req[i]);
         char head[256];
         int n = snprintf(head, sizeof head,
                          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
@@ -210,24 +190,13 @@ static void *capture_main(void *arg)
 static void capture_start(struct capture *c)
 {
     memset(c, 0, sizeof *c);
-    c->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    cr_assert_eq(bind(c->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(c->listen_fd, 4), 0);
-    getsockname(c->listen_fd, (struct sockaddr *)&a, &len);
-    c->port = ntohs(a.sin_port);
+    c->listen_fd = loopback_listen(4, &c->port);
     pthread_create(&c->thread, NULL, capture_main, c);
 }
 
 static void capture_stop(struct capture *c)
 {
-    shutdown(c->listen_fd, SHUT_RDWR);
-    close(c->listen_fd);
-    pthread_join(c->thread, NULL);
+    loopback_stop(c->listen_fd, c->thread);
 }
 
 static int reject_first(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair)

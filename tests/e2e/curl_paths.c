@@ -9,10 +9,10 @@
  * must give discovery the same sample.
  */
 #include "e2e/curl_fixture.h"
+#include "e2e/curl_loopback.h"
+#include "shim/provider_fixture.h"
 
 #include <dirent.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <sluice/client.h>
@@ -21,91 +21,14 @@
 #define PATHS_TEST(name, ...)                                                                      \
     Test(curl_paths, name, .init = fx_setup, .fini = fx_teardown, .timeout = 60, ##__VA_ARGS__)
 
-/* ---- a fixture, parsed, and a server that replays it --------------------------------- */
-
-struct fixture {
-    char name[64];
-    char text[8192];
-    long status;
-    struct sluice_curl_header headers[32];
-    size_t n_headers;
-    const char *head; /* the status line (NUL-terminated in text) */
-    const char *body;
-    size_t body_len;
-};
-
-static void fixture_load(struct fixture *f, const char *file)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/providers/%s", SLUICE_TEST_FIXTURES, file);
-    FILE *fp = fopen(path, "rb");
-    cr_assert_not_null(fp, "fixture %s", path);
-    size_t len = fread(f->text, 1, sizeof f->text - 1, fp);
-    fclose(fp);
-    f->text[len] = '\0';
-    snprintf(f->name, sizeof f->name, "%.*s", (int)(strlen(file) - 5), file);
-    char *line = f->text, *next = strchr(line, '\n');
-    cr_assert_not_null(next, "%s: a status line", file);
-    *next = '\0';
-    f->head = line;
-    cr_assert_eq(sscanf(line, "HTTP/1.1 %ld", &f->status), 1, "%s: status line", file);
-    f->n_headers = 0;
-    for (line = next + 1; (next = strchr(line, '\n')) && next != line; line = next + 1) {
-        *next = '\0';
-        char *colon = strchr(line, ':');
-        cr_assert_not_null(colon, "%s: header line \"%s\"", file, line);
-        cr_assert_lt(f->n_headers, sizeof f->headers / sizeof f->headers[0]);
-        *colon = '\0';
-        f->headers[f->n_headers++] = (struct sluice_curl_header){line, colon + 2};
-    }
-    f->body = next ? next + 1 : "";
-    f->body_len = strlen(f->body);
-}
-
-/* What sluice_curl_classify says of the fixture as the transports see it (now, AUTO). */
-static struct sluice_curl_result fixture_classify(const struct fixture *f)
-{
-    struct sluice_curl_response resp = {.http_status = f->status,
-                                        .code = CURLE_OK,
-                                        .request_sent = true,
-                                        .retry_after_s = -1,
-                                        .headers = f->headers,
-                                        .n_headers = f->n_headers,
-                                        .body = f->body,
-                                        .body_len = f->body_len};
-    struct sluice_curl_result out;
-    sluice_curl_classify(&resp, &out);
-    return out;
-}
+/* ---- a server that replays a fixture ---------------------------------------------------- */
 
 /* Answers every request on its port with `serving`, one connection per answer. */
 struct replay {
     int listen_fd, port;
     pthread_t thread;
-    _Atomic(const struct fixture *) serving;
+    _Atomic(const struct provider_fixture *) serving;
 };
-
-/* Read a request through its body (Content-Length), so the answer never races it. */
-static void replay_read_request(int fd)
-{
-    char buf[4096];
-    size_t len = 0;
-    long want = -1;
-    while (len < sizeof buf - 1) {
-        ssize_t got = recv(fd, buf + len, sizeof buf - 1 - len, 0);
-        if (got <= 0)
-            return;
-        len += (size_t)got;
-        buf[len] = '\0';
-        char *end = strstr(buf, "\r\n\r\n");
-        if (end && want < 0) {
-            char *cl = strcasestr(buf, "Content-Length:");
-            want = (long)(end + 4 - buf) + (cl ? strtol(cl + 15, NULL, 10) : 0);
-        }
-        if (want >= 0 && (long)len >= want)
-            return;
-    }
-}
 
 static void *replay_main(void *arg)
 {
@@ -114,19 +37,21 @@ static void *replay_main(void *arg)
         int fd = accept(rp->listen_fd, NULL, NULL);
         if (fd < 0)
             return NULL;
-        replay_read_request(fd);
-        const struct fixture *f = atomic_load(&rp->serving);
+        char request[4096];
+        loopback_read_request(fd, request, sizeof request);
+        const struct provider_fixture *f = atomic_load(&rp->serving);
+        const struct sluice_curl_response *r = &f->resp;
         char head[2048];
-        int n = snprintf(head, sizeof head, "%s\r\n", f->head);
-        for (size_t i = 0; i < f->n_headers; i++)
-            n += snprintf(head + n, sizeof head - (size_t)n, "%s: %s\r\n", f->headers[i].name,
-                          f->headers[i].value);
+        int n = snprintf(head, sizeof head, "%s\r\n", f->status_line);
+        for (size_t i = 0; i < r->n_headers; i++)
+            n += snprintf(head + n, sizeof head - (size_t)n, "%s: %s\r\n", r->headers[i].name,
+                          r->headers[i].value);
         n += snprintf(head + n, sizeof head - (size_t)n,
                       "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: "
                       "close\r\n\r\n",
-                      f->body_len);
+                      r->body_len);
         send(fd, head, (size_t)n, MSG_NOSIGNAL);
-        send(fd, f->body, f->body_len, MSG_NOSIGNAL);
+        send(fd, r->body, r->body_len, MSG_NOSIGNAL);
         close(fd);
     }
 }
@@ -134,24 +59,16 @@ static void *replay_main(void *arg)
 static void replay_start(struct replay *rp)
 {
     memset(rp, 0, sizeof *rp);
-    rp->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    cr_assert_eq(bind(rp->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(rp->listen_fd, 16), 0);
-    getsockname(rp->listen_fd, (struct sockaddr *)&a, &len);
-    rp->port = ntohs(a.sin_port);
+    rp->listen_fd = loopback_listen(16, &rp->port);
     pthread_create(&rp->thread, NULL, replay_main, rp);
 }
 
 static void replay_stop(struct replay *rp)
 {
-    shutdown(rp->listen_fd, SHUT_RDWR);
-    close(rp->listen_fd);
-    pthread_join(rp->thread, NULL);
+    loopback_stop(rp->listen_fd, rp->thread);
 }
 
-/* Every fixture file's name, sorted; returns how many. */
+/* Every fixture's NAME, sorted; returns how many. */
 static size_t fixture_names(char names[][64], size_t max)
 {
     char dir[512];
@@ -164,7 +81,7 @@ static size_t fixture_names(char names[][64], size_t max)
         size_t len = strlen(de->d_name);
         if (len > 5 && strcmp(de->d_name + len - 5, ".http") == 0) {
             cr_assert_lt(n, max, "more fixtures than the test has room for");
-            snprintf(names[n++], 64, "%s", de->d_name);
+            snprintf(names[n++], 64, "%.*s", (int)(len - 5), de->d_name);
         }
     }
     closedir(d);
@@ -272,11 +189,12 @@ PATHS_TEST(every_provider_fixture_is_classified_the_same_on_every_path)
     static char names[64][64];
     size_t n = fixture_names(names, 64);
     cr_assert_geq(n, 19, "the provider fixtures are there (%zu)", n);
-    static struct fixture f;
+    static struct provider_fixture f;
     for (size_t i = 0; i < n; i++) {
-        fixture_load(&f, names[i]);
+        provider_fixture_load(&f, names[i]);
         atomic_store(&rp.serving, &f);
-        struct sluice_curl_result want = fixture_classify(&f);
+        struct sluice_curl_result want; /* as the transports read it: now, AUTO */
+        sluice_curl_classify(&f.resp, &want);
 
         /* The chat through sluice_run: the result, and the sample discovery got. */
         struct sluice_chat *chat = paths_chat(base);
@@ -557,7 +475,9 @@ static void refusals_start(struct refusals *r)
         sluice_pool_call_end(late, &call, SLUICE_OUTCOME_OK, 0);
     }
     cr_assert_eq(sluice_pool_call_begin(late, NULL, NULL, &r->held), SLUICE_OK);
-    sluice_pool_close(sluice_engine_pool(r->engine, "closed"));
+    struct sluice_pool *closed = sluice_engine_pool(r->engine, "closed");
+    cr_assert_not_null(closed);
+    sluice_pool_close(closed);
 }
 
 static void refusals_stop(struct refusals *r)
@@ -568,13 +488,14 @@ static void refusals_stop(struct refusals *r)
 }
 
 /* A chat completion with a reply, for the chat's SLUICE_OK. */
-static struct fixture *chat_reply_fixture(void)
+static struct provider_fixture *chat_reply_fixture(void)
 {
-    static struct fixture f = {.name = "chat_reply",
-                               .status = 200,
-                               .head = "HTTP/1.1 200 OK",
-                               .body = "{\"choices\":[{\"message\":{\"content\":\"hi\"}}]}"};
-    f.body_len = strlen(f.body);
+    static struct provider_fixture f = {
+        .name = "chat_reply",
+        .status_line = "HTTP/1.1 200 OK",
+        .resp = {.http_status = 200,
+                 .body = "{\"choices\":[{\"message\":{\"content\":\"hi\"}}]}"}};
+    f.resp.body_len = strlen(f.resp.body);
     return &f;
 }
 
@@ -637,11 +558,7 @@ static int chat_submit(struct sluice_curl_loop *loop, struct chat_call *c, const
                        const char *backend, const struct timespec *deadline,
                        struct sluice_cancel *cancel)
 {
-    c->chat = NULL;
-    cr_assert_eq(sluice_chat_create(
-                     &(struct sluice_chat_desc){.base_url = base, .model = "m", .prompt = "hi"},
-                     &c->chat),
-                 SLUICE_OK);
+    c->chat = paths_chat(base);
     latch_init(&c->l);
     return sluice_chat_submit(loop, c->chat,
                               &(struct sluice_chat_request){.backend = backend,
