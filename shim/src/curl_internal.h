@@ -20,6 +20,7 @@ enum sluice__curl_stop {
     SLUICE__CURL_RAN = 0,  /* it ran to its end (any CURLcode) */
     SLUICE__CURL_CANCELED, /* the caller's token (or chained xferinfo) aborted it */
     SLUICE__CURL_CLOSED,   /* the loop shut down under it */
+    SLUICE__CURL_START,    /* its start deadline passed before the answer began */
 };
 
 /*
@@ -102,7 +103,8 @@ int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_c
 
 /* A call that ended SLUICE_ETIMEDOUT before any transfer (res->status) with no word yet: say
  * in res->error whether its deadline had passed when it was made (at `made_ns`), left too
- * little to start (res->refused_late), or ran out while it queued. */
+ * little to start (res->refused_late), or ran out while it queued; `deadline` is the earlier
+ * of the call's start and whole-call deadlines. */
 void sluice__curl_explain_timeout(struct sluice_curl_result *res, const struct timespec *deadline,
                                   int64_t made_ns);
 

@@ -94,18 +94,20 @@ void sluice__curl_explain_timeout(struct sluice_curl_result *res, const struct t
     if (res->status != SLUICE_ETIMEDOUT || res->transferred || res->error[0] || !deadline)
         return;
     int64_t late_ms = (made_ns - sluice_timespec_ns(deadline)) / SLUICE_NS_PER_MS;
+    const char *which = res->expired == SLUICE_EXPIRED_START ? "start deadline" : "deadline";
     if (late_ms >= 0)
         snprintf(res->error, sizeof res->error,
-                 "the deadline had already passed when the call was made (%lld ms before; it "
-                 "is an absolute CLOCK_MONOTONIC time, e.g. sluice_deadline_in)",
-                 (long long)late_ms);
+                 "the %s had already passed when the call was made (%lld ms before; it is an "
+                 "absolute CLOCK_MONOTONIC time, e.g. sluice_deadline_in)",
+                 which, (long long)late_ms);
     else if (res->refused_late)
         snprintf(res->error, sizeof res->error,
-                 "not started: less of the deadline was left than the backend's expected "
-                 "service time");
+                 "not started: too little of the %s was left for the backend's expected "
+                 "service time",
+                 which);
     else
         snprintf(res->error, sizeof res->error,
-                 "the deadline passed while the call waited for a permit (%lld ms queued)",
+                 "the %s passed while the call waited for a permit (%lld ms queued)", which,
                  (long long)(res->queued_ns / SLUICE_NS_PER_MS));
 }
 
@@ -171,6 +173,11 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
         res->status = stop == SLUICE__CURL_CANCELED ? SLUICE_ECANCELED
                       : stop == SLUICE__CURL_CLOSED ? SLUICE_ECLOSED
                                                     : SLUICE_ETIMEDOUT;
+        res->expired = stop == SLUICE__CURL_START ? SLUICE_EXPIRED_START
+                       : res->status == SLUICE_ETIMEDOUT ? SLUICE_EXPIRED_CALL
+                                                         : SLUICE_EXPIRED_NONE;
+        /* Cut before its first byte, the latency signal was never seen (censored). */
+        res->latency_ns = stop != SLUICE__CURL_START && ttfb > 0 ? (int64_t)ttfb * 1000 : 0;
         res->abandoned = request_size > 0 && stop != SLUICE__CURL_CLOSED;
         return;
     }
@@ -203,12 +210,13 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res)
 {
-    if (res->abandoned) { /* still running at the provider: its permit lingers */
+    if (res->abandoned) { /* perhaps still running at the provider (the pool's linger mode) */
         /* Its deadline, else its token or the caller's own stop (a chat's stream cut at the
          * reply cap), which sluice_run counts as a cancel too. */
-        sluice_pool_call_abandon(pool, call,
-                                 res->status == SLUICE_ETIMEDOUT ? SLUICE_ETIMEDOUT
-                                                                 : SLUICE_ECANCELED);
+        sluice_pool_call_abandon_latency(pool, call,
+                                         res->status == SLUICE_ETIMEDOUT ? SLUICE_ETIMEDOUT
+                                                                         : SLUICE_ECANCELED,
+                                         res->latency_ns > 0 ? res->latency_ns : -1);
         return;
     }
     /* Time to first byte when there was a response; the pool times the rest. */
@@ -261,6 +269,11 @@ void sluice__tee_remove(const struct sluice__tee *t)
 
 struct sluice__xfer {
     struct sluice_cancel *cancel;
+    int64_t start_ns;           /* the start deadline, CLOCK_MONOTONIC (INT64_MAX = none) */
+    bool (*begun)(void *data);  /* the caller's test that the answer began (NULL: a body byte) */
+    void *begun_data;
+    bool started;               /* the answer began */
+    bool start_expired;         /* the start deadline passed first: the transfer is aborted */
     curl_xferinfo_callback chained;
     void *chained_data;
     CURLM *multi;
@@ -269,10 +282,23 @@ struct sluice__xfer {
     char body[SLUICE_CURL_BODY_MAX];
 };
 
+/* Whether the start deadline has passed before the answer began (then the transfer ends). */
+static bool sluice__xfer_start_expired(struct sluice__xfer *x, curl_off_t dlnow)
+{
+    if (x->started || x->start_ns == INT64_MAX)
+        return x->start_expired;
+    x->started = x->begun ? x->begun(x->begun_data) : dlnow > 0;
+    if (!x->started && sluice_monotonic_ns() >= x->start_ns)
+        x->start_expired = true;
+    return x->start_expired;
+}
+
 static int sluice__xferinfo(void *p, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                             curl_off_t ulnow)
 {
     struct sluice__xfer *x = (struct sluice__xfer *)p;
+    if (sluice__xfer_start_expired(x, dlnow))
+        return 1;
     if (x->chained) {
         int rc = x->chained(x->chained_data, dltotal, dlnow, ultotal, ulnow);
         if (rc != 0 && rc != CURL_PROGRESSFUNC_CONTINUE)
@@ -289,8 +315,19 @@ static void sluice__xfer_on_cancel(struct sluice_cancel_hook *hook)
     curl_multi_wakeup(x->multi);
 }
 
-/* Drive `easy` on `multi` to its end or until the token fires. */
-static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
+/* How long the drive loop may sleep: a second, or until the start deadline while the answer
+ * has not begun (xferinfo runs when curl works, not when nothing arrives). */
+static int sluice__xfer_poll_ms(const struct sluice__xfer *x)
+{
+    if (x->started || x->start_ns == INT64_MAX)
+        return 1000;
+    int64_t left = (x->start_ns - sluice_monotonic_ns()) / SLUICE_NS_PER_MS + 1;
+    return left < 1 ? 1 : left > 1000 ? 1000 : (int)left;
+}
+
+/* Drive `easy` on `multi` to its end, until the token fires or the start deadline passes
+ * before the answer began. */
+static enum sluice__curl_stop sluice__xfer_drive(struct sluice__xfer *x, CURLM *multi, CURL *easy,
                                                  struct sluice_cancel *cancel, CURLcode *code)
 {
     int running = 1;
@@ -305,7 +342,8 @@ static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
                 done = true;
             }
         if (done)
-            return sluice_cancel_fired(cancel) && *code == CURLE_ABORTED_BY_CALLBACK
+            return x->start_expired && *code == CURLE_ABORTED_BY_CALLBACK ? SLUICE__CURL_START
+                   : sluice_cancel_fired(cancel) && *code == CURLE_ABORTED_BY_CALLBACK
                        ? SLUICE__CURL_CANCELED
                        : SLUICE__CURL_RAN;
         if (mc != CURLM_OK) {
@@ -314,7 +352,9 @@ static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
         }
         if (sluice_cancel_fired(cancel))
             return SLUICE__CURL_CANCELED; /* not yet aborted by xferinfo: removal aborts it */
-        mc = curl_multi_poll(multi, NULL, 0, 1000, NULL);
+        if (sluice__xfer_start_expired(x, 0))
+            return SLUICE__CURL_START;
+        mc = curl_multi_poll(multi, NULL, 0, sluice__xfer_poll_ms(x), NULL);
         if (mc == CURLM_OK)
             mc = curl_multi_perform(multi, &running);
     }
@@ -327,12 +367,16 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     if (!call || !call->easy)
         return res->status = sluice__shim_fail(res->error, sizeof res->error,
                                                "%s is NULL (required)", call ? "easy" : "call");
-    if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK)
+    if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK ||
+        sluice__curl_check_deadline(call->start_deadline, res) != SLUICE_OK)
         return res->status = SLUICE_EINVAL;
-    int status = sluice_wait_stop_reason(call->deadline, call->cancel);
+    const struct timespec *first = sluice_deadline_first(call->start_deadline, call->deadline);
+    int status = sluice_wait_stop_reason(first, call->cancel);
     if (status != SLUICE_OK) {
         res->status = status;
-        sluice__curl_explain_timeout(res, call->deadline, made_ns);
+        if (status == SLUICE_ETIMEDOUT)
+            res->expired = sluice_deadline_which(call->start_deadline, call->deadline);
+        sluice__curl_explain_timeout(res, first, made_ns);
         return status;
     }
     CURL *easy = call->easy;
@@ -342,6 +386,11 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     if (!multi)
         return res->status = SLUICE_ENOMEM;
     struct sluice__xfer x = {.cancel = call->cancel,
+                             .start_ns = call->start_deadline
+                                             ? sluice_timespec_ns(call->start_deadline)
+                                             : INT64_MAX,
+                             .begun = call->begun,
+                             .begun_data = call->begun_data,
                              .chained = call->xferinfo,
                              .chained_data = call->xferinfo_data,
                              .multi = multi,
@@ -367,7 +416,7 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
             if (!nested)
                 sluice__tl_busy = true;
             CURLcode code = CURLE_OK;
-            enum sluice__curl_stop stop = sluice__xfer_drive(multi, easy, call->cancel, &code);
+            enum sluice__curl_stop stop = sluice__xfer_drive(&x, multi, easy, call->cancel, &code);
             curl_multi_remove_handle(multi, easy); /* aborts it if still running */
             if (!nested)
                 sluice__tl_busy = false;
@@ -403,7 +452,8 @@ static int sluice__curl_check_call(const struct sluice_engine *engine,
                                  "sluice_engine_desc.backends, or pass NULL for the endpoint-only "
                                  "backend)",
                                  call->backend);
-    return sluice__curl_check_deadline(call->deadline, res);
+    int status = sluice__curl_check_deadline(call->deadline, res);
+    return status == SLUICE_OK ? sluice__curl_check_deadline(call->start_deadline, res) : status;
 }
 
 int sluice_curl_perform_call(const struct sluice_engine *engine,
@@ -415,10 +465,11 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
     struct sluice_pool *pool = NULL;
     if ((res.status = sluice__curl_check_call(engine, call, &res)) == SLUICE_OK)
         pool = sluice_engine_pool(engine, call->backend);
-    if (pool && (res.status = sluice_pool_admit_by(pool, call->deadline)) == SLUICE_OK) {
+    if (pool && (res.status = sluice_pool_admit_by(pool, call->start_deadline, call->deadline)) == SLUICE_OK) {
         int64_t admitted = sluice_monotonic_ns();
         struct sluice_call pc;
-        int status = sluice_pool_call_begin(pool, call->deadline, call->cancel, &pc);
+        int status =
+            sluice_pool_call_begin_by(pool, call->start_deadline, call->deadline, call->cancel, &pc);
         int64_t queued = sluice_monotonic_ns() - admitted;
         if (status == SLUICE_OK) {
             sluice_curl_transfer(call, &res);
@@ -427,10 +478,12 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
         } else {
             res.status = status;
             res.refused_late = pc.refused_late;
+            res.expired = pc.expired;
         }
         res.queued_ns = queued;
         sluice_pool_leave(pool);
-        sluice__curl_explain_timeout(&res, call->deadline, made_ns);
+        sluice__curl_explain_timeout(
+            &res, sluice_deadline_first(call->start_deadline, call->deadline), made_ns);
     }
     if (result)
         *result = res;

@@ -444,8 +444,8 @@ static void assert_documented(const char *header, const char *decl, const int *g
         assert_documented(header, decl, got_, sizeof got_ / sizeof got_[0]);                       \
     } while (0)
 
-/* Backends for each refusal: "open" serves, "full" is full, "late" refuses early (10 s calls,
- * its one permit held), "closed" is closed. */
+/* Backends for each refusal: "open" serves, "full" is full, "late" refuses what cannot start
+ * in time (10 s calls, its one permit held), "closed" is closed. */
 struct refusals {
     struct sluice_engine *engine;
     struct sluice_call held; /* late's permit */
@@ -456,7 +456,7 @@ static void refusals_start(struct refusals *r)
     struct sluice_backend_desc b[] = {
         {.id = "open", .active = 4},
         {.id = "full", .active = 1, .waiting = SLUICE_SOME(0)},
-        {.id = "late", .active = 1, .deadlines = {.refuse_early = true}},
+        {.id = "late", .active = 1}, /* ELATE is the default rule */
         {.id = "closed", .active = 1},
     };
     char err[256];

@@ -71,8 +71,9 @@
  * closed, so the provider sees it) like any other. A stream the client
  * stops itself (the reply cap, an SSE bound, an event it cannot read)
  * may still be generating at the provider, so it ends as a cancelled call
- * does: result.abandoned, sluice_pool_call_abandon (counted in the pool's
- * cancels; the pool decides whether its permit lingers), on either path.
+ * does: result.abandoned, sluice_pool_call_abandon_latency (counted in the
+ * pool's cancels; the pool's linger mode decides whether its permit
+ * lingers; its time to first token is discovery's sample), on either path.
  * A stream the provider ends with an error event is an ordinary end.
  *
  * The API key: from the description, else the environment variable
@@ -192,6 +193,10 @@ struct sluice_chat_request {
                                         over either) */
     const struct timespec *deadline; /* whole call, queueing included; its value is copied
                                         (default: none) */
+    const struct timespec *start_deadline; /* the first token (the answer's first byte) must
+                                        have come by then, queueing included: what a streaming
+                                        server bounds; its value is copied (default: none;
+                                        see sluice_curl_call.start_deadline) */
     struct sluice_cancel *cancel;    /* kept: must outlive the request (default: none) */
     sluice_chat_done_fn done;        /* required */
     void *data;                      /* passed to done */
