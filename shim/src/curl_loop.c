@@ -39,7 +39,10 @@
  * create (the process's malloc, cache-line aligned) and freed at destroy;
  * nothing is allocated per request: submitters take ready records from the
  * `free` ring, so a submit never takes an allocator lock and a burst never
- * grows the loop.
+ * grows the loop. The one exception is on the loop thread, not on submit:
+ * a record's first error body of a request that declared `write` gets a
+ * SLUICE_CURL_BODY_MAX buffer, which the record keeps until destroy (so at
+ * most once per record, and never for a loop whose callers declare none).
  */
 #define _GNU_SOURCE
 #include "curl_loop_internal.h"
@@ -144,6 +147,9 @@ static void sluice__complete(struct sluice__rec *rec, struct sluice_curl_result 
         sluice_cancel_unregister(rec->req.cancel, &rec->hook);
     rec->hooked = false;
     sluice_pool_leave(rec->pool);
+    sluice__curl_explain_timeout(res, sluice_deadline_first(rec->req.start_deadline,
+                                                            rec->req.deadline),
+                                 rec->admitted_ns);
     CURL *easy = rec->req.easy;
     sluice_curl_done_fn done = rec->req.done;
     void *data = rec->req.data;
@@ -195,10 +201,11 @@ static void sluice__complete_transfer(struct sluice__rec *rec, CURLcode code,
     curl_multi_remove_handle(loop->multi, easy); /* mid-transfer: aborts, closes the connection */
     atomic_fetch_sub_explicit(&loop->n_transferring, 1u, SLUICE_RELAXED);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, rec->caller_private);
+    sluice__tee_remove(&rec->tee);
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
     sluice__curl_finish(easy, code, stop, rec->req.deadline, rec->req.retry_after_max_ns,
-                        rec->req.dialect, NULL, 0, &res);
+                        rec->req.dialect, rec->tee.body, rec->tee.body_len, &res);
     sluice__curl_disarm_deadline(easy, rec->req.deadline);
     res.queued_ns = rec->queued_ns;
     res.in_flight_at_start = rec->waiter.call.in_flight_at_start;
@@ -248,9 +255,14 @@ static void sluice__start_transfer(struct sluice__rec *rec)
     rec->caller_private = NULL;
     curl_easy_getinfo(easy, CURLINFO_PRIVATE, &rec->caller_private);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, rec);
+    rec->tee.easy = easy;
+    rec->tee.write = rec->req.write;
+    rec->tee.write_data = rec->req.write_data;
+    sluice__tee_install(&rec->tee);
     CURLMcode mc = curl_multi_add_handle(loop->multi, easy);
     if (mc != CURLM_OK) {
         curl_easy_setopt(easy, CURLOPT_PRIVATE, rec->caller_private);
+        sluice__tee_remove(&rec->tee);
         sluice__curl_disarm_deadline(easy, rec->req.deadline);
         sluice__complete_unused(rec, mc == CURLM_OUT_OF_MEMORY ? SLUICE_ENOMEM : SLUICE_EINVAL);
         return;
@@ -376,8 +388,10 @@ static void sluice__accept(struct sluice__rec *rec)
         return;
     }
     const struct timespec *first = sluice_deadline_first(rec->req.start_deadline, rec->req.deadline);
+    struct sluice_curl_result unused; /* the message is complete_status's to write */
     int status = atomic_load_explicit(&rec->cancel_id, SLUICE_RELAXED) == rec->id ? SLUICE_ECANCELED
-                 : !sluice_deadline_valid(rec->req.start_deadline)
+                 : sluice__curl_check_deadline(rec->req.deadline, &unused) != SLUICE_OK ||
+                         sluice__curl_check_deadline(rec->req.start_deadline, &unused) != SLUICE_OK
                      ? SLUICE_EINVAL
                      : sluice_wait_stop_reason(first, rec->req.cancel);
     if (status == SLUICE_OK && rec->req.cancel) {

@@ -128,6 +128,8 @@ static void sluice__loop_fini(struct sluice_curl_loop *loop)
     }
     free(loop->free_slots);
     free(loop->inbox_slots);
+    for (uint32_t i = 0; loop->recs && i < loop->n_recs; i++)
+        free(loop->recs[i].tee.body);
     free(loop->recs);
     free(loop->heap_recs);
     free(loop->pools);

@@ -63,6 +63,7 @@ struct sluice__rec {
     int64_t queued_ns; /* admission to permit, set when the permit came */
     uint64_t hook_id;  /* the id its token hook cancels */
     void *caller_private;
+    struct sluice__tee tee; /* req.write's error body; its buffer stays with the record */
 };
 
 struct sluice__pool_entry {

@@ -17,6 +17,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -62,14 +63,52 @@ void sluice__curl_result_init(struct sluice_curl_result *res)
     res->ratelimit.requests = res->ratelimit.tokens = none;
 }
 
+/*
+ * A deadline further ahead than this is on the wrong clock. CLOCK_MONOTONIC
+ * counts from boot, so a CLOCK_REALTIME reading (seconds since 1970) lands
+ * about 56 years ahead of it, less only the machine's uptime; no model call
+ * waits a year. A year sits far from both.
+ */
+#define SLUICE__DEADLINE_AHEAD_MAX_NS (INT64_C(366) * 86400 * SLUICE_NS_PER_SEC)
+
 int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res)
 {
-    if (sluice_deadline_valid(deadline))
-        return SLUICE_OK;
-    return sluice__shim_fail(res->error, sizeof res->error,
-                             "deadline is not normalised: tv_nsec = %ld is outside [0, 999999999] "
-                             "(build it with sluice_deadline_in or sluice_ns_timespec)",
-                             (long)deadline->tv_nsec);
+    if (!sluice_deadline_valid(deadline))
+        return sluice__shim_fail(res->error, sizeof res->error,
+                                 "deadline is not normalised: tv_nsec = %ld is outside [0, "
+                                 "999999999] (build it with sluice_deadline_in or "
+                                 "sluice_ns_timespec)",
+                                 (long)deadline->tv_nsec);
+    int64_t ahead = deadline ? sluice_timespec_ns(deadline) - sluice_monotonic_ns() : 0;
+    if (ahead > SLUICE__DEADLINE_AHEAD_MAX_NS)
+        return sluice__shim_fail(res->error, sizeof res->error,
+                                 "deadline is %lld days ahead: not a CLOCK_MONOTONIC time (from "
+                                 "CLOCK_REALTIME?); build it with sluice_deadline_in",
+                                 (long long)(ahead / SLUICE_NS_PER_SEC / 86400));
+    return SLUICE_OK;
+}
+
+void sluice__curl_explain_timeout(struct sluice_curl_result *res, const struct timespec *deadline,
+                                  int64_t made_ns)
+{
+    if (res->status != SLUICE_ETIMEDOUT || res->transferred || res->error[0] || !deadline)
+        return;
+    int64_t late_ms = (made_ns - sluice_timespec_ns(deadline)) / SLUICE_NS_PER_MS;
+    const char *which = res->expired == SLUICE_EXPIRED_START ? "start deadline" : "deadline";
+    if (late_ms >= 0)
+        snprintf(res->error, sizeof res->error,
+                 "the %s had already passed when the call was made (%lld ms before; it is an "
+                 "absolute CLOCK_MONOTONIC time, e.g. sluice_deadline_in)",
+                 which, (long long)late_ms);
+    else if (res->refused_late)
+        snprintf(res->error, sizeof res->error,
+                 "not started: too little of the %s was left for the backend's expected "
+                 "service time",
+                 which);
+    else
+        snprintf(res->error, sizeof res->error,
+                 "the %s passed while the call waited for a permit (%lld ms queued)", which,
+                 (long long)(res->queued_ns / SLUICE_NS_PER_MS));
 }
 
 bool sluice__curl_arm_deadline(CURL *easy, const struct timespec *deadline)
@@ -172,7 +211,11 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
                            const struct sluice_curl_result *res)
 {
     if (res->abandoned) { /* perhaps still running at the provider (the pool's linger mode) */
-        sluice_pool_call_abandon_latency(pool, call, res->status,
+        /* Its deadline, else its token or the caller's own stop (a chat's stream cut at the
+         * reply cap), which sluice_run counts as a cancel too. */
+        sluice_pool_call_abandon_latency(pool, call,
+                                         res->status == SLUICE_ETIMEDOUT ? SLUICE_ETIMEDOUT
+                                                                         : SLUICE_ECANCELED,
                                          res->latency_ns > 0 ? res->latency_ns : -1);
         return;
     }
@@ -184,6 +227,42 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
     struct sluice_discovery *d = sluice_pool_discovery(pool);
     if (rate > 0 && d)
         sluice_discovery_hint_rate(d, rate, res->transfer_ns, SLUICE_CAUSE_PROVIDER_RATE);
+}
+
+/* ---- error bodies, on either transport ----------------------------------------------- */
+
+/* Keep the first SLUICE_CURL_BODY_MAX bytes of an error body, then hand every byte on. */
+static size_t sluice__tee_write(char *p, size_t size, size_t n, void *data)
+{
+    struct sluice__tee *t = (struct sluice__tee *)data;
+    long http = 0;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &http);
+    size_t bytes = size * n, room = SLUICE_CURL_BODY_MAX - t->body_len;
+    if (http >= 400 && room && !t->body)
+        t->body = malloc(SLUICE_CURL_BODY_MAX); /* without it, classified by status and headers */
+    if (http >= 400 && room && t->body) {
+        size_t k = bytes < room ? bytes : room;
+        memcpy(t->body + t->body_len, p, k);
+        t->body_len += k;
+    }
+    return t->write(p, size, n, t->write_data);
+}
+
+void sluice__tee_install(struct sluice__tee *t)
+{
+    t->body_len = 0;
+    if (!t->write)
+        return;
+    curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, sluice__tee_write);
+    curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t);
+}
+
+void sluice__tee_remove(const struct sluice__tee *t)
+{
+    if (!t->write)
+        return;
+    curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, t->write);
+    curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t->write_data);
 }
 
 /* ---- the transfer ------------------------------------------------------------------ */
@@ -199,28 +278,9 @@ struct sluice__xfer {
     void *chained_data;
     CURLM *multi;
     struct sluice_cancel_hook hook;
-    /* The error body on its way to the caller's write callback (call->write). */
-    CURL *easy;
-    curl_write_callback write;
-    void *write_data;
-    size_t body_len;
+    struct sluice__tee tee; /* the error body on its way to call->write, kept in `body` */
     char body[SLUICE_CURL_BODY_MAX];
 };
-
-/* Keep the first SLUICE_CURL_BODY_MAX bytes of an error body, then hand every byte on. */
-static size_t sluice__tee_write(char *p, size_t size, size_t n, void *data)
-{
-    struct sluice__xfer *x = (struct sluice__xfer *)data;
-    long http = 0;
-    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &http);
-    size_t bytes = size * n, room = sizeof x->body - x->body_len;
-    if (http >= 400 && room) {
-        size_t k = bytes < room ? bytes : room;
-        memcpy(x->body + x->body_len, p, k);
-        x->body_len += k;
-    }
-    return x->write(p, size, n, x->write_data);
-}
 
 /* Whether the start deadline has passed before the answer began (then the transfer ends). */
 static bool sluice__xfer_start_expired(struct sluice__xfer *x, curl_off_t dlnow)
@@ -302,6 +362,7 @@ static enum sluice__curl_stop sluice__xfer_drive(struct sluice__xfer *x, CURLM *
 
 int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl_result *res)
 {
+    int64_t made_ns = sluice_monotonic_ns();
     sluice__curl_result_init(res);
     if (!call || !call->easy)
         return res->status = sluice__shim_fail(res->error, sizeof res->error,
@@ -309,13 +370,14 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK ||
         sluice__curl_check_deadline(call->start_deadline, res) != SLUICE_OK)
         return res->status = SLUICE_EINVAL;
-    int status = sluice_wait_stop_reason(sluice_deadline_first(call->start_deadline,
-                                                               call->deadline),
-                                         call->cancel);
+    const struct timespec *first = sluice_deadline_first(call->start_deadline, call->deadline);
+    int status = sluice_wait_stop_reason(first, call->cancel);
     if (status != SLUICE_OK) {
+        res->status = status;
         if (status == SLUICE_ETIMEDOUT)
             res->expired = sluice_deadline_which(call->start_deadline, call->deadline);
-        return res->status = status;
+        sluice__curl_explain_timeout(res, first, made_ns);
+        return status;
     }
     CURL *easy = call->easy;
     /* A nested call (from a chained callback) gets a multi of its own. */
@@ -332,22 +394,21 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
                              .chained = call->xferinfo,
                              .chained_data = call->xferinfo_data,
                              .multi = multi,
-                             .easy = easy,
-                             .write = call->write,
-                             .write_data = call->write_data};
+                             .tee = {.easy = easy,
+                                     .write = call->write,
+                                     .write_data = call->write_data}};
+    x.tee.body = x.body;
     x.hook.fn = sluice__xfer_on_cancel;
     if (call->cancel && !sluice_cancel_register(call->cancel, &x.hook)) {
         status = SLUICE_ECANCELED;
     } else if (!sluice__curl_arm_deadline(easy, call->deadline)) {
-        status = SLUICE_ETIMEDOUT;
+        status = res->status = SLUICE_ETIMEDOUT;
+        sluice__curl_explain_timeout(res, call->deadline, made_ns);
     } else {
         curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, sluice__xferinfo);
         curl_easy_setopt(easy, CURLOPT_XFERINFODATA, &x);
         curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
-        if (call->write) {
-            curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, sluice__tee_write);
-            curl_easy_setopt(easy, CURLOPT_WRITEDATA, &x);
-        }
+        sluice__tee_install(&x.tee);
         CURLMcode mc = curl_multi_add_handle(multi, easy);
         if (mc != CURLM_OK) {
             status = mc == CURLM_OUT_OF_MEMORY ? SLUICE_ENOMEM : SLUICE_EINVAL;
@@ -360,17 +421,14 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
             if (!nested)
                 sluice__tl_busy = false;
             sluice__curl_finish(easy, code, stop, call->deadline, call->retry_after_max_ns,
-                                call->dialect, x.body, x.body_len, res);
+                                call->dialect, x.tee.body, x.tee.body_len, res);
             status = res->status;
         }
         /* The caller's progress callback, or none, as before the call. */
         curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, call->xferinfo);
         curl_easy_setopt(easy, CURLOPT_XFERINFODATA, call->xferinfo_data);
         curl_easy_setopt(easy, CURLOPT_NOPROGRESS, call->xferinfo ? 0L : 1L);
-        if (call->write) {
-            curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, call->write);
-            curl_easy_setopt(easy, CURLOPT_WRITEDATA, call->write_data);
-        }
+        sluice__tee_remove(&x.tee);
         sluice__curl_disarm_deadline(easy, call->deadline);
     }
     if (call->cancel)
@@ -401,6 +459,7 @@ static int sluice__curl_check_call(const struct sluice_engine *engine,
 int sluice_curl_perform_call(const struct sluice_engine *engine,
                              const struct sluice_curl_call *call, struct sluice_curl_result *result)
 {
+    int64_t made_ns = sluice_monotonic_ns();
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
     struct sluice_pool *pool = NULL;
@@ -423,6 +482,8 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
         }
         res.queued_ns = queued;
         sluice_pool_leave(pool);
+        sluice__curl_explain_timeout(
+            &res, sluice_deadline_first(call->start_deadline, call->deadline), made_ns);
     }
     if (result)
         *result = res;

@@ -5,6 +5,7 @@
  * keep-alive, and the caller's own progress callback.
  */
 #include "e2e/curl_fixture.h"
+#include "e2e/curl_loopback.h"
 
 #define PERFORM_TEST(name)                                                                         \
     Test(curl_perform, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
@@ -390,28 +391,13 @@ PERFORM_TEST(bad_arguments_fail_with_einval_and_a_message_naming_what_to_fix)
     sluice_engine_destroy(e);
 }
 
-/* A loopback port nothing listens on: bind an ephemeral one, then close it. */
-static int dead_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 PERFORM_TEST(transport_errors_are_reported_and_do_not_move_the_limit)
 {
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(16, -1, &dd);
     struct sluice_discovery_status before = fx_status(e);
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", dead_port());
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", loopback_dead_port());
     CURL *easy = fx_easy_url(url);
     for (int i = 0; i < 40; i++) {
         struct sluice_curl_result r;
