@@ -25,7 +25,8 @@
  *
  * Locks: `mutex` guards every struct node's counters and history and is
  * the mutex of the `tick` condition; `conns_mutex` guards the connection
- * list and is taken inside `mutex` (by the sampler), never around it.
+ * list (and the `slot_freed` condition the listener waits on for room) and
+ * is taken inside `mutex` (by the sampler), never around it.
  * Engine and pool calls take their own locks and may be made under either.
  */
 #ifndef SLUICE_SHIM_ADMIN_INTERNAL_H
@@ -48,6 +49,9 @@ enum {
     SLUICE__ADMIN_N_CAUSES = SLUICE_CAUSE_EXPIRY_CAPPED + 1, /* backoff causes counted */
     SLUICE__ADMIN_N_KINDS = SLUICE_EVENT_STORE + 1,          /* event kinds counted */
 };
+
+/* Connections let in past max_connections to hear 503 (admin_conns.c). */
+#define SLUICE__ADMIN_SPARE 8
 
 /* The page's and sluicectl's rates and queue-wait percentiles span this many seconds. */
 #define SLUICE__ADMIN_RECENT_S 10
@@ -104,7 +108,9 @@ struct sluice_admin {
     atomic_bool stopping;
     atomic_uint streams;
     pthread_mutex_t conns_mutex;      /* taken inside mutex, never around it */
+    pthread_cond_t slot_freed;        /* on conns_mutex: broadcast by a close and by stop */
     struct sluice__admin_conn *conns; /* open connections, a doubly linked list */
+    bool admit_over; /* the connection being accepted is over max_connections (listener) */
     struct sluice__admin_node *nodes;
     size_t n_nodes;
 };
@@ -170,6 +176,11 @@ enum MHD_Result sluice__admin_send_stream(struct sluice_admin *a, struct MHD_Con
                                           size_t i, uint64_t after);
 
 /* ---- admin_conns.c: the request deadline ------------------------------------------- */
+
+/* libmicrohttpd's accept policy, on its listener thread: make room for the connection
+ * just accepted (a slot, or one of the spare slots that answer 503), waiting while none
+ * can be made yet; MHD_NO only when the admin stops. */
+enum MHD_Result sluice__admin_on_accept(void *cls, const struct sockaddr *addr, socklen_t len);
 
 /* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
 void sluice__admin_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
