@@ -191,6 +191,7 @@ static struct sluice_admin *admin_alloc(const struct sluice_admin_desc *d)
         struct sluice__admin_node *n = &a->nodes[i];
         n->id = sluice_engine_backend_id(d->engine, i);
         n->ring = sluice_engine_events(d->engine, n->id);
+        n->preset = sluice_engine_backend_at(d->engine, i)->builtin;
         n->history = calloc(d->history_s, sizeof *n->history);
         if (!n->history) {
             admin_free(a);

@@ -56,10 +56,13 @@ enum {
 /* The page's and sluicectl's rates and queue-wait percentiles span this many seconds. */
 #define SLUICE__ADMIN_RECENT_S 10
 
-/* One chart sample: a node's limit and in-flight count at one sampler tick. */
+/* One chart sample: a node's figures at one sampler tick (the order of the history's
+ * fields, sluice/admin.h). */
 struct sluice__admin_sample {
     int64_t wall_ms;
     uint32_t limit, in_flight;
+    uint32_t ceiling; /* 0 = not locked then */
+    uint32_t waiting; /* calls queued for a permit or a hold */
 };
 
 /* What a node's recent figures are computed from: one per sampler tick. */
@@ -84,6 +87,8 @@ struct sluice__admin_conn {
 struct sluice__admin_node {
     const char *id;                            /* engine-owned */
     const struct sluice_event_ring *ring;      /* NULL: fixed node, no events */
+    bool preset;                               /* a built-in backend the program did not name */
+    atomic_bool used;                          /* a preset that has had traffic: listed */
     uint64_t cursor;                           /* events counted so far (a seq) */
     uint64_t backoffs[SLUICE__ADMIN_N_CAUSES]; /* backoff events by cause */
     uint64_t events[SLUICE__ADMIN_N_KINDS];    /* events by kind */
@@ -205,11 +210,17 @@ enum MHD_Result sluice__admin_route(struct sluice_admin *a, struct MHD_Connectio
 /* Node `id`'s index, or -1. */
 ptrdiff_t sluice__admin_node_index(const struct sluice_admin *a, const char *id);
 
+/* Does node i belong in the listings (GET /compute/concurrency, the history, /metrics)?
+ * Every node the program registered does; a built-in preset (openrouter) only once it
+ * has had traffic (a call, a refusal, a run admitted), and from then on. */
+bool sluice__admin_node_listed(struct sluice_admin *a, size_t i);
+
 /* Node i's state: everything the page, sluicectl and the clear route show; NULL when the
  * engine no longer reports it. Takes mutex for the recent tallies. */
 json_t *sluice__admin_node_json(struct sluice_admin *a, size_t i);
 
-/* Node n's chart: [[wall_ms, limit, in_flight], ...], oldest first. Call under mutex. */
+/* Node n's chart: [[wall_ms, limit, in_flight, ceiling, waiting], ...], oldest first.
+ * Call under mutex. */
 json_t *sluice__admin_history_json(const struct sluice_admin *a,
                                    const struct sluice__admin_node *n);
 

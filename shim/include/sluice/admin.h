@@ -16,11 +16,22 @@
  *                                            events after seq SEQ; follow=1 streams new ones as
  *                                            server-sent events (id = seq, event = kind)
  *   GET  /compute/concurrency/history[?node_id=N]
- *                                            JSON: limit and in flight, sampled once a second
- *                                            over the last history_s seconds (the page's chart)
+ *                                            JSON: [wall_ms, limit, in_flight, ceiling (0 = not
+ *                                            locked then), waiting] sampled once a second over
+ *                                            the last history_s seconds (the page's chart)
  *   POST /compute/concurrency/clear?node_id=N
- *                                            sluice_engine_clear(N), then the node's new state
+ *                                            sluice_engine_clear(N), then {"cleared": true,
+ *                                            "node": its new state}; "cleared" is false, and
+ *                                            nothing is done, when N is already clear (probing,
+ *                                            no lock, no event since its last clear or ever)
  *   GET  /metrics                            Prometheus text format (see sluice_admin_metrics)
+ *
+ * Which nodes are listed (GET /compute/concurrency, so the page and sluicectl status;
+ * the history without node_id; /metrics): every backend the program registered, and a
+ * built-in preset backend (openrouter, sluice/engine.h) only once it has had traffic (a
+ * call, a refusal or a run admitted), and from then on; a program that registers its
+ * own "openrouter" names it, and it is listed from the start. A preset never used stays
+ * out of the way, but a route given its node_id answers for it all along.
  *
  * Every error answer is JSON, {"error": what is wrong, "fix": what to do}:
  * 400 missing or malformed node_id (or another parameter), 404 unknown node
