@@ -88,6 +88,33 @@ static const char *chromium(void)
     return NULL;
 }
 
+/* Load `url` in headless Chromium with the profile `user_dir` ("--user-data-dir=..."),
+ * letting the page run 5 s of virtual time, and `output` it: "--dump-dom" (the DOM on
+ * stdout) or "--screenshot=PATH", in a window of `window` ("--window-size=W,H"). */
+static struct proc_result *browse(const char *browser, const char *user_dir, const char *url,
+                                  const char *output, const char *window)
+{
+    const char *argv[] = {browser,           "--headless",     "--no-sandbox",
+                          "--disable-gpu",   "--no-first-run", user_dir,
+                          "--hide-scrollbars", "--virtual-time-budget=5000", window,
+                          output,            url,              NULL};
+    const char *env[] = {"HOME=/tmp", NULL};
+    return proc_run(argv, env, 60000);
+}
+
+/* The admin of `engine` on a free port; its base URL (no trailing slash) into `base`. */
+static void serve(char *base, size_t size)
+{
+    char err[256];
+    cr_assert_eq(sluice_admin_start(&(struct sluice_admin_desc){.engine = engine,
+                                                                .port = SLUICE_SOME(0),
+                                                                .error = err,
+                                                                .error_size = sizeof err},
+                                    &admin),
+                 SLUICE_OK, "%s", err);
+    snprintf(base, size, "http://127.0.0.1:%u", sluice_admin_port(admin));
+}
+
 /* Every kind of node: live traffic, a restored lock, a backoff, a cleared one, a fixed limit. */
 static void start_world(char *url_base, size_t size)
 {
@@ -114,13 +141,8 @@ static void start_world(char *url_base, size_t size)
                  SLUICE_OK, "%s", err);
     fixture_backoff(engine, "cloud:openrouter-byok");
     sluice_engine_clear(engine, "cloud:groq"); /* restored, then cleared: probing again */
-    cr_assert_eq(sluice_admin_start(&(struct sluice_admin_desc){.engine = engine,
-                                                                .port = SLUICE_SOME(0),
-                                                                .error = err,
-                                                                .error_size = sizeof err},
-                                    &admin),
-                 SLUICE_OK, "%s", err);
-    snprintf(url_base, size, "http://127.0.0.1:%u/", sluice_admin_port(admin));
+    serve(url_base, size);
+    strncat(url_base, "/", size - strlen(url_base) - 1); /* the page */
     for (; n_workers < WORKERS; n_workers++)
         pthread_create(&workers[n_workers], NULL, traffic, NULL);
 }
@@ -190,11 +212,7 @@ PAGE_TEST(chromium_renders_status_lines_glyphs_events_and_clear_buttons)
     fixture_tmpdir(profile, sizeof profile);
     char user_dir[300];
     snprintf(user_dir, sizeof user_dir, "--user-data-dir=%s", profile);
-    const char *argv[] = {browser, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--no-first-run", user_dir, "--virtual-time-budget=5000",
-                          "--dump-dom", base, NULL};
-    const char *env[] = {"HOME=/tmp", NULL};
-    struct proc_result *r = proc_run(argv, env, 60000);
+    struct proc_result *r = browse(browser, user_dir, base, "--dump-dom", "--window-size=1440,1120");
     cr_assert_eq(r->exit_code, 0, "chromium failed (exit %d): %.2000s", r->exit_code, r->err);
     const char *dom = r->out;
     cr_assert(strstr(dom, "Concurrency Health") != NULL, "no page: %.500s", dom);
@@ -259,11 +277,7 @@ PAGE_TEST(chromium_renders_status_lines_glyphs_events_and_clear_buttons)
     if (screenshot && *screenshot) {
         char shot[512];
         snprintf(shot, sizeof shot, "--screenshot=%s", screenshot);
-        const char *sargv[] = {browser, "--headless", "--no-sandbox", "--disable-gpu",
-                               "--no-first-run", user_dir, "--hide-scrollbars",
-                               "--window-size=1440,1120", "--virtual-time-budget=5000", shot,
-                               base, NULL};
-        r = proc_run(sargv, env, 60000);
+        r = browse(browser, user_dir, base, shot, "--window-size=1440,1120");
         cr_expect_eq(r->exit_code, 0, "screenshot: %.1000s", r->err);
         struct stat st;
         cr_expect(stat(screenshot, &st) == 0 && st.st_size > 10000, "no screenshot at %s",
@@ -348,14 +362,8 @@ PAGE_TEST(the_chart_draws_the_ceiling_from_the_lock_on_and_plots_waiting)
                                                                    .error_size = sizeof err},
                                       &engine),
                  SLUICE_OK, "%s", err);
-    cr_assert_eq(sluice_admin_start(&(struct sluice_admin_desc){.engine = engine,
-                                                                .port = SLUICE_SOME(0),
-                                                                .error = err,
-                                                                .error_size = sizeof err},
-                                    &admin),
-                 SLUICE_OK, "%s", err);
     char base[64];
-    snprintf(base, sizeof base, "http://127.0.0.1:%u", sluice_admin_port(admin));
+    serve(base, sizeof base);
     usleep(2500 * 1000); /* samples while probing, nothing waiting */
 
     lock_by_traffic(sluice_pool_discovery(sluice_engine_pool(engine, "cloud:x")));
@@ -392,11 +400,7 @@ PAGE_TEST(the_chart_draws_the_ceiling_from_the_lock_on_and_plots_waiting)
         snprintf(user_dir, sizeof user_dir, "--user-data-dir=%s", profile);
         char page[80];
         snprintf(page, sizeof page, "%s/", base);
-        const char *argv[] = {browser, "--headless", "--no-sandbox", "--disable-gpu",
-                              "--no-first-run", user_dir, "--virtual-time-budget=3000",
-                              "--dump-dom", page, NULL};
-        const char *env[] = {"HOME=/tmp", NULL};
-        struct proc_result *p = proc_run(argv, env, 60000);
+        struct proc_result *p = browse(browser, user_dir, page, "--dump-dom", "--window-size=1200,900");
         cr_assert_eq(p->exit_code, 0, "chromium failed (exit %d): %.2000s", p->exit_code, p->err);
         char *x = card(p->out, "cloud:x"), *qc = card(p->out, "local:q");
         double limit_x = path_start_x(x, "limit"), ceiling_x = path_start_x(x, "ceiling");
@@ -415,11 +419,7 @@ PAGE_TEST(the_chart_draws_the_ceiling_from_the_lock_on_and_plots_waiting)
         if (screenshot && *screenshot) {
             char shot[512];
             snprintf(shot, sizeof shot, "--screenshot=%s", screenshot);
-            const char *sargv[] = {browser, "--headless", "--no-sandbox", "--disable-gpu",
-                                   "--no-first-run", user_dir, "--hide-scrollbars",
-                                   "--window-size=1200,900", "--virtual-time-budget=3000", shot,
-                                   page, NULL};
-            free(proc_run(sargv, env, 60000));
+            free(browse(browser, user_dir, page, shot, "--window-size=1200,900"));
         }
         fixture_rmtree(profile);
     } else {
