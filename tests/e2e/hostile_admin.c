@@ -1,12 +1,14 @@
 /*
  * Slow and hostile clients of the admin endpoint: slowloris connections
  * that fill every connection slot, some silent, some dribbling a byte at a
- * time in the head or in the body, and oversized requests. Each ends in bounded time with the right
- * answer, and the endpoint serves normal requests afterwards.
+ * time in the head or in the body, a client renewing never-ending heads as
+ * fast as they are cut, and oversized requests. Each ends in bounded time
+ * with the right answer, and the operator is served meanwhile or afterwards.
  *
- * The admin runs with max_connections 4 and timeout_s 1, so the bounds
- * below (an order of magnitude above those) are the endpoint's own limits
- * at work, not the test's patience.
+ * The admin mostly runs with max_connections 4 and timeout_s 1, so the
+ * bounds below (an order of magnitude above those) are the endpoint's own
+ * limits at work, not the test's patience; the tests of who gets a slot use
+ * timeout_s 10, so that the request deadline is not what lets anyone in.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
