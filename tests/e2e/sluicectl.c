@@ -499,6 +499,7 @@ SLUICECTL_TEST(events_has_a_human_format_and_keeps_json_lines)
     r = CTL("events", "cloud:locked", "--admin", fx.base, "--json", "--human");
     cr_expect_eq(r->exit_code, 2, "one format or the other");
     free(r);
+
 }
 
 /* ---- endpoints that are not what they should be ------------------------------------- */
@@ -615,6 +616,28 @@ static bool is_utf8(const char *s)
     "{\"nodes\":[{\"node\":\"cloud:x\",\"glyph\":\"🔒\",\"state\":\"€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€\","   \
     "\"status_line\":\"" EVIL_LINE "\",\"ceiling\":3,\"lock_left_s\":60,\"waiting\":0}]}"
 
+/* A text field the endpoint adds to an event (a backoff's "why") is shown by name in a
+ * person's format. */
+SLUICECTL_TEST(events_in_a_persons_format_show_an_added_text_field_by_name)
+{
+    static struct fake_server why;
+    static char why_answer[512];
+    const char *feed = "{\"seq\":3,\"wall_ms\":0,\"node\":\"cloud:x\",\"event\":\"backoff\","
+                       "\"reason\":\"overload\",\"old_limit\":16,\"new_limit\":12,"
+                       "\"in_flight\":16,\"ceiling\":0,\"why\":\"3 refusals at 16 in flight\"}\n";
+    snprintf(why_answer, sizeof why_answer,
+             "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             strlen(feed), feed);
+    fake_start(&why, why_answer);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", why.port);
+    struct proc_result *r = CTL("events", "cloud:x", "--admin", url, "--human");
+    cr_expect(strstr(r->out, "#3   backoff  16 → 12   overload · 16 in flight · why: 3 refusals at "
+                             "16 in flight\n"),
+              "%s", r->out);
+    free(r);
+}
+
 SLUICECTL_TEST(escape_sequences_from_an_endpoint_or_a_node_id_never_reach_the_terminal)
 {
     static struct fake_server status, refusal, events;
@@ -665,6 +688,10 @@ SLUICECTL_TEST(escape_sequences_from_an_endpoint_or_a_node_id_never_reach_the_te
     r = CTL("events", "cloud:x", "--admin", url);
     cr_expect_eq(r->exit_code, 0, "%s", r->err);
     cr_expect(!has_terminal_controls(r->out), "raw controls in events: %s", r->out);
+    free(r);
+    r = CTL("events", "cloud:x", "--admin", url, "--human");
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect(!has_terminal_controls(r->out), "raw controls in a person's events: %s", r->out);
     free(r);
     /* A node ID from the state file. */
     fixture_tmpdir(dir, sizeof dir);

@@ -39,7 +39,7 @@ struct sse {
 /*
  * One event of the endpoint's JSON Lines, printed for a person: local time, seq, kind,
  * the limit's move, then the reason, in-flight count, the ceiling when locked and any
- * other text field the endpoint adds (a "why"), each after a dot. A line that is not
+ * other text field the endpoint adds ("why: ..."), each after a dot. A line that is not
  * such an event is printed as it came, made terminal-safe.
  */
 static void print_event_human(const char *line)
@@ -91,6 +91,8 @@ static void print_event_human(const char *line)
             seen |= !strcmp(key, shown[k]);
         if (!seen && json_is_string(v) && json_string_length(v)) {
             fputs(" · ", stdout);
+            put_clean(key, false, stdout);
+            fputs(": ", stdout);
             put_clean(json_string_value(v), false, stdout);
         }
     }
