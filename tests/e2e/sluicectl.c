@@ -542,6 +542,15 @@ static void fake_start(struct fake_server *f, const char *answer)
     pthread_create(&f->tid, NULL, fake_main, f);
 }
 
+/* A fake endpoint answering 200 with `body` (the answer is built in `answer`, which must
+ * outlive it). */
+static void fake_start_body(struct fake_server *f, char *answer, size_t size, const char *body)
+{
+    snprintf(answer, size, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             strlen(body), body);
+    fake_start(f, answer);
+}
+
 static uint16_t closed_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -625,10 +634,7 @@ SLUICECTL_TEST(events_in_a_persons_format_show_an_added_text_field_by_name)
     const char *feed = "{\"seq\":3,\"wall_ms\":0,\"node\":\"cloud:x\",\"event\":\"backoff\","
                        "\"reason\":\"overload\",\"old_limit\":16,\"new_limit\":12,"
                        "\"in_flight\":16,\"ceiling\":0,\"why\":\"3 refusals at 16 in flight\"}\n";
-    snprintf(why_answer, sizeof why_answer,
-             "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             strlen(feed), feed);
-    fake_start(&why, why_answer);
+    fake_start_body(&why, why_answer, sizeof why_answer, feed);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%u", why.port);
     struct proc_result *r = CTL("events", "cloud:x", "--admin", url, "--human");
@@ -653,10 +659,7 @@ SLUICECTL_TEST(escape_sequences_from_an_endpoint_or_a_node_id_never_reach_the_te
     fake_start(&refusal, refusal_answer);
     static char events_answer[256];
     const char *raw_feed = "{\"event\":\"\x1b[2J\xc2\x9b\"}\n\x1b]0;x\x07\n";
-    snprintf(events_answer, sizeof events_answer,
-             "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             strlen(raw_feed), raw_feed);
-    fake_start(&events, events_answer);
+    fake_start_body(&events, events_answer, sizeof events_answer, raw_feed);
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%u", status.port);
     /* The table: every cell cleaned, and the state cut by its cell is still whole UTF-8. */
