@@ -1533,8 +1533,11 @@ SLUICE_INLINE void sluice__discovery_restore(struct sluice_discovery *d, int64_t
 {
     struct sluice_lock_record rec;
     memset(&rec, 0, sizeof rec);
-    if (d->store.load(d->store.ctx, d->node, &rec) != SLUICE_OK) {
-        sluice__discovery_store_event(d, now, SLUICE_CAUSE_STORE_ERROR);
+    int loaded = d->store.load(d->store.ctx, d->node, &rec);
+    if (loaded != SLUICE_OK) {
+        sluice__discovery_store_event(d, now,
+                                      loaded == SLUICE_EINVAL ? SLUICE_CAUSE_STORE_CORRUPT
+                                                              : SLUICE_CAUSE_STORE_ERROR);
         return;
     }
     if (rec.ceiling == 0)

@@ -126,6 +126,9 @@ struct sluice_sample {
     X(STORE, "store")             /* a live lock was read back from the store */                   \
     X(API, "api")                 /* a caller asked (sluice_discovery_clear) */                    \
     X(STORE_ERROR, "store_error") /* a store's load, save or clear failed: memory still serves */  \
+    X(STORE_CORRUPT, "store_corrupt") /* the store holds data it cannot read (load said          \
+                                         SLUICE_EINVAL: a corrupt state file); the store says   \
+                                         what (sluice_statefile_last_error) */                  \
     X(INVALID_RECORD, "invalid_record") /* a stored lock was locked in the future or expires      \
                                            before it was locked: dropped */                        \
     X(EXPIRY_CAPPED, "expiry_capped") /* a stored lock expired later than lock_ttl_s from now:     \

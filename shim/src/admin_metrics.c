@@ -21,6 +21,7 @@
 /* One node's figures, as the families read them. */
 struct node_view {
     const char *id;
+    bool listed;   /* not a preset still without traffic (sluice__admin_node_listed) */
     bool adaptive; /* it has an event ring: the event families show it */
     struct sluice_discovery_status st;
     struct sluice_pool_counts pc;
@@ -263,6 +264,7 @@ static struct node_view *snapshot(struct sluice_admin *a)
         struct node_view *v = &views[i];
         struct sluice_pool *pool = sluice_engine_pool(a->engine, a->nodes[i].id);
         v->id = a->nodes[i].id;
+        v->listed = sluice__admin_node_listed(a, i);
         v->adaptive = a->nodes[i].ring != NULL;
         sluice_engine_status(a->engine, v->id, &v->st);
         v->pc = sluice_pool_stats(pool);
@@ -292,6 +294,8 @@ char *sluice_admin_metrics(struct sluice_admin *a)
         sluice__strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", fam->name, fam->help, fam->name,
                               fam->type);
         for (size_t i = 0; i < a->n_nodes; i++) {
+            if (!views[i].listed)
+                continue;
             if (fam->samples) {
                 fam->samples(&b, fam->name, &views[i]);
                 continue;
