@@ -43,12 +43,14 @@
  * is cut once WRITE_QUEUE_MAX bytes wait for it.
  */
 #include <ctype.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <sluice/client.h>
 
@@ -685,6 +687,13 @@ int main(int argc, char **argv)
     int bad = parse_options(argc, argv, &srv.opt);
     if (bad)
         return bad;
+    /* libuv asserts that it never closes descriptors 0 to 2: started with one of them closed
+     * (a test runner's stdin), a socket would land there. Fill them with /dev/null. */
+    int fd;
+    while ((fd = open("/dev/null", O_RDWR)) >= 0 && fd <= STDERR_FILENO) {
+    }
+    if (fd > STDERR_FILENO)
+        close(fd);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     srv.uv = uv_default_loop();
     uv_tcp_init(srv.uv, &srv.listener);
