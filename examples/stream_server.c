@@ -45,6 +45,7 @@
 #include <ctype.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -694,6 +695,10 @@ int main(int argc, char **argv)
     }
     if (fd > STDERR_FILENO)
         close(fd);
+    /* A client that hangs up while its stream is being written makes the next write fail with
+     * EPIPE: that is a hang-up to handle (on_written), not a reason to die of SIGPIPE, which
+     * libuv leaves to the program. */
+    signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     srv.uv = uv_default_loop();
     uv_tcp_init(srv.uv, &srv.listener);
