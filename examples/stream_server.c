@@ -301,7 +301,10 @@ static void reply_failure(struct conn *c, int status)
                                   r->kind == SLUICE_CURL_RATE_LIMITED ||
                                   r->kind == SLUICE_CURL_PLATFORM_OVERLOAD);
     char body[160];
-    snprintf(body, sizeof body, "%s\n", sluice_status_name(status));
+    snprintf(body, sizeof body, "%s%s\n", sluice_status_name(status),
+             !r || status != SLUICE_ETIMEDOUT  ? ""
+             : r->expired == SLUICE_EXPIRED_START ? ": no first token by the start deadline"
+                                                  : ": the call's deadline passed");
     if (status == SLUICE_ETIMEDOUT) {
         n->timeouts++;
         conn_reply(c, 504, "Gateway Timeout", "text/plain", body);
@@ -366,9 +369,7 @@ static void start_chat(struct conn *c, const char *prompt)
             &(struct sluice_chat_request){
                 .backend = BACKEND,
                 .deadline = sluice_deadline_in(&call, srv->opt.call_ns),
-#ifdef SLUICE_EXPIRED_START /* TODO(merge main): unconditional */
                 .start_deadline = sluice_deadline_in(&start, srv->opt.start_ns),
-#endif
                 .cancel = &c->cancel,
                 .done = on_chat_done,
                 .data = c},
