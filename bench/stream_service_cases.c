@@ -23,8 +23,9 @@
  * over all 200s; target < 0.05), refused (503s), refusal_p99_ms (target
  * <= 5), timeouts (504s), provider_ttft_ms (the simulator's median time to
  * first token) and ttfb_ratio (p50 time to first byte over it; target <=
- * 2), the limit and ceiling at the end (target: limit inside [0.85 C, C] =
- * [10.2, 12]), the simulator's cancelled count, and on the adaptive row
+ * 2), the lowest and highest limit over the second half of the window,
+ * read once a second (target: inside [0.85 C, C] = [10.2, 12]) and the
+ * ceiling at its end, the simulator's cancelled count, and on the adaptive row
  * ratio_vs_oracle (complete streams; target >= 0.75). One repetition per
  * run: a scenario, not a micro-benchmark; run it several times on a noisy
  * machine before trusting a number. --quick shortens the window.
@@ -53,6 +54,7 @@
 #define SS_SECONDS 20.0
 #define SS_MIN_SECONDS 3.0
 #define SS_RETRY_MS 100
+#define SS_WATCH_NS INT64_C(1000000000) /* how often the limit is read */
 #define SS_TAIL 2048 /* bytes of a body kept: the last ones (a stream's [DONE], a whole /status) */
 #define SS_DONE "data: [DONE]\n\n"
 
@@ -184,6 +186,27 @@ static void *ss_client_main(void *arg)
     return NULL;
 }
 
+/* Until end_ns, once a second: the server's limit, its lowest and highest over the second half
+ * of the window (the target is about the limit once it has had time to find the cap), and the
+ * ceiling at the end. */
+static void ss_watch_limit(const struct sim_process *server, int64_t end_ns, double seconds,
+                           double *lo, double *hi, double *ceiling)
+{
+    int64_t half_ns = end_ns - (int64_t)(seconds * 1e9 / 2);
+    *lo = *hi = -1;
+    for (int64_t now = bench_now_ns(); now < end_ns; now = bench_now_ns()) {
+        int64_t nap = end_ns - now < SS_WATCH_NS ? end_ns - now : SS_WATCH_NS;
+        struct timespec ts = {(time_t)(nap / 1000000000), (long)(nap % 1000000000)};
+        nanosleep(&ts, NULL);
+        if (bench_now_ns() < half_ns)
+            continue;
+        double limit = ss_json_number(server, "/status", "limit");
+        *lo = *lo < 0 || limit < *lo ? limit : *lo;
+        *hi = limit > *hi ? limit : *hi;
+    }
+    *ceiling = ss_json_number(server, "/status", "ceiling");
+}
+
 struct ss_server {
     const char *name;
     const char *const *flags;
@@ -211,6 +234,8 @@ static long ss_run(const struct ss_server *s, double seconds, struct bench_row *
         c[i] = (struct ss_client){.url = url, .end_ns = end_ns};
         pthread_create(&t[i], NULL, ss_client_main, &c[i]);
     }
+    double limit_lo, limit_hi, ceiling;
+    ss_watch_limit(&server, end_ns, seconds, &limit_lo, &limit_hi, &ceiling);
     struct ss_client sum = {0};
     for (int i = 0; i < SS_CLIENTS; i++) {
         pthread_join(t[i], NULL);
@@ -236,8 +261,9 @@ static long ss_run(const struct ss_server *s, double seconds, struct bench_row *
     bench_row_extra(row, "timeouts", (double)sum.timeouts);
     bench_row_extra(row, "provider_ttft_ms", SS_TTFT_MS_N);
     bench_row_extra(row, "ttfb_ratio", ttfb_p50 / SS_TTFT_MS_N);
-    bench_row_extra(row, "limit", ss_json_number(&server, "/status", "limit"));
-    bench_row_extra(row, "ceiling", ss_json_number(&server, "/status", "ceiling"));
+    bench_row_extra(row, "limit_lo", limit_lo);
+    bench_row_extra(row, "limit_hi", limit_hi);
+    bench_row_extra(row, "ceiling", ceiling);
     bench_row_extra(row, "sim_cancelled", ss_json_number(&sim, "/stats", "cancelled"));
     if (sum.other)
         printf("  !!! WARNING stream.service %s: %ld requests failed otherwise\n", s->name,
