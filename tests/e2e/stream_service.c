@@ -124,13 +124,13 @@ SERVICE_TEST(a_reply_streams_in_pieces_and_ends_with_done)
 }
 
 /* With the gate fixed at 2 and no waiting, 8 requests at once: the 2 admitted stream for
- * about a second while the other 6 are answered 503, each before any stream has ended. */
+ * two seconds while the other 6 are answered 503, each before any stream has ended. */
 SERVICE_TEST(a_burst_beyond_capacity_is_refused_while_the_admitted_streams_run)
 {
     enum { N = 8, FIXED = 2 };
     start(&(struct fx_provider){.mode = "reject", .cap = 12, .median_ms = 50, .fixed_latency = true,
                                 .stream = true, .answer_tokens = 20, .fixed_answer = true,
-                                .token_ms = 50},
+                                .token_ms = 100},
           (const char *[]){"--fixed", "2", NULL});
     static struct client c[N];
     CURLM *multi = curl_multi_init();
