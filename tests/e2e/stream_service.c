@@ -8,6 +8,7 @@
  * call at the provider; a first token that cannot come by the start
  * deadline is a 504.
  */
+#define _GNU_SOURCE /* before any system header: curl_fixture.h wants it */
 #include "e2e/stream_server_process.h"
 
 #include "e2e/curl_fixture.h"
