@@ -17,6 +17,7 @@ set(SLUICE_DEBIAN_PACKAGES
   haproxy               # tests: a real queue-then-refuse gateway (maxconn + timeout queue) on loopback
   libuv1-dev            # examples: the curl loop inside libuv (examples/curl_libuv.c)
   libevent-dev          # examples: the curl loop inside libevent (examples/curl_libevent.c)
+  libconfig-dev         # sluice-proxy: its --config file (comments; errors name file, line, field)
   nodejs                # tests: the official OpenAI Node SDK as a real client of sluice-proxy
   nginx                 # bench: nginx proxy_pass beside sluice-proxy (bench/proxy_bench.sh)
   wrk                   # bench: the load generator of bench/proxy_bench.sh

@@ -268,4 +268,73 @@ static inline json_t *px_node(const struct px *p, const char *node, json_t **roo
     return NULL;
 }
 
+/* ---- an upstream that echoes ------------------------------------------------------------ */
+
+/*
+ * A loopback HTTP/1.1 server whose answer (200, text/plain) is the request
+ * exactly as it arrived, head and body: what the proxy sent upstream. A
+ * thread per connection, keep-alive; it lives until the test process ends.
+ */
+static void *px__echo_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    static __thread char buf[1 << 17];
+    size_t len = 0;
+    for (;;) {
+        char *end = len ? memmem(buf, len, "\r\n\r\n", 4) : NULL;
+        if (end) {
+            size_t head = (size_t)(end - buf) + 4, body = 0;
+            const char *cl = strcasestr(buf, "\r\ncontent-length:");
+            if (cl && cl < end)
+                body = (size_t)atol(cl + 17);
+            if (len >= head + body) {
+                char h[128];
+                int hl = snprintf(h, sizeof h,
+                                  "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                                  "Content-Length: %zu\r\n\r\n",
+                                  head + body);
+                if (write(fd, h, (size_t)hl) != hl || write(fd, buf, head + body) < 0)
+                    break;
+                memmove(buf, buf + head + body, len - head - body);
+                len -= head + body;
+                continue;
+            }
+        }
+        ssize_t n = read(fd, buf + len, sizeof buf - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    return NULL;
+}
+
+static void *px__echo_accept(void *arg)
+{
+    int lfd = (int)(intptr_t)arg;
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        pthread_t t;
+        pthread_create(&t, NULL, px__echo_conn, (void *)(intptr_t)fd);
+        pthread_detach(t);
+    }
+}
+
+/* Start the echo server; its port. */
+static inline int px_echo_start(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(fd, 64), 0);
+    getsockname(fd, (struct sockaddr *)&a, &al);
+    pthread_t t;
+    pthread_create(&t, NULL, px__echo_accept, (void *)(intptr_t)fd);
+    pthread_detach(t);
+    return ntohs(a.sin_port);
+}
+
 #endif /* SLUICE_TESTS_E2E_PROXY_FIXTURE_H */

@@ -150,8 +150,16 @@ int parse_options(int argc, char **argv, struct options *o)
         STR_FLAG("--api-key-header", key_header)
         STR_FLAG("--redis", redis)
         STR_FLAG("--config", o->config)
-        STR_FLAG("--state", o->state)
-        STR_FLAG("--access-log", o->access_log)
+        if ((val = flag_value(argc, argv, &i, "--state"))) {
+            o->state = val;
+            o->state_given = true;
+            continue;
+        }
+        if ((val = flag_value(argc, argv, &i, "--access-log"))) {
+            o->access_log = val;
+            o->access_log_given = true;
+            continue;
+        }
         U64_FLAG("--active", 1, SLUICE_POOL_ACTIVE_MAX, quick.active)
         U64_FLAG("--deadline-ms", 1, 86400000, quick.deadline_ms)
         U64_FLAG("--start-deadline-ms", 1, 86400000, quick.start_deadline_ms)
@@ -175,6 +183,7 @@ int parse_options(int argc, char **argv, struct options *o)
                 return usage_error("--listen needs HOST:PORT (127.0.0.1:0 = any free port), "
                                    "got '%s'",
                                    val);
+            o->listen_given = true;
             continue;
         }
         if ((val = flag_value(argc, argv, &i, "--admin"))) {
@@ -191,12 +200,16 @@ int parse_options(int argc, char **argv, struct options *o)
 #undef BOOL_FLAG
         return usage_error("unknown flag or missing value: '%s'", a);
     }
-    if (o->state && !strcmp(o->state, "off"))
-        o->state = "";
     if (!!upstream == !!o->config)
         return usage_error("give either --upstream URL (one backend) or --config FILE");
-    if (o->config)
-        return config_load(o->config, o);
+    if (o->config) {
+        int rc = config_load(o->config, o);
+        if (o->state && !strcmp(o->state, "off"))
+            o->state = "";
+        return rc;
+    }
+    if (o->state && !strcmp(o->state, "off"))
+        o->state = "";
     quick.id = strdup(node);
     quick.upstream = strdup(upstream);
     quick.prefix = strdup("/");

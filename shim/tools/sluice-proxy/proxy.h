@@ -93,6 +93,7 @@ struct options {
     const char *admin_host;   /* NULL = no admin endpoint */
     unsigned admin_port;
     bool admin_explicit;      /* named on the command line: no fallback to a free port */
+    bool listen_given, state_given, access_log_given; /* on the command line: the file's loses */
     const char *state;        /* state file; NULL = the XDG default; "" = none */
     const char *config;       /* --config FILE */
     const char *access_log;   /* file, "-" = stderr (default), "off" = none */
