@@ -183,6 +183,7 @@ static int open_engine(struct proxy *p)
             if (sluice_fleet_create(&fd, &p->fleets[i]) != SLUICE_OK)
                 return fail("backend %s: redis: %s", b->id, err);
             sluice_fleet_discovery(p->fleets[i], &dds[i]);
+            dds[i].node_id = NULL; /* the engine names the node after the backend */
 #else
             return fail("backend %s: redis needs a build with hiredis", b->id);
 #endif
