@@ -383,6 +383,7 @@ static void stop(struct proxy *p)
         free_dead(p);
         sluice_curl_loop_destroy(p->loop);
         free_dead(p);
+        upstream_free_spares(p);
     }
     sluice_admin_stop(p->admin);
 #ifdef SLUICE_HAVE_FLEET

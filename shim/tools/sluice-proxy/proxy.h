@@ -44,6 +44,7 @@
 #define PROXY_ACTIVE_DEFAULT 256 /* the most discovery may allow: far above most caps */
 #define PROXY_BACKENDS_MAX 64
 #define PROXY_MODELS_MAX 64
+#define PROXY_SPARE_EASY 1024 /* finished calls' easy handles kept for reuse */
 #define PROXY_MODEL_READ_MAX 65536 /* bytes of a body read to find "model" */
 /* The client's deadlines, relative milliseconds: the whole call, and its start (a stream's
  * first byte). */
@@ -217,6 +218,8 @@ struct proxy {
     bool draining;
     int64_t drain_deadline_ns;
     FILE *log;
+    CURL *spare_easy[PROXY_SPARE_EASY]; /* handles of finished calls, for the next ones */
+    size_t n_spare;
 };
 
 /* route.c */
@@ -250,6 +253,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
 void upstream_client_gone(struct conn *c);
 void upstream_resume(struct conn *c);
 void upstream_free(struct conn *c);
+void upstream_free_spares(struct proxy *p);
 
 /* log.c */
 struct access {

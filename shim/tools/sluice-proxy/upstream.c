@@ -198,10 +198,20 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
                    sluice_strerror(status));
 }
 
+/* A finished call's handle goes to the spares: an idle connection holds none. */
+static void easy_give_back(struct proxy *p, CURL *easy)
+{
+    if (p->n_spare < PROXY_SPARE_EASY)
+        p->spare_easy[p->n_spare++] = easy;
+    else
+        curl_easy_cleanup(easy);
+}
+
 static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
 {
-    (void)easy;
     struct conn *c = data;
+    easy_give_back(c->p, easy);
+    c->easy = NULL;
     c->in_call = false;
     c->paused = false;
     c->queued_ns = r->queued_ns;
@@ -321,7 +331,9 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
                    "the target is too long for backend %s", b->id);
         return;
     }
-    if (!c->easy && !(c->easy = curl_easy_init())) {
+    struct proxy *p = c->p;
+    c->easy = p->n_spare ? p->spare_easy[--p->n_spare] : curl_easy_init();
+    if (!c->easy) {
         http_error(c, 500, "server_error", "no_memory", NULL, "out of memory");
         return;
     }
@@ -351,6 +363,8 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
                                       .data = c, .dialect = b->dialect};
     int status = sluice_curl_loop_submit(c->p->loop, &req, &c->call_id);
     if (status != SLUICE_OK) {
+        easy_give_back(p, e);
+        c->easy = NULL;
         curl_slist_free_all(c->up_headers);
         c->up_headers = NULL;
         refuse(c, status, NULL);
@@ -370,4 +384,10 @@ void upstream_free(struct conn *c)
     curl_slist_free_all(c->up_headers);
     if (c->easy)
         curl_easy_cleanup(c->easy);
+}
+
+void upstream_free_spares(struct proxy *p)
+{
+    while (p->n_spare)
+        curl_easy_cleanup(p->spare_easy[--p->n_spare]);
 }
