@@ -41,6 +41,8 @@ static json_t *rate_json(uint64_t now, uint64_t then, double dt)
 static void totals_json(const struct sluice_pool_counts *c, json_t *o)
 {
     json_object_set_new(o, "lingering", json_integer(c->lingering));
+    json_object_set_new(o, "linger", json_string(sluice_linger_name(c->linger)));
+    json_object_set_new(o, "linger_now", json_string(sluice_linger_name(c->linger_now)));
     json_object_set_new(o, "expected_service_ms", ms_or_null(c->expected_ns ? c->expected_ns : -1));
     json_object_set_new(
         o, "requests_total",

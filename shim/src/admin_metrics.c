@@ -147,6 +147,15 @@ static void call_duration(struct sluice__strbuf *b, const char *name, const stru
     put_histogram(b, name, v->id, &v->call);
 }
 
+static void linger_one_hot(struct sluice__strbuf *b, const char *name, const struct node_view *v)
+{
+    static const enum sluice_linger modes[] = {SLUICE_LINGER_LEARNED, SLUICE_LINGER_ON,
+                                               SLUICE_LINGER_OFF};
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++)
+        put_labelled(b, name, v->id, "mode", sluice_linger_name(modes[m]),
+                     v->pc.linger_now == modes[m]);
+}
+
 static void state_one_hot(struct sluice__strbuf *b, const char *name, const struct node_view *v)
 {
     static const enum sluice_discovery_state states[] = {
@@ -205,10 +214,12 @@ static const struct family families[] = {
      "Generation calls ended, by what they said about capacity.", NULL, requests_by_outcome},
     {"sluice_admissions_refused_total", "counter",
      "Runs refused at admission: capacity (active + waiting full) or predicted_late "
-     "(refuse_early: the predicted wait passes the deadline).",
+     "(the predicted wait passes the deadline or the start deadline).",
      NULL, refusals_by_reason},
     {"sluice_refused_late_total", "counter",
-     "Calls not started: less of the deadline left than the expected service time.", refused_late,
+     "Calls not started: they could no longer start in time (left the line, or granted with "
+     "too little left).",
+     refused_late,
      NULL},
     {"sluice_timeouts_total", "counter",
      "Calls whose deadline passed while queued or, abandoned, mid-transfer.", timeouts, NULL},
@@ -221,6 +232,10 @@ static const struct family families[] = {
      "Abandoned calls that kept their permit while the provider still ran them.", lingered, NULL},
     {"sluice_lingering", "gauge",
      "Abandoned calls holding their permit now (counted in sluice_inflight).", lingering, NULL},
+    {"sluice_linger_mode", "gauge",
+     "What abandoned calls do with their permit now: 1 for the current mode (on: keep it, off: "
+     "release it, learned: the trial has not decided yet).",
+     NULL, linger_one_hot},
     {"sluice_expected_service_seconds", "gauge",
      "Expected service time: the low quantile of recent successful calls (0: unknown).",
      expected_service, NULL},

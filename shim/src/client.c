@@ -470,6 +470,8 @@ static int sluice__chat_stream_end(struct sluice_chat *c, int status)
         int64_t start = sluice_monotonic_ns() - c->result.transfer_ns; /* curl's own clock */
         int64_t ttft = st->first_event_ns - start;
         c->result.latency_ns = ttft < 0 ? 0 : ttft;
+    } else if (c->result.kind == SLUICE_CURL_ABORTED) {
+        c->result.latency_ns = 0; /* cut before its first token: the signal was never seen */
     }
     if (st->nomem)
         return SLUICE_ENOMEM;
@@ -575,6 +577,16 @@ static bool sluice__chat_timed_first_token(const struct sluice_chat *c)
     return c->body_mode == SLUICE__CHAT_BODY_SSE && c->st.first_event_ns;
 }
 
+/* The start deadline's test (sluice_curl_call.begun): a stream has begun at its first event,
+ * not at the headers and comments a provider may send before it; any other answer at its
+ * first byte. */
+static bool sluice__chat_begun(void *data)
+{
+    const struct sluice_chat *c = (const struct sluice_chat *)data;
+    return c->body_mode == SLUICE__CHAT_BODY_SSE ? c->st.first_event_ns != 0
+                                                 : c->body_mode != SLUICE__CHAT_BODY_UNDECIDED;
+}
+
 static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
 {
     struct sluice_chat *c = (struct sluice_chat *)ctx;
@@ -585,6 +597,9 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
         return status;
     struct sluice_curl_call call = {.easy = c->easy,
                                     .deadline = gen->deadline,
+                                    .start_deadline = gen->start_deadline,
+                                    .begun = sluice__chat_begun,
+                                    .begun_data = c,
                                     .cancel = gen->cancel,
                                     .retry_after_max_ns = c->retry_after_max_ns,
                                     .write = sluice__chat_body, /* error bodies are classified */
@@ -593,6 +608,8 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
     gen->outcome = c->result.outcome;
     gen->abandoned = c->result.abandoned;
     gen->retry_after_ns = c->result.hold_ns;
+    gen->expired = c->result.expired;
+    gen->stated_rate = sluice_curl_stated_rate(&c->result); /* as the loop offers it */
     if (sluice__chat_timed_first_token(c))
         gen->latency_ns = c->result.latency_ns;
     return status;
@@ -645,6 +662,8 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
                                        .backend = req->backend,
                                        .easy = c->easy,
                                        .deadline = req->deadline,
+                                       .start_deadline = req->start_deadline,
+                                       .begun = sluice__chat_begun,
                                        .cancel = req->cancel,
                                        .done = sluice__chat_loop_done,
                                        .data = c,

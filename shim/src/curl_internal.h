@@ -20,6 +20,7 @@ enum sluice__curl_stop {
     SLUICE__CURL_RAN = 0,  /* it ran to its end (any CURLcode) */
     SLUICE__CURL_CANCELED, /* the caller's token (or chained xferinfo) aborted it */
     SLUICE__CURL_CLOSED,   /* the loop shut down under it */
+    SLUICE__CURL_START,    /* its start deadline passed before the answer began */
 };
 
 /*

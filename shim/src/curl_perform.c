@@ -134,6 +134,11 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
         res->status = stop == SLUICE__CURL_CANCELED ? SLUICE_ECANCELED
                       : stop == SLUICE__CURL_CLOSED ? SLUICE_ECLOSED
                                                     : SLUICE_ETIMEDOUT;
+        res->expired = stop == SLUICE__CURL_START ? SLUICE_EXPIRED_START
+                       : res->status == SLUICE_ETIMEDOUT ? SLUICE_EXPIRED_CALL
+                                                         : SLUICE_EXPIRED_NONE;
+        /* Cut before its first byte, the latency signal was never seen (censored). */
+        res->latency_ns = stop != SLUICE__CURL_START && ttfb > 0 ? (int64_t)ttfb * 1000 : 0;
         res->abandoned = request_size > 0 && stop != SLUICE__CURL_CLOSED;
         return;
     }
@@ -166,8 +171,9 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res)
 {
-    if (res->abandoned) { /* still running at the provider: its permit lingers */
-        sluice_pool_call_abandon(pool, call, res->status);
+    if (res->abandoned) { /* perhaps still running at the provider (the pool's linger mode) */
+        sluice_pool_call_abandon_latency(pool, call, res->status,
+                                         res->latency_ns > 0 ? res->latency_ns : -1);
         return;
     }
     /* Time to first byte when there was a response; the pool times the rest. */
@@ -184,6 +190,11 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
 
 struct sluice__xfer {
     struct sluice_cancel *cancel;
+    int64_t start_ns;           /* the start deadline, CLOCK_MONOTONIC (INT64_MAX = none) */
+    bool (*begun)(void *data);  /* the caller's test that the answer began (NULL: a body byte) */
+    void *begun_data;
+    bool started;               /* the answer began */
+    bool start_expired;         /* the start deadline passed first: the transfer is aborted */
     curl_xferinfo_callback chained;
     void *chained_data;
     CURLM *multi;
@@ -211,10 +222,23 @@ static size_t sluice__tee_write(char *p, size_t size, size_t n, void *data)
     return x->write(p, size, n, x->write_data);
 }
 
+/* Whether the start deadline has passed before the answer began (then the transfer ends). */
+static bool sluice__xfer_start_expired(struct sluice__xfer *x, curl_off_t dlnow)
+{
+    if (x->started || x->start_ns == INT64_MAX)
+        return x->start_expired;
+    x->started = x->begun ? x->begun(x->begun_data) : dlnow > 0;
+    if (!x->started && sluice_monotonic_ns() >= x->start_ns)
+        x->start_expired = true;
+    return x->start_expired;
+}
+
 static int sluice__xferinfo(void *p, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                             curl_off_t ulnow)
 {
     struct sluice__xfer *x = (struct sluice__xfer *)p;
+    if (sluice__xfer_start_expired(x, dlnow))
+        return 1;
     if (x->chained) {
         int rc = x->chained(x->chained_data, dltotal, dlnow, ultotal, ulnow);
         if (rc != 0 && rc != CURL_PROGRESSFUNC_CONTINUE)
@@ -231,8 +255,19 @@ static void sluice__xfer_on_cancel(struct sluice_cancel_hook *hook)
     curl_multi_wakeup(x->multi);
 }
 
-/* Drive `easy` on `multi` to its end or until the token fires. */
-static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
+/* How long the drive loop may sleep: a second, or until the start deadline while the answer
+ * has not begun (xferinfo runs when curl works, not when nothing arrives). */
+static int sluice__xfer_poll_ms(const struct sluice__xfer *x)
+{
+    if (x->started || x->start_ns == INT64_MAX)
+        return 1000;
+    int64_t left = (x->start_ns - sluice_monotonic_ns()) / SLUICE_NS_PER_MS + 1;
+    return left < 1 ? 1 : left > 1000 ? 1000 : (int)left;
+}
+
+/* Drive `easy` on `multi` to its end, until the token fires or the start deadline passes
+ * before the answer began. */
+static enum sluice__curl_stop sluice__xfer_drive(struct sluice__xfer *x, CURLM *multi, CURL *easy,
                                                  struct sluice_cancel *cancel, CURLcode *code)
 {
     int running = 1;
@@ -247,7 +282,8 @@ static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
                 done = true;
             }
         if (done)
-            return sluice_cancel_fired(cancel) && *code == CURLE_ABORTED_BY_CALLBACK
+            return x->start_expired && *code == CURLE_ABORTED_BY_CALLBACK ? SLUICE__CURL_START
+                   : sluice_cancel_fired(cancel) && *code == CURLE_ABORTED_BY_CALLBACK
                        ? SLUICE__CURL_CANCELED
                        : SLUICE__CURL_RAN;
         if (mc != CURLM_OK) {
@@ -256,7 +292,9 @@ static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
         }
         if (sluice_cancel_fired(cancel))
             return SLUICE__CURL_CANCELED; /* not yet aborted by xferinfo: removal aborts it */
-        mc = curl_multi_poll(multi, NULL, 0, 1000, NULL);
+        if (sluice__xfer_start_expired(x, 0))
+            return SLUICE__CURL_START;
+        mc = curl_multi_poll(multi, NULL, 0, sluice__xfer_poll_ms(x), NULL);
         if (mc == CURLM_OK)
             mc = curl_multi_perform(multi, &running);
     }
@@ -268,11 +306,17 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     if (!call || !call->easy)
         return res->status = sluice__shim_fail(res->error, sizeof res->error,
                                                "%s is NULL (required)", call ? "easy" : "call");
-    if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK)
+    if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK ||
+        sluice__curl_check_deadline(call->start_deadline, res) != SLUICE_OK)
         return res->status = SLUICE_EINVAL;
-    int status = sluice_wait_stop_reason(call->deadline, call->cancel);
-    if (status != SLUICE_OK)
+    int status = sluice_wait_stop_reason(sluice_deadline_first(call->start_deadline,
+                                                               call->deadline),
+                                         call->cancel);
+    if (status != SLUICE_OK) {
+        if (status == SLUICE_ETIMEDOUT)
+            res->expired = sluice_deadline_which(call->start_deadline, call->deadline);
         return res->status = status;
+    }
     CURL *easy = call->easy;
     /* A nested call (from a chained callback) gets a multi of its own. */
     bool nested = sluice__tl_busy;
@@ -280,6 +324,11 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     if (!multi)
         return res->status = SLUICE_ENOMEM;
     struct sluice__xfer x = {.cancel = call->cancel,
+                             .start_ns = call->start_deadline
+                                             ? sluice_timespec_ns(call->start_deadline)
+                                             : INT64_MAX,
+                             .begun = call->begun,
+                             .begun_data = call->begun_data,
                              .chained = call->xferinfo,
                              .chained_data = call->xferinfo_data,
                              .multi = multi,
@@ -306,7 +355,7 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
             if (!nested)
                 sluice__tl_busy = true;
             CURLcode code = CURLE_OK;
-            enum sluice__curl_stop stop = sluice__xfer_drive(multi, easy, call->cancel, &code);
+            enum sluice__curl_stop stop = sluice__xfer_drive(&x, multi, easy, call->cancel, &code);
             curl_multi_remove_handle(multi, easy); /* aborts it if still running */
             if (!nested)
                 sluice__tl_busy = false;
@@ -345,7 +394,8 @@ static int sluice__curl_check_call(const struct sluice_engine *engine,
                                  "sluice_engine_desc.backends, or pass NULL for the endpoint-only "
                                  "backend)",
                                  call->backend);
-    return sluice__curl_check_deadline(call->deadline, res);
+    int status = sluice__curl_check_deadline(call->deadline, res);
+    return status == SLUICE_OK ? sluice__curl_check_deadline(call->start_deadline, res) : status;
 }
 
 int sluice_curl_perform_call(const struct sluice_engine *engine,
@@ -356,10 +406,11 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
     struct sluice_pool *pool = NULL;
     if ((res.status = sluice__curl_check_call(engine, call, &res)) == SLUICE_OK)
         pool = sluice_engine_pool(engine, call->backend);
-    if (pool && (res.status = sluice_pool_admit_by(pool, call->deadline)) == SLUICE_OK) {
+    if (pool && (res.status = sluice_pool_admit_by(pool, call->start_deadline, call->deadline)) == SLUICE_OK) {
         int64_t admitted = sluice_monotonic_ns();
         struct sluice_call pc;
-        int status = sluice_pool_call_begin(pool, call->deadline, call->cancel, &pc);
+        int status =
+            sluice_pool_call_begin_by(pool, call->start_deadline, call->deadline, call->cancel, &pc);
         int64_t queued = sluice_monotonic_ns() - admitted;
         if (status == SLUICE_OK) {
             sluice_curl_transfer(call, &res);
@@ -368,6 +419,7 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
         } else {
             res.status = status;
             res.refused_late = pc.refused_late;
+            res.expired = pc.expired;
         }
         res.queued_ns = queued;
         sluice_pool_leave(pool);

@@ -265,10 +265,23 @@ PERFORM_TEST(a_call_with_less_time_left_than_the_expected_service_never_starts_i
     CURL *easy = fx_easy();
     struct timespec deadline;
     struct sluice_curl_result r;
+    /* By default admission refuses it at once: 10 s of service cannot fit in 2 s. */
+    cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy,
+                                     sluice_deadline_in(&deadline, 2 * SLUICE_NS_PER_SEC), NULL,
+                                     &r),
+                 SLUICE_ELATE);
+    cr_assert_not(r.transferred);
+    cr_assert_eq(fx_counts(e).refused_early, 1);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+    /* With queue_late it is admitted, and the start rule is what stops it. */
+    e = fx_engine_with(2, -1, NULL, &(struct sluice_deadline_desc){.queue_late = true});
+    fx_teach_service(e, 10 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
     cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy,
                                      sluice_deadline_in(&deadline, 2 * SLUICE_NS_PER_SEC), NULL,
                                      &r),
                  SLUICE_ETIMEDOUT);
+    cr_assert_eq(r.expired, SLUICE_EXPIRED_CALL);
     cr_assert(r.refused_late);
     cr_assert_not(r.transferred);
     cr_assert_eq(fx_stats_settled().requests, 0, "the provider got the request");

@@ -149,6 +149,8 @@ void sluice_admin_stop(struct sluice_admin *a);
  *     sluice_admissions_refused_total{reason} (capacity, predicted_late),
  *     sluice_refused_late_total, sluice_timeouts_total, sluice_cancels_total,
  *     sluice_overloads_total, sluice_lingered_total, sluice_lingering,
+ *     sluice_linger_mode{mode} (1 for what abandoned calls do now: on, off,
+ *     or learned while the trial has not decided),
  *     sluice_expected_service_seconds (0 = unknown), the histograms
  *     sluice_queue_wait_seconds and sluice_call_seconds, sluice_state{state}
  *     (1 for the current state: probing, backoff, locked, fixed), and for

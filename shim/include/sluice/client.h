@@ -174,6 +174,10 @@ struct sluice_chat_request {
                                         over either) */
     const struct timespec *deadline; /* whole call, queueing included; its value is copied
                                         (default: none) */
+    const struct timespec *start_deadline; /* the first token (the answer's first byte) must
+                                        have come by then, queueing included: what a streaming
+                                        server bounds; its value is copied (default: none;
+                                        see sluice_curl_call.start_deadline) */
     struct sluice_cancel *cancel;    /* kept: must outlive the request (default: none) */
     sluice_chat_done_fn done;        /* required */
     void *data;                      /* passed to done */

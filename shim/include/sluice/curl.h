@@ -294,9 +294,11 @@ struct sluice_curl_result {
     bool abandoned;              /* the caller's deadline or token ended the transfer after
                                     the request was sent: the provider is still running it,
                                     so its permit lingers (sluice_pool_call_abandon) */
-    bool refused_late;           /* SLUICE_ETIMEDOUT before any transfer: the permit came with
-                                    less of the deadline left than the backend's expected
-                                    service time (sluice/pool.h's start rule) */
+    bool refused_late;           /* SLUICE_ETIMEDOUT before any transfer: it could no longer
+                                    start in time (sluice/pool.h, "Deadlines") */
+    enum sluice_expiry expired;  /* with SLUICE_ETIMEDOUT: which deadline ended the call
+                                    (SLUICE_EXPIRED_START: it had not begun, or no first byte
+                                    came, in time; SLUICE_EXPIRED_CALL: the whole call) */
     char error[SLUICE_CURL_ERROR_MAX]; /* when sluice itself refused or ended the call
                                           (an argument's SLUICE_EINVAL, the chat client's
                                           reply cap): why, naming what to fix; "" otherwise
@@ -333,6 +335,20 @@ struct sluice_curl_call {
     CURL *easy;                      /* the request, fully set up (required) */
     const struct timespec *deadline; /* absolute CLOCK_MONOTONIC for the whole call: the permit
                                         wait, then the transfer (default: NULL = none) */
+    const struct timespec *start_deadline; /* the call must have begun by then: the permit wait,
+                                        then the transfer until the response's first byte (a
+                                        stream's first token; for an answer that is not
+                                        streamed, the whole answer's first byte). A call that
+                                        misses it ends with SLUICE_ETIMEDOUT and expired ==
+                                        SLUICE_EXPIRED_START, and is refused at admission with
+                                        SLUICE_ELATE when the queue predicts it cannot make it
+                                        (default: NULL = none) */
+    bool (*begun)(void *begun_data); /* with start_deadline: whether the answer has begun, for a
+                                        caller whose first byte is not its first token (a
+                                        provider that sends headers and an SSE comment at once);
+                                        read on the transfer's thread until it returns true
+                                        (default: NULL = the response's first body byte) */
+    void *begun_data;
     struct sluice_cancel *cancel;    /* ends the wait or aborts the transfer (default: none) */
     curl_xferinfo_callback xferinfo; /* the caller's progress callback, chained by the blocking
                                         path; a non-zero return aborts as ECANCELED (default:
@@ -422,6 +438,10 @@ struct sluice_curl_request {
     const struct timespec *deadline; /* whole call, as for sluice_curl_perform; its value is
                                         copied at submit, so the timespec may be reused or
                                         freed once submit returns (default: none) */
+    const struct timespec *start_deadline; /* as sluice_curl_call.start_deadline; copied at
+                                              submit (default: none) */
+    bool (*begun)(void *data);       /* as sluice_curl_call.begun, called with `data` on the
+                                        loop thread (default: NULL = the first body byte) */
     struct sluice_cancel *cancel;    /* cancels at any stage; kept: must outlive the request
                                         (until `done` has returned) (default: none) */
     sluice_curl_done_fn done;        /* required */
