@@ -309,3 +309,45 @@ Test(proxy, sigterm_lets_calls_in_flight_finish_then_exits_zero)
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the drain did not exit 0");
     px_main.pid = 0;
 }
+
+Test(proxy, a_start_deadline_before_the_first_token_is_504_start_and_a_met_one_streams)
+{
+    /* Headers and an SSE comment at once, the first token after 600 ms. */
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 600,
+                                   .fixed_latency = true, .stream = true, .answer_tokens = 3,
+                                   .fixed_answer = true, .token_ms = 10});
+    start_proxy(NULL);
+    static const char stream[] = "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}";
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", stream, "X-Sluice-Start-Deadline-Ms: 150", &r);
+    cr_assert_eq(r.status, 504, "the head went out before the first token: %ld %s", r.status,
+                 r.body);
+    char v[64];
+    cr_assert_str_eq(px_header(&r, "X-Sluice-Timeout", v, sizeof v), "start");
+    px_assert_error_body(&r, "deadline_start");
+    px_request(&px_main, "/v1/chat/completions", stream, "X-Sluice-Start-Deadline-Ms: 5000", &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert_not_null(strstr(r.body, ": sluice-provider-sim processing"),
+                       "what was held with the head is forwarded: %s", r.body);
+    cr_assert_not_null(strstr(r.body, "data: [DONE]"), "%s", r.body);
+}
+
+Test(proxy, a_call_the_backend_cannot_serve_in_time_is_refused_at_once_with_503_late)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 300,
+                                   .fixed_latency = true});
+    start_proxy(NULL);
+    struct px_reply r;
+    for (int i = 0; i < 12; i++) { /* the backend learns its service time (300 ms) */
+        px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r);
+        cr_assert_eq(r.status, 200);
+    }
+    long before = fx_stats().requests;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, "X-Sluice-Deadline-Ms: 50", &r);
+    cr_assert_eq(r.status, 503, "%ld %s", r.status, r.body);
+    char v[64];
+    cr_assert_str_eq(px_header(&r, "X-Sluice-Refused", v, sizeof v), "late");
+    cr_assert_not_null(px_header(&r, "Retry-After", v, sizeof v));
+    px_assert_error_body(&r, "late");
+    cr_assert_eq(fx_stats().requests, before, "a call refused as late never reaches the provider");
+}

@@ -24,7 +24,7 @@
 #include <libconfig.h>
 
 enum ftype { F_STR, F_U32, F_I64, F_BOOL, F_OPT_U32, F_DIALECT, F_KEY_HEADER, F_MODELS,
-             F_HOST_PORT };
+             F_HOST_PORT, F_LINGER };
 
 struct field {
     const char *name;
@@ -56,7 +56,8 @@ static const struct field backend_fields[] = {
     {"deadline_ms", F_U32, B(deadline_ms), 1, 86400000, 0},
     {"start_deadline_ms", F_U32, B(start_deadline_ms), 1, 86400000, 0},
     {"start_quantile", F_OPT_U32, B(deadlines.start_quantile), 0, 50, 0},
-    {"refuse_early", F_BOOL, B(deadlines.refuse_early), 0, 0, 0},
+    {"queue_late", F_BOOL, B(deadlines.queue_late), 0, 0, 0},
+    {"linger", F_LINGER, B(deadlines.linger), 0, 0, 0},
     {"linger_max_ms", F_OPT_U32, B(deadlines.linger_max_ms), 0, SLUICE_POOL_LINGER_MAX_MS, 0},
     {"redis", F_STR, B(redis_url), 0, 0, 0},
 };
@@ -168,6 +169,16 @@ static int set_field(const struct ctx *x, const config_setting_t *s, const struc
         else
             return bad(x, s, f->name, "must be \"bearer\" or \"x-api-key\"%s", "");
         return EXIT_OK;
+    case F_LINGER: {
+        static const enum sluice_linger modes[] = {SLUICE_LINGER_LEARNED, SLUICE_LINGER_ON,
+                                                   SLUICE_LINGER_OFF};
+        for (size_t i = 0; str && i < sizeof modes / sizeof modes[0]; i++)
+            if (!strcmp(str, sluice_linger_name(modes[i]))) {
+                b->deadlines.linger = modes[i];
+                return EXIT_OK;
+            }
+        return bad(x, s, f->name, "must be \"learned\", \"on\" or \"off\"%s", "");
+    }
     case F_MODELS: {
         int n = config_setting_length(s);
         if ((t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) || n < 1 || n > PROXY_MODELS_MAX)

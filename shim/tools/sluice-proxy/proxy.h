@@ -81,7 +81,7 @@ struct backend {
     int64_t lock_ttl_s;       /* discovery's (default: 0 = 24 h) */
     uint32_t deadline_ms;     /* whole call when the client names none (default: 0 = none) */
     uint32_t start_deadline_ms; /* start (first byte) when the client names none (0 = none) */
-    struct sluice_deadline_desc deadlines; /* start_quantile, refuse_early, linger_max_ms */
+    struct sluice_deadline_desc deadlines; /* start_quantile, queue_late, linger, linger_max_ms */
     char *redis_url;          /* the Redis fleet (default: none) */
     int line;                 /* where the config file defined it (0 = command line) */
     size_t prefix_len, upstream_len;
@@ -184,12 +184,16 @@ struct conn {
     char url[2048];
     uint64_t call_id;
     bool in_call;
+    bool head_ready;           /* the upstream's head is complete (in up_head until sent) */
     bool head_sent;            /* the answer's status line is out: a failure now cuts it */
     bool chunked;              /* the answer is re-chunked to the client */
     bool no_body;              /* HEAD, 204, 304 */
     bool paused;               /* the upstream transfer waits for the client to read */
     long up_status;            /* the upstream answer's status (0 = not yet) */
     bool up_has_length;        /* ... came with a Content-Length */
+    bool up_sse;               /* ... is text/event-stream */
+    bool hold_head;            /* a start deadline: the head waits until the answer has begun */
+    bool begun;                /* the answer has begun: a body byte (an SSE `data:` line) */
     struct buf up_head;        /* the upstream answer's head as it will go to the client */
     int64_t t_start_ns, t_first_ns;
     uint64_t bytes_out;

@@ -55,6 +55,19 @@ static bool is_key_header(const char *name, size_t len)
 
 /* ---- the answer, as libcurl hands it over ---------------------------------------------------- */
 
+/* The head (and what the answer held back) goes out: from now on a failure can only cut it. */
+static void emit_head(struct conn *c)
+{
+    buf_put(&c->out, c->up_head.p, c->up_head.len);
+    c->up_head.len = 0;
+    c->head_sent = true;
+    c->t_first_ns = now_ns();
+    http_mark_dirty(c);
+}
+
+/* With a start deadline the head is held until the answer has begun, so that a provider that
+ * sends its headers (and SSE comments) at once and its first token too late still gets a 504
+ * rather than a 200 cut short. */
 static void start_answer(struct conn *c)
 {
     const char *m = c->req.method;
@@ -66,10 +79,21 @@ static void start_answer(struct conn *c)
     if (c->closing)
         buf_printf(&c->up_head, "Connection: close\r\n");
     buf_put(&c->up_head, "\r\n", 2);
-    buf_put(&c->out, c->up_head.p, c->up_head.len);
-    c->head_sent = true;
-    c->t_first_ns = now_ns();
-    http_mark_dirty(c);
+    c->head_ready = true;
+    if (!c->hold_head)
+        emit_head(c);
+}
+
+/* Has the answer begun with these bytes: any byte, or for server-sent events a `data:` line
+ * (comments such as ": processing" are keep-alives, not the first token). */
+static bool begins(const struct conn *c, const char *data, size_t len)
+{
+    return !c->up_sse || memmem(data, len, "data:", 5) != NULL;
+}
+
+static bool began(void *data)
+{
+    return ((struct conn *)data)->begun;
 }
 
 static size_t on_header(char *data, size_t size, size_t n, void *ud)
@@ -78,12 +102,12 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud)
     size_t len = size * n, line = len;
     while (line && (data[line - 1] == '\n' || data[line - 1] == '\r'))
         line--;
-    if (c->gone || c->head_sent)
+    if (c->gone || c->head_ready)
         return len; /* trailers, or a call whose client left */
     if (len >= 5 && !memcmp(data, "HTTP/", 5)) {
         const char *sp = memchr(data, ' ', line);
         c->up_status = sp ? strtol(sp + 1, NULL, 10) : 0;
-        c->up_has_length = false;
+        c->up_has_length = c->up_sse = false;
         c->up_head.len = 0;
         const char *reason = sp && (size_t)(sp + 4 - data) < line ? sp + 5 : NULL;
         if (reason && reason < data + line)
@@ -103,6 +127,8 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud)
     if (!colon)
         return len;
     size_t name_len = (size_t)(colon - data);
+    if (http_header_is(data, name_len, "content-type"))
+        c->up_sse = memmem(colon, line - name_len, "text/event-stream", 17) != NULL;
     if (http_header_is(data, name_len, "content-length"))
         c->up_has_length = true;
     else if (is_hop_by_hop(data, name_len))
@@ -122,12 +148,16 @@ static size_t on_write(char *data, size_t size, size_t n, void *ud)
         c->paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
+    c->begun = c->begun || begins(c, data, len);
+    struct buf *to = c->head_sent ? &c->out : &c->up_head; /* held with the head */
     if (c->chunked)
-        buf_printf(&c->out, "%zx\r\n", len);
-    buf_put(&c->out, data, len);
+        buf_printf(to, "%zx\r\n", len);
+    buf_put(to, data, len);
     if (c->chunked)
-        buf_put(&c->out, "\r\n", 2);
+        buf_put(to, "\r\n", 2);
     c->bytes_out += len;
+    if (!c->head_sent && c->begun)
+        emit_head(c);
     http_mark_dirty(c);
     return len;
 }
@@ -147,7 +177,7 @@ void upstream_resume(struct conn *c)
  * (the permit came with too little of the deadline left), TRANSFERRED (the
  * transfer started), ANY.
  */
-enum when { ANY, TRANSFERRED, REFUSED_LATE, WAITING };
+enum when { ANY, START_EXPIRED, TRANSFERRED, REFUSED_LATE, WAITING };
 static const struct refusal {
     int status;
     enum when when;
@@ -162,6 +192,8 @@ static const struct refusal {
      "the proxy has too many calls in progress (backend %s); retry later"},
     {SLUICE_ECLOSED, ANY, 503, "shutting_down", "X-Sluice-Refused: shutting_down",
      "the proxy is shutting down (backend %s); retry on another instance"},
+    {SLUICE_ETIMEDOUT, START_EXPIRED, 504, "deadline_start", "X-Sluice-Timeout: start",
+     "backend %s did not start the call (its first token) before its start deadline"},
     {SLUICE_ETIMEDOUT, REFUSED_LATE, 504, "deadline_start", "X-Sluice-Timeout: start",
      "backend %s could not start the call before its deadline"},
     {SLUICE_ETIMEDOUT, TRANSFERRED, 504, "deadline_upstream", "X-Sluice-Timeout: upstream",
@@ -172,8 +204,11 @@ static const struct refusal {
 
 static void refuse(struct conn *c, int status, const struct sluice_curl_result *r)
 {
-    enum when when = !r ? ANY : r->refused_late ? REFUSED_LATE : r->transferred ? TRANSFERRED
-                                                                                 : WAITING;
+    enum when when = !r                                     ? ANY
+                     : r->expired == SLUICE_EXPIRED_START ? START_EXPIRED
+                     : r->refused_late                    ? REFUSED_LATE
+                     : r->transferred                     ? TRANSFERRED
+                                                          : WAITING;
     const char *id = c->backend->id;
     for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
         const struct refusal *f = &refusals[i];
@@ -223,6 +258,8 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
         http_request_done(c);
         return;
     }
+    if (r->status == SLUICE_OK && c->head_ready && !c->head_sent)
+        emit_head(c); /* held for a start deadline, and the answer never said more */
     if (r->status == SLUICE_OK && c->head_sent) {
         if (c->chunked)
             buf_put(&c->out, "0\r\n\r\n", 5);
@@ -350,16 +387,20 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     set_method(e, r, body, body_len);
     build_headers(c, b, body_len > 0);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->up_headers);
-    c->head_sent = c->chunked = c->no_body = c->paused = false;
+    c->head_sent = c->head_ready = c->chunked = c->no_body = c->paused = c->begun = false;
     c->up_status = 0;
     c->closing = c->closing || !r->keep_alive;
-    struct timespec dl;
+    struct timespec dl, sdl;
     int64_t ms = r->deadline_ms >= 0 ? r->deadline_ms : b->deadline_ms ? (int64_t)b->deadline_ms
                                                                        : -1;
-    /* The start deadline (r->start_deadline_ms, else b->start_deadline_ms) is parsed and
-     * checked; the curl loop takes it once sluice_curl_request has a start_deadline. */
+    int64_t start_ms = r->start_deadline_ms >= 0 ? r->start_deadline_ms
+                       : b->start_deadline_ms    ? (int64_t)b->start_deadline_ms
+                                                 : -1;
+    c->hold_head = start_ms >= 0;
     struct sluice_curl_request req = {.backend = b->id, .easy = e,
-                                      .deadline = relative_deadline(&dl, ms), .done = on_done,
+                                      .deadline = relative_deadline(&dl, ms),
+                                      .start_deadline = relative_deadline(&sdl, start_ms),
+                                      .begun = start_ms >= 0 ? began : NULL, .done = on_done,
                                       .data = c, .dialect = b->dialect};
     int status = sluice_curl_loop_submit(c->p->loop, &req, &c->call_id);
     if (status != SLUICE_OK) {
