@@ -387,7 +387,7 @@ static int parse_head(struct conn *c, char *msg, size_t size)
                 return 400;
             }
         size_t nl = (size_t)(colon - p), vl = (size_t)(ve - v);
-        r->h[r->n_h++] = (typeof(r->h[0])){p, v, nl, vl};
+        r->h[r->n_h++] = (struct header){p, v, nl, vl};
         if (http_header_is(p, nl, "content-length")) {
             char tmp[24];
             uint64_t n;

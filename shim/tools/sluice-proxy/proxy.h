@@ -146,12 +146,18 @@ enum conn_state {
 
 #define HDR_MAX 100
 
+/* One request header, pointing into the connection's input buffer. */
+struct header {
+    const char *name, *value;
+    size_t name_len, value_len;
+};
+
 /* A parsed request, pointing into the connection's input buffer. */
 struct request {
     const char *method, *target;
     size_t method_len, target_len;
     int minor;                 /* HTTP/1.minor */
-    struct { const char *name, *value; size_t name_len, value_len; } h[HDR_MAX];
+    struct header h[HDR_MAX];
     size_t n_h;
     uint64_t content_length;
     bool keep_alive;
