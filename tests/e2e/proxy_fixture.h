@@ -122,29 +122,29 @@ struct px_reply {
     int64_t first_byte_ms, last_byte_ms; /* fx_now_ms when the first / last body byte came */
 };
 
+/* Append what fits of data to buf (cap bytes, NUL kept); returns len, as curl wants. */
+static size_t px__append(char *buf, size_t cap, size_t *used, const char *data, size_t len)
+{
+    size_t keep = cap - 1 - *used < len ? cap - 1 - *used : len;
+    memcpy(buf + *used, data, keep);
+    *used += keep;
+    buf[*used] = '\0';
+    return len;
+}
+
 static size_t px__body(char *data, size_t size, size_t n, void *ctx)
 {
     struct px_reply *r = ctx;
-    size_t len = size * n, keep = sizeof r->body - 1 - r->body_len;
     if (!r->first_byte_ms)
         r->first_byte_ms = fx_now_ms();
     r->last_byte_ms = fx_now_ms();
-    keep = len < keep ? len : keep;
-    memcpy(r->body + r->body_len, data, keep);
-    r->body_len += keep;
-    r->body[r->body_len] = '\0';
-    return len;
+    return px__append(r->body, sizeof r->body, &r->body_len, data, size * n);
 }
 
 static size_t px__header(char *data, size_t size, size_t n, void *ctx)
 {
     struct px_reply *r = ctx;
-    size_t len = size * n, keep = sizeof r->headers - 1 - r->headers_len;
-    keep = len < keep ? len : keep;
-    memcpy(r->headers + r->headers_len, data, keep);
-    r->headers_len += keep;
-    r->headers[r->headers_len] = '\0';
-    return len;
+    return px__append(r->headers, sizeof r->headers, &r->headers_len, data, size * n);
 }
 
 /* An easy handle for `method path` on the proxy, capturing into *r; `headers` may be NULL. */

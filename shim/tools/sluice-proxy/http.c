@@ -264,7 +264,8 @@ void http_error(struct conn *c, int status, const char *type, const char *code,
                "%s%s\r\n",
                status, http_reason(status), len, extra_headers ? extra_headers : "",
                c->closing ? "Connection: close\r\n" : "");
-    if (text && strcmp(c->req.method_len == 4 ? c->req.method : "", "HEAD"))
+    bool head = c->req.method_len == 4 && !strncmp(c->req.method, "HEAD", 4);
+    if (text && !head)
         buf_put(&c->out, text, len);
     free(text);
     c->status_out = status;
@@ -323,6 +324,15 @@ static bool is_tchar(char ch)
            strchr("!#$%&'*+-.^_`|~", ch);
 }
 
+/* [p, end) is an RFC 9110 token (a method, a header name). */
+static bool is_token(const char *p, const char *end)
+{
+    for (; p < end; p++)
+        if (!is_tchar(*p))
+            return false;
+    return true;
+}
+
 /* Parse the head at c->in (head_len bytes). 0, or the status to refuse it with (msg says why). */
 static int parse_head(struct conn *c, char *msg, size_t size)
 {
@@ -336,11 +346,10 @@ static int parse_head(struct conn *c, char *msg, size_t size)
         snprintf(msg, size, "malformed request line");
         return 400;
     }
-    for (char *q = p; q < sp1; q++)
-        if (!is_tchar(*q)) {
-            snprintf(msg, size, "malformed method");
-            return 400;
-        }
+    if (!is_token(p, sp1)) {
+        snprintf(msg, size, "malformed method");
+        return 400;
+    }
     r->method = p;
     r->method_len = (size_t)(sp1 - p);
     r->target = sp1 + 1;
@@ -367,11 +376,10 @@ static int parse_head(struct conn *c, char *msg, size_t size)
             snprintf(msg, size, "malformed header line");
             return 400;
         }
-        for (char *q = p; q < colon; q++)
-            if (!is_tchar(*q)) {
-                snprintf(msg, size, "malformed header name");
-                return 400;
-            }
+        if (!is_token(p, colon)) {
+            snprintf(msg, size, "malformed header name");
+            return 400;
+        }
         if (r->n_h == HDR_MAX) {
             snprintf(msg, size, "more than %d headers", HDR_MAX);
             return 431;

@@ -355,7 +355,8 @@ static void run(struct proxy *p)
         for (int i = 0; i < n; i++)
             on_event(p, evs[i].data.ptr, evs[i].events);
         now = now_ns();
-        if (p->curl_timer_ns >= 0 && now >= p->curl_timer_ns) {
+        if (p->kick || (p->curl_timer_ns >= 0 && now >= p->curl_timer_ns)) {
+            p->kick = false;
             p->curl_timer_ns = -1;
             sluice_curl_loop_action(p->loop, CURL_SOCKET_TIMEOUT, 0);
         }

@@ -81,19 +81,6 @@ bool parse_host_port(const char *s, const char **host, unsigned *port, char *buf
     return true;
 }
 
-/* One flag with a value: "--flag V" or "--flag=V". Returns the value or NULL. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag)
-{
-    size_t n = strlen(flag);
-    if (strncmp(argv[*i], flag, n))
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n] || *i + 1 >= argc)
-        return NULL;
-    return argv[++*i];
-}
-
 /* A function, so that a bound of 0 draws no "always false" warning. */
 static bool below(uint64_t v, uint64_t lo)
 {
@@ -120,7 +107,7 @@ int parse_options(int argc, char **argv, struct options *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
 #define U64_FLAG(flag, lo, hi, dst)                                                                \
-    if ((val = flag_value(argc, argv, &i, flag))) {                                                \
+    if ((val = tool_flag_value(argc, argv, &i, flag))) {                                                \
         if (!tool_parse_u64(val, hi, &v) || below(v, lo))                                          \
             return usage_error(flag " needs a whole number from %llu to %llu, got '%s'",           \
                                (unsigned long long)(lo), (unsigned long long)(hi), val);           \
@@ -128,7 +115,7 @@ int parse_options(int argc, char **argv, struct options *o)
         continue;                                                                                  \
     }
 #define STR_FLAG(flag, dst)                                                                        \
-    if ((val = flag_value(argc, argv, &i, flag))) {                                                \
+    if ((val = tool_flag_value(argc, argv, &i, flag))) {                                                \
         dst = val;                                                                                 \
         continue;                                                                                  \
     }
@@ -150,12 +137,12 @@ int parse_options(int argc, char **argv, struct options *o)
         STR_FLAG("--api-key-header", key_header)
         STR_FLAG("--redis", redis)
         STR_FLAG("--config", o->config)
-        if ((val = flag_value(argc, argv, &i, "--state"))) {
+        if ((val = tool_flag_value(argc, argv, &i, "--state"))) {
             o->state = val;
             o->state_given = true;
             continue;
         }
-        if ((val = flag_value(argc, argv, &i, "--access-log"))) {
+        if ((val = tool_flag_value(argc, argv, &i, "--access-log"))) {
             o->access_log = val;
             o->access_log_given = true;
             continue;
@@ -170,14 +157,14 @@ int parse_options(int argc, char **argv, struct options *o)
         U64_FLAG("--idle-timeout-ms", 100, 3600000, o->idle_timeout_ms)
         U64_FLAG("--drain-ms", 0, 3600000, o->drain_ms)
         U64_FLAG("--retry-after", 0, 3600, o->retry_after_s)
-        if ((val = flag_value(argc, argv, &i, "--waiting"))) {
+        if ((val = tool_flag_value(argc, argv, &i, "--waiting"))) {
             if (!tool_parse_u64(val, SLUICE_POOL_WAITING_MAX, &v))
                 return usage_error("--waiting needs a whole number from 0 to %u, got '%s'",
                                    (unsigned)SLUICE_POOL_WAITING_MAX, val);
             quick.waiting = SLUICE_SOME((uint32_t)v);
             continue;
         }
-        if ((val = flag_value(argc, argv, &i, "--listen"))) {
+        if ((val = tool_flag_value(argc, argv, &i, "--listen"))) {
             if (!parse_host_port(val, &o->listen_host, &o->listen_port, listen_buf,
                                  sizeof listen_buf))
                 return usage_error("--listen needs HOST:PORT (127.0.0.1:0 = any free port), "
@@ -186,7 +173,7 @@ int parse_options(int argc, char **argv, struct options *o)
             o->listen_given = true;
             continue;
         }
-        if ((val = flag_value(argc, argv, &i, "--admin"))) {
+        if ((val = tool_flag_value(argc, argv, &i, "--admin"))) {
             o->admin_explicit = true;
             if (!strcmp(val, "off"))
                 o->admin_host = NULL;

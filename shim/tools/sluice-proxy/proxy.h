@@ -220,6 +220,8 @@ struct proxy {
     struct watch listener, signals;
     unsigned port;
     int64_t curl_timer_ns;     /* when the curl loop wants its timeout action (-1 = none) */
+    bool kick;                 /* requests were submitted in this iteration: run the loop now,
+                                  not one epoll round trip later when its wake-up fd says so */
     struct conn *dirty;        /* connections with bytes to write */
     struct conn *conns;        /* every open connection, for the sweep and the drain */
     struct conn *dead;         /* released records, freed at the end of the loop iteration */

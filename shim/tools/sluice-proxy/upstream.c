@@ -413,6 +413,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     }
     c->in_call = true;
     c->state = C_CALL;
+    p->kick = true;
 }
 
 void upstream_client_gone(struct conn *c)
