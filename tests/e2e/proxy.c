@@ -351,3 +351,42 @@ Test(proxy, a_call_the_backend_cannot_serve_in_time_is_refused_at_once_with_503_
     px_assert_error_body(&r, "late");
     cr_assert_eq(fx_stats().requests, before, "a call refused as late never reaches the provider");
 }
+
+Test(proxy, pipelined_requests_are_answered_in_order_on_one_connection)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 20});
+    start_proxy(NULL);
+    int port = atoi(strrchr(px_main.url, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char req[512], three[1536];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(FX_REQUEST), FX_REQUEST);
+    snprintf(three, sizeof three, "%s%s%s", req, req, req);
+    cr_assert_eq(write(fd, three, (size_t)(3 * n)), 3 * n);
+    static char got[65536];
+    size_t len = 0;
+    int answers = 0;
+    for (int64_t end = fx_now_ms() + 5000; answers < 3 && fx_now_ms() < end;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t r = read(fd, got + len, sizeof got - 1 - len);
+        cr_assert_gt(r, 0, "the proxy closed the connection");
+        len += (size_t)r;
+        got[len] = '\0';
+        answers = 0;
+        for (const char *p = got; (p = strstr(p, "HTTP/1.1 200 ")); p++)
+            answers++;
+    }
+    close(fd);
+    cr_assert_eq(answers, 3, "%d answers: %s", answers, got);
+    cr_assert_not_null(strstr(got, "reply 1\""), "%s", got);
+    cr_assert(strstr(got, "reply 1\"") < strstr(got, "reply 2\"") &&
+                  strstr(got, "reply 2\"") < strstr(got, "reply 3\""),
+              "answers out of order: %s", got);
+}

@@ -119,12 +119,15 @@ void http_watch(struct conn *c, uint32_t events)
     c->events = events;
 }
 
-/* What the connection waits for in its state: its next bytes, or only a hang-up during a call
- * (the pipelined bytes wait in the kernel), and room to write while output is pending. */
+/* What the connection waits for: its next bytes (during a call too, so that the common case
+ * never changes what epoll watches: a hang-up reads as EOF; bytes a client pipelined behind
+ * its request make it watch only for a hang-up until the answer is out), and room to write
+ * while output is pending. */
 static void conn_update(struct conn *c)
 {
-    uint32_t ev = EPOLLRDHUP;
-    if (c->state == C_HEAD || c->state == C_BODY)
+    uint32_t ev = c->pipelined ? 0 : EPOLLRDHUP; /* (a half-close behind pipelined bytes
+                                                     would otherwise fire until the answer) */
+    if (!c->pipelined && c->state != C_FLUSH)
         ev |= EPOLLIN;
     if (c->out.len > c->out_off)
         ev |= EPOLLOUT;
@@ -464,6 +467,7 @@ static void next_request(struct conn *c)
     c->head_len = c->scanned = 0;
     c->out.len = c->out_off = 0;
     c->state = C_HEAD;
+    c->pipelined = false;
     c->backend = NULL;
     c->outcome = NULL;
     c->status_out = 0;
@@ -638,9 +642,16 @@ void http_on_event(struct conn *c, uint32_t events)
     if ((events & EPOLLOUT) && !conn_write(c))
         return;
     if (c->state == C_CALL || c->state == C_FLUSH) {
-        /* Only a hang-up is watched now (pipelined bytes wait in the kernel). */
-        if (events & EPOLLRDHUP)
-            conn_close(c);
+        char byte;
+        ssize_t n = (events & (EPOLLIN | EPOLLRDHUP))
+                        ? recv(c->w.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT)
+                        : -1;
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR && (events & EPOLLRDHUP)))
+            conn_close(c); /* the client hung up: its call is cancelled */
+        else if (n > 0) {
+            c->pipelined = true; /* the next request waits in the kernel until this answer */
+            conn_update(c);
+        }
         return;
     }
     if ((events & EPOLLIN) && conn_read(c)) {

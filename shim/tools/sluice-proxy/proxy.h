@@ -182,6 +182,7 @@ struct conn {
     bool closing;              /* close once `out` is written */
     bool gone;                 /* the socket is closed; freed when its call completes */
     bool dirty;                /* on the flush list */
+    bool pipelined;            /* bytes of a next request wait behind the current call */
     struct conn *next_dirty, *prev, *next;
     /* The call in progress (C_CALL). */
     struct backend *backend;
