@@ -21,7 +21,8 @@
  * client sees a cut answer rather than a complete-looking one.
  *
  * Back-pressure: past OUT_HIGH bytes unsent to a slow client the transfer
- * is paused (CURL_WRITEFUNC_PAUSE) until the client has read them all.
+ * is paused (CURL_WRITEFUNC_PAUSE) until the client has read them all; a
+ * client that reads nothing for client_timeout_ms loses its call (http.c).
  */
 #define _GNU_SOURCE
 #include "proxy.h"
@@ -145,6 +146,8 @@ static size_t on_write(char *data, size_t size, size_t n, void *ud)
     if (c->gone || c->no_body || !len)
         return len;
     if (c->out.len - c->out_off > OUT_HIGH) {
+        if (!c->paused) /* a client that reads nothing for this long loses its call */
+            c->deadline_ns = now_ns() + (int64_t)c->p->o->client_timeout_ms * 1000000;
         c->paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
