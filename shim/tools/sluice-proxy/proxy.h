@@ -188,7 +188,6 @@ struct conn {
     struct backend *backend;
     CURL *easy;
     struct curl_slist *up_headers;
-    char url[2048];
     uint64_t call_id;
     bool in_call;
     bool head_ready;           /* the upstream's head is complete (in up_head until sent) */

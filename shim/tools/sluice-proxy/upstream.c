@@ -366,7 +366,8 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
                     size_t body_len)
 {
     const struct request *r = &c->req;
-    if (route_url(b, path, c->url, sizeof c->url) != 0) {
+    char url[4096]; /* libcurl copies it */
+    if (route_url(b, path, url, sizeof url) != 0) {
         http_error(c, 414, "invalid_request_error", "target_too_long", NULL,
                    "the target is too long for backend %s", b->id);
         return;
@@ -379,7 +380,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     }
     CURL *e = c->easy;
     curl_easy_reset(e);
-    curl_easy_setopt(e, CURLOPT_URL, c->url);
+    curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
