@@ -43,7 +43,6 @@
 #include <unistd.h>
 
 #define READ_CHUNK 16384
-#define IDLE_BUF_MAX 4096
 
 /* ---- buffers ------------------------------------------------------------------------------ */
 
@@ -457,15 +456,15 @@ static void next_request(struct conn *c)
     }
     memmove(c->in.p, c->in.p + used, c->in.len - used);
     c->in.len -= used;
-    /* An idle kept-alive connection holds no buffers: 1000 of them cost their sockets. */
+    /* An idle kept-alive connection holds no buffers: 1000 of them cost their records. */
     if (c->in.len == 0) {
         free(c->in.p);
         c->in = (struct buf){0};
     }
-    if (c->out.cap > IDLE_BUF_MAX) {
-        free(c->out.p);
-        c->out = (struct buf){0};
-    }
+    free(c->out.p);
+    c->out = (struct buf){0};
+    free(c->up_head.p);
+    c->up_head = (struct buf){0};
     c->head_len = c->scanned = 0;
     c->out.len = c->out_off = 0;
     c->state = C_HEAD;
