@@ -528,7 +528,6 @@ static void dispatch(struct conn *c)
     struct proxy *p = c->p;
     const char *body = c->in.p + c->head_len;
     size_t body_len = (size_t)c->req.content_length;
-    c->t_start_ns = now_ns();
     if (p->draining) {
         c->closing = true;
         http_error(c, 503, "server_error", "shutting_down", "X-Sluice-Refused: shutting_down\r\n",
@@ -558,8 +557,10 @@ static void conn_process(struct conn *c)
     if (c->state == C_HEAD) {
         if (c->in.len == 0)
             return;
-        if (c->scanned == 0)
-            c->deadline_ns = now_ns() + (int64_t)o->client_timeout_ms * 1000000;
+        if (c->scanned == 0) { /* a request's first byte: its clocks start */
+            c->t_start_ns = now_ns();
+            c->deadline_ns = c->t_start_ns + (int64_t)o->client_timeout_ms * 1000000;
+        }
         size_t from = c->scanned > 3 ? c->scanned - 3 : 0;
         char *e = memmem(c->in.p + from, c->in.len - from, "\r\n\r\n", 4);
         if (!e) {
