@@ -99,6 +99,8 @@ Test(proxy_config, the_api_key_replaces_the_clients_and_is_never_logged)
     px_request(&px_main, "/v1/chat/completions", "{\"model\":\"m1\"}", "x-api-key: sk-client",
                &r);
     cr_assert_not_null(strstr(r.body, "\r\nx-api-key: sk-client\r\n"), "%s", r.body);
+    px_request(&px_main, "/a/v1/chat/completions", "{}", "X-Sluice-Deadline-Ms: soon", &r);
+    cr_assert_eq(r.status, 400);
     px_stop(&px_main); /* the log is flushed at exit */
     FILE *f = fopen(log, "r");
     cr_assert_not_null(f);
@@ -109,6 +111,11 @@ Test(proxy_config, the_api_key_replaces_the_clients_and_is_never_logged)
     cr_assert_not_null(strstr(text, "cloud:by-prefix \"POST /a/v1/chat/completions\" 200"),
                        "one line per request: %s", text);
     cr_assert_null(strstr(text, "secret"), "a key was logged: %s", text);
+    const char *bad = strstr(text, "\" 400 bad_request ");
+    cr_assert_not_null(bad, "the proxy's own answers are logged too: %s", text);
+    const char *duration = strstr(bad, "duration=");
+    cr_assert(duration && atof(duration + 9) < 10000.0,
+              "a request's duration runs from its first byte: %s", bad);
     cr_assert_null(strstr(text, "sk-client"), "a key was logged: %s", text);
 }
 
