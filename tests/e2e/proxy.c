@@ -421,3 +421,33 @@ Test(proxy, a_client_that_stops_reading_a_stream_loses_its_call)
     close(fd);
     cr_assert_eq(s.cancelled, 1, "a client that reads nothing kept its upstream call");
 }
+
+Test(proxy, a_request_that_does_not_arrive_in_time_is_408_and_closed)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    start_proxy((const char *[]){"--client-timeout-ms", "200", NULL});
+    int port = atoi(strrchr(px_main.url, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    static const char part[] = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n";
+    cr_assert_eq(write(fd, part, sizeof part - 1), (ssize_t)(sizeof part - 1));
+    /* ... and the rest never comes: 408 within the timeout plus the once-a-second sweep. */
+    char got[2048] = "";
+    size_t len = 0;
+    for (int64_t end = fx_now_ms() + 5000; fx_now_ms() < end;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t n = read(fd, got + len, sizeof got - 1 - len);
+        if (n <= 0)
+            break; /* closed after the answer */
+        len += (size_t)n;
+        got[len] = '\0';
+    }
+    close(fd);
+    cr_assert(!strncmp(got, "HTTP/1.1 408 ", 13), "no 408 for a slow client: '%s'", got);
+    cr_assert_not_null(strstr(got, "\"code\":\"request_timeout\""), "%s", got);
+    cr_assert_eq(fx_stats().requests, 0);
+}
