@@ -17,7 +17,17 @@ set(SLUICE_DEBIAN_PACKAGES
   haproxy               # tests: a real queue-then-refuse gateway (maxconn + timeout queue) on loopback
   libuv1-dev            # examples: the curl loop inside libuv (examples/curl_libuv.c)
   libevent-dev          # examples: the curl loop inside libevent (examples/curl_libevent.c)
+  libconfig-dev         # sluice-proxy: its --config file (comments; errors name file, line, field)
+  nodejs                # tests: the official OpenAI Node SDK as a real client of sluice-proxy
+  nginx                 # bench: nginx proxy_pass beside sluice-proxy (bench/proxy_bench.sh)
+  wrk                   # bench: the load generator of bench/proxy_bench.sh
 )
+# Debian's nodejs ships npm separately; NodeSource's (a newer Node) includes it and
+# conflicts with Debian's npm package, so ask for npm only where no npm is found.
+find_program(SLUICE_NPM npm)
+if(NOT SLUICE_NPM)
+  list(APPEND SLUICE_DEBIAN_PACKAGES npm)
+endif()
 # The fuzz preset builds libFuzzer targets: clang, and its fuzzer runtime,
 # which Debian 12 ships only as a Recommends of clang.
 if(SLUICE_BUILD_FUZZ)
@@ -59,5 +69,33 @@ function(sluice_bootstrap_packages)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "sluice: apt-get failed (exit ${rc}). Install by hand:\n"
       "  apt-get update && apt-get install -y ${missing_str}")
+  endif()
+endfunction()
+
+# The official OpenAI Node SDK, for tests/e2e/proxy_openai_node.c: installed with npm into
+# the build tree (BUILD/node/node_modules), never system-wide, and only when the presets
+# bootstrap; without it that test is skipped. The major version is pinned so that a new
+# SDK changes the test only when someone raises it here.
+set(SLUICE_OPENAI_NODE_SDK "openai@7")
+function(sluice_bootstrap_node_sdk)
+  if(DEFINED SLUICE_BUILD_TESTS AND NOT SLUICE_BUILD_TESTS)
+    return()
+  endif()
+  set(prefix ${CMAKE_BINARY_DIR}/node)
+  if(EXISTS ${prefix}/node_modules/openai/package.json)
+    return()
+  endif()
+  find_program(npm_exe npm)
+  if(NOT npm_exe)
+    message(WARNING "sluice: npm not found; the OpenAI Node SDK test will be skipped")
+    return()
+  endif()
+  message(STATUS "sluice: installing ${SLUICE_OPENAI_NODE_SDK} into ${prefix} (npm)")
+  execute_process(COMMAND ${npm_exe} install --prefix ${prefix} --no-audit --no-fund
+                          --loglevel=error ${SLUICE_OPENAI_NODE_SDK}
+                  RESULT_VARIABLE rc TIMEOUT 300)
+  if(NOT rc EQUAL 0)
+    message(WARNING "sluice: npm install ${SLUICE_OPENAI_NODE_SDK} failed (${rc}); the OpenAI "
+                    "Node SDK test will be skipped")
   endif()
 endfunction()
