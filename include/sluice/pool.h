@@ -103,6 +103,22 @@
  *     first byte); then it leaves with SLUICE_ETIMEDOUT and refused_late
  *     set, instead of timing out at the head of the line and taking a
  *     permit from a caller with time to spare.
+ *   - A queue that stands is cut to a target (CoDel's sojourn rule: a
+ *     queue that absorbs bursts is good, one that never drains only adds
+ *     latency, since the provider is saturated either way). The target is
+ *     the median time to first byte, the interval the median service
+ *     time: from when every call started over an interval waited longer
+ *     than the target until a newcomer finds a permit free (the queue
+ *     drained), the queue stands, and admission also refuses
+ *     (SLUICE_ELATE) a call with a deadline whose predicted wait passes
+ *     the target, however far its deadline. (It stands until it drains,
+ *     not until one interval's waits fall under the target: they do as
+ *     soon as the rule works, and a queue let grow again each time would
+ *     swing between the two.) So under sustained overload a served call
+ *     waits at most about as long again as the provider takes to answer,
+ *     and the excess is refused at once instead of queueing towards its
+ *     deadline; a burst into a queue that drains is admitted as far as
+ *     the deadlines allow. Off with queue_late.
  *   - Don't start what cannot finish. A call that gets its permit (any
  *     hold over) with less of its deadline left than the expected service
  *     time (or of its start deadline than the expected time to first byte)
@@ -422,6 +438,12 @@ struct sluice_pool {
     _Atomic(uint32_t) linger_learned;
     _Atomic(uint32_t) phantoms;      /* abandoned calls released on trial, perhaps still running */
     _Atomic(uint32_t) trial_served;  /* calls served above the ceiling with phantoms around */
+    /* The standing-queue test (CoDel's): the least queue wait of the calls started in the
+     * current interval, when it ends (pool clock), and whether the last one's passed the
+     * target (see "A queue that stands"). */
+    _Atomic(int64_t) sojourn_min;
+    _Atomic(int64_t) sojourn_until;
+    _Atomic(uint32_t) standing;
     _Atomic(int64_t) *phantom_slots; /* their likely ends; SLUICE__LINGER_FREE = empty */
     /* Lingering permits: one slot per permit (active of them), after the discovery block. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) lingering;
@@ -618,6 +640,9 @@ SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
     atomic_init(&p->linger_learned, (uint32_t)SLUICE_LINGER_LEARNED);
     atomic_init(&p->phantoms, 0u);
     atomic_init(&p->trial_served, 0u);
+    atomic_init(&p->sojourn_min, INT64_MAX);
+    atomic_init(&p->sojourn_until, INT64_MIN);
+    atomic_init(&p->standing, 0u);
     p->linger_max_ns = limited ? (int64_t)sluice_opt_or(dl->linger_max_ms,
                                                         SLUICE_POOL_LINGER_MAX_MS_DEFAULT) *
                                      SLUICE_NS_PER_MS
@@ -801,6 +826,39 @@ SLUICE_INLINE int64_t sluice__pool_need(const struct sluice_pool *p, bool busy, 
     return busy ? sluice_service_median(s) : sluice_service_expected(s);
 }
 
+/* The standing-queue target and interval (see "A queue that stands"): the median time to
+ * first byte and the median service time; 0 = not known yet (no rule). */
+SLUICE_INLINE int64_t sluice__pool_sojourn_target(const struct sluice_pool *p)
+{
+    return sluice_service_median(&p->first_byte);
+}
+
+/*
+ * A call started after waiting `waited` (pool clock `now`): fold it into
+ * the interval's least wait, and at the interval's end decide whether the
+ * queue stood through it. Lock-free: one winner rolls the interval (a CAS
+ * on its end); a call racing the roll may land its wait in either
+ * interval, which only blurs the boundary by a call. A call that did not
+ * wait costs two relaxed loads once the interval's least wait is 0.
+ */
+SLUICE_INLINE void sluice__pool_sojourn(struct sluice_pool *p, int64_t waited, int64_t now)
+{
+    int64_t interval = sluice_service_median(&p->service);
+    int64_t target = sluice__pool_sojourn_target(p);
+    if (interval <= 0 || target <= 0)
+        return;
+    int64_t until = atomic_load_explicit(&p->sojourn_until, SLUICE_RELAXED);
+    if (now >= until && atomic_compare_exchange_strong_explicit(&p->sojourn_until, &until,
+                                                                sluice_add_ns(now, interval),
+                                                                SLUICE_RELAXED, SLUICE_RELAXED)) {
+        int64_t least = atomic_exchange_explicit(&p->sojourn_min, waited, SLUICE_RELAXED);
+        if (least != INT64_MAX && least > target)
+            atomic_store_explicit(&p->standing, 1u, SLUICE_RELAXED);
+        return;
+    }
+    sluice__atomic_min_i64(&p->sojourn_min, waited);
+}
+
 /* Whether the deadline rules that read the estimates are on for this pool. */
 SLUICE_INLINE bool sluice__pool_rules_on(const struct sluice_pool *p)
 {
@@ -862,7 +920,8 @@ SLUICE_INLINE enum sluice_expiry sluice__pool_late_by(int64_t now, int64_t wait,
  * whose predicted wait plus the time it needs already passes `deadline`
  * (or its first byte's, `start_deadline`; sluice__pool_need: the median
  * while calls queue, the low quantile with a permit free) is refused at
- * once with SLUICE_ELATE (counted in
+ * once with SLUICE_ELATE, and so is one whose predicted wait passes the
+ * target of a queue that stands (see "A queue that stands") (counted in
  * refused_early; nothing is reserved), so the caller can shed it or go
  * elsewhere while it still has time. Otherwise exactly sluice_pool_admit.
  * Lock-free: a few relaxed loads more than sluice_pool_admit, and only for
@@ -874,10 +933,15 @@ SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct times
     if ((deadline || start_deadline) && sluice__pool_rules_on(p) && !p->queue_late &&
         !atomic_load_explicit(&p->closed, SLUICE_RELAXED)) {
         int64_t wait = sluice_pool_predicted_wait(p);
-        if (wait >= 0 && sluice__pool_late_by(sluice_monotonic_ns(), wait, start_deadline,
-                                              deadline, sluice__pool_need(p, wait > 0, false),
-                                              sluice__pool_need(p, wait > 0, true)) !=
-                             SLUICE_EXPIRED_NONE) {
+        bool stands = atomic_load_explicit(&p->standing, SLUICE_RELAXED);
+        if (stands && wait == 0) /* a permit is free: the queue has drained */
+            atomic_store_explicit(&p->standing, 0u, SLUICE_RELAXED);
+        stands = stands && wait > sluice__pool_sojourn_target(p);
+        if (wait >= 0 && (stands || sluice__pool_late_by(sluice_monotonic_ns(), wait,
+                                                         start_deadline, deadline,
+                                                         sluice__pool_need(p, wait > 0, false),
+                                                         sluice__pool_need(p, wait > 0, true)) !=
+                                        SLUICE_EXPIRED_NONE)) {
             sluice__pool_count(p, SLUICE__POOL_EARLY);
             return SLUICE_ELATE;
         }
@@ -1287,6 +1351,8 @@ SLUICE_INLINE void sluice__pool_start(struct sluice_pool *p, struct sluice_call 
     call->in_flight_at_start = atomic_fetch_add_explicit(&p->in_flight, 1u, SLUICE_RELAXED) + 1u;
     call->limit_at_start = p->discovery ? sluice_discovery_limit(p->discovery) : 0;
     call->phantoms_at_start = atomic_load_explicit(&p->phantoms, SLUICE_RELAXED);
+    if (p->active && p->start_percent && !p->queue_late)
+        sluice__pool_sojourn(p, call->queued_ns, call->start_ns);
 }
 
 /*

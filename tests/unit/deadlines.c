@@ -747,3 +747,53 @@ Test(deadlines, learned_lingering_stays_on_when_a_call_above_the_ceiling_is_refu
     cr_assert_eq(sluice_pool_stats(p).lingering, 1, "kept for good");
     sluice_pool_destroy(p);
 }
+
+/* ---- a queue that stands is cut to its target (CoDel's sojourn rule) --------------------- */
+
+Test(deadlines, a_queue_that_stands_refuses_what_would_wait_past_its_target_however_far_the_deadline)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    warm_up_stream(p, 16, 1 * SEC, 3 * SEC); /* target: 1 s to first byte; interval: 3 s */
+    struct timespec far = deadline_in(600 * SEC);
+    /* Each call waits 2 s for the permit of the one before: past the 1 s target, interval
+     * after interval, the queue stands. */
+    struct sluice_call cur;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);
+    struct sluice_pool_waiter w[4];
+    int status[4];
+    for (int i = 0; i < 4; i++) {
+        status[i] = 1;
+        w[i] = (struct sluice_pool_waiter){.cb = record_status, .data = &status[i]};
+        sluice_pool_call_begin_async(p, &w[i]);
+        fake_clock_advance(&clk, 2 * SEC);
+        sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0); /* w[i] starts, 2 s late */
+        cr_assert_eq(status[i], SLUICE_OK);
+        cr_assert_eq(w[i].call.queued_ns, 2 * SEC);
+        cur = w[i].call;
+    }
+    cr_assert_eq(sluice_pool_predicted_wait(p), 3 * SEC, "one call ahead, 3 s each");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_ELATE,
+                 "a 3 s wait into a standing queue: refused, though its deadline is 600 s off");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, NULL), SLUICE_OK, "no deadline: FIFO as ever");
+    sluice_pool_leave(p);
+    sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
+    /* Calls that start without waiting do not end it: a queue held at its target waits less
+     * than the target too. */
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);
+        fake_clock_advance(&clk, 2 * SEC);
+        sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
+    }
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_ELATE, "it still stands");
+    sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
+    /* A newcomer finds the permit free: the queue drained, and the same call is admitted as
+     * far as its deadline allows. */
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_OK);
+    sluice_pool_leave(p);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_OK);
+    sluice_pool_leave(p);
+    sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
