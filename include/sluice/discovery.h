@@ -933,7 +933,8 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
     if (next == old)
         return;
     sluice__discovery_set_limit(d, next, now);
-    /* A policy may also step down without calling it congestion (a smoothing controller). */
+    /* A policy may also step down without calling it congestion (a smoothing controller, a
+     * re-measure): its cause says why; CEILING only when the clamp itself lowered it. */
     sluice__discovery_emit(d, now, next > old ? SLUICE_EVENT_PROBE : SLUICE_EVENT_BACKOFF,
                            v->cause != SLUICE_CAUSE_NONE ? v->cause : SLUICE_CAUSE_CEILING, old,
                            next);

@@ -136,7 +136,11 @@ struct sluice_sample {
     X(RATE_LIMIT, "rate_limit")   /* the provider's rate budget ran out (a "hold" event) */        \
     X(PLATFORM, "platform")       /* a platform-wide overload (a "hold" event) */                  \
     X(QUOTA, "quota")             /* a quota or billing refusal (a "quota" event) */               \
-    X(PROVIDER_RATE, "provider_rate") /* a hint from the request rate the provider states */
+    X(PROVIDER_RATE, "provider_rate") /* a hint from the request rate the provider states */      \
+    X(REMEASURE, "remeasure")     /* a brief step down to measure the no-queue latency the      \
+                                     levels are judged by (BBR's PROBE_RTT); no refusal */       \
+    X(MEASURE_BELOW, "measure_below") /* one step down to measure the level under the bracket's  \
+                                         last step before locking there; no refusal */
 
 #define SLUICE__CAUSE_ENUM(name, str) SLUICE_CAUSE_##name,
 #define SLUICE__CAUSE_CASE(name, str) SLUICE__NAME_CASE(SLUICE_CAUSE_##name, str)

@@ -46,7 +46,7 @@
 #include <sluice/sluice.h>
 
 enum {
-    SLUICE__ADMIN_N_CAUSES = SLUICE_CAUSE_EXPIRY_CAPPED + 1, /* backoff causes counted */
+    SLUICE__ADMIN_N_CAUSES = SLUICE_CAUSE_MEASURE_BELOW + 1, /* every cause (the last one) */
     SLUICE__ADMIN_N_KINDS = SLUICE_EVENT_STORE + 1,          /* event kinds counted */
 };
 

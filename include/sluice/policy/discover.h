@@ -589,7 +589,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
          * The level is tested again once the reference is sampled. A
          * bracket from noise held a cap of 200 at 8, on 1 seed in 1000. */
         if (!p->est)
-            return sluice_verdict_make(next, SLUICE_CAUSE_NONE, 0);
+            return sluice_verdict_make(next, SLUICE_CAUSE_REMEASURE, 0);
     }
     /* Discovery will lock no higher than this: the highest limit that passed,
      * or the one below it that served the most calls per second, if any did
@@ -631,7 +631,7 @@ sluice__discover_unjudged_verdict(struct sluice_policy_discover *p, const struct
     const struct sluice__discover_level *top = sluice__discover_find(p, w->limit);
     if (w->saturated && w->probe_cap && w->limit == w->probe_cap && !p->est &&
         w->limit != p->settled && w->limit > 1 && !(top && top->passed))
-        return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_NONE, 0);
+        return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_MEASURE_BELOW, 0);
     return sluice__verdict_hold(w);
 }
 
@@ -681,7 +681,7 @@ SLUICE_INLINE bool sluice__discover_compare_below(struct sluice_policy_discover 
         return false;
     const struct sluice__discover_level *below = sluice__discover_find(p, w->limit - 1);
     if (!below || below->n < (float)p->params.min_samples) {
-        *v = sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_NONE, 0);
+        *v = sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_MEASURE_BELOW, 0);
         return true;
     }
     uint32_t best = sluice__discover_best(p, w->limit + 1);
@@ -751,7 +751,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
 {
     l->doubts++;
     if ((refused || last_step) && w->saturated && w->limit == w->probe_cap && w->limit > 1)
-        return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_NONE, 0);
+        return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_MEASURE_BELOW, 0);
     if (!ref->sampled && !p->probing && !trusted) {
         if (p->slow_start && l->doubts < SLUICE__DISCOVER_SLOW_START_DOUBTS)
             return sluice__verdict_hold(w);
@@ -761,7 +761,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
         if (at < w->limit) {
             p->probing = at;
             p->resume = w->limit;
-            return sluice_verdict_make(at, SLUICE_CAUSE_NONE, 0);
+            return sluice_verdict_make(at, SLUICE_CAUSE_REMEASURE, 0);
         }
     }
     p->slow_start = false;
