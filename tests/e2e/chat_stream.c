@@ -37,18 +37,6 @@ static void on_delta(void *ctx, struct sluice_chat *chat, const char *text, size
         sluice_cancel_fire(d->cancel);
 }
 
-static struct sluice_engine *engine_at_sim(void)
-{
-    static char base[64];
-    sim_process_url(&fx_sim, "/v1", base, sizeof base);
-    struct sluice_backend_desc b = {.id = FX_BACKEND, .endpoint = base, .active = 4};
-    struct sluice_engine *e = NULL;
-    cr_assert_eq(
-        sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
-        SLUICE_OK);
-    return e;
-}
-
 /* A streaming chat whose deltas go to *d (NULL: none). */
 static struct sluice_chat *stream_chat(struct deltas *d)
 {
@@ -103,7 +91,7 @@ STREAM_TEST(a_streamed_reply_is_assembled_from_its_deltas_and_reports_usage)
 {
     fx_start(&(struct fx_provider){.median_ms = 5, .fixed_latency = true, .stream = true,
                                    .answer_tokens = 5, .fixed_answer = true, .token_ms = 1});
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
     struct sluice_run_result rr;
@@ -131,7 +119,7 @@ STREAM_TEST(the_sample_of_a_streamed_call_is_its_time_to_first_token)
      * >= 600 ms. The sample must be the middle one. */
     fx_start(&(struct fx_provider){.median_ms = 100, .fixed_latency = true, .stream = true,
                                    .answer_tokens = 20, .fixed_answer = true, .token_ms = 25});
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
     struct sluice_run_result rr;
@@ -154,7 +142,7 @@ STREAM_TEST(a_429_error_event_mid_stream_ends_the_generation_as_an_overload_samp
     fx_start(&(struct fx_provider){.median_ms = 5, .fixed_latency = true, .stream = true,
                                    .stream_fail_after = 2, .answer_tokens = 10,
                                    .fixed_answer = true, .token_ms = 1});
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
     struct sluice_run_result rr;
@@ -182,7 +170,7 @@ static const struct fx_provider long_stream = {.median_ms = FX_ZERO, .abandoned_
 STREAM_TEST(a_cancel_mid_stream_closes_the_connection_and_the_provider_sees_it_at_once)
 {
     fx_start(&long_stream);
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct sluice_cancel cancel;
     sluice_cancel_init(&cancel);
     struct deltas d = {.cancel_after = 3, .cancel = &cancel};
@@ -209,7 +197,7 @@ STREAM_TEST(a_cancel_mid_stream_closes_the_connection_and_the_provider_sees_it_a
 STREAM_TEST(a_deadline_mid_stream_ends_the_generation_and_the_provider_sees_the_close)
 {
     fx_start(&long_stream);
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
     struct timespec deadline;
@@ -251,7 +239,7 @@ static void assert_ended_abandoned(struct sluice_engine *e, struct sluice_chat *
 STREAM_TEST(an_endless_stream_ends_at_the_reply_cap)
 {
     fx_start(&endless_stream);
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct sluice_chat *chat = stream_chat(NULL);
     struct timespec deadline;
     sluice_deadline_in(&deadline, 30 * SLUICE_NS_PER_SEC);
@@ -278,7 +266,7 @@ STREAM_TEST(an_endless_stream_ends_at_the_reply_cap)
 STREAM_TEST(a_stream_cut_at_the_reply_cap_ends_abandoned_like_a_cancelled_call)
 {
     fx_start(&endless_stream);
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     fx_teach_service(e, LINGER_AFTER_NS, 16);
     struct sluice_chat *chat = stream_chat(NULL);
     struct sluice_run_result rr;
@@ -292,7 +280,7 @@ STREAM_TEST(a_stream_cut_at_the_reply_cap_ends_abandoned_like_a_cancelled_call)
 STREAM_TEST(a_provider_that_ignores_stream_is_read_as_one_json_body)
 {
     fx_start(&(struct fx_provider){.median_ms = 5}); /* no .stream: a JSON answer */
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
     struct sluice_run_result rr;
@@ -415,7 +403,7 @@ STREAM_TEST(on_the_curl_loop_deltas_and_completion_run_on_the_loop_thread_with_t
 {
     fx_start(&(struct fx_provider){.median_ms = 100, .fixed_latency = true, .stream = true,
                                    .answer_tokens = 20, .fixed_answer = true, .token_ms = 25});
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct loop_deltas ld = {0};
     struct sluice_chat *chat = loop_chat(&ld);
     struct loop_done w;
@@ -446,7 +434,7 @@ STREAM_TEST(on_the_curl_loop_a_429_event_mid_stream_is_an_overload_sample)
     fx_start(&(struct fx_provider){.median_ms = 5, .fixed_latency = true, .stream = true,
                                    .stream_fail_after = 3, .answer_tokens = 10,
                                    .fixed_answer = true, .token_ms = 1});
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct loop_deltas ld = {0};
     struct sluice_chat *chat = loop_chat(&ld);
     struct loop_done w;
@@ -464,7 +452,7 @@ STREAM_TEST(on_the_curl_loop_a_429_event_mid_stream_is_an_overload_sample)
 STREAM_TEST(on_the_curl_loop_a_cancel_mid_stream_closes_the_connection)
 {
     fx_start(&long_stream);
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct sluice_cancel cancel;
     sluice_cancel_init(&cancel);
     struct loop_deltas ld = {.d = {.cancel_after = 3, .cancel = &cancel}};
@@ -481,7 +469,7 @@ STREAM_TEST(on_the_curl_loop_a_cancel_mid_stream_closes_the_connection)
 STREAM_TEST(on_the_curl_loop_a_stream_cut_at_the_reply_cap_ends_abandoned_like_a_cancelled_call)
 {
     fx_start(&endless_stream);
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     fx_teach_service(e, LINGER_AFTER_NS, 16);
     struct loop_deltas ld = {0};
     struct sluice_chat *chat = loop_chat(&ld);

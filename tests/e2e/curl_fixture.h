@@ -311,6 +311,20 @@ static inline struct sluice_engine *fx_engine(uint32_t active, int waiting,
     return fx_engine_with(active, waiting, dd, NULL);
 }
 
+/* An engine of one fixed backend FX_BACKEND (active 4) whose endpoint is the simulator's
+ * /v1, for the chat client. */
+static inline struct sluice_engine *fx_engine_at_sim(void)
+{
+    static char base[64];
+    sim_process_url(&fx_sim, "/v1", base, sizeof base);
+    struct sluice_backend_desc b = {.id = FX_BACKEND, .endpoint = base, .active = 4};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(
+        sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
+        SLUICE_OK);
+    return e;
+}
+
 static inline struct sluice_pool_counts fx_counts(struct sluice_engine *e)
 {
     return sluice_pool_stats(sluice_engine_pool(e, FX_BACKEND));

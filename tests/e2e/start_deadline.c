@@ -17,18 +17,6 @@
 #define START_TEST(name)                                                                           \
     Test(start_deadline, name, .init = fx_setup, .fini = fx_teardown, .timeout = 60)
 
-static struct sluice_engine *engine_at_sim(void)
-{
-    static char base[64];
-    sim_process_url(&fx_sim, "/v1", base, sizeof base);
-    struct sluice_backend_desc b = {.id = FX_BACKEND, .endpoint = base, .active = 4};
-    struct sluice_engine *e = NULL;
-    cr_assert_eq(
-        sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
-        SLUICE_OK);
-    return e;
-}
-
 static void count_delta(void *ctx, struct sluice_chat *chat, const char *text, size_t len)
 {
     (void)chat, (void)text, (void)len;
@@ -66,7 +54,7 @@ static const struct fx_provider slow_first_token = {.median_ms = 3000, .fixed_la
 START_TEST(a_stream_whose_first_token_misses_its_start_deadline_ends_as_a_start_expiry)
 {
     fx_start(&slow_first_token);
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     int deltas = 0;
     struct sluice_chat *chat = stream_chat(&deltas);
     struct timespec start, whole;
@@ -107,7 +95,7 @@ static void on_chat_done(struct sluice_chat *chat, int status, void *data)
 START_TEST(a_streamed_chat_on_the_loop_ends_at_its_start_deadline_and_the_provider_sees_it)
 {
     fx_start(&slow_first_token);
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     struct sluice_curl_loop *loop = NULL;
     cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
                  SLUICE_OK);
@@ -147,7 +135,7 @@ START_TEST(a_stream_that_has_begun_runs_past_its_start_deadline_to_its_end)
     /* First token at once, then 40 tokens 20 ms apart: 800 ms, past a 300 ms start deadline. */
     fx_start(&(struct fx_provider){.median_ms = FX_ZERO, .stream = true, .answer_tokens = 40,
                                    .fixed_answer = true, .token_ms = 20});
-    struct sluice_engine *e = engine_at_sim();
+    struct sluice_engine *e = fx_engine_at_sim();
     int deltas = 0;
     struct sluice_chat *chat = stream_chat(&deltas);
     struct timespec start;
