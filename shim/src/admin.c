@@ -227,10 +227,10 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
     }
     a->daemon = admin_daemon(a, fd);
     if (!a->daemon) {
+        unsigned port = a->port; /* for the message: a is gone after admin_free */
         close(fd);
         admin_free(a);
-        return admin_fail(desc, SLUICE_EIO, "libmicrohttpd did not start on port %u",
-                          (unsigned)a->port);
+        return admin_fail(desc, SLUICE_EIO, "libmicrohttpd did not start on port %u", port);
     }
     if (pthread_create(&a->sampler, NULL, sluice__admin_sampler_main, a) != 0) {
         atomic_store(&a->stopping, true);
