@@ -210,9 +210,15 @@ static struct MHD_Daemon *admin_daemon(struct sluice_admin *a, int fd)
 
 int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin **out)
 {
-    *out = NULL;
+    if (out)
+        *out = NULL;
+    if (!desc)
+        return SLUICE_EINVAL;
     if (desc->error && desc->error_size)
         desc->error[0] = '\0';
+    if (!out)
+        return admin_fail(desc, SLUICE_EINVAL,
+                          "out is NULL (pass the address of a struct sluice_admin *)");
     struct sluice_admin_desc d;
     int status = admin_resolve(desc, &d);
     if (status != SLUICE_OK)

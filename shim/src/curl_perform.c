@@ -264,6 +264,8 @@ static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
 
 int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl_result *res)
 {
+    if (!res)
+        return SLUICE_EINVAL;
     sluice__curl_result_init(res);
     if (!call || !call->easy)
         return res->status = sluice__shim_fail(res->error, sizeof res->error,
