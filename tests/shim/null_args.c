@@ -21,6 +21,14 @@
 /* desc->error names the argument when `out` is NULL. */
 #define EXPECT_OUT_NAMED(err) cr_expect(strstr(err, "out is NULL"), "message: \"%s\"", err)
 
+/* An engine with only the built-in backend, for the descriptions that need one. */
+static struct sluice_engine *plain_engine(void)
+{
+    struct sluice_engine *e;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){0}, &e), SLUICE_OK);
+    return e;
+}
+
 Test(null_args, curl_transport_and_classification)
 {
     struct sluice_curl_result res;
@@ -40,8 +48,7 @@ Test(null_args, curl_transport_and_classification)
 
 Test(null_args, curl_loop)
 {
-    struct sluice_engine *e;
-    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){0}, &e), SLUICE_OK);
+    struct sluice_engine *e = plain_engine();
     char err[128] = "untouched";
     struct sluice_curl_loop *loop = (struct sluice_curl_loop *)1;
     cr_expect_eq(sluice_curl_loop_create(NULL, &loop), SLUICE_EINVAL);
@@ -108,8 +115,7 @@ Test(null_args, state_file)
 
 Test(null_args, admin_endpoint)
 {
-    struct sluice_engine *e;
-    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){0}, &e), SLUICE_OK);
+    struct sluice_engine *e = plain_engine();
     char err[128] = "untouched";
     struct sluice_admin *a = (struct sluice_admin *)1;
     cr_expect_eq(sluice_admin_start(NULL, &a), SLUICE_EINVAL);
