@@ -186,6 +186,15 @@ static const struct scenario scenarios[] = {
      .workers = 64, .retry_s = 0.001, .deadline_s = 0.25, .linger = lingers,                       \
      .run_s = REAL_TRAFFIC_RUN_S}
 
+/* Deadline-censored traffic: callers whose deadline cuts a share of the calls
+ * (200 ms median, σ 0.4: a deadline of 247 ms cuts 30%, 181 ms 60%) against a
+ * provider that refuses nothing below its cap and whose latency does not grow
+ * with the limit: discovery must grow to the cap from the censored samples. */
+#define CENSORED(c, deadline, tag)                                                                   \
+    {.name = "censored" tag, .mode = SIM_REJECT, .cap = c, .median_s = 0.2,                \
+     .sigma = 0.4, .net_s = 0.001, .workers = 2 * (c) + 16, .retry_s = 0.001,                     \
+     .deadline_s = deadline, .linger = true, .run_s = REAL_TRAFFIC_RUN_S}
+
 static const struct scenario real_traffic[] = {
     CLOSED_LOOP(64, 16),  CLOSED_LOOP(64, 24),  CLOSED_LOOP(64, 52),
     CLOSED_LOOP(256, 16), CLOSED_LOOP(256, 24), CLOSED_LOOP(256, 52),
@@ -193,6 +202,8 @@ static const struct scenario real_traffic[] = {
     QUEUE_TIMEOUT(10, 0.3, "t3x"), QUEUE_TIMEOUT(24, 0.3, "t3x"), QUEUE_TIMEOUT(48, 0.3, "t3x"),
     SHALLOW_KNEE(10), SHALLOW_KNEE(20),
     ABANDONED("linger", true), ABANDONED("free", false),
+    CENSORED(24, 0.247, "30"), CENSORED(24, 0.181, "60"),
+    CENSORED(52, 0.247, "30"), CENSORED(52, 0.181, "60"),
 };
 
 static const double retry_ladder[] = {1.0, 2.0, 3.0, 5.0};

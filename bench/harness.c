@@ -9,6 +9,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <signal.h>
+#include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #define BENCH_MAX_CASES 32
 #define BENCH_MAX_ROWS 1024
@@ -223,4 +228,35 @@ int main(int argc, char **argv)
     }
     print_ratios();
     return json ? write_json(json) : 0;
+}
+
+int bench_busy_count(int most)
+{
+    const char *env = getenv("SLUICE_BENCH_BUSY");
+    int n = env && *env ? atoi(env) : 0;
+    return n < 0 ? 0 : n > most ? most : n;
+}
+
+void bench_busy_start(int *pids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+#ifdef __linux__
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+            for (volatile uint64_t spin = 0;; spin++) {
+            }
+        }
+        pids[i] = (int)pid;
+    }
+}
+
+void bench_busy_stop(const int *pids, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+        }
 }

@@ -63,4 +63,11 @@ uint64_t bench_iters(const struct bench_opts *opts, uint64_t base, uint64_t floo
 /* Pin the calling thread to CPU (i mod ncpu); best effort. */
 void bench_pin(int i);
 
+/* A loaded machine, as the targets are stated on: n processes that each keep one core busy
+ * until bench_busy_stop (or until this process dies). SLUICE_BENCH_BUSY=N asks for N (at
+ * most `most`; unset: 0). */
+int bench_busy_count(int most);
+void bench_busy_start(int *pids, int n);
+void bench_busy_stop(const int *pids, int n);
+
 #endif

@@ -99,38 +99,13 @@ static bool http_sim_start(struct sim_process *sim, const struct http_provider *
     return sim_process_start(sim, strcmp(p->mode, "queue") ? reject : queue) == 0;
 }
 
-/* A process that keeps one core busy until killed (or until this one dies). */
-static pid_t http_busy_start(void)
-{
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-#ifdef __linux__
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-#endif
-    for (volatile uint64_t spin = 0;; spin++) {
-    }
-}
-
-static void http_busy_stop(pid_t *pids, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (pids[i] > 0) {
-            kill(pids[i], SIGKILL);
-            waitpid(pids[i], NULL, 0);
-        }
-}
-
 /* Busy loops for a row of `driver` (SLUICE_BENCH_BUSY). */
 static int http_busy_count(enum http_driver driver)
 {
     const char *env = getenv("SLUICE_BENCH_BUSY");
-    if (!env || !*env)
-        return 0;
-    if (!strcmp(env, "issue"))
+    if (env && !strcmp(env, "issue"))
         return driver == HTTP_PROBE ? 1 : 2;
-    int n = atoi(env);
-    return n < 0 ? 0 : n > HTTP_MAX_BUSY ? HTTP_MAX_BUSY : n;
+    return bench_busy_count(HTTP_MAX_BUSY);
 }
 
 static int http_runs(const struct bench_opts *opts)
@@ -289,9 +264,8 @@ static void http_row(const struct bench_opts *opts, enum http_driver driver,
     if (!bench_case_enabled(opts, name))
         return;
     int runs = http_runs(opts), busy = http_busy_count(driver);
-    pid_t busy_pids[HTTP_MAX_BUSY] = {0};
-    for (int i = 0; i < busy; i++)
-        busy_pids[i] = http_busy_start();
+    int busy_pids[HTTP_MAX_BUSY] = {0};
+    bench_busy_start(busy_pids, busy);
     double lo = p->band_lo * p->cap, hi = p->band_hi * p->cap;
     double locks[HTTP_RUNS_MAX];
     int n_locks = 0, in_band = 0;
@@ -318,7 +292,7 @@ static void http_row(const struct bench_opts *opts, enum http_driver driver,
         }
         fflush(stdout);
     }
-    http_busy_stop(busy_pids, busy);
+    bench_busy_stop(busy_pids, busy);
     printf("\n  %s: %d of %d inside [%.1f, %.1f]\n", name, in_band, runs, lo, hi);
     struct bench_row row = bench_row_make(name, "discover", driver == HTTP_PROBE ? 128 : HTTP_THREADS);
     bench_row_extra(&row, "cap", p->cap);

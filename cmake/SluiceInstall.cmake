@@ -17,7 +17,7 @@ if(SLUICE_HAS_SHIM)
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
   # The tools; sluice-demo finds the simulator next to itself.
-  foreach(tool sluicectl sluice-provider-sim sluice-demo)
+  foreach(tool sluicectl sluice-provider-sim sluice-demo sluice-proxy)
     if(TARGET ${tool})
       install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
     endif()

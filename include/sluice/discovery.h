@@ -68,7 +68,9 @@
  * while locked: only expiry or clear reopen probing.
  *
  * What a signal means: only an OVERLOAD sample (sluice/policy.h) is
- * evidence about the caller's concurrency cap. A refusal that names
+ * evidence about the caller's concurrency cap. A CENSORED sample (a call
+ * its caller's deadline cut) is a latency, measured with the served calls
+ * (a lower bound: see sluice_window.n_censored), never a refusal. A refusal that names
  * another cause is never a cut and counts as ignored in its window:
  *   - a rate limit (SLUICE_OUTCOME_RATE) holds new calls until the reset
  *     the provider named, and brackets probing where it struck (the limit
@@ -762,6 +764,7 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
     w.end_ns = now;
     w.limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
     w.n_ok = t.n_ok;
+    w.n_censored = t.n_censored;
     w.n_overload = t.n_overload;
     w.n_fresh_overload = t.n_fresh;
     w.n_ignore = t.n_ignore;
@@ -776,10 +779,11 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
     w.retry_after_ns = t.retry_after_ns;
     if (w.n_ok) {
         w.latency_mean_ns = t.latency_sum_ns / w.n_ok;
+        w.duration_mean_ns = t.duration_sum_ns / w.n_ok;
         w.latency_mad_ns = t.latency_dev_ns / w.n_ok;
         w.latency_min_ns = t.latency_min_ns == INT64_MAX ? 0 : t.latency_min_ns;
         sluice__discovery_average(&d->latency_ref_ns, w.latency_mean_ns);
-        sluice__discovery_average(&d->duration_ref_ns, t.duration_sum_ns / w.n_ok);
+        sluice__discovery_average(&d->duration_ref_ns, w.duration_mean_ns);
     }
     /* "Reached the limit", with 1/8 slack: arrivals are bursty and the count
      * is read at each call's start, not continuously. */
@@ -977,7 +981,9 @@ SLUICE_INLINE bool sluice__discovery_apply_hint(struct sluice_discovery *d, int6
     if (d->bad != d->hint_bad || atomic_load_explicit(&d->ceiling, SLUICE_RELAXED) ||
         sluice__discovery_state(d) != SLUICE_DISCOVERY_PROBING)
         return false;
-    sluice__discovery_hint_at(d, now, w->latency_mean_ns);
+    /* Little's law needs how long a call holds its slot: the whole call, not the time to
+     * its first byte (the latency a streamed answer's sample measures). */
+    sluice__discovery_hint_at(d, now, w->duration_mean_ns);
     return true;
 }
 
@@ -1213,14 +1219,16 @@ SLUICE_INLINE void sluice_discovery_record(struct sluice_discovery *d,
         fresh = (started >= atomic_load_explicit(&d->last_cut_ns, SLUICE_RELAXED) ||
                  (s->limit_at_start && s->limit_at_start <= limit_now)) &&
                 (!s->in_flight_at_start || s->in_flight_at_start <= limit_now);
-    } else if (s->outcome == SLUICE_OUTCOME_OK) {
+    } else if (s->outcome == SLUICE_OUTCOME_OK || s->outcome == SLUICE_OUTCOME_CENSORED) {
+        /* A censored call is measured with the served ones ("What a signal means"). */
         measured = started >= atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED) &&
                    started < atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED);
         if (measured && !ref)
             sluice__discovery_first_latency(d, latency, duration);
     }
     struct sluice_window_acc *a = sluice_window_accum_enter(&d->acc);
-    if (s->outcome == SLUICE_OUTCOME_OK)
+    bool taken = s->outcome == SLUICE_OUTCOME_OK || s->outcome == SLUICE_OUTCOME_CENSORED;
+    if (taken) /* the provider took it at that concurrency (a cut call too) */
         sluice_window_acc_add_served(a, s->in_flight_at_start);
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
         sluice_window_acc_add_overload(a, fresh, s->in_flight_at_start, s->limit_at_start, started,
@@ -1228,9 +1236,10 @@ SLUICE_INLINE void sluice_discovery_record(struct sluice_discovery *d,
     } else if (measured) {
         int64_t dev = latency - (ref ? ref : latency);
         sluice_window_acc_add_measured(a, latency, duration, dev < 0 ? -dev : dev,
-                                       s->in_flight_at_start);
+                                       s->in_flight_at_start,
+                                       s->outcome == SLUICE_OUTCOME_CENSORED);
     } else {
-        sluice_window_acc_add_ignored(a, s->outcome == SLUICE_OUTCOME_OK);
+        sluice_window_acc_add_ignored(a, taken);
     }
     sluice_window_accum_leave(a);
     sluice__discovery_maybe_close(d, now);
@@ -1338,6 +1347,12 @@ SLUICE_INLINE int64_t sluice_discovery_hold_until(const struct sluice_discovery 
 SLUICE_INLINE uint32_t sluice_discovery_limit(const struct sluice_discovery *d)
 {
     return atomic_load_explicit(&((struct sluice_discovery *)d)->limit, SLUICE_RELAXED);
+}
+
+/* The locked ceiling; 0 = not locked (relaxed: a value, not a publication). */
+SLUICE_INLINE uint32_t sluice_discovery_ceiling(const struct sluice_discovery *d)
+{
+    return atomic_load_explicit(&((struct sluice_discovery *)d)->ceiling, SLUICE_RELAXED);
 }
 
 /* A lock whose expiry the wall clock has passed, though no close or poll has
@@ -1518,8 +1533,11 @@ SLUICE_INLINE void sluice__discovery_restore(struct sluice_discovery *d, int64_t
 {
     struct sluice_lock_record rec;
     memset(&rec, 0, sizeof rec);
-    if (d->store.load(d->store.ctx, d->node, &rec) != SLUICE_OK) {
-        sluice__discovery_store_event(d, now, SLUICE_CAUSE_STORE_ERROR);
+    int loaded = d->store.load(d->store.ctx, d->node, &rec);
+    if (loaded != SLUICE_OK) {
+        sluice__discovery_store_event(d, now,
+                                      loaded == SLUICE_EINVAL ? SLUICE_CAUSE_STORE_CORRUPT
+                                                              : SLUICE_CAUSE_STORE_ERROR);
         return;
     }
     if (rec.ceiling == 0)

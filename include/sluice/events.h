@@ -55,7 +55,8 @@
     X(RESTORE, "restore")   /* a live lock was restored from the store at start */                \
     X(CLEAR, "clear")       /* the node was cleared: back to the jumpstart */                     \
     X(STORE, "store")       /* the store failed or held a bad record (cause store_error,          \
-                               invalid_record or expiry_capped); the node serves from memory */   \
+                               store_corrupt, invalid_record or expiry_capped); the node serves   \
+                               from memory */                                                     \
     X(HOLD, "hold")         /* a rate limit (cause rate_limit) or a platform overload (platform)  \
                                held new calls; the limit and any lock stay */                     \
     X(QUOTA, "quota")       /* a quota or billing refusal: nothing moved, waiting will not help */ \

@@ -78,6 +78,12 @@ enum sluice_outcome {
                                 calls briefly (retry_after_ns, or SLUICE_PLATFORM_HOLD_NS) */
     SLUICE_OUTCOME_QUOTA,    /* quota or billing refusal (402, insufficient_quota): waiting
                                 does not help; nothing moves, no hold */
+    SLUICE_OUTCOME_CENSORED, /* the caller's deadline cut the call after its request was sent,
+                                latency_ns after it started: the provider took it, and it
+                                takes longer than that — a censored sample, not an overload.
+                                Measured with the served calls: its latency enters the
+                                window's mean as latency_ns (a restricted mean: see
+                                sluice_window.n_censored) */
 };
 
 /* The hold a platform overload gets when the provider names none: long enough
@@ -120,6 +126,9 @@ struct sluice_sample {
     X(STORE, "store")             /* a live lock was read back from the store */                   \
     X(API, "api")                 /* a caller asked (sluice_discovery_clear) */                    \
     X(STORE_ERROR, "store_error") /* a store's load, save or clear failed: memory still serves */  \
+    X(STORE_CORRUPT, "store_corrupt") /* the store holds data it cannot read (load said          \
+                                         SLUICE_EINVAL: a corrupt state file); the store says   \
+                                         what (sluice_statefile_last_error) */                  \
     X(INVALID_RECORD, "invalid_record") /* a stored lock was locked in the future or expires      \
                                            before it was locked: dropped */                        \
     X(EXPIRY_CAPPED, "expiry_capped") /* a stored lock expired later than lock_ttl_s from now:     \
@@ -155,7 +164,20 @@ struct sluice_window {
     int64_t start_ns, end_ns;   /* discovery clock */
     uint32_t limit;             /* the limit in force while the window ran */
     uint32_t probe_cap;         /* highest limit discovery will accept next; 0 = none */
-    uint32_t n_ok;              /* served calls started under `limit` */
+    uint32_t n_ok;              /* measured calls started under `limit`: served, or cut by their
+                                   caller's deadline (n_censored of them) */
+    uint32_t n_censored;        /* of n_ok, calls cut by their caller's deadline: each counts at
+                                   the time it had run, a lower bound on its latency, so the
+                                   latency statistics are a restricted mean, E[min(L, t)] —
+                                   the survival-analysis estimate that needs no model of the
+                                   tail. It compares levels fairly while the cut times do not
+                                   depend on the level, which the pool's admission rule
+                                   (sluice/pool.h, "Deadlines") keeps so: a call is admitted
+                                   only when its predicted wait leaves it the time to finish,
+                                   at any limit. Without it (a queue that ate most of each
+                                   deadline at low limits) the served calls alone would
+                                   read slower at higher limits, where more slow calls have
+                                   the time to finish: a false knee */
     uint32_t n_overload;        /* overloads seen in the window, stale ones included */
     uint32_t n_fresh_overload;  /* overloads that are news: refused at a concurrency the limit
                                    still allows (see discovery.h, "What a refusal says"); the
@@ -164,6 +186,9 @@ struct sluice_window {
     uint32_t max_in_flight;     /* highest in_flight_at_start among the n_ok calls */
     bool saturated;             /* demand reached the limit (max_in_flight ~ limit) */
     int64_t latency_mean_ns;    /* mean latency of the n_ok calls; 0 when n_ok == 0 */
+    int64_t duration_mean_ns;   /* their mean duration, start to sample (a streamed answer's
+                                   whole call, where its latency is time to first byte); 0
+                                   when n_ok == 0 */
     int64_t latency_min_ns;     /* their minimum; 0 when n_ok == 0 */
     int64_t latency_mad_ns;     /* their mean absolute deviation from the previous mean */
     int64_t retry_after_ns;     /* largest Retry-After among the overloads; 0 = none */

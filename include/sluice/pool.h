@@ -66,49 +66,87 @@
  * SLUICE_ECLOSED, wakes every queued call (sync and async, and those
  * waiting out a hold) with SLUICE_ECLOSED, and lets calls in flight finish.
  *
- * Deadlines (limited pools; the rules read sluice/service.h's estimate of
- * the node's expected service time, a low quantile of recent successful
- * call durations, and are off until it has samples):
+ * Deadlines (limited pools; the rules read sluice/service.h's estimates of
+ * the node's expected service time — a low quantile of recent successful
+ * call durations — and of its time to first byte, and are off until they
+ * have samples). A call may carry two deadlines (sluice/time.h): a *start*
+ * deadline (it must have begun by then; for a stream, delivered its first
+ * byte) and the whole-call deadline. The model, in the shape of HAProxy's
+ * `maxconn` + `timeout queue` and CoDel's sojourn rule: a queue is only
+ * worth joining for a call that can still be served in time, so the queue
+ * never holds what cannot be.
+ *   - Refuse at admission what the queue cannot serve in time (the
+ *     default for a call with a deadline; sluice_deadline_desc.queue_late
+ *     turns it off). sluice_pool_admit_by predicts the wait: when every
+ *     permit is taken, a newcomer waits for the calls queued ahead of it
+ *     and itself to be handed permits, which come free at `limit` per
+ *     median service time (Little's law: the median, a robust stand-in for
+ *     the mean of a skewed duration): wait = (queued + 1) x median / limit;
+ *     with a free permit, 0. A run whose wait plus the service time it
+ *     needs passes its deadline, or whose wait plus the time to its first
+ *     byte passes its start deadline, gets SLUICE_ELATE at once, so a
+ *     server can shed it or fail over within its own latency budget, and
+ *     the provider's permits go to calls that can finish. How wrong it can
+ *     be: it cannot see runs admitted but still preparing (they queue
+ *     later, ahead of nobody yet), nor a Retry-After hold, nor a limit that
+ *     discovery is about to raise or cut; calls lingering after an abandon
+ *     release on their own schedule. It is an estimate for shedding load,
+ *     never a promise: a run it admits can still time out.
+ *     What a call needs is the median while calls queue (every permit is
+ *     taken: under overload a permit spent on a call with less than an
+ *     even chance is one a caller with time to spare does not get) and
+ *     the low quantile with a permit free (it would otherwise go unused).
+ *   - Leave the line when it can no longer start in time. A queued call
+ *     waits for its permit only until the last instant it could still be
+ *     started usefully (sluice_pool_wait_bound: its deadline less the
+ *     median service time, its start deadline less the median time to
+ *     first byte); then it leaves with SLUICE_ETIMEDOUT and refused_late
+ *     set, instead of timing out at the head of the line and taking a
+ *     permit from a caller with time to spare.
+ *   - A queue that stands is cut to a target (CoDel's sojourn rule: a
+ *     queue that absorbs bursts is good, one that never drains only adds
+ *     latency, since the provider is saturated either way). The target is
+ *     the median time to first byte, the interval the median service
+ *     time: from when every call started over an interval waited longer
+ *     than the target until a newcomer finds a permit free (the queue
+ *     drained), the queue stands, and admission also refuses
+ *     (SLUICE_ELATE) a call with a deadline whose predicted wait passes
+ *     the target, however far its deadline. (It stands until it drains,
+ *     not until one interval's waits fall under the target: they do as
+ *     soon as the rule works, and a queue let grow again each time would
+ *     swing between the two.) So under sustained overload a served call
+ *     waits at most about as long again as the provider takes to answer,
+ *     and the excess is refused at once instead of queueing towards its
+ *     deadline; a burst into a queue that drains is admitted as far as
+ *     the deadlines allow. Off with queue_late.
  *   - Don't start what cannot finish. A call that gets its permit (any
  *     hold over) with less of its deadline left than the expected service
- *     time is not started: call_begin gives the permit to the next in line
- *     and returns SLUICE_ETIMEDOUT with call->refused_late set (an async
+ *     time (or of its start deadline than the expected time to first byte)
+ *     is not started: call_begin gives the permit to the next in line and
+ *     returns SLUICE_ETIMEDOUT with call->refused_late set (an async
  *     call's callback gets SLUICE_ETIMEDOUT, if its waiter names a
  *     deadline). The client is never called; stats count it in
  *     refused_late. Why: the FIFO gate hands a permit to the oldest
  *     waiter, which under overload has the least time left; started, it
- *     would be aborted mid-transfer, teach discovery nothing (its sample is
- *     "ignore") and cost the provider work thrown away. Configured by
- *     sluice_deadline_desc.start_quantile (0 disables). While other calls
- *     queue behind it, a call is also not started with less time left than
- *     the median service time (less than an even chance): its permit goes
- *     to the next in line, which arrived later and so (with deadlines of one
- *     length, a server's usual case) has more time left. Why: when callers
- *     outnumber permits, each permit spent on a call that will be abandoned
- *     is one a caller with time to spare did not get, since the provider
- *     keeps working on the abandoned call (and the permit lingers); FIFO
- *     alone serves the oldest waiter, the one with the least time left, so
- *     every started call would begin just above the low quantile and most
- *     would be abandoned. With nobody behind it, a call starts on the low
- *     quantile alone: the permit would otherwise go unused.
- *   - Refuse early (opt-in, sluice_deadline_desc.refuse_early): at
- *     admission (sluice_pool_admit_by), a run whose predicted wait already
- *     leaves less than the expected service time before its deadline gets
- *     SLUICE_ELATE at once, so a server can shed the request or fail over
- *     within its own latency budget. The prediction: when every permit is
- *     taken, a newcomer waits for the calls queued ahead of it and itself
- *     to be handed permits, which come free at `limit` per expected
- *     service time: wait = (queued + 1) x expected / limit; with a free
- *     permit, 0. How wrong it can be: it uses the low quantile, so it
- *     underestimates a typical wait (it refuses late rather than early);
- *     it cannot see runs admitted but still preparing (they queue later,
- *     ahead of nobody yet), nor a Retry-After hold, nor a limit that
- *     discovery is about to raise or cut; calls lingering after an abandon
- *     release on their own schedule. It is an estimate for shedding load,
- *     never a promise: a run it admits can still time out.
+ *     would be aborted mid-transfer and cost the provider work thrown
+ *     away. Configured by sluice_deadline_desc.start_quantile (0 disables
+ *     every estimate-based rule). While other calls queue behind it, a call
+ *     is also not started with less time left than the median service time
+ *     (less than an even chance): its permit goes to the next in line,
+ *     which arrived later and so (with deadlines of one length, a server's
+ *     usual case) has more time left. With nobody behind it, a call starts
+ *     on the low quantile alone: the permit would otherwise go unused.
+ *   - What a cut call teaches. A call its caller's deadline ended after
+ *     the request was sent, at time t, says "this call takes longer than
+ *     t", not "overload": sluice_pool_call_abandon gives discovery a
+ *     SLUICE_OUTCOME_CENSORED sample (sluice/policy.h), which it uses.
  *   - Lingering permits. A call the caller gives up on after its request
- *     was sent (its deadline or token fired mid-transfer) is still running
- *     at the provider, which keeps counting it against its cap. Ending it
+ *     was sent (its deadline or token fired mid-transfer) may still be
+ *     running at the provider, which then keeps counting it against its
+ *     cap (hosted APIs may keep generating; inference servers such as vLLM
+ *     abort a request whose client hung up). sluice_deadline_desc.linger
+ *     says which (SLUICE_LINGER_ON, _OFF, or _LEARNED, the default: see
+ *     enum sluice_linger). Where it keeps working, ending the call
  *     with sluice_pool_call_abandon keeps its permit and its place in the
  *     in-flight count (so the next call's in_flight_at_start counts it)
  *     for the high quantile of recent service times after it was given up
@@ -159,7 +197,8 @@
  * the epoch, then wake sleepers), so a clear never misses a sleeper.
  *
  * Allocation: one block per pool, at create, through the allocator hook:
- * the pool, and for an adaptive pool its discovery node and event ring. The
+ * the pool, for an adaptive pool its discovery node and event ring, and
+ * two slots per permit (lingering permits, trial phantoms). The
  * gate is embedded and its waiters queue on their own stacks, as do calls
  * waiting out a hold, so the number of waiting runs needs no storage
  * reserved for it.
@@ -193,6 +232,26 @@
 #define SLUICE_POOL_LINGER_MAX_MS UINT32_C(3600000) /* an hour: longer is a leak, not a call */
 
 /*
+ * Whether a call abandoned after its request was sent still counts against
+ * the provider's cap until it would have finished (see "Lingering permits").
+ */
+enum sluice_linger {
+    SLUICE_LINGER_LEARNED = 0, /* follow the evidence (the default): keep permits (the safe
+                                  assumption) until a trial at the locked ceiling shows the
+                                  provider frees the slot of an abandoned call (then release
+                                  at once) or keeps working (keep them for good): see
+                                  sluice__pool_linger_verdict. Fixed pools keep them */
+    SLUICE_LINGER_ON,          /* always keep them (hosted APIs that keep generating) */
+    SLUICE_LINGER_OFF,         /* release at once (servers that abort on disconnect) */
+};
+
+/* The name of a linger mode or learned state ("learned", "on", "off"); never NULL. */
+SLUICE_INLINE const char *sluice_linger_name(enum sluice_linger mode)
+{
+    return mode == SLUICE_LINGER_ON ? "on" : mode == SLUICE_LINGER_OFF ? "off" : "learned";
+}
+
+/*
  * The deadline rules of one pool (see the header comment), zero = default.
  * Every field needs an active limit when set: an unlimited pool never
  * queues and has no permits to keep.
@@ -205,9 +264,14 @@ struct sluice_deadline_desc {
                                              median (default: 10; SLUICE_SOME(0) = start
                                              every call, both rules off; at most
                                              SLUICE_SERVICE_PERCENT_MAX = 50) */
-    bool refuse_early;                    /* sluice_pool_admit_by refuses with SLUICE_ELATE
-                                             what the predicted wait makes too late
-                                             (default: false; needs start_quantile != 0) */
+    bool queue_late;                      /* admit and queue a call with a deadline even when
+                                             the predicted wait makes it too late, and keep it
+                                             queued until its deadline (default: false: such a
+                                             call gets SLUICE_ELATE at admission, and a queued
+                                             one leaves the line once it can no longer start
+                                             in time) */
+    enum sluice_linger linger;            /* whether an abandoned call keeps its permit
+                                             (default: SLUICE_LINGER_LEARNED) */
     struct sluice_opt_u32 linger_max_ms;  /* most an abandoned call keeps its permit, from
                                              its start (default: 30000;
                                              SLUICE_SOME(0) = release at once; at most
@@ -251,7 +315,13 @@ struct sluice_pool_counts {
     /* The deadline rules and what the operator's views count (since create). */
     uint32_t lingering;            /* abandoned calls still holding their permit (counted in
                                       in_flight too) */
+    enum sluice_linger linger;     /* the configured linger mode */
+    enum sluice_linger linger_now; /* what abandoned calls do now: ON, OFF, or LEARNED while
+                                      the trial has not decided (they keep their permits,
+                                      or are released on trial) */
     int64_t expected_ns;           /* expected service time (sluice/service.h); 0 = unknown */
+    int64_t expected_first_ns;     /* expected time to first byte (the latency signal); 0 =
+                                      unknown */
     uint64_t refused_capacity;     /* admissions refused with SLUICE_ECAPACITY */
     uint64_t refused_early;        /* ... with SLUICE_ELATE (refuse_early) */
     uint64_t refused_late;         /* calls not started: too little time left (ETIMEDOUT) */
@@ -279,8 +349,13 @@ struct sluice_call {
     int64_t queued_ns;           /* pool clock time spent waiting for the permit and any hold */
     uint32_t in_flight_at_start; /* calls in flight once this one started, itself included */
     uint32_t limit_at_start;     /* the discovered limit when it started (0 = not adaptive) */
-    bool refused_late;           /* SLUICE_ETIMEDOUT from call_begin: not started, because less
-                                    of its deadline was left than the expected service time */
+    bool refused_late;           /* SLUICE_ETIMEDOUT from call_begin: not started, because it
+                                    could no longer be in time (left the line, or granted with
+                                    too little left: see "Deadlines") */
+    enum sluice_expiry expired;  /* with SLUICE_ETIMEDOUT: which deadline ended (or would have
+                                    ended) the call */
+    uint32_t phantoms_at_start;  /* abandoned calls released on trial and perhaps still running
+                                    at the provider when this one started (LEARNED lingering) */
 };
 
 /* A call waiting out a Retry-After hold: on its own stack, linked into the pool. */
@@ -338,7 +413,9 @@ struct sluice_pool_waiter {
     const struct timespec *deadline; /* for the start rule only: a grant with less time left
                                         than the expected service time settles ETIMEDOUT
                                         (default: NULL = none; the event loop still times
-                                        the wait itself) */
+                                        the wait itself, until sluice_pool_wait_bound) */
+    const struct timespec *start_deadline; /* the same for the start deadline, against the
+                                              expected time to first byte (default: none) */
     struct sluice_call call; /* filled before cb runs with SLUICE_OK */
     /* private */
     struct sluice_gate_waiter sluice__gate;
@@ -373,8 +450,21 @@ struct sluice_pool {
     _Atomic(uint32_t) closed;
     /* Deadline rules (immutable after create; 0 = off). */
     uint32_t start_percent;
-    bool refuse_early;
+    bool queue_late;
+    enum sluice_linger linger;
     int64_t linger_max_ns;
+    /* LEARNED lingering: what the trial found (SLUICE_LINGER_LEARNED while undecided, then
+     * _ON: the provider keeps working, or _OFF: it frees the slot), and the trial's state. */
+    _Atomic(uint32_t) linger_learned;
+    _Atomic(uint32_t) phantoms;      /* abandoned calls released on trial, perhaps still running */
+    _Atomic(uint32_t) trial_served;  /* calls served above the ceiling with phantoms around */
+    /* The standing-queue test (CoDel's): the least queue wait of the calls started in the
+     * current interval, when it ends (pool clock), and whether the last one's passed the
+     * target (see "A queue that stands"). */
+    _Atomic(int64_t) sojourn_min;
+    _Atomic(int64_t) sojourn_until;
+    _Atomic(uint32_t) standing;
+    _Atomic(int64_t) *phantom_slots; /* their likely ends; SLUICE__LINGER_FREE = empty */
     /* Lingering permits: one slot per permit (active of them), after the discovery block. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) lingering;
     _Atomic(uint32_t) linger_epoch;  /* bumped when a linger is added: watchers re-time */
@@ -387,7 +477,8 @@ struct sluice_pool {
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) counted[SLUICE__POOL_COUNTERS];
     struct sluice__pool_shard refusals[SLUICE__POOL_REFUSAL_SHARDS]; /* + counted[CAPACITY] */
     struct sluice_histogram queue_wait, call_time;
-    struct sluice_service service;
+    struct sluice_service service;    /* whole calls: what a call needs to finish */
+    struct sluice_service first_byte; /* the latency signal: what a call needs to begin */
     struct sluice_gate gate; /* initialised only when active > 0 */
 };
 
@@ -440,7 +531,8 @@ SLUICE_INLINE int sluice__pool_check_deadlines(uint32_t active, const struct slu
     char msg[256];
     const char *field = dl->start_quantile.set  ? "start_quantile"
                         : dl->linger_max_ms.set ? "linger_max_ms"
-                        : dl->refuse_early      ? "refuse_early"
+                        : dl->queue_late        ? "queue_late"
+                        : dl->linger            ? "linger"
                                                 : NULL;
     if (field && active == 0)
         snprintf(msg, sizeof msg,
@@ -452,11 +544,10 @@ SLUICE_INLINE int sluice__pool_check_deadlines(uint32_t active, const struct slu
                  "%s.deadlines.start_quantile = %u is above %u (SLUICE_SERVICE_PERCENT_MAX: "
                  "a higher quantile refuses calls that were likely to finish)",
                  owner, (unsigned)dl->start_quantile.value, (unsigned)SLUICE_SERVICE_PERCENT_MAX);
-    else if (dl->refuse_early && dl->start_quantile.set && dl->start_quantile.value == 0)
+    else if ((unsigned)dl->linger > (unsigned)SLUICE_LINGER_OFF)
         snprintf(msg, sizeof msg,
-                 "%s.deadlines.refuse_early needs the expected service time "
-                 "(%s.deadlines.start_quantile is 0)",
-                 owner, owner);
+                 "%s.deadlines.linger = %u is not a mode (SLUICE_LINGER_LEARNED, _ON or _OFF)",
+                 owner, (unsigned)dl->linger);
     else if (dl->linger_max_ms.value > SLUICE_POOL_LINGER_MAX_MS)
         snprintf(msg, sizeof msg,
                  "%s.deadlines.linger_max_ms = %u is above the maximum %u "
@@ -557,21 +648,30 @@ SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
     p->discovery = d;
 }
 
-/* Resolve the deadline rules and set up the lingering slots (`slots`: active of them). */
+/* Resolve the deadline rules and set up the lingering and phantom slots (`slots`: active of
+ * each). */
 SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
                                                const struct sluice_deadline_desc *dl, void *slots)
 {
     bool limited = p->active != 0;
     p->start_percent = limited ? sluice_opt_or(dl->start_quantile,
                                                SLUICE_POOL_START_QUANTILE_DEFAULT) : 0u;
-    p->refuse_early = limited && dl->refuse_early;
+    p->queue_late = dl->queue_late;
+    p->linger = dl->linger;
+    atomic_init(&p->linger_learned, (uint32_t)SLUICE_LINGER_LEARNED);
+    atomic_init(&p->phantoms, 0u);
+    atomic_init(&p->trial_served, 0u);
+    atomic_init(&p->sojourn_min, INT64_MAX);
+    atomic_init(&p->sojourn_until, INT64_MIN);
+    atomic_init(&p->standing, 0u);
     p->linger_max_ns = limited ? (int64_t)sluice_opt_or(dl->linger_max_ms,
                                                         SLUICE_POOL_LINGER_MAX_MS_DEFAULT) *
                                      SLUICE_NS_PER_MS
                                : 0;
     /* The estimate also serves the operator's views; its quantile only the start rule. */
-    sluice_service_init(&p->service, p->start_percent ? p->start_percent
-                                                      : SLUICE_POOL_START_QUANTILE_DEFAULT);
+    uint32_t percent = p->start_percent ? p->start_percent : SLUICE_POOL_START_QUANTILE_DEFAULT;
+    sluice_service_init(&p->service, percent);
+    sluice_service_init(&p->first_byte, percent);
     for (int i = 0; i < SLUICE__POOL_COUNTERS; i++)
         atomic_init(&p->counted[i], 0u);
     for (int i = 0; i < SLUICE__POOL_REFUSAL_SHARDS; i++) {
@@ -587,7 +687,8 @@ SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
     atomic_init(&p->linger_hint, 0u);
     p->watchers = NULL;
     p->linger_slots = (_Atomic(int64_t) *)slots;
-    for (uint32_t i = 0; i < p->active; i++)
+    p->phantom_slots = p->linger_slots + p->active;
+    for (uint32_t i = 0; i < 2 * p->active; i++)
         atomic_init(&p->linger_slots[i], SLUICE__LINGER_FREE);
 }
 
@@ -627,7 +728,7 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
     if (status != SLUICE_OK)
         return status;
     size_t slots_at = (size + SLUICE_CACHELINE - 1) / SLUICE_CACHELINE * SLUICE_CACHELINE;
-    size = slots_at + (size_t)d.active * sizeof(_Atomic(int64_t));
+    size = slots_at + 2 * (size_t)d.active * sizeof(_Atomic(int64_t));
     struct sluice_pool *p = (struct sluice_pool *)sluice__alloc(d.allocator, size, SLUICE_CACHELINE);
     if (!p)
         return SLUICE_ENOMEM;
@@ -758,39 +859,153 @@ SLUICE_INLINE int sluice_pool_admit(struct sluice_pool *p)
 
 /*
  * The wait a call queueing now should expect before its permit, ns (pool
- * clock; the header comment says how it is made and how wrong it can be):
- * 0 while a permit is free, else (queued + 1) x expected / limit; -1 when
- * the expected service time is not known yet.
+ * clock; "Deadlines" at the top says how it is made and how wrong it can
+ * be): 0 while a permit is free, else (queued + 1) x median / limit; -1
+ * when the service time is not known yet.
  */
 SLUICE_INLINE int64_t sluice_pool_predicted_wait(const struct sluice_pool *pool)
 {
     struct sluice_pool *p = (struct sluice_pool *)pool;
-    int64_t expected = sluice_service_expected(&p->service);
-    if (!p->active || expected <= 0)
+    int64_t median = sluice_service_median(&p->service);
+    if (!p->active || median <= 0)
         return -1;
     struct sluice_gate_counts g = sluice_gate_stats(&p->gate);
     uint32_t queued = g.waiting + atomic_load_explicit(&p->holding, SLUICE_RELAXED);
     if (g.limit == 0 || (queued == 0 && g.in_flight < g.limit))
         return 0;
-    double wait = ((double)queued + 1.0) * (double)expected / (double)g.limit;
+    double wait = ((double)queued + 1.0) * (double)median / (double)g.limit;
     return wait < (double)INT64_MAX ? (int64_t)wait : INT64_MAX;
 }
 
 /*
- * sluice_pool_admit for a run that must finish by `deadline` (absolute
- * CLOCK_MONOTONIC; NULL = none): with the pool's refuse_early rule on, a run
- * whose predicted wait plus the expected service time already passes the
- * deadline is refused at once with SLUICE_ELATE (counted in refused_early;
- * nothing is reserved), so the caller can shed it or go elsewhere while it
- * still has time. Otherwise exactly sluice_pool_admit.
+ * The time a call needs to finish (`first`: to its first byte) for the
+ * deadline rules: the median while calls queue (`busy`: every permit taken,
+ * so a permit spent on a call with less than an even chance is one a
+ * caller with time to spare does not get), the low quantile with a permit
+ * free (it would otherwise go unused). 0 = not known yet.
  */
-SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct timespec *deadline)
+SLUICE_INLINE int64_t sluice__pool_need(const struct sluice_pool *p, bool busy, bool first)
 {
-    if (SLUICE_UNLIKELY(p->refuse_early) && deadline &&
+    const struct sluice_service *s = first ? &p->first_byte : &p->service;
+    return busy ? sluice_service_median(s) : sluice_service_expected(s);
+}
+
+/* The standing-queue target and interval (see "A queue that stands"): the median time to
+ * first byte and the median service time; 0 = not known yet (no rule). */
+SLUICE_INLINE int64_t sluice__pool_sojourn_target(const struct sluice_pool *p)
+{
+    return sluice_service_median(&p->first_byte);
+}
+
+/*
+ * A call started after waiting `waited` (pool clock `now`): fold it into
+ * the interval's least wait, and at the interval's end decide whether the
+ * queue stood through it. Lock-free: one winner rolls the interval (a CAS
+ * on its end); a call racing the roll may land its wait in either
+ * interval, which only blurs the boundary by a call. A call that did not
+ * wait costs two relaxed loads once the interval's least wait is 0.
+ */
+SLUICE_INLINE void sluice__pool_sojourn(struct sluice_pool *p, int64_t waited, int64_t now)
+{
+    int64_t interval = sluice_service_median(&p->service);
+    int64_t target = sluice__pool_sojourn_target(p);
+    if (interval <= 0 || target <= 0)
+        return;
+    int64_t until = atomic_load_explicit(&p->sojourn_until, SLUICE_RELAXED);
+    if (now >= until && atomic_compare_exchange_strong_explicit(&p->sojourn_until, &until,
+                                                                sluice_add_ns(now, interval),
+                                                                SLUICE_RELAXED, SLUICE_RELAXED)) {
+        int64_t least = atomic_exchange_explicit(&p->sojourn_min, waited, SLUICE_RELAXED);
+        if (least != INT64_MAX && least > target)
+            atomic_store_explicit(&p->standing, 1u, SLUICE_RELAXED);
+        return;
+    }
+    sluice__atomic_min_i64(&p->sojourn_min, waited);
+}
+
+/* Whether the deadline rules that read the estimates are on for this pool. */
+SLUICE_INLINE bool sluice__pool_rules_on(const struct sluice_pool *p)
+{
+    return p->active && p->start_percent;
+}
+
+/*
+ * The last instant (CLOCK_MONOTONIC ns) at which a call with these
+ * deadlines could still be started usefully: its deadline less the median
+ * service time, its start deadline less the median time to first byte
+ * (a call that queues finds every permit taken: sluice__pool_need),
+ * whichever is earlier; the deadline itself for an estimate
+ * not known yet, or with queue_late; INT64_MAX with neither deadline. A
+ * queued call leaves the line then (see "Deadlines"); an event loop that
+ * times its own waits (sluice_pool_call_begin_async) arms its timer for it
+ * and cancels.
+ */
+SLUICE_INLINE int64_t sluice_pool_wait_bound(const struct sluice_pool *p,
+                                             const struct timespec *start_deadline,
+                                             const struct timespec *deadline)
+{
+    bool early = sluice__pool_rules_on(p) && !p->queue_late;
+    int64_t bound = INT64_MAX;
+    if (deadline)
+        bound = sluice_timespec_ns(deadline) - (early ? sluice__pool_need(p, true, false) : 0);
+    if (start_deadline) {
+        int64_t at = sluice_timespec_ns(start_deadline) -
+                     (early ? sluice__pool_need(p, true, true) : 0);
+        if (at < bound)
+            bound = at;
+    }
+    return bound;
+}
+
+/*
+ * Which deadline makes a call that would wait `wait` ns and then need
+ * `need_first` to its first byte and `need_whole` to its end too late
+ * (SLUICE_EXPIRED_NONE: neither; a need of 0 is unknown: no verdict). `now`
+ * is CLOCK_MONOTONIC ns.
+ */
+SLUICE_INLINE enum sluice_expiry sluice__pool_late_by(int64_t now, int64_t wait,
+                                                      const struct timespec *start_deadline,
+                                                      const struct timespec *deadline,
+                                                      int64_t need_whole, int64_t need_first)
+{
+    /* A deadline already passed is no prediction: the wait's own check says ETIMEDOUT. */
+    int64_t start_left = start_deadline ? sluice_timespec_ns(start_deadline) - now : 0;
+    int64_t left = deadline ? sluice_timespec_ns(deadline) - now : 0;
+    if (start_left > 0 && need_first > 0 && sluice_add_ns(wait, need_first) > start_left)
+        return SLUICE_EXPIRED_START;
+    if (left > 0 && need_whole > 0 && sluice_add_ns(wait, need_whole) > left)
+        return SLUICE_EXPIRED_CALL;
+    return SLUICE_EXPIRED_NONE;
+}
+
+/*
+ * sluice_pool_admit for a run with deadlines (absolute CLOCK_MONOTONIC;
+ * either may be NULL = none): unless the pool's queue_late is set, a run
+ * whose predicted wait plus the time it needs already passes `deadline`
+ * (or its first byte's, `start_deadline`; sluice__pool_need: the median
+ * while calls queue, the low quantile with a permit free) is refused at
+ * once with SLUICE_ELATE, and so is one whose predicted wait passes the
+ * target of a queue that stands (see "A queue that stands") (counted in
+ * refused_early; nothing is reserved), so the caller can shed it or go
+ * elsewhere while it still has time. Otherwise exactly sluice_pool_admit.
+ * Lock-free: a few relaxed loads more than sluice_pool_admit, and only for
+ * a run with a deadline.
+ */
+SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct timespec *start_deadline,
+                                       const struct timespec *deadline)
+{
+    if ((deadline || start_deadline) && sluice__pool_rules_on(p) && !p->queue_late &&
         !atomic_load_explicit(&p->closed, SLUICE_RELAXED)) {
         int64_t wait = sluice_pool_predicted_wait(p);
-        int64_t left = sluice_timespec_ns(deadline) - sluice_monotonic_ns();
-        if (wait >= 0 && sluice_add_ns(wait, sluice_service_expected(&p->service)) > left) {
+        bool stands = atomic_load_explicit(&p->standing, SLUICE_RELAXED);
+        if (stands && wait == 0) /* a permit is free: the queue has drained */
+            atomic_store_explicit(&p->standing, 0u, SLUICE_RELAXED);
+        stands = stands && wait > sluice__pool_sojourn_target(p);
+        if (wait >= 0 && (stands || sluice__pool_late_by(sluice_monotonic_ns(), wait,
+                                                         start_deadline, deadline,
+                                                         sluice__pool_need(p, wait > 0, false),
+                                                         sluice__pool_need(p, wait > 0, true)) !=
+                                        SLUICE_EXPIRED_NONE)) {
             sluice__pool_count(p, SLUICE__POOL_EARLY);
             return SLUICE_ELATE;
         }
@@ -926,23 +1141,40 @@ SLUICE_INLINE void sluice__pool_linger_lower(struct sluice_pool *p, int64_t at)
         ;
 }
 
+/* Forget the trial phantoms whose likely end has passed (see enum sluice_linger). Call with
+ * linger_lock held. */
+SLUICE_INLINE void sluice__pool_reap_phantoms_locked(struct sluice_pool *p, int64_t now)
+{
+    for (uint32_t i = 0; i < p->active; i++) {
+        int64_t at = atomic_load_explicit(&p->phantom_slots[i], SLUICE_RELAXED);
+        if (at != SLUICE__LINGER_FREE && at <= now) {
+            atomic_store_explicit(&p->phantom_slots[i], SLUICE__LINGER_FREE, SLUICE_RELAXED);
+            atomic_fetch_sub_explicit(&p->phantoms, 1u, SLUICE_RELAXED);
+        }
+    }
+}
+
 /*
- * Release every lingering permit whose time has come. Cheap when none
- * lingers (one relaxed load) or none is due (two loads). One reaper at a
- * time (a try-lock: a caller that finds it taken leaves the work to the
- * holder). The reaper first resets linger_next, then scans and lowers it
- * to what is left: an abandon that lands during the scan lowers it after
- * the reset, so no release instant is ever lost. Permits go back after the
- * lock is dropped, each after its in-flight count (as call_end does).
+ * Release every lingering permit whose time has come (and forget the trial
+ * phantoms whose time has come). Cheap when none lingers (two relaxed
+ * loads) or none is due. One reaper at a time (a try-lock: a caller that
+ * finds it taken leaves the work to the holder). The reaper first resets
+ * linger_next, then scans and lowers it to what is left: an abandon that
+ * lands during the scan lowers it after the reset, so no release instant
+ * is ever lost. Permits go back after the lock is dropped, each after its
+ * in-flight count (as call_end does).
  */
 SLUICE_INLINE void sluice__pool_reap(struct sluice_pool *p)
 {
-    if (SLUICE_LIKELY(!atomic_load_explicit(&p->lingering, SLUICE_RELAXED)))
+    bool phantoms = atomic_load_explicit(&p->phantoms, SLUICE_RELAXED) != 0;
+    if (SLUICE_LIKELY(!atomic_load_explicit(&p->lingering, SLUICE_RELAXED) && !phantoms))
         return;
     int64_t now = sluice_clock_now(&p->clock);
-    if (now < atomic_load_explicit(&p->linger_next, SLUICE_SEQ_CST) ||
+    if ((!phantoms && now < atomic_load_explicit(&p->linger_next, SLUICE_SEQ_CST)) ||
         !sluice_spinlock_trylock(&p->linger_lock))
         return;
+    if (phantoms)
+        sluice__pool_reap_phantoms_locked(p, now);
     atomic_store_explicit(&p->linger_next, INT64_MAX, SLUICE_SEQ_CST);
     uint32_t freed = 0;
     int64_t next = INT64_MAX;
@@ -1121,16 +1353,20 @@ SLUICE_INLINE int sluice__pool_watch(struct sluice_pool *p, const struct timespe
     return status;
 }
 
-/* The contended path of call_begin: queue for the permit, timing the wait. */
-SLUICE_INLINE int sluice__pool_wait(struct sluice_pool *p, const struct timespec *deadline,
+/* The contended path of call_begin: queue for the permit until `bound` (the wait bound, a
+ * CLOCK_MONOTONIC instant; INT64_MAX = none), timing the wait. */
+SLUICE_INLINE int sluice__pool_wait(struct sluice_pool *p, int64_t bound,
                                     struct sluice_cancel *cancel, struct sluice_call *call)
 {
     int64_t arrived = sluice_clock_now(&p->clock);
-    int status = p->linger_max_ns ? sluice__pool_watch(p, deadline, cancel)
-                                  : sluice_gate_acquire(&p->gate, deadline, cancel);
-    /* A grant can land after the token fired or the deadline passed: the
+    struct timespec until = sluice_ns_timespec(bound);
+    const struct timespec *wait_until = bound == INT64_MAX ? NULL : &until;
+    int status = p->linger_max_ns ? sluice__pool_watch(p, wait_until, cancel)
+                                  : sluice_gate_acquire(&p->gate, wait_until, cancel);
+    /* A grant can land after the token fired or the bound passed: the
      * call has not started, so the stop wins and the permit moves on. */
-    if (status == SLUICE_OK && (status = sluice_wait_stop_reason(deadline, cancel)) != SLUICE_OK)
+    if (status == SLUICE_OK &&
+        (status = sluice_wait_stop_reason(wait_until, cancel)) != SLUICE_OK)
         sluice_gate_release(&p->gate);
     call->start_ns = sluice_clock_now(&p->clock);
     call->queued_ns = call->start_ns - arrived;
@@ -1138,23 +1374,27 @@ SLUICE_INLINE int sluice__pool_wait(struct sluice_pool *p, const struct timespec
 }
 
 /*
- * The start rule: true when the call holding a permit has less of its
- * deadline left than the expected service time, or, while other calls queue
- * behind it, less than the median (never without a deadline, with the rule
- * off, or before the estimate has samples). See "Deadlines" at the top.
+ * The start rule: which deadline a call holding a permit can no longer
+ * meet (SLUICE_EXPIRED_NONE: start it). Too late: less of its deadline
+ * left than the expected service time, or of its start deadline than the
+ * expected time to first byte; while other calls queue behind it, less
+ * than the medians (never without deadlines, with the rules off, or before
+ * the estimates have samples). See "Deadlines" at the top.
  */
-SLUICE_INLINE bool sluice__pool_too_late(struct sluice_pool *p, const struct timespec *deadline)
+SLUICE_INLINE enum sluice_expiry sluice__pool_too_late(struct sluice_pool *p,
+                                                       const struct timespec *start_deadline,
+                                                       const struct timespec *deadline)
 {
-    if (!deadline || !p->start_percent)
-        return false;
-    int64_t need = sluice_service_expected(&p->service);
-    if (need <= 0)
-        return false;
-    int64_t left = sluice_timespec_ns(deadline) - sluice_monotonic_ns();
-    if (left < need)
-        return true;
-    int64_t median = sluice_service_median(&p->service);
-    return left < median && sluice_gate_stats(&p->gate).waiting > 0;
+    if ((!deadline && !start_deadline) || !p->start_percent)
+        return SLUICE_EXPIRED_NONE;
+    int64_t now = sluice_monotonic_ns();
+    if (start_deadline && sluice_timespec_ns(start_deadline) <= now)
+        return SLUICE_EXPIRED_START;
+    if (deadline && sluice_timespec_ns(deadline) <= now)
+        return SLUICE_EXPIRED_CALL;
+    bool busy = sluice_gate_stats(&p->gate).waiting > 0;
+    return sluice__pool_late_by(now, 0, start_deadline, deadline, sluice__pool_need(p, busy, false),
+                                sluice__pool_need(p, busy, true));
 }
 
 /* Count how a limited pool's call_begin ended; the queue-wait histogram sees every wait. */
@@ -1174,55 +1414,89 @@ SLUICE_INLINE void sluice__pool_start(struct sluice_pool *p, struct sluice_call 
 {
     call->in_flight_at_start = atomic_fetch_add_explicit(&p->in_flight, 1u, SLUICE_RELAXED) + 1u;
     call->limit_at_start = p->discovery ? sluice_discovery_limit(p->discovery) : 0;
+    call->phantoms_at_start = atomic_load_explicit(&p->phantoms, SLUICE_RELAXED);
+    if (p->active && p->start_percent && !p->queue_late)
+        sluice__pool_sojourn(p, call->queued_ns, call->start_ns);
 }
 
 /*
  * Take a generation permit for one model call of an admitted run, waiting
- * in FIFO order until `deadline` (absolute CLOCK_MONOTONIC; NULL = none) or
- * `cancel` fires (NULL = none); in an adaptive pool, then wait out any
- * Retry-After hold, permit in hand, under the same deadline and token.
+ * in FIFO order until it can no longer start in time (sluice_pool_wait_bound
+ * of `start_deadline` and `deadline`, absolute CLOCK_MONOTONIC; NULL =
+ * none) or `cancel` fires (NULL = none); in an adaptive pool, then wait out
+ * any Retry-After hold, permit in hand, under the same deadlines and token.
  * Fills *call. Returns SLUICE_OK (make the call, then sluice_pool_call_end),
  * or, holding no permit: SLUICE_ECANCELED / SLUICE_ETIMEDOUT — also when the
- * token fired or the deadline passed before the wait, while the permit was
+ * token fired or a deadline passed before the wait, while the permit was
  * being granted, or during a hold, so a call whose cancel won before it
  * started is never made (a token that has fired by the time the call
- * gives up wins over the deadline and over close) — SLUICE_ECLOSED
- * once the pool is closed, or SLUICE_EINVAL for a deadline whose tv_nsec is
- * outside [0, 1e9).
+ * gives up wins over the deadline and over close); call->expired says
+ * which deadline, call->refused_late that the call left before it passed
+ * (the start rule) — SLUICE_ECLOSED once the pool is closed, or
+ * SLUICE_EINVAL for a deadline whose tv_nsec is outside [0, 1e9).
  */
-SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct timespec *deadline,
-                                         struct sluice_cancel *cancel, struct sluice_call *call)
+SLUICE_INLINE int sluice_pool_call_begin_by(struct sluice_pool *p,
+                                            const struct timespec *start_deadline,
+                                            const struct timespec *deadline,
+                                            struct sluice_cancel *cancel, struct sluice_call *call)
 {
-    int status = sluice_wait_stop_reason(deadline, cancel);
+    const struct timespec *first = sluice_deadline_first(start_deadline, deadline);
+    int status = sluice_deadline_valid(start_deadline) && sluice_deadline_valid(deadline)
+                     ? sluice_wait_stop_reason(first, cancel)
+                     : SLUICE_EINVAL;
     if (status == SLUICE_OK && SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED)))
         status = SLUICE_ECLOSED;
     call->refused_late = false;
+    call->expired = SLUICE_EXPIRED_NONE;
+    call->phantoms_at_start = 0;
     if (p->active)
         sluice__pool_reap(p); /* a permit whose linger is over is free for this call */
     /* tryacquire never jumps the queue; only a call that must queue pays
      * for timing its wait. */
     bool waited = status == SLUICE_OK && p->active && sluice_gate_tryacquire(&p->gate) != SLUICE_OK;
     if (waited) {
-        status = sluice__pool_wait(p, deadline, cancel, call);
+        int64_t by_start = sluice_pool_wait_bound(p, start_deadline, NULL);
+        int64_t by_call = sluice_pool_wait_bound(p, NULL, deadline);
+        status = sluice__pool_wait(p, by_start < by_call ? by_start : by_call, cancel, call);
+        if (status == SLUICE_ETIMEDOUT)
+            call->expired = by_start <= by_call ? SLUICE_EXPIRED_START : SLUICE_EXPIRED_CALL;
+        /* Left the line at its bound, before its deadline passed: too late to start. */
+        call->refused_late = status == SLUICE_ETIMEDOUT && !sluice_deadline_passed(first) &&
+                             !sluice_cancel_fired(cancel);
     } else {
         call->start_ns = sluice_clock_now(&p->clock);
         call->queued_ns = 0;
     }
     if (SLUICE_UNLIKELY(p->discovery != NULL) && status == SLUICE_OK)
-        status = sluice__pool_hold(p, deadline, cancel, call);
-    if (status == SLUICE_OK && sluice__pool_too_late(p, deadline)) {
+        status = sluice__pool_hold(p, first, cancel, call);
+    enum sluice_expiry late = status == SLUICE_OK
+                                  ? sluice__pool_too_late(p, start_deadline, deadline)
+                                  : SLUICE_EXPIRED_NONE;
+    if (late != SLUICE_EXPIRED_NONE) {
         sluice_gate_release(&p->gate);
         call->refused_late = true;
+        call->expired = late;
         status = SLUICE_ETIMEDOUT;
     }
     if (status != SLUICE_OK && !call->refused_late) /* a token that fired meanwhile wins */
         status = sluice__gate_failed(status, cancel);
+    if (status != SLUICE_ETIMEDOUT)
+        call->expired = SLUICE_EXPIRED_NONE;
+    else if (call->expired == SLUICE_EXPIRED_NONE)
+        call->expired = sluice_deadline_which(start_deadline, deadline);
     call->in_flight_at_start = call->limit_at_start = 0;
     if (p->active)
         sluice__pool_began(p, call, status, waited);
     if (status == SLUICE_OK)
         sluice__pool_start(p, call);
     return status;
+}
+
+/* sluice_pool_call_begin_by with one deadline for the whole call (NULL = none). */
+SLUICE_INLINE int sluice_pool_call_begin(struct sluice_pool *p, const struct timespec *deadline,
+                                         struct sluice_cancel *cancel, struct sluice_call *call)
+{
+    return sluice_pool_call_begin_by(p, NULL, deadline, cancel, call);
 }
 
 /* ---- the async call path (event loops) ------------------------------------ */
@@ -1232,7 +1506,9 @@ SLUICE_INLINE void sluice__pool_async_start(struct sluice_pool *p, struct sluice
 {
     w->call.start_ns = sluice_clock_now(&p->clock);
     w->call.queued_ns = w->call.start_ns - w->sluice__arrived;
-    w->call.refused_late = p->active && sluice__pool_too_late(p, w->deadline);
+    w->call.expired = p->active ? sluice__pool_too_late(p, w->start_deadline, w->deadline)
+                                : SLUICE_EXPIRED_NONE;
+    w->call.refused_late = w->call.expired != SLUICE_EXPIRED_NONE;
     if (p->active)
         sluice__pool_began(p, &w->call, SLUICE_OK, w->call.queued_ns > 0);
     if (w->call.refused_late) {
@@ -1313,9 +1589,11 @@ static inline void sluice__pool_async_granted(struct sluice_gate_waiter *gw, int
  *                     call, then sluice_pool_call_end(p, &w->call, ...);
  *   SLUICE_ECANCELED  withdrawn by sluice_pool_call_cancel_async;
  *   SLUICE_ETIMEDOUT  granted, but with less of w->deadline left than the
- *                     expected service time: not started (w->call's
- *                     refused_late is set), the permit went to the next
- *                     in line (the start rule, see the header comment);
+ *                     expected service time (or of w->start_deadline than
+ *                     the expected time to first byte): not started
+ *                     (w->call's refused_late and expired are set), the
+ *                     permit went to the next in line (the start rule, see
+ *                     the header comment);
  *   SLUICE_ECLOSED    the pool is (or was meanwhile) closed.
  * It runs inline when the outcome is known at once (a permit is free, the
  * pool is unlimited or closed), otherwise on the thread that releases the
@@ -1325,8 +1603,8 @@ static inline void sluice__pool_async_granted(struct sluice_gate_waiter *gw, int
  * the same record. Callbacks never nest (sluice/gate.h, "The trampoline"):
  * one started from inside a callback runs right after it returns, so a
  * chain of calls started from callbacks runs in constant stack. Deadlines
- * are the event loop's business: arm a timer and cancel. `w` must stay
- * valid until cb has run.
+ * are the event loop's business: arm a timer for sluice_pool_wait_bound
+ * and cancel. `w` must stay valid until cb has run.
  */
 SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sluice_pool_waiter *w)
 {
@@ -1334,8 +1612,9 @@ SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sl
     w->sluice__next = w->sluice__prev = NULL;
     w->sluice__held = false;
     w->sluice__arrived = sluice_clock_now(&p->clock);
-    w->call.in_flight_at_start = w->call.limit_at_start = 0;
+    w->call.in_flight_at_start = w->call.limit_at_start = w->call.phantoms_at_start = 0;
     w->call.refused_late = false;
+    w->call.expired = SLUICE_EXPIRED_NONE;
     w->sluice__gate.cb = sluice__pool_async_granted;
     w->sluice__gate.data = w;
     /* Outcomes known at once go through the trampoline too: a callback that
@@ -1443,6 +1722,74 @@ SLUICE_INLINE struct sluice_sample sluice__pool_sample(const struct sluice_call 
     return sample;
 }
 
+/* Calls a trial needs served above the ceiling, with phantoms around, before LEARNED
+ * lingering decides the provider frees the slots of abandoned calls: one could be luck (a
+ * phantom that had just finished), eight in a row are not. */
+#define SLUICE_POOL_LINGER_TRIAL_CALLS 8u
+
+/* The ceiling the trial of LEARNED lingering measures against: the locked ceiling of an
+ * adaptive pool, where the provider refused or queued (0 = none yet: no trial). A fixed
+ * pool's limit is the operator's, not a point where the provider refuses: serving above it
+ * proves nothing, so a fixed pool never runs the trial (LEARNED keeps permits there). */
+SLUICE_INLINE uint32_t sluice__pool_trial_ceiling(const struct sluice_pool *p)
+{
+    return p->discovery ? sluice_discovery_ceiling(p->discovery) : 0;
+}
+
+/*
+ * LEARNED lingering, the trial's verdict from one ended call. Informative
+ * calls are those that started with their own count plus the phantoms
+ * (abandoned calls released on trial, perhaps still running) above the
+ * ceiling, where the provider refuses: refused, the phantoms were still
+ * running there (it keeps working: lingering on for good); served, they
+ * were not — after SLUICE_POOL_LINGER_TRIAL_CALLS of them it frees the
+ * slot of an abandoned call (lingering off for good).
+ */
+SLUICE_INLINE void sluice__pool_linger_verdict(struct sluice_pool *p, const struct sluice_call *call,
+                                               enum sluice_outcome outcome)
+{
+    if (SLUICE_LIKELY(!call->phantoms_at_start) || p->linger != SLUICE_LINGER_LEARNED ||
+        atomic_load_explicit(&p->linger_learned, SLUICE_RELAXED) != SLUICE_LINGER_LEARNED)
+        return;
+    uint32_t ceiling = sluice__pool_trial_ceiling(p);
+    if (!ceiling || call->in_flight_at_start + call->phantoms_at_start <= ceiling)
+        return;
+    if (outcome == SLUICE_OUTCOME_OVERLOAD)
+        atomic_store_explicit(&p->linger_learned, (uint32_t)SLUICE_LINGER_ON, SLUICE_RELAXED);
+    else if (outcome == SLUICE_OUTCOME_OK &&
+             atomic_fetch_add_explicit(&p->trial_served, 1u, SLUICE_RELAXED) + 1u >=
+                 SLUICE_POOL_LINGER_TRIAL_CALLS)
+        atomic_store_explicit(&p->linger_learned, (uint32_t)SLUICE_LINGER_OFF, SLUICE_RELAXED);
+}
+
+/* LEARNED lingering, undecided, with a ceiling to test against: release an abandoned call's
+ * permit at once and remember it as a phantom until `until`. False: no trial (no ceiling, or
+ * every phantom slot is taken): keep the permit instead. */
+SLUICE_INLINE bool sluice__pool_trial(struct sluice_pool *p, int64_t until)
+{
+    if (!sluice__pool_trial_ceiling(p))
+        return false;
+    for (uint32_t i = 0; i < p->active; i++) {
+        int64_t free_slot = SLUICE__LINGER_FREE;
+        if (atomic_compare_exchange_strong_explicit(&p->phantom_slots[i], &free_slot, until,
+                                                    SLUICE_RELAXED, SLUICE_RELAXED)) {
+            atomic_fetch_add_explicit(&p->phantoms, 1u, SLUICE_RELAXED);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* What an abandoned call does with its permit now: SLUICE_LINGER_ON (keep it), _OFF (release
+ * it), or _LEARNED (undecided: keep it, or release it on trial). */
+SLUICE_INLINE enum sluice_linger sluice_pool_linger_now(const struct sluice_pool *p)
+{
+    return p->linger != SLUICE_LINGER_LEARNED
+               ? p->linger
+               : (enum sluice_linger)atomic_load_explicit(
+                     &((struct sluice_pool *)p)->linger_learned, SLUICE_RELAXED);
+}
+
 /*
  * Keep an abandoned call's permit until `until` (pool clock): claim a free
  * slot (one exists: every lingering call holds one of the `active` permits),
@@ -1484,7 +1831,7 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
     bool linger = linger_until > now;
     if (!linger)
         atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
-    atomic_fetch_add_explicit(&p->ended[(unsigned)outcome <= SLUICE_OUTCOME_IGNORE
+    atomic_fetch_add_explicit(&p->ended[!abandoned && (unsigned)outcome <= SLUICE_OUTCOME_IGNORE
                                             ? (unsigned)outcome
                                             : (unsigned)SLUICE_OUTCOME_IGNORE],
                               1u, SLUICE_RELAXED);
@@ -1498,11 +1845,24 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
     else if (p->active)
         sluice_gate_release(&p->gate);
     if (p->active) {
-        /* The operator's figures, and the estimate, after the permit moved on. */
-        if (!abandoned)
+        /* The operator's figures, and the estimates, after the permit moved on: only a
+         * call that ran to its end says how long calls take. */
+        if (!abandoned) {
             sluice_histogram_add(&p->call_time, now - call->start_ns);
-        if (outcome == SLUICE_OUTCOME_OK)
-            sluice_service_add(&p->service, now - call->start_ns);
+            if (outcome == SLUICE_OUTCOME_OK) {
+                sluice_service_add(&p->service, now - call->start_ns);
+                sluice_service_add(&p->first_byte, sample.latency_ns);
+            }
+        } else if (outcome == SLUICE_OUTCOME_OK || outcome == SLUICE_OUTCOME_CENSORED) {
+            /* A call cut at t takes longer than t: without it the estimates would see only
+             * the calls short enough to beat their deadlines (sluice/service.h). */
+            sluice_service_add_censored(&p->service, now - call->start_ns);
+            if (outcome == SLUICE_OUTCOME_OK) /* its first byte came */
+                sluice_service_add(&p->first_byte, sample.latency_ns);
+            else
+                sluice_service_add_censored(&p->first_byte, now - call->start_ns);
+        }
+        sluice__pool_linger_verdict(p, call, outcome);
         sluice__pool_reap(p);
     }
     if (SLUICE_UNLIKELY(p->discovery != NULL)) {
@@ -1536,27 +1896,46 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_po
 
 /*
  * End a call the caller gave up on after its request was sent: `why` is
- * SLUICE_ETIMEDOUT (its deadline) or SLUICE_ECANCELED (its token), counted
- * in the pool's timeouts or cancels. Discovery gets an IGNORE sample (an
- * abort says nothing about capacity). The provider is still running the
- * call, so the call keeps its permit and stays in flight until
- * sluice_service_linger_until (the high quantile of recent service times
- * after now; capped by linger_max_ms from its start): a lingering permit,
- * released by whoever comes by first
- * (see the header comment). Released at once when lingering is off, the
- * estimate has no samples yet, or the call has already run that long.
- * Returns the sample. Never blocks.
+ * SLUICE_ETIMEDOUT (a deadline) or SLUICE_ECANCELED (its token), counted in
+ * the pool's timeouts or cancels. `latency_ns` is the latency signal if it
+ * was seen before the call was cut (a stream's first byte; then discovery
+ * gets it as a served call's), else negative: a call cut by its deadline
+ * at t then teaches discovery "longer than t" (SLUICE_OUTCOME_CENSORED,
+ * latency t), a cancelled one nothing (IGNORE). Whether the call keeps its
+ * permit follows the pool's linger mode (enum sluice_linger): where the
+ * provider keeps working it stays in flight until sluice_service_linger_until
+ * (the high quantile of recent service times after now; capped by
+ * linger_max_ms from its start): a lingering permit, released by whoever
+ * comes by first (see the header comment). Released at once when lingering
+ * is off, the estimate has no samples yet, or the call has already run
+ * that long. Returns the sample. Never blocks.
  */
+SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon_latency(struct sluice_pool *p,
+                                                                    const struct sluice_call *call,
+                                                                    int why, int64_t latency_ns)
+{
+    int64_t now = sluice_clock_now(&p->clock);
+    int64_t until = 0;
+    if (p->active) {
+        sluice__pool_count_stop(p, why);
+        enum sluice_linger mode = sluice_pool_linger_now(p);
+        if (mode != SLUICE_LINGER_OFF)
+            until = sluice_service_linger_until(&p->service, call->start_ns, now,
+                                                p->linger_max_ns);
+        if (mode == SLUICE_LINGER_LEARNED && until > now && sluice__pool_trial(p, until))
+            until = 0;
+    }
+    enum sluice_outcome outcome = latency_ns >= 0          ? SLUICE_OUTCOME_OK
+                                  : why == SLUICE_ETIMEDOUT ? SLUICE_OUTCOME_CENSORED
+                                                            : SLUICE_OUTCOME_IGNORE;
+    return sluice__pool_end(p, call, outcome, 0, latency_ns, now, true, until);
+}
+
+/* sluice_pool_call_abandon_latency with no latency signal seen. */
 SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon(struct sluice_pool *p,
                                                             const struct sluice_call *call, int why)
 {
-    int64_t now = sluice_clock_now(&p->clock);
-    int64_t until = p->active ? sluice_service_linger_until(&p->service, call->start_ns, now,
-                                                            p->linger_max_ns)
-                              : 0;
-    if (p->active)
-        sluice__pool_count_stop(p, why);
-    return sluice__pool_end(p, call, SLUICE_OUTCOME_IGNORE, 0, -1, now, true, until);
+    return sluice_pool_call_abandon_latency(p, call, why, -1);
 }
 
 /*
@@ -1654,7 +2033,10 @@ SLUICE_INLINE struct sluice_pool_counts sluice_pool_stats(const struct sluice_po
     c.calls_overload = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_OVERLOAD], SLUICE_RELAXED);
     c.calls_ignored = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_IGNORE], SLUICE_RELAXED);
     c.lingering = atomic_load_explicit(&p->lingering, SLUICE_RELAXED);
+    c.linger = p->linger;
+    c.linger_now = sluice_pool_linger_now(p);
     c.expected_ns = sluice_service_expected(&p->service);
+    c.expected_first_ns = sluice_service_expected(&p->first_byte);
     uint64_t *to[SLUICE__POOL_COUNTERS] = {&c.refused_capacity, &c.refused_early, &c.refused_late,
                                            &c.timeouts,         &c.cancels,       &c.lingered};
     for (int i = 0; i < SLUICE__POOL_COUNTERS; i++)

@@ -59,6 +59,9 @@ struct sluice_generation {
     const char *endpoint;            /* the run's override, else the backend's (may be NULL) */
     unsigned attempt;                /* 0: the initial generation; n: the n-th repair */
     const struct timespec *deadline; /* the run's deadline, for the client to honour */
+    const struct timespec *start_deadline; /* the run's start deadline: the call must have begun
+                                              (a stream, delivered its first byte) by then; for
+                                              the client to honour (NULL = none) */
     struct sluice_cancel *cancel;    /* the run's cancel token, for the client to honour */
     /* out: what the call showed about the provider's capacity, for discovery */
     enum sluice_outcome outcome; /* (default: SLUICE_OUTCOME_OK; a failed call that leaves it
@@ -68,10 +71,16 @@ struct sluice_generation {
     int64_t latency_ns;          /* the latency signal the client measured, e.g. time to the
                                     first byte of a streamed answer (default: -1 = the pool
                                     times the whole call) */
-    bool abandoned;              /* the client gave up on the call (the run's deadline or
-                                    token) after its request was sent: the provider is still
-                                    running it, so its permit lingers (sluice_pool_call_abandon)
+    bool abandoned;              /* the client gave up on the call (the run's deadlines or
+                                    token) after its request was sent: the provider may still
+                                    be running it (sluice_pool_call_abandon_latency; with
+                                    latency_ns >= 0 if the signal was seen before the cut)
                                     (default: false) */
+    enum sluice_expiry expired;  /* with a deadline's SLUICE_ETIMEDOUT: which one (default:
+                                    NONE = the whole-call deadline, if the call timed out) */
+    double stated_rate;          /* the request rate the provider stated, calls per second
+                                    (e.g. sluice_curl_stated_rate), offered to discovery after
+                                    the call (sluice_discovery_hint_rate) (default: 0 = none) */
 };
 
 struct sluice_run_ops {
@@ -96,6 +105,10 @@ struct sluice_run_desc {
     void *ctx;                          /* passed to every callback (default: NULL) */
     const struct timespec *deadline;    /* absolute CLOCK_MONOTONIC, for every wait
                                            (default: NULL = none) */
+    const struct timespec *start_deadline; /* each generation must have begun (a stream,
+                                           delivered its first byte) by then: a start
+                                           deadline, for the permit wait and the client
+                                           (default: NULL = none; see sluice/time.h) */
     struct sluice_cancel *cancel;       /* ends every wait (default: NULL = none) */
     struct sluice_opt_u32 max_repairs;  /* repair generations allowed (default: 1;
                                            SLUICE_SOME(0) = none) */
@@ -116,9 +129,9 @@ struct sluice_run_result {
     int64_t queued_ns;            /* waiting for generation permits (and any Retry-After
                                      hold), all generations */
     unsigned generations;         /* client calls made: the initial one plus repairs */
-    bool refused_late;            /* SLUICE_ETIMEDOUT without calling the client: the permit
-                                     came with less of the deadline left than the backend's
-                                     expected service time (sluice/pool.h's start rule) */
+    bool refused_late;            /* SLUICE_ETIMEDOUT without calling the client: it could no
+                                     longer start in time (sluice/pool.h, "Deadlines") */
+    enum sluice_expiry expired;   /* with SLUICE_ETIMEDOUT: which deadline */
     struct sluice_sample last;    /* the last generation's sample, as discovery gets it */
     int client_status;            /* with SLUICE_ECLIENT: the failing callback's own code */
     enum sluice_run_stage client_stage; /* ... and which callback it was */
@@ -138,26 +151,41 @@ SLUICE_INLINE int sluice__run_generate(struct sluice_pool *pool, const struct sl
                                        struct sluice_generation *gen, struct sluice_run_result *r)
 {
     struct sluice_call call;
-    int status = sluice_pool_call_begin(pool, d->deadline, d->cancel, &call);
+    int status = sluice_pool_call_begin_by(pool, d->start_deadline, d->deadline, d->cancel, &call);
     r->queued_ns += call.queued_ns;
     r->refused_late = call.refused_late;
+    r->expired = call.expired;
     if (status != SLUICE_OK)
         return status;
     gen->outcome = SLUICE_OUTCOME_OK;
     gen->retry_after_ns = 0;
     gen->latency_ns = -1;
     gen->abandoned = false;
+    gen->expired = SLUICE_EXPIRED_NONE;
+    gen->stated_rate = 0;
     status = d->ops->generate(d->ctx, gen);
     r->generations++;
+    if (status == SLUICE_ETIMEDOUT)
+        r->expired = gen->expired != SLUICE_EXPIRED_NONE ? gen->expired : SLUICE_EXPIRED_CALL;
     /* A failed call cannot tell discovery the provider served it. */
     if (status != SLUICE_OK && gen->outcome == SLUICE_OUTCOME_OK)
         gen->outcome = SLUICE_OUTCOME_IGNORE;
     if (gen->abandoned) {
-        int why = sluice_wait_stop_reason(d->deadline, d->cancel);
-        r->last = sluice_pool_call_abandon(pool, &call, why == SLUICE_OK ? SLUICE_ECANCELED : why);
+        int why = sluice_wait_stop_reason(sluice_deadline_first(d->start_deadline, d->deadline),
+                                          d->cancel);
+        if (status == SLUICE_ETIMEDOUT && why == SLUICE_OK)
+            why = SLUICE_ETIMEDOUT; /* the client's own clock ran out a moment before ours */
+        r->last = sluice_pool_call_abandon_latency(pool, &call,
+                                                   why == SLUICE_OK ? SLUICE_ECANCELED : why,
+                                                   gen->latency_ns);
     } else {
         r->last = sluice_pool_call_end_latency(pool, &call, gen->outcome, gen->retry_after_ns,
                                                gen->latency_ns);
+        struct sluice_discovery *disc = sluice_pool_discovery(pool);
+        if (gen->stated_rate > 0 && disc) /* after the permit moved on, as the transports do */
+            sluice_discovery_hint_rate(disc, gen->stated_rate,
+                                       sluice_clock_now(&pool->clock) - call.start_ns,
+                                       SLUICE_CAUSE_PROVIDER_RATE);
     }
     return status == SLUICE_OK ? SLUICE_OK
                                : sluice__run_client_failed(r, SLUICE_STAGE_GENERATE, status);
@@ -169,7 +197,10 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
                                        const struct sluice_run_desc *d, struct sluice_run_result *r)
 {
     /* Preparation is expensive: skip it for a run that is already over. */
-    int status = sluice_wait_stop_reason(d->deadline, d->cancel);
+    int status = sluice_wait_stop_reason(sluice_deadline_first(d->start_deadline, d->deadline),
+                                         d->cancel);
+    if (status == SLUICE_ETIMEDOUT)
+        r->expired = sluice_deadline_which(d->start_deadline, d->deadline);
     if (status != SLUICE_OK)
         return status;
     if (d->ops->prepare) {
@@ -183,6 +214,7 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
     gen.backend = b->id;
     gen.endpoint = d->endpoint ? d->endpoint : b->endpoint;
     gen.deadline = d->deadline;
+    gen.start_deadline = d->start_deadline;
     gen.cancel = d->cancel;
     unsigned max_repairs = sluice_opt_or(d->max_repairs, SLUICE_RUN_REPAIRS_DEFAULT);
     for (unsigned attempt = 0;; attempt++) {
@@ -203,12 +235,13 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
  * Run one request on `engine` as `desc` describes and wait for its result.
  * Returns the run's status, also stored in result->status (result may be
  * NULL): SLUICE_OK, SLUICE_ECAPACITY (rejected: nothing was called and the
- * rest of *result is zero), SLUICE_ELATE (the backend refuses early and
- * predicted that the run could not finish by its deadline: nothing was
- * called), SLUICE_EINVAL (bad desc, unknown backend ID, or
- * a deadline whose tv_nsec is outside [0, 1e9)), SLUICE_ECANCELED,
- * SLUICE_ETIMEDOUT (result->refused_late says when it was the start rule
- * that refused a generation, without calling the client), SLUICE_ECLOSED (the engine or pool was closed: at
+ * rest of *result is zero), SLUICE_ELATE (the predicted wait leaves the
+ * run too little of its deadline or start deadline: nothing was called;
+ * see sluice/pool.h, "Deadlines"), SLUICE_EINVAL (bad desc, unknown backend
+ * ID, or a deadline whose tv_nsec is outside [0, 1e9)), SLUICE_ECANCELED,
+ * SLUICE_ETIMEDOUT (result->expired says which deadline; result->refused_late
+ * that a generation could no longer start in time and the client was not
+ * called), SLUICE_ECLOSED (the engine or pool was closed: at
  * admission, or while the run waited for a permit), or SLUICE_ECLIENT (a
  * callback failed; result->client_status and ->client_stage say which and
  * how).
@@ -222,7 +255,10 @@ SLUICE_INLINE int sluice_run(struct sluice_engine *engine, const struct sluice_r
     if (!engine || !desc || !desc->ops || !desc->ops->generate ||
         !(b = sluice_engine_find(engine, desc->backend)))
         r.status = SLUICE_EINVAL;
-    else if ((r.status = sluice_pool_admit_by(b->pool, desc->deadline)) == SLUICE_OK) {
+    else if (!sluice_deadline_valid(desc->start_deadline))
+        r.status = SLUICE_EINVAL;
+    else if ((r.status = sluice_pool_admit_by(b->pool, desc->start_deadline, desc->deadline)) ==
+             SLUICE_OK) {
         int64_t start = sluice_clock_now(&engine->clock);
         r.status = sluice__run_admitted(engine, b, desc, &r);
         sluice_pool_leave(b->pool);

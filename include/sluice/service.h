@@ -6,12 +6,22 @@
  * What it is: two small, allocation-free recorders a pool embeds.
  *
  * struct sluice_service — the expected service time. It keeps the last
- * SLUICE_SERVICE_SAMPLES durations of successful calls (call start to end,
- * the whole transfer: what a call needs to *finish*, which is the question
- * the deadline rules ask, not time to first byte) in a ring, and every
+ * SLUICE_SERVICE_SAMPLES durations of calls (a pool keeps two: call start
+ * to end, the whole transfer, what a call needs to *finish*; and start to
+ * the latency signal, a stream's first byte, what it needs to *begin*) in
+ * a ring: of successful calls, and of calls their caller's deadline cut
+ * (sluice_service_add_censored: "longer than this"). Every
  * SLUICE_SERVICE_REFRESH samples (every sample while the ring fills) one
- * recorder copies the ring, sorts the copy and publishes three order
- * statistics:
+ * recorder copies the ring, sorts the copy and publishes three quantiles
+ * of the product-limit (Kaplan–Meier) estimate — the survival-analysis
+ * estimate of a distribution seen through censoring, which needs no model
+ * of it. Why: against tight deadlines the successful calls alone are the
+ * short ones (a 250 ms deadline on a 200 ms median provider cuts the
+ * slowest third), so their quantiles read low and the rules start calls
+ * that will be cut; with the cut calls counted as still running at their
+ * cut, the estimate follows the whole distribution as far as the cuts let
+ * it be seen, and past that says the longest time seen (a lower bound).
+ * Without cut calls it is the plain nearest-rank quantile. The three:
  *   low   the `percent` quantile (a pool's start_quantile; default 10):
  *         "almost every call takes at least this long". A call with less
  *         time left than this would finish only if it were among the
@@ -36,7 +46,7 @@
  * per call (the first 64 calls sort what they have at every sample), off the permit path's critical section (the recorder has
  * already released its permit, see sluice_pool_call_end). Every value is
  * 0 ("unknown": every rule that uses them is off) until
- * SLUICE_SERVICE_MIN_SAMPLES calls succeeded. Few, because the rules matter
+ * SLUICE_SERVICE_MIN_SAMPLES of the ring's calls succeeded. Few, because the rules matter
  * most at a cold start: against deadlines near the service time, a pool
  * without an estimate starts calls with no time left, those are abandoned,
  * and successes to learn from stop coming (64 callers, 250 ms deadlines,
@@ -80,7 +90,8 @@
 
 struct sluice_service {
     _Atomic(uint64_t) added;                      /* samples ever added */
-    _Atomic(int64_t) ring[SLUICE_SERVICE_SAMPLES]; /* slot added % SAMPLES */
+    _Atomic(int64_t) ring[SLUICE_SERVICE_SAMPLES]; /* slot added % SAMPLES; a cut call's time
+                                                     is stored negated */
     _Atomic(int64_t) low_ns;                      /* 0 = unknown */
     _Atomic(int64_t) mid_ns;                      /* 0 = unknown */
     _Atomic(int64_t) high_ns;                     /* 0 = unknown */
@@ -100,11 +111,39 @@ SLUICE_INLINE void sluice_service_init(struct sluice_service *s, uint32_t percen
     s->percent = percent;
 }
 
-/* The element at `percent` of n sorted values (nearest rank, at least the first). */
-SLUICE_INLINE int64_t sluice__service_rank(const int64_t *sorted, uint32_t n, uint32_t percent)
+/* A ring entry's time (a cut call is stored negated) and its sort key: by time, and at a tie
+ * a finished call before a cut one (the product-limit convention: a call cut at t was still
+ * at risk at t). */
+SLUICE_INLINE int64_t sluice__service_time(int64_t x)
 {
-    uint32_t rank = (n * percent + 99u) / 100u;
-    return sorted[rank ? rank - 1u : 0u];
+    return x < 0 ? -x : x;
+}
+
+SLUICE_INLINE bool sluice__service_before(int64_t a, int64_t b)
+{
+    int64_t ta = sluice__service_time(a), tb = sluice__service_time(b);
+    return ta < tb || (ta == tb && a > 0 && b < 0);
+}
+
+/*
+ * The `percent` quantile of the product-limit (Kaplan–Meier) estimate over
+ * n sorted entries: the first finished call at which the share of calls
+ * still running falls to 1 - percent/100 or below. Where the cut calls hide
+ * that point (too few finished calls beyond them), the longest time seen: a
+ * lower bound, the most the data can say. Without cut calls this is the
+ * nearest-rank quantile of the finished ones.
+ */
+SLUICE_INLINE int64_t sluice__service_quantile(const int64_t *sorted, uint32_t n, uint32_t percent)
+{
+    double running = 1.0, want = 1.0 - (double)percent / 100.0 + 1e-9;
+    for (uint32_t i = 0; i < n; i++) {
+        if (sorted[i] < 0)
+            continue;
+        running *= (double)(n - i - 1u) / (double)(n - i);
+        if (running <= want)
+            return sorted[i];
+    }
+    return sluice__service_time(sorted[n - 1u]);
 }
 
 /* Recompute the estimates from the ring. Call with `refresh` held. */
@@ -112,26 +151,44 @@ SLUICE_INLINE void sluice__service_refresh(struct sluice_service *s, uint64_t ad
 {
     int64_t v[SLUICE_SERVICE_SAMPLES];
     uint32_t n = added < SLUICE_SERVICE_SAMPLES ? (uint32_t)added : SLUICE_SERVICE_SAMPLES;
-    if (n == 0)
-        return;
+    uint32_t finished = 0;
     for (uint32_t i = 0; i < n; i++) {
         int64_t x = atomic_load_explicit(&s->ring[i], SLUICE_RELAXED);
+        finished += x > 0;
         uint32_t j = i;
-        for (; j > 0 && v[j - 1] > x; j--) /* insertion sort: 64 values, mostly in order */
+        for (; j > 0 && sluice__service_before(x, v[j - 1]); j--) /* insertion sort: 64 values */
             v[j] = v[j - 1];
         v[j] = x;
     }
-    atomic_store_explicit(&s->low_ns, sluice__service_rank(v, n, s->percent), SLUICE_RELAXED);
-    atomic_store_explicit(&s->mid_ns, sluice__service_rank(v, n, 50u), SLUICE_RELAXED);
-    atomic_store_explicit(&s->high_ns, sluice__service_rank(v, n, SLUICE_SERVICE_HIGH_PERCENT),
+    if (finished < SLUICE_SERVICE_MIN_SAMPLES)
+        return; /* unknown until enough calls finished */
+    atomic_store_explicit(&s->low_ns, sluice__service_quantile(v, n, s->percent), SLUICE_RELAXED);
+    atomic_store_explicit(&s->mid_ns, sluice__service_quantile(v, n, 50u), SLUICE_RELAXED);
+    atomic_store_explicit(&s->high_ns, sluice__service_quantile(v, n, SLUICE_SERVICE_HIGH_PERCENT),
                           SLUICE_RELAXED);
 }
+
+SLUICE_INLINE void sluice__service_put(struct sluice_service *s, int64_t entry);
 
 /* Record the duration of one successful call (ns; clamped to at least 1). */
 SLUICE_INLINE void sluice_service_add(struct sluice_service *s, int64_t ns)
 {
+    sluice__service_put(s, ns > 0 ? ns : 1);
+}
+
+/* Record a call its caller cut after `ns` (clamped to at least 1): it takes longer than that.
+ * The quantiles are then the product-limit estimate's, not the finished calls' alone, which
+ * a deadline biases low (only the calls short enough to finish in time are seen). */
+SLUICE_INLINE void sluice_service_add_censored(struct sluice_service *s, int64_t ns)
+{
+    sluice__service_put(s, ns > 0 ? -ns : -1);
+}
+
+/* Store one ring entry, and refresh the estimates at a refresh point. */
+SLUICE_INLINE void sluice__service_put(struct sluice_service *s, int64_t entry)
+{
     uint64_t i = atomic_fetch_add_explicit(&s->added, 1u, SLUICE_RELAXED);
-    atomic_store_explicit(&s->ring[i % SLUICE_SERVICE_SAMPLES], ns > 0 ? ns : 1, SLUICE_RELAXED);
+    atomic_store_explicit(&s->ring[i % SLUICE_SERVICE_SAMPLES], entry, SLUICE_RELAXED);
     uint64_t added = i + 1u;
     if (added < SLUICE_SERVICE_MIN_SAMPLES ||
         (added > SLUICE_SERVICE_SAMPLES && added % SLUICE_SERVICE_REFRESH != 0u))

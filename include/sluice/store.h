@@ -53,7 +53,9 @@ struct sluice_lock_record {
 /*
  * Persistence of locks, keyed by node id. Every callback returns SLUICE_OK
  * or an error status; load reports "nothing stored" as SLUICE_OK with
- * out->ceiling = 0. See the header comment for the thread each runs on.
+ * out->ceiling = 0, and stored data it cannot read (corrupt) as
+ * SLUICE_EINVAL, which the "store" event names store_corrupt (any other
+ * error is store_error); the store keeps the text that says what. See the header comment for the thread each runs on.
  * A failing store never stops discovery: the node keeps its lock in memory
  * and reports the failure as a "store" event (sluice/events.h).
  */

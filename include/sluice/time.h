@@ -6,6 +6,11 @@
  * deadline". Absolute deadlines compose: a run that waits twice uses one
  * deadline for both waits.
  *
+ * A call may have two: a *start* deadline (it must have begun by then — a
+ * streamed answer, delivered its first byte: what a streaming server
+ * bounds is the time to the first token) and the whole-call deadline.
+ * Either may be NULL; a call ended by one says which (enum sluice_expiry).
+ *
  * Clock hook: layers that reason about elapsed time (discovery windows,
  * lock expiry, the event feed) read time through `struct sluice_clock`, so
  * tests can drive them in deterministic virtual time. A NULL clock means
@@ -93,6 +98,32 @@ SLUICE_INLINE struct timespec *sluice_deadline_in(struct timespec *deadline, int
 SLUICE_INLINE bool sluice_deadline_valid(const struct timespec *deadline)
 {
     return !deadline || (deadline->tv_nsec >= 0 && deadline->tv_nsec < SLUICE_NS_PER_SEC);
+}
+
+/* Which of a call's two deadlines ended it. */
+enum sluice_expiry {
+    SLUICE_EXPIRED_NONE = 0, /* neither (or the call was not ended by a deadline) */
+    SLUICE_EXPIRED_START,    /* the start deadline: the call had not begun (a stream: no first
+                                byte yet), or could no longer begin in time */
+    SLUICE_EXPIRED_CALL,     /* the whole-call deadline */
+};
+
+/* The earlier of two deadlines (either may be NULL = never); NULL when both are. */
+SLUICE_INLINE const struct timespec *sluice_deadline_first(const struct timespec *a,
+                                                           const struct timespec *b)
+{
+    if (!a || !b)
+        return a ? a : b;
+    return sluice_timespec_ns(a) <= sluice_timespec_ns(b) ? a : b;
+}
+
+/* Which of a call's deadlines comes first, so ends a wait bound by both: START or CALL
+ * (CALL when neither is set, for a timeout that came from elsewhere). */
+SLUICE_INLINE enum sluice_expiry sluice_deadline_which(const struct timespec *start_deadline,
+                                                       const struct timespec *deadline)
+{
+    const struct timespec *first = sluice_deadline_first(start_deadline, deadline);
+    return first && first == start_deadline ? SLUICE_EXPIRED_START : SLUICE_EXPIRED_CALL;
 }
 
 /* True when `deadline` (may be NULL = never) has passed. */

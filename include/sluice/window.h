@@ -73,6 +73,7 @@ struct sluice_window_acc {
     _Atomic(uint32_t) writers; /* samples adding to this buffer right now */
     _Atomic(uint32_t) n_ok, n_overload, n_fresh, n_ignore, max_in_flight;
     _Atomic(uint32_t) n_ok_other; /* served calls outside the measured cohort (in n_ignore too) */
+    _Atomic(uint32_t) n_censored; /* measured calls cut by their caller's deadline (in n_ok too) */
     _Atomic(uint32_t) overload_limit; /* lowest limit_at_start of a fresh overload; UINT32_MAX =
                                          none known */
     _Atomic(int64_t) overload_start;  /* earliest start of a fresh overload; INT64_MAX = none */
@@ -86,7 +87,8 @@ struct sluice_window_acc {
 
 /* The totals a close takes: plain values, "none" as 0 where the field says so. */
 struct sluice_window_totals {
-    uint32_t n_ok;               /* measured served calls */
+    uint32_t n_ok;               /* measured calls: served, or cut by their caller's deadline */
+    uint32_t n_censored;         /* of n_ok, those cut by their caller's deadline */
     uint32_t n_overload;         /* overloads, echoes included */
     uint32_t n_fresh;            /* fresh overloads */
     uint32_t n_ignore;           /* calls that count for nothing (n_ok_other included) */
@@ -116,6 +118,7 @@ SLUICE_INLINE void sluice__window_acc_init(struct sluice_window_acc *a)
     atomic_init(&a->n_fresh, 0u);
     atomic_init(&a->n_ignore, 0u);
     atomic_init(&a->n_ok_other, 0u);
+    atomic_init(&a->n_censored, 0u);
     atomic_init(&a->max_in_flight, 0u);
     atomic_init(&a->overload_limit, UINT32_MAX);
     atomic_init(&a->overload_start, INT64_MAX);
@@ -191,12 +194,15 @@ SLUICE_INLINE void sluice_window_acc_add_overload(struct sluice_window_acc *a, b
     atomic_fetch_add_explicit(&a->n_fresh, 1u, SLUICE_RELAXED);
 }
 
-/* A measured served call: its latency, its duration (start to sample), its
- * absolute deviation from the reference latency, its in-flight count at start. */
+/* A measured call, served or (`censored`) cut by its caller's deadline after latency_ns:
+ * its latency, its duration (start to sample), its absolute deviation from the reference
+ * latency, its in-flight count at start. */
 SLUICE_INLINE void sluice_window_acc_add_measured(struct sluice_window_acc *a, int64_t latency_ns,
                                                   int64_t duration_ns, int64_t dev_ns,
-                                                  uint32_t in_flight)
+                                                  uint32_t in_flight, bool censored)
 {
+    if (censored)
+        atomic_fetch_add_explicit(&a->n_censored, 1u, SLUICE_RELAXED);
     atomic_fetch_add_explicit(&a->latency_sum, latency_ns, SLUICE_RELAXED);
     atomic_fetch_add_explicit(&a->duration_sum, duration_ns, SLUICE_RELAXED);
     atomic_fetch_add_explicit(&a->latency_dev, dev_ns, SLUICE_RELAXED);
@@ -235,6 +241,7 @@ SLUICE_INLINE struct sluice_window_totals sluice__window_acc_take(struct sluice_
     t.n_fresh = atomic_exchange_explicit(&a->n_fresh, 0u, SLUICE_RELAXED);
     t.n_ignore = atomic_exchange_explicit(&a->n_ignore, 0u, SLUICE_RELAXED);
     t.n_ok_other = atomic_exchange_explicit(&a->n_ok_other, 0u, SLUICE_RELAXED);
+    t.n_censored = atomic_exchange_explicit(&a->n_censored, 0u, SLUICE_RELAXED);
     t.max_in_flight = atomic_exchange_explicit(&a->max_in_flight, 0u, SLUICE_RELAXED);
     uint32_t refused_at = atomic_exchange_explicit(&a->overload_limit, UINT32_MAX, SLUICE_RELAXED);
     t.overload_limit = refused_at == UINT32_MAX ? 0 : refused_at;

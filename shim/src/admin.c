@@ -7,8 +7,9 @@
  * listed in admin_internal.h.
  *
  * Threading: libmicrohttpd runs a listener thread and one thread per
- * connection (bounded by max_connections, plus ADMIN_SPARE_CONNECTIONS so
- * that one more gets an answer), so an event stream may block in its
+ * connection (bounded by max_connections, plus SLUICE__ADMIN_SPARE that
+ * hear 503; its accept policy in admin_conns.c waits for room rather than
+ * let libmicrohttpd reset a connection), so an event stream may block in its
  * content reader while it waits for events; a stream waits on the admin's
  * condition variable, which the sampler broadcasts every tick and stop
  * broadcasts once. The sampler owns the per-node counters and chart
@@ -28,9 +29,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* Connections libmicrohttpd accepts past max_connections, so that one more gets an
- * answer (a reclaimed kept-alive slot, or a 503) instead of a reset. */
-enum { ADMIN_SPARE_CONNECTIONS = 8 };
+/* libmicrohttpd's own limit, past the slots admin_conns.c hands out (max_connections
+ * and SLUICE__ADMIN_SPARE): room for as many again that were cut and are closing. At
+ * its limit libmicrohttpd closes a connection unanswered; the accept policy keeps it
+ * from getting there. */
+enum { ADMIN_CLOSING_FACTOR = 2 };
 
 static int admin_fail(const struct sluice_admin_desc *d, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -152,6 +155,7 @@ static void admin_free(struct sluice_admin *a)
     for (size_t i = 0; a->nodes && i < a->n_nodes; i++)
         free(a->nodes[i].history);
     free(a->nodes);
+    pthread_cond_destroy(&a->slot_freed);
     pthread_mutex_destroy(&a->conns_mutex); /* conns is empty: every close was reported */
     pthread_cond_destroy(&a->tick);
     pthread_mutex_destroy(&a->mutex);
@@ -171,6 +175,7 @@ static struct sluice_admin *admin_alloc(const struct sluice_admin_desc *d)
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&a->tick, &ca);
+    pthread_cond_init(&a->slot_freed, &ca);
     pthread_condattr_destroy(&ca);
     a->engine = d->engine;
     a->cfg = *d;
@@ -186,6 +191,7 @@ static struct sluice_admin *admin_alloc(const struct sluice_admin_desc *d)
         struct sluice__admin_node *n = &a->nodes[i];
         n->id = sluice_engine_backend_id(d->engine, i);
         n->ring = sluice_engine_events(d->engine, n->id);
+        n->preset = sluice_engine_backend_at(d->engine, i)->builtin;
         n->history = calloc(d->history_s, sizeof *n->history);
         if (!n->history) {
             admin_free(a);
@@ -200,9 +206,10 @@ static struct MHD_Daemon *admin_daemon(struct sluice_admin *a, int fd)
 {
     const struct sluice_admin_desc *d = &a->cfg;
     return MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0, NULL,
-        NULL, sluice__admin_on_request, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)d->max_connections + ADMIN_SPARE_CONNECTIONS,
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, 0,
+        sluice__admin_on_accept, a, sluice__admin_on_request, a, MHD_OPTION_LISTEN_SOCKET,
+        (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
+        ((unsigned)d->max_connections + SLUICE__ADMIN_SPARE) * ADMIN_CLOSING_FACTOR,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)d->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)d->max_request_bytes, MHD_OPTION_NOTIFY_COMPLETED, sluice__admin_on_completed, a,
         MHD_OPTION_NOTIFY_CONNECTION, sluice__admin_on_connection, a, MHD_OPTION_END);
@@ -261,6 +268,9 @@ void sluice_admin_stop(struct sluice_admin *a)
     pthread_mutex_lock(&a->mutex);
     atomic_store(&a->stopping, true);
     pthread_cond_broadcast(&a->tick);
+    pthread_mutex_lock(&a->conns_mutex); /* the listener may wait for room */
+    pthread_cond_broadcast(&a->slot_freed);
+    pthread_mutex_unlock(&a->conns_mutex);
     pthread_mutex_unlock(&a->mutex);
     /* Joins the listener and every connection thread; streams see `stopping` and end. */
     MHD_stop_daemon(a->daemon);

@@ -13,40 +13,102 @@
  * and entries change only under conns_mutex, which the sampler holds while
  * it shuts sockets down: it never touches a closed (or reused) descriptor.
  *
- * The same list decides who gets a slot past max_connections (conn_admit).
+ * The same list decides who gets a slot past max_connections
+ * (sluice__admin_on_accept).
  */
 #include "admin_internal.h"
 
 #include <stdlib.h>
 #include <sys/socket.h>
 
+/* How long a connection's request may take to arrive before a newcomer may take its
+ * slot: a request over loopback or a LAN arrives in milliseconds, so a head still
+ * arriving after half a second is a slow or hostile client. Under a flood of such
+ * heads each slot takes in one newcomer per grace, so the operator's wait in the
+ * listen queue is about (heads queued ahead) / max_connections × this. */
+#define ADMIN_HEAD_GRACE_MS 500
+
+/* With every slot's request arrived and the spare 503 slots taken, ask again this
+ * often (a close wakes the wait sooner). */
+#define ADMIN_FULL_RECHECK_MS 1000
+
 /*
- * A new connection `k` (listed already; under conns_mutex): past max_connections it
- * takes the slot of the kept-alive connection idle the longest, which is shut down
- * (a client must expect that between requests, and retries); with none, k is over
- * the limit and its request gets 503. So ordinary keep-alive connections cannot hold
- * every slot, and only requests in progress (streams: at most max_streams; heads:
- * at most timeout_s) can fill the endpoint.
+ * Room for the connection being accepted (under conns_mutex): 0 when it may come in
+ * (a->admit_over says whether it is over the limit, its request to get 503), else
+ * how many ms to wait before asking again (a close wakes the wait sooner).
+ *
+ * Past max_connections the newcomer takes the slot of, in turn: the kept-alive
+ * connection idle the longest (a client must expect that between requests, and
+ * retries); the connection whose request has been arriving the longest, once that
+ * is over ADMIN_HEAD_GRACE_MS. A request still within its grace may yet arrive in
+ * full, so the newcomer waits for it to, or for its grace to run out. Only when
+ * every slot holds a request that has arrived (an answer or a stream in progress)
+ * is the newcomer over the limit; SLUICE__ADMIN_SPARE of those are let in to hear
+ * 503, and the rest wait. Waiting means the listener accepts nobody meanwhile: the
+ * kernel's listen queue holds them in order, so a client that reconnects the
+ * moment it is cut joins the back of the queue instead of racing the operator
+ * for each freed slot, and libmicrohttpd never meets its own limit (where it
+ * closes a connection unanswered).
  */
-static void conn_admit(struct sluice_admin *a, struct sluice__admin_conn *k)
+static int64_t conn_make_room(struct sluice_admin *a, int64_t now_ms)
 {
-    uint32_t live = 0;
-    struct sluice__admin_conn *idle = NULL;
+    uint32_t live = 0, over = 0;
+    struct sluice__admin_conn *idle = NULL, *head = NULL, *over_head = NULL;
     for (struct sluice__admin_conn *o = a->conns; o; o = o->next) {
-        if (o->cut || o->over)
+        if (o->cut)
             continue;
-        live++;
-        if (o != k && o->served && o->waiting && (!idle || o->since_ms < idle->since_ms))
-            idle = o;
+        *(o->over ? &over : &live) += 1;
+        if (!o->waiting)
+            continue;
+        struct sluice__admin_conn **oldest = o->over ? &over_head : o->served ? &idle : &head;
+        if (!*oldest || o->since_ms < (*oldest)->since_ms)
+            *oldest = o;
     }
-    if (live <= a->cfg.max_connections)
-        return;
-    if (idle) {
-        shutdown(idle->fd, SHUT_RD);
-        idle->cut = true;
-    } else {
-        k->over = true;
+    if (live < a->cfg.max_connections) {
+        a->admit_over = false;
+        return 0;
     }
+    int64_t head_wait = head ? ADMIN_HEAD_GRACE_MS - (now_ms - head->since_ms) : 0;
+    struct sluice__admin_conn *victim = idle ? idle : head && head_wait <= 0 ? head : NULL;
+    if (!victim && head)
+        return head_wait;
+    if (!victim && over >= SLUICE__ADMIN_SPARE) {
+        int64_t over_wait = over_head ? ADMIN_HEAD_GRACE_MS - (now_ms - over_head->since_ms)
+                                      : ADMIN_FULL_RECHECK_MS;
+        if (over_wait > 0)
+            return over_wait;
+        victim = over_head;
+    }
+    if (victim) {
+        shutdown(victim->fd, SHUT_RD);
+        victim->cut = true;
+    }
+    a->admit_over = !victim || victim->over;
+    return 0;
+}
+
+enum MHD_Result sluice__admin_on_accept(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+    (void)addr;
+    (void)len;
+    struct sluice_admin *a = cls;
+    pthread_mutex_lock(&a->conns_mutex);
+    int64_t wait_ms;
+    while (!atomic_load(&a->stopping) &&
+           (wait_ms = conn_make_room(a, sluice__admin_mono_ms())) > 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += wait_ms / 1000;
+        until.tv_nsec += (wait_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&a->slot_freed, &a->conns_mutex, &until);
+    }
+    bool admit = !atomic_load(&a->stopping);
+    pthread_mutex_unlock(&a->conns_mutex);
+    return admit ? MHD_YES : MHD_NO;
 }
 
 /* A slot was freed (under conns_mutex): the oldest connection over the limit whose
@@ -76,12 +138,14 @@ static void conn_closed(struct sluice_admin *a, void **socket_context)
         k->next->prev = k->prev;
     if (!k->cut && !k->over)
         conn_promote(a);
+    pthread_cond_broadcast(&a->slot_freed);
     pthread_mutex_unlock(&a->conns_mutex);
     *socket_context = NULL;
     free(k);
 }
 
-/* A connection opened: list it, its deadline running, and give it a slot (or not). */
+/* A connection opened (on the listener thread, right after sluice__admin_on_accept made
+ * room for it): list it, its deadline running, in the slot found for it. */
 static void conn_opened(struct sluice_admin *a, struct MHD_Connection *c, void **socket_context)
 {
     const union MHD_ConnectionInfo *info =
@@ -101,7 +165,7 @@ static void conn_opened(struct sluice_admin *a, struct MHD_Connection *c, void *
     if (a->conns)
         a->conns->prev = k;
     a->conns = k;
-    conn_admit(a, k);
+    k->over = a->admit_over;
     pthread_mutex_unlock(&a->conns_mutex);
     *socket_context = k;
 }

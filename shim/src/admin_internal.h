@@ -25,7 +25,8 @@
  *
  * Locks: `mutex` guards every struct node's counters and history and is
  * the mutex of the `tick` condition; `conns_mutex` guards the connection
- * list and is taken inside `mutex` (by the sampler), never around it.
+ * list (and the `slot_freed` condition the listener waits on for room) and
+ * is taken inside `mutex` (by the sampler), never around it.
  * Engine and pool calls take their own locks and may be made under either.
  */
 #ifndef SLUICE_SHIM_ADMIN_INTERNAL_H
@@ -49,13 +50,19 @@ enum {
     SLUICE__ADMIN_N_KINDS = SLUICE_EVENT_STORE + 1,          /* event kinds counted */
 };
 
+/* Connections let in past max_connections to hear 503 (admin_conns.c). */
+#define SLUICE__ADMIN_SPARE 8
+
 /* The page's and sluicectl's rates and queue-wait percentiles span this many seconds. */
 #define SLUICE__ADMIN_RECENT_S 10
 
-/* One chart sample: a node's limit and in-flight count at one sampler tick. */
+/* One chart sample: a node's figures at one sampler tick (the order of the history's
+ * fields, sluice/admin.h). */
 struct sluice__admin_sample {
     int64_t wall_ms;
     uint32_t limit, in_flight;
+    uint32_t ceiling; /* 0 = not locked then */
+    uint32_t waiting; /* calls queued for a permit or a hold */
 };
 
 /* What a node's recent figures are computed from: one per sampler tick. */
@@ -80,6 +87,8 @@ struct sluice__admin_conn {
 struct sluice__admin_node {
     const char *id;                            /* engine-owned */
     const struct sluice_event_ring *ring;      /* NULL: fixed node, no events */
+    bool preset;                               /* a built-in backend the program did not name */
+    atomic_bool used;                          /* a preset that has had traffic: listed */
     uint64_t cursor;                           /* events counted so far (a seq) */
     uint64_t backoffs[SLUICE__ADMIN_N_CAUSES]; /* backoff events by cause */
     uint64_t events[SLUICE__ADMIN_N_KINDS];    /* events by kind */
@@ -104,7 +113,9 @@ struct sluice_admin {
     atomic_bool stopping;
     atomic_uint streams;
     pthread_mutex_t conns_mutex;      /* taken inside mutex, never around it */
+    pthread_cond_t slot_freed;        /* on conns_mutex: broadcast by a close and by stop */
     struct sluice__admin_conn *conns; /* open connections, a doubly linked list */
+    bool admit_over; /* the connection being accepted is over max_connections (listener) */
     struct sluice__admin_node *nodes;
     size_t n_nodes;
 };
@@ -171,6 +182,11 @@ enum MHD_Result sluice__admin_send_stream(struct sluice_admin *a, struct MHD_Con
 
 /* ---- admin_conns.c: the request deadline ------------------------------------------- */
 
+/* libmicrohttpd's accept policy, on its listener thread: make room for the connection
+ * just accepted (a slot, or one of the spare slots that answer 503), waiting while none
+ * can be made yet; MHD_NO only when the admin stops. */
+enum MHD_Result sluice__admin_on_accept(void *cls, const struct sockaddr *addr, socklen_t len);
+
 /* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION: a connection opened or closed. */
 void sluice__admin_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                                  enum MHD_ConnectionNotificationCode code);
@@ -194,11 +210,17 @@ enum MHD_Result sluice__admin_route(struct sluice_admin *a, struct MHD_Connectio
 /* Node `id`'s index, or -1. */
 ptrdiff_t sluice__admin_node_index(const struct sluice_admin *a, const char *id);
 
+/* Does node i belong in the listings (GET /compute/concurrency, the history, /metrics)?
+ * Every node the program registered does; a built-in preset (openrouter) only once it
+ * has had traffic (a call, a refusal, a run admitted), and from then on. */
+bool sluice__admin_node_listed(struct sluice_admin *a, size_t i);
+
 /* Node i's state: everything the page, sluicectl and the clear route show; NULL when the
  * engine no longer reports it. Takes mutex for the recent tallies. */
 json_t *sluice__admin_node_json(struct sluice_admin *a, size_t i);
 
-/* Node n's chart: [[wall_ms, limit, in_flight], ...], oldest first. Call under mutex. */
+/* Node n's chart: [[wall_ms, limit, in_flight, ceiling, waiting], ...], oldest first.
+ * Call under mutex. */
 json_t *sluice__admin_history_json(const struct sluice_admin *a,
                                    const struct sluice__admin_node *n);
 

@@ -41,6 +41,8 @@ static json_t *rate_json(uint64_t now, uint64_t then, double dt)
 static void totals_json(const struct sluice_pool_counts *c, json_t *o)
 {
     json_object_set_new(o, "lingering", json_integer(c->lingering));
+    json_object_set_new(o, "linger", json_string(sluice_linger_name(c->linger)));
+    json_object_set_new(o, "linger_now", json_string(sluice_linger_name(c->linger_now)));
     json_object_set_new(o, "expected_service_ms", ms_or_null(c->expected_ns ? c->expected_ns : -1));
     json_object_set_new(
         o, "requests_total",
@@ -88,6 +90,20 @@ static void deadline_json(struct sluice_admin *a, size_t i, const struct sluice_
     json_object_set_new(o, "queue_wait_p99_ms", ms_or_null(sluice_histogram_quantile(&qw, 0.99)));
 }
 
+bool sluice__admin_node_listed(struct sluice_admin *a, size_t i)
+{
+    struct sluice__admin_node *n = &a->nodes[i];
+    if (!n->preset || atomic_load(&n->used))
+        return true;
+    struct sluice_pool_counts c = sluice_pool_stats(sluice_engine_pool(a->engine, n->id));
+    bool traffic = c.admitted || c.in_flight || c.queued || c.calls_ok || c.calls_overload ||
+                   c.calls_ignored || c.refused_capacity || c.refused_early || c.refused_late ||
+                   c.timeouts || c.cancels;
+    if (traffic)
+        atomic_store(&n->used, true);
+    return traffic;
+}
+
 json_t *sluice__admin_node_json(struct sluice_admin *a, size_t i)
 {
     const struct sluice__admin_node *n = &a->nodes[i];
@@ -128,7 +144,7 @@ char *sluice_admin_status_json(struct sluice_admin *a)
     json_t *nodes = json_array();
     json_object_set_new(root, "now_ms", json_integer(sluice__admin_wall_ms()));
     for (size_t i = 0; i < a->n_nodes; i++) {
-        json_t *o = sluice__admin_node_json(a, i);
+        json_t *o = sluice__admin_node_listed(a, i) ? sluice__admin_node_json(a, i) : NULL;
         if (o)
             json_array_append_new(nodes, o);
     }
@@ -145,8 +161,8 @@ json_t *sluice__admin_history_json(const struct sluice_admin *a, const struct sl
     for (uint32_t k = 0; k < n->hist_len; k++) {
         const struct sluice__admin_sample *s =
             &n->history[(n->hist_head + cap - n->hist_len + k) % cap];
-        json_array_append_new(
-            arr, json_pack("[I,i,i]", (json_int_t)s->wall_ms, (int)s->limit, (int)s->in_flight));
+        json_array_append_new(arr, json_pack("[I,i,i,i,i]", (json_int_t)s->wall_ms, (int)s->limit,
+                                             (int)s->in_flight, (int)s->ceiling, (int)s->waiting));
     }
     return arr;
 }

@@ -21,6 +21,7 @@
 /* One node's figures, as the families read them. */
 struct node_view {
     const char *id;
+    bool listed;   /* not a preset still without traffic (sluice__admin_node_listed) */
     bool adaptive; /* it has an event ring: the event families show it */
     struct sluice_discovery_status st;
     struct sluice_pool_counts pc;
@@ -147,6 +148,15 @@ static void call_duration(struct sluice__strbuf *b, const char *name, const stru
     put_histogram(b, name, v->id, &v->call);
 }
 
+static void linger_one_hot(struct sluice__strbuf *b, const char *name, const struct node_view *v)
+{
+    static const enum sluice_linger modes[] = {SLUICE_LINGER_LEARNED, SLUICE_LINGER_ON,
+                                               SLUICE_LINGER_OFF};
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++)
+        put_labelled(b, name, v->id, "mode", sluice_linger_name(modes[m]),
+                     v->pc.linger_now == modes[m]);
+}
+
 static void state_one_hot(struct sluice__strbuf *b, const char *name, const struct node_view *v)
 {
     static const enum sluice_discovery_state states[] = {
@@ -205,10 +215,12 @@ static const struct family families[] = {
      "Generation calls ended, by what they said about capacity.", NULL, requests_by_outcome},
     {"sluice_admissions_refused_total", "counter",
      "Runs refused at admission: capacity (active + waiting full) or predicted_late "
-     "(refuse_early: the predicted wait passes the deadline).",
+     "(the predicted wait passes the deadline or the start deadline).",
      NULL, refusals_by_reason},
     {"sluice_refused_late_total", "counter",
-     "Calls not started: less of the deadline left than the expected service time.", refused_late,
+     "Calls not started: they could no longer start in time (left the line, or granted with "
+     "too little left).",
+     refused_late,
      NULL},
     {"sluice_timeouts_total", "counter",
      "Calls whose deadline passed while queued or, abandoned, mid-transfer.", timeouts, NULL},
@@ -221,6 +233,10 @@ static const struct family families[] = {
      "Abandoned calls that kept their permit while the provider still ran them.", lingered, NULL},
     {"sluice_lingering", "gauge",
      "Abandoned calls holding their permit now (counted in sluice_inflight).", lingering, NULL},
+    {"sluice_linger_mode", "gauge",
+     "What abandoned calls do with their permit now: 1 for the current mode (on: keep it, off: "
+     "release it, learned: the trial has not decided yet).",
+     NULL, linger_one_hot},
     {"sluice_expected_service_seconds", "gauge",
      "Expected service time: the low quantile of recent successful calls (0: unknown).",
      expected_service, NULL},
@@ -248,6 +264,7 @@ static struct node_view *snapshot(struct sluice_admin *a)
         struct node_view *v = &views[i];
         struct sluice_pool *pool = sluice_engine_pool(a->engine, a->nodes[i].id);
         v->id = a->nodes[i].id;
+        v->listed = sluice__admin_node_listed(a, i);
         v->adaptive = a->nodes[i].ring != NULL;
         sluice_engine_status(a->engine, v->id, &v->st);
         v->pc = sluice_pool_stats(pool);
@@ -279,6 +296,8 @@ char *sluice_admin_metrics(struct sluice_admin *a)
         sluice__strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", fam->name, fam->help, fam->name,
                               fam->type);
         for (size_t i = 0; i < a->n_nodes; i++) {
+            if (!views[i].listed)
+                continue;
             if (fam->samples) {
                 fam->samples(&b, fam->name, &views[i]);
                 continue;

@@ -99,14 +99,27 @@ static enum MHD_Result route_history(struct sluice_admin *a, struct MHD_Connecti
     json_t *root = json_object();
     json_t *nodes = json_object();
     json_object_set_new(root, "interval_ms", json_integer(1000));
-    json_object_set_new(root, "fields", json_pack("[s,s,s]", "wall_ms", "limit", "in_flight"));
+    json_object_set_new(root, "fields", json_pack("[s,s,s,s,s]", "wall_ms", "limit", "in_flight",
+                                                  "ceiling", "waiting"));
     pthread_mutex_lock(&a->mutex);
     for (size_t k = 0; k < a->n_nodes; k++)
-        if (i == -2 || (size_t)i == k)
+        if ((size_t)i == k || (i == -2 && sluice__admin_node_listed(a, k)))
             json_object_set_new(nodes, a->nodes[k].id, sluice__admin_history_json(a, &a->nodes[k]));
     pthread_mutex_unlock(&a->mutex);
     json_object_set_new(root, "nodes", nodes);
     return sluice__admin_send_json(c, 200, root);
+}
+
+/* Is node `id` as a clear would leave it: probing without a lock, and nothing has happened
+ * to it since its last clear (or ever)? Then a clear has nothing to do, and saying
+ * "cleared" (with one more clear event in its feed) would be news of nothing. A node whose
+ * last event is a store failure is not: the clear retries the store. */
+static bool already_clear(const struct sluice_engine *e, const char *id)
+{
+    struct sluice_discovery_status st;
+    return sluice_engine_status(e, id, &st) == SLUICE_OK &&
+           st.state == SLUICE_DISCOVERY_PROBING && st.ceiling == 0 &&
+           (st.last_event.seq == 0 || st.last_event.kind == SLUICE_EVENT_CLEAR);
 }
 
 static enum MHD_Result route_clear(struct sluice_admin *a, struct MHD_Connection *c)
@@ -124,7 +137,8 @@ static enum MHD_Result route_clear(struct sluice_admin *a, struct MHD_Connection
                                         "node \"%s\" has a fixed limit: it never probes or "
                                         "locks, so there is nothing to clear",
                                         id);
-    int status = sluice_engine_clear(a->engine, id);
+    bool cleared = !already_clear(a->engine, id);
+    int status = cleared ? sluice_engine_clear(a->engine, id) : SLUICE_OK;
     if (status != SLUICE_OK)
         return sluice__admin_send_error(c, 500, NULL, "retry; see the node's event feed",
                                         "clearing \"%s\" failed: %s", id, sluice_strerror(status));
@@ -134,7 +148,7 @@ static enum MHD_Result route_clear(struct sluice_admin *a, struct MHD_Connection
         sluice_discovery_sync(d);
     json_t *node = sluice__admin_node_json(a, (size_t)i);
     json_t *root = json_object();
-    json_object_set_new(root, "cleared", json_true());
+    json_object_set_new(root, "cleared", json_boolean(cleared));
     json_object_set_new(root, "node", node ? node : json_null());
     return sluice__admin_send_json(c, 200, root);
 }

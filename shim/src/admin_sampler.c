@@ -6,8 +6,8 @@
  *                   not arrived within timeout_s are cut (admin_conns.c)
  *   count_events    the events of each node's ring since the last tick,
  *                   by kind and by backoff cause (GET /metrics)
- *   record_chart    each node's limit and in-flight count (the page's chart,
- *                   GET /compute/concurrency/history)
+ *   record_chart    each node's limit, in-flight count, ceiling and waiting
+ *                   calls (the page's chart, GET /compute/concurrency/history)
  *   record_tallies  each node's counters, the base of the recent rates and
  *                   queue-wait percentiles (GET /compute/concurrency)
  * It only reads the engine through its public status calls.
@@ -57,7 +57,9 @@ static void record_chart(struct sluice_admin *a, int64_t now_ms)
         struct sluice_discovery_status st;
         if (sluice_engine_status(a->engine, n->id, &st) != SLUICE_OK)
             continue;
-        n->history[n->hist_head] = (struct sluice__admin_sample){now_ms, st.limit, st.in_flight};
+        struct sluice_pool_counts c = sluice_pool_stats(sluice_engine_pool(a->engine, n->id));
+        n->history[n->hist_head] =
+            (struct sluice__admin_sample){now_ms, st.limit, st.in_flight, st.ceiling, c.queued};
         n->hist_head = (n->hist_head + 1) % cap;
         if (n->hist_len < cap)
             n->hist_len++;

@@ -33,6 +33,7 @@ struct sluice__chat_stream {
     bool done;              /* data: [DONE] came */
     bool finished;          /* a finish_reason other than "error" came */
     bool failed;            /* an error event came, or an event that is not a chunk */
+    bool error_event;       /* the provider ended the stream with an error event */
     bool nomem;             /* the reply could not grow */
     long error_code;        /* the error event's numeric code (0 = none, or not a number) */
     char error[96];         /* why it failed, for sluice_chat_result's error */
@@ -42,6 +43,7 @@ struct sluice_chat {
     char *base_url, *model, *api_key, *repair_prompt, *next_repair;
     long max_tokens;
     int64_t retry_after_max_ns;
+    enum sluice_curl_dialect dialect;
     int (*validate)(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair);
     void *validate_ctx;
     bool stream;
@@ -55,7 +57,7 @@ struct sluice_chat {
     size_t received; /* bytes of response body read, against SLUICE_CHAT_REPLY_MAX */
     bool body_truncated;
     enum sluice__chat_body_mode body_mode;
-    char *sse_buf; /* SLUICE_CHAT_EVENT_MAX bytes when streaming */
+    char *sse_buf; /* SLUICE_CHAT_EVENT_MAX bytes, from the first streamed answer on */
     struct sluice__chat_stream st;
     char *reply;
     struct sluice_chat_usage usage;
@@ -155,6 +157,8 @@ static enum sluice__chat_body_mode sluice__chat_body_mode(struct sluice_chat *c)
     return events ? SLUICE__CHAT_BODY_SSE : SLUICE__CHAT_BODY_JSON;
 }
 
+static bool sluice__chat_stream_open(struct sluice_chat *c);
+
 static size_t sluice__chat_body(char *data, size_t size, size_t n, void *ctx)
 {
     struct sluice_chat *c = (struct sluice_chat *)ctx;
@@ -166,8 +170,10 @@ static size_t sluice__chat_body(char *data, size_t size, size_t n, void *ctx)
         return 0;
     }
     c->received += bytes;
-    if (c->body_mode == SLUICE__CHAT_BODY_UNDECIDED)
-        c->body_mode = sluice__chat_body_mode(c);
+    if (c->body_mode == SLUICE__CHAT_BODY_UNDECIDED &&
+        (c->body_mode = sluice__chat_body_mode(c)) == SLUICE__CHAT_BODY_SSE &&
+        !sluice__chat_stream_open(c))
+        return 0;
     if (c->body_mode == SLUICE__CHAT_BODY_SSE) /* an error event or a bad stream stops it */
         return sluice_sse_feed(&c->st.sse, data, bytes) == SLUICE_OK ? bytes : 0;
     return sluice__chat_append(c, data, bytes) ? bytes : 0; /* 0: CURLE_WRITE_ERROR */
@@ -255,20 +261,19 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
         sluice__dup(d->repair_prompt ? d->repair_prompt : SLUICE__CHAT_REPAIR_DEFAULT);
     c->max_tokens = d->max_tokens;
     c->retry_after_max_ns = d->retry_after_max_ns;
+    c->dialect = d->dialect;
     c->validate = d->validate;
     c->validate_ctx = d->validate_ctx;
     c->stream = d->stream;
     c->on_delta = d->on_delta;
     c->delta_ctx = d->delta_ctx;
     c->usage = (struct sluice_chat_usage){-1, -1};
-    c->sse_buf = d->stream ? malloc(SLUICE_CHAT_EVENT_MAX) : NULL;
     c->messages = json_array();
     c->easy = curl_easy_init();
     c->headers = sluice__chat_headers(c->api_key);
     sluice__curl_result_init(&c->result);
     int status = (!c->model || !c->repair_prompt || (d->base_url && !c->base_url) ||
-                  (key && !c->api_key) || !c->messages || !c->easy || !c->headers ||
-                  (d->stream && !c->sse_buf))
+                  (key && !c->api_key) || !c->messages || !c->easy || !c->headers)
                      ? SLUICE_ENOMEM
                      : SLUICE_OK;
     if (status == SLUICE_OK && d->system)
@@ -414,6 +419,7 @@ static int sluice__chat_chunk(struct sluice_chat *c, json_t *root)
     if (json_is_object(error) || (finish && strcmp(finish, "error") == 0)) {
         long code = sluice__chat_error_code(json_object_get(error, "code"));
         const char *message = json_string_value(json_object_get(error, "message"));
+        st->error_event = true;
         return sluice__chat_stream_fail(st, code,
                                         "the provider ended the stream with an error event "
                                         "(code %ld: %.40s)",
@@ -461,10 +467,22 @@ static int sluice__chat_event(void *ctx, const struct sluice_sse_event *ev)
 static void sluice__chat_stream_begin(struct sluice_chat *c)
 {
     memset(&c->st, 0, sizeof c->st);
+}
+
+/* A stream arrived: the parser, with the event buffer allocated now (after admission and the
+ * permit, so a refused request never paid for it) and kept for the chat's next streams. False
+ * when memory runs out (st.nomem). */
+static bool sluice__chat_stream_open(struct sluice_chat *c)
+{
+    if (!c->sse_buf && !(c->sse_buf = malloc(SLUICE_CHAT_EVENT_MAX))) {
+        c->st.nomem = true;
+        return false;
+    }
     sluice_sse_init(&c->st.sse, &(struct sluice_sse_desc){.buf = c->sse_buf,
                                                           .size = SLUICE_CHAT_EVENT_MAX,
                                                           .on_event = sluice__chat_event,
                                                           .ctx = c});
+    return true;
 }
 
 /* What a streamed response ends as; `status` is the transfer's. Corrects c->result (kind,
@@ -476,6 +494,8 @@ static int sluice__chat_stream_end(struct sluice_chat *c, int status)
         int64_t start = sluice_monotonic_ns() - c->result.transfer_ns; /* curl's own clock */
         int64_t ttft = st->first_event_ns - start;
         c->result.latency_ns = ttft < 0 ? 0 : ttft;
+    } else if (c->result.kind == SLUICE_CURL_ABORTED) {
+        c->result.latency_ns = 0; /* cut before its first token: the signal was never seen */
     }
     if (st->nomem)
         return SLUICE_ENOMEM;
@@ -527,8 +547,13 @@ static char *sluice__chat_request(const struct sluice_chat *c)
 static int sluice__chat_prepare(struct sluice_chat *c, const char *endpoint)
 {
     const char *base = c->base_url ? c->base_url : endpoint;
-    if (!base)
-        return SLUICE_EINVAL;
+    if (!base) {
+        sluice__curl_result_init(&c->result);
+        return c->result.status = sluice__shim_fail(
+                   c->result.error, sizeof c->result.error,
+                   "no URL to send the chat to: set sluice_chat_desc.base_url, or an endpoint on "
+                   "the backend, the run or the request");
+    }
     size_t base_len = strlen(base);
     while (base_len && base[base_len - 1] == '/')
         base_len--;
@@ -556,8 +581,8 @@ static int sluice__chat_prepare(struct sluice_chat *c, const char *endpoint)
 }
 
 /* After the transfer (c->result filled, `status` its return): what the generation returns,
- * with c->result corrected to what the body said, so discovery learns from that. */
-static int sluice__chat_conclude(struct sluice_chat *c, int status)
+ * with c->result corrected to what the body said. */
+static int sluice__chat_answer(struct sluice_chat *c, int status)
 {
     if (c->body_truncated || c->result.curl_code == CURLE_FILESIZE_EXCEEDED) {
         snprintf(c->result.error, sizeof c->result.error,
@@ -575,10 +600,37 @@ static int sluice__chat_conclude(struct sluice_chat *c, int status)
     return sluice__chat_parse(c);
 }
 
+/* sluice__chat_answer, with c->result's outcome the sample discovery gets on either path: a
+ * failed generation cannot say the provider served it (sluice_run's own rule). */
+static int sluice__chat_conclude(struct sluice_chat *c, int status)
+{
+    status = sluice__chat_answer(c, status);
+    if (status != SLUICE_OK && c->result.outcome == SLUICE_OUTCOME_OK)
+        c->result.outcome = SLUICE_OUTCOME_IGNORE;
+    /* The client stopped a stream the provider was still sending (a short write: the reply
+     * cap, an SSE bound, an event it could not read, no memory): the provider may still be
+     * generating, so the call ends abandoned, as a cancelled one does, and the pool decides
+     * whether its permit lingers. An error event is the provider's own end. */
+    if (c->body_mode == SLUICE__CHAT_BODY_SSE && c->result.curl_code == CURLE_WRITE_ERROR &&
+        !c->st.error_event)
+        c->result.abandoned = true;
+    return status;
+}
+
 /* A streamed answer's sample is its time to first token; any other is the whole call. */
 static bool sluice__chat_timed_first_token(const struct sluice_chat *c)
 {
     return c->body_mode == SLUICE__CHAT_BODY_SSE && c->st.first_event_ns;
+}
+
+/* The start deadline's test (sluice_curl_call.begun): a stream has begun at its first event,
+ * not at the headers and comments a provider may send before it; any other answer at its
+ * first byte. */
+static bool sluice__chat_begun(void *data)
+{
+    const struct sluice_chat *c = (const struct sluice_chat *)data;
+    return c->body_mode == SLUICE__CHAT_BODY_SSE ? c->st.first_event_ns != 0
+                                                 : c->body_mode != SLUICE__CHAT_BODY_UNDECIDED;
 }
 
 static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
@@ -591,14 +643,20 @@ static int sluice__chat_generate(void *ctx, struct sluice_generation *gen)
         return status;
     struct sluice_curl_call call = {.easy = c->easy,
                                     .deadline = gen->deadline,
+                                    .start_deadline = gen->start_deadline,
+                                    .begun = sluice__chat_begun,
+                                    .begun_data = c,
                                     .cancel = gen->cancel,
                                     .retry_after_max_ns = c->retry_after_max_ns,
+                                    .dialect = c->dialect,
                                     .write = sluice__chat_body, /* error bodies are classified */
                                     .write_data = c};
     status = sluice__chat_conclude(c, sluice_curl_transfer(&call, &c->result));
     gen->outcome = c->result.outcome;
     gen->abandoned = c->result.abandoned;
     gen->retry_after_ns = c->result.hold_ns;
+    gen->expired = c->result.expired;
+    gen->stated_rate = sluice_curl_stated_rate(&c->result); /* as the loop offers it */
     if (sluice__chat_timed_first_token(c))
         gen->latency_ns = c->result.latency_ns;
     return status;
@@ -639,10 +697,10 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
     if (!endpoint && !c->base_url && (b = sluice_engine_find(sluice_curl_loop_engine(loop),
                                                              req->backend)))
         endpoint = b->endpoint;
+    sluice__curl_result_init(&c->result);
     int status = sluice__chat_prepare(c, endpoint);
     if (status != SLUICE_OK)
         return status;
-    sluice__curl_result_init(&c->result);
     c->loop_done = req->done;
     c->loop_data = req->data;
     c->loop_finished = false;
@@ -651,10 +709,15 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
                                        .backend = req->backend,
                                        .easy = c->easy,
                                        .deadline = req->deadline,
+                                       .start_deadline = req->start_deadline,
+                                       .begun = sluice__chat_begun,
                                        .cancel = req->cancel,
                                        .done = sluice__chat_loop_done,
                                        .data = c,
                                        .retry_after_max_ns = c->retry_after_max_ns,
+                                       .dialect = c->dialect,
+                                       .write = sluice__chat_body, /* as sluice_run's */
+                                       .write_data = c,
                                        .finish = sluice__chat_loop_finish,
                                    },
                                    id);

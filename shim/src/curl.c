@@ -680,7 +680,7 @@ static enum sluice_curl_kind sluice__status_kind(const struct sluice_curl_respon
     return SLUICE_CURL_UNEXPECTED;
 }
 
-/* A budget the provider says is spent, with when it comes back (ns; 0 = not named). */
+/* A budget the provider says is spent, with when it comes back (ns; 0 = not named, or past). */
 static bool sluice__spent(const struct sluice_curl_budget *b, int64_t *reset_ns)
 {
     *reset_ns = b->reset_ns > 0 ? b->reset_ns : 0;
@@ -712,7 +712,10 @@ static enum sluice_curl_kind sluice__refine(const struct sluice_curl_response *r
     bool req = sluice__spent(&rl->requests, &req_reset), tok = sluice__spent(&rl->tokens, &tok_reset);
     int64_t reset = (req && req_reset > *hold) ? req_reset : *hold;
     reset = (tok && tok_reset > reset) ? tok_reset : reset;
-    if (((req || tok) && reset > 0) || (gemini_exhausted && retry > 0)) {
+    /* A reset the provider named but that has passed by the time the answer is read (an epoch
+     * or a date a busy client reads late) still says the budget, not the cap, refused it. */
+    bool named = (req && rl->requests.reset_ns >= 0) || (tok && rl->tokens.reset_ns >= 0);
+    if (((req || tok) && (reset > 0 || named)) || (gemini_exhausted && retry > 0)) {
         *hold = reset;
         return SLUICE_CURL_RATE_LIMITED;
     }

@@ -20,6 +20,7 @@ enum sluice__curl_stop {
     SLUICE__CURL_RAN = 0,  /* it ran to its end (any CURLcode) */
     SLUICE__CURL_CANCELED, /* the caller's token (or chained xferinfo) aborted it */
     SLUICE__CURL_CLOSED,   /* the loop shut down under it */
+    SLUICE__CURL_START,    /* its start deadline passed before the answer began */
 };
 
 /*
@@ -56,6 +57,28 @@ void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline);
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res);
 
+/*
+ * An answer's body on its way to the caller's declared write callback
+ * (sluice_curl_call.write, sluice_curl_request.write): the first
+ * SLUICE_CURL_BODY_MAX bytes of an answer of status >= 400 are kept for
+ * classify, and every byte is handed on. Both transports read error bodies
+ * through this, so a response is classified the same on either.
+ */
+struct sluice__tee {
+    CURL *easy;
+    curl_write_callback write; /* the caller's; NULL = no tee, bodies are not read */
+    void *write_data;
+    char *body;      /* SLUICE_CURL_BODY_MAX bytes; NULL = malloc'd at the first error byte and
+                        left to the owner to reuse and free (the loop's records) */
+    size_t body_len; /* bytes kept of this answer */
+};
+
+/* Route `easy`'s body through `t` (nothing when t->write is NULL), from a fresh body_len. */
+void sluice__tee_install(struct sluice__tee *t);
+
+/* Put the caller's write callback back (nothing when t->write is NULL). */
+void sluice__tee_remove(const struct sluice__tee *t);
+
 /* A result for a call that never transferred. */
 void sluice__curl_result_init(struct sluice_curl_result *res);
 
@@ -74,7 +97,15 @@ static inline int sluice__shim_fail(char *buf, size_t size, const char *fmt, ...
     return SLUICE_EINVAL;
 }
 
-/* SLUICE_OK, or SLUICE_EINVAL with res->error saying why `deadline` is not normalised. */
+/* SLUICE_OK, or SLUICE_EINVAL with res->error saying why `deadline` is not normalised or not
+ * on CLOCK_MONOTONIC (more than a year ahead). */
 int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res);
+
+/* A call that ended SLUICE_ETIMEDOUT before any transfer (res->status) with no word yet: say
+ * in res->error whether its deadline had passed when it was made (at `made_ns`), left too
+ * little to start (res->refused_late), or ran out while it queued; `deadline` is the earlier
+ * of the call's start and whole-call deadlines. */
+void sluice__curl_explain_timeout(struct sluice_curl_result *res, const struct timespec *deadline,
+                                  int64_t made_ns);
 
 #endif

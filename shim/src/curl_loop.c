@@ -39,7 +39,10 @@
  * create (the process's malloc, cache-line aligned) and freed at destroy;
  * nothing is allocated per request: submitters take ready records from the
  * `free` ring, so a submit never takes an allocator lock and a burst never
- * grows the loop.
+ * grows the loop. The one exception is on the loop thread, not on submit:
+ * a record's first error body of a request that declared `write` gets a
+ * SLUICE_CURL_BODY_MAX buffer, which the record keeps until destroy (so at
+ * most once per record, and never for a loop whose callers declare none).
  */
 #define _GNU_SOURCE
 #include "curl_loop_internal.h"
@@ -144,6 +147,9 @@ static void sluice__complete(struct sluice__rec *rec, struct sluice_curl_result 
         sluice_cancel_unregister(rec->req.cancel, &rec->hook);
     rec->hooked = false;
     sluice_pool_leave(rec->pool);
+    sluice__curl_explain_timeout(res, sluice_deadline_first(rec->req.start_deadline,
+                                                            rec->req.deadline),
+                                 rec->admitted_ns);
     CURL *easy = rec->req.easy;
     sluice_curl_done_fn done = rec->req.done;
     void *data = rec->req.data;
@@ -160,10 +166,16 @@ static void sluice__complete_status(struct sluice__rec *rec, int status, bool re
 {
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
-    if (status == SLUICE_EINVAL) /* the only argument the loop checks after submit */
-        sluice__curl_check_deadline(rec->req.deadline, &res);
+    if (status == SLUICE_EINVAL && /* the only arguments the loop checks after submit */
+        sluice__curl_check_deadline(rec->req.deadline, &res) == SLUICE_OK)
+        sluice__curl_check_deadline(rec->req.start_deadline, &res);
     res.status = status;
-    res.refused_late = refused_late;
+    res.refused_late = refused_late || (status == SLUICE_ETIMEDOUT && rec->left_early);
+    if (status == SLUICE_ETIMEDOUT)
+        res.expired = rec->expired != SLUICE_EXPIRED_NONE ? rec->expired
+                      : rec->waiter.call.expired != SLUICE_EXPIRED_NONE
+                          ? rec->waiter.call.expired
+                          : sluice_deadline_which(rec->req.start_deadline, rec->req.deadline);
     res.queued_ns = rec->queued_ns;
     sluice__complete(rec, &res);
 }
@@ -189,10 +201,11 @@ static void sluice__complete_transfer(struct sluice__rec *rec, CURLcode code,
     curl_multi_remove_handle(loop->multi, easy); /* mid-transfer: aborts, closes the connection */
     atomic_fetch_sub_explicit(&loop->n_transferring, 1u, SLUICE_RELAXED);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, rec->caller_private);
+    sluice__tee_remove(&rec->tee);
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
     sluice__curl_finish(easy, code, stop, rec->req.deadline, rec->req.retry_after_max_ns,
-                        rec->req.dialect, NULL, 0, &res);
+                        rec->req.dialect, rec->tee.body, rec->tee.body_len, &res);
     sluice__curl_disarm_deadline(easy, rec->req.deadline);
     res.queued_ns = rec->queued_ns;
     res.in_flight_at_start = rec->waiter.call.in_flight_at_start;
@@ -242,15 +255,35 @@ static void sluice__start_transfer(struct sluice__rec *rec)
     rec->caller_private = NULL;
     curl_easy_getinfo(easy, CURLINFO_PRIVATE, &rec->caller_private);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, rec);
+    rec->tee.easy = easy;
+    rec->tee.write = rec->req.write;
+    rec->tee.write_data = rec->req.write_data;
+    sluice__tee_install(&rec->tee);
     CURLMcode mc = curl_multi_add_handle(loop->multi, easy);
     if (mc != CURLM_OK) {
         curl_easy_setopt(easy, CURLOPT_PRIVATE, rec->caller_private);
+        sluice__tee_remove(&rec->tee);
         sluice__curl_disarm_deadline(easy, rec->req.deadline);
         sluice__complete_unused(rec, mc == CURLM_OUT_OF_MEMORY ? SLUICE_ENOMEM : SLUICE_EINVAL);
         return;
     }
     rec->stage = SLUICE__TRANSFERRING;
     atomic_fetch_add_explicit(&loop->n_transferring, 1u, SLUICE_RELAXED);
+    if (rec->req.start_deadline) { /* watched until the answer begins */
+        rec->deadline_ns = sluice_timespec_ns(rec->req.start_deadline);
+        rec->expired = SLUICE_EXPIRED_START;
+        sluice__heap_push(loop, rec);
+    }
+}
+
+/* A transfer watched for its start deadline: has the answer begun? */
+static bool sluice__transfer_begun(struct sluice__rec *rec)
+{
+    if (rec->req.begun)
+        return rec->req.begun(rec->req.data);
+    curl_off_t body = 0;
+    curl_easy_getinfo(rec->req.easy, CURLINFO_SIZE_DOWNLOAD_T, &body);
+    return body > 0;
 }
 
 /* Act on a settled waiter, on the loop thread. */
@@ -309,8 +342,9 @@ static void sluice__stop(struct sluice__rec *rec, int status)
         sluice_pool_call_cancel_async(rec->pool, &rec->waiter);
     } else if (rec->stage == SLUICE__TRANSFERRING) {
         sluice__complete_transfer(rec, CURLE_ABORTED_BY_CALLBACK,
-                                  status == SLUICE_ECLOSED ? SLUICE__CURL_CLOSED
-                                                           : SLUICE__CURL_CANCELED);
+                                  status == SLUICE_ECLOSED     ? SLUICE__CURL_CLOSED
+                                  : status == SLUICE_ETIMEDOUT ? SLUICE__CURL_START
+                                                               : SLUICE__CURL_CANCELED);
     }
 }
 
@@ -346,14 +380,20 @@ static void sluice__accept(struct sluice__rec *rec)
     rec->stop = 0;
     rec->queued_ns = 0;
     rec->hooked = false;
+    rec->expired = SLUICE_EXPIRED_NONE;
+    rec->left_early = false;
     rec->heap_index = SLUICE__NO_HEAP;
     if (atomic_load_explicit(&loop->closing, SLUICE_RELAXED)) {
         sluice__complete_status(rec, SLUICE_ECLOSED, false);
         return;
     }
-    int status = atomic_load_explicit(&rec->cancel_id, SLUICE_RELAXED) == rec->id
-                     ? SLUICE_ECANCELED
-                     : sluice_wait_stop_reason(rec->req.deadline, rec->req.cancel);
+    const struct timespec *first = sluice_deadline_first(rec->req.start_deadline, rec->req.deadline);
+    struct sluice_curl_result unused; /* the message is complete_status's to write */
+    int status = atomic_load_explicit(&rec->cancel_id, SLUICE_RELAXED) == rec->id ? SLUICE_ECANCELED
+                 : sluice__curl_check_deadline(rec->req.deadline, &unused) != SLUICE_OK ||
+                         sluice__curl_check_deadline(rec->req.start_deadline, &unused) != SLUICE_OK
+                     ? SLUICE_EINVAL
+                     : sluice_wait_stop_reason(first, rec->req.cancel);
     if (status == SLUICE_OK && rec->req.cancel) {
         rec->hook_id = rec->id;
         rec->hook.fn = sluice__on_token;
@@ -367,11 +407,16 @@ static void sluice__accept(struct sluice__rec *rec)
     }
     rec->stage = SLUICE__WAITING;
     sluice__set_waiting(rec, true);
-    if (rec->req.deadline) {
-        rec->deadline_ns = sluice_timespec_ns(rec->req.deadline);
+    /* It waits only as long as it can still start in time (sluice/pool.h, "Deadlines"). */
+    int64_t by_start = sluice_pool_wait_bound(rec->pool, rec->req.start_deadline, NULL);
+    int64_t by_call = sluice_pool_wait_bound(rec->pool, NULL, rec->req.deadline);
+    if (by_start != INT64_MAX || by_call != INT64_MAX) {
+        rec->deadline_ns = by_start < by_call ? by_start : by_call;
+        rec->expired = by_start <= by_call ? SLUICE_EXPIRED_START : SLUICE_EXPIRED_CALL;
         sluice__heap_push(loop, rec);
     }
     rec->waiter.deadline = rec->req.deadline; /* the start rule: too late to start is ETIMEDOUT */
+    rec->waiter.start_deadline = rec->req.start_deadline;
     sluice_pool_call_begin_async(rec->pool, &rec->waiter); /* may settle inline, onto our FIFO */
 }
 
@@ -388,8 +433,18 @@ static void sluice__scan_cancels(struct sluice_curl_loop *loop)
 static int64_t sluice__expire(struct sluice_curl_loop *loop)
 {
     int64_t now = sluice_monotonic_ns();
-    while (loop->heap_n && loop->heap_recs[0]->deadline_ns <= now)
-        sluice__stop(loop->heap_recs[0], SLUICE_ETIMEDOUT);
+    while (loop->heap_n && loop->heap_recs[0]->deadline_ns <= now) {
+        struct sluice__rec *rec = loop->heap_recs[0];
+        if (rec->stage == SLUICE__TRANSFERRING) { /* its start deadline */
+            sluice__heap_remove(loop, rec);
+            if (!sluice__transfer_begun(rec))
+                sluice__stop(rec, SLUICE_ETIMEDOUT);
+            continue;
+        }
+        rec->left_early = !sluice_deadline_passed(
+            rec->expired == SLUICE_EXPIRED_START ? rec->req.start_deadline : rec->req.deadline);
+        sluice__stop(rec, SLUICE_ETIMEDOUT);
+    }
     return loop->heap_n ? loop->heap_recs[0]->deadline_ns : INT64_MAX;
 }
 

@@ -128,6 +128,8 @@ static void sluice__loop_fini(struct sluice_curl_loop *loop)
     }
     free(loop->free_slots);
     free(loop->inbox_slots);
+    for (uint32_t i = 0; loop->recs && i < loop->n_recs; i++)
+        free(loop->recs[i].tee.body);
     free(loop->recs);
     free(loop->heap_recs);
     free(loop->pools);
@@ -316,7 +318,7 @@ int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_c
     status = SLUICE_EINVAL;
     if (!(b = sluice_engine_find(loop->engine, req->backend)))
         goto out;
-    if ((status = sluice_pool_admit_by(b->pool, req->deadline)) != SLUICE_OK)
+    if ((status = sluice_pool_admit_by(b->pool, req->start_deadline, req->deadline)) != SLUICE_OK)
         goto out;
     void *item;
     if (sluice_ring_trypop(&loop->free_ring, &item) != SLUICE_OK) {
@@ -330,6 +332,10 @@ int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_c
     if (req->deadline) {
         rec->deadline = *req->deadline;
         rec->req.deadline = &rec->deadline;
+    }
+    if (req->start_deadline) {
+        rec->start_deadline = *req->start_deadline;
+        rec->req.start_deadline = &rec->start_deadline;
     }
     rec->pool = b->pool;
     rec->pool_index = b == &loop->engine->endpoint_only ? (uint32_t)(loop->n_pools - 1)

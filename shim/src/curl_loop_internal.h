@@ -35,7 +35,7 @@ struct sluice__rec {
      * at `deadline` (the value at submit) and req.backend at the engine's copy of the
      * ID: the caller's own timespec and string may be gone once submit returns. */
     struct sluice_curl_request req;
-    struct timespec deadline;
+    struct timespec deadline, start_deadline;
     struct sluice_pool *pool;
     uint32_t pool_index; /* into loop->pools */
     uint64_t id;
@@ -56,10 +56,14 @@ struct sluice__rec {
     int stop;    /* why it must end early (ECANCELED, ETIMEDOUT, ECLOSED); 0 = no */
     bool hooked; /* its token hook is registered */
     size_t heap_index;
-    int64_t deadline_ns;
+    int64_t deadline_ns; /* waiting: when it must leave the line (sluice_pool_wait_bound);
+                            transferring: its start deadline, until the answer begins */
+    enum sluice_expiry expired; /* which deadline `deadline_ns` stands for */
+    bool left_early;     /* it left the line before the deadline itself passed */
     int64_t queued_ns; /* admission to permit, set when the permit came */
     uint64_t hook_id;  /* the id its token hook cancels */
     void *caller_private;
+    struct sluice__tee tee; /* req.write's error body; its buffer stays with the record */
 };
 
 struct sluice__pool_entry {

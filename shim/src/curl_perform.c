@@ -17,6 +17,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -62,14 +63,52 @@ void sluice__curl_result_init(struct sluice_curl_result *res)
     res->ratelimit.requests = res->ratelimit.tokens = none;
 }
 
+/*
+ * A deadline further ahead than this is on the wrong clock. CLOCK_MONOTONIC
+ * counts from boot, so a CLOCK_REALTIME reading (seconds since 1970) lands
+ * about 56 years ahead of it, less only the machine's uptime; no model call
+ * waits a year. A year sits far from both.
+ */
+#define SLUICE__DEADLINE_AHEAD_MAX_NS (INT64_C(366) * 86400 * SLUICE_NS_PER_SEC)
+
 int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res)
 {
-    if (sluice_deadline_valid(deadline))
-        return SLUICE_OK;
-    return sluice__shim_fail(res->error, sizeof res->error,
-                             "deadline is not normalised: tv_nsec = %ld is outside [0, 999999999] "
-                             "(build it with sluice_deadline_in or sluice_ns_timespec)",
-                             (long)deadline->tv_nsec);
+    if (!sluice_deadline_valid(deadline))
+        return sluice__shim_fail(res->error, sizeof res->error,
+                                 "deadline is not normalised: tv_nsec = %ld is outside [0, "
+                                 "999999999] (build it with sluice_deadline_in or "
+                                 "sluice_ns_timespec)",
+                                 (long)deadline->tv_nsec);
+    int64_t ahead = deadline ? sluice_timespec_ns(deadline) - sluice_monotonic_ns() : 0;
+    if (ahead > SLUICE__DEADLINE_AHEAD_MAX_NS)
+        return sluice__shim_fail(res->error, sizeof res->error,
+                                 "deadline is %lld days ahead: not a CLOCK_MONOTONIC time (from "
+                                 "CLOCK_REALTIME?); build it with sluice_deadline_in",
+                                 (long long)(ahead / SLUICE_NS_PER_SEC / 86400));
+    return SLUICE_OK;
+}
+
+void sluice__curl_explain_timeout(struct sluice_curl_result *res, const struct timespec *deadline,
+                                  int64_t made_ns)
+{
+    if (res->status != SLUICE_ETIMEDOUT || res->transferred || res->error[0] || !deadline)
+        return;
+    int64_t late_ms = (made_ns - sluice_timespec_ns(deadline)) / SLUICE_NS_PER_MS;
+    const char *which = res->expired == SLUICE_EXPIRED_START ? "start deadline" : "deadline";
+    if (late_ms >= 0)
+        snprintf(res->error, sizeof res->error,
+                 "the %s had already passed when the call was made (%lld ms before; it is an "
+                 "absolute CLOCK_MONOTONIC time, e.g. sluice_deadline_in)",
+                 which, (long long)late_ms);
+    else if (res->refused_late)
+        snprintf(res->error, sizeof res->error,
+                 "not started: too little of the %s was left for the backend's expected "
+                 "service time",
+                 which);
+    else
+        snprintf(res->error, sizeof res->error,
+                 "the %s passed while the call waited for a permit (%lld ms queued)", which,
+                 (long long)(res->queued_ns / SLUICE_NS_PER_MS));
 }
 
 bool sluice__curl_arm_deadline(CURL *easy, const struct timespec *deadline)
@@ -134,6 +173,11 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
         res->status = stop == SLUICE__CURL_CANCELED ? SLUICE_ECANCELED
                       : stop == SLUICE__CURL_CLOSED ? SLUICE_ECLOSED
                                                     : SLUICE_ETIMEDOUT;
+        res->expired = stop == SLUICE__CURL_START ? SLUICE_EXPIRED_START
+                       : res->status == SLUICE_ETIMEDOUT ? SLUICE_EXPIRED_CALL
+                                                         : SLUICE_EXPIRED_NONE;
+        /* Cut before its first byte, the latency signal was never seen (censored). */
+        res->latency_ns = stop != SLUICE__CURL_START && ttfb > 0 ? (int64_t)ttfb * 1000 : 0;
         res->abandoned = request_size > 0 && stop != SLUICE__CURL_CLOSED;
         return;
     }
@@ -166,8 +210,13 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
                            const struct sluice_curl_result *res)
 {
-    if (res->abandoned) { /* still running at the provider: its permit lingers */
-        sluice_pool_call_abandon(pool, call, res->status);
+    if (res->abandoned) { /* perhaps still running at the provider (the pool's linger mode) */
+        /* Its deadline, else its token or the caller's own stop (a chat's stream cut at the
+         * reply cap), which sluice_run counts as a cancel too. */
+        sluice_pool_call_abandon_latency(pool, call,
+                                         res->status == SLUICE_ETIMEDOUT ? SLUICE_ETIMEDOUT
+                                                                         : SLUICE_ECANCELED,
+                                         res->latency_ns > 0 ? res->latency_ns : -1);
         return;
     }
     /* Time to first byte when there was a response; the pool times the rest. */
@@ -180,41 +229,76 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
         sluice_discovery_hint_rate(d, rate, res->transfer_ns, SLUICE_CAUSE_PROVIDER_RATE);
 }
 
-/* ---- the transfer ------------------------------------------------------------------ */
-
-struct sluice__xfer {
-    struct sluice_cancel *cancel;
-    curl_xferinfo_callback chained;
-    void *chained_data;
-    CURLM *multi;
-    struct sluice_cancel_hook hook;
-    /* The error body on its way to the caller's write callback (call->write). */
-    CURL *easy;
-    curl_write_callback write;
-    void *write_data;
-    size_t body_len;
-    char body[SLUICE_CURL_BODY_MAX];
-};
+/* ---- error bodies, on either transport ----------------------------------------------- */
 
 /* Keep the first SLUICE_CURL_BODY_MAX bytes of an error body, then hand every byte on. */
 static size_t sluice__tee_write(char *p, size_t size, size_t n, void *data)
 {
-    struct sluice__xfer *x = (struct sluice__xfer *)data;
+    struct sluice__tee *t = (struct sluice__tee *)data;
     long http = 0;
-    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &http);
-    size_t bytes = size * n, room = sizeof x->body - x->body_len;
-    if (http >= 400 && room) {
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &http);
+    size_t bytes = size * n, room = SLUICE_CURL_BODY_MAX - t->body_len;
+    if (http >= 400 && room && !t->body)
+        t->body = malloc(SLUICE_CURL_BODY_MAX); /* without it, classified by status and headers */
+    if (http >= 400 && room && t->body) {
         size_t k = bytes < room ? bytes : room;
-        memcpy(x->body + x->body_len, p, k);
-        x->body_len += k;
+        memcpy(t->body + t->body_len, p, k);
+        t->body_len += k;
     }
-    return x->write(p, size, n, x->write_data);
+    return t->write(p, size, n, t->write_data);
+}
+
+void sluice__tee_install(struct sluice__tee *t)
+{
+    t->body_len = 0;
+    if (!t->write)
+        return;
+    curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, sluice__tee_write);
+    curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t);
+}
+
+void sluice__tee_remove(const struct sluice__tee *t)
+{
+    if (!t->write)
+        return;
+    curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, t->write);
+    curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t->write_data);
+}
+
+/* ---- the transfer ------------------------------------------------------------------ */
+
+struct sluice__xfer {
+    struct sluice_cancel *cancel;
+    int64_t start_ns;           /* the start deadline, CLOCK_MONOTONIC (INT64_MAX = none) */
+    bool (*begun)(void *data);  /* the caller's test that the answer began (NULL: a body byte) */
+    void *begun_data;
+    bool started;               /* the answer began */
+    bool start_expired;         /* the start deadline passed first: the transfer is aborted */
+    curl_xferinfo_callback chained;
+    void *chained_data;
+    CURLM *multi;
+    struct sluice_cancel_hook hook;
+    struct sluice__tee tee; /* the error body on its way to call->write, kept in `body` */
+    char body[SLUICE_CURL_BODY_MAX];
+};
+
+/* Whether the start deadline has passed before the answer began (then the transfer ends). */
+static bool sluice__xfer_start_expired(struct sluice__xfer *x, curl_off_t dlnow)
+{
+    if (x->started || x->start_ns == INT64_MAX)
+        return x->start_expired;
+    x->started = x->begun ? x->begun(x->begun_data) : dlnow > 0;
+    if (!x->started && sluice_monotonic_ns() >= x->start_ns)
+        x->start_expired = true;
+    return x->start_expired;
 }
 
 static int sluice__xferinfo(void *p, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                             curl_off_t ulnow)
 {
     struct sluice__xfer *x = (struct sluice__xfer *)p;
+    if (sluice__xfer_start_expired(x, dlnow))
+        return 1;
     if (x->chained) {
         int rc = x->chained(x->chained_data, dltotal, dlnow, ultotal, ulnow);
         if (rc != 0 && rc != CURL_PROGRESSFUNC_CONTINUE)
@@ -231,8 +315,19 @@ static void sluice__xfer_on_cancel(struct sluice_cancel_hook *hook)
     curl_multi_wakeup(x->multi);
 }
 
-/* Drive `easy` on `multi` to its end or until the token fires. */
-static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
+/* How long the drive loop may sleep: a second, or until the start deadline while the answer
+ * has not begun (xferinfo runs when curl works, not when nothing arrives). */
+static int sluice__xfer_poll_ms(const struct sluice__xfer *x)
+{
+    if (x->started || x->start_ns == INT64_MAX)
+        return 1000;
+    int64_t left = (x->start_ns - sluice_monotonic_ns()) / SLUICE_NS_PER_MS + 1;
+    return left < 1 ? 1 : left > 1000 ? 1000 : (int)left;
+}
+
+/* Drive `easy` on `multi` to its end, until the token fires or the start deadline passes
+ * before the answer began. */
+static enum sluice__curl_stop sluice__xfer_drive(struct sluice__xfer *x, CURLM *multi, CURL *easy,
                                                  struct sluice_cancel *cancel, CURLcode *code)
 {
     int running = 1;
@@ -247,7 +342,8 @@ static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
                 done = true;
             }
         if (done)
-            return sluice_cancel_fired(cancel) && *code == CURLE_ABORTED_BY_CALLBACK
+            return x->start_expired && *code == CURLE_ABORTED_BY_CALLBACK ? SLUICE__CURL_START
+                   : sluice_cancel_fired(cancel) && *code == CURLE_ABORTED_BY_CALLBACK
                        ? SLUICE__CURL_CANCELED
                        : SLUICE__CURL_RAN;
         if (mc != CURLM_OK) {
@@ -256,7 +352,9 @@ static enum sluice__curl_stop sluice__xfer_drive(CURLM *multi, CURL *easy,
         }
         if (sluice_cancel_fired(cancel))
             return SLUICE__CURL_CANCELED; /* not yet aborted by xferinfo: removal aborts it */
-        mc = curl_multi_poll(multi, NULL, 0, 1000, NULL);
+        if (sluice__xfer_start_expired(x, 0))
+            return SLUICE__CURL_START;
+        mc = curl_multi_poll(multi, NULL, 0, sluice__xfer_poll_ms(x), NULL);
         if (mc == CURLM_OK)
             mc = curl_multi_perform(multi, &running);
     }
@@ -266,15 +364,23 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
 {
     if (!res)
         return SLUICE_EINVAL;
+    int64_t made_ns = sluice_monotonic_ns();
     sluice__curl_result_init(res);
     if (!call || !call->easy)
         return res->status = sluice__shim_fail(res->error, sizeof res->error,
                                                "%s is NULL (required)", call ? "easy" : "call");
-    if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK)
+    if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK ||
+        sluice__curl_check_deadline(call->start_deadline, res) != SLUICE_OK)
         return res->status = SLUICE_EINVAL;
-    int status = sluice_wait_stop_reason(call->deadline, call->cancel);
-    if (status != SLUICE_OK)
-        return res->status = status;
+    const struct timespec *first = sluice_deadline_first(call->start_deadline, call->deadline);
+    int status = sluice_wait_stop_reason(first, call->cancel);
+    if (status != SLUICE_OK) {
+        res->status = status;
+        if (status == SLUICE_ETIMEDOUT)
+            res->expired = sluice_deadline_which(call->start_deadline, call->deadline);
+        sluice__curl_explain_timeout(res, first, made_ns);
+        return status;
+    }
     CURL *easy = call->easy;
     /* A nested call (from a chained callback) gets a multi of its own. */
     bool nested = sluice__tl_busy;
@@ -282,25 +388,29 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     if (!multi)
         return res->status = SLUICE_ENOMEM;
     struct sluice__xfer x = {.cancel = call->cancel,
+                             .start_ns = call->start_deadline
+                                             ? sluice_timespec_ns(call->start_deadline)
+                                             : INT64_MAX,
+                             .begun = call->begun,
+                             .begun_data = call->begun_data,
                              .chained = call->xferinfo,
                              .chained_data = call->xferinfo_data,
                              .multi = multi,
-                             .easy = easy,
-                             .write = call->write,
-                             .write_data = call->write_data};
+                             .tee = {.easy = easy,
+                                     .write = call->write,
+                                     .write_data = call->write_data}};
+    x.tee.body = x.body;
     x.hook.fn = sluice__xfer_on_cancel;
     if (call->cancel && !sluice_cancel_register(call->cancel, &x.hook)) {
         status = SLUICE_ECANCELED;
     } else if (!sluice__curl_arm_deadline(easy, call->deadline)) {
-        status = SLUICE_ETIMEDOUT;
+        status = res->status = SLUICE_ETIMEDOUT;
+        sluice__curl_explain_timeout(res, call->deadline, made_ns);
     } else {
         curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, sluice__xferinfo);
         curl_easy_setopt(easy, CURLOPT_XFERINFODATA, &x);
         curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
-        if (call->write) {
-            curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, sluice__tee_write);
-            curl_easy_setopt(easy, CURLOPT_WRITEDATA, &x);
-        }
+        sluice__tee_install(&x.tee);
         CURLMcode mc = curl_multi_add_handle(multi, easy);
         if (mc != CURLM_OK) {
             status = mc == CURLM_OUT_OF_MEMORY ? SLUICE_ENOMEM : SLUICE_EINVAL;
@@ -308,22 +418,19 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
             if (!nested)
                 sluice__tl_busy = true;
             CURLcode code = CURLE_OK;
-            enum sluice__curl_stop stop = sluice__xfer_drive(multi, easy, call->cancel, &code);
+            enum sluice__curl_stop stop = sluice__xfer_drive(&x, multi, easy, call->cancel, &code);
             curl_multi_remove_handle(multi, easy); /* aborts it if still running */
             if (!nested)
                 sluice__tl_busy = false;
             sluice__curl_finish(easy, code, stop, call->deadline, call->retry_after_max_ns,
-                                call->dialect, x.body, x.body_len, res);
+                                call->dialect, x.tee.body, x.tee.body_len, res);
             status = res->status;
         }
         /* The caller's progress callback, or none, as before the call. */
         curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, call->xferinfo);
         curl_easy_setopt(easy, CURLOPT_XFERINFODATA, call->xferinfo_data);
         curl_easy_setopt(easy, CURLOPT_NOPROGRESS, call->xferinfo ? 0L : 1L);
-        if (call->write) {
-            curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, call->write);
-            curl_easy_setopt(easy, CURLOPT_WRITEDATA, call->write_data);
-        }
+        sluice__tee_remove(&x.tee);
         sluice__curl_disarm_deadline(easy, call->deadline);
     }
     if (call->cancel)
@@ -347,21 +454,24 @@ static int sluice__curl_check_call(const struct sluice_engine *engine,
                                  "sluice_engine_desc.backends, or pass NULL for the endpoint-only "
                                  "backend)",
                                  call->backend);
-    return sluice__curl_check_deadline(call->deadline, res);
+    int status = sluice__curl_check_deadline(call->deadline, res);
+    return status == SLUICE_OK ? sluice__curl_check_deadline(call->start_deadline, res) : status;
 }
 
 int sluice_curl_perform_call(const struct sluice_engine *engine,
                              const struct sluice_curl_call *call, struct sluice_curl_result *result)
 {
+    int64_t made_ns = sluice_monotonic_ns();
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
     struct sluice_pool *pool = NULL;
     if ((res.status = sluice__curl_check_call(engine, call, &res)) == SLUICE_OK)
         pool = sluice_engine_pool(engine, call->backend);
-    if (pool && (res.status = sluice_pool_admit_by(pool, call->deadline)) == SLUICE_OK) {
+    if (pool && (res.status = sluice_pool_admit_by(pool, call->start_deadline, call->deadline)) == SLUICE_OK) {
         int64_t admitted = sluice_monotonic_ns();
         struct sluice_call pc;
-        int status = sluice_pool_call_begin(pool, call->deadline, call->cancel, &pc);
+        int status =
+            sluice_pool_call_begin_by(pool, call->start_deadline, call->deadline, call->cancel, &pc);
         int64_t queued = sluice_monotonic_ns() - admitted;
         if (status == SLUICE_OK) {
             sluice_curl_transfer(call, &res);
@@ -370,9 +480,12 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
         } else {
             res.status = status;
             res.refused_late = pc.refused_late;
+            res.expired = pc.expired;
         }
         res.queued_ns = queued;
         sluice_pool_leave(pool);
+        sluice__curl_explain_timeout(
+            &res, sluice_deadline_first(call->start_deadline, call->deadline), made_ns);
     }
     if (result)
         *result = res;

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "statefile_internal.h"
 
+#include <errno.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -54,6 +55,70 @@ int sluice_statefile_default_path(char *buf, size_t size)
     return snprintf(buf, size, "%s/.local/state/sluice/ceilings.json", home);
 }
 
+/*
+ * What the first save needs, checked at open so a wrong path fails there and not at
+ * the first lock: the path is not a directory, and its folder exists or can be made
+ * (its nearest existing ancestor is a directory this process may write in). Nothing
+ * is created: a tool that only reads (sluicectl status) leaves the disk alone. An
+ * existing folder is not tested for writing: a reader may open a file it cannot
+ * write, and a read-only folder fails each save with its own message. A dangling
+ * symbolic link is left to the save, which resolves it. SLUICE_OK, or
+ * SLUICE_EINVAL / SLUICE_EIO with the message in err.
+ */
+static int sf_check_path(const char *path, char *err, size_t size)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return SLUICE_OK; /* other kinds than a file are refused by each call */
+        snprintf(err, size,
+                 "%s is a directory (set sluice_statefile_desc.path to a file, e.g. "
+                 "%s/ceilings.json)",
+                 path, path);
+        return SLUICE_EINVAL;
+    }
+    if (errno != ENOENT && errno != ENOTDIR) {
+        snprintf(err, size, "%s: %s", path, strerror(errno));
+        return SLUICE_EIO;
+    }
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode))
+        return SLUICE_OK;
+    char folder[4096], dir[4096];
+    snprintf(folder, sizeof folder, "%s", path);
+    char *slash = strrchr(folder, '/');
+    if (!slash)
+        return SLUICE_OK; /* in the working directory, which exists */
+    *(slash == folder ? slash + 1 : slash) = '\0';
+    snprintf(dir, sizeof dir, "%s", folder);
+    int found;
+    while ((found = stat(dir, &st)) != 0 && (errno == ENOENT || errno == ENOTDIR)) {
+        char *up = strrchr(dir, '/');
+        if (!up)
+            snprintf(dir, sizeof dir, ".");
+        else
+            *(up == dir ? up + 1 : up) = '\0';
+    }
+    if (found != 0) {
+        snprintf(err, size, "%s: cannot look at %s: %s", path, dir, strerror(errno));
+        return SLUICE_EIO;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, size,
+                 "%s: %s is not a directory, so the folder %s cannot exist (fix "
+                 "sluice_statefile_desc.path)",
+                 path, dir, folder);
+        return SLUICE_EINVAL;
+    }
+    if (strcmp(dir, folder) != 0 && access(dir, W_OK | X_OK) != 0) {
+        snprintf(err, size,
+                 "%s: the folder %s does not exist and cannot be made in %s: %s (create it, or "
+                 "fix sluice_statefile_desc.path)",
+                 path, folder, dir, strerror(errno));
+        return SLUICE_EIO;
+    }
+    return SLUICE_OK;
+}
+
 int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluice_statefile **out)
 {
     if (out)
@@ -92,6 +157,13 @@ int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluic
                 "the default state file path is too long (set sluice_statefile_desc.path)");
     }
 #undef SF_OPEN_FAIL
+    char why[4 * sizeof path]; /* up to three paths and the words around them */
+    int checked = sf_check_path(path, why, sizeof why);
+    if (checked != SLUICE_OK) {
+        if (d.error && d.error_size)
+            snprintf(d.error, d.error_size, "%s", why);
+        return checked;
+    }
     struct sluice_statefile *f = calloc(1, sizeof *f);
     if (!f)
         return SLUICE_ENOMEM;

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *tool_name;
 volatile sig_atomic_t interrupted;
@@ -70,4 +71,16 @@ bool tool_parse_double(const char *s, double lo, double hi, double *out)
         return false;
     *out = v;
     return true;
+}
+
+const char *tool_flag_value(int argc, char **argv, int *i, const char *flag)
+{
+    size_t n = strlen(flag);
+    if (strncmp(argv[*i], flag, n))
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] || *i + 1 >= argc)
+        return NULL;
+    return argv[++*i];
 }

@@ -3,8 +3,8 @@
  * of them): the exit codes (0 ok, 1 failure, 2 usage, as git and redis-cli
  * use them), one-line messages to stderr that start with the tool's name, the
  * flag that Ctrl-C or SIGTERM sets so a long command stops with what it has,
- * the one way the tools read a number from the command line, and a libcurl
- * write callback that discards.
+ * the one way the tools read a number or a flag's value from the command
+ * line, and a libcurl write callback that discards.
  *
  * `tool_name` is the running tool's own name; a tool with subcommands points
  * it at "sluicectl clear" and so on. Threads: main sets tool_name before it
@@ -50,5 +50,11 @@ bool tool_parse_u64(const char *s, uint64_t max, uint64_t *out);
  * "2e3"; no trailing text). false leaves *out untouched.
  */
 bool tool_parse_double(const char *s, double lo, double hi, double *out);
+
+/*
+ * A flag with a value at argv[*i]: "--flag V" (then *i moves past V) or
+ * "--flag=V". The value, or NULL when argv[*i] is not that flag or V is missing.
+ */
+const char *tool_flag_value(int argc, char **argv, int *i, const char *flag);
 
 #endif /* SLUICE_TOOL_H */

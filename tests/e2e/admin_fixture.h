@@ -9,7 +9,7 @@
  *   cloud:locked          adaptive, restored locked at ceiling 12 from the store
  *   cloud:rainy           adaptive, one overload → backoff (fixture_backoff)
  *   local:gpu             fixed, active 4
- *   openrouter            the built-in preset (fixed)
+ *   openrouter            the built-in preset (fixed; listed only once it has traffic)
  * A test passes its own store (or NULL for a fresh memory store with the
  * cloud:locked record already in it).
  *

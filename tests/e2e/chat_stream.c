@@ -49,13 +49,14 @@ static struct sluice_engine *engine_at_sim(void)
     return e;
 }
 
+/* A streaming chat whose deltas go to *d (NULL: none). */
 static struct sluice_chat *stream_chat(struct deltas *d)
 {
     struct sluice_chat *chat = NULL;
     cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
                                                                .prompt = "hi",
                                                                .stream = true,
-                                                               .on_delta = on_delta,
+                                                               .on_delta = d ? on_delta : NULL,
                                                                .delta_ctx = d},
                                     &chat),
                  SLUICE_OK);
@@ -226,17 +227,32 @@ STREAM_TEST(a_deadline_mid_stream_ends_the_generation_and_the_provider_sees_the_
     sluice_engine_destroy(e);
 }
 
+/* An endless stream of 16 KiB tokens, sent as fast as the client reads. */
+static const struct fx_provider endless_stream = {.median_ms = FX_ZERO, .stream = true,
+                                                  .stream_endless = true, .token_ms = FX_ZERO,
+                                                  .token_bytes = 16384};
+
+/* Calls of 10 s seen by the pool, so an abandoned call's permit lingers (sluice/pool.h). */
+#define LINGER_AFTER_NS (10 * SLUICE_NS_PER_SEC)
+
+/* The client cut a stream the provider was still sending: it ended as a cancelled call does
+ * (sluice_pool_call_abandon: a cancel, its permit lingering), not as an ordinary end. */
+static void assert_ended_abandoned(struct sluice_engine *e, struct sluice_chat *chat)
+{
+    cr_assert(sluice_chat_result(chat)->abandoned, "the result says the call was abandoned");
+    struct sluice_pool_counts c = fx_counts(e);
+    cr_assert_eq(c.cancels, 1, "counted as a cancel (sluice_pool_call_abandon), got %llu",
+                 (unsigned long long)c.cancels);
+    cr_assert_eq(c.lingered, 1, "its permit lingers while the provider may still generate");
+    cr_assert_eq(c.lingering, 1);
+    cr_assert_eq(c.admitted, 0, "the admission was given back");
+}
+
 STREAM_TEST(an_endless_stream_ends_at_the_reply_cap)
 {
-    fx_start(&(struct fx_provider){.median_ms = FX_ZERO, .stream = true, .stream_endless = true,
-                                   .token_ms = FX_ZERO, .token_bytes = 16384});
+    fx_start(&endless_stream);
     struct sluice_engine *e = engine_at_sim();
-    struct sluice_chat *chat = NULL;
-    cr_assert_eq(sluice_chat_create(&(struct sluice_chat_desc){.model = "m",
-                                                               .prompt = "hi",
-                                                               .stream = true},
-                                    &chat),
-                 SLUICE_OK);
+    struct sluice_chat *chat = stream_chat(NULL);
     struct timespec deadline;
     sluice_deadline_in(&deadline, 30 * SLUICE_NS_PER_SEC);
     struct sluice_run_result rr;
@@ -246,13 +262,30 @@ STREAM_TEST(an_endless_stream_ends_at_the_reply_cap)
                  sluice_status_name(rr.client_status));
     cr_assert(strstr(sluice_chat_result(chat)->error, "SLUICE_CHAT_REPLY_MAX"), "error: %s",
               sluice_chat_result(chat)->error);
-    cr_assert_eq(rr.last.outcome, SLUICE_OUTCOME_IGNORE);
+    cr_assert_eq(sluice_chat_result(chat)->outcome, SLUICE_OUTCOME_IGNORE);
+    /* Abandoned after its first token: discovery got that latency as a served call's
+     * (sluice_pool_call_abandon_latency), not the cut. */
+    cr_assert_eq(rr.last.outcome, SLUICE_OUTCOME_OK);
     cr_assert_eq(stream_stat_reaches("cut", 1), 1, "the transfer was ended, not drained");
     long sent = stream_stat("tokens");
     cr_assert_lt((double)sent * 16384, 2.0 * SLUICE_CHAT_REPLY_MAX,
                  "the provider sent %ld tokens of 16 KiB", sent);
     sluice_chat_destroy(chat);
     fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(a_stream_cut_at_the_reply_cap_ends_abandoned_like_a_cancelled_call)
+{
+    fx_start(&endless_stream);
+    struct sluice_engine *e = engine_at_sim();
+    fx_teach_service(e, LINGER_AFTER_NS, 16);
+    struct sluice_chat *chat = stream_chat(NULL);
+    struct sluice_run_result rr;
+    cr_assert_eq(run_chat(e, chat, NULL, NULL, &rr), SLUICE_ECLIENT);
+    cr_assert_eq(rr.client_status, SLUICE_EIO);
+    assert_ended_abandoned(e, chat);
+    sluice_chat_destroy(chat);
     sluice_engine_destroy(e);
 }
 
@@ -441,6 +474,22 @@ STREAM_TEST(on_the_curl_loop_a_cancel_mid_stream_closes_the_connection)
     cr_assert_eq(stream_stat_reaches("cut", 1), 1, "the simulator saw the client hang up");
     long sent = stream_stat("tokens");
     cr_assert_leq(sent, 3 + 10, "the provider sent %ld tokens before it saw the close", sent);
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}
+
+STREAM_TEST(on_the_curl_loop_a_stream_cut_at_the_reply_cap_ends_abandoned_like_a_cancelled_call)
+{
+    fx_start(&endless_stream);
+    struct sluice_engine *e = engine_at_sim();
+    fx_teach_service(e, LINGER_AFTER_NS, 16);
+    struct loop_deltas ld = {0};
+    struct sluice_chat *chat = loop_chat(&ld);
+    struct loop_done w;
+    cr_assert_eq(run_on_loop(e, chat, NULL, &w), SLUICE_EIO);
+    cr_assert(strstr(sluice_chat_result(chat)->error, "SLUICE_CHAT_REPLY_MAX"), "error: %s",
+              sluice_chat_result(chat)->error);
+    assert_ended_abandoned(e, chat);
     sluice_chat_destroy(chat);
     sluice_engine_destroy(e);
 }

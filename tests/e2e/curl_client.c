@@ -6,7 +6,9 @@
  * messages, the repair turn).
  */
 #include "e2e/curl_fixture.h"
+#include "e2e/curl_loopback.h"
 
+#include <malloc.h>
 #include <sys/socket.h>
 
 #include <sluice/client.h>
@@ -161,27 +163,6 @@ struct capture {
     pthread_t thread;
 };
 
-static void capture_read(int fd, char *buf, size_t cap)
-{
-    size_t len = 0;
-    long want = -1;
-    while (len + 1 < cap) {
-        ssize_t got = recv(fd, buf + len, cap - 1 - len, 0);
-        if (got <= 0)
-            break;
-        len += (size_t)got;
-        buf[len] = '\0';
-        char *end = strstr(buf, "\r\n\r\n");
-        if (end && want < 0) {
-            char *cl = strcasestr(buf, "Content-Length:");
-            want = (long)(end + 4 - buf) + (cl ? strtol(cl + 15, NULL, 10) : 0);
-        }
-        if (want >= 0 && (long)len >= want)
-            break;
-    }
-    buf[len] = '\0';
-}
-
 static void *capture_main(void *arg)
 {
     struct capture *c = (struct capture *)arg;
@@ -192,7 +173,7 @@ static void *capture_main(void *arg)
         int fd = accept(c->listen_fd, NULL, NULL);
         if (fd < 0)
             return NULL;
-        capture_read(fd, c->req[i], sizeof c->req[i]);
+        loopback_read_request(fd, c->req[i], sizeof c->req[i]);
         char head[256];
         int n = snprintf(head, sizeof head,
                          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
@@ -209,24 +190,13 @@ static void *capture_main(void *arg)
 static void capture_start(struct capture *c)
 {
     memset(c, 0, sizeof *c);
-    c->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    cr_assert_eq(bind(c->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(c->listen_fd, 4), 0);
-    getsockname(c->listen_fd, (struct sockaddr *)&a, &len);
-    c->port = ntohs(a.sin_port);
+    c->listen_fd = loopback_listen(4, &c->port);
     pthread_create(&c->thread, NULL, capture_main, c);
 }
 
 static void capture_stop(struct capture *c)
 {
-    shutdown(c->listen_fd, SHUT_RDWR);
-    close(c->listen_fd);
-    pthread_join(c->thread, NULL);
+    loopback_stop(c->listen_fd, c->thread);
 }
 
 static int reject_first(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair)
@@ -324,7 +294,15 @@ CLIENT_TEST(text_that_is_not_utf8_is_refused_with_einval_naming_the_field)
     sluice_chat_destroy(chat);
 }
 
-CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval)
+static void never_done(struct sluice_chat *chat, int status, void *data)
+{
+    (void)chat;
+    (void)data;
+    cr_assert_fail("a refused submission has no completion (status %s)",
+                   sluice_status_name(status));
+}
+
+CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval_naming_what_to_set)
 {
     struct sluice_chat *chat = NULL;
     char err[256] = "untouched";
@@ -349,6 +327,61 @@ CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval)
         sluice_run(e, &(struct sluice_run_desc){.ops = &sluice_chat_ops, .ctx = chat}, &rr),
         SLUICE_ECLIENT);
     cr_assert_eq(rr.client_status, SLUICE_EINVAL, "the endpoint-only backend has no URL");
+    const char *why = sluice_chat_result(chat)->error;
+    cr_assert(strstr(why, "no URL") && strstr(why, "sluice_chat_desc.base_url"),
+              "the result names what to set: \"%s\"", why);
+    /* On the loop, refused at submit with the same words. */
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
     sluice_chat_destroy(chat);
+    chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
+    cr_assert_eq(sluice_chat_submit(loop, chat, &(struct sluice_chat_request){.done = never_done},
+                                    NULL),
+                 SLUICE_EINVAL);
+    why = sluice_chat_result(chat)->error;
+    cr_assert(strstr(why, "no URL") && strstr(why, "sluice_chat_desc.base_url"), "\"%s\"", why);
+    sluice_curl_loop_destroy(loop);
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}
+
+/* Bytes the process's malloc has handed out and not taken back (glibc: heap and mmapped). */
+static size_t malloc_in_use(void)
+{
+    struct mallinfo2 m = mallinfo2();
+    return m.uordblks + m.hblkhd;
+}
+
+CLIENT_TEST(a_refused_streaming_chat_never_paid_for_its_event_buffer)
+{
+    size_t before = malloc_in_use();
+    char *volatile probe = malloc(SLUICE_CHAT_EVENT_MAX); /* volatile: kept, not elided */
+    memset(probe, 1, SLUICE_CHAT_EVENT_MAX);
+    bool seen = malloc_in_use() - before >= SLUICE_CHAT_EVENT_MAX;
+    free(probe);
+    if (!seen)
+        cr_skip_test("mallinfo2 does not see this build's allocator (a sanitizer's)");
+    struct sluice_engine *e = fx_engine(1, 0, NULL); /* one run at a time, no waiting room */
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
+    struct sluice_pool *pool = sluice_engine_pool(e, FX_BACKEND);
+    cr_assert_eq(sluice_pool_admit(pool), SLUICE_OK, "the pool is full from here");
+    before = malloc_in_use();
+    struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){
+        .base_url = "http://127.0.0.1:1/v1", .model = "m", .prompt = "hi", .stream = true});
+    cr_assert_eq(sluice_chat_submit(loop, chat,
+                                    &(struct sluice_chat_request){.backend = FX_BACKEND,
+                                                                  .done = never_done},
+                                    NULL),
+                 SLUICE_ECAPACITY);
+    size_t paid = malloc_in_use() - before;
+    cr_assert_lt(paid, SLUICE_CHAT_EVENT_MAX / 4,
+                 "a streaming chat created and refused holds %zu bytes (the event buffer is %u)",
+                 paid, SLUICE_CHAT_EVENT_MAX);
+    sluice_chat_destroy(chat);
+    sluice_pool_leave(pool);
+    sluice_curl_loop_destroy(loop);
     sluice_engine_destroy(e);
 }

@@ -278,8 +278,10 @@ static inline struct sluice_discovery_desc fx_discovery(void)
 
 /* An engine with one backend "sim": `active` (0 = unlimited), `waiting` (< 0 = default),
  * adaptive when dd is not NULL. */
-static inline struct sluice_engine *fx_engine(uint32_t active, int waiting,
-                                              const struct sluice_discovery_desc *dd)
+/* An engine of one backend FX_BACKEND; `dl` = its deadline rules (NULL = the defaults). */
+static inline struct sluice_engine *fx_engine_with(uint32_t active, int waiting,
+                                                   const struct sluice_discovery_desc *dd,
+                                                   const struct sluice_deadline_desc *dl)
 {
     struct sluice_backend_desc b;
     memset(&b, 0, sizeof b);
@@ -290,6 +292,8 @@ static inline struct sluice_engine *fx_engine(uint32_t active, int waiting,
         b.waiting.value = (uint32_t)waiting;
     }
     b.discovery = dd;
+    if (dl)
+        b.deadlines = *dl;
     char err[256];
     struct sluice_engine_desc ed;
     memset(&ed, 0, sizeof ed);
@@ -300,6 +304,12 @@ static inline struct sluice_engine *fx_engine(uint32_t active, int waiting,
     struct sluice_engine *e = NULL;
     cr_assert_eq(sluice_engine_create(&ed, &e), SLUICE_OK, "engine: %s", err);
     return e;
+}
+
+static inline struct sluice_engine *fx_engine(uint32_t active, int waiting,
+                                              const struct sluice_discovery_desc *dd)
+{
+    return fx_engine_with(active, waiting, dd, NULL);
 }
 
 static inline struct sluice_pool_counts fx_counts(struct sluice_engine *e)

@@ -575,10 +575,30 @@ LOOP_TEST(a_deadline_is_the_value_at_submit_whatever_becomes_of_the_callers_time
     loop_done_idle(e, loop, REQS(&reused, &freed));
 }
 
-LOOP_TEST(a_request_with_less_time_left_than_the_expected_service_never_starts_its_transfer)
+LOOP_TEST(a_request_that_cannot_finish_in_time_is_refused_at_submit_and_never_transfers)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 50});
     struct sluice_engine *e = fx_engine(2, -1, NULL);
+    fx_teach_service(e, 10 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
+    struct tracker t;
+    struct req q;
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&q));
+    struct timespec d;
+    struct sluice_curl_request rq = req_of(&q, false);
+    rq.deadline = sluice_deadline_in(&d, 2 * SLUICE_NS_PER_SEC);
+    cr_assert_eq(sluice_curl_loop_submit(loop, &rq, NULL), SLUICE_ELATE,
+                 "10 s of service cannot fit in 2 s: refused at once, by default");
+    cr_assert_eq(fx_counts(e).refused_early, 1);
+    cr_assert_eq(fx_stats_settled().requests, 0, "the provider got the request");
+    loop_done_idle(e, loop, REQS(&q));
+}
+
+LOOP_TEST(a_request_with_less_time_left_than_the_expected_service_never_starts_its_transfer)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 50});
+    /* queue_late: admitted all the same, the start rule is what stops it. */
+    struct sluice_engine *e = fx_engine_with(2, -1, NULL,
+                                             &(struct sluice_deadline_desc){.queue_late = true});
     fx_teach_service(e, 10 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
     struct tracker t;
     struct req q;

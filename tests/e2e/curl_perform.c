@@ -5,6 +5,7 @@
  * keep-alive, and the caller's own progress callback.
  */
 #include "e2e/curl_fixture.h"
+#include "e2e/curl_loopback.h"
 
 #define PERFORM_TEST(name)                                                                         \
     Test(curl_perform, name, .init = fx_setup, .fini = fx_teardown, .timeout = 30)
@@ -269,10 +270,23 @@ PERFORM_TEST(a_call_with_less_time_left_than_the_expected_service_never_starts_i
     CURL *easy = fx_easy();
     struct timespec deadline;
     struct sluice_curl_result r;
+    /* By default admission refuses it at once: 10 s of service cannot fit in 2 s. */
+    cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy,
+                                     sluice_deadline_in(&deadline, 2 * SLUICE_NS_PER_SEC), NULL,
+                                     &r),
+                 SLUICE_ELATE);
+    cr_assert_not(r.transferred);
+    cr_assert_eq(fx_counts(e).refused_early, 1);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+    /* With queue_late it is admitted, and the start rule is what stops it. */
+    e = fx_engine_with(2, -1, NULL, &(struct sluice_deadline_desc){.queue_late = true});
+    fx_teach_service(e, 10 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
     cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy,
                                      sluice_deadline_in(&deadline, 2 * SLUICE_NS_PER_SEC), NULL,
                                      &r),
                  SLUICE_ETIMEDOUT);
+    cr_assert_eq(r.expired, SLUICE_EXPIRED_CALL);
     cr_assert(r.refused_late);
     cr_assert_not(r.transferred);
     cr_assert_eq(fx_stats_settled().requests, 0, "the provider got the request");
@@ -381,28 +395,13 @@ PERFORM_TEST(bad_arguments_fail_with_einval_and_a_message_naming_what_to_fix)
     sluice_engine_destroy(e);
 }
 
-/* A loopback port nothing listens on: bind an ephemeral one, then close it. */
-static int dead_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 PERFORM_TEST(transport_errors_are_reported_and_do_not_move_the_limit)
 {
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(16, -1, &dd);
     struct sluice_discovery_status before = fx_status(e);
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", dead_port());
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", loopback_dead_port());
     CURL *easy = fx_easy_url(url);
     for (int i = 0; i < 40; i++) {
         struct sluice_curl_result r;

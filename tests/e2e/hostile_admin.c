@@ -1,16 +1,20 @@
 /*
  * Slow and hostile clients of the admin endpoint: slowloris connections
  * that fill every connection slot, some silent, some dribbling a byte at a
- * time in the head or in the body, and oversized requests. Each ends in bounded time with the right
- * answer, and the endpoint serves normal requests afterwards.
+ * time in the head or in the body, a client renewing never-ending heads as
+ * fast as they are cut, and oversized requests. Each ends in bounded time
+ * with the right answer, and the operator is served meanwhile or afterwards.
  *
- * The admin runs with max_connections 4 and timeout_s 1, so the bounds
- * below (an order of magnitude above those) are the endpoint's own limits
- * at work, not the test's patience.
+ * The admin mostly runs with max_connections 4 and timeout_s 1, so the
+ * bounds below (an order of magnitude above those) are the endpoint's own
+ * limits at work, not the test's patience; the tests of who gets a slot use
+ * timeout_s 10, so that the request deadline is not what lets anyone in.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 
 #include "admin_fixture.h"
@@ -41,14 +45,21 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void start(void)
+/* The admin with `slots` connections, of which `streams` may be event streams, and
+ * timeout_s `idle_s`. */
+static void start_with(uint32_t slots, uint32_t streams, uint32_t idle_s)
 {
     struct sluice_admin_desc d;
     memset(&d, 0, sizeof d);
-    d.max_connections = SLOTS;
-    d.max_streams = 1;
-    d.timeout_s = IDLE_S;
+    d.max_connections = slots;
+    d.max_streams = streams;
+    d.timeout_s = idle_s;
     fixture_start(&fx, NULL, &d);
+}
+
+static void start(void)
+{
+    start_with(SLOTS, 1, IDLE_S);
 }
 
 static int connect_admin(void)
@@ -88,13 +99,15 @@ static bool closed_by_server(int fd)
     return false;
 }
 
-/* GET /compute/concurrency over a fresh connection: the HTTP status, 0 if refused or cut. */
-static long probe_status(void)
+/* `method` `path` over a fresh connection: the HTTP status, 0 if refused or cut (then
+ * `why`, if not NULL, says how). */
+static long probe(const char *method, const char *path, char *why, size_t why_size)
 {
-    char url[128];
-    snprintf(url, sizeof url, "%s/compute/concurrency", fx.base);
+    char url[256];
+    snprintf(url, sizeof url, "%s%s", fx.base, path);
     CURL *c = curl_easy_init();
     curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 3000L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, reply_body);
@@ -102,11 +115,20 @@ static long probe_status(void)
     memset(&r, 0, sizeof r);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
     long status = 0;
-    if (curl_easy_perform(c) == CURLE_OK)
+    CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_OK)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    else if (why)
+        snprintf(why, why_size, "%s", curl_easy_strerror(rc));
     curl_easy_cleanup(c);
     reply_free(&r);
     return status;
+}
+
+/* GET /compute/concurrency over a fresh connection: the HTTP status, 0 if refused or cut. */
+static long probe_status(void)
+{
+    return probe("GET", "/compute/concurrency", NULL, 0);
 }
 
 /* The dribbling clients' request head, sent a byte at a time (then 'a' forever). */
@@ -252,7 +274,7 @@ static long read_answer(int fd)
  */
 HOSTILE_ADMIN_TEST(kept_alive_connections_and_streams_cannot_shut_the_operator_out)
 {
-    start(); /* 4 slots, 1 stream */
+    start_with(SLOTS, 1, 10); /* 4 slots, 1 stream; no deadline cuts within the test */
     static const char stream[] = "GET /compute/concurrency/events?node_id=cloud:locked&follow=1 "
                                  "HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
     static const char status[] = "GET /compute/concurrency HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
@@ -268,14 +290,133 @@ HOSTILE_ADMIN_TEST(kept_alive_connections_and_streams_cannot_shut_the_operator_o
         cr_expect_eq(probe_status(), 200, "the operator, round %d, with every slot kept alive", round);
     /* The hog's stream was never the one reclaimed. */
     cr_expect(!closed_by_server(socks[0]), "a stream in progress was cut");
+    /* Heads that never end are not requests in progress: once past their grace the
+     * operator takes one's slot (before the fix: 503, the endpoint "full"). */
     for (int i = 1; i < SLOTS; i++) {
         close(socks[i]);
         socks[i] = connect_admin();
-        send_all(socks[i], "GET /compute/concurr", 20); /* requests under way: not reclaimable */
+        send_all(socks[i], "GET /compute/concurr", 20);
     }
     usleep(100 * 1000);
+    char why[CURL_ERROR_SIZE] = "";
+    cr_expect_eq(probe("GET", "/compute/concurrency", why, sizeof why), 200,
+                 "the operator behind %d never-ending heads and a stream: %s", SLOTS - 1, why);
+    cr_expect(!closed_by_server(socks[0]), "a stream in progress was cut");
+}
+
+/* Only requests that have arrived fill the endpoint: with every slot an event stream,
+ * the operator hears a JSON 503 naming max_connections, not a reset. */
+HOSTILE_ADMIN_TEST(an_endpoint_full_of_streams_answers_503_not_a_reset)
+{
+    start_with(2, 2, 10);
+    static const char stream[] = "GET /compute/concurrency/events?node_id=cloud:locked&follow=1 "
+                                 "HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    for (int i = 0; i < 2; i++) {
+        socks[i] = connect_admin();
+        send_all(socks[i], stream, sizeof stream - 1);
+        cr_assert_eq(read_answer(socks[i]), 200, "stream %d", i);
+    }
     struct reply r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
-    cr_expect_eq(r.status, 503, "full of requests in progress: %ld %s", r.status, r.body);
+    cr_expect_eq(r.status, 503, "full of streams: %ld %s", r.status, r.body);
     cr_expect(strstr(r.body, "max_connections") != NULL, "it says what to raise: %s", r.body);
     reply_free(&r);
+    for (int i = 0; i < 2; i++)
+        cr_expect(!closed_by_server(socks[i]), "stream %d was cut", i);
+}
+
+/* ---- a client that renews never-ending heads as fast as they are cut ---------------- */
+
+#define HOG_SLOTS 8                  /* sluice_admin_desc.max_connections */
+#define HOG_CONNS (HOG_SLOTS + 8 + 4) /* past max_connections and the 8 spare 503 slots */
+
+static int hog_fds[HOG_CONNS];
+static atomic_bool hog_stop;
+static atomic_uint hog_renewals;
+
+/* A raw connect (no Criterion assert: this runs on the hog's thread); -1 on failure. */
+static int hog_connect(uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Keep HOG_CONNS connections open, each a request head that never ends (a byte every
+ * 300 ms, so no idle timeout fires), and reconnect each the moment it is cut. */
+static void *hog_main(void *arg)
+{
+    uint16_t port = (uint16_t)(uintptr_t)arg;
+    int64_t next_byte = now_ms();
+    while (!atomic_load(&hog_stop)) {
+        bool dribble = now_ms() >= next_byte;
+        for (int i = 0; i < HOG_CONNS; i++) {
+            if (hog_fds[i] > 0 && !closed_by_server(hog_fds[i])) {
+                if (dribble)
+                    send_all(hog_fds[i], "a", 1);
+                continue;
+            }
+            if (hog_fds[i] > 0) {
+                close(hog_fds[i]);
+                atomic_fetch_add(&hog_renewals, 1);
+            }
+            hog_fds[i] = hog_connect(port);
+            if (hog_fds[i] > 0)
+                send_all(hog_fds[i], dribbled_head, sizeof dribbled_head - 1);
+        }
+        if (dribble)
+            next_byte += 300;
+        nanosleep(&(struct timespec){0, 5 * 1000000L}, NULL);
+    }
+    return NULL;
+}
+
+/*
+ * The first integrator's attack: one local client holds more never-ending request
+ * heads than the endpoint has connections (max_connections and the 8 spare) and
+ * renews each as soon as it is cut. Before the fix libmicrohttpd's own limit was
+ * full and the operator's connections were closed unanswered (1 answer in 43
+ * tries); now each head gets half a second, the listener takes newcomers in order,
+ * and the operator's GET status and POST clear are answered. The idle timeout is
+ * 10 s, longer than the test: the request deadline is not what lets it in.
+ */
+HOSTILE_ADMIN_TEST(a_client_renewing_never_ending_heads_cannot_shut_the_operator_out)
+{
+    start_with(HOG_SLOTS, 1, 10);
+    atomic_store(&hog_stop, false);
+    atomic_store(&hog_renewals, 0);
+    pthread_t hog;
+    cr_assert_eq(pthread_create(&hog, NULL, hog_main, (void *)(uintptr_t)sluice_admin_port(fx.admin)),
+                 0);
+    usleep(300 * 1000); /* every connection open, the endpoint full of heads */
+    int answered = 0, tries = 0;
+    for (int round = 0; round < 2; round++) {
+        static const struct {
+            const char *method, *path;
+        } asks[] = {{"GET", "/compute/concurrency"},
+                    {"POST", "/compute/concurrency/clear?node_id=cloud:locked"}};
+        for (size_t k = 0; k < sizeof asks / sizeof asks[0]; k++) {
+            char why[CURL_ERROR_SIZE] = "";
+            long status = probe(asks[k].method, asks[k].path, why, sizeof why);
+            tries++;
+            answered += status == 200;
+            cr_expect_eq(status, 200, "round %d: %s %s got %ld %s", round, asks[k].method,
+                         asks[k].path, status, why);
+        }
+    }
+    atomic_store(&hog_stop, true);
+    pthread_join(hog, NULL);
+    cr_log_info("renewing hog: %d of %d operator requests answered, %u renewals", answered,
+                tries, atomic_load(&hog_renewals));
+    cr_expect_gt(atomic_load(&hog_renewals), 0, "the hog was never cut: the test proves nothing");
+    for (int i = 0; i < HOG_CONNS; i++)
+        if (hog_fds[i] > 0) {
+            close(hog_fds[i]);
+            hog_fds[i] = 0;
+        }
 }

@@ -159,6 +159,22 @@ SLUICECTL_TEST(status_from_the_state_file_shows_glyphs_ceilings_and_time_left)
     free(r);
 }
 
+/* How many times `needle` occurs in the line of `out` that starts with `prefix` (-1: no
+ * such line). */
+static int count_in_row(const char *out, const char *prefix, const char *needle)
+{
+    for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, prefix, strlen(prefix)) != 0)
+            continue;
+        const char *end = strchr(l, '\n') ? strchr(l, '\n') : l + strlen(l);
+        int n = 0;
+        for (const char *p = strstr(l, needle); p && p < end; p = strstr(p + 1, needle))
+            n++;
+        return n;
+    }
+    return -1;
+}
+
 SLUICECTL_TEST(status_from_a_live_process_shows_every_nodes_status_line)
 {
     fixture_start(&fx, NULL, NULL);
@@ -166,8 +182,15 @@ SLUICECTL_TEST(status_from_a_live_process_shows_every_nodes_status_line)
     cr_assert_eq(r->exit_code, 0, "%s", r->err);
     cr_expect(strstr(r->out, "cloud:locked 0/12 🔒") != NULL, "%s", r->out);
     cr_expect(strstr(r->out, "cloud:default_ollama 0/5 📈") != NULL, "%s", r->out);
-    cr_expect(strstr(r->out, "cloud:rainy ") && strstr(r->out, "🌧️ backoff"), "%s", r->out);
+    cr_expect(strstr(r->out, "cloud:rainy ") && strstr(r->out, "backoff"), "%s", r->out);
     cr_expect(strstr(r->out, "local:gpu 0/4") != NULL, "%s", r->out);
+    /* One glyph per row, the status line's (before the fix STATE repeated it:
+     * "12/12 🔒  🔒 locked"). */
+    cr_expect_eq(count_in_row(r->out, "cloud:locked ", "🔒"), 1, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:rainy ", "🌧"), 1, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:default_ollama ", "📈"), 1, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:locked ", "locked"), 2, "the ID and STATE: %s",
+                 r->out);
     /* The deadline figures: rates, queue wait percentiles, lingering calls. */
     cr_expect(strstr(r->out, "REQ/S") && strstr(r->out, "429/S") && strstr(r->out, "TIMEOUTS/S") &&
                   strstr(r->out, "QUEUE P50") && strstr(r->out, "QUEUE P99") &&
@@ -177,8 +200,28 @@ SLUICECTL_TEST(status_from_a_live_process_shows_every_nodes_status_line)
     r = CTL("status", "--admin", fx.base, "--json");
     cr_assert_eq(r->exit_code, 0);
     json_t *j = json_loads(r->out, 0, NULL);
-    cr_expect_eq(json_array_size(json_object_get(j, "nodes")), 5);
+    cr_expect_eq(json_array_size(json_object_get(j, "nodes")), 4,
+                 "the four registered nodes, not the unused openrouter preset");
     json_decref(j);
+    free(r);
+}
+
+/* The built-in openrouter preset stays out of the way until it has traffic: a program
+ * that never uses it sees only its own nodes (before the fix every view listed it). */
+SLUICECTL_TEST(status_lists_the_openrouter_preset_only_once_it_has_traffic)
+{
+    fixture_start(&fx, NULL, NULL);
+    struct proc_result *r = CTL("status", "--admin", fx.base);
+    cr_assert_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect(strstr(r->out, "openrouter") == NULL, "unused preset listed: %s", r->out);
+    free(r);
+    struct sluice_pool *p = sluice_engine_pool(fx.engine, SLUICE_OPENROUTER_ID);
+    struct sluice_call call;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+    sluice_pool_call_end(p, &call, SLUICE_OUTCOME_OK, 0);
+    r = CTL("status", "--admin", fx.base);
+    cr_assert_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect_eq(count_in_row(r->out, "openrouter 0/16", "fixed"), 1, "used once: %s", r->out);
     free(r);
 }
 
@@ -301,6 +344,18 @@ SLUICECTL_TEST(clear_through_the_admin_endpoint_resets_the_live_node_only)
     cr_assert_eq(r->exit_code, 0, "%s", r->err);
     cr_expect_str_eq(r->out, "cleared: cloud:locked 0/5 📈\n");
     free(r);
+    /* Again: nothing happened since, so nothing to clear (exit 0, as with --state; before
+     * the fix it said "cleared" again and put a second clear in the feed). */
+    r = CTL("clear", "cloud:locked", "--admin", fx.base);
+    cr_assert_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect_str_eq(r->out, "already clear: cloud:locked 0/5 📈\n");
+    cr_expect(strstr(r->err, "nothing to clear") != NULL, "%s", r->err);
+    free(r);
+    struct sluice_discovery_status st;
+    sluice_engine_status(fx.engine, "cloud:locked", &st);
+    cr_expect_eq(st.last_event.kind, SLUICE_EVENT_CLEAR);
+    cr_expect_eq(sluice_event_ring_count(sluice_engine_events(fx.engine, "cloud:locked")), 2,
+                 "restore and one clear: the second clear added nothing");
     struct sluice_lock_record rec;
     fx.ops.load(fx.ops.ctx, "cloud:locked", &rec);
     cr_expect_eq(rec.ceiling, 0, "the persisted lock is gone");
@@ -417,6 +472,36 @@ SLUICECTL_TEST(events_prints_the_feed_and_follow_streams_until_ctrl_c)
     free(r);
 }
 
+/* A person's format (the default on a terminal; --human into a pipe): one line per event
+ * with its time, seq, kind, the limit's move and the reason in words. Before the fix
+ * events printed only JSON Lines. */
+SLUICECTL_TEST(events_has_a_human_format_and_keeps_json_lines)
+{
+    fixture_start(&fx, NULL, NULL);
+    sluice_engine_clear(fx.engine, "cloud:locked");
+    struct proc_result *r = CTL("events", "cloud:locked", "--admin", fx.base, "--human");
+    cr_assert_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect_eq(count_lines(r->out), 2, "%s", r->out);
+    cr_expect(strchr(r->out, '{') == NULL, "no JSON: %s", r->out);
+    cr_expect(strstr(r->out, "#1   restore  5 → 12    store · 0 in flight · ceiling 12\n"),
+              "the restore: %s", r->out);
+    cr_expect(strstr(r->out, "#2   clear    12 → 5    api · 0 in flight\n"), "the clear: %s",
+              r->out);
+    free(r);
+    r = CTL("events", "cloud:rainy", "--admin", fx.base, "--human");
+    cr_expect(strstr(r->out, "backoff") && strstr(r->out, "overload"), "%s", r->out);
+    free(r);
+    r = CTL("events", "cloud:locked", "--admin", fx.base, "--json");
+    cr_assert_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect_eq(count_lines(r->out), 2);
+    cr_expect(strncmp(r->out, "{\"seq\":1,", 9) == 0, "JSON Lines: %s", r->out);
+    free(r);
+    r = CTL("events", "cloud:locked", "--admin", fx.base, "--json", "--human");
+    cr_expect_eq(r->exit_code, 2, "one format or the other");
+    free(r);
+
+}
+
 /* ---- endpoints that are not what they should be ------------------------------------- */
 
 struct fake_server {
@@ -455,6 +540,15 @@ static void fake_start(struct fake_server *f, const char *answer)
     getsockname(f->fd, (struct sockaddr *)&sa, &sl);
     f->port = ntohs(sa.sin_port);
     pthread_create(&f->tid, NULL, fake_main, f);
+}
+
+/* A fake endpoint answering 200 with `body` (the answer is built in `answer`, which must
+ * outlive it). */
+static void fake_start_body(struct fake_server *f, char *answer, size_t size, const char *body)
+{
+    snprintf(answer, size, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             strlen(body), body);
+    fake_start(f, answer);
 }
 
 static uint16_t closed_port(void)
@@ -531,6 +625,25 @@ static bool is_utf8(const char *s)
     "{\"nodes\":[{\"node\":\"cloud:x\",\"glyph\":\"🔒\",\"state\":\"€€€€€€€€€€€€€€€€€€€€€€€€€€€€€€\","   \
     "\"status_line\":\"" EVIL_LINE "\",\"ceiling\":3,\"lock_left_s\":60,\"waiting\":0}]}"
 
+/* A text field the endpoint adds to an event (a backoff's "why") is shown by name in a
+ * person's format. */
+SLUICECTL_TEST(events_in_a_persons_format_show_an_added_text_field_by_name)
+{
+    static struct fake_server why;
+    static char why_answer[512];
+    const char *feed = "{\"seq\":3,\"wall_ms\":0,\"node\":\"cloud:x\",\"event\":\"backoff\","
+                       "\"reason\":\"overload\",\"old_limit\":16,\"new_limit\":12,"
+                       "\"in_flight\":16,\"ceiling\":0,\"why\":\"3 refusals at 16 in flight\"}\n";
+    fake_start_body(&why, why_answer, sizeof why_answer, feed);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", why.port);
+    struct proc_result *r = CTL("events", "cloud:x", "--admin", url, "--human");
+    cr_expect(strstr(r->out, "#3   backoff  16 → 12   overload · 16 in flight · why: 3 refusals at "
+                             "16 in flight\n"),
+              "%s", r->out);
+    free(r);
+}
+
 SLUICECTL_TEST(escape_sequences_from_an_endpoint_or_a_node_id_never_reach_the_terminal)
 {
     static struct fake_server status, refusal, events;
@@ -546,10 +659,7 @@ SLUICECTL_TEST(escape_sequences_from_an_endpoint_or_a_node_id_never_reach_the_te
     fake_start(&refusal, refusal_answer);
     static char events_answer[256];
     const char *raw_feed = "{\"event\":\"\x1b[2J\xc2\x9b\"}\n\x1b]0;x\x07\n";
-    snprintf(events_answer, sizeof events_answer,
-             "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             strlen(raw_feed), raw_feed);
-    fake_start(&events, events_answer);
+    fake_start_body(&events, events_answer, sizeof events_answer, raw_feed);
     char url[128];
     snprintf(url, sizeof url, "http://127.0.0.1:%u", status.port);
     /* The table: every cell cleaned, and the state cut by its cell is still whole UTF-8. */
@@ -581,6 +691,10 @@ SLUICECTL_TEST(escape_sequences_from_an_endpoint_or_a_node_id_never_reach_the_te
     r = CTL("events", "cloud:x", "--admin", url);
     cr_expect_eq(r->exit_code, 0, "%s", r->err);
     cr_expect(!has_terminal_controls(r->out), "raw controls in events: %s", r->out);
+    free(r);
+    r = CTL("events", "cloud:x", "--admin", url, "--human");
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect(!has_terminal_controls(r->out), "raw controls in a person's events: %s", r->out);
     free(r);
     /* A node ID from the state file. */
     fixture_tmpdir(dir, sizeof dir);

@@ -224,6 +224,44 @@ Test(classify, openrouter_rate_limit_headers_are_parsed_with_an_epoch_ms_reset)
     cr_assert_eq(r.hold_ns, 12 * SEC, "held until the reset");
 }
 
+Test(classify, a_429_whose_named_reset_has_already_passed_is_still_a_rate_limit)
+{
+    /* Read late on a busy machine: each dialect's reset is already behind `now` (an epoch, a
+     * date, a zero duration), or only Retry-After is left to wait. Still the budget's refusal:
+     * no cut, and no hold beyond Retry-After. */
+    struct sluice_curl_header openrouter[] = {{"X-RateLimit-Limit", "20"},
+                                              {"X-RateLimit-Remaining", "0"},
+                                              {"X-RateLimit-Reset", "1699999999500"}};
+    struct sluice_curl_header anthropic[] = {
+        {"anthropic-ratelimit-requests-limit", "50"},
+        {"anthropic-ratelimit-requests-remaining", "0"},
+        {"anthropic-ratelimit-requests-reset", "2023-11-14T22:13:19Z"}};
+    struct sluice_curl_header openai[] = {{"x-ratelimit-remaining-tokens", "0"},
+                                          {"x-ratelimit-reset-tokens", "0s"},
+                                          {"Retry-After", "2"}};
+    const struct {
+        const char *who;
+        const struct sluice_curl_header *h;
+        int64_t hold_ns;
+    } cases[] = {{"openrouter (epoch ms)", openrouter, 0},
+                 {"anthropic (RFC 3339)", anthropic, 0},
+                 {"openai tokens (0s, Retry-After 2)", openai, 2 * SEC}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct sluice_curl_result r = classify_h(429, CURLE_OK, true, cases[i].h, 3);
+        cr_assert_eq(r.kind, SLUICE_CURL_RATE_LIMITED, "%s: kind %s", cases[i].who,
+                     sluice_curl_kind_name(r.kind));
+        cr_assert_eq(r.outcome, SLUICE_OUTCOME_RATE, "%s: no cut", cases[i].who);
+        cr_assert_eq(r.hold_ns, cases[i].hold_ns, "%s: hold %lld", cases[i].who,
+                     (long long)r.hold_ns);
+    }
+    /* Nothing spent (remaining 1), or spent with no reset named: the caller's cap. */
+    struct sluice_curl_header left[] = {{"x-ratelimit-remaining-requests", "1"},
+                                        {"x-ratelimit-reset-requests", "0s"}};
+    cr_assert_eq(classify_h(429, CURLE_OK, true, left, 2).kind, SLUICE_CURL_OVERLOADED);
+    struct sluice_curl_header unnamed[] = {{"x-ratelimit-remaining-requests", "0"}};
+    cr_assert_eq(classify_h(429, CURLE_OK, true, unnamed, 1).kind, SLUICE_CURL_OVERLOADED);
+}
+
 Test(classify, the_specific_rate_limit_header_beats_the_plain_one_in_any_order)
 {
     struct sluice_curl_header h[] = {{"x-ratelimit-limit-requests", "500"},

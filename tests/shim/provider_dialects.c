@@ -13,55 +13,24 @@
 
 #include <sluice/curl.h>
 
+#include "shim/provider_fixture.h"
+
 #define NOW_S INT64_C(1764547200) /* 2025-12-01T00:00:00Z */
 #define SEC SLUICE_NS_PER_SEC
 #define MS SLUICE_NS_PER_MS
 
-/* A fixture file, parsed in place. */
-struct fixture {
-    char text[8192];
-    struct sluice_curl_header headers[32];
-    struct sluice_curl_response resp;
-};
-
-static void fixture_load(struct fixture *f, const char *name, enum sluice_curl_dialect dialect)
+/* A fixture as the backend with `dialect` reads it, at NOW_S. */
+static void fixture_load(struct provider_fixture *f, const char *name,
+                         enum sluice_curl_dialect dialect)
 {
-    char path[512];
-    snprintf(path, sizeof path, "%s/providers/%s.http", SLUICE_TEST_FIXTURES, name);
-    FILE *fp = fopen(path, "rb");
-    cr_assert_not_null(fp, "fixture %s", path);
-    size_t len = fread(f->text, 1, sizeof f->text - 1, fp);
-    fclose(fp);
-    f->text[len] = '\0';
-    memset(&f->resp, 0, sizeof f->resp);
-    char *line = f->text, *next = strchr(line, '\n');
-    cr_assert_not_null(next, "%s: a status line", name);
-    *next = '\0';
-    cr_assert_eq(sscanf(line, "HTTP/1.1 %ld", &f->resp.http_status), 1, "%s: status line", name);
-    size_t n = 0;
-    for (line = next + 1; (next = strchr(line, '\n')) && next != line; line = next + 1) {
-        *next = '\0';
-        char *colon = strchr(line, ':');
-        cr_assert_not_null(colon, "%s: header line \"%s\"", name, line);
-        *colon = '\0';
-        f->headers[n].name = line;
-        f->headers[n].value = colon + 2;
-        n++;
-    }
-    f->resp.headers = f->headers;
-    f->resp.n_headers = n;
-    f->resp.body = next ? next + 1 : "";
-    f->resp.body_len = strlen(f->resp.body);
-    f->resp.code = CURLE_OK;
-    f->resp.request_sent = true;
-    f->resp.retry_after_s = -1;
+    provider_fixture_load(f, name);
     f->resp.now_s = NOW_S;
     f->resp.dialect = dialect;
 }
 
 static struct sluice_curl_result classify_fixture(const char *name, enum sluice_curl_dialect d)
 {
-    static struct fixture f;
+    static struct provider_fixture f;
     fixture_load(&f, name, d);
     struct sluice_curl_result out;
     memset(&out, 0x5a, sizeof out);
@@ -160,7 +129,7 @@ Test(dialects, groq_states_its_request_limit_per_day_and_its_tokens_per_minute)
 
 Test(dialects, a_body_is_read_only_for_error_responses_and_only_up_to_the_bound)
 {
-    static struct fixture f;
+    static struct provider_fixture f;
     fixture_load(&f, "openai_429_quota", SLUICE_CURL_DIALECT_OPENAI);
     struct sluice_curl_result r;
     f.resp.http_status = 200; /* the same bytes after a 200 are a reply, not an error */

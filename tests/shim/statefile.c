@@ -46,6 +46,50 @@ STATEFILE_TEST(default_path_is_xdg_state_home_then_home_local_state)
     cr_expect_eq(st.st_mode & 0777, 0600, "file mode %o", st.st_mode & 0777);
 }
 
+/* Open (path) must fail with `status` and a message naming `names` and saying `says`. */
+static void expect_open_fails(const char *path, int status, const char *names, const char *says)
+{
+    char err[1024] = "";
+    struct sluice_statefile *f = NULL;
+    int got = sluice_statefile_open(
+        &(struct sluice_statefile_desc){.path = path, .error = err, .error_size = sizeof err}, &f);
+    cr_expect_eq(got, status, "%s: open returned %d (%s), not %d", path, got, err, status);
+    cr_expect_null(f);
+    sluice_statefile_close(f);
+    cr_expect(strstr(err, names) && strstr(err, says), "message \"%s\" lacks \"%s\" or \"%s\"",
+              err, names, says);
+}
+
+/* A path the first save cannot write fails at open, naming the path and the reason
+ * (before the fix open returned OK and the failure waited for the first save). A
+ * folder that does not exist but can be made still opens: the first save makes it. */
+STATEFILE_TEST(a_path_the_first_save_cannot_use_fails_at_open_naming_it)
+{
+    fixture_tmpdir(dir, sizeof dir);
+    expect_open_fails(dir, SLUICE_EINVAL, dir, "is a directory");
+
+    char file[400], under_file[512];
+    snprintf(file, sizeof file, "%s/plain", dir);
+    spit(file, "x", 1);
+    snprintf(under_file, sizeof under_file, "%s/sub/ceilings.json", file);
+    expect_open_fails(under_file, SLUICE_EINVAL, file, "is not a directory");
+
+    if (geteuid() != 0) { /* root may write anywhere: no folder it cannot make */
+        char locked[400], under_locked[512];
+        snprintf(locked, sizeof locked, "%s/locked", dir);
+        cr_assert_eq(mkdir(locked, 0500), 0);
+        snprintf(under_locked, sizeof under_locked, "%s/a/b/ceilings.json", locked);
+        expect_open_fails(under_locked, SLUICE_EIO, locked, "Permission denied");
+    }
+
+    char fresh[512];
+    snprintf(fresh, sizeof fresh, "%s/not/yet/ceilings.json", dir);
+    cr_assert_eq(sluice_statefile_open(&(struct sluice_statefile_desc){.path = fresh}, &sf),
+                 SLUICE_OK);
+    struct sluice_lock_record r = record(7, "discover");
+    cr_expect_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK, "the save makes the folder");
+}
+
 STATEFILE_TEST(save_then_load_round_trips_ceiling_times_and_policy)
 {
     const char *path = open_in_tmp();
@@ -139,6 +183,24 @@ static int64_t future_s(void)
     return fixture_now_s() + 86400 * 365;
 }
 
+/* What a program's on_event hears of a store event, as the README's server example
+ * does: the cause, and the state file's own words. */
+struct heard {
+    int store_events;
+    enum sluice_cause cause;
+    char why[1024];
+};
+
+static void hear_store_event(void *ctx, const struct sluice_event *ev)
+{
+    struct heard *h = ctx;
+    if (ev->kind != SLUICE_EVENT_STORE)
+        return;
+    h->store_events++;
+    h->cause = ev->cause;
+    sluice_statefile_last_error(sf, h->why, sizeof h->why);
+}
+
 static void check_bad_file(const struct bad_case *c)
 {
     const char *path = open_in_tmp();
@@ -160,15 +222,24 @@ static void check_bad_file(const struct bad_case *c)
     struct sluice_discovery_desc disc = {0};
     struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 16, .discovery = &disc}};
     struct sluice_engine *e = NULL;
+    struct heard heard = {0};
     cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){.backends = b, .n_backends = 1,
-                                                                   .store = &ops},
+                                                                   .store = &ops,
+                                                                   .on_event = hear_store_event,
+                                                                   .on_event_ctx = &heard},
                                       &e),
                  SLUICE_OK);
+    cr_expect_eq(heard.store_events, 1, "%s: on_event heard the store event", c->name);
+    cr_expect(heard.cause == SLUICE_CAUSE_STORE_CORRUPT, "%s: heard cause %s", c->name,
+              sluice_cause_name(heard.cause));
+    cr_expect(strstr(heard.why, path) && strstr(heard.why, c->says),
+              "%s: the program reads the reason: \"%s\"", c->name, heard.why);
     struct sluice_discovery_status st;
     sluice_engine_status(e, "cloud:a", &st);
     cr_expect_eq(st.state, SLUICE_DISCOVERY_PROBING, "%s", c->name);
     cr_expect_eq(st.last_event.kind, SLUICE_EVENT_STORE, "%s: a store event", c->name);
-    cr_expect(st.last_event.cause == SLUICE_CAUSE_STORE_ERROR, "%s: cause %s", c->name,
+    cr_expect(st.last_event.cause == SLUICE_CAUSE_STORE_CORRUPT,
+              "%s: cause %s (store_corrupt: the file, not the disk)", c->name,
               sluice_cause_name(st.last_event.cause));
     sluice_engine_destroy(e);
 

@@ -44,7 +44,7 @@
  *              of calls in flight runs ahead of the provider's, and a jump
  *              of the limit fills slowly.
  *   abandons   with deadline_s, a caller gives up on a call still unanswered
- *              that long after it started (its own deadline: an ignored
+ *              that long after it started (its own deadline: a censored
  *              sample, not an overload); the provider keeps serving it. With
  *              linger the permit stays held, as a pool's lingering permit
  *              does (sluice/pool.h), until sluice_service_linger_until.
@@ -596,9 +596,10 @@ static inline void sim__start(struct sim *s, struct sim_req *r)
                   r->gen);
 }
 
-/* The caller gives up on a call (its deadline): an ignored sample; the permit
- * is released, or lingers until the provider is likely done; the caller
- * goes on to its next call at once. */
+/* The caller gives up on a call (its deadline): a censored sample, as the
+ * pool's sluice_pool_call_abandon gives discovery ("longer than this"); the
+ * permit is released, or lingers until the provider is likely done; the
+ * caller goes on to its next call at once. */
 static inline void sim__abandon(struct sim *s, struct sim_req *r)
 {
     r->answered = true;
@@ -607,7 +608,7 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
     memset(&sample, 0, sizeof sample);
     sample.latency_ns = s->now - r->t_start;
     sample.in_flight_at_start = r->in_flight_at_start;
-    sample.outcome = SLUICE_OUTCOME_IGNORE;
+    sample.outcome = SLUICE_OUTCOME_CENSORED;
     sample.start_ns = r->t_start;
     sample.limit_at_start = r->limit_at_start;
     if (s->ctl.on_sample)

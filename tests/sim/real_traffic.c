@@ -85,6 +85,28 @@ Test(real_traffic, a_gateway_that_queues_then_refuses_locks_on_latency_not_on_it
     }
 }
 
+/* Deadline-censored traffic: a 200 ms provider (σ 0.4) capped at 24 that
+ * refuses nothing below its cap and does not slow down with load, and callers
+ * whose deadline cuts 30% (247 ms) or 60% (181 ms) of the calls, measured at
+ * their cut (censored samples, with lingering permits): discovery grows to
+ * the cap and locks in [0.85·C, C] on every seed. (The robustness table has
+ * these rows at C = 52 too; bench/RESULTS.md says where they miss.) */
+Test(real_traffic, deadline_censored_calls_still_grow_discovery_to_the_cap, .timeout = 300)
+{
+    static const double deadlines[] = {0.247, 0.181};
+    for (size_t d = 0; d < 2; d++)
+        for (uint64_t seed = 1; seed <= 6; seed++) {
+            struct sim_config cfg = closed_loop(24, seed);
+            cfg.client_lag_s = 0;
+            cfg.deadline_s = deadlines[d];
+            cfg.linger = true;
+            uint32_t lowest, at = lock_of(cfg, &lowest);
+            cr_expect(at >= 0.85 * 24 && at <= 24,
+                      "deadline %.0f ms, seed %" PRIu64 ": locked at %u (lowest %u)",
+                      deadlines[d] * 1e3, seed, at, lowest);
+        }
+}
+
 /* 250 ms deadlines against a 200 ms provider capped at 24: about 30% of the
  * calls are abandoned mid-transfer and keep their provider slot. */
 Test(real_traffic, abandoned_calls_lingering_in_the_pool_never_lower_a_lock, .timeout = 300)

@@ -8,7 +8,8 @@
  * the limit back to the jumpstart and wakes calls waiting out a hold.
  *
  * Checked: every run ends with a status its plan allows (ECANCELED only if
- * its token fired, ETIMEDOUT only if its deadline passed, never ECAPACITY:
+ * its token fired, ETIMEDOUT only if its deadline passed or the start rule
+ * refused it, ELATE only with a deadline and before any call, never ECAPACITY:
  * admission is sized for the hard maximum, not the moving limit); the
  * client never has more calls at once than `active`, the hard maximum; the
  * limit moved; and afterwards the pool reports 0 admitted / 0 in flight /
@@ -83,6 +84,8 @@ static long check(struct worker *w, int status, int client_status, bool refused_
         return !sluice_cancel_fired(&w->token);
     case SLUICE_ETIMEDOUT:
         return !w->has_deadline || (!sluice_deadline_passed(&w->deadline) && !refused_late);
+    case SLUICE_ELATE: /* admission predicted it could not finish by its deadline */
+        return !w->has_deadline;
     default:
         return 1; /* ECAPACITY or anything else: never allowed here */
     }

@@ -135,7 +135,9 @@ Test(deadlines, histogram_quantiles_interpolate_inside_their_bucket)
 
 Test(deadlines, a_run_with_less_time_left_than_the_expected_service_never_reaches_the_client)
 {
-    struct sluice_engine *e = make_engine(2, (struct sluice_deadline_desc){0});
+    /* queue_late: past admission (which by default refuses this run at once, see
+     * admission_refuses_by_default_...), the start rule is what stops it. */
+    struct sluice_engine *e = make_engine(2, (struct sluice_deadline_desc){.queue_late = true});
     struct sluice_pool *p = sluice_engine_pool(e, "b");
     warm_up(p, 16, 20 * SEC);
     struct fake_client c = {.duration = 20 * SEC};
@@ -236,24 +238,24 @@ Test(deadlines, a_call_with_less_than_an_even_chance_yields_its_permit_to_a_call
     sluice_pool_destroy(p);
 }
 
-/* ---- refuse early ------------------------------------------------------------ */
+/* ---- refuse at admission what cannot be served in time (the default) ------------------------------------------------------------ */
 
-Test(deadlines, early_refusal_fires_only_when_the_predicted_wait_passes_the_deadline)
+Test(deadlines, admission_refuses_by_default_only_when_the_predicted_wait_passes_the_deadline)
 {
-    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){.refuse_early = true});
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
     struct timespec dl15 = deadline_in(15 * SEC), dl35 = deadline_in(35 * SEC),
                     dl60 = deadline_in(60 * SEC);
-    cr_assert_eq(sluice_pool_admit_by(p, &dl15), SLUICE_OK, "no estimate: no prediction");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl15), SLUICE_OK, "no estimate: no prediction");
     sluice_pool_leave(p);
     warm_up(p, 16, 10 * SEC);
     cr_assert_eq(sluice_pool_predicted_wait(p), 0, "a permit is free");
-    cr_assert_eq(sluice_pool_admit_by(p, &dl15), SLUICE_OK, "10 s of service fit in 15 s");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl15), SLUICE_OK, "10 s of service fit in 15 s");
     sluice_pool_leave(p);
     struct sluice_call holder;
     cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
     cr_assert_eq(sluice_pool_predicted_wait(p), 10 * SEC);
-    cr_assert_eq(sluice_pool_admit_by(p, &dl15), SLUICE_ELATE, "10 s wait + 10 s service > 15 s");
-    cr_assert_eq(sluice_pool_admit_by(p, &dl35), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl15), SLUICE_ELATE, "10 s wait + 10 s service > 15 s");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl35), SLUICE_OK);
     sluice_pool_leave(p);
     /* Two calls queued ahead: (2 + 1) x 10 s of wait. */
     int s1 = 1, s2 = 1;
@@ -262,10 +264,10 @@ Test(deadlines, early_refusal_fires_only_when_the_predicted_wait_passes_the_dead
     sluice_pool_call_begin_async(p, &w1);
     sluice_pool_call_begin_async(p, &w2);
     cr_assert_eq(sluice_pool_predicted_wait(p), 30 * SEC);
-    cr_assert_eq(sluice_pool_admit_by(p, &dl35), SLUICE_ELATE);
-    cr_assert_eq(sluice_pool_admit_by(p, &dl60), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl35), SLUICE_ELATE);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl60), SLUICE_OK);
     sluice_pool_leave(p);
-    cr_assert_eq(sluice_pool_admit_by(p, NULL), SLUICE_OK, "no deadline: never too late");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, NULL), SLUICE_OK, "no deadline: never too late");
     sluice_pool_leave(p);
     struct sluice_pool_counts st = sluice_pool_stats(p);
     cr_assert_eq(st.refused_early, 2);
@@ -276,14 +278,14 @@ Test(deadlines, early_refusal_fires_only_when_the_predicted_wait_passes_the_dead
     sluice_pool_destroy(p);
 }
 
-Test(deadlines, without_refuse_early_admission_ignores_the_prediction)
+Test(deadlines, with_queue_late_admission_ignores_the_prediction)
 {
-    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){.queue_late = true});
     warm_up(p, 16, 10 * SEC);
     struct sluice_call holder;
     cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
     struct timespec dl = deadline_in(15 * SEC);
-    cr_assert_eq(sluice_pool_admit_by(p, &dl), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl), SLUICE_OK);
     sluice_pool_leave(p);
     sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
     sluice_pool_destroy(p);
@@ -291,7 +293,7 @@ Test(deadlines, without_refuse_early_admission_ignores_the_prediction)
 
 Test(deadlines, a_run_refused_early_calls_nothing_and_returns_elate)
 {
-    struct sluice_engine *e = make_engine(1, (struct sluice_deadline_desc){.refuse_early = true});
+    struct sluice_engine *e = make_engine(1, (struct sluice_deadline_desc){0});
     struct sluice_pool *p = sluice_engine_pool(e, "b");
     warm_up(p, 16, 10 * SEC);
     struct sluice_call holder;
@@ -514,16 +516,284 @@ static void assert_rejected(struct sluice_backend_desc b, const char *needle)
 
 Test(deadlines, invalid_deadline_rules_fail_creation_naming_the_field)
 {
-    assert_rejected((struct sluice_backend_desc){.id = "x", .deadlines.refuse_early = true},
-                    "backends[0].deadlines.refuse_early set without an active limit");
+    assert_rejected((struct sluice_backend_desc){.id = "x", .deadlines.queue_late = true},
+                    "backends[0].deadlines.queue_late set without an active limit");
     assert_rejected((struct sluice_backend_desc){.id = "x", .active = 2,
                                                  .deadlines.start_quantile = SLUICE_SOME(60)},
                     "backends[0].deadlines.start_quantile = 60 is above 50");
     assert_rejected((struct sluice_backend_desc){.id = "x", .active = 2,
-                                                 .deadlines = {.refuse_early = true,
-                                                               .start_quantile = SLUICE_SOME(0)}},
-                    "backends[0].deadlines.refuse_early needs the expected service time");
+                                                 .deadlines.linger = (enum sluice_linger)7},
+                    "backends[0].deadlines.linger = 7 is not a mode");
     assert_rejected((struct sluice_backend_desc){.id = "x", .active = 2,
                                                  .deadlines.linger_max_ms = SLUICE_SOME(4000000)},
                     "backends[0].deadlines.linger_max_ms = 4000000 is above the maximum");
+}
+
+/* ---- two deadlines: a queue that never holds what cannot be served in time ------------ */
+
+/* n successful calls on p, each `first` virtual ns to its latency signal and `whole` to its
+ * end (a stream's time to first byte and its whole call). */
+static void warm_up_stream(struct sluice_pool *p, int n, int64_t first, int64_t whole)
+{
+    for (int i = 0; i < n; i++) {
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+        fake_clock_advance(&clk, whole);
+        sluice_pool_call_end_latency(p, &call, SLUICE_OUTCOME_OK, 0, first);
+    }
+}
+
+Test(deadlines, a_queued_call_leaves_the_line_once_it_can_no_longer_finish_in_time)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    warm_up(p, 16, 3 * SEC); /* every call needs 3 s */
+    struct sluice_call holder, late;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    struct timespec dl = deadline_in(3 * SEC + 200 * MS);
+    /* Started after 200 ms it could not finish: it leaves then, not at its deadline. */
+    cr_assert_eq(sluice_pool_call_begin(p, &dl, NULL, &late), SLUICE_ETIMEDOUT);
+    cr_assert(!sluice_deadline_passed(&dl), "it left the line ~3 s before its deadline");
+    cr_assert(late.refused_late);
+    cr_assert_eq(late.expired, SLUICE_EXPIRED_CALL);
+    cr_assert_eq(sluice_pool_stats(p).refused_late, 1);
+    cr_assert_eq(sluice_pool_stats(p).queued, 0, "nothing is left in the line");
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, a_queued_call_leaves_the_line_once_its_first_byte_cannot_come_in_time)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    warm_up_stream(p, 16, 2 * SEC, 6 * SEC); /* first byte after 2 s, done after 6 s */
+    cr_assert_eq(sluice_pool_stats(p).expected_first_ns, 2 * SEC);
+    struct sluice_call holder, late;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    struct timespec start = deadline_in(2 * SEC + 200 * MS);
+    cr_assert_eq(sluice_pool_call_begin_by(p, &start, NULL, NULL, &late), SLUICE_ETIMEDOUT);
+    cr_assert(!sluice_deadline_passed(&start), "it left ~2 s before its start deadline");
+    cr_assert(late.refused_late);
+    cr_assert_eq(late.expired, SLUICE_EXPIRED_START);
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
+    /* With a permit free and time for the first byte, the same call starts. */
+    start = deadline_in(60 * SEC);
+    cr_assert_eq(sluice_pool_call_begin_by(p, &start, NULL, NULL, &late), SLUICE_OK);
+    sluice_pool_call_end(p, &late, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, a_start_deadline_that_has_passed_fails_the_wait_as_a_start_expiry)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    struct timespec past = deadline_in(-SEC), later = deadline_in(60 * SEC);
+    struct sluice_call call;
+    cr_assert_eq(sluice_pool_call_begin_by(p, &past, &later, NULL, &call), SLUICE_ETIMEDOUT);
+    cr_assert_eq(call.expired, SLUICE_EXPIRED_START);
+    cr_assert(!call.refused_late, "it passed: not a prediction");
+    struct timespec bad = {.tv_sec = 1, .tv_nsec = -1};
+    cr_assert_eq(sluice_pool_call_begin_by(p, &bad, NULL, NULL, &call), SLUICE_EINVAL);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, admission_refuses_a_call_whose_predicted_wait_passes_its_start_deadline)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    warm_up_stream(p, 16, 2 * SEC, 3 * SEC);
+    struct sluice_call holder;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    cr_assert_eq(sluice_pool_predicted_wait(p), 3 * SEC, "one call ahead, 3 s each");
+    struct timespec soon = deadline_in(4 * SEC), ample = deadline_in(6 * SEC);
+    cr_assert_eq(sluice_pool_admit_by(p, &soon, NULL), SLUICE_ELATE, "3 s wait + 2 s > 4 s");
+    cr_assert_eq(sluice_pool_admit_by(p, &ample, NULL), SLUICE_OK, "3 s wait + 2 s <= 6 s");
+    sluice_pool_leave(p);
+    cr_assert_eq(sluice_pool_stats(p).refused_early, 1);
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, a_run_reports_which_deadline_expired)
+{
+    struct sluice_engine *e = make_engine(1, (struct sluice_deadline_desc){0});
+    struct fake_client c = {.duration = SEC};
+    struct timespec past = deadline_in(-SEC), later = deadline_in(60 * SEC);
+    struct sluice_run_result r;
+    cr_assert_eq(sluice_run(e, &(struct sluice_run_desc){.backend = "b", .ops = &fake_ops, .ctx = &c,
+                                                         .start_deadline = &past,
+                                                         .deadline = &later},
+                            &r),
+                 SLUICE_ETIMEDOUT);
+    cr_assert_eq(r.expired, SLUICE_EXPIRED_START);
+    cr_assert_eq(atomic_load(&c.calls), 0);
+    sluice_engine_destroy(e);
+}
+
+/* ---- what a cut call teaches, and whether it keeps its permit -------------------------- */
+
+Test(deadlines, a_call_cut_by_its_deadline_is_censored_and_a_cancelled_one_ignored)
+{
+    struct sluice_pool *p = make_pool(3, (struct sluice_deadline_desc){.linger = SLUICE_LINGER_OFF});
+    struct sluice_call a, b, c;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &b), SLUICE_OK);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &c), SLUICE_OK);
+    fake_clock_advance(&clk, 250 * MS);
+    struct sluice_sample s = sluice_pool_call_abandon(p, &a, SLUICE_ETIMEDOUT);
+    cr_assert_eq(s.outcome, SLUICE_OUTCOME_CENSORED, "its deadline: longer than 250 ms");
+    cr_assert_eq(s.latency_ns, 250 * MS);
+    s = sluice_pool_call_abandon(p, &b, SLUICE_ECANCELED);
+    cr_assert_eq(s.outcome, SLUICE_OUTCOME_IGNORE, "a cancel says nothing");
+    s = sluice_pool_call_abandon_latency(p, &c, SLUICE_ETIMEDOUT, 80 * MS);
+    cr_assert_eq(s.outcome, SLUICE_OUTCOME_OK, "its first byte came: a measured latency");
+    cr_assert_eq(s.latency_ns, 80 * MS);
+    struct sluice_pool_counts st = sluice_pool_stats(p);
+    cr_assert_eq(st.calls_ok, 0, "a cut call is not a served one for the operator");
+    cr_assert_eq(st.expected_ns, 0, "nor does it teach how long calls take");
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, linger_off_releases_and_linger_on_keeps_an_abandoned_calls_permit)
+{
+    enum sluice_linger modes[] = {SLUICE_LINGER_OFF, SLUICE_LINGER_ON, SLUICE_LINGER_LEARNED};
+    uint32_t expect[] = {0, 1, 1}; /* LEARNED keeps it until a trial decides (a fixed pool: never) */
+    for (int i = 0; i < 3; i++) {
+        struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){.linger = modes[i]});
+        warm_up(p, 16, SEC);
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+        fake_clock_advance(&clk, 100 * MS);
+        sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
+        struct sluice_pool_counts st = sluice_pool_stats(p);
+        cr_assert_eq(st.lingering, expect[i], "%s", sluice_linger_name(modes[i]));
+        cr_assert_eq(st.in_flight, expect[i]);
+        cr_assert_eq(st.linger, modes[i]);
+        sluice_pool_destroy(p);
+    }
+}
+
+/* An adaptive pool of `active` whose discovery has locked its ceiling at `active`. */
+static struct sluice_pool *locked_pool(uint32_t active)
+{
+    static struct sluice_clock hook;
+    hook = fake_clock_hook(&clk);
+    struct sluice_discovery_desc disc = {.node_id = "cloud:t", .jumpstart = active};
+    struct sluice_pool *p;
+    char err[256];
+    cr_assert_eq(sluice_pool_create(&(struct sluice_pool_desc){.active = active,
+                                                               .clock = &hook,
+                                                               .discovery = &disc,
+                                                               .error = err,
+                                                               .error_size = sizeof err},
+                                    &p),
+                 SLUICE_OK, "%s", err);
+    struct sluice_call calls[8];
+    for (int round = 0; round < 400 && !sluice_discovery_ceiling(sluice_pool_discovery(p));
+         round++) {
+        for (uint32_t i = 0; i < active; i++)
+            cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &calls[i]), SLUICE_OK);
+        fake_clock_advance(&clk, SEC);
+        for (uint32_t i = 0; i < active; i++)
+            sluice_pool_call_end(p, &calls[i], SLUICE_OUTCOME_OK, 0);
+    }
+    cr_assert_eq(sluice_discovery_ceiling(sluice_pool_discovery(p)), active,
+                 "a node that never sees congestion locks at its max");
+    return p;
+}
+
+/* Abandon one call (a trial phantom), then run rounds of `active` calls, ending the last of
+ * each round, which started with the phantom above the ceiling, with `outcome`. */
+static void trial_rounds(struct sluice_pool *p, uint32_t active, enum sluice_outcome outcome,
+                         int rounds)
+{
+    struct sluice_call cut, calls[8];
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cut), SLUICE_OK);
+    fake_clock_advance(&clk, 100 * MS);
+    sluice_pool_call_abandon(p, &cut, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0, "released on trial");
+    for (int r = 0; r < rounds; r++) {
+        for (uint32_t i = 0; i < active; i++)
+            cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &calls[i]), SLUICE_OK);
+        cr_assert_geq(calls[active - 1].phantoms_at_start, 1);
+        for (uint32_t i = 0; i + 1 < active; i++)
+            sluice_pool_call_end(p, &calls[i], SLUICE_OUTCOME_OK, 0);
+        sluice_pool_call_end(p, &calls[active - 1], outcome, 0);
+    }
+}
+
+Test(deadlines, learned_lingering_turns_off_when_calls_above_the_ceiling_are_served_beside_phantoms)
+{
+    struct sluice_pool *p = locked_pool(4);
+    cr_assert_eq(sluice_pool_stats(p).linger_now, SLUICE_LINGER_LEARNED);
+    trial_rounds(p, 4, SLUICE_OUTCOME_OK, (int)SLUICE_POOL_LINGER_TRIAL_CALLS - 1);
+    cr_assert_eq(sluice_pool_stats(p).linger_now, SLUICE_LINGER_LEARNED, "one short of the trial");
+    trial_rounds(p, 4, SLUICE_OUTCOME_OK, 1);
+    cr_assert_eq(sluice_pool_stats(p).linger_now, SLUICE_LINGER_OFF,
+                 "the provider served past its ceiling: abandoned calls freed their slots");
+    struct sluice_call call;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+    sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0);
+    sluice_pool_destroy(p);
+}
+
+Test(deadlines, learned_lingering_stays_on_when_a_call_above_the_ceiling_is_refused_beside_phantoms)
+{
+    struct sluice_pool *p = locked_pool(4);
+    trial_rounds(p, 4, SLUICE_OUTCOME_OVERLOAD, 1);
+    cr_assert_eq(sluice_pool_stats(p).linger_now, SLUICE_LINGER_ON,
+                 "refused with the phantoms still running: the provider keeps working");
+    struct sluice_call call;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+    fake_clock_advance(&clk, 100 * MS);
+    sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 1, "kept for good");
+    sluice_pool_destroy(p);
+}
+
+/* ---- a queue that stands is cut to its target (CoDel's sojourn rule) --------------------- */
+
+Test(deadlines, a_queue_that_stands_refuses_what_would_wait_past_its_target_however_far_the_deadline)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){0});
+    warm_up_stream(p, 16, 1 * SEC, 3 * SEC); /* target: 1 s to first byte; interval: 3 s */
+    struct timespec far = deadline_in(600 * SEC);
+    /* Each call waits 2 s for the permit of the one before: past the 1 s target, interval
+     * after interval, the queue stands. */
+    struct sluice_call cur;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);
+    struct sluice_pool_waiter w[4];
+    int status[4];
+    for (int i = 0; i < 4; i++) {
+        status[i] = 1;
+        w[i] = (struct sluice_pool_waiter){.cb = record_status, .data = &status[i]};
+        sluice_pool_call_begin_async(p, &w[i]);
+        fake_clock_advance(&clk, 2 * SEC);
+        sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0); /* w[i] starts, 2 s late */
+        cr_assert_eq(status[i], SLUICE_OK);
+        cr_assert_eq(w[i].call.queued_ns, 2 * SEC);
+        cur = w[i].call;
+    }
+    cr_assert_eq(sluice_pool_predicted_wait(p), 3 * SEC, "one call ahead, 3 s each");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_ELATE,
+                 "a 3 s wait into a standing queue: refused, though its deadline is 600 s off");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, NULL), SLUICE_OK, "no deadline: FIFO as ever");
+    sluice_pool_leave(p);
+    sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
+    /* Calls that start without waiting do not end it: a queue held at its target waits less
+     * than the target too. */
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);
+        fake_clock_advance(&clk, 2 * SEC);
+        sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
+    }
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_ELATE, "it still stands");
+    sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
+    /* A newcomer finds the permit free: the queue drained, and the same call is admitted as
+     * far as its deadline allows. */
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_OK);
+    sluice_pool_leave(p);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_OK);
+    sluice_pool_leave(p);
+    sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
 }

@@ -1304,6 +1304,69 @@ static struct sluice_verdict tally_update(struct sluice_policy *self, const stru
 static const struct sluice_policy_ops tally_ops = {"tally", true, tally_reset, tally_update,
                                                    sizeof(struct tally_policy)};
 
+/* A policy that adds up the windows it is shown, and holds. */
+struct spy_totals {
+    uint32_t n_ok, n_censored, n_overload, n_served, max_in_flight;
+    int64_t latency_ns; /* the sum of latency_mean_ns x n_ok */
+    bool saturated;     /* some window was */
+};
+
+struct spy_policy {
+    struct sluice_policy base;
+    struct spy_totals *sum; /* shared, outlives the node */
+};
+
+static uint32_t spy_reset(struct sluice_policy *self, uint32_t jumpstart, bool warm)
+{
+    (void)self, (void)warm;
+    return jumpstart;
+}
+
+static struct sluice_verdict spy_update(struct sluice_policy *self, const struct sluice_window *w)
+{
+    struct spy_totals *t = ((struct spy_policy *)self)->sum;
+    t->n_ok += w->n_ok;
+    t->n_censored += w->n_censored;
+    t->n_overload += w->n_overload;
+    t->n_served += w->n_served;
+    t->latency_ns += w->latency_mean_ns * w->n_ok;
+    t->max_in_flight = w->max_in_flight > t->max_in_flight ? w->max_in_flight : t->max_in_flight;
+    t->saturated |= w->saturated;
+    return sluice__verdict_hold(w);
+}
+
+static const struct sluice_policy_ops spy_ops = {"spy", true, spy_reset, spy_update,
+                                                 sizeof(struct spy_policy)};
+
+Test(discovery, a_call_cut_by_its_deadline_is_measured_at_its_cut_never_as_an_overload)
+{
+    struct node n;
+    node_init(&n);
+    struct spy_totals last = {0};
+    struct spy_policy policy = {{&spy_ops}, &last};
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.policy = &policy.base;
+    d.jumpstart = 8;
+    node_create(&n, &d);
+    advance(&n, 250 * MS); /* every call below started in the first window's cohort */
+    for (int i = 0; i < 6; i++) {
+        feed(&n, 100 * MS, 4, SLUICE_OUTCOME_OK, 0);
+        feed(&n, 250 * MS, 8, SLUICE_OUTCOME_CENSORED, 0); /* cut at 250 ms: longer than that */
+    }
+    advance(&n, SLUICE_DISCOVERY_WINDOW_MAX_NS);
+    sluice_discovery_poll(n.disc);
+    cr_assert_eq(last.n_ok, 12, "cut calls are measured with the served ones (%u ok, %u cut, %u served)", last.n_ok, last.n_censored, last.n_served);
+    cr_assert_eq(last.n_censored, 6);
+    cr_assert_eq(last.latency_ns, 6 * 100 * MS + 6 * 250 * MS,
+                 "the restricted mean: each cut call at its cut");
+    cr_assert_eq(last.max_in_flight, 8, "the provider took them at that concurrency");
+    cr_assert(last.saturated, "so the window reached the limit");
+    cr_assert_eq(last.n_overload, 0, "a cut call is never an overload");
+    cr_assert_eq(last.n_served, 12);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 8);
+    sluice_discovery_destroy(n.disc);
+}
+
 Test(discovery, the_largest_window_parameters_and_absurd_latencies_stay_defined)
 {
     /* Under UBSan (the asan build): no overflowing cast or sum, and no window

@@ -468,10 +468,11 @@ static void async_cb(struct sluice_pool_waiter *w, int status)
 
 static void async_init(struct async_call *a, _Atomic(int) *next_start, bool end_inline)
 {
-    memset(a, 0xA5, sizeof *a); /* the pool owns every field but cb, data and deadline */
+    memset(a, 0xA5, sizeof *a); /* the pool owns every field but cb, data and the deadlines */
     a->w.cb = async_cb;
     a->w.data = a;
     a->w.deadline = NULL;
+    a->w.start_deadline = NULL;
     a->calls = 0;
     a->status = 1;
     a->order = -1;

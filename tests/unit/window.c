@@ -10,7 +10,7 @@ static void add_measured(struct sluice_window_accum *w, int64_t latency, uint32_
 {
     struct sluice_window_acc *a = sluice_window_accum_enter(w);
     sluice_window_acc_add_served(a, in_flight);
-    sluice_window_acc_add_measured(a, latency, latency, 0, in_flight);
+    sluice_window_acc_add_measured(a, latency, latency, 0, in_flight, false);
     sluice_window_accum_leave(a);
 }
 
@@ -51,6 +51,23 @@ Test(window, a_close_takes_the_totals_and_reports_none_as_zero)
     cr_assert_eq(t.n_ignore, 1);
     cr_assert_eq(t.n_ok_other, 1);
     cr_assert_not(sluice_window_accum_has_fresh(&w), "the next window starts empty");
+}
+
+Test(window, a_censored_call_is_measured_at_its_cut_and_counted_as_censored)
+{
+    struct sluice_window_accum w;
+    sluice_window_accum_init(&w);
+    add_measured(&w, 100, 3);
+    struct sluice_window_acc *a = sluice_window_accum_enter(&w);
+    sluice_window_acc_add_measured(a, 300, 300, 0, 5, true); /* cut at 300: longer than that */
+    sluice_window_accum_leave(a);
+    struct sluice_window_totals t = sluice_window_accum_close(&w);
+    cr_assert_eq(t.n_ok, 2, "a cut call is measured with the served ones");
+    cr_assert_eq(t.n_censored, 1);
+    cr_assert_eq(t.latency_sum_ns, 400, "at the time it had run: the restricted mean's term");
+    cr_assert_eq(t.max_in_flight, 5);
+    cr_assert_eq(sluice_window_accum_close(&w).n_censored, 0, "the other buffer starts at 0");
+    cr_assert_eq(sluice_window_accum_close(&w).n_censored, 0, "and this one was reset");
 }
 
 Test(window, both_buffers_start_empty_after_their_close)
@@ -98,7 +115,7 @@ Test(window, a_close_waits_for_the_sample_inside_and_later_samples_go_to_the_nex
     cr_assert_not(atomic_load_explicit(&c.done, SLUICE_SEQ_CST),
                   "... and waits for the sample still adding to the old one");
     add_measured(&w, 50, 2); /* after the flip: the next window's */
-    sluice_window_acc_add_measured(a, 40, 40, 0, 3);
+    sluice_window_acc_add_measured(a, 40, 40, 0, 3, false);
     sluice_window_accum_leave(a);
     pthread_join(tid, NULL);
     cr_assert_eq(c.t.n_ok, 1, "the closed window holds the whole first sample");

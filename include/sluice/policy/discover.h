@@ -34,11 +34,19 @@
  *            refusal at or below it, while the pace holds, is a rate
  *            window's echo (hold); past a knee throughput falls, so a
  *            latency lock goes to the level that served most.
- *   a call the caller abandoned (its deadline, a cancel)
- *            Says nothing about capacity (an ignored sample), but the
- *            provider still runs it: the pool keeps its permit lingering
- *            for the expected service time (sluice/pool.h), so the calls in
- *            flight that the next refusal is judged by stay true.
+ *   a call its caller's deadline cut at t (SLUICE_OUTCOME_CENSORED)
+ *            The provider took it, and it takes longer than t: not an
+ *            overload. It is measured with the served calls, at t, so a
+ *            level's mean is a restricted mean (sluice_window.n_censored
+ *            says why that compares levels fairly) and the window holds
+ *            enough calls to be judged: a provider that refuses nothing and
+ *            whose latency does not grow with the limit grows to its cap
+ *            even when most calls are cut. Where the provider may keep
+ *            running it, the pool keeps its permit lingering
+ *            (sluice/pool.h), so the calls in flight that the next refusal
+ *            is judged by stay true.
+ *   a call its caller cancelled
+ *            Says nothing (an ignored sample); lingering as above.
  *
  * State: what it remembers, and why.
  *   levels   Per recent limit (12 of them; the least-measured one makes

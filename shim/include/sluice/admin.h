@@ -16,11 +16,22 @@
  *                                            events after seq SEQ; follow=1 streams new ones as
  *                                            server-sent events (id = seq, event = kind)
  *   GET  /compute/concurrency/history[?node_id=N]
- *                                            JSON: limit and in flight, sampled once a second
- *                                            over the last history_s seconds (the page's chart)
+ *                                            JSON: [wall_ms, limit, in_flight, ceiling (0 = not
+ *                                            locked then), waiting] sampled once a second over
+ *                                            the last history_s seconds (the page's chart)
  *   POST /compute/concurrency/clear?node_id=N
- *                                            sluice_engine_clear(N), then the node's new state
+ *                                            sluice_engine_clear(N), then {"cleared": true,
+ *                                            "node": its new state}; "cleared" is false, and
+ *                                            nothing is done, when N is already clear (probing,
+ *                                            no lock, no event since its last clear or ever)
  *   GET  /metrics                            Prometheus text format (see sluice_admin_metrics)
+ *
+ * Which nodes are listed (GET /compute/concurrency, so the page and sluicectl status;
+ * the history without node_id; /metrics): every backend the program registered, and a
+ * built-in preset backend (openrouter, sluice/engine.h) only once it has had traffic (a
+ * call, a refusal or a run admitted), and from then on; a program that registers its
+ * own "openrouter" names it, and it is listed from the start. A preset never used stays
+ * out of the way, but a route given its node_id answers for it all along.
  *
  * Every error answer is JSON, {"error": what is wrong, "fix": what to do}:
  * 400 missing or malformed node_id (or another parameter), 404 unknown node
@@ -45,10 +56,16 @@
  * Slow or hostile clients: at most max_connections at once (one thread
  * each). A connection past them takes the slot of the kept-alive
  * connection that has been idle longest between requests (closed, as
- * HTTP lets a server do; clients retry), so keep-alive alone cannot shut
- * anyone out; when every slot has a request or a stream in progress, its
- * request gets 503 (8 connections past max_connections are answered so;
- * libmicrohttpd refuses any beyond). Each has max_request_bytes for its request line and headers and
+ * HTTP lets a server do; clients retry), or else of the one whose request
+ * has been arriving longest, once that is over half a second (a request
+ * over loopback or a LAN arrives in milliseconds). While a request is
+ * still within that grace the newcomer waits for it (the endpoint accepts
+ * nobody meanwhile: the kernel's listen queue keeps newcomers in order, so
+ * a client renewing never-ending heads as fast as they are cut joins the
+ * back of the queue and cannot crowd the operator out). Only when every
+ * slot has a request that arrived in full (an answer or a stream in
+ * progress) does a newcomer get 503, eight at a time; the rest wait in the
+ * queue, never reset. Each has max_request_bytes for its request line and headers and
  * max_body_bytes for a body (the routes take none), and closed after
  * timeout_s idle seconds. Idle time alone does not bound a client that
  * dribbles a byte at a time, so each request must also arrive in full
@@ -96,8 +113,8 @@ struct sluice_admin_desc {
     bool allow_remote;             /* RISK: must be true to bind a non-loopback address; the
                                       endpoint has no authentication (default: false) */
     uint32_t max_connections;      /* connections at once, one thread each; past it an idle
-                                      kept-alive one is closed, else 503 (default: 32;
-                                      1..1024) */
+                                      kept-alive one or a request head slower than half a
+                                      second is closed, else 503 (default: 32; 1..1024) */
     uint32_t max_streams;          /* follow=1 event streams at once, counted in
                                       max_connections (default: 8; at most max_connections) */
     uint32_t timeout_s;            /* an idle connection is closed after this, and so is one
@@ -149,6 +166,8 @@ void sluice_admin_stop(struct sluice_admin *a);
  *     sluice_admissions_refused_total{reason} (capacity, predicted_late),
  *     sluice_refused_late_total, sluice_timeouts_total, sluice_cancels_total,
  *     sluice_overloads_total, sluice_lingered_total, sluice_lingering,
+ *     sluice_linger_mode{mode} (1 for what abandoned calls do now: on, off,
+ *     or learned while the trial has not decided),
  *     sluice_expected_service_seconds (0 = unknown), the histograms
  *     sluice_queue_wait_seconds and sluice_call_seconds, sluice_state{state}
  *     (1 for the current state: probing, backoff, locked, fixed), and for

@@ -32,7 +32,9 @@
  * with the code in result.client_status): the transfer's status
  * (SLUICE_EIO, SLUICE_ETIMEDOUT, SLUICE_ECANCELED, SLUICE_ENOMEM), SLUICE_EIO
  * for a non-2xx answer or a 2xx body without choices[0].message.content
- * (sluice_chat_result says which), SLUICE_EINVAL when there is no URL.
+ * (sluice_chat_result says which), SLUICE_EINVAL when there is no URL or the
+ * run's deadline is not on CLOCK_MONOTONIC (sluice_chat_result's `error`
+ * names which).
  * A response body longer than SLUICE_CHAT_REPLY_MAX ends the transfer as
  * soon as it passes the cap (a Content-Length above it before the body is
  * read), with SLUICE_EIO, sample IGNORE, and sluice_chat_result's `error`
@@ -66,7 +68,13 @@
  * IGNORE). The reply cap counts every byte of the stream, so an endless
  * stream ends at SLUICE_CHAT_REPLY_MAX as an endless body does. A token or
  * deadline that fires mid-stream aborts the transfer (the connection is
- * closed, so the provider sees it) like any other.
+ * closed, so the provider sees it) like any other. A stream the client
+ * stops itself (the reply cap, an SSE bound, an event it cannot read)
+ * may still be generating at the provider, so it ends as a cancelled call
+ * does: result.abandoned, sluice_pool_call_abandon_latency (counted in the
+ * pool's cancels; the pool's linger mode decides whether its permit
+ * lingers; its time to first token is discovery's sample), on either path.
+ * A stream the provider ends with an error event is an ordinary end.
  *
  * The API key: from the description, else the environment variable
  * SLUICE_API_KEY, else OPENROUTER_API_KEY; sent only as the Authorization
@@ -74,7 +82,10 @@
  * when the chat is destroyed.
  *
  * The same chat runs on the curl loop too (sluice_chat_submit, below): the
- * request body, the response reading and the sample are the same code.
+ * request body, the response reading, the classification (headers and the
+ * error body, through sluice_curl_request.write as through
+ * sluice_curl_call.write) and the sample are the same code, so a 429
+ * insufficient_quota is QUOTA on either path.
  *
  * Threads: one chat is one conversation: use it from one run at a time.
  * Different chats are independent. Memory comes from the process's malloc.
@@ -127,8 +138,12 @@ struct sluice_chat_desc {
     int (*validate)(void *ctx, struct sluice_chat *chat, unsigned attempt, bool *repair);
     void *validate_ctx;
     int64_t retry_after_max_ns; /* Retry-After clamp (default: 60 s) */
-    bool stream;                /* ask for a streamed answer (server-sent events); allocates
-                                   SLUICE_CHAT_EVENT_MAX bytes for the parser at create
+    enum sluice_curl_dialect dialect; /* the provider's rate-limit dialect (sluice/curl.h),
+                                         on either path (default: AUTO = detect) */
+    bool stream;                /* ask for a streamed answer (server-sent events); the first
+                                   streamed answer allocates SLUICE_CHAT_EVENT_MAX bytes for
+                                   the parser (after admission and the permit, kept until
+                                   destroy), so a refused request pays nothing for it
                                    (default: false) */
     sluice_chat_delta_fn on_delta; /* each piece of a streamed reply (default: NULL = none) */
     void *delta_ctx;               /* passed to on_delta */
@@ -137,9 +152,9 @@ struct sluice_chat_desc {
     size_t error_size;          /* bytes at error, NUL included (default: 0) */
 };
 
-/* Copies everything it needs. SLUICE_OK, SLUICE_EINVAL (no model or prompt, or a model,
- * system, prompt or repair_prompt that is not UTF-8, which JSON strings must be:
- * desc->error names the field), SLUICE_ENOMEM. */
+/* Copies everything it needs. Returns SLUICE_OK, SLUICE_EINVAL (no model or prompt, or a
+ * model, system, prompt or repair_prompt that is not UTF-8, which JSON strings must be:
+ * desc->error names the field), or SLUICE_ENOMEM. */
 int sluice_chat_create(const struct sluice_chat_desc *desc, struct sluice_chat **out);
 void sluice_chat_destroy(struct sluice_chat *chat);
 
@@ -161,9 +176,13 @@ struct sluice_chat_usage sluice_chat_last_usage(const struct sluice_chat *chat);
 
 /* A chat's completion on the loop: runs exactly once per accepted submission, on the loop
  * thread, after the last on_delta. `status` is what a sluice_run generation would have
- * returned (SLUICE_OK with the reply in sluice_chat_reply; SLUICE_EIO, ETIMEDOUT, ECANCELED,
- * ENOMEM, ECLOSED...), sluice_chat_result(chat) the transport result behind it. The chat is
- * the caller's again from here: it may be destroyed or submitted again inside this call. */
+ * returned, sluice_chat_result(chat) the transport result behind it (its `error` says why
+ * when sluice or the chat client ended the call). Statuses, and no other: SLUICE_OK (the
+ * reply is in sluice_chat_reply), SLUICE_EIO (a non-2xx answer, a bad or cut body or stream,
+ * a transfer failure), SLUICE_ETIMEDOUT, SLUICE_ECANCELED, SLUICE_ECLOSED (the loop shut
+ * down first), SLUICE_EINVAL (a deadline not normalised or not CLOCK_MONOTONIC), or
+ * SLUICE_ENOMEM. The chat is the caller's again from here: it may be destroyed or submitted
+ * again inside this call. */
 typedef void (*sluice_chat_done_fn)(struct sluice_chat *chat, int status, void *data);
 
 /* One chat generation submitted to a curl loop. Read during submit only, except as marked. */
@@ -174,6 +193,10 @@ struct sluice_chat_request {
                                         over either) */
     const struct timespec *deadline; /* whole call, queueing included; its value is copied
                                         (default: none) */
+    const struct timespec *start_deadline; /* the first token (the answer's first byte) must
+                                        have come by then, queueing included: what a streaming
+                                        server bounds; its value is copied (default: none;
+                                        see sluice_curl_call.start_deadline) */
     struct sluice_cancel *cancel;    /* kept: must outlive the request (default: none) */
     sluice_chat_done_fn done;        /* required */
     void *data;                      /* passed to done */
@@ -188,14 +211,17 @@ struct sluice_chat_request {
  * the loop's until `done` runs: do not touch it meanwhile, nor submit it twice. Repairs
  * (the description's validate) are sluice_run's: here the caller reads the reply in `done`
  * and submits again (with sluice_chat_set_repair's message, as a new run) if it must.
- * Returns as sluice_curl_loop_submit (SLUICE_OK, then `done` runs exactly once; or
- * ECAPACITY, EAGAIN, ECLOSED, EINVAL — also for no URL — or ENOMEM, and `done` never runs).
+ * Returns SLUICE_OK (then `done` runs exactly once) or, with `done` never called, as
+ * sluice_curl_loop_submit: SLUICE_ECAPACITY, SLUICE_ELATE, SLUICE_EAGAIN, SLUICE_ECLOSED,
+ * SLUICE_EINVAL (also for no URL: sluice_chat_result's `error` names what to set), or
+ * SLUICE_ENOMEM (the request body could not be built).
  */
 int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *chat,
                        const struct sluice_chat_request *req, uint64_t *id);
 
 /* The repair message for the next repair only (copied); NULL = the description's.
- * SLUICE_OK, SLUICE_EINVAL (message is not UTF-8; the chat is unchanged), SLUICE_ENOMEM. */
+ * Returns SLUICE_OK, SLUICE_EINVAL (message is not UTF-8; the chat is unchanged), or
+ * SLUICE_ENOMEM. */
 int sluice_chat_set_repair(struct sluice_chat *chat, const char *message);
 
 #ifdef __cplusplus

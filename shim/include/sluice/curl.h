@@ -131,7 +131,8 @@ extern "C" {
     X(OVERLOADED, "overloaded", OVERLOAD, HTTP(429, 429) HTTP(503, 503))                           \
     /* A 429 that names a spent budget (requests or tokens remaining 0) with its reset, or         \
      * Gemini's RESOURCE_EXHAUSTED with a RetryInfo delay: hold until the reset (the later of      \
-     * it and Retry-After), no cut. */                                                             \
+     * it and Retry-After), no cut. A reset already past when the answer is read is still this     \
+     * kind (the budget refused the call, not the cap), holding only for Retry-After. */           \
     X(RATE_LIMITED, "rate_limited", RATE, )                                                        \
     /* 529; or a 429/503 with Anthropic's overloaded_error in its body; or a 503 from a            \
      * dialect whose 503 is the platform's (Together at or below its dynamic rate, Gemini's        \
@@ -190,7 +191,7 @@ enum sluice_curl_dialect {
 /* "anthropic"; never NULL ("unknown" for a value outside the map). */
 const char *sluice_curl_dialect_name(enum sluice_curl_dialect dialect);
 
-/* The dialect named `name` (as sluice_curl_dialect_name spells it): SLUICE_OK, or
+/* The dialect named `name` (as sluice_curl_dialect_name spells it). Returns SLUICE_OK, or
  * SLUICE_EINVAL for a name outside the map (*out untouched). */
 int sluice_curl_dialect_parse(const char *name, enum sluice_curl_dialect *out);
 
@@ -292,11 +293,16 @@ struct sluice_curl_result {
     uint32_t in_flight_at_start; /* calls in flight on the backend once this one started */
     bool transferred;            /* the transfer was started (a permit was used) */
     bool abandoned;              /* the caller's deadline or token ended the transfer after
-                                    the request was sent: the provider is still running it,
-                                    so its permit lingers (sluice_pool_call_abandon) */
-    bool refused_late;           /* SLUICE_ETIMEDOUT before any transfer: the permit came with
-                                    less of the deadline left than the backend's expected
-                                    service time (sluice/pool.h's start rule) */
+                                    the request was sent (or the caller stopped it itself,
+                                    as the chat client stops a stream at its reply cap): the
+                                    provider may still be running it, so the call ends
+                                    through sluice_pool_call_abandon (counted as a timeout,
+                                    else a cancel; its permit may linger) */
+    bool refused_late;           /* SLUICE_ETIMEDOUT before any transfer: it could no longer
+                                    start in time (sluice/pool.h, "Deadlines") */
+    enum sluice_expiry expired;  /* with SLUICE_ETIMEDOUT: which deadline ended the call
+                                    (SLUICE_EXPIRED_START: it had not begun, or no first byte
+                                    came, in time; SLUICE_EXPIRED_CALL: the whole call) */
     char error[SLUICE_CURL_ERROR_MAX]; /* when sluice itself refused or ended the call
                                           (an argument's SLUICE_EINVAL, the chat client's
                                           reply cap): why, naming what to fix; "" otherwise
@@ -333,6 +339,20 @@ struct sluice_curl_call {
     CURL *easy;                      /* the request, fully set up (required) */
     const struct timespec *deadline; /* absolute CLOCK_MONOTONIC for the whole call: the permit
                                         wait, then the transfer (default: NULL = none) */
+    const struct timespec *start_deadline; /* the call must have begun by then: the permit wait,
+                                        then the transfer until the response's first byte (a
+                                        stream's first token; for an answer that is not
+                                        streamed, the whole answer's first byte). A call that
+                                        misses it ends with SLUICE_ETIMEDOUT and expired ==
+                                        SLUICE_EXPIRED_START, and is refused at admission with
+                                        SLUICE_ELATE when the queue predicts it cannot make it
+                                        (default: NULL = none) */
+    bool (*begun)(void *begun_data); /* with start_deadline: whether the answer has begun, for a
+                                        caller whose first byte is not its first token (a
+                                        provider that sends headers and an SSE comment at once);
+                                        read on the transfer's thread until it returns true
+                                        (default: NULL = the response's first body byte) */
+    void *begun_data;
     struct sluice_cancel *cancel;    /* ends the wait or aborts the transfer (default: none) */
     curl_xferinfo_callback xferinfo; /* the caller's progress callback, chained by the blocking
                                         path; a non-zero return aborts as ECANCELED (default:
@@ -353,8 +373,8 @@ struct sluice_curl_call {
 /*
  * Send the request on `easy` through backend `backend_id`'s pool and wait
  * for it:
- *   1. admit (SLUICE_ECAPACITY at once when the pool is full, ECLOSED when
- *      it is closed: the transfer never starts);
+ *   1. admit (at once: refused when the pool is full, closed, or refuses
+ *      early; the transfer never starts);
  *   2. take a permit (FIFO; deadline and token honoured; a provider's
  *      Retry-After hold is waited out);
  *   3. transfer, on a curl_multi private to the calling thread (kept
@@ -363,15 +383,23 @@ struct sluice_curl_call {
  *      xferinfo callback within milliseconds;
  *   4. classify and feed the sample to discovery (sluice_pool_call_end);
  *   5. give the permit and the admission back, on every path.
- * Returns (also in result->status; result may be NULL):
+ * Returns (also in result->status; result may be NULL) one of these, and
+ * no other (tests/e2e/curl_paths.c drives each call into each and checks
+ * this list):
  *   SLUICE_OK         a response came back, whatever its HTTP status;
  *   SLUICE_EIO        the transfer failed (result->curl_code; result->kind is
  *                     TRANSPORT or PROVIDER_TIMEOUT);
- *   SLUICE_ETIMEDOUT  the deadline passed, waiting or transferring;
+ *   SLUICE_ETIMEDOUT  the deadline passed, waiting or transferring
+ *                     (result->error says which, when no transfer started);
  *   SLUICE_ECANCELED  the token fired (or the chained xferinfo aborted);
- *   SLUICE_ECAPACITY, SLUICE_ECLOSED  not admitted (nothing else happened);
+ *   SLUICE_ECAPACITY  not admitted: the pool is full (nothing else happened);
+ *   SLUICE_ELATE      not admitted: the predicted wait leaves too little
+ *                     of the (start) deadline (unless the backend sets
+ *                     sluice_deadline_desc.queue_late);
+ *   SLUICE_ECLOSED    not admitted: the pool is closed;
  *   SLUICE_EINVAL     unknown backend, no easy handle, a deadline that is
- *                     not normalised (all three before admission, with
+ *                     not normalised or more than a year ahead (not
+ *                     CLOCK_MONOTONIC) (all before admission, with
  *                     result->error naming what to fix), or an easy handle
  *                     already in use by another multi handle;
  *   SLUICE_ENOMEM     libcurl could not allocate.
@@ -380,7 +408,10 @@ int sluice_curl_perform(const struct sluice_engine *engine, const char *backend_
                         const struct timespec *deadline, struct sluice_cancel *cancel,
                         struct sluice_curl_result *result);
 
-/* sluice_curl_perform with every option (chained xferinfo, Retry-After clamp). */
+/* sluice_curl_perform with every option (chained xferinfo, Retry-After clamp, dialect, the
+ * error body). Returns as sluice_curl_perform: SLUICE_OK, SLUICE_EIO, SLUICE_ETIMEDOUT,
+ * SLUICE_ECANCELED, SLUICE_ECAPACITY, SLUICE_ELATE, SLUICE_ECLOSED, SLUICE_EINVAL or
+ * SLUICE_ENOMEM. */
 int sluice_curl_perform_call(const struct sluice_engine *engine,
                              const struct sluice_curl_call *call,
                              struct sluice_curl_result *result);
@@ -389,8 +420,10 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
  * Only the transfer and its classification, for a caller that already holds
  * a permit (the built-in client runs inside sluice_run's permit): step 3 and
  * the classification of step 4, with call->backend ignored. Fills
- * result->kind, outcome, retry_after_ns... for the caller to report;
- * returns as sluice_curl_perform (never ECAPACITY).
+ * result->kind, outcome, retry_after_ns... for the caller to report.
+ * Returns as sluice_curl_perform, less what admission refuses: SLUICE_OK,
+ * SLUICE_EIO, SLUICE_ETIMEDOUT, SLUICE_ECANCELED, SLUICE_EINVAL or
+ * SLUICE_ENOMEM.
  */
 int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl_result *result);
 
@@ -400,10 +433,15 @@ struct sluice_curl_loop;
 
 /*
  * A request's completion: runs exactly once per accepted submission, on the
- * loop thread, with the same result as sluice_curl_perform (status
- * additionally SLUICE_ECLOSED when the loop shut down first). The easy
+ * loop thread, with the same result as sluice_curl_perform. The easy
  * handle is the caller's again (its CURLOPT_PRIVATE restored); `result` is
  * valid only during the call.
+ * Statuses (result->status), and no other: SLUICE_OK, SLUICE_EIO,
+ * SLUICE_ETIMEDOUT and SLUICE_ECANCELED as sluice_curl_perform;
+ * SLUICE_ECLOSED (the loop shut down first); SLUICE_EINVAL (a deadline not
+ * normalised or not CLOCK_MONOTONIC, result->error says which; or libcurl
+ * refused the handle); SLUICE_ENOMEM (libcurl could not allocate).
+ * Admission's refusals are submit's return, never a completion.
  */
 typedef void (*sluice_curl_done_fn)(const struct sluice_curl_result *result, CURL *easy,
                                     void *data);
@@ -422,14 +460,25 @@ struct sluice_curl_request {
     const struct timespec *deadline; /* whole call, as for sluice_curl_perform; its value is
                                         copied at submit, so the timespec may be reused or
                                         freed once submit returns (default: none) */
+    const struct timespec *start_deadline; /* as sluice_curl_call.start_deadline; copied at
+                                              submit (default: none) */
+    bool (*begun)(void *data);       /* as sluice_curl_call.begun, called with `data` on the
+                                        loop thread (default: NULL = the first body byte) */
     struct sluice_cancel *cancel;    /* cancels at any stage; kept: must outlive the request
                                         (until `done` has returned) (default: none) */
     sluice_curl_done_fn done;        /* required */
     void *data;                      /* passed to done and finish; kept as an opaque value,
                                         never read */
     int64_t retry_after_max_ns;      /* Retry-After clamp (default: 60 s) */
-    enum sluice_curl_dialect dialect; /* the backend's rate-limit dialect (default: AUTO); the
-                                        loop reads headers only, not error bodies */
+    enum sluice_curl_dialect dialect; /* the backend's rate-limit dialect (default: AUTO) */
+    curl_write_callback write;       /* the caller's CURLOPT_WRITEFUNCTION, declared so the loop
+                                        reads an error body for classify as the blocking path
+                                        does (sluice_curl_call.write): installed for the
+                                        transfer, this one chained with every byte, put back
+                                        before `finish` (default: NULL = the caller's write
+                                        function is left alone and error bodies are not read,
+                                        so a 429 insufficient_quota reads as OVERLOADED) */
+    void *write_data;                /* its CURLOPT_WRITEDATA */
     /* After a transfer, on the loop thread, before discovery gets its sample and before `done`:
      * the caller's reading of the body may correct *result (kind, outcome, retry_after_ns,
      * latency_ns, status, error), e.g. a streamed answer's time to first token, or an error
@@ -484,16 +533,19 @@ struct sluice_curl_loop_desc {
  * run there too (the loop's curl_multi is driven from that thread); `watch` is
  * called before this returns, for the loop's wake-up descriptor.
  * Returns SLUICE_OK, SLUICE_EINVAL (no engine, a bad field, only one of
- * watch/timer: desc->error names it) or SLUICE_ENOMEM.
+ * watch/timer: desc->error names it), SLUICE_ENOMEM, or SLUICE_EIO (the
+ * embedder's-loop wake-up descriptor could not be made: eventfd failed).
  */
 int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc,
                             struct sluice_curl_loop **out);
 
 /*
- * Submit a request from any thread. Admission happens here: SLUICE_OK
- * (accepted: `done` will run exactly once, and *id, if not NULL, names the
- * request for sluice_curl_loop_cancel), or, with `done` never called:
- * SLUICE_ECAPACITY (the backend's pool is full), SLUICE_EAGAIN (max_requests
+ * Submit a request from any thread. Admission happens here. Returns
+ * SLUICE_OK (accepted: `done` will run exactly once, and *id, if not NULL,
+ * names the request for sluice_curl_loop_cancel), or, with `done` never
+ * called: SLUICE_ECAPACITY (the backend's pool is full), SLUICE_ELATE (the
+ * predicted wait leaves too little of the (start) deadline, unless the
+ * backend sets sluice_deadline_desc.queue_late), SLUICE_EAGAIN (max_requests
  * requests are already in the loop), SLUICE_ECLOSED (the loop or pool is
  * shutting down), SLUICE_EINVAL (unknown backend, no easy or done). Never
  * blocks; a token that already fired is accepted and completes ECANCELED.
@@ -507,7 +559,8 @@ int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_c
  * (the transfer is removed from curl_multi and its connection closed). Its
  * `done` runs with SLUICE_ECANCELED unless it completed first. Returns
  * SLUICE_OK (the request will see the cancel if it has not completed;
- * an id that already completed is ignored). Ids are never reused.
+ * an id that already completed is ignored), or SLUICE_EINVAL (no loop, or
+ * an id this loop never gave out). Ids are never reused.
  */
 int sluice_curl_loop_cancel(struct sluice_curl_loop *loop, uint64_t id);
 

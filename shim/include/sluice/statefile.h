@@ -54,7 +54,10 @@
  * out-of-range or future-dated record makes load fail (SLUICE_EINVAL;
  * SLUICE_EIO for an I/O error) with a message from
  * sluice_statefile_last_error. The engine turns that into a
- * "store" event and starts the node empty; it never crashes. The next save
+ * "store" event (cause store_corrupt for SLUICE_EINVAL, store_error for
+ * SLUICE_EIO; the event has no room for the text: an on_event callback
+ * reads it from sluice_statefile_last_error, as the README's server
+ * example does) and starts the node empty; it never crashes. The next save
  * rewrites the file cleanly (a file that cannot be parsed is replaced; a
  * bad record of another node is carried over untouched). A read-only
  * directory or a full disk fails save/clear with SLUICE_EIO and a message
@@ -117,10 +120,16 @@ struct sluice_statefile_desc {
 struct sluice_statefile;
 
 /*
- * Resolve the path and make a handle; touches no file (the directory is
- * made by the first save). Returns SLUICE_OK, SLUICE_EINVAL (no path and
- * neither XDG_STATE_HOME nor a home directory; or a path too long) or
- * SLUICE_ENOMEM.
+ * Resolve the path, check that the first save can work there, and make a
+ * handle; creates nothing (the folder is made by the first save). Returns
+ * SLUICE_OK; SLUICE_EINVAL (no path and neither XDG_STATE_HOME nor a home
+ * directory; a path too long; the path is a directory; a part of its
+ * folder is a file); SLUICE_EIO (its folder does not exist and cannot be
+ * made: its nearest existing ancestor is not writable, e.g. Permission
+ * denied); or SLUICE_ENOMEM. desc->error names the path and the reason.
+ * An existing folder is not checked for writing (a reader such as
+ * sluicectl status may open a file it cannot write; saves then fail with
+ * their own message).
  */
 int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluice_statefile **out);
 

@@ -35,19 +35,6 @@ static const char usage_text[] =
 
 /* ---- the command line ---------------------------------------------------------- */
 
-/* One flag with a value: "--flag V" or "--flag=V". Returns the value or NULL. */
-static const char *flag_value(int argc, char **argv, int *i, const char *flag)
-{
-    size_t n = strlen(flag);
-    if (strncmp(argv[*i], flag, n))
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n] || *i + 1 >= argc)
-        return NULL;
-    return argv[++*i];
-}
-
 int parse_options(int argc, char **argv, struct options *o)
 {
     *o = (struct options){.cap = CAP_DEFAULT, .cap_from = "default", .seconds = 15,
@@ -67,7 +54,7 @@ int parse_options(int argc, char **argv, struct options *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
 #define NUM_FLAG(flag, lo, hi, dst)                                                                \
-    if ((val = flag_value(argc, argv, &i, flag))) {                                                \
+    if ((val = tool_flag_value(argc, argv, &i, flag))) {                                           \
         if (!tool_parse_double(val, lo, hi, &v))                                                           \
             return usage_error(flag " needs a number from %g to %g, got '%s'", (double)(lo),        \
                              (double)(hi), val);                                                   \
@@ -86,7 +73,7 @@ int parse_options(int argc, char **argv, struct options *o)
             o->plain = true;
             continue;
         }
-        if ((val = flag_value(argc, argv, &i, "--cap"))) {
+        if ((val = tool_flag_value(argc, argv, &i, "--cap"))) {
             if (!tool_parse_double(val, 1, CAP_MAX, &v) || v != floor(v))
                 return usage_error("--cap needs a whole number from 1 to %d, got '%s'", CAP_MAX, val);
             o->cap = (unsigned)v;
@@ -100,11 +87,11 @@ int parse_options(int argc, char **argv, struct options *o)
         NUM_FLAG("--timeout", 1, 3600, o->timeout_s)
         NUM_FLAG("--admin-port", 0, 65535, o->admin_port)
 #undef NUM_FLAG
-        if ((val = flag_value(argc, argv, &i, "--state"))) {
+        if ((val = tool_flag_value(argc, argv, &i, "--state"))) {
             o->state = val;
             continue;
         }
-        if ((val = flag_value(argc, argv, &i, "--svg"))) {
+        if ((val = tool_flag_value(argc, argv, &i, "--svg"))) {
             o->svg = val;
             continue;
         }

@@ -153,7 +153,11 @@ enum MHD_Result answer_in_dialect(struct server *sv, struct MHD_Connection *conn
                                          struct req *r, int status)
 {
     double reset_s = 0;
-    if (sv->model.mode == SIM_RATE) {
+    if (sv->model.mode == SIM_RATE && r->rate_reset_ns) { /* the window when it refused */
+        int64_t left_ns = r->rate_reset_ns - sim_clock_ns();
+        reset_s = left_ns > 0 ? (double)left_ns / 1e9 : 0.0;
+        dialect_rate_headers(sv, 0, reset_s);
+    } else if (sv->model.mode == SIM_RATE) {
         pthread_mutex_lock(&sv->lock);
         uint32_t left = sim_rate_left(&sv->model, &sv->rate,
                                       (double)(sim_clock_ns() - sv->t0_ns) / 1e9, &reset_s);

@@ -162,12 +162,18 @@ int arrive(struct server *sv, struct req *r)
     }
     sv->total.requests++;
     r->id = ++sv->next_id;
-    expire_waiting(sv, sim_clock_ns());
-    enum sim_verdict verdict =
-        sv->model.mode == SIM_RATE &&
-                !sim_rate_admit(&sv->model, &sv->rate, (double)(sim_clock_ns() - sv->t0_ns) / 1e9)
-            ? SIM_REFUSE_429
-            : sim_provider_admit(&sv->model, sv->in_service, sv->waiting);
+    int64_t now_ns = sim_clock_ns();
+    expire_waiting(sv, now_ns);
+    double now_s = (double)(now_ns - sv->t0_ns) / 1e9, reset_s = 0;
+    bool rate_refused =
+        sv->model.mode == SIM_RATE && !sim_rate_admit(&sv->model, &sv->rate, now_s);
+    /* The refusal's headers state the window as it was when it refused: read when the
+     * answer is written, a loaded machine would show a slot already freed (remaining 1). */
+    if (rate_refused && !sim_rate_left(&sv->model, &sv->rate, now_s, &reset_s))
+        r->rate_reset_ns = now_ns + (int64_t)(reset_s * 1e9);
+    enum sim_verdict verdict = rate_refused
+                                   ? SIM_REFUSE_429
+                                   : sim_provider_admit(&sv->model, sv->in_service, sv->waiting);
     switch (verdict) {
     case SIM_SERVE:
         start_service(sv, r);

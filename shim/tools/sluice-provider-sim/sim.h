@@ -140,6 +140,7 @@ struct req {
     int64_t due_ns;       /* REQ_SERVING: when its service time ends */
     int64_t queued_ns;    /* REQ_WAITING: when it joined the FIFO */
     bool lingering;       /* REQ_SERVING after its client left (--abandoned hold) */
+    int64_t rate_reset_ns; /* a rate-mode refusal: when its window frees a slot (0 = not one) */
     uint64_t id;
     struct req *next;     /* FIFO link */
     char *body;           /* request body, body_len bytes */

@@ -78,13 +78,21 @@ static int clear_in_admin(const struct opts *o, const char *node)
         return EXIT_FAIL;
     json_t *n = json_object_get(r, "node");
     const char *line = json_string_value(json_object_get(n, "status_line"));
+    /* An endpoint that predates the flag always cleared. */
+    json_t *did = json_object_get(r, "cleared");
+    bool cleared = !json_is_false(did);
     if (o->json) {
         print_json(n);
     } else {
-        fputs("cleared: ", stdout);
+        fputs(cleared ? "cleared: " : "already clear: ", stdout);
         put_clean(line ? line : "?", false, stdout);
         putchar('\n');
     }
+    if (!cleared)
+        /* Clearing is idempotent, as with --state: say so, and succeed. */
+        fprintf(stderr,
+                "%s: %s has no lock and has not moved since its last clear: nothing to clear\n",
+                tool_name, node);
     json_decref(r);
     return EXIT_OK;
 }

@@ -3,7 +3,7 @@
  *
  *   sluicectl status [--json] [--state FILE | --admin URL]
  *   sluicectl clear NODE [--state FILE | --admin URL | --redis URL]
- *   sluicectl events NODE --admin URL [--follow]
+ *   sluicectl events NODE --admin URL [--follow] [--json | --human]
  *   sluicectl probe URL [--requests N] [--concurrency-max M] [--header H]... [--body FILE]
  *                       [--method M] [--timeout S] [--request-timeout S] [--save NODE]
  *                       [--state FILE] [--json]
@@ -50,7 +50,7 @@ static const struct command {
 } commands[] = {
     {"status", usage_status, OPT_JSON | OPT_STATE | OPT_ADMIN, 0, status_cmd},
     {"clear", usage_clear, OPT_JSON | OPT_STATE | OPT_ADMIN | OPT_REDIS, 1, clear_cmd},
-    {"events", usage_events, OPT_ADMIN | OPT_FOLLOW, 1, events_cmd},
+    {"events", usage_events, OPT_ADMIN | OPT_FOLLOW | OPT_JSON | OPT_HUMAN, 1, events_cmd},
     {"probe", usage_probe, OPT_PROBE | OPT_STATE | OPT_JSON, 1, probe_cmd},
 };
 

@@ -67,6 +67,7 @@ static int check_save(struct opts *o, const char *val)
 
 static const struct flag flags[] = {
     BOOL_FLAG("--json", OPT_JSON, json),
+    BOOL_FLAG("--human", OPT_HUMAN, human),
     BOOL_FLAG("--follow", OPT_FOLLOW, follow),
     STRING_FLAG("--state", OPT_STATE, state),
     STRING_FLAG("--admin", OPT_ADMIN, admin),

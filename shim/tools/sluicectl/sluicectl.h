@@ -36,13 +36,14 @@ enum {
     OPT_FOLLOW = 1 << 3,
     OPT_PROBE = 1 << 4, /* requests, concurrency-max, header, body, method, timeouts, save */
     OPT_REDIS = 1 << 5,
+    OPT_HUMAN = 1 << 6, /* --human: a person's format even when stdout is not a terminal */
 };
 
 #define MAX_HEADERS 64
 
 /* The parsed command line; pointers point into argv. */
 struct opts {
-    bool json, follow, help;
+    bool json, human, follow, help;
     const char *state, *admin, *redis;
     const char *pos[4];
     int n_pos;

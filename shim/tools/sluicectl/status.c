@@ -136,11 +136,9 @@ static int status_from_admin(const struct opts *o)
     size_t i;
     json_t *n;
     json_array_foreach(nodes, i, n) {
+        /* The status line already ends in the state's glyph: STATE is the word alone. */
         const char *state = json_string_value(json_object_get(n, "state"));
-        const char *glyph = json_string_value(json_object_get(n, "glyph"));
-        char st[64], ceiling[24] = "-", left[32] = "-", waiting[24];
-        snprintf(st, sizeof st, "%s%s%s", glyph && *glyph ? glyph : "", glyph && *glyph ? " " : "",
-                 state ? state : "?");
+        char ceiling[24] = "-", left[32] = "-", waiting[24];
         json_int_t c = json_integer_value(json_object_get(n, "ceiling"));
         if (c > 0) {
             snprintf(ceiling, sizeof ceiling, "%" JSON_INTEGER_FORMAT, c);
@@ -151,8 +149,9 @@ static int status_from_admin(const struct opts *o)
         const char *line = json_string_value(json_object_get(n, "status_line"));
         char fig[6][24];
         status_figures(n, fig);
-        const char *row[] = {line ? line : "?", st,     ceiling, left,   waiting, fig[0],
-                             fig[1],            fig[2], fig[3],  fig[4], fig[5]};
+        const char *row[] = {line ? line : "?", state ? state : "?", ceiling, left,   waiting,
+                             fig[0],            fig[1],              fig[2],  fig[3], fig[4],
+                             fig[5]};
         table_add(t, row);
     }
     int rc = table_print(t);

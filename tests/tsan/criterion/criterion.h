@@ -7,8 +7,8 @@
  * a failed assertion prints where and why, then aborts.
  *
  * Covers the subset of Criterion the suite uses: Test(suite, name, ...)
- * (extra options are ignored, so tests must not rely on .init/.fini), and
- * the cr_assert / cr_expect families below.
+ * (extra options are ignored, so tests must not rely on .init/.fini), the
+ * cr_assert / cr_expect families below, and cr_skip_test.
  */
 #ifndef SLUICE_TESTS_CRITERION_LITE_H
 #define SLUICE_TESTS_CRITERION_LITE_H
@@ -94,6 +94,12 @@ crl_fail(const char *file, int line, const char *expr, const char *fmt, ...)
 #define cr_assert_str_not_empty(s, ...) CRL_CHECK((s)[0] != '\0', #s " is not empty", ##__VA_ARGS__)
 #define cr_log_info(...) (fprintf(stdout, __VA_ARGS__), fputc('\n', stdout))
 #define cr_log_warn(...) (fprintf(stderr, __VA_ARGS__), fputc('\n', stderr))
+/* In a test's own body only: say why, and end the test. */
+#define cr_skip_test(...)                                                                          \
+    do {                                                                                           \
+        cr_log_warn("skipped: " __VA_ARGS__);                                                      \
+        return;                                                                                    \
+    } while (0)
 
 int main(int argc, char **argv)
 {

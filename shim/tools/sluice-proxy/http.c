@@ -1,0 +1,715 @@
+/*
+ * http.c — sluice-proxy's front end: an HTTP/1.1 server on the proxy's own
+ * epoll loop (the thread that also drives the curl loop, see main.c).
+ *
+ * Why its own and not libmicrohttpd: MHD runs a thread per connection or
+ * its own select/epoll loop, so every answer byte the curl loop receives
+ * would cross threads (a queue and a wake-up per server-sent event) and a
+ * client's hang-up would be seen on another thread than the transfer it
+ * must cancel. On one loop a write callback puts the bytes in the
+ * client's buffer and the loop writes them before it sleeps again.
+ * bench/RESULTS.md has its figures beside nginx and HAProxy (an A/B
+ * against an MHD front end was not run).
+ *
+ * What it accepts: request lines "METHOD /path HTTP/1.0|1.1", headers up to
+ * max_header_bytes (431 past it), a body by Content-Length up to
+ * max_body_bytes (413 past it); no chunked request bodies (411: the SDKs
+ * this serves send a length), no absolute-form targets (400: it is not a
+ * forward proxy). Keep-alive as HTTP/1.1 says (HTTP/1.0 closes), pipelined
+ * requests answered in order. A request must arrive in full within
+ * client_timeout_ms of its first byte (408 and close), a kept-alive
+ * connection idle for idle_timeout_ms is closed, and one whose answer the
+ * client does not read within client_timeout_ms is closed too (a call
+ * paused for such a client is cancelled, so it holds no permit forever).
+ *
+ * Lifetimes: a connection whose client hangs up during its call keeps its
+ * record (`gone`, socket closed) until the call's completion has run; a
+ * record is freed only at the end of a loop iteration (main.c), so an
+ * event already fetched for it never points at freed memory.
+ */
+#define _GNU_SOURCE
+#include "proxy.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define READ_CHUNK 16384
+
+/* ---- buffers ------------------------------------------------------------------------------ */
+
+static bool buf_reserve(struct buf *b, size_t want)
+{
+    if (want <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < want)
+        cap *= 2;
+    char *q = realloc(b->p, cap);
+    if (!q)
+        return false;
+    b->p = q;
+    b->cap = cap;
+    return true;
+}
+
+bool buf_put(struct buf *b, const void *data, size_t n)
+{
+    if (!buf_reserve(b, b->len + n))
+        return false;
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    return true;
+}
+
+bool buf_printf(struct buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return false;
+    if (b->len + (size_t)n + 1 > b->cap) {
+        if (!buf_reserve(b, b->len + (size_t)n + 1))
+            return false;
+        va_start(ap, fmt);
+        vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+    }
+    b->len += (size_t)n;
+    return true;
+}
+
+/* ---- connections ---------------------------------------------------------------------------- */
+
+static const char *const reasons[][2] = {
+    {"100", "Continue"},           {"200", "OK"},
+    {"400", "Bad Request"},        {"404", "Not Found"},
+    {"408", "Request Timeout"},    {"411", "Length Required"},
+    {"413", "Content Too Large"},  {"431", "Request Header Fields Too Large"},
+    {"500", "Internal Server Error"}, {"501", "Not Implemented"},
+    {"502", "Bad Gateway"},        {"503", "Service Unavailable"},
+    {"504", "Gateway Timeout"},    {"505", "HTTP Version Not Supported"},
+};
+
+const char *http_reason(int status)
+{
+    char code[8];
+    snprintf(code, sizeof code, "%d", status);
+    for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
+        if (!strcmp(reasons[i][0], code))
+            return reasons[i][1];
+    return "Unknown";
+}
+
+void http_watch(struct conn *c, uint32_t events)
+{
+    if (c->gone || events == c->events)
+        return;
+    struct epoll_event ev = {.events = events, .data.ptr = &c->w};
+    epoll_ctl(c->p->ep, EPOLL_CTL_MOD, c->w.fd, &ev);
+    c->events = events;
+}
+
+/* What the connection waits for: its next bytes (during a call too, so that the common case
+ * never changes what epoll watches: a hang-up reads as EOF; bytes a client pipelined behind
+ * its request make it watch only for a hang-up until the answer is out), and room to write
+ * while output is pending. */
+static void conn_update(struct conn *c)
+{
+    uint32_t ev = c->pipelined ? 0 : EPOLLRDHUP; /* (a half-close behind pipelined bytes
+                                                     would otherwise fire until the answer) */
+    if (!c->pipelined && c->state != C_FLUSH)
+        ev |= EPOLLIN;
+    if (c->out.len > c->out_off)
+        ev |= EPOLLOUT;
+    http_watch(c, ev);
+}
+
+void http_mark_dirty(struct conn *c)
+{
+    if (c->dirty || c->gone)
+        return;
+    c->dirty = true;
+    c->next_dirty = c->p->dirty;
+    c->p->dirty = c;
+}
+
+/* Free the record once nothing points at it any more: no call, not on the flush list. */
+static void conn_release(struct conn *c)
+{
+    if (c->in_call || c->dirty)
+        return;
+    struct proxy *p = c->p;
+    c->next_dirty = p->dead;
+    p->dead = c;
+}
+
+void conn_free(struct conn *c)
+{
+    upstream_free(c);
+    free(c->in.p);
+    free(c->out.p);
+    free(c->up_head.p);
+    free(c);
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->gone)
+        return;
+    struct proxy *p = c->p;
+    epoll_ctl(p->ep, EPOLL_CTL_DEL, c->w.fd, NULL);
+    close(c->w.fd);
+    c->gone = true;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        p->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    p->n_conns--;
+    if (c->in_call)
+        upstream_client_gone(c);
+    conn_release(c);
+}
+
+void http_accept(struct proxy *p)
+{
+    for (int i = 0; i < 64; i++) { /* a bounded batch: clients already connected get a turn */
+        int fd = accept4(p->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        if (p->n_conns >= p->o->max_connections) {
+            close(fd); /* over --max-connections: the client sees a reset and retries */
+            continue;
+        }
+        struct conn *c = calloc(1, sizeof *c);
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->w = (struct watch){.kind = W_CLIENT, .fd = fd};
+        c->p = p;
+        c->state = C_HEAD;
+        c->events = EPOLLIN | EPOLLRDHUP;
+        c->deadline_ns = now_ns() + (int64_t)p->o->idle_timeout_ms * 1000000;
+        struct epoll_event ev = {.events = c->events, .data.ptr = &c->w};
+        if (epoll_ctl(p->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = p->conns;
+        if (p->conns)
+            p->conns->prev = c;
+        p->conns = c;
+        p->n_conns++;
+    }
+}
+
+/* ---- answers ------------------------------------------------------------------------------- */
+
+/* The request is answered in full (its answer queued): log it, and write. */
+void http_request_done(struct conn *c)
+{
+    struct proxy *p = c->p;
+    int64_t t = now_ns();
+    access_log(p, &(struct access){
+                      .backend = c->backend, .method = c->req.method,
+                      .method_len = c->req.method_len, .path = c->req.target,
+                      .path_len = c->req.target_len, .status = c->status_out,
+                      .outcome = c->outcome, .queued_ns = c->queued_ns,
+                      .ttfb_ns = c->t_first_ns ? c->t_first_ns - c->t_start_ns : -1,
+                      .duration_ns = t - c->t_start_ns, .bytes = c->bytes_out});
+    c->state = C_FLUSH;
+    c->deadline_ns = t + (int64_t)p->o->client_timeout_ms * 1000000;
+    if (c->gone) {
+        conn_release(c);
+        return;
+    }
+    http_mark_dirty(c);
+}
+
+/*
+ * The proxy's own answer, before any byte of an upstream one: a small JSON
+ * body in the OpenAI error shape, so SDKs show `message`. A 4xx about
+ * framing closes the connection (what follows cannot be trusted).
+ */
+void http_error(struct conn *c, int status, const char *type, const char *code,
+                const char *extra_headers, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *body = json_pack("{s:{s:s,s:s,s:s}}", "error", "message", msg, "type", type, "code",
+                             code);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (status == 400 || status == 408 || status == 411 || status == 413 || status == 431 ||
+        status == 505)
+        c->closing = true;
+    size_t len = text ? strlen(text) : 0;
+    buf_printf(&c->out,
+               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+               "%s%s\r\n",
+               status, http_reason(status), len, extra_headers ? extra_headers : "",
+               c->closing ? "Connection: close\r\n" : "");
+    bool head = c->req.method_len == 4 && !strncmp(c->req.method, "HEAD", 4);
+    if (text && !head)
+        buf_put(&c->out, text, len);
+    free(text);
+    c->status_out = status;
+    if (!c->outcome)
+        c->outcome = code;
+    c->t_first_ns = now_ns();
+    http_request_done(c);
+}
+
+/* ---- parsing ------------------------------------------------------------------------------- */
+
+bool http_header_is(const char *name, size_t len, const char *want)
+{
+    return strlen(want) == len && !strncasecmp(name, want, len);
+}
+
+bool http_header(const struct request *r, const char *name, const char **value, size_t *len)
+{
+    for (size_t i = 0; i < r->n_h; i++)
+        if (http_header_is(r->h[i].name, r->h[i].name_len, name)) {
+            *value = r->h[i].value;
+            *len = r->h[i].value_len;
+            return true;
+        }
+    return false;
+}
+
+static bool has_token(const char *v, size_t len, const char *token)
+{
+    size_t n = strlen(token);
+    for (size_t i = 0; i + n <= len; i++)
+        if (!strncasecmp(v + i, token, n) && (i == 0 || v[i - 1] == ' ' || v[i - 1] == ',') &&
+            (i + n == len || v[i + n] == ' ' || v[i + n] == ','))
+            return true;
+    return false;
+}
+
+/* A header's value as milliseconds, or false (then the 400 names the header). */
+static bool header_ms(const char *v, size_t len, int64_t *out)
+{
+    char tmp[24];
+    uint64_t ms;
+    if (len == 0 || len >= sizeof tmp)
+        return false;
+    memcpy(tmp, v, len);
+    tmp[len] = '\0';
+    if (!tool_parse_u64(tmp, UINT64_C(86400000), &ms)) /* a day: longer is a typo */
+        return false;
+    *out = (int64_t)ms;
+    return true;
+}
+
+static bool is_tchar(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           strchr("!#$%&'*+-.^_`|~", ch);
+}
+
+/* [p, end) is an RFC 9110 token (a method, a header name). */
+static bool is_token(const char *p, const char *end)
+{
+    for (; p < end; p++)
+        if (!is_tchar(*p))
+            return false;
+    return true;
+}
+
+/* Parse the head at c->in (head_len bytes). 0, or the status to refuse it with (msg says why). */
+static int parse_head(struct conn *c, char *msg, size_t size)
+{
+    struct request *r = &c->req;
+    *r = (struct request){.deadline_ms = -1, .start_deadline_ms = -1};
+    char *p = c->in.p, *end = c->in.p + c->head_len - 2; /* the blank line's CRLF */
+    char *eol = memmem(p, (size_t)(end - p) + 2, "\r\n", 2);
+    char *sp1 = memchr(p, ' ', (size_t)(eol - p));
+    char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+    if (!sp1 || !sp2 || sp1 == p || sp2 == sp1 + 1) {
+        snprintf(msg, size, "malformed request line");
+        return 400;
+    }
+    if (!is_token(p, sp1)) {
+        snprintf(msg, size, "malformed method");
+        return 400;
+    }
+    r->method = p;
+    r->method_len = (size_t)(sp1 - p);
+    r->target = sp1 + 1;
+    r->target_len = (size_t)(sp2 - sp1 - 1);
+    if (eol - sp2 - 1 != 8 || strncmp(sp2 + 1, "HTTP/1.", 7) || (sp2[8] != '0' && sp2[8] != '1')) {
+        snprintf(msg, size, "only HTTP/1.0 and HTTP/1.1 are served");
+        return 505;
+    }
+    r->minor = sp2[8] - '0';
+    if (r->target[0] != '/') {
+        snprintf(msg, size, "the target must be a path (/v1/...): this is not a forward proxy");
+        return 400;
+    }
+    for (size_t i = 0; i < r->target_len; i++)
+        if ((unsigned char)r->target[i] <= ' ' || r->target[i] == 0x7f) {
+            snprintf(msg, size, "malformed target");
+            return 400;
+        }
+    bool has_length = false, close = r->minor == 0, keep = false;
+    for (p = eol + 2; p < end; p = eol + 2) {
+        eol = memmem(p, (size_t)(end - p) + 2, "\r\n", 2);
+        char *colon = memchr(p, ':', (size_t)(eol - p));
+        if (!colon || colon == p) {
+            snprintf(msg, size, "malformed header line");
+            return 400;
+        }
+        if (!is_token(p, colon)) {
+            snprintf(msg, size, "malformed header name");
+            return 400;
+        }
+        if (r->n_h == HDR_MAX) {
+            snprintf(msg, size, "more than %d headers", HDR_MAX);
+            return 431;
+        }
+        char *v = colon + 1, *ve = eol;
+        while (v < ve && (*v == ' ' || *v == '\t'))
+            v++;
+        while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+            ve--;
+        for (char *q = v; q < ve; q++)
+            if ((*q < ' ' && *q != '\t') || *q == 0x7f) {
+                snprintf(msg, size, "control character in a header value");
+                return 400;
+            }
+        size_t nl = (size_t)(colon - p), vl = (size_t)(ve - v);
+        r->h[r->n_h++] = (struct header){p, v, nl, vl};
+        if (http_header_is(p, nl, "content-length")) {
+            char tmp[24];
+            uint64_t n;
+            if (vl == 0 || vl >= sizeof tmp) {
+                snprintf(msg, size, "malformed Content-Length");
+                return 400;
+            }
+            memcpy(tmp, v, vl);
+            tmp[vl] = '\0';
+            if (!tool_parse_u64(tmp, UINT64_MAX, &n) || (has_length && n != r->content_length)) {
+                snprintf(msg, size, "malformed or conflicting Content-Length");
+                return 400;
+            }
+            r->content_length = n;
+            has_length = true;
+        } else if (http_header_is(p, nl, "transfer-encoding")) {
+            snprintf(msg, size, "chunked request bodies are not accepted: send Content-Length");
+            return 411;
+        } else if (http_header_is(p, nl, "connection")) {
+            close = close || has_token(v, vl, "close");
+            keep = keep || has_token(v, vl, "keep-alive");
+        } else if (http_header_is(p, nl, "expect")) {
+            r->expect_continue = has_token(v, vl, "100-continue");
+        } else if (http_header_is(p, nl, PROXY_DEADLINE_HEADER)) {
+            if (!header_ms(v, vl, &r->deadline_ms)) {
+                snprintf(msg, size, PROXY_DEADLINE_HEADER " must be whole milliseconds (0..86400000)");
+                return 400;
+            }
+        } else if (http_header_is(p, nl, PROXY_START_DEADLINE_HEADER)) {
+            if (!header_ms(v, vl, &r->start_deadline_ms)) {
+                snprintf(msg, size,
+                         PROXY_START_DEADLINE_HEADER " must be whole milliseconds (0..86400000)");
+                return 400;
+            }
+        }
+    }
+    r->keep_alive = r->minor == 1 ? !close : keep && !close;
+    if (r->minor == 0)
+        r->keep_alive = false; /* HTTP/1.0 keep-alive would need Content-Length on every answer */
+    return 0;
+}
+
+/* ---- the request cycle ------------------------------------------------------------------------ */
+
+static void conn_process(struct conn *c);
+
+/* The answer is written: the next request (pipelined bytes first), or close. */
+static void next_request(struct conn *c)
+{
+    size_t used = c->head_len + c->req.content_length;
+    if (c->closing || c->p->draining) {
+        conn_close(c);
+        return;
+    }
+    memmove(c->in.p, c->in.p + used, c->in.len - used);
+    c->in.len -= used;
+    /* An idle kept-alive connection holds no buffers: 1000 of them cost their records. */
+    if (c->in.len == 0) {
+        free(c->in.p);
+        c->in = (struct buf){0};
+    }
+    free(c->out.p);
+    c->out = (struct buf){0};
+    free(c->up_head.p);
+    c->up_head = (struct buf){0};
+    c->head_len = c->scanned = 0;
+    c->out.len = c->out_off = 0;
+    c->state = C_HEAD;
+    c->pipelined = false;
+    c->backend = NULL;
+    c->outcome = NULL;
+    c->status_out = 0;
+    c->queued_ns = 0;
+    c->t_first_ns = 0;
+    c->bytes_out = 0;
+    c->deadline_ns = now_ns() + (int64_t)c->p->o->idle_timeout_ms * 1000000;
+    conn_process(c);
+    if (!c->gone)
+        conn_update(c);
+}
+
+/* Write what is pending; false when the connection was closed. */
+static bool conn_write(struct conn *c)
+{
+    while (c->out_off < c->out.len) {
+        ssize_t n = send(c->w.fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                break;
+            conn_close(c);
+            return false;
+        }
+        c->out_off += (size_t)n;
+    }
+    if (c->out_off == c->out.len) {
+        c->out.len = c->out_off = 0;
+        if (c->paused)
+            upstream_resume(c);
+        if (c->state == C_FLUSH) {
+            next_request(c);
+            return !c->gone;
+        }
+    }
+    conn_update(c);
+    return true;
+}
+
+void http_flush_dirty(struct proxy *p)
+{
+    while (p->dirty) {
+        struct conn *c = p->dirty;
+        p->dirty = c->next_dirty;
+        c->dirty = false;
+        if (c->gone)
+            conn_release(c);
+        else
+            conn_write(c);
+    }
+}
+
+/* A whole request is in: route it and send it upstream (or answer it here). */
+static void dispatch(struct conn *c)
+{
+    struct proxy *p = c->p;
+    const char *body = c->in.p + c->head_len;
+    size_t body_len = (size_t)c->req.content_length;
+    if (p->draining) {
+        c->closing = true;
+        http_error(c, 503, "server_error", "shutting_down", "X-Sluice-Refused: shutting_down\r\n",
+                   PROG " is shutting down; retry on another instance");
+        return;
+    }
+    char path[2048];
+    size_t n = c->req.target_len < sizeof path ? c->req.target_len : sizeof path - 1;
+    memcpy(path, c->req.target, n);
+    path[n] = '\0';
+    struct backend *b = route_pick(p->o, path, &c->req, body, body_len);
+    if (!b) {
+        char routes[1024];
+        routes_list(p->o, routes, sizeof routes);
+        http_error(c, 404, "invalid_request_error", "no_route", NULL,
+                   "no backend serves %s; routes: %s", path, routes);
+        return;
+    }
+    c->backend = b;
+    upstream_start(c, b, path, body, body_len);
+}
+
+static void conn_process(struct conn *c)
+{
+    const struct options *o = c->p->o;
+    char msg[256];
+    if (c->state == C_HEAD) {
+        if (c->in.len == 0)
+            return;
+        if (c->scanned == 0) { /* a request's first byte: its clocks start */
+            c->t_start_ns = now_ns();
+            c->deadline_ns = c->t_start_ns + (int64_t)o->client_timeout_ms * 1000000;
+        }
+        size_t from = c->scanned > 3 ? c->scanned - 3 : 0;
+        char *e = memmem(c->in.p + from, c->in.len - from, "\r\n\r\n", 4);
+        if (!e) {
+            c->scanned = c->in.len;
+            if (c->in.len > o->max_header_bytes) {
+                c->req = (struct request){0};
+                http_error(c, 431, "invalid_request_error", "header_too_large", NULL,
+                           "request line and headers exceed %u bytes (sluice-proxy "
+                           "--max-header-bytes)",
+                           o->max_header_bytes);
+            }
+            return;
+        }
+        c->head_len = (size_t)(e - c->in.p) + 4;
+        int status = c->head_len > o->max_header_bytes ? 431 : parse_head(c, msg, sizeof msg);
+        if (status == 431 && c->head_len > o->max_header_bytes)
+            snprintf(msg, sizeof msg,
+                     "request line and headers exceed %u bytes (sluice-proxy --max-header-bytes)",
+                     o->max_header_bytes);
+        if (status == 0 && c->req.content_length > o->max_body_bytes) {
+            status = 413;
+            snprintf(msg, sizeof msg,
+                     "request body of %llu bytes exceeds %u (sluice-proxy --max-body-bytes)",
+                     (unsigned long long)c->req.content_length, o->max_body_bytes);
+        }
+        if (status) {
+            c->req.content_length = 0;
+            http_error(c, status, "invalid_request_error",
+                       status == 413   ? "body_too_large"
+                       : status == 431 ? "header_too_large"
+                                       : "bad_request",
+                       NULL, "%s", msg);
+            return;
+        }
+        /* The body goes where the head is: reserve it now, so that the head's pointers stay. */
+        char *before = c->in.p;
+        if (!buf_reserve(&c->in, c->head_len + c->req.content_length + 1)) {
+            conn_close(c);
+            return;
+        }
+        if (c->in.p != before)
+            parse_head(c, msg, sizeof msg);
+        c->state = C_BODY;
+        if (c->req.expect_continue && c->in.len < c->head_len + c->req.content_length) {
+            buf_printf(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
+            http_mark_dirty(c);
+        }
+    }
+    if (c->state == C_BODY && c->in.len >= c->head_len + c->req.content_length)
+        dispatch(c);
+}
+
+/* Read what the client sent; false when the connection was closed. */
+static bool conn_read(struct conn *c)
+{
+    size_t want = READ_CHUNK;
+    if (c->state == C_BODY) /* never past the body: the buffer was reserved for it */
+        want = c->head_len + c->req.content_length - c->in.len;
+    else if (!buf_reserve(&c->in, c->in.len + want)) {
+        conn_close(c);
+        return false;
+    }
+    ssize_t n = recv(c->w.fd, c->in.p + c->in.len, want, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+        conn_close(c);
+        return false;
+    }
+    if (n > 0)
+        c->in.len += (size_t)n;
+    return true;
+}
+
+void http_on_event(struct conn *c, uint32_t events)
+{
+    if (c->gone)
+        return;
+    if (events & (EPOLLERR | EPOLLHUP)) {
+        conn_close(c);
+        return;
+    }
+    if ((events & EPOLLOUT) && !conn_write(c))
+        return;
+    if (c->state == C_CALL || c->state == C_FLUSH) {
+        char byte;
+        ssize_t n = (events & (EPOLLIN | EPOLLRDHUP))
+                        ? recv(c->w.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT)
+                        : -1;
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR && (events & EPOLLRDHUP)))
+            conn_close(c); /* the client hung up: its call is cancelled */
+        else if (n > 0) {
+            c->pipelined = true; /* the next request waits in the kernel until this answer */
+            conn_update(c);
+        }
+        return;
+    }
+    if ((events & EPOLLIN) && conn_read(c)) {
+        conn_process(c);
+        if (!c->gone)
+            conn_update(c);
+    } else if (!c->gone && (events & EPOLLRDHUP)) {
+        conn_close(c);
+    }
+}
+
+/* Once a second: slow clients and idle connections. */
+void http_sweep(struct proxy *p, int64_t now)
+{
+    for (struct conn *c = p->conns, *next; c; c = next) {
+        next = c->next;
+        if ((c->state == C_CALL && !c->paused) || now < c->deadline_ns)
+            continue;
+        if (c->state == C_CALL) {
+            conn_close(c); /* paused for a client that does not read: the call is cancelled */
+        } else if (c->state == C_HEAD && c->in.len == 0) {
+            conn_close(c); /* idle keep-alive */
+        } else if (c->state == C_FLUSH) {
+            conn_close(c); /* the client does not read its answer */
+        } else {
+            c->req.content_length = 0;
+            if (c->state == C_HEAD)
+                c->req = (struct request){0};
+            http_error(c, 408, "invalid_request_error", "request_timeout", NULL,
+                       "the request did not arrive in full within %u ms (sluice-proxy "
+                       "--client-timeout-ms)",
+                       p->o->client_timeout_ms);
+        }
+    }
+}
+
+/* SIGTERM: no new connections, idle ones closed now, busy ones after their answer. */
+void http_drain(struct proxy *p)
+{
+    p->draining = true;
+    if (p->listener.fd >= 0) {
+        epoll_ctl(p->ep, EPOLL_CTL_DEL, p->listener.fd, NULL);
+        close(p->listener.fd);
+        p->listener.fd = -1;
+    }
+    for (struct conn *c = p->conns, *next; c; c = next) {
+        next = c->next;
+        c->closing = true;
+        if (c->state == C_HEAD && c->in.len == 0 && c->out.len == c->out_off)
+            conn_close(c);
+    }
+}
+
+/* The end: every connection still open is closed (their calls were ended first). */
+void http_close_all(struct proxy *p)
+{
+    while (p->conns)
+        conn_close(p->conns);
+}

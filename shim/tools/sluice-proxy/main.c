@@ -1,0 +1,441 @@
+/*
+ * sluice-proxy — the library as a loopback HTTP/1.1 proxy that any program,
+ * in any language, puts in front of its model provider.
+ *
+ *   sluice-proxy --upstream https://api.openai.com --node cloud:openai
+ *   sluice-proxy --config /etc/sluice/proxy.conf
+ *
+ * Every request goes through its backend's sluice pool: admitted or refused
+ * at once (503), queued FIFO for a permit under the limit that ceiling
+ * discovery learns from the provider's answers, then sent upstream with
+ * its body unchanged and its answer streamed back as it arrives. The lock
+ * persists in the state file (--state), is shared by every proxy naming the
+ * same Redis (--redis / `redis` in the config), and is shown and cleared on
+ * the admin endpoint (127.0.0.1:8400 by default) and with sluicectl.
+ *
+ * What a client sees is in upstream.c (the status mapping) and http.c (the
+ * front end's bounds); routing in route.c; the access log in log.c; the
+ * command line in options.c; the configuration file in config.c.
+ *
+ * Start-up contract (tests and scripts rely on it): the first line on
+ * stdout is the URL served ("http://127.0.0.1:PORT"), the second the admin
+ * endpoint's URL when there is one; nothing else goes to stdout.
+ *
+ * Shutdown: SIGTERM or SIGINT stops accepting, closes idle connections,
+ * lets calls in progress finish for up to --drain-ms, then aborts what is
+ * left (a cut answer, or 503) and exits 0.
+ *
+ * Threads: see proxy.h. Signals are blocked in every thread and read from a
+ * signalfd on the loop.
+ *
+ * Files: see proxy.h.
+ */
+#define _GNU_SOURCE
+#include "proxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#ifdef SLUICE_HAVE_FLEET
+#include <sluice/fleet.h>
+#endif
+
+#define EVENTS_MAX 256
+#define SWEEP_MS 1000
+#define LOG_FLUSH_MS 200
+
+int64_t now_ns(void)
+{
+    return sluice_monotonic_ns();
+}
+
+/* ---- the curl loop in this thread's epoll ----------------------------------------------------- */
+
+static void on_watch(void *ctx, curl_socket_t fd, int what, void **socketp)
+{
+    struct proxy *p = ctx;
+    struct watch *w = *socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (w) {
+            epoll_ctl(p->ep, EPOLL_CTL_DEL, fd, NULL);
+            w->fd = -1; /* an event fetched in this iteration skips it */
+            w->next_dead = p->dead_watches;
+            p->dead_watches = w;
+        }
+        return;
+    }
+    struct epoll_event ev = {.events = (what & CURL_POLL_IN ? EPOLLIN : 0u) |
+                                       (what & CURL_POLL_OUT ? EPOLLOUT : 0u)};
+    if (!w) {
+        if (!(w = calloc(1, sizeof *w)))
+            return;
+        *w = (struct watch){.kind = W_CURL, .fd = fd};
+        *socketp = w;
+        ev.data.ptr = w;
+        if (epoll_ctl(p->ep, EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST)
+            epoll_ctl(p->ep, EPOLL_CTL_MOD, fd, &ev);
+        return;
+    }
+    ev.data.ptr = w;
+    epoll_ctl(p->ep, EPOLL_CTL_MOD, fd, &ev);
+}
+
+static void on_timer(void *ctx, long timeout_ms)
+{
+    struct proxy *p = ctx;
+    p->curl_timer_ns = timeout_ms < 0 ? -1 : now_ns() + (int64_t)timeout_ms * 1000000;
+}
+
+/* ---- setting up ------------------------------------------------------------------------------ */
+
+static int listen_on(struct proxy *p)
+{
+    const struct options *o = p->o;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_PASSIVE},
+                    *ai;
+    char port[8];
+    snprintf(port, sizeof port, "%u", o->listen_port);
+    if (getaddrinfo(o->listen_host, port, &hints, &ai) != 0)
+        return usage_error("--listen: '%s' is not a numeric IPv4 or IPv6 address",
+                           o->listen_host);
+    bool loopback = (ai->ai_family == AF_INET &&
+                     (ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
+                    (ai->ai_family == AF_INET6 &&
+                     IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr));
+    if (!loopback && !o->allow_remote) {
+        freeaddrinfo(ai);
+        return usage_error("--listen %s is not a loopback address: add --allow-remote (the "
+                           "proxy has no authentication; put it behind a firewall)",
+                           o->listen_host);
+    }
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 4096) != 0) {
+        int err = errno;
+        freeaddrinfo(ai);
+        if (fd >= 0)
+            close(fd);
+        return fail("cannot listen on %s:%s: %s (--listen)", o->listen_host, port, strerror(err));
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    p->port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                            : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    p->listener = (struct watch){.kind = W_LISTEN, .fd = fd};
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->listener};
+    epoll_ctl(p->ep, EPOLL_CTL_ADD, fd, &ev);
+    return EXIT_OK;
+}
+
+static int read_keys(struct options *o)
+{
+    for (size_t i = 0; i < o->n_backends; i++) {
+        struct backend *b = &o->backends[i];
+        if (!b->key_env)
+            continue;
+        const char *key = getenv(b->key_env);
+        if (!key || !*key)
+            return fail("backend %s: $%s (its api_key_env) is not set", b->id, b->key_env);
+        b->key = strdup(key);
+    }
+    return EXIT_OK;
+}
+
+static int open_engine(struct proxy *p)
+{
+    struct options *o = p->o;
+    char err[256] = "";
+    if (o->state && !*o->state) {
+        p->state = NULL;
+    } else if (sluice_statefile_open(&(struct sluice_statefile_desc){.path = o->state,
+                                                                     .error = err,
+                                                                     .error_size = sizeof err},
+                                     &p->state) != SLUICE_OK) {
+        return fail("state file %s: %s (--state)", o->state ? o->state : "(default)", err);
+    }
+    struct sluice_store_ops store;
+    if (p->state)
+        store = sluice_statefile_ops(p->state);
+    static struct sluice_backend_desc descs[PROXY_BACKENDS_MAX];
+    static struct sluice_discovery_desc dds[PROXY_BACKENDS_MAX];
+    for (size_t i = 0; i < o->n_backends; i++) {
+        const struct backend *b = &o->backends[i];
+        dds[i] = (struct sluice_discovery_desc){.jumpstart = b->jumpstart,
+                                                .min_limit = b->min_limit,
+                                                .lock_ttl_s = b->lock_ttl_s};
+        if (b->redis_url) {
+#ifdef SLUICE_HAVE_FLEET
+            struct sluice_fleet_desc fd = {.redis_url = b->redis_url, .node_id = b->id,
+                                           .jumpstart = b->jumpstart, .min_limit = b->min_limit,
+                                           .max_limit = b->active, .lock_ttl_s = b->lock_ttl_s,
+                                           .error = err, .error_size = sizeof err};
+            if (sluice_fleet_create(&fd, &p->fleets[i]) != SLUICE_OK)
+                return fail("backend %s: redis: %s", b->id, err);
+            sluice_fleet_discovery(p->fleets[i], &dds[i]);
+            dds[i].node_id = NULL; /* the engine names the node after the backend */
+#else
+            return fail("backend %s: redis needs a build with hiredis", b->id);
+#endif
+        }
+        descs[i] = (struct sluice_backend_desc){.id = b->id, .endpoint = b->upstream,
+                                                .active = b->active, .waiting = b->waiting,
+                                                .discovery = b->discovery || b->redis_url
+                                                                 ? &dds[i]
+                                                                 : NULL,
+                                                .deadlines = b->deadlines};
+    }
+    if (sluice_engine_create(&(struct sluice_engine_desc){.backends = descs,
+                                                          .n_backends = o->n_backends,
+                                                          .store = p->state ? &store : NULL,
+                                                          .omit_openrouter = true,
+                                                          .error = err, .error_size = sizeof err},
+                             &p->engine) != SLUICE_OK)
+        return fail("%s", err);
+#ifdef SLUICE_HAVE_FLEET
+    for (size_t i = 0; i < o->n_backends; i++)
+        if (p->fleets[i] &&
+            sluice_fleet_attach(p->fleets[i], sluice_engine_pool(p->engine, o->backends[i].id)) !=
+                SLUICE_OK)
+            return fail("backend %s: the fleet agent did not start", o->backends[i].id);
+#endif
+    return EXIT_OK;
+}
+
+static int start_admin(struct proxy *p)
+{
+    const struct options *o = p->o;
+    if (!o->admin_host)
+        return EXIT_OK;
+    char err[256] = "";
+    struct sluice_admin_desc desc = {.engine = p->engine, .address = o->admin_host,
+                                     .port = SLUICE_SOME(o->admin_port),
+                                     .allow_remote = o->allow_remote, .error = err,
+                                     .error_size = sizeof err};
+    if (sluice_admin_start(&desc, &p->admin) == SLUICE_OK)
+        return EXIT_OK;
+    if (o->admin_explicit)
+        return fail("admin endpoint on %s:%u: %s (--admin)", o->admin_host, o->admin_port, err);
+    desc.port = SLUICE_SOME(0); /* the default port is taken: any free one, printed below */
+    if (sluice_admin_start(&desc, &p->admin) != SLUICE_OK)
+        return fail("admin endpoint: %s (--admin off runs without it)", err);
+    return EXIT_OK;
+}
+
+static int start(struct proxy *p)
+{
+    const struct options *o = p->o;
+    int rc;
+    if ((rc = listen_on(p)) != EXIT_OK || (rc = read_keys(p->o)) != EXIT_OK ||
+        (rc = open_engine(p)) != EXIT_OK || (rc = start_admin(p)) != EXIT_OK)
+        return rc;
+    char err[256] = "";
+    p->curl_timer_ns = -1;
+    if (sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = p->engine,
+                                                                .max_requests = o->max_connections,
+                                                                .watch = on_watch,
+                                                                .timer = on_timer, .ctx = p,
+                                                                .error = err,
+                                                                .error_size = sizeof err},
+                                &p->loop) != SLUICE_OK)
+        return fail("curl loop: %s", err);
+    if (!strcmp(o->access_log, "-"))
+        p->log = stderr;
+    else if (strcmp(o->access_log, "off") && !(p->log = fopen(o->access_log, "a")))
+        return fail("--access-log %s: %s", o->access_log, strerror(errno));
+    if (p->log)
+        setvbuf(p->log, NULL, _IOFBF, 1 << 16);
+    bool v6 = strchr(o->listen_host, ':') != NULL;
+    printf("http://%s%s%s:%u\n", v6 ? "[" : "", o->listen_host, v6 ? "]" : "", p->port);
+    if (p->admin)
+        printf("http://%s:%u\n", o->admin_host, (unsigned)sluice_admin_port(p->admin));
+    fflush(stdout);
+    for (size_t i = 0; i < o->n_backends; i++) {
+        const struct backend *b = &o->backends[i];
+        fprintf(stderr, PROG ": backend %s -> %s (%s%s%s)\n", b->id, b->upstream,
+                b->header ? "header " : b->n_models ? "model " : "prefix ",
+                b->header ? b->header : b->n_models ? b->models[0] : b->prefix,
+                b->is_default ? ", default" : "");
+    }
+    return EXIT_OK;
+}
+
+/* ---- the loop -------------------------------------------------------------------------------- */
+
+static int start_signals(struct proxy *p)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    int fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd < 0)
+        return fail("signalfd: %s", strerror(errno));
+    p->signals = (struct watch){.kind = W_SIGNAL, .fd = fd};
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &p->signals};
+    epoll_ctl(p->ep, EPOLL_CTL_ADD, fd, &ev);
+    return EXIT_OK;
+}
+
+static int wait_ms(const struct proxy *p, int64_t now, int64_t next_sweep)
+{
+    int64_t until = next_sweep;
+    if (p->curl_timer_ns >= 0 && p->curl_timer_ns < until)
+        until = p->curl_timer_ns;
+    if (p->draining && p->drain_deadline_ns < until)
+        until = p->drain_deadline_ns;
+    int64_t ms = (until - now + 999999) / 1000000;
+    return ms < 0 ? 0 : (int)ms;
+}
+
+static void free_dead(struct proxy *p)
+{
+    while (p->dead) {
+        struct conn *c = p->dead;
+        p->dead = c->next_dirty;
+        conn_free(c);
+    }
+    while (p->dead_watches) {
+        struct watch *w = p->dead_watches;
+        p->dead_watches = w->next_dead;
+        free(w);
+    }
+}
+
+static void on_event(struct proxy *p, struct watch *w, uint32_t events)
+{
+    switch (w->kind) {
+    case W_LISTEN:
+        http_accept(p);
+        break;
+    case W_CLIENT:
+        http_on_event((struct conn *)w, events);
+        break;
+    case W_CURL:
+        if (w->fd >= 0)
+            sluice_curl_loop_action(p->loop, w->fd,
+                                    (events & EPOLLIN ? CURL_CSELECT_IN : 0) |
+                                        (events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                                        (events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0));
+        break;
+    case W_SIGNAL: {
+        struct signalfd_siginfo si;
+        while (read(w->fd, &si, sizeof si) == sizeof si) {
+        }
+        if (!p->draining) {
+            fprintf(stderr, PROG ": draining (%u connections, up to %u ms)\n", p->n_conns,
+                    p->o->drain_ms);
+            p->drain_deadline_ns = now_ns() + (int64_t)p->o->drain_ms * 1000000;
+            http_drain(p);
+        }
+        break;
+    }
+    }
+}
+
+static void run(struct proxy *p)
+{
+    struct epoll_event evs[EVENTS_MAX];
+    int64_t next_sweep = now_ns() + SWEEP_MS * 1000000LL, next_log = 0;
+    for (;;) {
+        int64_t now = now_ns();
+        if (p->draining && (p->n_conns == 0 || now >= p->drain_deadline_ns))
+            return;
+        int n = epoll_wait(p->ep, evs, EVENTS_MAX, wait_ms(p, now, next_sweep));
+        for (int i = 0; i < n; i++)
+            on_event(p, evs[i].data.ptr, evs[i].events);
+        now = now_ns();
+        if (p->kick || (p->curl_timer_ns >= 0 && now >= p->curl_timer_ns)) {
+            p->kick = false;
+            p->curl_timer_ns = -1;
+            sluice_curl_loop_action(p->loop, CURL_SOCKET_TIMEOUT, 0);
+        }
+        http_flush_dirty(p);
+        if (now >= next_sweep) {
+            http_sweep(p, now);
+            http_flush_dirty(p);
+            next_sweep = now + SWEEP_MS * 1000000LL;
+        }
+        if (p->log && (n == 0 || now >= next_log)) {
+            fflush(p->log);
+            next_log = now + LOG_FLUSH_MS * 1000000LL;
+        }
+        free_dead(p);
+    }
+}
+
+static void stop(struct proxy *p)
+{
+    if (p->loop) {
+        /* What did not finish within the drain: aborted, each completion answers or cuts. */
+        sluice_curl_loop_close(p->loop);
+        http_flush_dirty(p);
+        http_close_all(p);
+        free_dead(p);
+        sluice_curl_loop_destroy(p->loop);
+        free_dead(p);
+        upstream_free_spares(p);
+    }
+    sluice_admin_stop(p->admin);
+#ifdef SLUICE_HAVE_FLEET
+    for (size_t i = 0; i < p->o->n_backends; i++)
+        sluice_fleet_destroy(p->fleets[i]);
+#endif
+    if (p->engine) {
+        sluice_engine_close(p->engine);
+        sluice_engine_destroy(p->engine);
+    }
+    sluice_statefile_close(p->state);
+    if (p->log)
+        fflush(p->log);
+    if (p->log && p->log != stderr)
+        fclose(p->log);
+    if (p->listener.fd >= 0)
+        close(p->listener.fd);
+}
+
+int main(int argc, char **argv)
+{
+    tool_name = PROG;
+    static struct options o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc != EXIT_OK)
+        return rc;
+    char err[256];
+    if (routes_check(&o, err, sizeof err) != 0)
+        return usage_error("%s", err);
+    /* Before any thread starts, so that every thread inherits the mask. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    static struct proxy proxy;
+    struct proxy *p = &proxy;
+    p->o = &o;
+    p->listener.fd = p->signals.fd = -1;
+    if ((p->ep = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        rc = fail("epoll_create1: %s", strerror(errno));
+    if (rc == EXIT_OK)
+        rc = start_signals(p);
+    if (rc == EXIT_OK)
+        rc = start(p);
+    if (rc == EXIT_OK)
+        run(p);
+    stop(p);
+    options_free(&o);
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,230 @@
+/*
+ * options.c — sluice-proxy's command line and its help; the quick-start
+ * backend (--upstream), and the defaults every backend starts from.
+ */
+#define _GNU_SOURCE
+#include "proxy.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_text[] =
+    "usage: " PROG " --upstream URL [--node ID] [--listen HOST:PORT] [--admin HOST:PORT]\n"
+    "                    [--state FILE] [options]\n"
+    "       " PROG " --config FILE [options]\n"
+    "\n"
+    "A loopback HTTP/1.1 proxy that keeps a program's calls to a model provider inside\n"
+    "the provider's concurrency cap, which sluice discovers, locks and persists. Point\n"
+    "any client at it (an OpenAI SDK's baseURL = the printed URL + /v1). The first line\n"
+    "on stdout is the URL it serves, the second the admin endpoint's.\n"
+    "\n"
+    "  --upstream URL        the provider's base URL; a request's path is forwarded under\n"
+    "                        it as it came (http://host:port/v1/chat/completions)\n"
+    "  --node ID             the backend's node ID (default " PROXY_NODE_DEFAULT ")\n"
+    "  --active N            most calls in flight, discovery's upper bound (default 256)\n"
+    "  --waiting N           calls queued beyond active (default 1024; 0 = none)\n"
+    "  --no-discovery        a fixed limit at --active instead of discovering the cap\n"
+    "  --deadline-ms MS      whole-call deadline when the client sends no\n"
+    "                        " PROXY_DEADLINE_HEADER " (default: none)\n"
+    "  --start-deadline-ms MS  start deadline when the client sends no\n"
+    "                        " PROXY_START_DEADLINE_HEADER " (default: none)\n"
+    "  --api-key-env VAR     send $VAR as the provider's key, replacing the client's\n"
+    "  --api-key-header H    bearer (Authorization: Bearer, default) or x-api-key\n"
+    "  --redis URL           share the cap with other proxies through Redis (the fleet)\n"
+    "  --config FILE         many backends and their routes (see the README); exit 2 on an\n"
+    "                        error, naming file, line and field\n"
+    "  --listen HOST:PORT    where to serve (default " PROXY_LISTEN_DEFAULT "; port 0 = any free)\n"
+    "  --allow-remote        needed to listen on a non-loopback address (no authentication!)\n"
+    "  --admin HOST:PORT|off the admin endpoint (default " PROXY_ADMIN_DEFAULT ", a free port\n"
+    "                        if taken; port 0 = any free)\n"
+    "  --state FILE|off      where discovered ceilings persist (default: the XDG state file,\n"
+    "                        ~/.local/state/sluice/ceilings.json)\n"
+    "  --access-log FILE|-|off  one line per request (default - = stderr)\n"
+    "  --log-json            access log as JSON Lines\n"
+    "  --max-header-bytes N  request line and headers (default 32768; 431 past it)\n"
+    "  --max-body-bytes N    request body (default 8388608; 413 past it)\n"
+    "  --max-connections N   client connections at once (default 4096)\n"
+    "  --client-timeout-ms MS  a request must arrive, and an answer be read, within this\n"
+    "                        (default 30000)\n"
+    "  --idle-timeout-ms MS  an idle kept-alive connection is closed after (default 60000)\n"
+    "  --drain-ms MS         SIGTERM: in-flight calls get this long (default 10000)\n"
+    "  --retry-after S       Retry-After on the proxy's own 503s (default 1)\n"
+    "  --help                this text\n"
+    "\n"
+    "Exit status: 0 after SIGTERM/SIGINT and a drain, 1 when it cannot start, 2 on a bad\n"
+    "command line or configuration.\n";
+
+void backend_defaults(struct backend *b)
+{
+    *b = (struct backend){.active = PROXY_ACTIVE_DEFAULT, .discovery = true,
+                          .dialect = SLUICE_CURL_DIALECT_AUTO};
+}
+
+/* "HOST:PORT" (IPv6 as "[::1]:PORT") into host (copied to buf) and port. */
+bool parse_host_port(const char *s, const char **host, unsigned *port, char *buf, size_t size)
+{
+    const char *colon = strrchr(s, ':');
+    uint64_t p;
+    if (!colon || colon == s || !tool_parse_u64(colon + 1, 65535, &p))
+        return false;
+    size_t hl = (size_t)(colon - s);
+    if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']') {
+        s++;
+        hl -= 2;
+    }
+    if (hl >= size)
+        return false;
+    memcpy(buf, s, hl);
+    buf[hl] = '\0';
+    *host = buf;
+    *port = (unsigned)p;
+    return true;
+}
+
+/* A function, so that a bound of 0 draws no "always false" warning. */
+static bool below(uint64_t v, uint64_t lo)
+{
+    return v < lo;
+}
+
+static char listen_buf[256], admin_buf[256];
+
+int parse_options(int argc, char **argv, struct options *o)
+{
+    *o = (struct options){.access_log = "-", .max_header_bytes = 32768,
+                          .max_body_bytes = 8u << 20, .max_connections = 4096,
+                          .client_timeout_ms = 30000, .idle_timeout_ms = 60000,
+                          .drain_ms = 10000, .retry_after_s = 1};
+    parse_host_port(PROXY_LISTEN_DEFAULT, &o->listen_host, &o->listen_port, listen_buf,
+                    sizeof listen_buf);
+    parse_host_port(PROXY_ADMIN_DEFAULT, &o->admin_host, &o->admin_port, admin_buf,
+                    sizeof admin_buf);
+    struct backend quick;
+    backend_defaults(&quick);
+    const char *upstream = NULL, *node = PROXY_NODE_DEFAULT, *key_env = NULL, *key_header = NULL,
+               *redis = NULL;
+    uint64_t v;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+#define U64_FLAG(flag, lo, hi, dst)                                                                \
+    if ((val = tool_flag_value(argc, argv, &i, flag))) {                                                \
+        if (!tool_parse_u64(val, hi, &v) || below(v, lo))                                          \
+            return usage_error(flag " needs a whole number from %llu to %llu, got '%s'",           \
+                               (unsigned long long)(lo), (unsigned long long)(hi), val);           \
+        dst = v;                                                                                   \
+        continue;                                                                                  \
+    }
+#define STR_FLAG(flag, dst)                                                                        \
+    if ((val = tool_flag_value(argc, argv, &i, flag))) {                                                \
+        dst = val;                                                                                 \
+        continue;                                                                                  \
+    }
+#define BOOL_FLAG(flag, dst, value)                                                                \
+    if (!strcmp(a, flag)) {                                                                        \
+        dst = value;                                                                               \
+        continue;                                                                                  \
+    }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, stdout);
+            exit(EXIT_OK);
+        }
+        BOOL_FLAG("--no-discovery", quick.discovery, false)
+        BOOL_FLAG("--allow-remote", o->allow_remote, true)
+        BOOL_FLAG("--log-json", o->log_json, true)
+        STR_FLAG("--upstream", upstream)
+        STR_FLAG("--node", node)
+        STR_FLAG("--api-key-env", key_env)
+        STR_FLAG("--api-key-header", key_header)
+        STR_FLAG("--redis", redis)
+        STR_FLAG("--config", o->config)
+        if ((val = tool_flag_value(argc, argv, &i, "--state"))) {
+            o->state = val;
+            o->state_given = true;
+            continue;
+        }
+        if ((val = tool_flag_value(argc, argv, &i, "--access-log"))) {
+            o->access_log = val;
+            o->access_log_given = true;
+            continue;
+        }
+        U64_FLAG("--active", 1, SLUICE_POOL_ACTIVE_MAX, quick.active)
+        U64_FLAG("--deadline-ms", 1, 86400000, quick.deadline_ms)
+        U64_FLAG("--start-deadline-ms", 1, 86400000, quick.start_deadline_ms)
+        U64_FLAG("--max-header-bytes", 1024, 1u << 20, o->max_header_bytes)
+        U64_FLAG("--max-body-bytes", 0, 1u << 30, o->max_body_bytes)
+        U64_FLAG("--max-connections", 1, 1u << 20, o->max_connections)
+        U64_FLAG("--client-timeout-ms", 100, 3600000, o->client_timeout_ms)
+        U64_FLAG("--idle-timeout-ms", 100, 3600000, o->idle_timeout_ms)
+        U64_FLAG("--drain-ms", 0, 3600000, o->drain_ms)
+        U64_FLAG("--retry-after", 0, 3600, o->retry_after_s)
+        if ((val = tool_flag_value(argc, argv, &i, "--waiting"))) {
+            if (!tool_parse_u64(val, SLUICE_POOL_WAITING_MAX, &v))
+                return usage_error("--waiting needs a whole number from 0 to %u, got '%s'",
+                                   (unsigned)SLUICE_POOL_WAITING_MAX, val);
+            quick.waiting = SLUICE_SOME((uint32_t)v);
+            continue;
+        }
+        if ((val = tool_flag_value(argc, argv, &i, "--listen"))) {
+            if (!parse_host_port(val, &o->listen_host, &o->listen_port, listen_buf,
+                                 sizeof listen_buf))
+                return usage_error("--listen needs HOST:PORT (127.0.0.1:0 = any free port), "
+                                   "got '%s'",
+                                   val);
+            o->listen_given = true;
+            continue;
+        }
+        if ((val = tool_flag_value(argc, argv, &i, "--admin"))) {
+            o->admin_explicit = true;
+            if (!strcmp(val, "off"))
+                o->admin_host = NULL;
+            else if (!parse_host_port(val, &o->admin_host, &o->admin_port, admin_buf,
+                                      sizeof admin_buf))
+                return usage_error("--admin needs HOST:PORT or off, got '%s'", val);
+            continue;
+        }
+#undef U64_FLAG
+#undef STR_FLAG
+#undef BOOL_FLAG
+        return usage_error("unknown flag or missing value: '%s'", a);
+    }
+    if (!!upstream == !!o->config)
+        return usage_error("give either --upstream URL (one backend) or --config FILE");
+    if (o->config) {
+        int rc = config_load(o->config, o);
+        if (o->state && !strcmp(o->state, "off"))
+            o->state = "";
+        return rc;
+    }
+    if (o->state && !strcmp(o->state, "off"))
+        o->state = "";
+    quick.id = strdup(node);
+    quick.upstream = strdup(upstream);
+    quick.prefix = strdup("/");
+    quick.is_default = true;
+    quick.key_env = key_env ? strdup(key_env) : NULL;
+    quick.redis_url = redis ? strdup(redis) : NULL;
+    if (key_header && !strcmp(key_header, "x-api-key"))
+        quick.key_header = KEY_X_API_KEY;
+    else if (key_header && strcmp(key_header, "bearer"))
+        return usage_error("--api-key-header needs bearer or x-api-key, got '%s'", key_header);
+    o->backends[0] = quick;
+    o->n_backends = 1;
+    return EXIT_OK;
+}
+
+void options_free(struct options *o)
+{
+    for (size_t i = 0; i < o->n_backends; i++) {
+        struct backend *b = &o->backends[i];
+        free(b->id);
+        free(b->upstream);
+        free(b->prefix);
+        free(b->header);
+        free(b->header_value);
+        for (size_t m = 0; m < b->n_models; m++)
+            free(b->models[m]);
+        free(b->key_env);
+        free(b->key);
+        free(b->redis_url);
+    }
+}

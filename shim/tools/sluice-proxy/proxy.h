@@ -1,0 +1,284 @@
+/*
+ * proxy.h — what the files of sluice-proxy share (main.c opens with the
+ * program's manual): its options and backends, the connection record, and
+ * the functions one file calls in another, each documented where it is
+ * defined.
+ *
+ *   options.c   the command line, its help, and the quick-start backend
+ *   config.c    --config FILE: many backends, with comments; errors name file, line, field
+ *   route.c     which backend serves a request, and the URL it goes to
+ *   http.c      the front end: accept, parse, bounds, answers, keep-alive, writes
+ *   upstream.c  one request on the curl loop: headers out, answer streamed back, status mapping
+ *   log.c       the access log, one line per request
+ *   main.c      engine, state file, fleet, admin, the event loop, signals, drain
+ *
+ * Threads: one. The event loop (epoll) runs the listener, every client
+ * connection and the curl loop in embedder's-loop mode (sluice/curl.h), so
+ * a completion, a write callback and a client's bytes never race: nothing
+ * here takes a lock. The library's own threads (state file writer, admin
+ * endpoint, fleet agent) only touch the engine through its public calls.
+ */
+#ifndef SLUICE_PROXY_H
+#define SLUICE_PROXY_H
+
+#include <curl/curl.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <sluice/admin.h>
+#include <sluice/curl.h>
+#include <sluice/sluice.h>
+#include <sluice/statefile.h>
+
+#include "tool.h"
+
+#define PROG "sluice-proxy"
+
+/* ---- configuration ----------------------------------------------------------------- */
+
+#define PROXY_NODE_DEFAULT "cloud:default"
+#define PROXY_LISTEN_DEFAULT "127.0.0.1:8080"
+#define PROXY_ADMIN_DEFAULT "127.0.0.1:8400"
+#define PROXY_ACTIVE_DEFAULT 256 /* the most discovery may allow: far above most caps */
+#define PROXY_BACKENDS_MAX 64
+#define PROXY_MODELS_MAX 64
+#define PROXY_SPARE_EASY 1024 /* finished calls' easy handles kept for reuse */
+#define PROXY_MODEL_READ_MAX 65536 /* bytes of a body read to find "model" */
+/* The client's deadlines, relative milliseconds: the whole call, and its start (a stream's
+ * first byte). */
+#define PROXY_DEADLINE_HEADER "X-Sluice-Deadline-Ms"
+#define PROXY_START_DEADLINE_HEADER "X-Sluice-Start-Deadline-Ms"
+
+enum proxy_route_kind {
+    ROUTE_PREFIX, /* the path starts with `prefix` (default: "/") */
+    ROUTE_HEADER, /* header `header` has value `header_value` */
+    ROUTE_MODEL,  /* the JSON body's "model" is one of `models` */
+};
+
+enum proxy_key_header { KEY_BEARER, KEY_X_API_KEY };
+
+/* One backend: a sluice pool in front of one upstream. Strings are owned (malloc). */
+struct backend {
+    char *id;                 /* node ID, e.g. cloud:default_ollama */
+    char *upstream;           /* base URL, no trailing slash */
+    char *prefix;             /* path prefix removed before forwarding (default: "/") */
+    char *header, *header_value; /* ROUTE_HEADER's match */
+    char *models[PROXY_MODELS_MAX];
+    size_t n_models;
+    bool is_default;          /* serves what no other route matches */
+    char *key_env;            /* environment variable holding the API key (default: none) */
+    char *key;                /* its value, read at start; never logged */
+    enum proxy_key_header key_header;
+    bool pass_client_key;     /* keep the client's Authorization / x-api-key (default: false,
+                                 when key_env is set) */
+    enum sluice_curl_dialect dialect;
+    uint32_t active;          /* (default: PROXY_ACTIVE_DEFAULT) */
+    struct sluice_opt_u32 waiting;
+    bool discovery;           /* (default: true) */
+    uint32_t jumpstart, min_limit; /* discovery's, 0 = its default */
+    int64_t lock_ttl_s;       /* discovery's (default: 0 = 24 h) */
+    uint32_t deadline_ms;     /* whole call when the client names none (default: 0 = none) */
+    uint32_t start_deadline_ms; /* start (first byte) when the client names none (0 = none) */
+    struct sluice_deadline_desc deadlines; /* start_quantile, queue_late, linger, linger_max_ms */
+    char *redis_url;          /* the Redis fleet (default: none) */
+    int line;                 /* where the config file defined it (0 = command line) */
+    size_t prefix_len, upstream_len;
+};
+
+struct options {
+    const char *listen_host;
+    unsigned listen_port;
+    bool allow_remote;        /* needed to listen on a non-loopback address */
+    const char *admin_host;   /* NULL = no admin endpoint */
+    unsigned admin_port;
+    bool admin_explicit;      /* named on the command line: no fallback to a free port */
+    bool listen_given, state_given, access_log_given; /* on the command line: the file's loses */
+    const char *state;        /* state file; NULL = the XDG default; "" = none */
+    const char *config;       /* --config FILE */
+    const char *access_log;   /* file, "-" = stderr (default), "off" = none */
+    bool log_json;
+    uint32_t max_header_bytes;
+    uint32_t max_body_bytes;
+    uint32_t max_connections;
+    uint32_t client_timeout_ms; /* a request must arrive in full this long after its first byte */
+    uint32_t idle_timeout_ms;   /* a kept-alive connection with nothing to do is closed after */
+    uint32_t drain_ms;          /* SIGTERM: in-flight calls get this long to finish */
+    uint32_t retry_after_s;     /* on the proxy's own 503s */
+    struct backend backends[PROXY_BACKENDS_MAX];
+    size_t n_backends;
+};
+
+/* options.c */
+int parse_options(int argc, char **argv, struct options *o);
+void backend_defaults(struct backend *b);
+bool parse_host_port(const char *s, const char **host, unsigned *port, char *buf, size_t size);
+void options_free(struct options *o);
+
+/* config.c */
+int config_load(const char *path, struct options *o);
+
+
+/* ---- the front end ------------------------------------------------------------------- */
+
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+bool buf_put(struct buf *b, const void *data, size_t n);
+bool buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* What epoll's data.ptr points at: the first member of each watched thing. */
+enum watch_kind { W_LISTEN, W_CLIENT, W_CURL, W_SIGNAL };
+struct watch {
+    enum watch_kind kind;
+    int fd;                    /* -1 once forgotten (a curl socket removed mid-iteration) */
+    struct watch *next_dead;
+};
+
+enum conn_state {
+    C_HEAD,     /* reading a request's head */
+    C_BODY,     /* reading its body */
+    C_CALL,     /* the request is upstream; the answer streams back */
+    C_FLUSH,    /* answered in full; writing what is left, then the next request or close */
+};
+
+#define HDR_MAX 100
+
+/* One request header, pointing into the connection's input buffer. */
+struct header {
+    const char *name, *value;
+    size_t name_len, value_len;
+};
+
+/* A parsed request, pointing into the connection's input buffer. */
+struct request {
+    const char *method, *target;
+    size_t method_len, target_len;
+    int minor;                 /* HTTP/1.minor */
+    struct header h[HDR_MAX];
+    size_t n_h;
+    uint64_t content_length;
+    bool keep_alive;
+    bool expect_continue;
+    int64_t deadline_ms, start_deadline_ms; /* from the client's headers, -1 = none */
+};
+
+struct proxy;
+
+struct conn {
+    struct watch w;            /* first: epoll's pointer */
+    struct proxy *p;
+    enum conn_state state;
+    struct buf in;             /* bytes read, the current request at its start */
+    size_t head_len;           /* bytes of the current request's head (0 = incomplete) */
+    size_t scanned;            /* where the search for its end resumes */
+    struct request req;
+    struct buf out;
+    size_t out_off;            /* bytes of `out` already written */
+    uint32_t events;           /* what epoll watches now */
+    int64_t deadline_ns;       /* slow-client / idle cut-off (monotonic) */
+    bool closing;              /* close once `out` is written */
+    bool gone;                 /* the socket is closed; freed when its call completes */
+    bool dirty;                /* on the flush list */
+    bool pipelined;            /* bytes of a next request wait behind the current call */
+    struct conn *next_dirty, *prev, *next;
+    /* The call in progress (C_CALL). */
+    struct backend *backend;
+    CURL *easy;
+    struct curl_slist *up_headers;
+    uint64_t call_id;
+    bool in_call;
+    bool head_ready;           /* the upstream's head is complete (in up_head until sent) */
+    bool head_sent;            /* the answer's status line is out: a failure now cuts it */
+    bool chunked;              /* the answer is re-chunked to the client */
+    bool no_body;              /* HEAD, 204, 304 */
+    bool paused;               /* the upstream transfer waits for the client to read */
+    long up_status;            /* the upstream answer's status (0 = not yet) */
+    bool up_has_length;        /* ... came with a Content-Length */
+    bool up_sse;               /* ... is text/event-stream */
+    bool hold_head;            /* a start deadline: the head waits until the answer has begun */
+    bool begun;                /* the answer has begun: a body byte (an SSE `data:` line) */
+    struct buf up_head;        /* the upstream answer's head as it will go to the client */
+    int64_t t_start_ns, t_first_ns;
+    uint64_t bytes_out;
+    /* What the access log says of the request. */
+    int status_out;
+    const char *outcome;
+    int64_t queued_ns;
+};
+
+struct proxy {
+    struct options *o;
+    struct sluice_engine *engine;
+    struct sluice_curl_loop *loop;
+    struct sluice_statefile *state;
+    struct sluice_admin *admin;
+    struct sluice_fleet *fleets[PROXY_BACKENDS_MAX];
+    int ep;                    /* epoll */
+    struct watch listener, signals;
+    unsigned port;
+    int64_t curl_timer_ns;     /* when the curl loop wants its timeout action (-1 = none) */
+    bool kick;                 /* requests were submitted in this iteration: run the loop now,
+                                  not one epoll round trip later when its wake-up fd says so */
+    struct conn *dirty;        /* connections with bytes to write */
+    struct conn *conns;        /* every open connection, for the sweep and the drain */
+    struct conn *dead;         /* released records, freed at the end of the loop iteration */
+    struct watch *dead_watches; /* curl sockets forgotten in this iteration (as above) */
+    uint32_t n_conns;
+    bool draining;
+    int64_t drain_deadline_ns;
+    FILE *log;
+    CURL *spare_easy[PROXY_SPARE_EASY]; /* handles of finished calls, for the next ones */
+    size_t n_spare;
+};
+
+/* route.c */
+int routes_check(struct options *o, char *err, size_t size);
+struct backend *route_pick(struct options *o, const char *path, const struct request *r,
+                           const char *body, size_t body_len);
+int route_url(const struct backend *b, const char *path, char *out, size_t size);
+void routes_list(const struct options *o, char *out, size_t size);
+
+/* http.c */
+void http_accept(struct proxy *p);
+void http_on_event(struct conn *c, uint32_t events);
+void http_sweep(struct proxy *p, int64_t now);
+void http_flush_dirty(struct proxy *p);
+void http_drain(struct proxy *p);
+void http_mark_dirty(struct conn *c);
+void http_watch(struct conn *c, uint32_t events);
+void http_error(struct conn *c, int status, const char *type, const char *code,
+                const char *extra_headers, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+void http_request_done(struct conn *c);
+void http_close_all(struct proxy *p);
+void conn_free(struct conn *c);
+bool http_header(const struct request *r, const char *name, const char **value, size_t *len);
+bool http_header_is(const char *name, size_t len, const char *want);
+const char *http_reason(int status);
+
+/* upstream.c */
+void upstream_start(struct conn *c, struct backend *b, const char *path, const char *body,
+                    size_t body_len);
+void upstream_client_gone(struct conn *c);
+void upstream_resume(struct conn *c);
+void upstream_free(struct conn *c);
+void upstream_free_spares(struct proxy *p);
+
+/* log.c */
+struct access {
+    const struct backend *backend;
+    const char *method, *path;
+    size_t method_len, path_len;
+    int status;
+    const char *outcome;
+    int64_t queued_ns, ttfb_ns, duration_ns;
+    uint64_t bytes;
+};
+void access_log(struct proxy *p, const struct access *a);
+
+int64_t now_ns(void);
+
+#endif /* SLUICE_PROXY_H */

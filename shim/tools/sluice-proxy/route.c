@@ -1,0 +1,170 @@
+/*
+ * route.c — which backend serves a request, and the URL it goes to.
+ *
+ * Rules, first match wins:
+ *   1. a backend whose `header` the request carries with `header_value`;
+ *   2. a backend listing the JSON body's "model" in `models` (only the
+ *      first PROXY_MODEL_READ_MAX bytes of the body are read, and only a
+ *      plain string value: routing never parses a whole prompt);
+ *   3. the backend with the longest `prefix` the path starts with, among
+ *      those that route by prefix (no header, no models);
+ *   4. the default backend (`default = true`), else 404 listing the routes.
+ * Only configured upstreams are reachable: the URL is always the chosen
+ * backend's base plus the path with its prefix removed.
+ */
+#define _GNU_SOURCE
+#include "proxy.h"
+
+#include <string.h>
+
+static bool prefix_matches(const struct backend *b, const char *path)
+{
+    if (strncmp(path, b->prefix, b->prefix_len))
+        return false;
+    char next = path[b->prefix_len];
+    return b->prefix[b->prefix_len - 1] == '/' || next == '\0' || next == '/' || next == '?';
+}
+
+static bool routes_by_prefix(const struct backend *b)
+{
+    return !b->header && !b->n_models;
+}
+
+/* The body's top-level-looking "model": "NAME" (no escapes), or false. */
+static bool find_model(const char *body, size_t len, char *out, size_t size)
+{
+    if (len > PROXY_MODEL_READ_MAX)
+        len = PROXY_MODEL_READ_MAX;
+    const char *end = body + len, *p = body;
+    while ((p = memmem(p, (size_t)(end - p), "\"model\"", 7))) {
+        const char *q = p + 7;
+        bool quoted_key = p == body || p[-1] != '\\';
+        p = q;
+        while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'))
+            q++;
+        if (!quoted_key || q == end || *q != ':')
+            continue;
+        for (q++; q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'); q++) {
+        }
+        if (q == end || *q != '"')
+            continue;
+        const char *v = ++q;
+        while (q < end && *q != '"' && *q != '\\')
+            q++;
+        if (q == end || *q != '"' || (size_t)(q - v) >= size)
+            return false;
+        memcpy(out, v, (size_t)(q - v));
+        out[q - v] = '\0';
+        return true;
+    }
+    return false;
+}
+
+struct backend *route_pick(struct options *o, const char *path, const struct request *r,
+                           const char *body, size_t body_len)
+{
+    for (size_t i = 0; i < o->n_backends; i++) {
+        struct backend *b = &o->backends[i];
+        const char *v;
+        size_t vl;
+        if (b->header && http_header(r, b->header, &v, &vl) && vl == strlen(b->header_value) &&
+            !memcmp(v, b->header_value, vl))
+            return b;
+    }
+    char model[256];
+    bool have_model = false, looked = false;
+    for (size_t i = 0; i < o->n_backends; i++) {
+        struct backend *b = &o->backends[i];
+        if (!b->n_models)
+            continue;
+        if (!looked) {
+            have_model = find_model(body, body_len, model, sizeof model);
+            looked = true;
+        }
+        for (size_t m = 0; have_model && m < b->n_models; m++)
+            if (!strcmp(b->models[m], model))
+                return b;
+    }
+    struct backend *best = NULL, *fallback = NULL;
+    for (size_t i = 0; i < o->n_backends; i++) {
+        struct backend *b = &o->backends[i];
+        if (b->is_default)
+            fallback = b;
+        if (routes_by_prefix(b) && prefix_matches(b, path) &&
+            (!best || b->prefix_len > best->prefix_len))
+            best = b;
+    }
+    return best ? best : fallback;
+}
+
+int route_url(const struct backend *b, const char *path, char *out, size_t size)
+{
+    const char *rest = path;
+    if (prefix_matches(b, path))
+        rest = path + b->prefix_len - (b->prefix[b->prefix_len - 1] == '/' ? 1 : 0);
+    int n = snprintf(out, size, "%s%s%s", b->upstream, rest[0] == '/' || rest[0] == '?' ||
+                                                              !rest[0] ? "" : "/", rest);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+void routes_list(const struct options *o, char *out, size_t size)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < o->n_backends && n < size; i++) {
+        const struct backend *b = &o->backends[i];
+        int w;
+        if (b->header)
+            w = snprintf(out + n, size - n, "%s%s: %s -> %s", n ? ", " : "", b->header,
+                         b->header_value, b->id);
+        else if (b->n_models)
+            w = snprintf(out + n, size - n, "%smodel %s%s -> %s", n ? ", " : "", b->models[0],
+                         b->n_models > 1 ? ",..." : "", b->id);
+        else
+            w = snprintf(out + n, size - n, "%s%s -> %s", n ? ", " : "", b->prefix, b->id);
+        if (w < 0)
+            return;
+        n += (size_t)w;
+    }
+}
+
+/* What a backend list must be before the engine sees it; 0 or -1 with err naming the field. */
+int routes_check(struct options *o, char *err, size_t size)
+{
+    size_t defaults = 0;
+    if (!o->n_backends) {
+        snprintf(err, size, "no backend: give --upstream URL or --config FILE");
+        return -1;
+    }
+    for (size_t i = 0; i < o->n_backends; i++) {
+        struct backend *b = &o->backends[i];
+        if (!b->upstream || (strncmp(b->upstream, "http://", 7) && strncmp(b->upstream, "https://", 8))) {
+            snprintf(err, size, "backend %s: upstream must be an http:// or https:// URL", b->id);
+            return -1;
+        }
+        size_t ul = strlen(b->upstream);
+        while (ul > 0 && b->upstream[ul - 1] == '/')
+            b->upstream[--ul] = '\0';
+        b->upstream_len = ul;
+        if (!b->prefix || b->prefix[0] != '/') {
+            snprintf(err, size, "backend %s: prefix must start with '/'", b->id);
+            return -1;
+        }
+        b->prefix_len = strlen(b->prefix);
+        if (!!b->header != !!b->header_value) {
+            snprintf(err, size, "backend %s: header needs header_value (and the reverse)", b->id);
+            return -1;
+        }
+        defaults += b->is_default;
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(o->backends[j].id, b->id)) {
+                snprintf(err, size, "backend %s: id is used twice", b->id);
+                return -1;
+            }
+    }
+    if (defaults > 1) {
+        snprintf(err, size, "more than one backend has default = true");
+        return -1;
+    }
+    return 0;
+}

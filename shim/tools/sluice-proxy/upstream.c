@@ -1,0 +1,439 @@
+/*
+ * upstream.c — one request on the curl loop: the client's request goes to
+ * its backend's upstream unchanged but for hop-by-hop headers (and the API
+ * key, where the backend sets one), through the backend's sluice pool; the
+ * answer streams back as libcurl hands it over, and how the call ended
+ * becomes what the client sees.
+ *
+ * Pass-through: the upstream's status line, headers and body go to the
+ * client as they arrive, a 429 or 503 of the provider's own included, with
+ * its Retry-After and rate-limit headers. libcurl is not asked to decode
+ * anything (no CURLOPT_ACCEPT_ENCODING), so the bytes are the provider's;
+ * a Content-Length answer keeps its length, anything else is re-chunked.
+ * A server-sent event leaves in the loop iteration whose read brought it.
+ *
+ * The proxy's own answers (nothing came from upstream yet) — the rows of
+ * `refusals` below: not admitted (503, X-Sluice-Refused + Retry-After),
+ * too late to be worth queueing (503), a deadline that expired before an
+ * answer began (504, X-Sluice-Timeout saying where), an upstream that did
+ * not answer (502 naming it). A failure after the status line went out
+ * cannot change the status: the connection is closed instead, so the
+ * client sees a cut answer rather than a complete-looking one.
+ *
+ * Back-pressure: past OUT_HIGH bytes unsent to a slow client the transfer
+ * is paused (CURL_WRITEFUNC_PAUSE) until the client has read them all; a
+ * client that reads nothing for client_timeout_ms loses its call (http.c).
+ */
+#define _GNU_SOURCE
+#include "proxy.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define OUT_HIGH (256 * 1024)
+#define CONNECT_TIMEOUT_MS 10000L
+
+/* Hop-by-hop (RFC 9110 §7.6.1) and what libcurl sets itself: never forwarded either way. */
+static const char *const hop_by_hop[] = {
+    "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
+    "upgrade", "proxy-authenticate", "proxy-authorization", "host", "content-length", "expect",
+    PROXY_DEADLINE_HEADER, PROXY_START_DEADLINE_HEADER,
+};
+
+static bool is_hop_by_hop(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof hop_by_hop / sizeof hop_by_hop[0]; i++)
+        if (http_header_is(name, len, hop_by_hop[i]))
+            return true;
+    return false;
+}
+
+static bool is_key_header(const char *name, size_t len)
+{
+    return http_header_is(name, len, "authorization") || http_header_is(name, len, "x-api-key");
+}
+
+/* ---- the answer, as libcurl hands it over ---------------------------------------------------- */
+
+/* The head (and what the answer held back) goes out: from now on a failure can only cut it. */
+static void emit_head(struct conn *c)
+{
+    buf_put(&c->out, c->up_head.p, c->up_head.len);
+    c->up_head.len = 0;
+    c->head_sent = true;
+    c->t_first_ns = now_ns();
+    http_mark_dirty(c);
+}
+
+/* With a start deadline the head is held until the answer has begun, so that a provider that
+ * sends its headers (and SSE comments) at once and its first token too late still gets a 504
+ * rather than a 200 cut short. */
+static void start_answer(struct conn *c)
+{
+    const char *m = c->req.method;
+    c->no_body = (c->req.method_len == 4 && !strncmp(m, "HEAD", 4)) || c->up_status == 204 ||
+                 c->up_status == 304;
+    c->chunked = !c->no_body && !c->up_has_length;
+    if (c->chunked)
+        buf_printf(&c->up_head, "Transfer-Encoding: chunked\r\n");
+    if (c->closing)
+        buf_printf(&c->up_head, "Connection: close\r\n");
+    buf_put(&c->up_head, "\r\n", 2);
+    c->head_ready = true;
+    if (!c->hold_head)
+        emit_head(c);
+}
+
+/* Has the answer begun with these bytes: any byte, or for server-sent events a `data:` line
+ * (comments such as ": processing" are keep-alives, not the first token). */
+static bool begins(const struct conn *c, const char *data, size_t len)
+{
+    return !c->up_sse || memmem(data, len, "data:", 5) != NULL;
+}
+
+static bool began(void *data)
+{
+    return ((struct conn *)data)->begun;
+}
+
+static size_t on_header(char *data, size_t size, size_t n, void *ud)
+{
+    struct conn *c = ud;
+    size_t len = size * n, line = len;
+    while (line && (data[line - 1] == '\n' || data[line - 1] == '\r'))
+        line--;
+    if (c->gone || c->head_ready)
+        return len; /* trailers, or a call whose client left */
+    if (len >= 5 && !memcmp(data, "HTTP/", 5)) {
+        const char *sp = memchr(data, ' ', line);
+        c->up_status = sp ? strtol(sp + 1, NULL, 10) : 0;
+        c->up_has_length = c->up_sse = false;
+        c->up_head.len = 0;
+        const char *reason = sp && (size_t)(sp + 4 - data) < line ? sp + 5 : NULL;
+        if (reason && reason < data + line)
+            buf_printf(&c->up_head, "HTTP/1.1 %ld %.*s\r\n", c->up_status,
+                       (int)(data + line - reason), reason);
+        else
+            buf_printf(&c->up_head, "HTTP/1.1 %ld %s\r\n", c->up_status,
+                       http_reason((int)c->up_status));
+        return len;
+    }
+    if (line == 0) { /* the end of a head: an interim 1xx one is not forwarded */
+        if (c->up_status >= 200)
+            start_answer(c);
+        return len;
+    }
+    const char *colon = memchr(data, ':', line);
+    if (!colon)
+        return len;
+    size_t name_len = (size_t)(colon - data);
+    if (http_header_is(data, name_len, "content-type"))
+        c->up_sse = memmem(colon, line - name_len, "text/event-stream", 17) != NULL;
+    if (http_header_is(data, name_len, "content-length"))
+        c->up_has_length = true;
+    else if (is_hop_by_hop(data, name_len))
+        return len;
+    buf_put(&c->up_head, data, line);
+    buf_put(&c->up_head, "\r\n", 2);
+    return len;
+}
+
+static size_t on_write(char *data, size_t size, size_t n, void *ud)
+{
+    struct conn *c = ud;
+    size_t len = size * n;
+    if (c->gone || c->no_body || !len)
+        return len;
+    if (c->out.len - c->out_off > OUT_HIGH) {
+        if (!c->paused) /* a client that reads nothing for this long loses its call */
+            c->deadline_ns = now_ns() + (int64_t)c->p->o->client_timeout_ms * 1000000;
+        c->paused = true;
+        return CURL_WRITEFUNC_PAUSE;
+    }
+    c->begun = c->begun || begins(c, data, len);
+    struct buf *to = c->head_sent ? &c->out : &c->up_head; /* held with the head */
+    if (c->chunked)
+        buf_printf(to, "%zx\r\n", len);
+    buf_put(to, data, len);
+    if (c->chunked)
+        buf_put(to, "\r\n", 2);
+    c->bytes_out += len;
+    if (!c->head_sent && c->begun)
+        emit_head(c);
+    http_mark_dirty(c);
+    return len;
+}
+
+void upstream_resume(struct conn *c)
+{
+    c->paused = false;
+    if (c->in_call)
+        curl_easy_pause(c->easy, CURLPAUSE_CONT);
+}
+
+/* ---- how a call ended ----------------------------------------------------------------------- */
+
+/*
+ * The proxy's own answer for a status of the loop: one row per case, walked
+ * by one loop (nginx's status table). `when` narrows a status: REFUSED_LATE
+ * (the permit came with too little of the deadline left), TRANSFERRED (the
+ * transfer started), ANY.
+ */
+enum when { ANY, START_EXPIRED, TRANSFERRED, REFUSED_LATE, WAITING };
+static const struct refusal {
+    int status;
+    enum when when;
+    int http;
+    const char *code, *header, *message;
+} refusals[] = {
+    {SLUICE_ECAPACITY, ANY, 503, "capacity", "X-Sluice-Refused: capacity",
+     "backend %s is at capacity (active + waiting calls); retry later"},
+    {SLUICE_ELATE, ANY, 503, "late", "X-Sluice-Refused: late",
+     "backend %s would start this call too late for its deadline; retry later or elsewhere"},
+    {SLUICE_EAGAIN, ANY, 503, "busy", "X-Sluice-Refused: busy",
+     "the proxy has too many calls in progress (backend %s); retry later"},
+    {SLUICE_ECLOSED, ANY, 503, "shutting_down", "X-Sluice-Refused: shutting_down",
+     "the proxy is shutting down (backend %s); retry on another instance"},
+    {SLUICE_ETIMEDOUT, START_EXPIRED, 504, "deadline_start", "X-Sluice-Timeout: start",
+     "backend %s did not start the call (its first token) before its start deadline"},
+    {SLUICE_ETIMEDOUT, REFUSED_LATE, 504, "deadline_start", "X-Sluice-Timeout: start",
+     "backend %s could not start the call before its deadline"},
+    {SLUICE_ETIMEDOUT, TRANSFERRED, 504, "deadline_upstream", "X-Sluice-Timeout: upstream",
+     "upstream of backend %s did not answer before the deadline"},
+    {SLUICE_ETIMEDOUT, WAITING, 504, "deadline_queue", "X-Sluice-Timeout: queue",
+     "the deadline expired while waiting for a slot of backend %s"},
+};
+
+static void refuse(struct conn *c, int status, const struct sluice_curl_result *r)
+{
+    enum when when = !r                                     ? ANY
+                     : r->expired == SLUICE_EXPIRED_START ? START_EXPIRED
+                     : r->refused_late                    ? REFUSED_LATE
+                     : r->transferred                     ? TRANSFERRED
+                                                          : WAITING;
+    const char *id = c->backend->id;
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        const struct refusal *f = &refusals[i];
+        if (f->status != status || (f->when != ANY && f->when != when))
+            continue;
+        char headers[128];
+        if (f->http == 503)
+            snprintf(headers, sizeof headers, "%s\r\nRetry-After: %u\r\n", f->header,
+                     c->p->o->retry_after_s);
+        else
+            snprintf(headers, sizeof headers, "%s\r\n", f->header);
+        http_error(c, f->http, f->http == 503 ? "server_error" : "timeout_error", f->code,
+                   headers, f->message, id);
+        return;
+    }
+    if (status == SLUICE_EIO && r)
+        http_error(c, 502, "upstream_error", "upstream_unreachable", NULL,
+                   "upstream %s (backend %s) did not answer: %s", c->backend->upstream, id,
+                   curl_easy_strerror(r->curl_code));
+    else
+        http_error(c, 502, "upstream_error", "proxy_error", NULL, "backend %s: %s", id,
+                   sluice_strerror(status));
+}
+
+/* A finished call's handle goes to the spares: an idle connection holds none. */
+static void easy_give_back(struct proxy *p, CURL *easy)
+{
+    if (p->n_spare < PROXY_SPARE_EASY)
+        p->spare_easy[p->n_spare++] = easy;
+    else
+        curl_easy_cleanup(easy);
+}
+
+static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
+{
+    struct conn *c = data;
+    easy_give_back(c->p, easy);
+    c->easy = NULL;
+    c->in_call = false;
+    c->paused = false;
+    c->queued_ns = r->queued_ns;
+    curl_slist_free_all(c->up_headers);
+    c->up_headers = NULL;
+    if (c->gone) {
+        c->outcome = "client_gone";
+        c->status_out = c->head_sent ? (int)c->up_status : 499; /* nginx's "client closed" */
+        http_request_done(c);
+        return;
+    }
+    if (r->status == SLUICE_OK && c->head_ready && !c->head_sent)
+        emit_head(c); /* held for a start deadline, and the answer never said more */
+    if (r->status == SLUICE_OK && c->head_sent) {
+        if (c->chunked)
+            buf_put(&c->out, "0\r\n\r\n", 5);
+        c->status_out = (int)c->up_status;
+        c->outcome = sluice_curl_kind_name(r->kind);
+        http_request_done(c);
+    } else if (c->head_sent) {
+        /* The status is out: only a cut tells the client the answer is not whole. */
+        c->closing = true;
+        c->status_out = (int)c->up_status;
+        c->outcome = r->status == SLUICE_ETIMEDOUT ? "cut_deadline" : "cut_upstream";
+        http_request_done(c);
+    } else {
+        refuse(c, r->status == SLUICE_OK ? SLUICE_EIO : r->status, r);
+    }
+}
+
+/* ---- the request, out ---------------------------------------------------------------------- */
+
+static void add_header(struct conn *c, const char *name, size_t nl, const char *value, size_t vl)
+{
+    char line[8192];
+    if (nl + vl + 3 > sizeof line)
+        return; /* bounded by max_header_bytes in practice */
+    /* "Name;" is libcurl's spelling of a header with an empty value ("Name:" removes it). */
+    int n = vl ? snprintf(line, sizeof line, "%.*s: %.*s", (int)nl, name, (int)vl, value)
+               : snprintf(line, sizeof line, "%.*s;", (int)nl, name);
+    if (n > 0) {
+        struct curl_slist *s = curl_slist_append(c->up_headers, line);
+        if (s)
+            c->up_headers = s;
+    }
+}
+
+static void build_headers(struct conn *c, const struct backend *b, bool has_body)
+{
+    bool replace_key = b->key && !b->pass_client_key;
+    bool has_type = false, has_accept = false;
+    const struct request *r = &c->req;
+    for (size_t i = 0; i < r->n_h; i++) {
+        const char *name = r->h[i].name;
+        size_t nl = r->h[i].name_len;
+        if (is_hop_by_hop(name, nl) || (replace_key && is_key_header(name, nl)))
+            continue;
+        has_type = has_type || http_header_is(name, nl, "content-type");
+        has_accept = has_accept || http_header_is(name, nl, "accept");
+        add_header(c, name, nl, r->h[i].value, r->h[i].value_len);
+    }
+    if (replace_key) {
+        const char *name = b->key_header == KEY_BEARER ? "Authorization" : "x-api-key";
+        char value[4096];
+        snprintf(value, sizeof value, "%s%s", b->key_header == KEY_BEARER ? "Bearer " : "",
+                 b->key);
+        add_header(c, name, strlen(name), value, strlen(value));
+    }
+    /* What libcurl would add on its own: nothing the client did not send. */
+    c->up_headers = curl_slist_append(c->up_headers, "Expect:");
+    if (!has_accept)
+        c->up_headers = curl_slist_append(c->up_headers, "Accept:");
+    if (!has_type && has_body)
+        c->up_headers = curl_slist_append(c->up_headers, "Content-Type:");
+}
+
+static bool method_is(const struct request *r, const char *m)
+{
+    return r->method_len == strlen(m) && !strncmp(r->method, m, r->method_len);
+}
+
+static void set_method(CURL *e, const struct request *r, const char *body, size_t body_len)
+{
+    if (method_is(r, "GET") && !body_len) {
+        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+        return;
+    }
+    if (method_is(r, "HEAD")) {
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+        return;
+    }
+    if (!method_is(r, "POST")) {
+        char m[32];
+        snprintf(m, sizeof m, "%.*s", (int)r->method_len, r->method);
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, m);
+        if (!body_len)
+            return;
+    }
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+}
+
+static struct timespec *relative_deadline(struct timespec *ts, int64_t ms)
+{
+    if (ms < 0)
+        return NULL;
+    int64_t t = now_ns() + ms * 1000000;
+    ts->tv_sec = t / 1000000000;
+    ts->tv_nsec = t % 1000000000;
+    return ts;
+}
+
+void upstream_start(struct conn *c, struct backend *b, const char *path, const char *body,
+                    size_t body_len)
+{
+    const struct request *r = &c->req;
+    char url[4096]; /* libcurl copies it */
+    if (route_url(b, path, url, sizeof url) != 0) {
+        http_error(c, 414, "invalid_request_error", "target_too_long", NULL,
+                   "the target is too long for backend %s", b->id);
+        return;
+    }
+    struct proxy *p = c->p;
+    c->easy = p->n_spare ? p->spare_easy[--p->n_spare] : curl_easy_init();
+    if (!c->easy) {
+        http_error(c, 500, "server_error", "no_memory", NULL, "out of memory");
+        return;
+    }
+    CURL *e = c->easy;
+    curl_easy_reset(e);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
+    set_method(e, r, body, body_len);
+    build_headers(c, b, body_len > 0);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->up_headers);
+    c->head_sent = c->head_ready = c->chunked = c->no_body = c->paused = c->begun = false;
+    c->up_status = 0;
+    c->closing = c->closing || !r->keep_alive;
+    struct timespec dl, sdl;
+    int64_t ms = r->deadline_ms >= 0 ? r->deadline_ms : b->deadline_ms ? (int64_t)b->deadline_ms
+                                                                       : -1;
+    int64_t start_ms = r->start_deadline_ms >= 0 ? r->start_deadline_ms
+                       : b->start_deadline_ms    ? (int64_t)b->start_deadline_ms
+                                                 : -1;
+    c->hold_head = start_ms >= 0;
+    struct sluice_curl_request req = {.backend = b->id, .easy = e,
+                                      .deadline = relative_deadline(&dl, ms),
+                                      .start_deadline = relative_deadline(&sdl, start_ms),
+                                      .begun = start_ms >= 0 ? began : NULL, .done = on_done,
+                                      .data = c, .dialect = b->dialect};
+    int status = sluice_curl_loop_submit(c->p->loop, &req, &c->call_id);
+    if (status != SLUICE_OK) {
+        easy_give_back(p, e);
+        c->easy = NULL;
+        curl_slist_free_all(c->up_headers);
+        c->up_headers = NULL;
+        refuse(c, status, NULL);
+        return;
+    }
+    c->in_call = true;
+    c->state = C_CALL;
+    p->kick = true;
+}
+
+void upstream_client_gone(struct conn *c)
+{
+    sluice_curl_loop_cancel(c->p->loop, c->call_id);
+}
+
+void upstream_free(struct conn *c)
+{
+    curl_slist_free_all(c->up_headers);
+    if (c->easy)
+        curl_easy_cleanup(c->easy);
+}
+
+void upstream_free_spares(struct proxy *p)
+{
+    while (p->n_spare)
+        curl_easy_cleanup(p->spare_easy[--p->n_spare]);
+}

@@ -1,0 +1,453 @@
+/*
+ * sluice-proxy end to end: the proxy as a process in front of
+ * sluice-provider-sim over loopback, driven by libcurl as any client would:
+ * pass-through of plain and streamed chats, what a client sees when the
+ * proxy refuses or times out, a provider's own 429, a client that hangs up,
+ * the lock behind 64 clients (and after a restart), the drain on SIGTERM.
+ */
+#include "proxy_fixture.h"
+
+#define NODE "cloud:sim"
+
+static void setup(void)
+{
+    fx_setup();
+}
+
+static void teardown(void)
+{
+    px_stop(&px_main);
+    fx_teardown();
+}
+
+/* The proxy in front of the fixture's simulator, with `extra` flags (NULL-terminated). */
+static void start_proxy(const char *const *extra)
+{
+    char upstream[64];
+    snprintf(upstream, sizeof upstream, "http://127.0.0.1:%d", fx_sim.port);
+    const char *args[32] = {"--upstream", upstream, "--node", NODE, "--state", "off"};
+    int n = 6;
+    for (int i = 0; extra && extra[i]; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    cr_assert_eq(px_start(&px_main, args), 0, "sluice-proxy did not start");
+}
+
+TestSuite(proxy, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(proxy, plain_chat_passes_through_unchanged)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    start_proxy(NULL);
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r);
+    cr_assert_eq(r.code, CURLE_OK);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *root = json_loads(r.body, 0, NULL);
+    cr_assert_not_null(root, "the body is not the provider's JSON: %s", r.body);
+    cr_assert_str_eq(json_string_value(json_object_get(root, "object")), "chat.completion");
+    json_decref(root);
+    char v[128];
+    cr_assert_not_null(px_header(&r, "Content-Length", v, sizeof v),
+                       "a Content-Length answer keeps its length: %s", r.headers);
+    cr_assert_eq((size_t)atol(v), r.body_len);
+    cr_assert_null(px_header(&r, "Connection", v, sizeof v), "hop-by-hop headers are dropped");
+    /* Keep-alive: the second request on the same connection. */
+    struct px_reply r2;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r2);
+    cr_assert_eq(r2.status, 200);
+    cr_assert_eq(fx_stats().ok, 2);
+}
+
+Test(proxy, streamed_chat_is_forwarded_event_by_event)
+{
+    /* Five tokens 150 ms apart: a buffering proxy would deliver them all at the end. */
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5, .stream = true,
+                                   .answer_tokens = 5, .fixed_answer = true, .token_ms = 150});
+    start_proxy(NULL);
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions",
+               "{\"model\":\"sim\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":"
+               "\"hi\"}]}",
+               NULL, &r);
+    cr_assert_eq(r.code, CURLE_OK);
+    cr_assert_eq(r.status, 200);
+    char v[128];
+    cr_assert_str_eq(px_header(&r, "Content-Type", v, sizeof v), "text/event-stream");
+    cr_assert_not_null(strstr(r.body, "chat.completion.chunk"), "%s", r.body);
+    cr_assert_not_null(strstr(r.body, "data: [DONE]"), "the stream ends as it came: %s", r.body);
+    cr_assert_gt(r.last_byte_ms - r.first_byte_ms, 400,
+                 "the events came in %lld ms: buffered, not streamed",
+                 (long long)(r.last_byte_ms - r.first_byte_ms));
+}
+
+Test(proxy, provider_429_passes_through_with_its_headers)
+{
+    /* The provider takes 1; the proxy's fixed limit lets 2 through. */
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 1, .median_ms = 400,
+                                   .fixed_latency = true, .retry_after = 7});
+    start_proxy((const char *[]){"--no-discovery", "--active", "2", NULL});
+    struct px_reply a, b, *rs[] = {&a, &b};
+    CURL *e[] = {px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &a),
+                 px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &b)};
+    px_all(e, rs, 2);
+    struct px_reply *refused = a.status == 429 ? &a : &b, *served = a.status == 429 ? &b : &a;
+    cr_assert_eq(served->status, 200);
+    cr_assert_eq(refused->status, 429, "statuses %ld, %ld", a.status, b.status);
+    char v[64];
+    cr_assert_str_eq(px_header(refused, "Retry-After", v, sizeof v), "7");
+    cr_assert_null(px_header(refused, "X-Sluice-Refused", v, sizeof v),
+                   "the provider's refusal is not the proxy's");
+}
+
+Test(proxy, no_slot_is_503_with_retry_after_and_the_reason)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 500,
+                                   .fixed_latency = true});
+    start_proxy((const char *[]){"--no-discovery", "--active", "1", "--waiting", "0", NULL});
+    struct px_reply a, b, *rs[] = {&a, &b};
+    CURL *e[] = {px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &a),
+                 px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &b)};
+    px_all(e, rs, 2);
+    struct px_reply *refused = a.status == 503 ? &a : &b;
+    cr_assert_eq(a.status + b.status, 200 + 503, "statuses %ld, %ld", a.status, b.status);
+    char v[64];
+    cr_assert_str_eq(px_header(refused, "X-Sluice-Refused", v, sizeof v), "capacity");
+    cr_assert_not_null(px_header(refused, "Retry-After", v, sizeof v));
+    px_assert_error_body(refused, "capacity");
+    cr_assert_eq(fx_stats().requests, 1, "a refused call never reaches the provider");
+}
+
+Test(proxy, deadlines_are_504_saying_where)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 600,
+                                   .fixed_latency = true});
+    start_proxy((const char *[]){"--no-discovery", "--active", "1", NULL});
+    /* The slot is busy for 600 ms: a 100 ms deadline expires in the queue. */
+    struct px_reply a, b, *rs[] = {&a, &b};
+    struct curl_slist *h = curl_slist_append(NULL, "X-Sluice-Deadline-Ms: 150");
+    CURL *e[] = {px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &a),
+                 px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, h, &b)};
+    px_all(e, rs, 2);
+    char v[64];
+    cr_assert_eq(a.status, 200);
+    cr_assert_eq(b.status, 504, "%s", b.body);
+    cr_assert_str_eq(px_header(&b, "X-Sluice-Timeout", v, sizeof v), "queue");
+    px_assert_error_body(&b, "deadline_queue");
+    /* Alone, the call starts and the provider is too slow for it. */
+    struct px_reply c;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, "X-Sluice-Deadline-Ms: 150", &c);
+    cr_assert_eq(c.status, 504, "%s", c.body);
+    cr_assert_str_eq(px_header(&c, "X-Sluice-Timeout", v, sizeof v), "upstream");
+    curl_slist_free_all(h);
+}
+
+Test(proxy, bad_requests_get_clear_answers)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    start_proxy((const char *[]){"--max-body-bytes", "1000", "--max-header-bytes", "4096",
+                                 NULL});
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, "X-Sluice-Deadline-Ms: soon", &r);
+    cr_assert_eq(r.status, 400);
+    px_assert_error_body(&r, "bad_request");
+    cr_assert_not_null(strstr(r.body, "X-Sluice-Deadline-Ms"), "the 400 names the header");
+    char big[5000];
+    memset(big, 'a', sizeof big);
+    memcpy(big, "X-Big: ", 7);
+    big[sizeof big - 1] = '\0';
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, big, &r);
+    cr_assert_eq(r.status, 431);
+    px_assert_error_body(&r, "header_too_large");
+    char body[2000];
+    memset(body, ' ', sizeof body);
+    body[0] = '{';
+    body[sizeof body - 2] = '}';
+    body[sizeof body - 1] = '\0';
+    px_request(&px_main, "/v1/chat/completions", body, NULL, &r);
+    cr_assert_eq(r.status, 413);
+    px_assert_error_body(&r, "body_too_large");
+    cr_assert_eq(fx_stats().requests, 0, "nothing bad reached the provider");
+}
+
+Test(proxy, an_upstream_that_does_not_answer_is_502_naming_it)
+{
+    /* A port nobody listens on: the simulator's, once it is stopped. */
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    start_proxy(NULL);
+    sim_process_stop(&fx_sim);
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r);
+    cr_assert_eq(r.status, 502, "%s", r.body);
+    px_assert_error_body(&r, "upstream_unreachable");
+    char port[16];
+    snprintf(port, sizeof port, ":%d", fx_sim.port);
+    cr_assert_not_null(strstr(r.body, port), "the 502 names the upstream: %s", r.body);
+}
+
+Test(proxy, a_client_that_hangs_up_cancels_the_upstream_call)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 3000,
+                                   .fixed_latency = true, .abandoned_free = true});
+    start_proxy(NULL);
+    struct px_reply r;
+    CURL *e = px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 300L);
+    curl_easy_perform(e); /* gives up after 300 ms, closing its connection */
+    px_finish(e, &r);
+    int64_t deadline = fx_now_ms() + 2000;
+    struct fx_stats s;
+    while ((s = fx_stats()).cancelled < 1 && fx_now_ms() < deadline)
+        fx_sleep_ms(20);
+    cr_assert_eq(s.cancelled, 1, "the provider saw no hang-up: the upstream call went on");
+    cr_assert_eq(s.ok, 0);
+}
+
+/* 64 clients sending back to back until `node` is locked (or deadline_ms passes). */
+static void drive_until_locked(const struct px *p, int64_t deadline_ms)
+{
+    enum { CLIENTS = 64 };
+    CURLM *m = curl_multi_init();
+    static struct px_reply replies[CLIENTS];
+    CURL *e[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) {
+        e[i] = px_easy(p, "/v1/chat/completions", FX_REQUEST, NULL, &replies[i]);
+        curl_multi_add_handle(m, e[i]);
+    }
+    int64_t next_check = 0;
+    for (bool locked = false; !locked && fx_now_ms() < deadline_ms;) {
+        int running;
+        curl_multi_perform(m, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(m, &left))) /* resend at once */
+            if (msg->msg == CURLMSG_DONE) {
+                CURL *done = msg->easy_handle;
+                curl_multi_remove_handle(m, done);
+                for (int i = 0; i < CLIENTS; i++)
+                    if (e[i] == done)
+                        replies[i].body_len = 0;
+                curl_multi_add_handle(m, done);
+            }
+        curl_multi_poll(m, NULL, 0, 20, NULL);
+        if (fx_now_ms() >= next_check) {
+            json_t *root, *n = px_node(p, NODE, &root);
+            locked = n && !strcmp(json_string_value(json_object_get(n, "state")), "locked");
+            json_decref(root);
+            next_check = fx_now_ms() + 200;
+        }
+    }
+    for (int i = 0; i < CLIENTS; i++) {
+        curl_multi_remove_handle(m, e[i]);
+        curl_easy_cleanup(e[i]);
+    }
+    curl_multi_cleanup(m);
+}
+
+Test(proxy, sixty_four_clients_lock_a_cap_of_eight_and_a_restart_restores_it, .timeout = 90)
+{
+    enum { CAP = 8 };
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = CAP, .median_ms = 30});
+    char dir[] = "/tmp/sluice-proxy-test-XXXXXX", state[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(state, sizeof state, "%s/ceilings.json", dir);
+    char upstream[64];
+    snprintf(upstream, sizeof upstream, "http://127.0.0.1:%d", fx_sim.port);
+    const char *args[] = {"--upstream", upstream, "--node", NODE, "--state", state, NULL};
+    cr_assert_eq(px_start(&px_main, args), 0);
+    drive_until_locked(&px_main, fx_now_ms() + 40000);
+    json_t *root, *n = px_node(&px_main, NODE, &root);
+    cr_assert_not_null(n, "the node is on the admin endpoint");
+    cr_assert_str_eq(json_string_value(json_object_get(n, "state")), "locked");
+    long ceiling = (long)json_integer_value(json_object_get(n, "ceiling"));
+    json_decref(root);
+    cr_assert(ceiling >= 0.85 * CAP && ceiling <= CAP, "ceiling %ld outside [0.85 C, C]", ceiling);
+    cr_assert_eq(WEXITSTATUS(px_stop(&px_main)), 0);
+    /* A new process, the same state file: locked at the same ceiling before any request. */
+    cr_assert_eq(px_start(&px_main, args), 0);
+    n = px_node(&px_main, NODE, &root);
+    cr_assert_str_eq(json_string_value(json_object_get(n, "state")), "locked");
+    cr_assert_eq((long)json_integer_value(json_object_get(n, "ceiling")), ceiling);
+    json_decref(root);
+    px_stop(&px_main);
+    unlink(state);
+    char lock[96];
+    snprintf(lock, sizeof lock, "%s.lock", state);
+    unlink(lock);
+    rmdir(dir);
+}
+
+Test(proxy, sigterm_lets_calls_in_flight_finish_then_exits_zero)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 800,
+                                   .fixed_latency = true});
+    start_proxy(NULL);
+    struct px_reply r;
+    CURL *e = px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r);
+    CURLM *m = curl_multi_init();
+    curl_multi_add_handle(m, e);
+    int running = 1;
+    int64_t term_at = fx_now_ms() + 200;
+    bool termed = false;
+    while (running) {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 20, NULL);
+        if (!termed && fx_now_ms() >= term_at) {
+            kill(px_main.pid, SIGTERM);
+            termed = true;
+        }
+    }
+    curl_multi_remove_handle(m, e);
+    curl_multi_cleanup(m);
+    px_finish(e, &r);
+    cr_assert(termed);
+    cr_assert_eq(r.status, 200, "the call in flight was cut by the drain: %s", r.body);
+    int status = -1;
+    int64_t deadline = fx_now_ms() + 5000;
+    while (waitpid(px_main.pid, &status, WNOHANG) == 0 && fx_now_ms() < deadline)
+        fx_sleep_ms(10);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the drain did not exit 0");
+    px_main.pid = 0;
+}
+
+Test(proxy, a_start_deadline_before_the_first_token_is_504_start_and_a_met_one_streams)
+{
+    /* Headers and an SSE comment at once, the first token after 600 ms. */
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 600,
+                                   .fixed_latency = true, .stream = true, .answer_tokens = 3,
+                                   .fixed_answer = true, .token_ms = 10});
+    start_proxy(NULL);
+    static const char stream[] = "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}";
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", stream, "X-Sluice-Start-Deadline-Ms: 150", &r);
+    cr_assert_eq(r.status, 504, "the head went out before the first token: %ld %s", r.status,
+                 r.body);
+    char v[64];
+    cr_assert_str_eq(px_header(&r, "X-Sluice-Timeout", v, sizeof v), "start");
+    px_assert_error_body(&r, "deadline_start");
+    px_request(&px_main, "/v1/chat/completions", stream, "X-Sluice-Start-Deadline-Ms: 5000", &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert_not_null(strstr(r.body, ": sluice-provider-sim processing"),
+                       "what was held with the head is forwarded: %s", r.body);
+    cr_assert_not_null(strstr(r.body, "data: [DONE]"), "%s", r.body);
+}
+
+Test(proxy, a_call_the_backend_cannot_serve_in_time_is_refused_at_once_with_503_late)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 300,
+                                   .fixed_latency = true});
+    start_proxy(NULL);
+    struct px_reply r;
+    for (int i = 0; i < 12; i++) { /* the backend learns its service time (300 ms) */
+        px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r);
+        cr_assert_eq(r.status, 200);
+    }
+    long before = fx_stats().requests;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, "X-Sluice-Deadline-Ms: 50", &r);
+    cr_assert_eq(r.status, 503, "%ld %s", r.status, r.body);
+    char v[64];
+    cr_assert_str_eq(px_header(&r, "X-Sluice-Refused", v, sizeof v), "late");
+    cr_assert_not_null(px_header(&r, "Retry-After", v, sizeof v));
+    px_assert_error_body(&r, "late");
+    cr_assert_eq(fx_stats().requests, before, "a call refused as late never reaches the provider");
+}
+
+Test(proxy, pipelined_requests_are_answered_in_order_on_one_connection)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 20});
+    start_proxy(NULL);
+    int port = atoi(strrchr(px_main.url, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char req[512], three[1536];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(FX_REQUEST), FX_REQUEST);
+    snprintf(three, sizeof three, "%s%s%s", req, req, req);
+    cr_assert_eq(write(fd, three, (size_t)(3 * n)), 3 * n);
+    static char got[65536];
+    size_t len = 0;
+    int answers = 0;
+    for (int64_t end = fx_now_ms() + 5000; answers < 3 && fx_now_ms() < end;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t r = read(fd, got + len, sizeof got - 1 - len);
+        cr_assert_gt(r, 0, "the proxy closed the connection");
+        len += (size_t)r;
+        got[len] = '\0';
+        answers = 0;
+        for (const char *p = got; (p = strstr(p, "HTTP/1.1 200 ")); p++)
+            answers++;
+    }
+    close(fd);
+    cr_assert_eq(answers, 3, "%d answers: %s", answers, got);
+    cr_assert_not_null(strstr(got, "reply 1\""), "%s", got);
+    cr_assert(strstr(got, "reply 1\"") < strstr(got, "reply 2\"") &&
+                  strstr(got, "reply 2\"") < strstr(got, "reply 3\""),
+              "answers out of order: %s", got);
+}
+
+Test(proxy, a_client_that_stops_reading_a_stream_loses_its_call)
+{
+    /* An endless stream of 4 KiB tokens: the client's socket and the proxy's buffer fill, the
+     * transfer pauses, and after --client-timeout-ms without reading the call is cancelled. */
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5, .stream = true,
+                                   .stream_endless = true, .token_ms = 1, .token_bytes = 4096,
+                                   .abandoned_free = true});
+    start_proxy((const char *[]){"--client-timeout-ms", "300", NULL});
+    int port = atoi(strrchr(px_main.url, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    static const char body[] = "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}";
+    char req[512];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    cr_assert_eq(write(fd, req, (size_t)n), n);
+    /* ... and never read. */
+    int64_t deadline = fx_now_ms() + 15000;
+    struct fx_stats s;
+    while ((s = fx_stats()).cancelled < 1 && fx_now_ms() < deadline)
+        fx_sleep_ms(100);
+    close(fd);
+    cr_assert_eq(s.cancelled, 1, "a client that reads nothing kept its upstream call");
+}
+
+Test(proxy, a_request_that_does_not_arrive_in_time_is_408_and_closed)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    start_proxy((const char *[]){"--client-timeout-ms", "200", NULL});
+    int port = atoi(strrchr(px_main.url, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    static const char part[] = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n";
+    cr_assert_eq(write(fd, part, sizeof part - 1), (ssize_t)(sizeof part - 1));
+    /* ... and the rest never comes: 408 within the timeout plus the once-a-second sweep. */
+    char got[2048] = "";
+    size_t len = 0;
+    for (int64_t end = fx_now_ms() + 5000; fx_now_ms() < end;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t n = read(fd, got + len, sizeof got - 1 - len);
+        if (n <= 0)
+            break; /* closed after the answer */
+        len += (size_t)n;
+        got[len] = '\0';
+    }
+    close(fd);
+    cr_assert(!strncmp(got, "HTTP/1.1 408 ", 13), "no 408 for a slow client: '%s'", got);
+    cr_assert_not_null(strstr(got, "\"code\":\"request_timeout\""), "%s", got);
+    cr_assert_eq(fx_stats().requests, 0);
+}

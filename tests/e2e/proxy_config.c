@@ -1,0 +1,188 @@
+/*
+ * sluice-proxy with --config: routing by path prefix, header and the body's
+ * model (404 listing the routes otherwise), the API key taken from the
+ * environment and set upstream in place of the client's (and never
+ * logged), hop-by-hop headers dropped and the body forwarded unchanged, and
+ * configuration errors that name the file, the line and the field (exit 2).
+ * The upstream is an echo server (proxy_fixture.h): its answer is the
+ * request the proxy sent.
+ */
+#include "proxy_fixture.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+    fx_setup();
+    snprintf(dir, sizeof dir, "/tmp/sluice-proxy-config-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+    px_stop(&px_main);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    fx_teardown();
+}
+
+TestSuite(proxy_config, .init = setup, .fini = teardown, .timeout = 30);
+
+/* Write `text` (a printf format taking the echo port, as %1$d) to DIR/name; its path in out. */
+static void write_config(const char *name, const char *text, int port, char *out, size_t size)
+{
+    snprintf(out, size, "%s/%s", dir, name);
+    FILE *f = fopen(out, "w");
+    cr_assert_not_null(f);
+    fprintf(f, text, port);
+    fclose(f);
+}
+
+static const char routes_conf[] =
+    "# three backends, one per way to route\n"
+    "backends = (\n"
+    "  { id = \"cloud:by-prefix\"; upstream = \"http://127.0.0.1:%1$d/base\"; prefix = \"/a\";\n"
+    "    api_key_env = \"PX_TEST_KEY\"; },\n"
+    "  { id = \"cloud:by-header\"; upstream = \"http://127.0.0.1:%1$d\"; header = \"X-Provider\";\n"
+    "    header_value = \"b\"; },\n"
+    "  { id = \"cloud:by-model\"; upstream = \"http://127.0.0.1:%1$d\"; models = [\"m1\", \"m2\"];\n"
+    "    api_key_env = \"PX_TEST_KEY\"; api_key_header = \"x-api-key\";\n"
+    "    pass_client_key = true; }\n"
+    ");\n";
+
+static void start_routes(const char *log)
+{
+    char conf[128];
+    write_config("routes.conf", routes_conf, px_echo_start(), conf, sizeof conf);
+    setenv("PX_TEST_KEY", "sk-upstream-secret", 1);
+    const char *args[] = {"--config", conf, "--state", "off", "--access-log", log, NULL};
+    cr_assert_eq(px_start(&px_main, args), 0);
+}
+
+Test(proxy_config, routes_by_prefix_header_and_model_else_404_listing_them)
+{
+    char log[128];
+    snprintf(log, sizeof log, "%s/access.log", dir);
+    start_routes(log);
+    struct px_reply r;
+    px_request(&px_main, "/a/v1/chat/completions", "{}", NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert(!strncmp(r.body, "POST /base/v1/chat/completions HTTP/1.1\r\n", 41),
+              "the prefix is replaced by the upstream's base: %s", r.body);
+    px_request(&px_main, "/v1/chat/completions", "{}", "X-Provider: b", &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert(!strncmp(r.body, "POST /v1/chat/completions ", 26), "%s", r.body);
+    px_request(&px_main, "/v1/chat/completions", "{\"messages\":[],\"model\" : \"m2\"}", NULL, &r);
+    cr_assert_eq(r.status, 200, "the body's model routes: %s", r.body);
+    px_request(&px_main, "/v1/chat/completions", "{\"model\":\"other\"}", NULL, &r);
+    cr_assert_eq(r.status, 404);
+    px_assert_error_body(&r, "no_route");
+    cr_assert_not_null(strstr(r.body, "/a -> cloud:by-prefix"), "the 404 lists routes: %s",
+                       r.body);
+    cr_assert_not_null(strstr(r.body, "X-Provider: b -> cloud:by-header"), "%s", r.body);
+}
+
+Test(proxy_config, the_api_key_replaces_the_clients_and_is_never_logged)
+{
+    char log[128];
+    snprintf(log, sizeof log, "%s/access.log", dir);
+    start_routes(log);
+    struct px_reply r;
+    px_request(&px_main, "/a/v1/chat/completions", "{}", "Authorization: Bearer sk-client", &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert_not_null(strstr(r.body, "\r\nAuthorization: Bearer sk-upstream-secret\r\n"), "%s",
+                       r.body);
+    cr_assert_null(strstr(r.body, "sk-client"), "the client's key went upstream: %s", r.body);
+    /* pass_client_key: the client's own x-api-key stays. */
+    px_request(&px_main, "/v1/chat/completions", "{\"model\":\"m1\"}", "x-api-key: sk-client",
+               &r);
+    cr_assert_not_null(strstr(r.body, "\r\nx-api-key: sk-client\r\n"), "%s", r.body);
+    px_request(&px_main, "/a/v1/chat/completions", "{}", "X-Sluice-Deadline-Ms: soon", &r);
+    cr_assert_eq(r.status, 400);
+    px_stop(&px_main); /* the log is flushed at exit */
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f);
+    char text[8192] = "";
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    cr_assert_not_null(strstr(text, "cloud:by-prefix \"POST /a/v1/chat/completions\" 200"),
+                       "one line per request: %s", text);
+    cr_assert_null(strstr(text, "secret"), "a key was logged: %s", text);
+    const char *bad = strstr(text, "\" 400 bad_request ");
+    cr_assert_not_null(bad, "the proxy's own answers are logged too: %s", text);
+    const char *duration = strstr(bad, "duration=");
+    cr_assert(duration && atof(duration + 9) < 10000.0,
+              "a request's duration runs from its first byte: %s", bad);
+    cr_assert_null(strstr(text, "sk-client"), "a key was logged: %s", text);
+}
+
+Test(proxy_config, hop_by_hop_headers_are_dropped_and_the_body_is_unchanged)
+{
+    char log[128];
+    snprintf(log, sizeof log, "%s/access.log", dir);
+    start_routes(log);
+    struct curl_slist *h = curl_slist_append(NULL, "Keep-Alive: timeout=5");
+    h = curl_slist_append(h, "TE: trailers");
+    h = curl_slist_append(h, "X-Custom: kept");
+    h = curl_slist_append(h, "Content-Type: application/json");
+    h = curl_slist_append(h, "X-Sluice-Deadline-Ms: 5000");
+    static const char body[] = "{\"model\":\"m1\",\"messages\":[{\"role\":\"user\",\"content\":"
+                               "\"\\u00e9 \\\"quoted\\\"\"}]}";
+    struct px_reply r;
+    CURL *e = px_easy(&px_main, "/v1/chat/completions", body, h, &r);
+    r.code = curl_easy_perform(e);
+    px_finish(e, &r);
+    curl_slist_free_all(h);
+    cr_assert_eq(r.status, 200);
+    cr_assert_not_null(strstr(r.body, "\r\nX-Custom: kept\r\n"), "%s", r.body);
+    cr_assert_null(strcasestr(r.body, "keep-alive:"), "%s", r.body);
+    cr_assert_null(strcasestr(r.body, "\r\nte:"), "%s", r.body);
+    cr_assert_null(strcasestr(r.body, "x-sluice-deadline-ms"), "the proxy's own header: %s",
+                   r.body);
+    const char *sent = strstr(r.body, "\r\n\r\n");
+    cr_assert_not_null(sent);
+    cr_assert_str_eq(sent + 4, body, "the body changed on the way");
+}
+
+/* Run the proxy on a config and return its exit status; its stderr in err. */
+static int run_config(const char *text, char *err, size_t size)
+{
+    char conf[128], cmd[512];
+    write_config("bad.conf", text, 1, conf, sizeof conf);
+    /* timeout: a configuration wrongly accepted would otherwise serve until the suite's end */
+    snprintf(cmd, sizeof cmd,
+             "timeout 10 '%s' --config '%s' --listen 127.0.0.1:0 --admin off --state off 2>&1",
+             SLUICE_PROXY_PATH, conf);
+    FILE *f = popen(cmd, "r");
+    size_t n = fread(err, 1, size - 1, f);
+    err[n] = '\0';
+    int status = pclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(proxy_config, errors_name_the_file_the_line_and_the_field_and_exit_2)
+{
+    char err[1024], want[256];
+    cr_assert_eq(run_config("backends = (\n { id = \"a\"; upstream = \"http://x\";\n"
+                            "   active = 0; }\n);\n",
+                            err, sizeof err),
+                 2, "%s", err);
+    snprintf(want, sizeof want, "%s/bad.conf:3: backends[0].active: must be a whole number", dir);
+    cr_assert_not_null(strstr(err, want), "%s", err);
+    cr_assert_eq(run_config("backends = (\n { id = \"a\"; upstream = \"http://x\"; actve = 3; }\n);\n",
+                            err, sizeof err),
+                 2);
+    snprintf(want, sizeof want, "%s/bad.conf:2: backends[0].actve: is not a known setting", dir);
+    cr_assert_not_null(strstr(err, want), "%s", err);
+    cr_assert_eq(run_config("drain_ms = \"soon\";\nbackends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
+                            err, sizeof err),
+                 2);
+    snprintf(want, sizeof want, "%s/bad.conf:1: drain_ms: must be a whole number", dir);
+    cr_assert_not_null(strstr(err, want), "%s", err);
+    cr_assert_eq(run_config("backends = ( { id = \"a\" upstream = ; } );\n", err, sizeof err), 2);
+    snprintf(want, sizeof want, "%s/bad.conf:1: syntax error", dir);
+    cr_assert_not_null(strstr(err, want), "%s", err);
+}

@@ -1,0 +1,340 @@
+/*
+ * proxy_fixture.h — what the sluice-proxy end-to-end tests share: the proxy
+ * as a child process (started with --listen 127.0.0.1:0 and --admin
+ * 127.0.0.1:0, its two URLs read from its first stdout lines), requests to
+ * it with the status, headers and body captured, and its node as the admin
+ * endpoint shows it. The simulator behind it comes from curl_fixture.h.
+ *
+ * The proxy is never left running: px_stop sends SIGTERM and waits (then
+ * SIGKILL); the child asks for SIGKILL when the test process dies
+ * (PR_SET_PDEATHSIG). Call px_stop from the test (its exit status is what
+ * the drain test checks) and from .fini.
+ *
+ * Everything is static: each test file gets its own copy.
+ */
+#ifndef SLUICE_TESTS_E2E_PROXY_FIXTURE_H
+#define SLUICE_TESTS_E2E_PROXY_FIXTURE_H
+
+#include "curl_fixture.h"
+
+#include <sys/prctl.h>
+
+#ifndef SLUICE_PROXY_PATH
+#error "SLUICE_PROXY_PATH must name the sluice-proxy binary (tests/CMakeLists.txt sets it)"
+#endif
+
+#define PX_START_MS 10000
+#define PX_STOP_MS 10000
+
+struct px {
+    pid_t pid;
+    char url[64], admin[64];
+    int status;
+};
+
+static struct px px_main;
+
+/* Read one line from fd within the deadline (ms on fx_now_ms's clock). */
+static bool px__line(int fd, char *buf, size_t size, int64_t deadline)
+{
+    size_t n = 0;
+    while (n + 1 < size) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int64_t left = deadline - fx_now_ms();
+        if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
+            return false;
+        if (read(fd, buf + n, 1) != 1)
+            return false;
+        if (buf[n] == '\n') {
+            buf[n] = '\0';
+            return true;
+        }
+        n++;
+    }
+    return false;
+}
+
+/* Start sluice-proxy with `args` (NULL-terminated) after --listen/--admin on free ports and
+ * --access-log off (a test may pass its own). 0, or -1 with the reason printed. */
+static inline int px_start(struct px *p, const char *const *args)
+{
+    const char *argv[64] = {SLUICE_PROXY_PATH, "--listen", "127.0.0.1:0", "--admin",
+                            "127.0.0.1:0", "--access-log", "off"};
+    int n = 7;
+    for (int i = 0; args && args[i] && n < 63; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    int out[2];
+    if (pipe(out) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(out[1], STDOUT_FILENO);
+        close(out[0]);
+        close(out[1]);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(out[1]);
+    *p = (struct px){.pid = pid};
+    int64_t deadline = fx_now_ms() + PX_START_MS;
+    bool ok = px__line(out[0], p->url, sizeof p->url, deadline) &&
+              px__line(out[0], p->admin, sizeof p->admin, deadline);
+    close(out[0]);
+    if (!ok) {
+        fprintf(stderr, "sluice-proxy did not print its URLs\n");
+        kill(pid, SIGKILL);
+        waitpid(pid, &p->status, 0);
+        p->pid = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* SIGTERM, wait up to PX_STOP_MS, then SIGKILL; the wait status (a stopped proxy: its last). */
+static inline int px_stop(struct px *p)
+{
+    if (p->pid <= 0)
+        return p->status;
+    kill(p->pid, SIGTERM);
+    int64_t deadline = fx_now_ms() + PX_STOP_MS;
+    while (waitpid(p->pid, &p->status, WNOHANG) == 0) {
+        if (fx_now_ms() > deadline) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &p->status, 0);
+            break;
+        }
+        fx_sleep_ms(10);
+    }
+    p->pid = 0;
+    return p->status;
+}
+
+/* ---- requests ---------------------------------------------------------------------------- */
+
+struct px_reply {
+    long status;
+    char headers[8192];
+    char body[65536];
+    size_t headers_len, body_len;
+    CURLcode code;
+    int64_t first_byte_ms, last_byte_ms; /* fx_now_ms when the first / last body byte came */
+};
+
+/* Append what fits of data to buf (cap bytes, NUL kept); returns len, as curl wants. */
+static size_t px__append(char *buf, size_t cap, size_t *used, const char *data, size_t len)
+{
+    size_t keep = cap - 1 - *used < len ? cap - 1 - *used : len;
+    memcpy(buf + *used, data, keep);
+    *used += keep;
+    buf[*used] = '\0';
+    return len;
+}
+
+static size_t px__body(char *data, size_t size, size_t n, void *ctx)
+{
+    struct px_reply *r = ctx;
+    if (!r->first_byte_ms)
+        r->first_byte_ms = fx_now_ms();
+    r->last_byte_ms = fx_now_ms();
+    return px__append(r->body, sizeof r->body, &r->body_len, data, size * n);
+}
+
+static size_t px__header(char *data, size_t size, size_t n, void *ctx)
+{
+    struct px_reply *r = ctx;
+    return px__append(r->headers, sizeof r->headers, &r->headers_len, data, size * n);
+}
+
+/* An easy handle for `method path` on the proxy, capturing into *r; `headers` may be NULL. */
+static inline CURL *px_easy(const struct px *p, const char *path, const char *body,
+                            struct curl_slist *headers, struct px_reply *r)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s%s", p->url, path);
+    memset(r, 0, sizeof *r);
+    CURL *e = curl_easy_init();
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    if (body)
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, px__body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, px__header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 20000L);
+    return e;
+}
+
+static inline void px_finish(CURL *e, struct px_reply *r)
+{
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_easy_cleanup(e);
+}
+
+/* One blocking request; `header` (one "Name: value", or NULL) is added. */
+static inline void px_request(const struct px *p, const char *path, const char *body,
+                              const char *header, struct px_reply *r)
+{
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    if (header)
+        h = curl_slist_append(h, header);
+    CURL *e = px_easy(p, path, body, h, r);
+    r->code = curl_easy_perform(e);
+    px_finish(e, r);
+    curl_slist_free_all(h);
+}
+
+/* Run the handles at once (a curl_multi), each to its end. */
+static inline void px_all(CURL **easy, struct px_reply **replies, int n)
+{
+    CURLM *m = curl_multi_init();
+    for (int i = 0; i < n; i++)
+        curl_multi_add_handle(m, easy[i]);
+    int running = n;
+    while (running) {
+        curl_multi_perform(m, &running);
+        if (running)
+            curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(m, &left)))
+        for (int i = 0; i < n; i++)
+            if (msg->easy_handle == easy[i])
+                replies[i]->code = msg->data.result;
+    for (int i = 0; i < n; i++) {
+        curl_multi_remove_handle(m, easy[i]);
+        px_finish(easy[i], replies[i]);
+    }
+    curl_multi_cleanup(m);
+}
+
+/* The value of header `name` in r (case-insensitive), copied into buf; NULL when absent. */
+static inline const char *px_header(const struct px_reply *r, const char *name, char *buf,
+                                    size_t size)
+{
+    size_t nl = strlen(name);
+    for (const char *line = r->headers; line && *line;) {
+        const char *eol = strstr(line, "\r\n");
+        if (!eol)
+            break;
+        if (!strncasecmp(line, name, nl) && line[nl] == ':') {
+            const char *v = line + nl + 1;
+            while (*v == ' ')
+                v++;
+            snprintf(buf, size, "%.*s", (int)(eol - v), v);
+            return buf;
+        }
+        line = eol + 2;
+    }
+    return NULL;
+}
+
+/* The proxy's own answer is the OpenAI error shape: {"error":{"message","type","code"}}. */
+static inline void px_assert_error_body(const struct px_reply *r, const char *code)
+{
+    json_t *root = json_loads(r->body, 0, NULL);
+    cr_assert_not_null(root, "not JSON: %s", r->body);
+    json_t *err = json_object_get(root, "error");
+    cr_assert(json_is_string(json_object_get(err, "message")), "no error.message: %s", r->body);
+    cr_assert(json_is_string(json_object_get(err, "type")), "no error.type: %s", r->body);
+    cr_assert_str_eq(json_string_value(json_object_get(err, "code")), code, "%s", r->body);
+    json_decref(root);
+}
+
+/* The node's entry on the admin endpoint (GET /compute/concurrency); json_decref the root. */
+static inline json_t *px_node(const struct px *p, const char *node, json_t **root)
+{
+    char url[128], body[16384] = "";
+    snprintf(url, sizeof url, "%s/compute/concurrency", p->admin);
+    CURL *e = curl_easy_init();
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, fx_collect);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
+    cr_assert_eq(curl_easy_perform(e), CURLE_OK, "GET %s failed", url);
+    curl_easy_cleanup(e);
+    *root = json_loads(body, 0, NULL);
+    cr_assert_not_null(*root, "not JSON: %s", body);
+    json_t *nodes = json_object_get(*root, "nodes");
+    for (size_t i = 0; i < json_array_size(nodes); i++) {
+        json_t *n = json_array_get(nodes, i);
+        if (!strcmp(json_string_value(json_object_get(n, "node")), node))
+            return n;
+    }
+    return NULL;
+}
+
+/* ---- an upstream that echoes ------------------------------------------------------------ */
+
+/*
+ * A loopback HTTP/1.1 server whose answer (200, text/plain) is the request
+ * exactly as it arrived, head and body: what the proxy sent upstream. A
+ * thread per connection, keep-alive; it lives until the test process ends.
+ */
+static void *px__echo_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    static __thread char buf[1 << 17];
+    size_t len = 0;
+    for (;;) {
+        char *end = len ? memmem(buf, len, "\r\n\r\n", 4) : NULL;
+        if (end) {
+            size_t head = (size_t)(end - buf) + 4, body = 0;
+            const char *cl = strcasestr(buf, "\r\ncontent-length:");
+            if (cl && cl < end)
+                body = (size_t)atol(cl + 17);
+            if (len >= head + body) {
+                char h[128];
+                int hl = snprintf(h, sizeof h,
+                                  "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                                  "Content-Length: %zu\r\n\r\n",
+                                  head + body);
+                if (write(fd, h, (size_t)hl) != hl || write(fd, buf, head + body) < 0)
+                    break;
+                memmove(buf, buf + head + body, len - head - body);
+                len -= head + body;
+                continue;
+            }
+        }
+        ssize_t n = read(fd, buf + len, sizeof buf - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    return NULL;
+}
+
+static void *px__echo_accept(void *arg)
+{
+    int lfd = (int)(intptr_t)arg;
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        pthread_t t;
+        pthread_create(&t, NULL, px__echo_conn, (void *)(intptr_t)fd);
+        pthread_detach(t);
+    }
+}
+
+/* Start the echo server; its port. */
+static inline int px_echo_start(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(fd, 64), 0);
+    getsockname(fd, (struct sockaddr *)&a, &al);
+    pthread_t t;
+    pthread_create(&t, NULL, px__echo_accept, (void *)(intptr_t)fd);
+    pthread_detach(t);
+    return ntohs(a.sin_port);
+}
+
+#endif /* SLUICE_TESTS_E2E_PROXY_FIXTURE_H */
