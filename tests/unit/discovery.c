@@ -855,6 +855,8 @@ Test(discovery, a_retry_after_at_the_configured_maximum_saturates_the_hold)
 
 /* ---- effects run off the lock: record, flush, sync ----------------------------- */
 
+#define MS SLUICE_NS_PER_MS
+
 struct closer {
     struct node *n;
     struct held_store *store;
