@@ -6,27 +6,41 @@ set(SLUICE_DEBIAN_PACKAGES
   gcc g++ make          # build: C11, the C++17 header check, the Makefile generator
   libck-dev             # core: Concurrency Kit
   pkg-config            # build: finds ck and the shim's libraries
-  libcriterion-dev      # tests
-  chromium              # tests: the admin endpoint's page in a headless browser (skipped without it)
   libcurl4-openssl-dev  # shim: transport
   libjansson-dev        # shim: state file and event JSON
   libmicrohttpd-dev     # shim: admin endpoint and provider simulator
   libmimalloc-dev       # sluice's programs: their allocator (never the library)
   libhiredis-dev        # shim: the Redis fleet (shared cap, leader lease, fleet permits)
-  redis-server          # tests: the fleet's tests start their own server on loopback
-  haproxy               # tests: a real queue-then-refuse gateway (maxconn + timeout queue) on loopback
-  libuv1-dev            # examples: the curl loop inside libuv (examples/curl_libuv.c)
-  libevent-dev          # examples: the curl loop inside libevent (examples/curl_libevent.c)
   libconfig-dev         # sluice-proxy: its --config file (comments; errors name file, line, field)
-  nodejs                # tests: the official OpenAI Node SDK as a real client of sluice-proxy
-  nginx                 # bench: nginx proxy_pass beside sluice-proxy (bench/proxy_bench.sh)
-  wrk                   # bench: the load generator of bench/proxy_bench.sh
 )
-# Debian's nodejs ships npm separately; NodeSource's (a newer Node) includes it and
-# conflicts with Debian's npm package, so ask for npm only where no npm is found.
-find_program(SLUICE_NPM npm)
-if(NOT SLUICE_NPM)
-  list(APPEND SLUICE_DEBIAN_PACKAGES npm)
+# What only the tests, examples and bench need stays off a machine that only installs
+# (the release preset turns them off; unset, they default on, as at the top level).
+if(NOT DEFINED SLUICE_BUILD_TESTS OR SLUICE_BUILD_TESTS)
+  list(APPEND SLUICE_DEBIAN_PACKAGES
+    libcriterion-dev    # tests
+    chromium            # tests: the admin endpoint's page in a headless browser (skipped without it)
+    redis-server        # tests: the fleet's tests start their own server on loopback
+    haproxy             # tests: a real queue-then-refuse gateway (maxconn + timeout queue) on loopback
+    nodejs              # tests: the official OpenAI Node SDK as a real client of sluice-proxy
+  )
+  # Debian's nodejs ships npm separately; NodeSource's (a newer Node) includes it and
+  # conflicts with Debian's npm package, so ask for npm only where no npm is found.
+  find_program(SLUICE_NPM npm)
+  if(NOT SLUICE_NPM)
+    list(APPEND SLUICE_DEBIAN_PACKAGES npm)
+  endif()
+endif()
+if(NOT DEFINED SLUICE_BUILD_EXAMPLES OR SLUICE_BUILD_EXAMPLES)
+  list(APPEND SLUICE_DEBIAN_PACKAGES
+    libuv1-dev          # examples: the curl loop inside libuv (examples/curl_libuv.c)
+    libevent-dev        # examples: the curl loop inside libevent (examples/curl_libevent.c)
+  )
+endif()
+if(NOT DEFINED SLUICE_BUILD_BENCH OR SLUICE_BUILD_BENCH)
+  list(APPEND SLUICE_DEBIAN_PACKAGES
+    nginx               # bench: nginx proxy_pass beside sluice-proxy (bench/proxy_bench.sh)
+    wrk                 # bench: the load generator of bench/proxy_bench.sh
+  )
 endif()
 # The fuzz preset builds libFuzzer targets: clang, and its fuzzer runtime,
 # which Debian 12 ships only as a Recommends of clang.

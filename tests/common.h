@@ -13,6 +13,7 @@
 #include <criterion/criterion.h>
 #include <sluice/cc.h>
 #include <sluice/gate.h>
+#include <sluice/store.h>
 #include <sluice/time.h>
 
 /* Threaded tests scale their iteration counts down under ThreadSanitizer. */
@@ -36,6 +37,63 @@
             WAIT_PAUSE();                                                                          \
         }                                                                                          \
     } while (0)
+
+/*
+ * A store whose save blocks until the test calls held_store_release, logging
+ * the order of its calls: a test checks that something does not wait for a
+ * save by finding the save still blocked when it returns, an order that no
+ * amount of load on the machine changes (a sleeping save and a time budget
+ * would). A save never released goes on after 10 s, so a call that wrongly
+ * waits for it fails the test instead of hanging it.
+ */
+struct held_store {
+    struct sluice_store_ops inner;
+    _Atomic(int) saving;  /* a save is blocked right now */
+    _Atomic(int) release; /* set by held_store_release: blocked saves go on */
+    _Atomic(int) n_ops;
+    char ops[8]; /* 'S'ave / 'C'lear, in order (written by one flusher at a time) */
+};
+
+static inline int held_load(void *ctx, const char *node, struct sluice_lock_record *out)
+{
+    struct held_store *s = (struct held_store *)ctx;
+    return s->inner.load(s->inner.ctx, node, out);
+}
+
+static inline int held_save(void *ctx, const char *node, const struct sluice_lock_record *rec)
+{
+    struct held_store *s = (struct held_store *)ctx;
+    atomic_store(&s->saving, 1);
+    for (int64_t give_up = sluice_monotonic_ns() + 10 * SLUICE_NS_PER_SEC;
+         !atomic_load(&s->release) && sluice_monotonic_ns() < give_up;)
+        usleep(200);
+    int status = s->inner.save(s->inner.ctx, node, rec);
+    s->ops[atomic_fetch_add(&s->n_ops, 1) & 7] = 'S';
+    atomic_store(&s->saving, 0);
+    return status;
+}
+
+static inline int held_clear(void *ctx, const char *node)
+{
+    struct held_store *s = (struct held_store *)ctx;
+    int status = s->inner.clear(s->inner.ctx, node);
+    s->ops[atomic_fetch_add(&s->n_ops, 1) & 7] = 'C';
+    return status;
+}
+
+/* Wrap `inner`; the ops to give the engine or node point into *s. */
+static inline struct sluice_store_ops held_store_init(struct held_store *s,
+                                                     struct sluice_store_ops inner)
+{
+    memset(s, 0, sizeof *s);
+    s->inner = inner;
+    return (struct sluice_store_ops){held_load, held_save, held_clear, s, NULL};
+}
+
+static inline void held_store_release(struct held_store *s)
+{
+    atomic_store(&s->release, 1);
+}
 
 /* A gate with `limit` permits; the test fails if it cannot be made. */
 static inline struct sluice_gate *make_gate(uint32_t limit)

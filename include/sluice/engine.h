@@ -290,11 +290,14 @@ SLUICE_INLINE ptrdiff_t sluice__engine_lookup(const struct sluice_engine *e, con
 
 /*
  * Resolve a run's backend ID. NULL resolves to the endpoint-only backend
- * (unlimited); an ID nobody registered resolves to NULL. O(1), no allocation.
+ * (unlimited); an ID nobody registered, or a NULL engine, resolves to NULL.
+ * O(1), no allocation.
  */
 SLUICE_INLINE const struct sluice_backend *sluice_engine_find(const struct sluice_engine *e,
                                                               const char *id)
 {
+    if (!e)
+        return NULL;
     if (!id)
         return &e->endpoint_only;
     ptrdiff_t pos = sluice__engine_lookup(e, id, sluice__engine_hash(id));
@@ -308,27 +311,29 @@ SLUICE_INLINE struct sluice_pool *sluice_engine_pool(const struct sluice_engine 
     return b ? b->pool : NULL;
 }
 
-/* Registered backends (built-in included), for status views: 0 <= i < count. */
+/* Registered backends (built-in included), for status views: 0 <= i < count (0 for NULL). */
 SLUICE_INLINE size_t sluice_engine_backend_count(const struct sluice_engine *e)
 {
-    return e->n_backends;
+    return e ? e->n_backends : 0;
 }
 
 SLUICE_INLINE const struct sluice_backend *sluice_engine_backend_at(const struct sluice_engine *e,
                                                                     size_t i)
 {
-    return i < e->n_backends ? &e->backends[i] : NULL;
+    return i < sluice_engine_backend_count(e) ? &e->backends[i] : NULL;
 }
 
 /* The ID of backend i — a node ID for the calls below — or NULL when i >= count. */
 SLUICE_INLINE const char *sluice_engine_backend_id(const struct sluice_engine *e, size_t i)
 {
-    return i < e->n_backends ? e->backends[i].id : NULL;
+    const struct sluice_backend *b = sluice_engine_backend_at(e, i);
+    return b ? b->id : NULL;
 }
 
 /* ---- nodes: clear, status, events ------------------------------------------ */
 
-/* The registered backend `node_id`; NULL for NULL (not a node) or an unknown ID. */
+/* The registered backend `node_id`; NULL for a NULL engine, a NULL ID (not a node) or an
+ * unknown one. */
 SLUICE_INLINE const struct sluice_backend *sluice__engine_node(const struct sluice_engine *e,
                                                                const char *node_id)
 {
@@ -344,7 +349,7 @@ SLUICE_INLINE const struct sluice_backend *sluice__engine_node(const struct slui
  * The store's clear runs after the node's lock is dropped; a store failure
  * is a "store" event, never an error here. Returns SLUICE_OK — also for a
  * fixed node, which it leaves alone — or SLUICE_EINVAL for an unknown or
- * NULL ID.
+ * NULL ID or a NULL engine.
  */
 SLUICE_INLINE int sluice_engine_clear(struct sluice_engine *e, const char *node_id)
 {
@@ -359,11 +364,14 @@ SLUICE_INLINE int sluice_engine_clear(struct sluice_engine *e, const char *node_
  * nothing else. in_flight counts calls started and not yet ended (the
  * pool's count), so a call that holds a permit while it waits out a
  * Retry-After hold is not in flight yet. Returns SLUICE_OK, or
- * SLUICE_EINVAL (st zeroed) for an unknown or NULL ID.
+ * SLUICE_EINVAL (st zeroed) for an unknown or NULL ID, a NULL engine or a
+ * NULL st.
  */
 SLUICE_INLINE int sluice_engine_status(const struct sluice_engine *e, const char *node_id,
                                        struct sluice_discovery_status *st)
 {
+    if (!st)
+        return SLUICE_EINVAL;
     memset(st, 0, sizeof *st);
     const struct sluice_backend *b = sluice__engine_node(e, node_id);
     if (!b)
@@ -387,13 +395,14 @@ SLUICE_INLINE int sluice_engine_status(const struct sluice_engine *e, const char
  * "... 🌧️" (backoff); a fixed node has no glyph ("local 2/4") and an
  * unlimited one shows its limit as "∞" ("free 3/∞"). snprintf semantics:
  * returns the full length (>= size: truncated), or SLUICE_EINVAL (buf set
- * to "") for an unknown or NULL ID.
+ * to "") for an unknown or NULL ID, a NULL engine, or a NULL buf with a
+ * nonzero size (NULL with size 0 measures, as with snprintf).
  */
 SLUICE_INLINE int sluice_engine_status_line(const struct sluice_engine *e, const char *node_id,
                                             char *buf, size_t size)
 {
     struct sluice_discovery_status st;
-    int status = sluice_engine_status(e, node_id, &st);
+    int status = !buf && size ? (int)SLUICE_EINVAL : sluice_engine_status(e, node_id, &st);
     if (status != SLUICE_OK) {
         if (buf && size)
             buf[0] = '\0';
@@ -419,11 +428,12 @@ SLUICE_INLINE const struct sluice_event_ring *sluice_engine_events(const struct 
  * Apply time-based transitions to every adaptive node without traffic: a
  * lock whose time to live ran out, a window past window_max_ns
  * (sluice_discovery_poll); and start async calls whose Retry-After hold is
- * over (sluice_pool_poll). Call from a timer if nodes may sit idle.
+ * over (sluice_pool_poll). Call from a timer if nodes may sit idle. A NULL
+ * engine is a no-op.
  */
 SLUICE_INLINE void sluice_engine_poll(struct sluice_engine *e)
 {
-    for (size_t i = 0; i < e->n_backends; i++) {
+    for (size_t i = 0; i < sluice_engine_backend_count(e); i++) {
         struct sluice_discovery *disc = sluice_pool_discovery(e->backends[i].pool);
         if (disc)
             sluice_discovery_poll(disc);
@@ -434,10 +444,13 @@ SLUICE_INLINE void sluice_engine_poll(struct sluice_engine *e)
 /*
  * Close every pool (sluice_pool_close): new runs fail with SLUICE_ECLOSED,
  * queued calls wake with SLUICE_ECLOSED, calls in flight finish. Then
- * destroy the engine once no thread uses it. Idempotent.
+ * destroy the engine once no thread uses it. Idempotent; a NULL engine is
+ * a no-op.
  */
 SLUICE_INLINE void sluice_engine_close(struct sluice_engine *e)
 {
+    if (!e)
+        return;
     for (size_t i = 0; i < e->n_backends; i++)
         sluice_pool_close(e->backends[i].pool);
     sluice_pool_close(e->endpoint_only.pool);
@@ -536,22 +549,28 @@ SLUICE_INLINE int sluice__engine_make_pools(struct sluice_engine *e,
 }
 
 /*
- * Create an engine from `desc` (NULL = only the built-in openrouter).
- * Returns SLUICE_OK, SLUICE_EINVAL (message in desc->error) or SLUICE_ENOMEM;
- * on failure *out is NULL and nothing is left allocated. Each adaptive
- * backend's node loads its lock from the store here; a live one is restored
- * at once (its "restore" event reaches on_event before this returns).
+ * Create an engine from `desc` (required: a NULL desc would silently give
+ * an engine without the caller's backends; `&(struct sluice_engine_desc){0}`
+ * is the engine with only the built-in openrouter) into *out (required).
+ * Returns SLUICE_OK, SLUICE_EINVAL (message in desc->error; a NULL desc has
+ * nowhere to put one) or SLUICE_ENOMEM; on failure *out is NULL (when out
+ * is not) and nothing is left allocated. Each adaptive backend's node loads
+ * its lock from the store here; a live one is restored at once (its
+ * "restore" event reaches on_event before this returns).
  */
 SLUICE_INLINE int sluice_engine_create(const struct sluice_engine_desc *desc,
                                        struct sluice_engine **out)
 {
-    struct sluice_engine_desc d;
-    memset(&d, 0, sizeof d);
-    if (desc)
-        d = *desc;
-    *out = NULL;
+    if (out)
+        *out = NULL;
+    if (!desc)
+        return SLUICE_EINVAL;
+    struct sluice_engine_desc d = *desc;
     if (d.error && d.error_size)
         d.error[0] = '\0';
+    if (!out)
+        return sluice__engine_fail(&d, "out is NULL (pass the address of a struct "
+                                       "sluice_engine * to receive the engine)");
     if (!sluice__allocator_valid(d.allocator))
         return sluice__engine_fail(&d, "allocator sets only one of alloc and free (set both, or "
                                        "pass NULL for the default)");

@@ -166,7 +166,8 @@
  *     even when every permit is lingering and nothing else runs.
  *
  * Progress: admit is lock-free and never blocks or enters the kernel: a full
- * pool is rejected with one atomic load, an admission is a load and a CAS.
+ * pool is rejected with one atomic load and counted in this thread's own
+ * shard (a load and a store: no shared RMW); an admission is a load and a CAS.
  * leave is wait-free. call_end does not block: it releases the permit (the
  * gate's release: one CAS when nobody queues, else a short spinlock hand-off
  * to the one waiter next in line) and returns; in an adaptive pool it first
@@ -377,6 +378,25 @@ struct sluice__pool_watcher {
 
 enum { SLUICE__WATCH_AWAKE = 0, SLUICE__WATCH_ASLEEP = 1, SLUICE__WATCH_SETTLED = 2 };
 
+/*
+ * Refusals on a full pool are counted per thread, not on one shared word: a
+ * fetch-add every rejecting thread shares would make the refusal, which
+ * must stay about one load, several times dearer (a locked instruction,
+ * and a line bouncing between the rejecting threads). A thread claims a
+ * shard once (a CAS on its owner word) and from then on counts there with a
+ * plain load and store, which is exact because it is the shard's only
+ * writer; stats sums the shards. A thread that finds every shard it may use
+ * taken by others falls back to the shared fetch-add. A thread's identity
+ * is its thread pointer, unique among live threads; a new thread that
+ * inherits a dead one's goes on counting in its shard, which is still exact.
+ */
+#define SLUICE__POOL_REFUSAL_SHARDS 8
+
+struct sluice__pool_shard {
+    SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uintptr_t) owner; /* 0 = unclaimed */
+    _Atomic(uint64_t) refused; /* written by the owner only */
+};
+
 struct sluice_pool;
 struct sluice_pool_waiter;
 /* Runs exactly once per sluice_pool_call_begin_async; see there. */
@@ -455,6 +475,7 @@ struct sluice_pool {
     struct sluice__pool_watcher *watchers; /* blocked calls queued for a permit; hold_lock */
     /* What the operator's views count; recorded after permits move. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) counted[SLUICE__POOL_COUNTERS];
+    struct sluice__pool_shard refusals[SLUICE__POOL_REFUSAL_SHARDS]; /* + counted[CAPACITY] */
     struct sluice_histogram queue_wait, call_time;
     struct sluice_service service;    /* whole calls: what a call needs to finish */
     struct sluice_service first_byte; /* the latency signal: what a call needs to begin */
@@ -653,6 +674,10 @@ SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
     sluice_service_init(&p->first_byte, percent);
     for (int i = 0; i < SLUICE__POOL_COUNTERS; i++)
         atomic_init(&p->counted[i], 0u);
+    for (int i = 0; i < SLUICE__POOL_REFUSAL_SHARDS; i++) {
+        atomic_init(&p->refusals[i].owner, (uintptr_t)0);
+        atomic_init(&p->refusals[i].refused, 0u);
+    }
     sluice_histogram_init(&p->queue_wait);
     sluice_histogram_init(&p->call_time);
     atomic_init(&p->lingering, 0u);
@@ -750,6 +775,45 @@ SLUICE_INLINE void sluice__pool_count(struct sluice_pool *p, enum sluice__pool_c
     atomic_fetch_add_explicit(&p->counted[which], 1u, SLUICE_RELAXED);
 }
 
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_thread_pointer)
+#define SLUICE__POOL_THREAD_POINTER 1
+#endif
+#endif
+
+/* This thread's identity for the refusal shards: nonzero, unique among live threads. */
+SLUICE_INLINE uintptr_t sluice__pool_thread(void)
+{
+#ifdef SLUICE__POOL_THREAD_POINTER
+    return (uintptr_t)__builtin_thread_pointer(); /* one register read */
+#else
+    static SLUICE_THREAD_LOCAL char me;
+    return (uintptr_t)&me;
+#endif
+}
+
+/* Count one SLUICE_ECAPACITY (see struct sluice__pool_shard). */
+SLUICE_INLINE void sluice__pool_count_refusal(struct sluice_pool *p)
+{
+    uintptr_t me = sluice__pool_thread();
+    /* Thread pointers sit whole stacks apart: take the top bits of a Fibonacci hash. */
+    uint32_t first = (uint32_t)(((uint64_t)me * UINT64_C(0x9e3779b97f4a7c15)) >> 56);
+    for (uint32_t i = 0; i < SLUICE__POOL_REFUSAL_SHARDS; i++) {
+        struct sluice__pool_shard *s =
+            &p->refusals[(first + i) % SLUICE__POOL_REFUSAL_SHARDS];
+        uintptr_t owner = atomic_load_explicit(&s->owner, SLUICE_RELAXED);
+        if (owner == me || (owner == 0 && atomic_compare_exchange_strong_explicit(
+                                              &s->owner, &owner, me, SLUICE_RELAXED,
+                                              SLUICE_RELAXED))) {
+            atomic_store_explicit(&s->refused,
+                                  atomic_load_explicit(&s->refused, SLUICE_RELAXED) + 1u,
+                                  SLUICE_RELAXED);
+            return;
+        }
+    }
+    sluice__pool_count(p, SLUICE__POOL_CAPACITY);
+}
+
 /* Count a call that ended without finishing, by why it stopped. */
 SLUICE_INLINE void sluice__pool_count_stop(struct sluice_pool *p, int status)
 {
@@ -785,7 +849,7 @@ SLUICE_INLINE int sluice_pool_admit(struct sluice_pool *p)
     uint32_t n = atomic_load_explicit(&p->admitted, SLUICE_RELAXED);
     do {
         if (n >= cap) {
-            sluice__pool_count(p, SLUICE__POOL_CAPACITY);
+            sluice__pool_count_refusal(p);
             return SLUICE_ECAPACITY;
         }
     } while (!atomic_compare_exchange_weak_explicit(&p->admitted, &n, n + 1, SLUICE_RELAXED,
@@ -1977,6 +2041,8 @@ SLUICE_INLINE struct sluice_pool_counts sluice_pool_stats(const struct sluice_po
                                            &c.timeouts,         &c.cancels,       &c.lingered};
     for (int i = 0; i < SLUICE__POOL_COUNTERS; i++)
         *to[i] = atomic_load_explicit(&p->counted[i], SLUICE_RELAXED);
+    for (int i = 0; i < SLUICE__POOL_REFUSAL_SHARDS; i++)
+        c.refused_capacity += atomic_load_explicit(&p->refusals[i].refused, SLUICE_RELAXED);
     return c;
 }
 

@@ -217,9 +217,15 @@ static struct MHD_Daemon *admin_daemon(struct sluice_admin *a, int fd)
 
 int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin **out)
 {
-    *out = NULL;
+    if (out)
+        *out = NULL;
+    if (!desc)
+        return SLUICE_EINVAL;
     if (desc->error && desc->error_size)
         desc->error[0] = '\0';
+    if (!out)
+        return admin_fail(desc, SLUICE_EINVAL,
+                          "out is NULL (pass the address of a struct sluice_admin *)");
     struct sluice_admin_desc d;
     int status = admin_resolve(desc, &d);
     if (status != SLUICE_OK)
@@ -234,10 +240,10 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
     }
     a->daemon = admin_daemon(a, fd);
     if (!a->daemon) {
+        unsigned port = a->port; /* for the message: a is gone after admin_free */
         close(fd);
         admin_free(a);
-        return admin_fail(desc, SLUICE_EIO, "libmicrohttpd did not start on port %u",
-                          (unsigned)a->port);
+        return admin_fail(desc, SLUICE_EIO, "libmicrohttpd did not start on port %u", port);
     }
     if (pthread_create(&a->sampler, NULL, sluice__admin_sampler_main, a) != 0) {
         atomic_store(&a->stopping, true);

@@ -138,6 +138,8 @@ json_t *sluice__admin_node_json(struct sluice_admin *a, size_t i)
 
 char *sluice_admin_status_json(struct sluice_admin *a)
 {
+    if (!a)
+        return NULL;
     json_t *root = json_object();
     json_t *nodes = json_array();
     json_object_set_new(root, "now_ms", json_integer(sluice__admin_wall_ms()));

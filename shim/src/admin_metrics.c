@@ -284,6 +284,8 @@ static struct node_view *snapshot(struct sluice_admin *a)
 
 char *sluice_admin_metrics(struct sluice_admin *a)
 {
+    if (!a)
+        return NULL;
     struct node_view *views = snapshot(a);
     if (!views)
         return NULL;

@@ -229,11 +229,15 @@ static struct curl_slist *sluice__chat_headers(const char *api_key)
 
 int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **out)
 {
-    *out = NULL;
+    if (out)
+        *out = NULL;
     if (!d)
         return SLUICE_EINVAL;
     if (d->error && d->error_size)
         d->error[0] = '\0';
+    if (!out)
+        return sluice__shim_fail(d->error, d->error_size,
+                                 "out is NULL (pass the address of a struct sluice_chat *)");
     if (!d->model || !d->prompt)
         return sluice__shim_fail(d->error, d->error_size,
                                  "%s is NULL (set sluice_chat_desc.%s%s)",
@@ -294,6 +298,8 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
 
 int sluice_chat_set_repair(struct sluice_chat *c, const char *message)
 {
+    if (!c)
+        return SLUICE_EINVAL;
     int status = sluice__chat_utf8(message);
     if (status != SLUICE_OK)
         return status;
@@ -307,17 +313,17 @@ int sluice_chat_set_repair(struct sluice_chat *c, const char *message)
 
 const char *sluice_chat_reply(const struct sluice_chat *c)
 {
-    return c->reply;
+    return c ? c->reply : NULL;
 }
 
 const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *c)
 {
-    return &c->result;
+    return c ? &c->result : NULL;
 }
 
 struct sluice_chat_usage sluice_chat_last_usage(const struct sluice_chat *c)
 {
-    return c->usage;
+    return c ? c->usage : (struct sluice_chat_usage){0};
 }
 
 /* A repair resends the conversation with the rejected reply and the repair message. */

@@ -54,6 +54,8 @@ const char *sluice_curl_dialect_name(enum sluice_curl_dialect dialect)
 
 int sluice_curl_dialect_parse(const char *name, enum sluice_curl_dialect *out)
 {
+    if (!out)
+        return SLUICE_EINVAL;
     for (size_t i = 0; name && i < SLUICE__DIALECTS; i++)
         if (strcmp(name, sluice__dialect_names[i]) == 0) {
             *out = (enum sluice_curl_dialect)i;
@@ -85,6 +87,8 @@ int64_t sluice_curl_window_seconds(enum sluice_curl_window window)
 
 double sluice_curl_stated_rate(const struct sluice_curl_result *res)
 {
+    if (!res)
+        return 0;
     const struct sluice_curl_budget *b = &res->ratelimit.requests;
     int64_t window_s = sluice_curl_window_seconds(b->window);
     if (res->kind != SLUICE_CURL_SUCCESS || b->limit <= 0 || window_s <= 0 || window_s > 60)
@@ -721,6 +725,13 @@ static enum sluice_curl_kind sluice__refine(const struct sluice_curl_response *r
 enum sluice_curl_kind sluice_curl_classify(const struct sluice_curl_response *r,
                                            struct sluice_curl_result *out)
 {
+    /* Any input is safe: no response classifies as an empty one, into a scratch result. */
+    static const struct sluice_curl_response none = {0};
+    struct sluice_curl_result scratch;
+    if (!r)
+        r = &none;
+    if (!out)
+        out = &scratch;
     int64_t now_s = r->now_s ? r->now_s : (int64_t)time(NULL);
     /* A clock past year 100000 or before 1970 is nonsense; clamped, the date arithmetic
      * below (now_s * 1000, date - now_s) cannot overflow whatever the caller passed. */

@@ -249,9 +249,13 @@ static int sluice__loop_check(const struct sluice_curl_loop_desc *d)
 
 int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc, struct sluice_curl_loop **out)
 {
-    *out = NULL;
+    if (out)
+        *out = NULL;
     if (!desc)
         return SLUICE_EINVAL;
+    if (!out)
+        return sluice__shim_fail(desc->error, desc->error_size,
+                                 "out is NULL (pass the address of a struct sluice_curl_loop *)");
     int status = sluice__loop_check(desc);
     if (status != SLUICE_OK)
         return status;
@@ -365,11 +369,13 @@ int sluice_curl_loop_cancel(struct sluice_curl_loop *loop, uint64_t id)
 
 const struct sluice_engine *sluice_curl_loop_engine(const struct sluice_curl_loop *loop)
 {
-    return loop->engine;
+    return loop ? loop->engine : NULL;
 }
 
 struct sluice_curl_loop_counts sluice_curl_loop_stats(const struct sluice_curl_loop *loop)
 {
+    if (!loop)
+        return (struct sluice_curl_loop_counts){0};
     struct sluice_curl_loop *l = (struct sluice_curl_loop *)loop;
     struct sluice_curl_loop_counts s = {
         .live = atomic_load_explicit(&l->n_live, SLUICE_RELAXED),

@@ -362,6 +362,8 @@ static enum sluice__curl_stop sluice__xfer_drive(struct sluice__xfer *x, CURLM *
 
 int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl_result *res)
 {
+    if (!res)
+        return SLUICE_EINVAL;
     int64_t made_ns = sluice_monotonic_ns();
     sluice__curl_result_init(res);
     if (!call || !call->easy)

@@ -655,6 +655,8 @@ static void *fleet_agent(void *arg)
 
 int sluice_fleet_create(const struct sluice_fleet_desc *desc, struct sluice_fleet **out)
 {
+    if (!out)
+        return fleet_fail(desc, "out is NULL (pass the address of a struct sluice_fleet *)");
     *out = NULL;
     if (desc && desc->error && desc->error_size)
         desc->error[0] = '\0';
@@ -681,6 +683,8 @@ int sluice_fleet_create(const struct sluice_fleet_desc *desc, struct sluice_flee
 
 void sluice_fleet_discovery(struct sluice_fleet *f, struct sluice_discovery_desc *dd)
 {
+    if (!f || !dd)
+        return;
     /* The description keeps pointers: the prototype and the ops live in the fleet. */
     f->follower.base.ops = &fleet_policy_ops;
     f->follower.fleet = f;
@@ -734,6 +738,8 @@ int sluice_fleet_clear_node(const char *redis_url, const char *node_id, char *er
 
 int sluice_fleet_clear(struct sluice_fleet *f)
 {
+    if (!f)
+        return SLUICE_EINVAL;
     pthread_mutex_lock(&f->mu);
     f->clear_requests++;
     pthread_cond_signal(&f->cv);
@@ -744,7 +750,11 @@ int sluice_fleet_clear(struct sluice_fleet *f)
 void sluice_fleet_snapshot(const struct sluice_fleet *fleet, struct sluice_fleet_status *out)
 {
     struct sluice_fleet *f = (struct sluice_fleet *)fleet;
+    if (!out)
+        return;
     memset(out, 0, sizeof *out);
+    if (!f)
+        return;
     out->connected = atomic_load_explicit(&f->s_connected, SLUICE_RELAXED) != 0u;
     out->leader = atomic_load_explicit(&f->s_leader, SLUICE_RELAXED) != 0u;
     out->shared_limit = atomic_load_explicit(&f->s_shared, SLUICE_RELAXED);
@@ -761,7 +771,7 @@ void sluice_fleet_snapshot(const struct sluice_fleet *fleet, struct sluice_fleet
 
 const struct sluice_event_ring *sluice_fleet_events(const struct sluice_fleet *f)
 {
-    return &f->events;
+    return f ? &f->events : NULL;
 }
 
 void sluice_fleet_destroy(struct sluice_fleet *f)
@@ -793,6 +803,11 @@ void sluice_fleet_destroy(struct sluice_fleet *f)
 
 uint64_t sluice_fleet_last_error(struct sluice_fleet *f, char *buf, size_t size)
 {
+    if (!f) {
+        if (buf && size)
+            buf[0] = '\0';
+        return 0;
+    }
     pthread_mutex_lock(&f->mu);
     uint64_t n = f->n_errors;
     if (buf && size)

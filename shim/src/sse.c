@@ -123,6 +123,8 @@ static int sluice__sse_byte(struct sluice_sse *p, char c)
 
 int sluice_sse_feed(struct sluice_sse *p, const char *data, size_t n)
 {
+    if (!p || (!data && n))
+        return SLUICE_EINVAL;
     if (p->status != SLUICE_OK)
         return p->status;
     for (size_t i = 0; i < n; i++) {
@@ -145,20 +147,20 @@ int sluice_sse_feed(struct sluice_sse *p, const char *data, size_t n)
 
 bool sluice_sse_idle(const struct sluice_sse *p)
 {
-    return p->line_len == 0 && !p->comment && !p->has_data;
+    return p && p->line_len == 0 && !p->comment && !p->has_data;
 }
 
 const char *sluice_sse_error(const struct sluice_sse *p)
 {
-    return p->error;
+    return p ? p->error : "sluice_sse is NULL";
 }
 
 size_t sluice_sse_events(const struct sluice_sse *p)
 {
-    return p->events;
+    return p ? p->events : 0;
 }
 
 size_t sluice_sse_comments(const struct sluice_sse *p)
 {
-    return p->comments;
+    return p ? p->comments : 0;
 }

@@ -37,6 +37,8 @@ static char *sf_strdup(const char *s)
 
 int sluice_statefile_default_path(char *buf, size_t size)
 {
+    if (!buf && size)
+        return SLUICE_EINVAL;
     const char *xdg = getenv("XDG_STATE_HOME");
     if (xdg && xdg[0] == '/') /* the XDG spec: a relative value is invalid and ignored */
         return snprintf(buf, size, "%s/sluice/ceilings.json", xdg);
@@ -119,7 +121,8 @@ static int sf_check_path(const char *path, char *err, size_t size)
 
 int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluice_statefile **out)
 {
-    *out = NULL;
+    if (out)
+        *out = NULL;
     struct sluice_statefile_desc d;
     memset(&d, 0, sizeof d);
     if (desc)
@@ -132,6 +135,8 @@ int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluic
             snprintf(d.error, d.error_size, __VA_ARGS__);                                          \
         return SLUICE_EINVAL;                                                                      \
     } while (0)
+    if (!out)
+        SF_OPEN_FAIL("out is NULL (pass the address of a struct sluice_statefile *)");
     if (d.lock_wait_ms > 600000)
         SF_OPEN_FAIL("sluice_statefile_desc.lock_wait_ms = %u is above 600000", d.lock_wait_ms);
     char path[4096];
@@ -205,11 +210,16 @@ void sluice_statefile_close(struct sluice_statefile *f)
 
 const char *sluice_statefile_path(const struct sluice_statefile *f)
 {
-    return f->path;
+    return f ? f->path : NULL;
 }
 
 uint64_t sluice_statefile_last_error(struct sluice_statefile *f, char *buf, size_t size)
 {
+    if (!f) {
+        if (buf && size)
+            buf[0] = '\0';
+        return 0;
+    }
     pthread_mutex_lock(&f->mu);
     if (buf && size)
         snprintf(buf, size, "%s", f->error);

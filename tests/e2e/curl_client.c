@@ -84,7 +84,7 @@ CLIENT_TEST(the_openrouter_preset_with_an_endpoint_override_keeps_its_16_permits
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 100, .median_ms = 200,
                                    .fixed_latency = true});
     struct sluice_engine *e = NULL;
-    cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){0}, &e), SLUICE_OK);
     cr_assert_str_eq(sluice_engine_find(e, SLUICE_OPENROUTER_ID)->endpoint,
                      "https://openrouter.ai/api/v1", "the preset's real base URL");
     char base[64];
@@ -226,7 +226,7 @@ CLIENT_TEST(the_request_carries_the_key_from_the_environment_the_model_and_the_r
                                                                    .validate = reject_first});
     unsetenv(SLUICE_CHAT_API_KEY_ENV);
     struct sluice_engine *e = NULL;
-    cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){0}, &e), SLUICE_OK);
     struct sluice_run_result rr;
     int status =
         sluice_run(e, &(struct sluice_run_desc){.ops = &sluice_chat_ops, .ctx = chat}, &rr);
@@ -321,7 +321,7 @@ CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval_naming_what_to_set)
     cr_assert(strstr(err, "prompt is NULL (set sluice_chat_desc.prompt"), "\"%s\"", err);
     chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
     struct sluice_engine *e = NULL;
-    cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){0}, &e), SLUICE_OK);
     struct sluice_run_result rr;
     cr_assert_eq(
         sluice_run(e, &(struct sluice_run_desc){.ops = &sluice_chat_ops, .ctx = chat}, &rr),

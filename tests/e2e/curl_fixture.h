@@ -227,7 +227,8 @@ static inline json_t *fx_stats_json(void)
     CURL *easy = curl_easy_init();
     curl_easy_setopt(easy, CURLOPT_URL, sim_process_url(&fx_sim, "/stats", url, sizeof url));
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, fx_collect);
-    curl_easy_setopt(easy, CURLOPT_WRITEDATA, body);
+    /* (void *): curl's type check takes a char array for a string and warns at -O1. */
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, (void *)body);
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, 5000L);
     cr_assert_eq(curl_easy_perform(easy), CURLE_OK, "GET /stats failed");
     curl_easy_cleanup(easy);

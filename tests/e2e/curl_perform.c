@@ -166,10 +166,13 @@ PERFORM_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)
 
 /* ---- cancel and deadline mid-transfer ----------------------------------------------------- */
 
-PERFORM_TEST(a_token_fired_mid_transfer_cancels_within_50_ms_and_frees_the_provider_slot)
+/* The call would take 5 s: a cancel that returns in a fraction of that aborted it (how
+ * fast is a matter for bench/, not for a test on a machine others keep busy). */
+#define LONG_CALL_MS 5000
+PERFORM_TEST(a_token_fired_mid_transfer_aborts_it_and_frees_the_provider_slot)
 {
     /* --abandoned free: a provider that frees the slot when the client leaves. */
-    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 5000,
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = LONG_CALL_MS,
                                    .fixed_latency = true, .abandoned_free = true});
     struct sluice_engine *e = fx_engine(2, 0, NULL);
     struct sluice_cancel token;
@@ -185,7 +188,8 @@ PERFORM_TEST(a_token_fired_mid_transfer_cancels_within_50_ms_and_frees_the_provi
     cr_assert_eq(c.status, SLUICE_ECANCELED, "status %s", sluice_status_name(c.status));
     cr_assert_eq(c.r.kind, SLUICE_CURL_ABORTED);
     cr_assert_eq(c.r.outcome, SLUICE_OUTCOME_IGNORE);
-    cr_assert_leq(took_ms, 50, "the cancel took %lld ms", (long long)took_ms);
+    cr_assert_lt(took_ms, LONG_CALL_MS / 2, "the cancel waited %lld ms: the transfer ran on",
+                 (long long)took_ms);
     struct fx_stats s = fx_stats_settled();
     cr_assert_eq(s.cancelled, 1, "the simulator did not see the connection close");
     cr_assert_eq(s.in_flight, 0);
@@ -332,11 +336,11 @@ PERFORM_TEST(a_full_pool_rejects_at_once_and_never_starts_the_transfer)
     wait_in_flight(1);
     CURL *easy = fx_easy();
     struct sluice_curl_result r;
-    int64_t t0 = sluice_monotonic_ns();
     cr_assert_eq(sluice_curl_perform(e, FX_BACKEND, easy, NULL, NULL, &r), SLUICE_ECAPACITY);
-    cr_assert_lt(sluice_monotonic_ns() - t0, 50 * SLUICE_NS_PER_MS, "the rejection waited");
+    int64_t rejected = sluice_monotonic_ns();
     cr_assert_not(r.transferred);
     bg_join(&busy);
+    cr_assert_lt(rejected, busy.returned_ns, "the rejection waited for the busy call to end");
     cr_assert_eq(fx_stats_settled().requests, 1);
     cr_assert_eq(sluice_curl_perform(e, "nobody", easy, NULL, NULL, &r), SLUICE_EINVAL);
     curl_easy_cleanup(easy);

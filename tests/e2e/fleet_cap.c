@@ -16,20 +16,25 @@ __attribute__((unused)) static void setup(void)
     rfx_start();
 }
 
-/* Per-test options, not TestSuite: the TSan build's Criterion stand-in has none. */
-#define FLEET_TEST(name) Test(fleet_cap, name, .init = setup, .fini = rfx_teardown, .timeout = 30)
+/* Per-test options, not TestSuite: the TSan build's Criterion stand-in has none. The
+ * timeout leaves room for RFX_PATIENCE_MS plus a watch. */
+#define FLEET_TEST(name) Test(fleet_cap, name, .init = setup, .fini = rfx_teardown, .timeout = 120)
 
-/* Sample the fleet every 20 ms for `ms`: the most permits leased beyond what the
- * shared limit allows (S − N), counted once S has held still for SETTLE_MS (when S
- * falls, the leases granted under the old S drain over the next few heartbeats, the
- * documented transient); and the lowest S seen. */
+/* Sample the fleet every 20 ms for `ms`, and on until the simulator has served
+ * `min_calls` since its last reset (at most RFX_PATIENCE_MS: a busy machine serves
+ * fewer calls a second, and the checks need that many to mean something): the most
+ * permits leased beyond what the shared limit allows (S − N), counted once S has held
+ * still for SETTLE_MS (when S falls, the leases granted under the old S drain over the
+ * next few heartbeats, the documented transient); and the lowest S seen. */
 #define SETTLE_MS 600
-static long long watch_leases(int ms, long long *min_shared)
+static long long watch_leases(int ms, long min_calls, long long *min_shared)
 {
     long long worst = LLONG_MIN, last = -1;
-    int64_t still_since = fx_now_ms();
+    int64_t start = fx_now_ms(), still_since = start;
     *min_shared = LLONG_MAX;
-    for (int64_t end = fx_now_ms() + ms; fx_now_ms() < end; fx_sleep_ms(20)) {
+    for (int64_t now = start; now - start < ms || (fx_stats().ok < min_calls &&
+                                                    now - start < RFX_PATIENCE_MS);
+         fx_sleep_ms(20), now = fx_now_ms()) {
         long long shared = rfx_int("HGET %s limit", rfx_key("state"));
         long long n = rfx_int("ZCARD %s", rfx_key("holders"));
         long long over = rfx_leased_total() - (shared > n ? shared - n : 0);
@@ -55,12 +60,13 @@ FLEET_TEST(eight_processes_never_run_more_than_the_shared_limit_together)
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 1000, .median_ms = 20});
     for (int i = 0; i < WORKERS; i++)
         rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 4, .max_limit = 12});
-    cr_assert(RFX_WAIT_UNTIL(rfx_int("ZCARD %s", rfx_key("holders")) == WORKERS, 5000),
+    cr_assert(RFX_WAIT_UNTIL(rfx_int("ZCARD %s", rfx_key("holders")) == WORKERS,
+                             RFX_PATIENCE_MS),
               "the workers did not all join");
     fx_sleep_ms(300);
     rfx_sim_reset();
     long long min_shared;
-    long long over = watch_leases(RUN_MS, &min_shared);
+    long long over = watch_leases(RUN_MS, 500, &min_shared);
     struct fx_stats s = fx_stats();
     cr_log_info("peak in flight %ld, %ld served, leases over S - N by at most %lld",
                 s.peak_in_flight, s.ok, over);
@@ -68,7 +74,8 @@ FLEET_TEST(eight_processes_never_run_more_than_the_shared_limit_together)
     cr_expect_leq(s.peak_in_flight, 12, "the fleet ran %ld calls at once; its limit is 12",
                   s.peak_in_flight);
     cr_expect_geq(s.peak_in_flight, 8, "every process runs at least its own permit");
-    cr_expect_gt(s.ok, 500, "the fleet served only %ld calls in %d ms", s.ok, RUN_MS);
+    cr_expect_geq(s.ok, 500, "the fleet stalled: %ld calls served in %d ms", s.ok,
+                  RFX_PATIENCE_MS);
 }
 
 /* The share of calls the simulator refused over `ms`, from a fresh count. */
@@ -84,21 +91,33 @@ static double refused_share(int ms, struct fx_stats *out)
 /* A hidden cap the fleet must discover: the simulator refuses past 12. One leader
  * probes for all eight; once it has locked, S sits near 12 and the 429s stop (the
  * probing itself, one controller a beat or two behind the fleet, draws them:
- * 6-7 % of the calls in the first 5 s here). */
+ * 6-7 % of the calls in the first 5 s here). How long the lock takes depends on how
+ * busy the machine is; the test waits for it, then checks the settled fleet. */
 FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 12, .median_ms = 20});
     for (int i = 0; i < WORKERS; i++)
         rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 4});
     struct fx_stats probing, settled;
-    double probing_share = refused_share(RUN_MS, &probing);
+    rfx_sim_reset();
+    int64_t t0 = fx_now_ms();
+    bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) > 0,
+                                 RFX_PATIENCE_MS);
+    int64_t probing_ms = fx_now_ms() - t0;
+    probing = fx_stats();
+    long probing_calls = probing.ok + probing.rejected;
+    double probing_share = probing_calls ? (double)probing.rejected / (double)probing_calls : 0;
+    if (!locked)
+        rfx_dump_logs();
+    cr_assert(locked, "the fleet did not lock (%s)", rfx_state_text());
     long long min_shared;
-    long long over = watch_leases(1000, &min_shared);
+    long long over = watch_leases(1000, 0, &min_shared);
     double settled_share = refused_share(2000, &settled);
     long long shared = rfx_int("HGET %s limit", rfx_key("state"));
-    cr_log_info("first %d ms: %ld served, %.1f%% refused; then 2 s: %ld served, %.1f%% "
-                "refused; S = %lld",
-                RUN_MS, probing.ok, 100 * probing_share, settled.ok, 100 * settled_share, shared);
+    cr_log_info("locked after %lld ms: %ld served, %.1f%% refused; then 2 s: %ld served, "
+                "%.1f%% refused; S = %lld",
+                (long long)probing_ms, probing.ok, 100 * probing_share, settled.ok,
+                100 * settled_share, shared);
     cr_expect_leq(over, 0, "the leases exceeded S - N by %lld", over);
     cr_expect_leq(settled.peak_in_flight, 12);
     cr_expect(shared >= 8 && shared <= 16, "S = %lld, far from the cap 12", shared);
@@ -109,20 +128,20 @@ FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
 /* A provider that queues past its cap and answers 503 to a call that waited
  * one median service time (a gateway's `timeout queue`; --mode queue
  * --queue-timeout 50, 50 ms calls, no queue bound: 100 ms / 100 ms at half
- * the time, so a lock fits the test's 30 s), shared by eight processes of 8
- * callers each. The leader's
+ * the time: a lock in about 20 s on a quiet machine, waited for up to
+ * RFX_PATIENCE_MS), shared by eight processes of 8 callers each. The leader's
  * lock, one for the whole fleet, lands inside [0.8·C, 1.25·C]: the refusals
  * come only once calls queue 50 ms, and by then latency has long said "past
  * the cap". */
 #define QUEUE_CAP 24
-#define QUEUE_LOCK_MS 25000
 FLEET_TEST(eight_processes_lock_a_queue_then_refuse_provider_inside_the_band)
 {
     fx_start(&(struct fx_provider){.mode = "queue", .cap = QUEUE_CAP, .median_ms = 50,
                                    .queue_timeout = 50, .queue_bound = 1000000});
     for (int i = 0; i < WORKERS; i++)
         rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 8});
-    bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) > 0, QUEUE_LOCK_MS);
+    bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) > 0,
+                                 RFX_PATIENCE_MS);
     long long ceiling = rfx_int("HGET %s ceiling", rfx_key("state"));
     long long shared = rfx_int("HGET %s limit", rfx_key("state"));
     struct fx_stats s = fx_stats();
@@ -130,7 +149,7 @@ FLEET_TEST(eight_processes_lock_a_queue_then_refuse_provider_inside_the_band)
                 "simulator peak %ld in flight",
                 QUEUE_CAP, locked ? "locked" : "no lock", ceiling, shared, s.ok, s.unavailable,
                 s.peak_in_flight);
-    cr_assert(locked, "the fleet did not lock within %d ms (S = %lld)", QUEUE_LOCK_MS, shared);
+    cr_assert(locked, "the fleet did not lock within %d ms (S = %lld)", RFX_PATIENCE_MS, shared);
     cr_expect(ceiling >= 0.8 * QUEUE_CAP && ceiling <= 1.25 * QUEUE_CAP,
               "the fleet locked at %lld, outside [0.8, 1.25]·%d", ceiling, QUEUE_CAP);
 }
@@ -161,7 +180,8 @@ FLEET_TEST(idle_members_do_not_stall_the_fleets_discovery)
                                                        .max_limit = 16},
                            &pool[i]);
     }
-    bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 15000);
+    bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16,
+                                 RFX_PATIENCE_MS);
     if (!locked)
         rfx_dump_logs();
     cr_expect(locked, "the fleet did not lock at max_limit (%s)", rfx_state_text());

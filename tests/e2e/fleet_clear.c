@@ -16,11 +16,11 @@ __attribute__((unused)) static void setup(void)
 }
 
 /* Per-test options, not TestSuite: the TSan build's Criterion stand-in has none. */
-#define FLEET_TEST(name) Test(fleet_clear, name, .init = setup, .fini = rfx_teardown, .timeout = 45)
+#define FLEET_TEST(name) Test(fleet_clear, name, .init = setup, .fini = rfx_teardown, .timeout = 200)
 
 FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
 {
-    cr_assert(RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 8000),
+    cr_assert(RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, RFX_PATIENCE_MS),
               "the fleet did not lock at max_limit");
     /* This process joins the fleet with an idle pool of its own. */
     char url[64];
@@ -33,13 +33,14 @@ FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
                                                                   .max_limit = 16},
                                       &pool);
     struct sluice_fleet_status st;
-    cr_assert(RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.ceiling == 16), 3 * BEAT_MS),
+    cr_assert(RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.ceiling == 16), RFX_PATIENCE_MS),
               "this process does not see the lock the others found");
 
     cr_assert_eq(sluice_pool_clear(pool), SLUICE_OK);
     long long lowest = LLONG_MAX;
     bool unlocked = false;
-    for (int64_t end = fx_now_ms() + 10 * BEAT_MS; fx_now_ms() < end; fx_sleep_ms(5)) {
+    for (int64_t end = fx_now_ms() + RFX_PATIENCE_MS;
+         fx_now_ms() < end && !(unlocked && lowest <= 5); fx_sleep_ms(5)) {
         long long s = rfx_int("HGET %s limit", rfx_key("state"));
         if (s && s < lowest)
             lowest = s;
@@ -51,16 +52,20 @@ FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
     /* The fleet probes again and locks again; this process sees it at its next beat. */
     /* Longer than the first lock's wait: this process's idle pool now holds one of the
      * fleet's permits, so the fleet reads as saturated with one slot less of slack. */
-    bool relocked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 15000);
+    bool relocked =
+        RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, RFX_PATIENCE_MS);
     if (!relocked)
         rfx_dump_logs();
     cr_assert(relocked, "the fleet did not lock again (%s)", rfx_state_text());
-    int64_t locked = fx_now_ms();
-    bool seen = RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.ceiling == 16), 10 * BEAT_MS);
+    sluice_fleet_snapshot(f, &st);
+    uint64_t beats_at_lock = st.beats;
+    bool seen = RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.ceiling == 16), RFX_PATIENCE_MS);
     cr_expect(seen, "this process never saw the new lock");
-    /* One heartbeat, in principle; slack for a loaded machine. */
-    cr_expect_leq(fx_now_ms() - locked, 5 * BEAT_MS, "seen after %lld ms",
-                  (long long)(fx_now_ms() - locked));
+    /* Counted in this process's own heartbeats, which a busy machine delays as much as
+     * anything: the beat under way when the lock landed may have read the state just
+     * before it, the next one reads it. */
+    cr_expect_leq(st.beats - beats_at_lock, 2, "seen %llu beats after the lock",
+                  (unsigned long long)(st.beats - beats_at_lock));
     sluice_fleet_destroy(f);
     sluice_pool_destroy(pool);
 }
@@ -68,7 +73,7 @@ FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
 /* The same from outside the fleet: sluicectl clear NODE --redis URL. */
 FLEET_TEST(sluicectl_clear_with_redis_clears_the_fleet)
 {
-    cr_assert(RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 8000),
+    cr_assert(RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, RFX_PATIENCE_MS),
               "the fleet did not lock at max_limit");
     char url[64], cmd[512];
     rfx_url(url, sizeof url);
@@ -77,7 +82,8 @@ FLEET_TEST(sluicectl_clear_with_redis_clears_the_fleet)
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "sluicectl exited %d", status);
     cr_expect_eq(rfx_int("GET %s", rfx_key("clears")), 1);
     long long lowest = LLONG_MAX;
-    for (int64_t end = fx_now_ms() + 10 * BEAT_MS; fx_now_ms() < end; fx_sleep_ms(5)) {
+    for (int64_t end = fx_now_ms() + RFX_PATIENCE_MS; fx_now_ms() < end && lowest > 5;
+         fx_sleep_ms(5)) {
         long long s = rfx_int("HGET %s limit", rfx_key("state"));
         if (s && s < lowest)
             lowest = s;

@@ -433,6 +433,12 @@ static inline void rfx_dump_logs(void)
     }
 }
 
+/* How long a test waits for something the fleet will do (join, lock, recover): a hang
+ * guard, not a timing claim, so generous enough for a machine that other work keeps
+ * busy (several processes share two cores in every fleet test); a passing run never
+ * waits it out. */
+#define RFX_PATIENCE_MS 60000
+
 /* Poll `cond` every 10 ms for up to `ms`; true once it holds. */
 #define RFX_WAIT_UNTIL(cond, ms)                                                                   \
     ({                                                                                             \

@@ -51,7 +51,7 @@ static void expect_invalid(const struct sluice_backend_desc *b, size_t n, const 
 Test(engine, builtin_openrouter_allows_16_active_and_1024_waiting_runs)
 {
     struct sluice_engine *e;
-    cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_OK);
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){0}, &e), SLUICE_OK);
     const struct sluice_backend *b = sluice_engine_find(e, "openrouter");
     cr_assert_not_null(b);
     cr_assert(b->builtin);
@@ -298,6 +298,43 @@ Test(engine, inconsistent_backend_array_fails_naming_the_field)
     struct sluice_backend_desc b[] = {{.id = "a"}};
     expect_invalid(b, SLUICE_ENGINE_BACKENDS_MAX + 1,
                    "n_backends = 4097 is above the maximum 4096");
+}
+
+/* A first integrator's slips: each is EINVAL (or NULL, or nothing) instead of a crash, and
+ * create without a desc does not quietly build an engine without the caller's backends. */
+Test(engine, null_pointers_are_refused_with_einval_at_every_entry_point)
+{
+    struct sluice_engine *e = (struct sluice_engine *)1;
+    cr_assert_eq(sluice_engine_create(NULL, &e), SLUICE_EINVAL);
+    cr_assert_null(e, "*out is NULL after a failure");
+    char err[256] = "untouched";
+    struct sluice_engine_desc d = {.error = err, .error_size = sizeof err};
+    cr_assert_eq(sluice_engine_create(&d, NULL), SLUICE_EINVAL);
+    cr_assert(strstr(err, "out is NULL"), "the message names the argument: \"%s\"", err);
+
+    char line[64] = "untouched";
+    struct sluice_discovery_status st;
+    cr_assert_eq(sluice_engine_status_line(NULL, "openrouter", line, sizeof line), SLUICE_EINVAL);
+    cr_assert_str_eq(line, "");
+    cr_assert_eq(sluice_engine_status(NULL, "openrouter", &st), SLUICE_EINVAL);
+    cr_assert_eq(sluice_engine_clear(NULL, "openrouter"), SLUICE_EINVAL);
+    cr_assert_null(sluice_engine_find(NULL, "openrouter"));
+    cr_assert_null(sluice_engine_find(NULL, NULL));
+    cr_assert_null(sluice_engine_pool(NULL, "openrouter"));
+    cr_assert_null(sluice_engine_events(NULL, "openrouter"));
+    cr_assert_null(sluice_engine_backend_at(NULL, 0));
+    cr_assert_null(sluice_engine_backend_id(NULL, 0));
+    cr_assert_eq(sluice_engine_backend_count(NULL), 0);
+    sluice_engine_poll(NULL);
+    sluice_engine_close(NULL);
+    sluice_engine_destroy(NULL);
+
+    e = make_engine(NULL, 0);
+    cr_assert_eq(sluice_engine_status(e, "openrouter", NULL), SLUICE_EINVAL);
+    cr_assert_eq(sluice_engine_status_line(e, "openrouter", NULL, 16), SLUICE_EINVAL);
+    cr_assert_gt(sluice_engine_status_line(e, "openrouter", NULL, 0), 0,
+                 "NULL with size 0 measures the line, as snprintf does");
+    sluice_engine_destroy(e);
 }
 
 Test(engine, a_short_error_buffer_gets_a_terminated_prefix)

@@ -74,6 +74,52 @@ Test(pool, leave_makes_the_admission_usable_again)
     sluice_pool_destroy(p);
 }
 
+/* Refusals are counted per thread (struct sluice__pool_shard): with more threads than shards,
+ * some share the fallback counter. Every refusal must be counted exactly once either way. */
+#define REFUSALS_PER_THREAD SCALED(200000)
+
+struct refuser {
+    struct sluice_pool *pool;
+    pthread_barrier_t *start; /* all at once, so that threads sharing a counter overlap */
+    long refused;
+};
+
+static void *refuse_many(void *arg)
+{
+    struct refuser *r = (struct refuser *)arg;
+    pthread_barrier_wait(r->start);
+    for (int i = 0; i < REFUSALS_PER_THREAD; i++)
+        r->refused += sluice_pool_admit(r->pool) == SLUICE_ECAPACITY;
+    return NULL;
+}
+
+Test(pool, every_refusal_on_a_full_pool_is_counted_once_whatever_the_number_of_threads)
+{
+    enum { THREADS = 3 * SLUICE__POOL_REFUSAL_SHARDS };
+    struct sluice_pool *p = make_pool(2, SLUICE_SOME(0));
+    cr_assert_eq(admit_until_full(p, 10), 2);
+    long expected = 1; /* admit_until_full's last try */
+    for (int round = 0; round < 2; round++) { /* the second round counts in claimed shards */
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, THREADS);
+        struct refuser r[THREADS];
+        for (int i = 0; i < THREADS; i++)
+            r[i] = (struct refuser){.pool = p, .start = &start};
+        test_run_threads(THREADS, refuse_many, r, sizeof r[0]);
+        pthread_barrier_destroy(&start);
+        for (int i = 0; i < THREADS; i++) {
+            cr_assert_eq(r[i].refused, REFUSALS_PER_THREAD, "the pool is full: every admit refuses");
+            expected += r[i].refused;
+        }
+        cr_assert_eq(sluice_pool_stats(p).refused_capacity, (uint64_t)expected,
+                     "round %d: %ld refusals, %llu counted", round, expected,
+                     (unsigned long long)sluice_pool_stats(p).refused_capacity);
+    }
+    cr_assert_eq(sluice_pool_stats(p).admitted, 2, "a refusal reserves nothing");
+    leave_n(p, 2);
+    sluice_pool_destroy(p);
+}
+
 Test(pool, unlimited_pool_never_rejects_and_has_no_gate)
 {
     struct sluice_pool *p = make_pool(0, omitted);

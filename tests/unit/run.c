@@ -178,6 +178,9 @@ Test(run, a_desc_without_a_client_or_an_unknown_backend_is_einval_and_calls_noth
     d.ops = &no_generate;
     cr_assert_eq(sluice_run(e, &d, NULL), SLUICE_EINVAL);
     cr_assert_eq(sluice_run(NULL, &d, NULL), SLUICE_EINVAL);
+    struct sluice_run_result r;
+    cr_assert_eq(sluice_run(e, NULL, &r), SLUICE_EINVAL);
+    cr_assert_eq(r.status, SLUICE_EINVAL, "the result says so too");
     cr_assert_eq(s.prepares + s.generations, 0);
     sluice_engine_destroy(e);
 }
