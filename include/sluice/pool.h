@@ -994,7 +994,9 @@ SLUICE_INLINE enum sluice_expiry sluice__pool_late_by(int64_t now, int64_t wait,
 SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct timespec *start_deadline,
                                        const struct timespec *deadline)
 {
+    /* A deadline already passed is no prediction: the wait's own check says ETIMEDOUT. */
     if ((deadline || start_deadline) && sluice__pool_rules_on(p) && !p->queue_late &&
+        !sluice_deadline_passed(sluice_deadline_first(start_deadline, deadline)) &&
         !atomic_load_explicit(&p->closed, SLUICE_RELAXED)) {
         int64_t wait = sluice_pool_predicted_wait(p);
         bool stands = atomic_load_explicit(&p->standing, SLUICE_RELAXED);

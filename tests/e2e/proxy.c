@@ -258,8 +258,9 @@ Test(proxy, sixty_four_clients_lock_a_cap_of_eight_and_a_restart_restores_it, .t
     drive_until_locked(&px_main, fx_now_ms() + 40000);
     json_t *root, *n = px_node(&px_main, NODE, &root);
     cr_assert_not_null(n, "the node is on the admin endpoint");
-    cr_assert_str_eq(json_string_value(json_object_get(n, "state")), "locked");
+    /* Locked: a ceiling stands (a refusal at it may show the state as a brief backoff). */
     long ceiling = (long)json_integer_value(json_object_get(n, "ceiling"));
+    cr_assert_gt(ceiling, 0, "not locked (state %s)", json_string_value(json_object_get(n, "state")));
     json_decref(root);
     cr_assert(ceiling >= 0.85 * CAP && ceiling <= CAP, "ceiling %ld outside [0.85 C, C]", ceiling);
     cr_assert_eq(WEXITSTATUS(px_stop(&px_main)), 0);

@@ -187,8 +187,8 @@ static long check_run(struct worker *w, const struct sluice_run_result *r)
     const struct plan *p = &w->plan;
     struct expectation e = expected(p);
     long bad = 0;
-    if (r->status == SLUICE_ELATE) { /* predicted too late at admission: nothing ran */
-        bad += p->deadline != D_SHORT || !may_be_rejected(p->backend);
+    if (r->status == SLUICE_ELATE) { /* predicted too late, or a standing queue: nothing ran */
+        bad += (p->deadline != D_SHORT && p->deadline != D_LONG) || !may_be_rejected(p->backend);
         bad += w->prepares + w->generations != 0;
         bad += r->generations != 0;
         return bad;
