@@ -67,9 +67,9 @@
  * waiting out a hold) with SLUICE_ECLOSED, and lets calls in flight finish.
  *
  * Deadlines (limited pools; the rules read sluice/service.h's estimates of
- * the node's expected service time — a low quantile of recent successful
- * call durations — and of its time to first byte, and are off until they
- * have samples). A call may carry two deadlines (sluice/time.h): a *start*
+ * the node's service time and of its time to first byte — quantiles of
+ * the product-limit estimate over recent calls, finished or cut by their
+ * deadline — and are off until they have samples). A call may carry two deadlines (sluice/time.h): a *start*
  * deadline (it must have begun by then; for a stream, delivered its first
  * byte) and the whole-call deadline. The model, in the shape of HAProxy's
  * `maxconn` + `timeout queue` and CoDel's sojourn rule: a queue is only
@@ -186,7 +186,9 @@
  * that settles them (see sluice_pool_call_begin_async); they may call back
  * into the pool, including clear and poll.
  *
- * Memory ordering: the admission count and the in-flight count are
+ * Memory ordering: the deadline rules' own state (the standing-queue test,
+ * LEARNED lingering's trial) is relaxed values read as estimates, never
+ * publications. The admission count and the in-flight count are
  * counters, not publications: relaxed RMWs, read relaxed by stats (exact when
  * the pool is quiet). Permits inherit the gate's story: a call that gets a
  * permit sees everything the previous holder did before call_end. The
