@@ -20,7 +20,9 @@
  * slowest third), so their quantiles read low and the rules start calls
  * that will be cut; with the cut calls counted as still running at their
  * cut, the estimate follows the whole distribution as far as the cuts let
- * it be seen, and past that says the longest time seen (a lower bound).
+ * it be seen; past that the low quantile and the median are unknown (the
+ * rules that read them stand aside until calls finish again) and the high
+ * quantile is the longest time seen (a lower bound).
  * Without cut calls it is the plain nearest-rank quantile. The three:
  *   low   the `percent` quantile (a pool's start_quantile; default 10):
  *         "almost every call takes at least this long". A call with less
@@ -129,11 +131,15 @@ SLUICE_INLINE bool sluice__service_before(int64_t a, int64_t b)
  * The `percent` quantile of the product-limit (Kaplan–Meier) estimate over
  * n sorted entries: the first finished call at which the share of calls
  * still running falls to 1 - percent/100 or below. Where the cut calls hide
- * that point (too few finished calls beyond them), the longest time seen: a
- * lower bound, the most the data can say. Without cut calls this is the
- * nearest-rank quantile of the finished ones.
+ * that point (too few finished calls beyond them): with `bound`, the
+ * longest time seen, a lower bound (how long to keep a permit); without, 0,
+ * unknown. Not a lower bound there: the rules that read the low quantile
+ * and the median refuse calls by it, and a bound past the deadline would
+ * refuse every call, so none would start and teach it otherwise. Without
+ * cut calls this is the nearest-rank quantile of the finished ones.
  */
-SLUICE_INLINE int64_t sluice__service_quantile(const int64_t *sorted, uint32_t n, uint32_t percent)
+SLUICE_INLINE int64_t sluice__service_quantile(const int64_t *sorted, uint32_t n, uint32_t percent,
+                                               bool bound)
 {
     double running = 1.0, want = 1.0 - (double)percent / 100.0 + 1e-9;
     for (uint32_t i = 0; i < n; i++) {
@@ -143,7 +149,7 @@ SLUICE_INLINE int64_t sluice__service_quantile(const int64_t *sorted, uint32_t n
         if (running <= want)
             return sorted[i];
     }
-    return sluice__service_time(sorted[n - 1u]);
+    return bound ? sluice__service_time(sorted[n - 1u]) : 0;
 }
 
 /* Recompute the estimates from the ring. Call with `refresh` held. */
@@ -162,9 +168,11 @@ SLUICE_INLINE void sluice__service_refresh(struct sluice_service *s, uint64_t ad
     }
     if (finished < SLUICE_SERVICE_MIN_SAMPLES)
         return; /* unknown until enough calls finished */
-    atomic_store_explicit(&s->low_ns, sluice__service_quantile(v, n, s->percent), SLUICE_RELAXED);
-    atomic_store_explicit(&s->mid_ns, sluice__service_quantile(v, n, 50u), SLUICE_RELAXED);
-    atomic_store_explicit(&s->high_ns, sluice__service_quantile(v, n, SLUICE_SERVICE_HIGH_PERCENT),
+    atomic_store_explicit(&s->low_ns, sluice__service_quantile(v, n, s->percent, false),
+                          SLUICE_RELAXED);
+    atomic_store_explicit(&s->mid_ns, sluice__service_quantile(v, n, 50u, false), SLUICE_RELAXED);
+    atomic_store_explicit(&s->high_ns,
+                          sluice__service_quantile(v, n, SLUICE_SERVICE_HIGH_PERCENT, true),
                           SLUICE_RELAXED);
 }
 

@@ -797,3 +797,49 @@ Test(deadlines, a_queue_that_stands_refuses_what_would_wait_past_its_target_howe
     sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
     sluice_pool_destroy(p);
 }
+
+/* ---- the service estimate through deadlines (product-limit) ---------------------------------- */
+
+Test(deadlines, the_service_estimate_counts_cut_calls_as_still_running_at_their_cut)
+{
+    struct sluice_service s;
+    sluice_service_init(&s, 10);
+    int64_t finished[] = {100, 120, 140, 160};
+    for (int i = 0; i < 4; i++)
+        sluice_service_add(&s, finished[i] * MS);
+    for (int i = 0; i < 6; i++)
+        sluice_service_add_censored(&s, 130 * MS); /* cut at 130 ms: longer than that */
+    cr_assert_eq(sluice_service_expected(&s), 100 * MS);
+    cr_assert_eq(sluice_service_median(&s), 140 * MS,
+                 "the finished calls alone would say 120 ms: the cut ones outlived that");
+    cr_assert_eq(sluice_service_high(&s), 160 * MS);
+}
+
+Test(deadlines, a_quantile_the_cut_calls_hide_is_unknown_so_the_rules_never_refuse_every_call)
+{
+    struct sluice_service s;
+    sluice_service_init(&s, 10);
+    for (int64_t i = 0; i < 4; i++)
+        sluice_service_add(&s, (100 + 10 * i) * MS);
+    for (int i = 0; i < 40; i++)
+        sluice_service_add_censored(&s, 250 * MS); /* nearly every call cut at its deadline */
+    cr_assert_eq(sluice_service_expected(&s), 0, "unknown, not 250 ms: a bound past every "
+                                                 "deadline would refuse every call for good");
+    cr_assert_eq(sluice_service_median(&s), 0);
+    cr_assert_eq(sluice_service_high(&s), 250 * MS, "for lingering, the longest time seen");
+    /* And a pool whose estimate is hidden so admits a call with a deadline. */
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){.linger = SLUICE_LINGER_OFF});
+    for (int i = 0; i < 4; i++)
+        warm_up(p, 1, (100 + 10 * i) * MS);
+    for (int i = 0; i < 40; i++) {
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+        fake_clock_advance(&clk, 250 * MS);
+        sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
+    }
+    cr_assert_eq(sluice_pool_stats(p).expected_ns, 0);
+    struct timespec dl = deadline_in(250 * MS);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl), SLUICE_OK);
+    sluice_pool_leave(p);
+    sluice_pool_destroy(p);
+}
