@@ -22,8 +22,9 @@
  * share the caller's deadline ended mid-transfer), sim_cancelled, and the
  * limit and ceiling at the end. Targets (the defaults row): ratio >= 0.8 and
  * limit >= 0.85·C = 20.4 after OV_SECONDS, in at least 9 of 10 runs with one
- * busy loop (SLUICE_BENCH_OVERLOAD_RUNS=10 SLUICE_BENCH_BUSY=1). It is a
- * scenario, not a micro-benchmark: repeat it before believing a number.
+ * busy loop (SLUICE_BENCH_OVERLOAD_RUNS=10 SLUICE_BENCH_BUSY=1). With
+ * SLUICE_BENCH_TRACE set, each adaptive run's discovery events go to stderr
+ * as JSON Lines. It is a scenario, not a micro-benchmark: repeat it before believing a number.
  */
 #include "harness.h"
 
@@ -150,22 +151,29 @@ static size_t ov_keep(char *data, size_t size, size_t n, void *ctx)
     return size * n;
 }
 
-/* The simulator's counter `key` from GET /stats; -1 when unreadable. */
-static long ov_sim_stat(struct sim_process *sim, const char *key)
+/* The simulator's GET /stats into *body; false when unreadable. */
+static bool ov_sim_stats(struct sim_process *sim, struct ov_body *body)
 {
     char url[96];
     sim_process_url(sim, "/stats", url, sizeof url);
-    struct ov_body body = {.len = 0};
+    body->len = 0;
+    body->text[0] = '\0';
     CURL *easy = curl_easy_init();
     curl_easy_setopt(easy, CURLOPT_URL, url);
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, ov_keep);
-    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, body);
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
     CURLcode code = curl_easy_perform(easy);
     curl_easy_cleanup(easy);
+    return code == CURLE_OK;
+}
+
+/* The counter `key` of a /stats body; -1 when absent. */
+static long ov_sim_stat(const struct ov_body *body, const char *key)
+{
     char needle[64];
     snprintf(needle, sizeof needle, "\"%s\":", key);
-    const char *at = code == CURLE_OK ? strstr(body.text, needle) : NULL;
+    const char *at = strstr(body->text, needle);
     return at ? strtol(at + strlen(needle), NULL, 10) : -1;
 }
 
@@ -203,6 +211,19 @@ static long ov_run(const struct ov_client *c, struct bench_row *row)
     nanosleep(&span, NULL);
     struct sluice_discovery_status st;
     sluice_engine_status(e, "sim", &st); /* the limit after OV_SECONDS */
+    struct ov_body stats;
+    bool have_stats = ov_sim_stats(&sim, &stats);
+    const struct sluice_event_ring *events = sluice_engine_events(e, "sim");
+    if (getenv("SLUICE_BENCH_TRACE")) { /* why the limit moved, for whoever tunes it */
+        uint64_t cursor = 0;
+        struct sluice_pool_counts n = sluice_pool_stats(sluice_engine_pool(e, "sim"));
+        fprintf(stderr, "# overload.deadlines %s: calls ok %llu overload %llu censored %llu; "
+                        "simulator %s\n",
+                c->name, (unsigned long long)n.calls_ok, (unsigned long long)n.calls_overload,
+                (unsigned long long)n.calls_censored, stats.text);
+        if (events)
+            sluice_event_ring_write_json(stderr, events, &cursor);
+    }
     atomic_store(&stop, true);
     struct ov_totals sum = {0};
     for (int i = 0; i < OV_THREADS; i++) {
@@ -220,7 +241,7 @@ static long ov_run(const struct ov_client *c, struct bench_row *row)
     bench_row_extra(row, "refused_late", (double)sum.refused_late);
     bench_row_extra(row, "started", (double)sum.started);
     bench_row_extra(row, "cut_share", sum.started ? (double)sum.cut / (double)sum.started : 0.0);
-    bench_row_extra(row, "sim_cancelled", (double)ov_sim_stat(&sim, "cancelled"));
+    bench_row_extra(row, "sim_cancelled", have_stats ? (double)ov_sim_stat(&stats, "cancelled") : -1);
     bench_row_extra(row, "limit", (double)st.limit);
     bench_row_extra(row, "ceiling", (double)st.ceiling);
     sluice_engine_close(e);

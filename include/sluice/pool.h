@@ -106,19 +106,27 @@
  *   - A queue that stands is cut to a target (CoDel's sojourn rule: a
  *     queue that absorbs bursts is good, one that never drains only adds
  *     latency, since the provider is saturated either way). The target is
- *     the median time to first byte, the interval the median service
- *     time: from when every call started over an interval waited longer
- *     than the target until a newcomer finds a permit free (the queue
- *     drained), the queue stands, and admission also refuses
+ *     two hand-offs of a permit (SLUICE_POOL_STANDING_HANDOFFS x the median
+ *     service time / the limit: enough queue that a caller is waiting
+ *     whenever a permit comes free, so the provider stays as busy as a
+ *     longer queue would keep it), at most the median time to first byte;
+ *     the interval is the median service time. From when every call
+ *     started over an interval waited longer than the target until a
+ *     newcomer finds a permit free (the queue drained), the queue
+ *     stands, and admission also refuses
  *     (SLUICE_ELATE) a call with a deadline whose predicted wait passes
  *     the target, however far its deadline. (It stands until it drains,
  *     not until one interval's waits fall under the target: they do as
  *     soon as the rule works, and a queue let grow again each time would
  *     swing between the two.) So under sustained overload a served call
- *     waits at most about as long again as the provider takes to answer,
- *     and the excess is refused at once instead of queueing towards its
- *     deadline; a burst into a queue that drains is admitted as far as
- *     the deadlines allow. Off with queue_late.
+ *     waits about two hand-offs (a streamed answer's first byte comes
+ *     about as soon as with a free permit), every permit stays busy, and
+ *     the excess is refused at once instead of queueing towards its
+ *     deadline: 250 ms deadlines on a 200 ms provider capped at 24 queued
+ *     up to 50 ms with the first-byte target, and every call so started
+ *     had less time to finish than one that found a free permit. A burst
+ *     into a queue that drains is admitted as far as the deadlines allow.
+ *     Off with queue_late.
  *   - Don't start what cannot finish. A call that gets its permit (any
  *     hold over) with less of its deadline left than the expected service
  *     time (or of its start deadline than the expected time to first byte)
@@ -314,6 +322,8 @@ struct sluice_pool_counts {
     uint64_t calls_ok;         /* calls ended with SLUICE_OUTCOME_OK, since create */
     uint64_t calls_overload;   /* ... with SLUICE_OUTCOME_OVERLOAD (429/503, provider timeout) */
     uint64_t calls_ignored;    /* ... with SLUICE_OUTCOME_IGNORE (transport errors, aborts) */
+    uint64_t calls_censored;   /* ... with SLUICE_OUTCOME_CENSORED (cut by the caller's
+                                  deadline after the request was sent) */
     /* The deadline rules and what the operator's views count (since create). */
     uint32_t lingering;            /* abandoned calls still holding their permit (counted in
                                       in_flight too) */
@@ -325,7 +335,7 @@ struct sluice_pool_counts {
     int64_t expected_first_ns;     /* expected time to first byte (the latency signal); 0 =
                                       unknown */
     uint64_t refused_capacity;     /* admissions refused with SLUICE_ECAPACITY */
-    uint64_t refused_early;        /* ... with SLUICE_ELATE (refuse_early) */
+    uint64_t refused_early;        /* ... with SLUICE_ELATE (the deadline rules) */
     uint64_t refused_late;         /* calls not started: too little time left (ETIMEDOUT) */
     uint64_t timeouts;             /* calls whose deadline passed while queued or, abandoned,
                                       in transfer */
@@ -431,8 +441,9 @@ struct sluice_pool {
     /* Admissions and calls are written by different moments of a run. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) admitted;
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) in_flight;
-    _Atomic(uint64_t) ended[3]; /* calls ended, by enum sluice_outcome: call_end already owns
-                                   this line, so counting costs no extra cache miss */
+    _Atomic(uint64_t) ended[4]; /* calls ended: OK, OVERLOAD, IGNORE (the rest), CENSORED;
+                                   call_end already owns this line, so counting costs no
+                                   extra cache miss */
     /* Immutable after create, read by every call. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) uint32_t active; /* configured; 0 = unlimited, no gate */
     uint32_t waiting;
@@ -737,7 +748,7 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
     memset((void *)p, 0, sizeof *p);
     atomic_init(&p->admitted, 0u);
     atomic_init(&p->in_flight, 0u);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         atomic_init(&p->ended[i], 0u);
     atomic_init(&p->holding, 0u);
     atomic_init(&p->n_async_held, 0u);
@@ -892,11 +903,21 @@ SLUICE_INLINE int64_t sluice__pool_need(const struct sluice_pool *p, bool busy, 
     return busy ? sluice_service_median(s) : sluice_service_expected(s);
 }
 
-/* The standing-queue target and interval (see "A queue that stands"): the median time to
- * first byte and the median service time; 0 = not known yet (no rule). */
+/* Permit hand-offs a standing queue is cut to (see "A queue that stands"). */
+#define SLUICE_POOL_STANDING_HANDOFFS 2u
+
+/* The standing-queue target (see "A queue that stands"): SLUICE_POOL_STANDING_HANDOFFS
+ * permit hand-offs (median service time ÷ limit each), at most the median time to first
+ * byte; 0 = not known yet (no rule). */
 SLUICE_INLINE int64_t sluice__pool_sojourn_target(const struct sluice_pool *p)
 {
-    return sluice_service_median(&p->first_byte);
+    int64_t first = sluice_service_median(&p->first_byte);
+    uint32_t limit = sluice_gate_limit(&p->gate);
+    if (first <= 0 || !limit)
+        return first;
+    double handoffs = (double)SLUICE_POOL_STANDING_HANDOFFS *
+                      (double)sluice_service_median(&p->service) / (double)limit;
+    return handoffs > 0 && handoffs < (double)first ? (int64_t)handoffs : first;
 }
 
 /*
@@ -909,7 +930,7 @@ SLUICE_INLINE int64_t sluice__pool_sojourn_target(const struct sluice_pool *p)
  */
 SLUICE_INLINE void sluice__pool_sojourn(struct sluice_pool *p, int64_t waited, int64_t now)
 {
-    int64_t interval = sluice_service_median(&p->service);
+    int64_t interval = sluice_service_median(&p->service); /* CoDel's: the time to react */
     int64_t target = sluice__pool_sojourn_target(p);
     if (interval <= 0 || target <= 0)
         return;
@@ -1766,6 +1787,22 @@ SLUICE_INLINE void sluice__pool_linger_verdict(struct sluice_pool *p, const stru
         atomic_store_explicit(&p->linger_learned, (uint32_t)SLUICE_LINGER_OFF, SLUICE_RELAXED);
 }
 
+/* A refusal the trial's phantoms explain: the call started with its own count at or under
+ * the ceiling and the phantoms above it, so the provider refused exactly where the lock
+ * says it would if the phantoms were still running (which is what the trial asks). It says
+ * nothing new about the cap: discovery hears it as IGNORE, not as a refusal at the lock,
+ * which would back the limit off (it cut 24 to 21, one run in two, over HTTP). */
+SLUICE_INLINE bool sluice__pool_phantom_refusal(const struct sluice_pool *p,
+                                                const struct sluice_call *call,
+                                                enum sluice_outcome outcome)
+{
+    if (SLUICE_LIKELY(!call->phantoms_at_start) || outcome != SLUICE_OUTCOME_OVERLOAD)
+        return false;
+    uint32_t ceiling = sluice__pool_trial_ceiling(p);
+    return ceiling && call->in_flight_at_start <= ceiling &&
+           call->in_flight_at_start + call->phantoms_at_start > ceiling;
+}
+
 /* LEARNED lingering, undecided, with a ceiling to test against: release an abandoned call's
  * permit at once and remember it as a phantom until `until`. False: no trial (no ceiling, or
  * every phantom slot is taken): keep the permit instead. */
@@ -1835,12 +1872,17 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
     bool linger = linger_until > now;
     if (!linger)
         atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
-    atomic_fetch_add_explicit(&p->ended[!abandoned && (unsigned)outcome <= SLUICE_OUTCOME_IGNORE
+    atomic_fetch_add_explicit(&p->ended[outcome == SLUICE_OUTCOME_CENSORED ? 3u
+                                        : !abandoned && (unsigned)outcome <= SLUICE_OUTCOME_IGNORE
                                             ? (unsigned)outcome
                                             : (unsigned)SLUICE_OUTCOME_IGNORE],
                               1u, SLUICE_RELAXED);
-    if (SLUICE_UNLIKELY(p->discovery != NULL))
-        sluice_discovery_record(p->discovery, &sample);
+    if (SLUICE_UNLIKELY(p->discovery != NULL)) {
+        struct sluice_sample heard = sample;
+        if (sluice__pool_phantom_refusal(p, call, outcome))
+            heard.outcome = SLUICE_OUTCOME_IGNORE;
+        sluice_discovery_record(p->discovery, &heard);
+    }
     /* The sample may have raised the limit, granting waiters too: async
      * callbacks wait until every sync waiter this end granted is woken. */
     bool outer = SLUICE_UNLIKELY(p->discovery != NULL) && sluice__gate_hold_callbacks();
@@ -2036,6 +2078,7 @@ SLUICE_INLINE struct sluice_pool_counts sluice_pool_stats(const struct sluice_po
     c.calls_ok = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_OK], SLUICE_RELAXED);
     c.calls_overload = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_OVERLOAD], SLUICE_RELAXED);
     c.calls_ignored = atomic_load_explicit(&p->ended[SLUICE_OUTCOME_IGNORE], SLUICE_RELAXED);
+    c.calls_censored = atomic_load_explicit(&p->ended[3], SLUICE_RELAXED);
     c.lingering = atomic_load_explicit(&p->lingering, SLUICE_RELAXED);
     c.linger = p->linger;
     c.linger_now = sluice_pool_linger_now(p);

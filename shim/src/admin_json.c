@@ -46,7 +46,8 @@ static void totals_json(const struct sluice_pool_counts *c, json_t *o)
     json_object_set_new(o, "expected_service_ms", ms_or_null(c->expected_ns ? c->expected_ns : -1));
     json_object_set_new(
         o, "requests_total",
-        json_integer((json_int_t)(c->calls_ok + c->calls_overload + c->calls_ignored)));
+        json_integer((json_int_t)(c->calls_ok + c->calls_overload + c->calls_ignored +
+                                  c->calls_censored)));
     json_object_set_new(o, "overloads_total", json_integer((json_int_t)c->calls_overload));
     json_object_set_new(o, "timeouts_total", json_integer((json_int_t)c->timeouts));
     json_object_set_new(o, "cancels_total", json_integer((json_int_t)c->cancels));
@@ -97,7 +98,7 @@ bool sluice__admin_node_listed(struct sluice_admin *a, size_t i)
         return true;
     struct sluice_pool_counts c = sluice_pool_stats(sluice_engine_pool(a->engine, n->id));
     bool traffic = c.admitted || c.in_flight || c.queued || c.calls_ok || c.calls_overload ||
-                   c.calls_ignored || c.refused_capacity || c.refused_early || c.refused_late ||
+                   c.calls_ignored || c.calls_censored || c.refused_capacity || c.refused_early || c.refused_late ||
                    c.timeouts || c.cancels;
     if (traffic)
         atomic_store(&n->used, true);

@@ -129,6 +129,7 @@ static void requests_by_outcome(struct sluice__strbuf *b, const char *name,
     put_labelled(b, name, v->id, "outcome", "ok", v->pc.calls_ok);
     put_labelled(b, name, v->id, "outcome", "overload", v->pc.calls_overload);
     put_labelled(b, name, v->id, "outcome", "ignore", v->pc.calls_ignored);
+    put_labelled(b, name, v->id, "outcome", "censored", v->pc.calls_censored);
 }
 
 static void refusals_by_reason(struct sluice__strbuf *b, const char *name,

@@ -21,7 +21,8 @@ struct sluice__admin_tally sluice__admin_take_tally(struct sluice_pool *pool,
                                                     int64_t wall_ms)
 {
     struct sluice__admin_tally t = {.wall_ms = wall_ms,
-                                    .requests = c->calls_ok + c->calls_overload + c->calls_ignored,
+                                    .requests = c->calls_ok + c->calls_overload + c->calls_ignored +
+                                                c->calls_censored,
                                     .overloads = c->calls_overload,
                                     .timeouts = c->timeouts + c->refused_late};
     sluice_pool_histograms(pool, &t.queue_wait, NULL);

@@ -740,11 +740,40 @@ Test(deadlines, learned_lingering_stays_on_when_a_call_above_the_ceiling_is_refu
     trial_rounds(p, 4, SLUICE_OUTCOME_OVERLOAD, 1);
     cr_assert_eq(sluice_pool_stats(p).linger_now, SLUICE_LINGER_ON,
                  "refused with the phantoms still running: the provider keeps working");
+    cr_assert_eq(sluice_pool_stats(p).calls_overload, 1, "the operator still sees the 429");
     struct sluice_call call;
     cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
     fake_clock_advance(&clk, 100 * MS);
     sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
     cr_assert_eq(sluice_pool_stats(p).lingering, 1, "kept for good");
+    sluice_pool_destroy(p);
+}
+
+/* The trial's refusal is its answer, not a cap come down: the call started with its own count
+ * at the ceiling and a phantom above it, exactly where the lock says the provider refuses. */
+Test(deadlines, a_refusal_the_trials_phantoms_explain_leaves_the_limit_at_the_lock)
+{
+    struct sluice_pool *p = locked_pool(4);
+    struct sluice_call cut, calls[4];
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cut), SLUICE_OK);
+    fake_clock_advance(&clk, 100 * MS);
+    sluice_pool_call_abandon(p, &cut, SLUICE_ETIMEDOUT); /* released on trial: a phantom */
+    for (int round = 0; round < 6; round++) { /* at the pace of the lock: 4 calls a second */
+        cr_assert_eq(sluice_pool_stats(p).active, 4, "the limit stays at the lock");
+        for (int i = 0; i < 4; i++)
+            cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &calls[i]), SLUICE_OK);
+        if (round == 0)
+            cr_assert_eq(calls[3].phantoms_at_start, 1);
+        fake_clock_advance(&clk, SEC);
+        for (int i = 0; i < 4; i++)
+            sluice_pool_call_end(p, &calls[i],
+                                 round == 0 && i == 3 ? SLUICE_OUTCOME_OVERLOAD : SLUICE_OUTCOME_OK,
+                                 0);
+    }
+    cr_assert_eq(sluice_pool_stats(p).linger_now, SLUICE_LINGER_ON);
+    cr_assert_eq(sluice_pool_stats(p).calls_overload, 1, "the operator still sees the 429");
+    cr_assert_eq(sluice_pool_stats(p).active, 4, "the limit stays at the lock");
+    cr_assert_eq(sluice_discovery_ceiling(sluice_pool_discovery(p)), 4);
     sluice_pool_destroy(p);
 }
 
@@ -795,6 +824,48 @@ Test(deadlines, a_queue_that_stands_refuses_what_would_wait_past_its_target_howe
     cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_OK);
     sluice_pool_leave(p);
     sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
+/* With many permits the target is two hand-offs of a permit, not the time to first byte: a
+ * newcomer may queue behind one call, not two. */
+Test(deadlines, a_standing_queue_over_many_permits_is_cut_to_two_hand_offs)
+{
+    struct sluice_pool *p = make_pool(4, (struct sluice_deadline_desc){0});
+    warm_up(p, 16, 4 * SEC); /* 4 s to the first byte and to the end: a permit frees every 1 s */
+    struct timespec far = deadline_in(600 * SEC);
+    struct sluice_call cur[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur[i]), SLUICE_OK);
+    /* Every call now waits 3 s for its permit, past the 2 s target, interval after interval. */
+    struct sluice_pool_waiter w[8];
+    int status[8];
+    for (int i = 0; i < 8; i++) {
+        status[i] = 1;
+        w[i] = (struct sluice_pool_waiter){.cb = record_status, .data = &status[i]};
+        sluice_pool_call_begin_async(p, &w[i]);
+        fake_clock_advance(&clk, 3 * SEC);
+        sluice_pool_call_end(p, &cur[i % 4], SLUICE_OUTCOME_OK, 0);
+        cr_assert_eq(status[i], SLUICE_OK);
+        cur[i % 4] = w[i].call;
+    }
+    struct sluice_pool_waiter queued = {.cb = record_status, .data = &status[0]};
+    sluice_pool_call_begin_async(p, &queued);
+    cr_assert_eq(sluice_pool_predicted_wait(p), 2 * SEC, "one call ahead: two hand-offs");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_OK, "a wait of 2 s: admitted");
+    sluice_pool_leave(p);
+    struct sluice_pool_waiter second = {.cb = record_status, .data = &status[1]};
+    sluice_pool_call_begin_async(p, &second);
+    cr_assert_eq(sluice_pool_predicted_wait(p), 3 * SEC);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_ELATE,
+                 "a 3 s wait (two calls ahead) into a standing queue whose target is 2 hand-offs "
+                 "of 1 s: refused, though the 4 s to first byte would have admitted it");
+    sluice_pool_call_end(p, &cur[0], SLUICE_OUTCOME_OK, 0); /* `queued` starts */
+    sluice_pool_call_end(p, &cur[1], SLUICE_OUTCOME_OK, 0); /* `second` starts */
+    cur[0] = queued.call;
+    cur[1] = second.call;
+    for (int i = 0; i < 4; i++)
+        sluice_pool_call_end(p, &cur[i], SLUICE_OUTCOME_OK, 0);
     sluice_pool_destroy(p);
 }
 

@@ -73,6 +73,11 @@
  *            reference's, and slow start resumes. Against a provider that
  *            refuses rather than queues, the first levels are all the probe
  *            can cost, and at C = 200 it cost a minute at the jumpstart.
+ *            A probe no proven queue asked for (a re-measure of a level
+ *            in doubt) is brief and spaced (SLUICE__DISCOVER_REMEASURE_*),
+ *            and none runs under a refusal bracket, whose refusals already
+ *            bound the cap: with callers waiting, each window of a halved
+ *            limit costs half the provider's capacity.
  *   rate     Completions per second: an average over ~4 latencies, its
  *            windowed max over ~20 (BBR's BtlBw) and the pace over half
  *            of one (at least a second, the usual rate-limit window).
@@ -166,6 +171,16 @@
  * doubt): low enough to be queue-free, high enough to keep serving. */
 #define SLUICE__DISCOVER_PROBE_FLOOR 0.5
 #define SLUICE__DISCOVER_PROBE_DIVISOR 2u /* the same half, of an integer level */
+/* A re-measure (a probe of s0 that no proven queue asked for) holds its
+ * level for at most this many judged windows, and the next one waits this
+ * many windows times SLUICE__DISCOVER_REMEASURE_SPACING: callers that wait
+ * behind a halved limit pay for every window of it, and the s0 it gains
+ * comes on the next visit (BBR's PROBE_RTT is as brief). With deadlines
+ * most calls may be cut, so a probe that held until s0 was sampled held a
+ * limit of 9 under a cap of 24 for 9 of 12 seconds; until s0 is sampled,
+ * the level in doubt is measured more instead, and `confirm` decides. */
+#define SLUICE__DISCOVER_REMEASURE_WINDOWS 3u
+#define SLUICE__DISCOVER_REMEASURE_SPACING 2u
 /* The rate: an average over about 4 latencies. */
 #define SLUICE__DISCOVER_RATE_LATENCIES 4.0
 /* Its windowed max over about 20 latencies (BBR's BtlBw filter), so a
@@ -247,6 +262,10 @@ struct sluice_policy_discover {
     uint32_t at;         /* the limit of the last window seen */
     uint32_t probing;    /* the limit of a running probe of s0 (0 = not probing) */
     uint32_t resume;     /* the limit that probe returns to (0 = grow from the probe) */
+    uint32_t remeasure_left;  /* judged windows a running re-measure may still hold (0 = the
+                                 probe runs until s0 is sampled) */
+    uint32_t windows;         /* windows seen */
+    uint32_t remeasure_after; /* no re-measure starts before this many windows: one ended */
     uint32_t compared;   /* the limit whose lock lost to the level below it on throughput
                             (0 = none): that level locks without another comparison */
     uint32_t settled;    /* the limit that passed just below the bracket: discovery locked
@@ -271,6 +290,7 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
     p->at = 0;
     p->probing = 0;
     p->resume = 0;
+    p->remeasure_left = p->windows = p->remeasure_after = 0;
     p->compared = 0;
     p->settled = 0;
     p->est = 0;
@@ -558,7 +578,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
     l->passed = 0;
     l->doubts = 0;
     p->slow_start = false;
-    p->probing = p->resume = 0;
+    p->probing = p->resume = p->remeasure_left = 0;
     uint32_t lo = sluice__discover_lo(p, l->limit);
     double little = sluice__discover_little(p, ref->mean_ns);
     double floor = (double)w->limit * p->params.knee_floor;
@@ -740,7 +760,11 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
  * once by chance on the way up). When the reference is what is short of
  * calls, probe it (BBR's PROBE_RTT); in slow start, first measure the level
  * once more: two windows of noise rarely agree, and a probe costs its
- * level's calls for as long as the reference needs.
+ * level's calls for as long as the reference needs. Not under a refusal
+ * bracket: the refusals already bound the cap from above, and a rise
+ * within the noise is no reason to halve the limit with callers waiting
+ * (it halved 25 under a cap of 24, three runs in three, over HTTP with
+ * 250 ms deadlines); the level is measured more and `confirm` decides.
  */
 SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_discover *p,
                                                            const struct sluice_window *w,
@@ -752,7 +776,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
     l->doubts++;
     if ((refused || last_step) && w->saturated && w->limit == w->probe_cap && w->limit > 1)
         return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_MEASURE_BELOW, 0);
-    if (!ref->sampled && !p->probing && !trusted) {
+    if (!ref->sampled && !p->probing && !trusted && !refused && p->windows >= p->remeasure_after) {
         if (p->slow_start && l->doubts < SLUICE__DISCOVER_SLOW_START_DOUBTS)
             return sluice__verdict_hold(w);
         uint32_t lo = sluice__discover_lo(p, level);
@@ -761,6 +785,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
         if (at < w->limit) {
             p->probing = at;
             p->resume = w->limit;
+            p->remeasure_left = SLUICE__DISCOVER_REMEASURE_WINDOWS;
             return sluice_verdict_make(at, SLUICE_CAUSE_REMEASURE, 0);
         }
     }
@@ -789,10 +814,13 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_d
         p->settled = w->limit;
     if (p->probing) {
         if (level == p->probing && !ref->sampled && l->n < (float)p->params.reference_samples &&
-            !(p->slow_start && sluice__discover_goes_on(p, p->resume, ref)))
+            !(p->slow_start && sluice__discover_goes_on(p, p->resume, ref)) &&
+            (!p->remeasure_left || --p->remeasure_left))
             return sluice__verdict_hold(w);
+        p->remeasure_after = p->windows + SLUICE__DISCOVER_REMEASURE_WINDOWS *
+                                              SLUICE__DISCOVER_REMEASURE_SPACING;
         uint32_t back = p->resume;
-        p->probing = p->resume = 0;
+        p->probing = p->resume = p->remeasure_left = 0;
         if (back > w->limit)
             return sluice_verdict_make(back, SLUICE_CAUSE_ADDITIVE, 0);
     }
@@ -812,6 +840,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
                                                             const struct sluice_window *w)
 {
     struct sluice_policy_discover *p = (struct sluice_policy_discover *)self;
+    p->windows++;
     sluice__discover_decay(p, w->end_ns);
     struct sluice__discover_ref ref = sluice__discover_s0(p);
     sluice__discover_rate(p, w, ref.mean_ns);
