@@ -45,11 +45,13 @@
  * order under one lock by every sample, and stochastic estimators move by a
  * fixed step per sample, so they lag a latency shift by many times the ring.
  * Sorting 64 integers every 8 samples is ~400 comparisons amortised to ~50
- * per call (the first 64 calls sort what they have at every sample), off the permit path's critical section (the recorder has
- * already released its permit, see sluice_pool_call_end). Every value is
- * 0 ("unknown": every rule that uses them is off) until
- * SLUICE_SERVICE_MIN_SAMPLES of the ring's calls succeeded. Few, because the rules matter
- * most at a cold start: against deadlines near the service time, a pool
+ * per call (the first 64 calls sort what they have at every sample), off
+ * the permit path's critical section (the recorder has already released
+ * its permit, see sluice_pool_call_end). Every value is 0 ("unknown":
+ * every rule that uses them is off) until SLUICE_SERVICE_MIN_SAMPLES of
+ * the ring's calls succeeded (the high quantile, a lingering permit's
+ * bound: until the ring holds that many calls, finished or cut). Few,
+ * because the rules matter most at a cold start: against deadlines near the service time, a pool
  * without an estimate starts calls with no time left, those are abandoned,
  * and successes to learn from stop coming (64 callers, 250 ms deadlines,
  * a 200 ms provider: 13 successes in 12 s). The first successes of a cold
@@ -97,6 +99,8 @@ struct sluice_service {
     _Atomic(int64_t) low_ns;                      /* 0 = unknown */
     _Atomic(int64_t) mid_ns;                      /* 0 = unknown */
     _Atomic(int64_t) high_ns;                     /* 0 = unknown */
+    _Atomic(bool) hidden;                         /* enough calls, but the cut ones hide
+                                                     the median (sluice_service_hidden) */
     sluice_spinlock refresh;
     uint32_t percent; /* the low quantile, in [1, SLUICE_SERVICE_PERCENT_MAX] */
 };
@@ -109,6 +113,7 @@ SLUICE_INLINE void sluice_service_init(struct sluice_service *s, uint32_t percen
     atomic_init(&s->low_ns, 0);
     atomic_init(&s->mid_ns, 0);
     atomic_init(&s->high_ns, 0);
+    atomic_init(&s->hidden, false);
     sluice_spinlock_init(&s->refresh);
     s->percent = percent;
 }
@@ -166,14 +171,23 @@ SLUICE_INLINE void sluice__service_refresh(struct sluice_service *s, uint64_t ad
             v[j] = v[j - 1];
         v[j] = x;
     }
-    if (finished < SLUICE_SERVICE_MIN_SAMPLES)
-        return; /* unknown until enough calls finished */
-    atomic_store_explicit(&s->low_ns, sluice__service_quantile(v, n, s->percent, false),
-                          SLUICE_RELAXED);
-    atomic_store_explicit(&s->mid_ns, sluice__service_quantile(v, n, 50u, false), SLUICE_RELAXED);
+    if (n < SLUICE_SERVICE_MIN_SAMPLES)
+        return;
+    /* How long to keep a permit is known from cut calls alone: they ran at least that long.
+     * Every call of a cold start can be cut (a loaded machine, deadlines near the service
+     * time); released at once, their slots at a provider that keeps working filled its cap
+     * behind a count of 1 to 5, and its 429s locked discovery at 1, two runs in ten. */
     atomic_store_explicit(&s->high_ns,
                           sluice__service_quantile(v, n, SLUICE_SERVICE_HIGH_PERCENT, true),
                           SLUICE_RELAXED);
+    /* The rest unknown until enough calls finished (not the last values: a ring whose calls
+     * are now all cut no longer says how long calls take). */
+    bool known = finished >= SLUICE_SERVICE_MIN_SAMPLES;
+    int64_t mid = known ? sluice__service_quantile(v, n, 50u, false) : 0;
+    atomic_store_explicit(&s->low_ns, known ? sluice__service_quantile(v, n, s->percent, false) : 0,
+                          SLUICE_RELAXED);
+    atomic_store_explicit(&s->mid_ns, mid, SLUICE_RELAXED);
+    atomic_store_explicit(&s->hidden, mid == 0, SLUICE_RELAXED);
 }
 
 SLUICE_INLINE void sluice__service_put(struct sluice_service *s, int64_t entry);
@@ -217,6 +231,17 @@ SLUICE_INLINE int64_t sluice_service_expected(const struct sluice_service *s)
 SLUICE_INLINE int64_t sluice_service_median(const struct sluice_service *s)
 {
     return atomic_load_explicit(&((struct sluice_service *)s)->mid_ns, SLUICE_RELAXED);
+}
+
+/*
+ * Whether the ring holds enough calls but the cut ones hide the median: most
+ * calls end at their callers' deadlines, so how long one takes is only
+ * known to be longer than the time they had. The deadline rules then let a
+ * call start only on a free permit (sluice/pool.h, "Deadlines").
+ */
+SLUICE_INLINE bool sluice_service_hidden(const struct sluice_service *s)
+{
+    return atomic_load_explicit(&((struct sluice_service *)s)->hidden, SLUICE_RELAXED);
 }
 
 /* The high quantile (SLUICE_SERVICE_HIGH_PERCENT), ns; 0 = not known yet. */

@@ -886,6 +886,33 @@ Test(deadlines, the_service_estimate_counts_cut_calls_as_still_running_at_their_
     cr_assert_eq(sluice_service_high(&s), 160 * MS);
 }
 
+/* A cold start whose every call is cut still keeps the permits of calls the provider may be
+ * running: how long to keep them is known from the cut calls alone. */
+Test(deadlines, a_cold_start_whose_every_call_is_cut_still_knows_how_long_to_linger)
+{
+    struct sluice_service s;
+    sluice_service_init(&s, 10);
+    for (int i = 0; i < (int)SLUICE_SERVICE_MIN_SAMPLES - 1; i++)
+        sluice_service_add_censored(&s, (240 + i) * MS);
+    cr_assert_eq(sluice_service_high(&s), 0, "too few calls yet");
+    sluice_service_add_censored(&s, 250 * MS);
+    cr_assert_eq(sluice_service_high(&s), 250 * MS, "every call ran at least this long");
+    cr_assert_eq(sluice_service_median(&s), 0, "no call finished: the rules stay off");
+    cr_assert_eq(sluice_service_expected(&s), 0);
+    struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){0});
+    for (uint32_t i = 0; i <= SLUICE_SERVICE_MIN_SAMPLES; i++) {
+        cr_assert_eq(sluice_pool_stats(p).lingering, 0, "no estimate yet: released at once");
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+        fake_clock_advance(&clk, 250 * MS);
+        sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
+    }
+    cr_assert_eq(sluice_pool_stats(p).lingering, 1,
+                 "once the cut calls say how long calls run, a cut call keeps its permit, "
+                 "though no call has finished");
+    sluice_pool_destroy(p);
+}
+
 Test(deadlines, a_quantile_the_cut_calls_hide_is_unknown_so_the_rules_never_refuse_every_call)
 {
     struct sluice_service s;
@@ -909,8 +936,17 @@ Test(deadlines, a_quantile_the_cut_calls_hide_is_unknown_so_the_rules_never_refu
         sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
     }
     cr_assert_eq(sluice_pool_stats(p).expected_ns, 0);
-    struct timespec dl = deadline_in(250 * MS);
-    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl), SLUICE_OK);
+    cr_assert(sluice_service_hidden(&s));
+    struct timespec dl = deadline_in(250 * MS), far = deadline_in(600 * SEC);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl), SLUICE_OK, "a free permit: admitted");
     sluice_pool_leave(p);
+    /* But no wait is known to be affordable: behind a taken permit, refused however far the
+     * deadline, so calls start with their whole budget and the median shows again. */
+    struct sluice_call holder;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_ELATE);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, NULL), SLUICE_OK, "no deadline: FIFO as ever");
+    sluice_pool_leave(p);
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
     sluice_pool_destroy(p);
 }
