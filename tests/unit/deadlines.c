@@ -886,6 +886,26 @@ Test(deadlines, the_service_estimate_counts_cut_calls_as_still_running_at_their_
     cr_assert_eq(sluice_service_high(&s), 160 * MS);
 }
 
+/* A refused caller never reaches the call paths that release lingering permits, so
+ * admission releases those whose time has come before it counts the permits taken. */
+Test(deadlines, admission_releases_a_lingering_permit_whose_time_has_come)
+{
+    struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){.linger = SLUICE_LINGER_ON});
+    warm_up(p, 16, 1 * SEC);
+    struct sluice_call call;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+    fake_clock_advance(&clk, 500 * MS);
+    sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 1);
+    fake_clock_advance(&clk, 3 * SEC); /* long past its time; nothing else ran */
+    /* 1.9 s fits a call on a free permit (1 s), not behind the lingering one (2 s). */
+    struct timespec dl = deadline_in(1900 * MS);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl), SLUICE_OK);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0);
+    sluice_pool_leave(p);
+    sluice_pool_destroy(p);
+}
+
 /* A cold start whose every call is cut still keeps the permits of calls the provider may be
  * running: how long to keep them is known from the cut calls alone. */
 Test(deadlines, a_cold_start_whose_every_call_is_cut_still_knows_how_long_to_linger)
