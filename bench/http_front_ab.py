@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proxy_bench import WRK_LUA, Procs, free_port, rss_idle, wait_port, wrk  # noqa: E402
+from proxy_bench import Procs, free_port, rss_idle, wait_port, wrk, wrk_lua  # noqa: E402
 
 
 def cpu_ticks(pid):
@@ -50,9 +50,7 @@ def main():
             sys.exit("http_front_ab: %s not found (cmake --build %s --target %s)" % (
                 path, a.build, os.path.basename(path)))
     tmp = tempfile.mkdtemp(prefix="sluice-http-ab-")
-    lua = os.path.join(tmp, "post.lua")
-    with open(lua, "w") as f:
-        f.write(WRK_LUA)
+    lua = wrk_lua(tmp, "ab", {})
     hz = os.sysconf("SC_CLK_TCK")
     procs = Procs()
     servers = {}
