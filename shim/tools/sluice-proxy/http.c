@@ -637,7 +637,7 @@ static void next_request(struct conn *c)
     c->bytes_out = 0;
     c->deadline_ns = now_ns() + (int64_t)c->p->o->idle_timeout_ms * 1000000;
     conn_process(c);
-    if (!c->gone)
+    if (!c->gone && !c->dirty) /* (as in http_on_event) */
         conn_update(c);
 }
 
@@ -840,7 +840,10 @@ void http_on_event(struct conn *c, uint32_t events)
     }
     if ((events & EPOLLIN) && conn_read(c)) {
         conn_process(c);
-        if (!c->gone)
+        /* With an answer made at once (the proxy's own: a refusal, an error) the connection is
+         * on the flush list, whose write updates it: updating it here too would cost two
+         * epoll_ctl calls a request (EPOLLOUT on, then off). */
+        if (!c->gone && !c->dirty)
             conn_update(c);
     } else if (!c->gone && (events & EPOLLRDHUP)) {
         conn_close(c);
