@@ -897,6 +897,16 @@ LOOP_TEST(the_watch_callback_gets_back_the_pointer_it_set_for_each_socket)
     sluice_engine_destroy(e);
 }
 
+/* A zero-delay provider, an engine of 4 over it, an epoll embedder's loop, a tracker. */
+static struct sluice_curl_loop *ep_zero_delay(struct ep *ep, struct sluice_engine **e,
+                                              struct tracker *t)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
+    *e = fx_engine(4, -1, NULL);
+    tracker_init(t);
+    return ep_loop_create(ep, *e);
+}
+
 struct submit_from {
     struct sluice_curl_loop *loop;
     struct req *q;
@@ -912,12 +922,10 @@ static void *submit_thread(void *arg)
 
 LOOP_TEST(a_submit_on_the_embedders_thread_asks_for_the_timer_and_one_from_another_wakes_it)
 {
-    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
-    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    struct sluice_engine *e;
     struct ep ep;
-    struct sluice_curl_loop *loop = ep_loop_create(&ep, e);
     struct tracker t;
-    tracker_init(&t);
+    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t);
     struct req here, there;
     req_init(&here, &t);
     req_init(&there, &t);
@@ -951,12 +959,10 @@ LOOP_TEST(a_submit_on_the_embedders_thread_asks_for_the_timer_and_one_from_anoth
 
 LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
 {
-    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
-    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    struct sluice_engine *e;
     struct ep ep;
-    struct sluice_curl_loop *loop = ep_loop_create(&ep, e);
     struct tracker t;
-    tracker_init(&t);
+    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t);
     struct req by_id, by_token, kept;
     req_init(&by_id, &t);
     req_init(&by_token, &t);
