@@ -10,6 +10,8 @@ body), over loopback:
   sluice-proxy+d  with discovery on, as a user runs it
   nginx           proxy_pass, keepalive upstream, proxy_buffering off, 1 worker
   haproxy         mode http, http-reuse always, 1 thread
+  portkey         Portkey's gateway (@portkey-ai/gateway, Node.js), when installed under
+                  BUILD/portkey (see below): provider openai, custom host the upstream
 Rows (medians over --repeats runs of wrk, each --seconds long):
   c1    concurrency 1: p50 and p99 latency; "added" = minus direct's
   c64   64 connections: requests/s and p99
@@ -23,6 +25,10 @@ nginx's, throughput over nginx's, TTFB added p99) and writes JSON rows.
 The sluice-proxy is single-threaded; nginx and HAProxy get one worker / one
 thread too, so the rows compare one core's worth of proxy each.
 Needs nginx, haproxy and wrk (the bench preset's bootstrap installs them).
+Portkey's row needs the gateway from npm (the network once; it runs without):
+    npm install --prefix BUILD/portkey @portkey-ai/gateway@1.15.2
+Its streamed answers fail on Node.js 20 (HTTP 500, "TypeError: immutable" in its
+log: Portkey-AI/gateway#1389, #1550), so its TTFB columns say so.
 """
 import argparse
 import json
@@ -48,6 +54,7 @@ WRK_LUA = r'''
 wrk.method = "POST"
 wrk.body = '%s'
 wrk.headers["Content-Type"] = "application/json"
+-- headers
 done = function(summary, latency, requests)
   io.write(string.format("JSON {\"p50_us\":%%d,\"p99_us\":%%d,\"rps\":%%.1f,\"errors\":%%d,\"non2xx\":%%d}\n",
     latency:percentile(50), latency:percentile(99),
@@ -56,6 +63,27 @@ done = function(summary, latency, requests)
     summary.errors.status))
 end
 ''' % REQUEST
+
+
+def portkey_headers(upstream_port):
+    """What Portkey needs to send a chat to an OpenAI-compatible server of our own."""
+    return {"x-portkey-provider": "openai",
+            "x-portkey-custom-host": "http://127.0.0.1:%d/v1" % upstream_port,
+            "Authorization": "Bearer sk-bench"}
+
+
+def wrk_lua(tmp, name, headers):
+    path = os.path.join(tmp, "post-%s.lua" % name)
+    with open(path, "w") as f:
+        f.write(WRK_LUA.replace("-- headers", "\n".join('wrk.headers["%s"] = "%s"' % kv
+                                                         for kv in headers.items())))
+    return path
+
+
+def raw_request(body, headers):
+    extra = "".join("%s: %s\r\n" % kv for kv in headers.items())
+    return ("POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+            "%sContent-Length: %d\r\n\r\n%s" % (extra, len(body), body)).encode()
 
 
 def free_port():
@@ -190,18 +218,21 @@ def read_answer(sock, buf):
     return b""
 
 
-def ttfb(port, n):
-    """Time to the first byte of a streamed answer, on one kept-alive connection (µs)."""
+def ttfb(port, n, headers=None):
+    """Time to the first byte of a streamed answer, on one kept-alive connection (µs); None
+    when the answer is not a 200."""
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    req = ("POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-           "Content-Length: %d\r\n\r\n%s" % (len(STREAM_REQUEST), STREAM_REQUEST)).encode()
+    req = raw_request(STREAM_REQUEST, headers or {})
     out, buf = [], b""
     for i in range(n + 20):
         t0 = time.perf_counter_ns()
         s.sendall(req)
         first = s.recv(65536)
         t1 = time.perf_counter_ns()
+        if not first.startswith(b"HTTP/1.1 200 "):
+            s.close()
+            return None
         buf = read_answer(s, first)
         if i >= 20:  # warm-up: connections, caches
             out.append((t1 - t0) / 1000)
@@ -215,11 +246,10 @@ def rss_kb(pid):
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
 
-def rss_idle(port, pids, n=1000):
+def rss_idle(port, pids, n=1000, headers=None):
     before = sum(rss_kb(p) for p in pids)
     socks = []
-    req = ("POST /v1/chat/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-           "Content-Length: %d\r\n\r\n%s" % (len(REQUEST), REQUEST)).encode()
+    req = raw_request(REQUEST, headers or {})
     for _ in range(n):
         s = socket.create_connection(("127.0.0.1", port))
         s.sendall(req)
@@ -253,7 +283,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ttfb-requests", type=int, default=2000)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--portkey", help="Portkey's start-server.js (default: under BUILD/portkey, "
+                    "its row is left out when absent)")
     a = ap.parse_args()
+    portkey = a.portkey or os.path.join(a.build, "portkey", "node_modules", "@portkey-ai",
+                                        "gateway", "build", "start-server.js")
     proxy = os.path.join(a.build, "shim", "sluice-proxy")
     sim = os.path.join(a.build, "shim", "sluice-provider-sim")
     for tool in ("nginx", "haproxy", "wrk"):
@@ -265,9 +299,7 @@ def main():
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
     tmp = tempfile.mkdtemp(prefix="sluice-proxy-bench-")
-    lua = os.path.join(tmp, "post.lua")
-    with open(lua, "w") as f:
-        f.write(WRK_LUA)
+    lua = wrk_lua(tmp, "plain", {})
     procs = Procs()
     try:
         up = free_port()
@@ -303,6 +335,14 @@ def main():
         p = procs.start([haproxy, "-f", haproxy_conf(tmp, port, up)])
         procs.start([haproxy, "-f", haproxy_conf(tmp, sport, sim_port)])
         targets["haproxy"] = (port, p.pid, sport)
+        headers = {name: {} for name in targets}
+        if os.path.exists(portkey):  # one process per upstream, as for the others
+            port, sport = free_port(), free_port()
+            p = procs.start(["node", portkey, "--port=%d" % port, "--headless"])
+            procs.start(["node", portkey, "--port=%d" % sport, "--headless"])
+            targets["portkey"] = (port, p.pid, sport)
+            headers["portkey"] = portkey_headers(up)
+            headers["portkey-stream"] = portkey_headers(sim_port)
         for port, _, sport in targets.values():
             wait_port(port)
             wait_port(sport)
@@ -310,20 +350,23 @@ def main():
         rows = []
         for name, (port, pid, sport) in targets.items():
             url = "http://127.0.0.1:%d/v1/chat/completions" % port
+            lua = wrk_lua(tmp, name, headers[name])
             wrk(url, 1, 1, lua)  # warm-up: upstream connections, discovery's first windows
             c1 = [wrk(url, 1, a.seconds, lua) for _ in range(a.repeats)]
             c64 = [wrk(url, 64, a.seconds, lua) for _ in range(a.repeats)]
-            t = [ttfb(sport, a.ttfb_requests) for _ in range(a.repeats)]
+            t = [ttfb(sport, a.ttfb_requests, headers.get(name + "-stream"))
+                 for _ in range(a.repeats)]
+            t = [x for x in t if x] or [{"p50_us": None, "p99_us": None}]  # failed
             row = {"impl": name,
                    "c1_p50_us": statistics.median(r["p50_us"] for r in c1),
                    "c1_p99_us": statistics.median(r["p99_us"] for r in c1),
                    "c64_rps": statistics.median(r["rps"] for r in c64),
                    "c64_p99_us": statistics.median(r["p99_us"] for r in c64),
                    "c64_errors": sum(r["errors"] + r["non2xx"] for r in c64),
-                   "ttfb_p50_us": statistics.median(r["p50_us"] for r in t),
-                   "ttfb_p99_us": statistics.median(r["p99_us"] for r in t)}
+                   "ttfb_p50_us": t[0]["p50_us"] and statistics.median(r["p50_us"] for r in t),
+                   "ttfb_p99_us": t[0]["p99_us"] and statistics.median(r["p99_us"] for r in t)}
             if pid:
-                row.update(rss_idle(port, proc_tree(pid)))
+                row.update(rss_idle(port, proc_tree(pid), headers=headers[name]))
             rows.append(row)
             print("  measured %s" % name, file=sys.stderr)
     finally:
@@ -334,16 +377,18 @@ def main():
     for r in rows:
         r["c1_added_p50_us"] = r["c1_p50_us"] - direct["c1_p50_us"]
         r["c1_added_p99_us"] = r["c1_p99_us"] - direct["c1_p99_us"]
-        r["ttfb_added_p50_us"] = r["ttfb_p50_us"] - direct["ttfb_p50_us"]
-        r["ttfb_added_p99_us"] = r["ttfb_p99_us"] - direct["ttfb_p99_us"]
+        for q in ("p50", "p99"):
+            t = r["ttfb_%s_us" % q]
+            r["ttfb_added_%s_us" % q] = None if t is None else t - direct["ttfb_%s_us" % q]
     ng = next(r for r in rows if r["impl"] == "nginx")
     print("\n%-15s %9s %9s %9s %9s %10s %9s %9s %9s %10s" % (
         "impl", "c1 p50", "c1 p99", "added p50", "added p99", "c64 req/s", "c64 p99",
         "ttfb p50+", "ttfb p99+", "RSS 1000"))
+    us = lambda v: "fails" if v is None else "%.0fus" % v  # noqa: E731
     for r in rows:
-        print("%-15s %7.0fus %7.0fus %7.0fus %7.0fus %10.0f %7.0fus %7.0fus %7.0fus %8s" % (
+        print("%-15s %7.0fus %7.0fus %7.0fus %7.0fus %10.0f %7.0fus %9s %9s %8s" % (
             r["impl"], r["c1_p50_us"], r["c1_p99_us"], r["c1_added_p50_us"], r["c1_added_p99_us"],
-            r["c64_rps"], r["c64_p99_us"], r["ttfb_added_p50_us"], r["ttfb_added_p99_us"],
+            r["c64_rps"], r["c64_p99_us"], us(r["ttfb_added_p50_us"]), us(r["ttfb_added_p99_us"]),
             "%d KiB" % r["rss_1000_idle_kb"] if "rss_1000_idle_kb" in r else "-"))
     print("\ntargets (sluice-proxy against nginx):")
     for r in rows:

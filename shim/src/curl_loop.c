@@ -25,7 +25,13 @@
  * if it was clear, calls curl_multi_wakeup (own thread) or writes the
  * eventfd (embedder's loop): one syscall per burst, not per request. The
  * loop clears the flag (seq_cst exchange) before it drains, so a push
- * after the drain finds the flag clear and wakes it again.
+ * after the drain finds the flag clear and wakes it again; it reads the
+ * eventfd only when the flag was set or the embedder reports the eventfd
+ * readable (a write that lands after the read makes it readable again, so
+ * nothing is lost), not on every pass. The loop's own thread never wakes
+ * itself: inside an action it notes `self_work`; an embedder's thread
+ * between actions (a proxy submitting from its client's read handler) asks
+ * for the embedder's timer at 0 ms instead, a call rather than two syscalls.
  *
  * Cancellation by id or token never touches a record's loop-side state
  * from another thread: it raises the record's `cancel_id` to the id
@@ -60,6 +66,15 @@ void sluice__loop_wake(struct sluice_curl_loop *loop)
 {
     if (sluice__tl_loop == loop) { /* no syscall to wake ourselves */
         loop->self_work = true;
+        return;
+    }
+    if (loop->embedded && pthread_equal(pthread_self(), loop->thread) &&
+        !atomic_load_explicit(&loop->closing, SLUICE_RELAXED)) { /* (after close: no timer) */
+        if (!loop->self_work) {
+            loop->self_work = true;
+            loop->timer_due_ns = sluice_monotonic_ns();
+            loop->timer(loop->ctx, 0);
+        }
         return;
     }
     if (atomic_exchange_explicit(&loop->wake_pending, 1u, SLUICE_SEQ_CST) != 0u)
@@ -489,12 +504,13 @@ static int64_t sluice__poll_holds(struct sluice_curl_loop *loop)
  */
 int64_t sluice__loop_service(struct sluice_curl_loop *loop)
 {
-    atomic_exchange_explicit(&loop->wake_pending, 0u, SLUICE_SEQ_CST);
+    uint32_t woken = atomic_exchange_explicit(&loop->wake_pending, 0u, SLUICE_SEQ_CST);
     loop->self_work = false;
-    if (loop->embedded) {
+    if (loop->embedded && (woken || loop->wake_fd_ready)) {
         uint64_t n;
-        ssize_t got = read(loop->wake_fd, &n, sizeof n); /* EAGAIN: nothing to clear */
+        ssize_t got = read(loop->wake_fd, &n, sizeof n); /* EAGAIN: the write is yet to land */
         (void)got;
+        loop->wake_fd_ready = false;
     }
     void *item;
     while (sluice_ring_trypop(&loop->inbox, &item) == SLUICE_OK)

@@ -205,6 +205,8 @@ int sluice_curl_loop_action(struct sluice_curl_loop *loop, curl_socket_t fd, int
         loop->timer_due_ns = -1; /* the embedder's timer has fired */
     else if (fd != loop->wake_fd)
         curl_multi_socket_action(loop->multi, fd, events, &running);
+    else
+        loop->wake_fd_ready = true;
     sluice__loop_read_done(loop);
     int64_t next = INT64_MAX;
     /* Bounded: curl asks for an immediate timeout after new handles, and a `done` may
@@ -279,6 +281,7 @@ int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc, struct slu
     loop->ctx = desc->ctx;
     loop->wake_fd = -1;
     if (loop->embedded) {
+        loop->thread = pthread_self();
         status = sluice__loop_init(loop, desc);
         if (status != SLUICE_OK)
             sluice__loop_fini(loop);

@@ -105,9 +105,11 @@ struct sluice_curl_loop {
     int64_t timer_due_ns; /* the instant last handed to desc.timer (-1 = none) */
     bool self_work;       /* the loop's own thread queued work (a `done` resubmitting):
                              look again before sleeping instead of waking itself */
+    bool wake_fd_ready;   /* embedder's loop: this action is for the wake-up descriptor */
     bool closed;          /* close finished: every request completed */
     bool finished;        /* the multi and the arrays are gone */
-    /* Own-thread mode. */
+    /* The loop's thread: its own, or in embedder's-loop mode the thread that created it
+     * (where every action runs). */
     pthread_t thread;
     sem_t ready;
     int init_status;

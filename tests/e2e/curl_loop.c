@@ -897,14 +897,72 @@ LOOP_TEST(the_watch_callback_gets_back_the_pointer_it_set_for_each_socket)
     sluice_engine_destroy(e);
 }
 
-LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
+/* A zero-delay provider, an engine of 4 over it, an epoll embedder's loop, a tracker. */
+static struct sluice_curl_loop *ep_zero_delay(struct ep *ep, struct sluice_engine **e,
+                                              struct tracker *t)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
-    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    *e = fx_engine(4, -1, NULL);
+    tracker_init(t);
+    return ep_loop_create(ep, *e);
+}
+
+struct submit_from {
+    struct sluice_curl_loop *loop;
+    struct req *q;
+    int status;
+};
+
+static void *submit_thread(void *arg)
+{
+    struct submit_from *s = arg;
+    s->status = submit(s->loop, s->q, false);
+    return NULL;
+}
+
+LOOP_TEST(a_submit_on_the_embedders_thread_asks_for_the_timer_and_one_from_another_wakes_it)
+{
+    struct sluice_engine *e;
     struct ep ep;
-    struct sluice_curl_loop *loop = ep_loop_create(&ep, e);
     struct tracker t;
-    tracker_init(&t);
+    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t);
+    struct req here, there;
+    req_init(&here, &t);
+    req_init(&there, &t);
+    struct epoll_event ev;
+    ep.timeout_ms = -1;
+    cr_assert_eq(submit(loop, &here, false), SLUICE_OK);
+    cr_assert_eq(ep.timeout_ms, 0, "the loop's own thread, between actions: the timer at 0 ms");
+    cr_assert_eq(epoll_wait(ep.fd, &ev, 1, 0), 0, "... and no write to the wake-up descriptor");
+    int64_t until = fx_now_ms() + 5000;
+    while (t.done < 1 && fx_now_ms() < until)
+        ep_run_once(&ep, loop, 50);
+    cr_assert_eq(here.r.status, SLUICE_OK);
+    cr_assert_eq(epoll_wait(ep.fd, &ev, 1, 0), 0, "the loop is quiet");
+    struct submit_from from = {loop, &there, -1};
+    pthread_t th;
+    pthread_create(&th, NULL, submit_thread, &from);
+    pthread_join(th, NULL);
+    cr_assert_eq(from.status, SLUICE_OK);
+    cr_assert_eq(epoll_wait(ep.fd, &ev, 1, 0), 1, "another thread's submit wakes the loop");
+    while (t.done < 2 && fx_now_ms() < until)
+        ep_run_once(&ep, loop, 50);
+    cr_assert_eq(there.r.status, SLUICE_OK);
+    cr_assert_eq(epoll_wait(ep.fd, &ev, 1, 0), 0, "the wake-up was read: nothing stays readable");
+    sluice_curl_loop_destroy(loop);
+    close(ep.fd);
+    curl_easy_cleanup(here.easy);
+    curl_easy_cleanup(there.easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
+{
+    struct sluice_engine *e;
+    struct ep ep;
+    struct tracker t;
+    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t);
     struct req by_id, by_token, kept;
     req_init(&by_id, &t);
     req_init(&by_token, &t);

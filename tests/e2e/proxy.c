@@ -353,43 +353,103 @@ Test(proxy, a_call_the_backend_cannot_serve_in_time_is_refused_at_once_with_503_
     cr_assert_eq(fx_stats().requests, before, "a call refused as late never reaches the provider");
 }
 
+/* One "POST /v1/chat/completions" with a Content-Length body, for a raw connection. */
+static void raw_chat(char *out, size_t size, const char *body)
+{
+    snprintf(out, size,
+             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+             "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(body), body);
+}
+
 Test(proxy, pipelined_requests_are_answered_in_order_on_one_connection)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 20});
     start_proxy(NULL);
-    int port = atoi(strrchr(px_main.url, ':') + 1);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     char req[512], three[1536];
-    int n = snprintf(req, sizeof req,
-                     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                     strlen(FX_REQUEST), FX_REQUEST);
+    raw_chat(req, sizeof req, FX_REQUEST);
     snprintf(three, sizeof three, "%s%s%s", req, req, req);
-    cr_assert_eq(write(fd, three, (size_t)(3 * n)), 3 * n);
     static char got[65536];
-    size_t len = 0;
+    px_raw(&px_main, (const char *[]){three, NULL}, 0, 3, got, sizeof got);
     int answers = 0;
-    for (int64_t end = fx_now_ms() + 5000; answers < 3 && fx_now_ms() < end;) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (poll(&pfd, 1, 100) <= 0)
-            continue;
-        ssize_t r = read(fd, got + len, sizeof got - 1 - len);
-        cr_assert_gt(r, 0, "the proxy closed the connection");
-        len += (size_t)r;
-        got[len] = '\0';
-        answers = 0;
-        for (const char *p = got; (p = strstr(p, "HTTP/1.1 200 ")); p++)
-            answers++;
-    }
-    close(fd);
+    for (const char *p = got; (p = strstr(p, "HTTP/1.1 200 ")); p++)
+        answers++;
     cr_assert_eq(answers, 3, "%d answers: %s", answers, got);
     cr_assert_not_null(strstr(got, "reply 1\""), "%s", got);
     cr_assert(strstr(got, "reply 1\"") < strstr(got, "reply 2\"") &&
                   strstr(got, "reply 2\"") < strstr(got, "reply 3\""),
               "answers out of order: %s", got);
+}
+
+Test(proxy, a_chunked_request_body_is_accepted_and_forwarded)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    start_proxy(NULL);
+    struct px_reply r;
+    /* libcurl sends POSTFIELDS chunked when told so, as SDKs that stream their uploads do. */
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, "Transfer-Encoding: chunked", &r);
+    cr_assert_eq(r.code, CURLE_OK);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert_not_null(strstr(r.body, "\"chat.completion\""), "%s", r.body);
+    /* Small chunks, one per read, a trailer, and a request pipelined behind on the socket. */
+    static const char head[] = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                               "Content-Type: application/json\r\n"
+                               "Transfer-Encoding: chunked\r\n\r\n";
+    size_t half = strlen(FX_REQUEST) / 2;
+    char first[512], second[512], next[512];
+    snprintf(first, sizeof first, "%zx;note=1\r\n%.*s\r\n", half, (int)half, FX_REQUEST);
+    snprintf(second, sizeof second, "%zx\r\n%s\r\n0\r\nX-Trailer: t\r\n\r\n",
+             strlen(FX_REQUEST) - half, FX_REQUEST + half);
+    raw_chat(next, sizeof next, FX_REQUEST);
+    static char got[65536];
+    bool closed = px_raw(&px_main, (const char *[]){head, first, second, next, NULL}, 30, 2,
+                         got, sizeof got);
+    cr_assert(!strncmp(got, "HTTP/1.1 200 ", 13), "%s", got);
+    cr_assert_not_null(strstr(strstr(got, "\r\n\r\n"), "HTTP/1.1 200 "),
+                       "the request behind a chunked one was not answered: %s", got);
+    cr_assert(!closed, "a chunked request keeps the connection alive");
+    cr_assert_eq(fx_stats().ok, 3);
+}
+
+/* A raw request with `te` as its Transfer-Encoding (and `extra` headers) and `body` as sent;
+ * what came back goes to got; asserts the proxy's own `status`, its `code`, and the close. */
+static void refused_chunked(const char *te, const char *extra, const char *body, int status,
+                            const char *code)
+{
+    char head[512], got[4096], want[32];
+    snprintf(head, sizeof head,
+             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: %s\r\n%s\r\n",
+             te, extra);
+    bool closed = px_raw(&px_main, (const char *[]){head, body, NULL}, 20, 1, got, sizeof got);
+    snprintf(want, sizeof want, "HTTP/1.1 %d ", status);
+    cr_assert(!strncmp(got, want, strlen(want)), "want %d for %s / %s: %s", status, te, body,
+              got);
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"code\":\"%s\"", code);
+    cr_assert_not_null(strstr(got, quoted), "%s", got);
+    cr_assert_not_null(strstr(got, "\"message\":"), "the OpenAI error shape: %s", got);
+    cr_assert(closed, "a body that cannot be framed must close the connection: %s", got);
+}
+
+Test(proxy, chunked_bodies_that_do_not_parse_are_400_and_past_the_limit_413)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    start_proxy((const char *[]){"--max-body-bytes", "100", NULL});
+    refused_chunked("chunked", "", "zz\r\nabc\r\n0\r\n\r\n", 400, "bad_request");
+    refused_chunked("chunked", "", "3\r\nabcdef\r\n0\r\n\r\n", 400, "bad_request");
+    refused_chunked("chunked", "", "3\nabc\n0\n\n", 400, "bad_request");
+    refused_chunked("chunked", "", "3\r\nabc\r\n0\r\nno colon\r\n\r\n", 400, "bad_request");
+    refused_chunked("chunked", "Content-Length: 12\r\n", "3\r\nabc\r\n0\r\n\r\n", 400,
+                    "bad_request");
+    refused_chunked("gzip", "", "3\r\nabc\r\n0\r\n\r\n", 400, "bad_request");
+    refused_chunked("gzip, chunked", "", "3\r\nabc\r\n0\r\n\r\n", 501,
+                    "unsupported_transfer_coding");
+    /* 60 + 60 bytes: the second chunk's size line already passes the 100-byte bound. */
+    char big[256];
+    snprintf(big, sizeof big, "3c\r\n%060d\r\n3c\r\n", 0);
+    refused_chunked("chunked", "", big, 413, "body_too_large");
+    refused_chunked("chunked", "", "ffffffffffffffffff\r\n", 400, "bad_request");
+    cr_assert_eq(fx_stats().requests, 0, "nothing bad reached the provider");
 }
 
 Test(proxy, a_client_that_stops_reading_a_stream_loses_its_call)
@@ -407,13 +467,9 @@ Test(proxy, a_client_that_stops_reading_a_stream_loses_its_call)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    static const char body[] = "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}";
     char req[512];
-    int n = snprintf(req, sizeof req,
-                     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                     strlen(body), body);
-    cr_assert_eq(write(fd, req, (size_t)n), n);
+    raw_chat(req, sizeof req, "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}");
+    cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     /* ... and never read. */
     int64_t deadline = fx_now_ms() + 15000;
     struct fx_stats s;
@@ -427,27 +483,10 @@ Test(proxy, a_request_that_does_not_arrive_in_time_is_408_and_closed)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
     start_proxy((const char *[]){"--client-timeout-ms", "200", NULL});
-    int port = atoi(strrchr(px_main.url, ':') + 1);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     static const char part[] = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n";
-    cr_assert_eq(write(fd, part, sizeof part - 1), (ssize_t)(sizeof part - 1));
     /* ... and the rest never comes: 408 within the timeout plus the once-a-second sweep. */
-    char got[2048] = "";
-    size_t len = 0;
-    for (int64_t end = fx_now_ms() + 5000; fx_now_ms() < end;) {
-        struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        if (poll(&pfd, 1, 100) <= 0)
-            continue;
-        ssize_t n = read(fd, got + len, sizeof got - 1 - len);
-        if (n <= 0)
-            break; /* closed after the answer */
-        len += (size_t)n;
-        got[len] = '\0';
-    }
-    close(fd);
+    char got[2048];
+    px_raw(&px_main, (const char *[]){part, NULL}, 0, 1, got, sizeof got);
     cr_assert(!strncmp(got, "HTTP/1.1 408 ", 13), "no 408 for a slow client: '%s'", got);
     cr_assert_not_null(strstr(got, "\"code\":\"request_timeout\""), "%s", got);
     cr_assert_eq(fx_stats().requests, 0);

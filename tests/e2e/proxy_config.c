@@ -52,20 +52,21 @@ static const char routes_conf[] =
     "    pass_client_key = true; }\n"
     ");\n";
 
-static void start_routes(const char *log)
+static char log_path[128]; /* DIR/access.log, the routes' access log */
+
+static void start_routes(void)
 {
     char conf[128];
+    snprintf(log_path, sizeof log_path, "%s/access.log", dir);
     write_config("routes.conf", routes_conf, px_echo_start(), conf, sizeof conf);
     setenv("PX_TEST_KEY", "sk-upstream-secret", 1);
-    const char *args[] = {"--config", conf, "--state", "off", "--access-log", log, NULL};
+    const char *args[] = {"--config", conf, "--state", "off", "--access-log", log_path, NULL};
     cr_assert_eq(px_start(&px_main, args), 0);
 }
 
 Test(proxy_config, routes_by_prefix_header_and_model_else_404_listing_them)
 {
-    char log[128];
-    snprintf(log, sizeof log, "%s/access.log", dir);
-    start_routes(log);
+    start_routes();
     struct px_reply r;
     px_request(&px_main, "/a/v1/chat/completions", "{}", NULL, &r);
     cr_assert_eq(r.status, 200);
@@ -86,9 +87,7 @@ Test(proxy_config, routes_by_prefix_header_and_model_else_404_listing_them)
 
 Test(proxy_config, the_api_key_replaces_the_clients_and_is_never_logged)
 {
-    char log[128];
-    snprintf(log, sizeof log, "%s/access.log", dir);
-    start_routes(log);
+    start_routes();
     struct px_reply r;
     px_request(&px_main, "/a/v1/chat/completions", "{}", "Authorization: Bearer sk-client", &r);
     cr_assert_eq(r.status, 200);
@@ -102,7 +101,7 @@ Test(proxy_config, the_api_key_replaces_the_clients_and_is_never_logged)
     px_request(&px_main, "/a/v1/chat/completions", "{}", "X-Sluice-Deadline-Ms: soon", &r);
     cr_assert_eq(r.status, 400);
     px_stop(&px_main); /* the log is flushed at exit */
-    FILE *f = fopen(log, "r");
+    FILE *f = fopen(log_path, "r");
     cr_assert_not_null(f);
     char text[8192] = "";
     size_t n = fread(text, 1, sizeof text - 1, f);
@@ -121,9 +120,7 @@ Test(proxy_config, the_api_key_replaces_the_clients_and_is_never_logged)
 
 Test(proxy_config, hop_by_hop_headers_are_dropped_and_the_body_is_unchanged)
 {
-    char log[128];
-    snprintf(log, sizeof log, "%s/access.log", dir);
-    start_routes(log);
+    start_routes();
     struct curl_slist *h = curl_slist_append(NULL, "Keep-Alive: timeout=5");
     h = curl_slist_append(h, "TE: trailers");
     h = curl_slist_append(h, "X-Custom: kept");
@@ -145,6 +142,63 @@ Test(proxy_config, hop_by_hop_headers_are_dropped_and_the_body_is_unchanged)
     const char *sent = strstr(r.body, "\r\n\r\n");
     cr_assert_not_null(sent);
     cr_assert_str_eq(sent + 4, body, "the body changed on the way");
+}
+
+Test(proxy_config, a_chunked_body_split_across_reads_routes_by_its_model_and_goes_up_whole)
+{
+    start_routes();
+    /* "model" is cut inside its name, between a size line and its data, and inside a CRLF:
+     * each part is its own read. Only the by-model backend serves this path. */
+    static const char body[] = "{\"messages\":[],\"model\":\"m2\"}";
+    const char *parts[] = {"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                           "Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n",
+                           "12\r\n{\"messages\":[],\"mo", "\r", "\n", "a\r\ndel\":\"m2\"}\r\n", "0\r",
+                           "\n\r\n", NULL};
+    static char got[65536];
+    px_raw(&px_main, parts, 30, 1, got, sizeof got);
+    cr_assert(!strncmp(got, "HTTP/1.1 200 ", 13), "the body's model did not route: %s", got);
+    char want[64];
+    snprintf(want, sizeof want, "\r\nContent-Length: %zu\r\n", strlen(body));
+    cr_assert_not_null(strstr(got, want), "upstream gets the decoded length: %s", got);
+    cr_assert_null(strcasestr(got, "transfer-encoding"), "%s", got);
+    const char *sent = strstr(strstr(got, "\r\n\r\n") + 4, "\r\n\r\n");
+    cr_assert_not_null(sent, "%s", got);
+    cr_assert_str_eq(sent + 4, body, "the body changed on the way");
+}
+
+Test(proxy_config, the_model_is_read_from_a_bounded_prefix_of_the_body_split_or_not)
+{
+    start_routes();
+    /* A Content-Length body whose "model" straddles two reads routes as one read would. */
+    static const char body[] = "{\"messages\":[],\"model\":\"m1\"}";
+    char head[256];
+    snprintf(head, sizeof head,
+             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n"
+             "{\"messages\":[],\"mod",
+             strlen(body));
+    static char got[65536];
+    px_raw(&px_main, (const char *[]){head, "el\":\"m1\"}", NULL}, 30, 1, got, sizeof got);
+    cr_assert(!strncmp(got, "HTTP/1.1 200 ", 13), "%s", got);
+    /* Past the first PROXY_MODEL_READ_MAX (64 KiB) bytes the model is not looked for: the
+     * prompt is never scanned whole, and this path has no other route. */
+    enum { PAD = 70000 };
+    static char pad[PAD + 1], big[PAD + 64];
+    memset(pad, 'a', PAD);
+    snprintf(big, sizeof big, "{\"messages\":[{\"content\":\"%s\"}],\"model\":\"m1\"}", pad);
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", big, NULL, &r);
+    cr_assert_eq(r.status, 404, "a model past the bounded prefix was read: %s", r.body);
+    snprintf(big, sizeof big, "{\"model\":\"m1\",\"messages\":[{\"content\":\"%s\"}]}", pad);
+    px_request(&px_main, "/v1/chat/completions", big, NULL, &r);
+    cr_assert_eq(r.status, 200, "the same body with its model first: %s", r.body);
+    /* Chunked, the buffer grows (and moves) under the parsed head as the chunks come. */
+    px_request(&px_main, "/v1/chat/completions", big, "Transfer-Encoding: chunked", &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    char want[64];
+    snprintf(want, sizeof want, "\r\nContent-Length: %zu\r\n", strlen(big));
+    cr_assert_not_null(strstr(r.body, want), "%s", r.body);
+    cr_assert_not_null(strstr(r.body, "\r\nContent-Type: application/json\r\n"),
+                       "the head's headers survive the move: %s", r.body);
 }
 
 /* Run the proxy on a config and return its exit status; its stderr in err. */

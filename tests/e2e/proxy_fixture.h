@@ -17,7 +17,10 @@
 
 #include "curl_fixture.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 
 #ifndef SLUICE_PROXY_PATH
 #error "SLUICE_PROXY_PATH must name the sluice-proxy binary (tests/CMakeLists.txt sets it)"
@@ -266,6 +269,79 @@ static inline json_t *px_node(const struct px *p, const char *node, json_t **roo
             return n;
     }
     return NULL;
+}
+
+/* ---- raw requests: what libcurl will not send ------------------------------------------- */
+
+/* A plain TCP connection to the proxy's listener; the fd. */
+static inline int px_connect(const struct px *p)
+{
+    int port = atoi(strrchr(p->url, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int one = 1; /* each part leaves as its own segment */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+/* Does got (len bytes) hold `answers` whole answers, each with a Content-Length? */
+static bool px__answers_in(const char *got, size_t len, int answers)
+{
+    const char *p = got, *end = got + len;
+    for (int i = 0; i < answers; i++) {
+        const char *head = memmem(p, (size_t)(end - p), "\r\n\r\n", 4);
+        const char *cl = head ? strcasestr(p, "\r\nContent-Length:") : NULL;
+        if (!cl || cl > head)
+            return false;
+        p = head + 4 + atol(cl + 17);
+        if (p > end)
+            return false;
+    }
+    return true;
+}
+
+/*
+ * Write `parts` (NULL-terminated) on a new connection, gap_ms apart (so that
+ * the proxy reads them one by one), then read until `answers` answers are
+ * whole, the proxy closes, or 5 s pass. What came back is in got (NUL
+ * terminated); returns whether the proxy closed the connection.
+ */
+static inline bool px_raw(const struct px *p, const char *const *parts, int gap_ms,
+                          int answers, char *got, size_t size)
+{
+    int fd = px_connect(p);
+    for (int i = 0; parts[i]; i++) {
+        if (i && gap_ms)
+            fx_sleep_ms(gap_ms);
+        size_t n = strlen(parts[i]);
+        cr_assert_eq(write(fd, parts[i], n), (ssize_t)n);
+    }
+    size_t len = 0;
+    bool closed = false;
+    got[0] = '\0';
+    for (int64_t end = fx_now_ms() + 5000; !px__answers_in(got, len, answers);) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (fx_now_ms() > end || len + 1 >= size)
+            break;
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t n = read(fd, got + len, size - 1 - len);
+        if (n <= 0) {
+            closed = true;
+            break;
+        }
+        len += (size_t)n;
+        got[len] = '\0';
+    }
+    if (!closed) { /* answered: does the proxy close now? (a refusal of framing must) */
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        char byte;
+        closed = poll(&pfd, 1, 200) == 1 && read(fd, &byte, 1) == 0;
+    }
+    close(fd);
+    return closed;
 }
 
 /* ---- an upstream that echoes ------------------------------------------------------------ */

@@ -497,7 +497,11 @@ struct sluice_curl_request {
  * sluice_curl_loop_create, _action and _destroy. */
 typedef void (*sluice_curl_watch_fn)(void *ctx, curl_socket_t fd, int what, void **socketp);
 /* Embedder's-loop mode: call sluice_curl_loop_action(loop, CURL_SOCKET_TIMEOUT, 0) in
- * `timeout_ms` (0 = as soon as possible; -1 = no timer needed). Replaces any earlier timer. */
+ * `timeout_ms` (0 = as soon as possible; -1 = no timer needed). Replaces any earlier timer.
+ * Runs on the loop's thread: inside sluice_curl_loop_create's caller's later calls (_action,
+ * _close, _destroy), and inside a submit or cancel made on that thread between actions, which
+ * asks for 0 ms rather than writing the wake-up descriptor (so have the timer ready before the
+ * first submit, as every example does). */
 typedef void (*sluice_curl_timer_fn)(void *ctx, long timeout_ms);
 
 #define SLUICE_CURL_LOOP_REQUESTS_DEFAULT UINT32_C(4096)

@@ -159,7 +159,8 @@ struct request {
     int minor;                 /* HTTP/1.minor */
     struct header h[HDR_MAX];
     size_t n_h;
-    uint64_t content_length;
+    uint64_t content_length;   /* chunked: the decoded length, once the last chunk is in */
+    bool chunked;              /* the body comes as Transfer-Encoding: chunked */
     bool keep_alive;
     bool expect_continue;
     int64_t deadline_ms, start_deadline_ms; /* from the client's headers, -1 = none */
@@ -174,6 +175,12 @@ struct conn {
     struct buf in;             /* bytes read, the current request at its start */
     size_t head_len;           /* bytes of the current request's head (0 = incomplete) */
     size_t scanned;            /* where the search for its end resumes */
+    /* A chunked body, decoded in place as it arrives: the decoded bytes follow the head, then
+     * what is not decoded yet (a part of a size line, of a trailer). */
+    enum { CK_SIZE, CK_DATA, CK_DATA_END, CK_TRAILER } ck_state;
+    uint64_t ck_left;          /* bytes of the current chunk still to come */
+    size_t ck_body;            /* bytes decoded */
+    size_t ck_trailer;         /* bytes of trailer fields seen (bounded as a head is) */
     struct request req;
     struct buf out;
     size_t out_off;            /* bytes of `out` already written */
