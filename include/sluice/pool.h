@@ -112,8 +112,11 @@
  *     longer queue would keep it), at most the median time to first byte;
  *     the interval is the median service time. From when every call
  *     started over an interval waited longer than the target until a
- *     newcomer finds a permit free (the queue drained), the queue
- *     stands, and admission also refuses
+ *     newcomer finds a permit free (the queue drained) an interval after
+ *     the rule last refused a call (no excess since: a permit free for
+ *     a moment between hand-offs, while refused callers are still
+ *     coming back, is no drained queue), the queue stands, and
+ *     admission also refuses
  *     (SLUICE_ELATE) a call with a deadline whose predicted wait passes
  *     the target, however far its deadline. (It stands until it drains,
  *     not until one interval's waits fall under the target: they do as
@@ -484,10 +487,11 @@ struct sluice_pool {
     _Atomic(uint32_t) trial_served;  /* calls served above the ceiling with phantoms around */
     /* The standing-queue test (CoDel's): the least queue wait of the calls started in the
      * current interval, when it ends (pool clock), and whether the last one's passed the
-     * target (see "A queue that stands"). */
+     * target (see "A queue that stands"), and when it last refused a call. */
     _Atomic(int64_t) sojourn_min;
     _Atomic(int64_t) sojourn_until;
     _Atomic(uint32_t) standing;
+    _Atomic(int64_t) standing_refused;
     _Atomic(int64_t) *phantom_slots; /* their likely ends; SLUICE__LINGER_FREE = empty */
     /* Lingering permits: one slot per permit (active of them), after the discovery block. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) lingering;
@@ -687,6 +691,7 @@ SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
     atomic_init(&p->trial_served, 0u);
     atomic_init(&p->sojourn_min, INT64_MAX);
     atomic_init(&p->sojourn_until, INT64_MIN);
+    atomic_init(&p->standing_refused, INT64_MIN);
     atomic_init(&p->standing, 0u);
     p->linger_max_ns = limited ? (int64_t)sluice_opt_or(dl->linger_max_ms,
                                                         SLUICE_POOL_LINGER_MAX_MS_DEFAULT) *
@@ -1051,9 +1056,14 @@ SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct times
         sluice__pool_reap(p);
         int64_t wait = sluice_pool_predicted_wait(p);
         bool stands = atomic_load_explicit(&p->standing, SLUICE_RELAXED);
-        if (stands && wait == 0) /* a permit is free: the queue has drained */
+        int64_t now = stands ? sluice_clock_now(&p->clock) : 0;
+        if (stands && wait == 0 && /* the queue drained, and no excess came for an interval */
+            now - atomic_load_explicit(&p->standing_refused, SLUICE_RELAXED) >=
+                sluice_service_median(&p->service))
             atomic_store_explicit(&p->standing, 0u, SLUICE_RELAXED);
         stands = stands && wait > sluice__pool_sojourn_target(p);
+        if (stands)
+            atomic_store_explicit(&p->standing_refused, now, SLUICE_RELAXED);
         if (wait >= 0 && (stands || sluice__pool_late_by(sluice_monotonic_ns(), wait,
                                                          start_deadline, deadline,
                                                          sluice__pool_need(p, wait > 0, false),

@@ -816,8 +816,16 @@ Test(deadlines, a_queue_that_stands_refuses_what_would_wait_past_its_target_howe
     cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);
     cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_ELATE, "it still stands");
     sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
-    /* A newcomer finds the permit free: the queue drained, and the same call is admitted as
-     * far as its deadline allows. */
+    /* A permit free right after a refusal is a gap between hand-offs, not a drained queue. */
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_OK, "a free permit: admitted");
+    sluice_pool_leave(p);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_ELATE,
+                 "it stands: the rule refused a call less than an interval ago");
+    sluice_pool_call_end(p, &cur, SLUICE_OUTCOME_OK, 0);
+    /* An interval with no refusal, then a newcomer finds the permit free: the queue drained,
+     * and the same call is admitted as far as its deadline allows. */
+    fake_clock_advance(&clk, 3 * SEC);
     cr_assert_eq(sluice_pool_admit_by(p, NULL, &far), SLUICE_OK);
     sluice_pool_leave(p);
     cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cur), SLUICE_OK);

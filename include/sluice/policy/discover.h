@@ -75,9 +75,10 @@
  *            can cost, and at C = 200 it cost a minute at the jumpstart.
  *            A probe no proven queue asked for (a re-measure of a level
  *            in doubt) is brief and spaced (SLUICE__DISCOVER_REMEASURE_*),
- *            and none runs under a refusal bracket, whose refusals already
- *            bound the cap: with callers waiting, each window of a halved
- *            limit costs half the provider's capacity.
+ *            and none runs under a refusal bracket while deadlines cut
+ *            calls (the refusals already bound the cap): with callers
+ *            waiting, each window of a halved limit costs half the
+ *            provider's capacity.
  *   rate     Completions per second: an average over ~4 latencies, its
  *            windowed max over ~20 (BBR's BtlBw) and the pace over half
  *            of one (at least a second, the usual rate-limit window).
@@ -761,10 +762,14 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
  * calls, probe it (BBR's PROBE_RTT); in slow start, first measure the level
  * once more: two windows of noise rarely agree, and a probe costs its
  * level's calls for as long as the reference needs. Not under a refusal
- * bracket: the refusals already bound the cap from above, and a rise
- * within the noise is no reason to halve the limit with callers waiting
- * (it halved 25 under a cap of 24, three runs in three, over HTTP with
- * 250 ms deadlines); the level is measured more and `confirm` decides.
+ * bracket while deadlines cut calls: the refusals already bound the cap
+ * from above, each window serves few calls to measure (a probe then lasts
+ * seconds), and a rise within the noise is no reason to halve the limit
+ * with callers waiting (it halved 25 under a cap of 24, three runs in
+ * three, over HTTP with 250 ms deadlines); the level is measured more and
+ * `confirm` decides. Without cut calls the probe stays: a gateway that
+ * queues, then refuses, shows its knee before its refusals, and without
+ * the probe 4 seeds in 30 locked above the band at C = 10.
  */
 SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_discover *p,
                                                            const struct sluice_window *w,
@@ -776,7 +781,8 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
     l->doubts++;
     if ((refused || last_step) && w->saturated && w->limit == w->probe_cap && w->limit > 1)
         return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_MEASURE_BELOW, 0);
-    if (!ref->sampled && !p->probing && !trusted && !refused && p->windows >= p->remeasure_after) {
+    if (!ref->sampled && !p->probing && !trusted && !(refused && w->n_censored) &&
+        p->windows >= p->remeasure_after) {
         if (p->slow_start && l->doubts < SLUICE__DISCOVER_SLOW_START_DOUBTS)
             return sluice__verdict_hold(w);
         uint32_t lo = sluice__discover_lo(p, level);
