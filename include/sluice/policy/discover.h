@@ -172,14 +172,17 @@
  * doubt): low enough to be queue-free, high enough to keep serving. */
 #define SLUICE__DISCOVER_PROBE_FLOOR 0.5
 #define SLUICE__DISCOVER_PROBE_DIVISOR 2u /* the same half, of an integer level */
-/* A re-measure (a probe of s0 that no proven queue asked for) holds its
- * level for at most this many judged windows, and the next one waits this
- * many windows times SLUICE__DISCOVER_REMEASURE_SPACING: callers that wait
- * behind a halved limit pay for every window of it, and the s0 it gains
- * comes on the next visit (BBR's PROBE_RTT is as brief). With deadlines
- * most calls may be cut, so a probe that held until s0 was sampled held a
- * limit of 9 under a cap of 24 for 9 of 12 seconds; until s0 is sampled,
- * the level in doubt is measured more instead, and `confirm` decides. */
+/* While deadlines cut calls, a re-measure (a probe of s0 that no proven
+ * queue asked for) holds its level for at most this many judged windows,
+ * and the next one waits this many windows times
+ * SLUICE__DISCOVER_REMEASURE_SPACING: callers that wait behind a halved
+ * limit pay for every window of it, and the s0 it gains comes on the next
+ * visit (BBR's PROBE_RTT is as brief). Cut calls leave few measured ones
+ * per window, so a probe that held until s0 was sampled held a limit of 9
+ * under a cap of 24 for 9 of 12 seconds; until s0 is sampled, the level in
+ * doubt is measured more instead, and `confirm` decides. Without cut calls
+ * the probe runs until s0 is sampled (bounded, 9 seeds in 100 of a gateway
+ * that queues, then refuses, locked above the band). */
 #define SLUICE__DISCOVER_REMEASURE_WINDOWS 3u
 #define SLUICE__DISCOVER_REMEASURE_SPACING 2u
 /* The rate: an average over about 4 latencies. */
@@ -263,7 +266,7 @@ struct sluice_policy_discover {
     uint32_t at;         /* the limit of the last window seen */
     uint32_t probing;    /* the limit of a running probe of s0 (0 = not probing) */
     uint32_t resume;     /* the limit that probe returns to (0 = grow from the probe) */
-    uint32_t remeasure_left;  /* judged windows a running re-measure may still hold (0 = the
+    uint32_t remeasure_left;  /* judged windows a brief re-measure may still hold (0 = the
                                  probe runs until s0 is sampled) */
     uint32_t windows;         /* windows seen */
     uint32_t remeasure_after; /* no re-measure starts before this many windows: one ended */
@@ -791,7 +794,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
         if (at < w->limit) {
             p->probing = at;
             p->resume = w->limit;
-            p->remeasure_left = SLUICE__DISCOVER_REMEASURE_WINDOWS;
+            p->remeasure_left = w->n_censored ? SLUICE__DISCOVER_REMEASURE_WINDOWS : 0;
             return sluice_verdict_make(at, SLUICE_CAUSE_REMEASURE, 0);
         }
     }
@@ -819,12 +822,14 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_d
     if (last_step)
         p->settled = w->limit;
     if (p->probing) {
+        bool brief = p->remeasure_left != 0;
         if (level == p->probing && !ref->sampled && l->n < (float)p->params.reference_samples &&
             !(p->slow_start && sluice__discover_goes_on(p, p->resume, ref)) &&
-            (!p->remeasure_left || --p->remeasure_left))
+            (!brief || --p->remeasure_left))
             return sluice__verdict_hold(w);
-        p->remeasure_after = p->windows + SLUICE__DISCOVER_REMEASURE_WINDOWS *
-                                              SLUICE__DISCOVER_REMEASURE_SPACING;
+        if (brief)
+            p->remeasure_after = p->windows + SLUICE__DISCOVER_REMEASURE_WINDOWS *
+                                                  SLUICE__DISCOVER_REMEASURE_SPACING;
         uint32_t back = p->resume;
         p->probing = p->resume = p->remeasure_left = 0;
         if (back > w->limit)
