@@ -260,6 +260,8 @@ struct sluice_policy_discover {
     int64_t echo_ns;     /* when the run of refusals began: the start of the window it began
                             in (0 = none since the last window without a fresh refusal) */
     double now_n, now_ns; /* the same over about one latency: the current pace */
+    uint32_t proved;     /* the highest limit a clean, saturated window served at, no higher
+                            than the last cut from a window that served calls (0 = none) */
     struct sluice__discover_level levels[SLUICE__DISCOVER_LEVELS];
 };
 
@@ -279,6 +281,7 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
     p->rate_n = p->rate_ns = p->rate_max = 0;
     p->now_n = p->now_ns = 0;
     p->echo_ns = 0;
+    p->proved = 0;
     memset(p->levels, 0, sizeof p->levels);
     return jumpstart;
 }
@@ -526,23 +529,40 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
      * changed (below). */
     if (!p->echo_ns)
         p->echo_ns = w->start_ns;
+    /* Rate, not cap: a window that served nothing was refused at every
+     * level, and at or below a level clean windows just served it says
+     * nothing of a cap (a rate window after a burst refuses all, retries
+     * included, until it slides): hold. A cap that fell still serves
+     * what it takes, and those windows cut, lowering `proved` with them. */
+    if (!w->n_served && p->proved && struck <= p->proved) {
+        p->echo_ns = 0; /* explained: the run that counts starts when calls are served again */
+        return sluice__verdict_hold(w);
+    }
     if (cut < backoff * served)
         cut = backoff * served;
+    /* An echo dies out once the rate window slides; refusals that outlast
+     * it are news, and they cut from the limit, as a cap that fell needs. */
+    double span = SLUICE__DISCOVER_ECHO_LATENCIES * s0;
+    if (span < SLUICE__DISCOVER_RATE_WINDOW_NS)
+        span = SLUICE__DISCOVER_RATE_WINDOW_NS;
+    bool young = (double)(w->end_ns - p->echo_ns) < span;
+    /* While the run is young, no cut goes below backoff times the level
+     * clean windows proved: a rate window's refusals outlive the cut that
+     * answered them by up to its span, at every level. */
+    if (young && cut < backoff * (double)p->proved)
+        cut = backoff * (double)p->proved;
     /* Refused at a concurrency it serves: the echo of an older burst. */
     if (cut >= (double)w->limit || (double)struck <= SLUICE__DISCOVER_ECHO_MARGIN * served) {
-        /* An echo dies out once the rate window slides; refusals that
-         * outlast it are news, and they cut from the limit, as a cap that
-         * fell needs. */
-        double span = SLUICE__DISCOVER_ECHO_LATENCIES * s0;
-        if (span < SLUICE__DISCOVER_RATE_WINDOW_NS)
-            span = SLUICE__DISCOVER_RATE_WINDOW_NS;
-        if ((double)(w->end_ns - p->echo_ns) < span)
+        if (young)
             return sluice__verdict_hold(w);
         cut = (double)struck * backoff;
     }
     p->slow_start = false;
     p->est = 0;
     uint32_t next = cut < 1.0 ? 1u : (uint32_t)cut;
+    /* Refused where calls were served: that level is no longer proved. */
+    if (w->n_served && p->proved > struck)
+        p->proved = struck;
     return sluice_verdict_make(next,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER : SLUICE_CAUSE_OVERLOAD,
                            0);
@@ -820,6 +840,8 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     if (w->n_fresh_overload)
         return sluice__discover_overload(p, w, ref.mean_ns);
     p->echo_ns = 0;
+    if (w->saturated && w->n_ok >= p->params.min_samples && w->limit > p->proved)
+        p->proved = w->limit;
     /* Where demand fell short of the limit, the calls ran at most max_in_flight at once. */
     uint32_t level = w->saturated ? w->limit : w->max_in_flight;
     if (sluice__discover_unjudged(p, w, level, drained))
