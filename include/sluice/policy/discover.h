@@ -23,6 +23,20 @@
  *            at any n) and the cut goes from the limit the call started
  *            under, never below backoff times what the provider serves
  *            (Little: its completion plateau times s0).
+ *   refusals at or below a level clean windows just served
+ *            Not a cap: a cap refuses only above itself, and that level
+ *            was served saturated without one. A rate window does it: after
+ *            a burst it refuses every call, at any level, retries included,
+ *            until it slides. So a window that served nothing, struck at or
+ *            below that level (`proved`), holds; and while a run of
+ *            refusals is younger than a rate window no cut goes below
+ *            backoff·proved, so the bracket, and the lock under it, stay
+ *            there. A cap that really fell still serves what it takes:
+ *            those windows cut as before and lower `proved` to where they
+ *            struck. (Without it, lockstep retries against 100 calls/s at
+ *            0.1 s locked at 5 in tests/sim/vector_scenarios.c; an earlier
+ *            port locked at 1, cut there by a refused retry that started
+ *            with one call in flight after every call had been refused.)
  *   latency of a level against s0 (the no-queue latency)
  *            x = ln(mean/s0) > ln(1 + knee) means calls queue there: that
  *            level is not a ceiling, whether or not refusals came later
@@ -81,6 +95,9 @@
  *            rate limit.
  *   est      The estimate the last latency cut carried; discovery locks no
  *            higher (discovery.h, "Lock criterion").
+ *   proved   The highest limit a clean, saturated window served at, lowered
+ *            to where refusals struck in windows that served calls: the
+ *            level refusals at or below are a rate's, not a cap's.
  *
  * Per window (discovery closes one per operating point, see discovery.h):
  *   refusal  A fresh 429/503/timeout cuts to backoff times where it struck
@@ -101,7 +118,8 @@
  *            no more 429s than without the hold). A cap that really came
  *            down keeps refusing past the hold, and serves less, so the
  *            pace falls; either way the
- *            cuts go on. (A Retry-After becomes discovery's hold.)
+ *            cuts go on. (A Retry-After becomes discovery's hold.) Refusals
+ *            at or below `proved` (above) hold or stop at backoff·proved.
  *   latency  The window is pooled into its level (the limit, or the peak in
  *            flight when demand fell short), then the level is tested:
  *            x = ln(mean/s0) against t = ln(1 + knee), with se the standard
