@@ -206,6 +206,9 @@
 /* An echo dies out once the rate window slides: half a latency for slow
  * calls, at least SLUICE__DISCOVER_RATE_WINDOW_NS. */
 #define SLUICE__DISCOVER_ECHO_LATENCIES 0.5
+/* A run of refusals at or below the proved level older than this many echo
+ * spans is a cap's, not a rate window's (which a slide or two ends). */
+#define SLUICE__DISCOVER_RATE_RUNS 3.0
 /* sqrt(pi/2): mean absolute deviation -> standard deviation (normal). */
 #define SLUICE__DISCOVER_MAD_TO_SIGMA 1.2533141373155
 /* Gain of the cv² EWMA: 1/8, about eight windows of memory. */
@@ -280,6 +283,11 @@ struct sluice_policy_discover {
     double now_n, now_ns; /* the same over about one latency: the current pace */
     uint32_t proved;     /* the highest limit a clean, saturated window served at, no higher
                             than the last cut from a window that served calls (0 = none) */
+    int64_t quiet_ns;    /* the end of the last window refused whole that held (0 = none) */
+    int64_t down_ns;     /* the start of the last window whose limit was below the one before */
+    int64_t proved_ns;   /* the end of the window that proved it: a refusal of a call that
+                            started before then was that window's own (a timeout surfaces
+                            late), so the level was never clean */
     struct sluice__discover_level levels[SLUICE__DISCOVER_LEVELS];
 };
 
@@ -300,6 +308,9 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
     p->now_n = p->now_ns = 0;
     p->echo_ns = 0;
     p->proved = 0;
+    p->proved_ns = 0;
+    p->quiet_ns = 0;
+    p->down_ns = 0;
     memset(p->levels, 0, sizeof p->levels);
     return jumpstart;
 }
@@ -547,13 +558,15 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
      * changed (below). */
     if (!p->echo_ns)
         p->echo_ns = w->start_ns;
+    if (w->overload_start_ns < p->proved_ns)
+        p->proved = 0;
     /* Rate, not cap: a window that served nothing was refused at every
      * level, and at or below a level clean windows just served it says
      * nothing of a cap (a rate window after a burst refuses all, retries
      * included, until it slides): hold. A cap that fell still serves
      * what it takes, and those windows cut, lowering `proved` with them. */
     if (!w->n_served && p->proved && struck <= p->proved) {
-        p->echo_ns = 0; /* explained: the run that counts starts when calls are served again */
+        p->quiet_ns = w->end_ns;
         return sluice__verdict_hold(w);
     }
     if (cut < backoff * served)
@@ -563,15 +576,20 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
     double span = SLUICE__DISCOVER_ECHO_LATENCIES * s0;
     if (span < SLUICE__DISCOVER_RATE_WINDOW_NS)
         span = SLUICE__DISCOVER_RATE_WINDOW_NS;
-    bool young = (double)(w->end_ns - p->echo_ns) < span;
-    /* While the run is young, no cut goes below backoff times the level
-     * clean windows proved: a rate window's refusals outlive the cut that
-     * answered them by up to its span, at every level. */
-    if (young && cut < backoff * (double)p->proved)
+    /* Within a span of our last burst (the limit coming down, or a window
+     * the provider refused whole), no cut goes below backoff times the
+     * level clean windows proved: a rate window's refusals outlive the cut
+     * that answered them by up to its span, at every level. A limit steady
+     * for longer had no burst to echo, and a run older than a few spans is
+     * a cap's (a cap refuses for as long as the limit stays above it). */
+    int64_t since = p->quiet_ns > p->down_ns ? p->quiet_ns : p->down_ns;
+    bool explained = (double)(w->end_ns - since) < span &&
+                     (double)(w->end_ns - p->echo_ns) < SLUICE__DISCOVER_RATE_RUNS * span;
+    if (explained && cut < backoff * (double)p->proved)
         cut = backoff * (double)p->proved;
     /* Refused at a concurrency it serves: the echo of an older burst. */
     if (cut >= (double)w->limit || (double)struck <= SLUICE__DISCOVER_ECHO_MARGIN * served) {
-        if (young)
+        if (explained)
             return sluice__verdict_hold(w);
         cut = (double)struck * backoff;
     }
@@ -854,12 +872,16 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     struct sluice__discover_ref ref = sluice__discover_s0(p);
     sluice__discover_rate(p, w, ref.mean_ns);
     bool drained = w->limit >= p->at;
+    if (!drained)
+        p->down_ns = w->start_ns;
     p->at = w->limit;
     if (w->n_fresh_overload)
         return sluice__discover_overload(p, w, ref.mean_ns);
-    p->echo_ns = 0;
-    if (w->saturated && w->n_ok >= p->params.min_samples && w->limit > p->proved)
+    p->echo_ns = p->quiet_ns = 0;
+    if (w->saturated && w->n_ok >= p->params.min_samples && w->limit > p->proved) {
         p->proved = w->limit;
+        p->proved_ns = w->end_ns;
+    }
     /* Where demand fell short of the limit, the calls ran at most max_in_flight at once. */
     uint32_t level = w->saturated ? w->limit : w->max_in_flight;
     if (sluice__discover_unjudged(p, w, level, drained))
