@@ -563,9 +563,10 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
     /* Rate, not cap: a window that served nothing was refused at every
      * level, and at or below a level clean windows just served it says
      * nothing of a cap (a rate window after a burst refuses all, retries
-     * included, until it slides): hold. A cap that fell still serves
+     * included, until it slides): hold (a whole round of refusals, not a
+     * stray one: that is news as it always was). A cap that fell still serves
      * what it takes, and those windows cut, lowering `proved` with them. */
-    if (!w->n_served && p->proved && struck <= p->proved) {
+    if (!w->n_served && w->n_overload >= w->limit && p->proved && struck <= p->proved) {
         p->quiet_ns = w->end_ns;
         return sluice__verdict_hold(w);
     }
@@ -878,10 +879,6 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     if (w->n_fresh_overload)
         return sluice__discover_overload(p, w, ref.mean_ns);
     p->echo_ns = p->quiet_ns = 0;
-    if (w->saturated && w->n_ok >= p->params.min_samples && w->limit > p->proved) {
-        p->proved = w->limit;
-        p->proved_ns = w->end_ns;
-    }
     /* Where demand fell short of the limit, the calls ran at most max_in_flight at once. */
     uint32_t level = w->saturated ? w->limit : w->max_in_flight;
     if (sluice__discover_unjudged(p, w, level, drained))
@@ -907,6 +904,13 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     case SLUICE__DISCOVER_PASS:
         l->passed = 1;
         break;
+    }
+    /* Served clean at the limit, and no queue to be seen (a pass, or slow
+     * start going on): refusals at or below it are a rate's (`proved`). A
+     * queue that has not timed out yet is not clean. */
+    if (w->saturated && w->limit > p->proved) {
+        p->proved = w->limit;
+        p->proved_ns = w->end_ns;
     }
     l->doubts = 0;
     return sluice__discover_grow(p, w, l, &ref, level, last_step);
