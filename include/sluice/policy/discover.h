@@ -25,18 +25,26 @@
  *            (Little: its completion plateau times s0).
  *   refusals at or below a level clean windows just served
  *            Not a cap: a cap refuses only above itself, and that level
- *            was served saturated without one. A rate window does it: after
- *            a burst it refuses every call, at any level, retries included,
- *            until it slides. So a window that served nothing, struck at or
- *            below that level (`proved`), holds; and while a run of
- *            refusals is younger than a rate window no cut goes below
+ *            (`proved`: saturated, no refusal, no queue to be seen) was
+ *            served without one. A rate window does it: after a burst of
+ *            ours it refuses every call at any level, retries included,
+ *            until it slides. So a window that served nothing, refused a
+ *            whole round (as many as the limit) at or below `proved`,
+ *            holds; and within a rate window of our last burst (the limit
+ *            coming down, or such a round) no cut goes below
  *            backoff·proved, so the bracket, and the lock under it, stay
- *            there. A cap that really fell still serves what it takes:
- *            those windows cut as before and lower `proved` to where they
- *            struck. (Without it, lockstep retries against 100 calls/s at
- *            0.1 s locked at 5 in tests/sim/vector_scenarios.c; an earlier
- *            port locked at 1, cut there by a refused retry that started
- *            with one call in flight after every call had been refused.)
+ *            there. What ends it: a limit steady for longer than a rate
+ *            window had no burst to echo; a run of refusals older than
+ *            SLUICE__DISCOVER_RATE_RUNS windows is a cap's; a refused call
+ *            that started inside the window that proved the level (a
+ *            timeout surfaces late) unproves it; and refusals in windows
+ *            that served calls lower `proved` to where they struck. A cap
+ *            that really fell still serves what it takes and refuses
+ *            steadily: those windows cut as before. (Without it, lockstep
+ *            and jittered retries against 100 calls/s at 0.1 s locked at 5
+ *            in tests/sim/vector_scenarios.c, now 9; an earlier port locked
+ *            at 1, cut there by a refused retry that started with one call
+ *            in flight after every call had been refused.)
  *   latency of a level against s0 (the no-queue latency)
  *            x = ln(mean/s0) > ln(1 + knee) means calls queue there: that
  *            level is not a ceiling, whether or not refusals came later
@@ -95,9 +103,10 @@
  *            rate limit.
  *   est      The estimate the last latency cut carried; discovery locks no
  *            higher (discovery.h, "Lock criterion").
- *   proved   The highest limit a clean, saturated window served at, lowered
+ *   proved   The highest limit a saturated window served without a refusal
+ *            and without a queue (a pass, or slow start going on), lowered
  *            to where refusals struck in windows that served calls: the
- *            level refusals at or below are a rate's, not a cap's.
+ *            level refusals at or below are a rate's, not a cap's (above).
  *
  * Per window (discovery closes one per operating point, see discovery.h):
  *   refusal  A fresh 429/503/timeout cuts to backoff times where it struck
@@ -281,8 +290,9 @@ struct sluice_policy_discover {
     int64_t echo_ns;     /* when the run of refusals began: the start of the window it began
                             in (0 = none since the last window without a fresh refusal) */
     double now_n, now_ns; /* the same over about one latency: the current pace */
-    uint32_t proved;     /* the highest limit a clean, saturated window served at, no higher
-                            than the last cut from a window that served calls (0 = none) */
+    uint32_t proved;     /* the highest limit a clean, saturated, queue-free window served
+                            at, lowered to where refusals struck while calls were served
+                            (0 = none) */
     int64_t quiet_ns;    /* the end of the last window refused whole that held (0 = none) */
     int64_t down_ns;     /* the start of the last window whose limit was below the one before */
     int64_t proved_ns;   /* the end of the window that proved it: a refusal of a call that
