@@ -514,6 +514,23 @@ static struct sluice_policy *make_policy(const char *name, union any_policy *sto
     return NULL; /* discover: discovery's default */
 }
 
+/* The description of a sluice row's discovery: `im`'s policy (in `storage`),
+ * sluice's jumpstart and bounds, its events to `on_event`. */
+static struct sluice_discovery_desc bench_desc(const char *node_id, const struct impl *im,
+                                               union any_policy *storage, sluice_event_fn on_event,
+                                               void *ctx)
+{
+    struct sluice_discovery_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.node_id = node_id;
+    desc.policy = make_policy(im->name, storage);
+    desc.jumpstart = JUMPSTART;
+    desc.max_limit = MAX_LIMIT;
+    desc.on_event = on_event;
+    desc.on_event_ctx = ctx;
+    return desc;
+}
+
 static struct result run_one(const struct scenario *sc, const struct impl *im, uint64_t seed)
 {
     struct sim_config cfg;
@@ -558,14 +575,8 @@ static struct result run_one(const struct scenario *sc, const struct impl *im, u
     struct observer obs;
     memset(&obs, 0, sizeof obs);
     if (im->kind == IMPL_SLUICE) {
-        struct sluice_discovery_desc desc;
-        memset(&desc, 0, sizeof desc);
-        desc.node_id = "cloud:bench";
-        desc.policy = make_policy(im->name, &storage);
-        desc.jumpstart = JUMPSTART;
-        desc.max_limit = MAX_LIMIT;
-        desc.on_event = observer_event;
-        desc.on_event_ctx = &obs;
+        struct sluice_discovery_desc desc = bench_desc("cloud:bench", im, &storage, observer_event,
+                                                       &obs);
         disc = sim_discovery(s, &desc, NULL);
     } else if (im->kind == IMPL_PEER) {
         peer.gate = &s->gate;
@@ -982,14 +993,8 @@ static struct vector_result vector_run(const struct vsim_scenario *sc,
     struct peer peer;
     memset(&peer, 0, sizeof peer);
     if (!params->fixed && im->kind == IMPL_SLUICE) {
-        struct sluice_discovery_desc desc;
-        memset(&desc, 0, sizeof desc);
-        desc.node_id = "cloud:vector";
-        desc.policy = make_policy(im->name, &storage);
-        desc.jumpstart = JUMPSTART;
-        desc.max_limit = MAX_LIMIT;
-        desc.on_event = vector_lock_event;
-        desc.on_event_ctx = &r.lowest_lock;
+        struct sluice_discovery_desc desc = bench_desc("cloud:vector", im, &storage,
+                                                       vector_lock_event, &r.lowest_lock);
         disc = vsim_discovery(s, &desc);
     } else if (!params->fixed && im->kind == IMPL_PEER) {
         peer.gate = &s->gate;

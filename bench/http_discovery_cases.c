@@ -182,15 +182,22 @@ static size_t http_discard(char *data, size_t size, size_t n, void *ctx)
     return size * n;
 }
 
-static void *http_perform_thread(void *arg)
+/* A handle that POSTs the chat body to c->url and discards the answer. */
+static CURL *http_easy(const struct http_closed *c)
 {
-    struct http_closed *c = arg;
     CURL *easy = curl_easy_init();
     curl_easy_setopt(easy, CURLOPT_URL, c->url);
     curl_easy_setopt(easy, CURLOPT_POSTFIELDS, HTTP_BODY);
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, http_discard);
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, HTTP_CALL_TIMEOUT_MS);
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    return easy;
+}
+
+static void *http_perform_thread(void *arg)
+{
+    struct http_closed *c = arg;
+    CURL *easy = http_easy(c);
     while (!atomic_load(&c->stop)) {
         struct sluice_curl_result r;
         sluice_curl_perform(c->engine, "sim", easy, NULL, &c->cancel, &r);
@@ -358,7 +365,7 @@ static bool http_nginx_start(struct http_nginx *n, int upstream_port)
             "events { worker_connections 1024; }\n"
             "http { access_log off; client_body_temp_path %s; proxy_temp_path %s;\n"
             "  fastcgi_temp_path %s; uwsgi_temp_path %s; scgi_temp_path %s;\n"
-            "  limit_req_zone $server_name zone=rate:1m rate=%dr/s;\n"
+            "  limit_req_zone $binary_remote_addr zone=rate:1m rate=%dr/s;\n"
             "  upstream sim { server 127.0.0.1:%d; keepalive 64; }\n"
             "  server { listen 127.0.0.1:%d;\n"
             "    location / { limit_req zone=rate burst=10 nodelay; limit_req_status 429;\n"
@@ -401,12 +408,7 @@ static void http_nginx_stop(struct http_nginx *n)
 static void *http_retry_thread(void *arg)
 {
     struct http_closed *c = arg;
-    CURL *easy = curl_easy_init();
-    curl_easy_setopt(easy, CURLOPT_URL, c->url);
-    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, HTTP_BODY);
-    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, http_discard);
-    curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, HTTP_CALL_TIMEOUT_MS);
-    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    CURL *easy = http_easy(c);
     size_t step = 0, steps = sizeof http_retry_ladder_s / sizeof http_retry_ladder_s[0];
     while (!atomic_load(&c->stop)) {
         struct sluice_curl_result r;
@@ -427,6 +429,8 @@ static void *http_retry_thread(void *arg)
 static void http_lowest_lock(void *ctx, const struct sluice_event *ev)
 {
     uint32_t *lowest = ctx;
+    if (getenv("SLUICE_BENCH_VERBOSE"))
+        sluice_event_write_json(stderr, ev);
     if (ev->kind == SLUICE_EVENT_LOCK && ev->ceiling && (!*lowest || ev->ceiling < *lowest))
         *lowest = ev->ceiling;
 }

@@ -61,6 +61,9 @@ struct vsim_limit {
 
 enum vsim_placement { VSIM_HOLD, VSIM_ATTEMPT };
 
+/* The longest a server delay may be: far past any timeout, inside int64 ns. */
+#define VSIM_DELAY_MAX_S 1e6
+
 struct vsim_params {
     uint32_t requests;
     double interval_s;        /* between requests becoming ready (0 = all at once) */
@@ -236,7 +239,9 @@ static inline double vsim_scale(const struct vsim_limit *l, uint32_t level)
 static inline double vsim__delay(struct vsim *s, uint32_t level, uint32_t rate)
 {
     double extra = sim_exponential(&s->rng, 1.0) * s->p.jitter;
-    return s->p.delay_s * (extra + 1.0 + vsim_scale(&s->p.conc, level) + vsim_scale(&s->p.rate, rate));
+    double d = s->p.delay_s * (extra + 1.0 + vsim_scale(&s->p.conc, level) +
+                               vsim_scale(&s->p.rate, rate));
+    return d < VSIM_DELAY_MAX_S ? d : VSIM_DELAY_MAX_S; /* a knee's power overflows past ~7000 */
 }
 
 /* The limit the gate has now, into the controller's histogram when it moved. */
