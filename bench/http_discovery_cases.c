@@ -182,15 +182,22 @@ static size_t http_discard(char *data, size_t size, size_t n, void *ctx)
     return size * n;
 }
 
-static void *http_perform_thread(void *arg)
+/* A handle that POSTs the chat body to c->url and discards the answer. */
+static CURL *http_easy(const struct http_closed *c)
 {
-    struct http_closed *c = arg;
     CURL *easy = curl_easy_init();
     curl_easy_setopt(easy, CURLOPT_URL, c->url);
     curl_easy_setopt(easy, CURLOPT_POSTFIELDS, HTTP_BODY);
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, http_discard);
     curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, HTTP_CALL_TIMEOUT_MS);
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    return easy;
+}
+
+static void *http_perform_thread(void *arg)
+{
+    struct http_closed *c = arg;
+    CURL *easy = http_easy(c);
     while (!atomic_load(&c->stop)) {
         struct sluice_curl_result r;
         sluice_curl_perform(c->engine, "sim", easy, NULL, &c->cancel, &r);
@@ -310,6 +317,202 @@ static void http_row(const struct bench_opts *opts, enum http_driver driver,
     bench_emit(&row);
 }
 
+/* ---- a rate limit with retrying clients: nginx limit_req ---------------------------------
+ *
+ * nginx in front of the simulator (cap far out of reach, 100 ms median) with
+ * `limit_req rate=100r/s burst=10 nodelay` answering 429, and 32 threads that
+ * retry a 429 after 1, 1, 2, 3, then 5 s, as the OpenAI SDKs do (the permit is
+ * given back between attempts: each attempt is one call). R·L = 100 x the
+ * simulator's mean latency (~0.108 s): the band is [0.8, 1.25]·R·L and every run
+ * must lock in it, no lock ever below. */
+
+#define HTTP_NGINX_RATE 100
+#define HTTP_NGINX_RL (HTTP_NGINX_RATE * 0.108)
+#define HTTP_NGINX_THREADS 32
+#define HTTP_NGINX_RUN_S 60
+
+static const int http_retry_ladder_s[] = {1, 1, 2, 3, 5};
+
+struct http_nginx {
+    pid_t pid;
+    int port;
+    char dir[64];
+};
+
+static bool http_nginx_start(struct http_nginx *n, int upstream_port)
+{
+    snprintf(n->dir, sizeof n->dir, "/tmp/sluice-nginx-XXXXXX");
+    if (!mkdtemp(n->dir))
+        return false;
+    int fd = socket(AF_INET, SOCK_STREAM, 0); /* a free port: bind to 0, read it, close */
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) ||
+        getsockname(fd, (struct sockaddr *)&a, &len)) {
+        if (fd >= 0)
+            close(fd);
+        return false;
+    }
+    n->port = ntohs(a.sin_port);
+    close(fd);
+    char conf[96];
+    snprintf(conf, sizeof conf, "%s/nginx.conf", n->dir);
+    FILE *f = fopen(conf, "w");
+    if (!f)
+        return false;
+    fprintf(f,
+            "worker_processes 1; error_log /dev/null; pid %s/nginx.pid;\n"
+            "events { worker_connections 1024; }\n"
+            "http { access_log off; client_body_temp_path %s; proxy_temp_path %s;\n"
+            "  fastcgi_temp_path %s; uwsgi_temp_path %s; scgi_temp_path %s;\n"
+            "  limit_req_zone $binary_remote_addr zone=rate:1m rate=%dr/s;\n"
+            "  upstream sim { server 127.0.0.1:%d; keepalive 64; }\n"
+            "  server { listen 127.0.0.1:%d;\n"
+            "    location / { limit_req zone=rate burst=10 nodelay; limit_req_status 429;\n"
+            "      proxy_pass http://sim; proxy_http_version 1.1;\n"
+            "      proxy_set_header Connection \"\"; } } }\n",
+            n->dir, n->dir, n->dir, n->dir, n->dir, n->dir, HTTP_NGINX_RATE, upstream_port,
+            n->port);
+    fclose(f);
+    n->pid = fork();
+    if (n->pid == 0) {
+#ifdef __linux__
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) {
+            dup2(devnull, STDOUT_FILENO);
+            dup2(devnull, STDERR_FILENO);
+        }
+        execlp("nginx", "nginx", "-p", n->dir, "-c", conf, "-g", "daemon off;", (char *)NULL);
+        _exit(127);
+    }
+    for (int64_t end = sim__ms() + 5000; n->pid > 0 && sim__ms() < end; sim__sleep_ms(20))
+        if (sim__accepts(n->port))
+            return true;
+    return false;
+}
+
+static void http_nginx_stop(struct http_nginx *n)
+{
+    if (n->pid > 0) {
+        kill(n->pid, SIGKILL);
+        waitpid(n->pid, NULL, 0);
+    }
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", n->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", n->dir);
+}
+
+static void *http_retry_thread(void *arg)
+{
+    struct http_closed *c = arg;
+    CURL *easy = http_easy(c);
+    size_t step = 0, steps = sizeof http_retry_ladder_s / sizeof http_retry_ladder_s[0];
+    while (!atomic_load(&c->stop)) {
+        struct sluice_curl_result r;
+        sluice_curl_perform(c->engine, "nginx", easy, NULL, &c->cancel, &r);
+        if (r.http_status != 429) {
+            step = 0;
+            continue;
+        }
+        for (int ms = http_retry_ladder_s[step] * 1000; ms > 0 && !atomic_load(&c->stop); ms -= 50)
+            sim__sleep_ms(50);
+        step += step + 1 < steps;
+    }
+    curl_easy_cleanup(easy);
+    return NULL;
+}
+
+/* Every lock event: the lowest ceiling locked (discovery calls this under its lock). */
+static void http_lowest_lock(void *ctx, const struct sluice_event *ev)
+{
+    uint32_t *lowest = ctx;
+    if (getenv("SLUICE_BENCH_VERBOSE"))
+        sluice_event_write_json(stderr, ev);
+    if (ev->kind == SLUICE_EVENT_LOCK && ev->ceiling && (!*lowest || ev->ceiling < *lowest))
+        *lowest = ev->ceiling;
+}
+
+/* One run: the lock (0 = none by HTTP_NGINX_RUN_S) and the lowest lock taken. */
+static uint32_t http_run_nginx(int port, uint32_t *lowest)
+{
+    static struct http_closed c; /* one run at a time */
+    memset(&c, 0, sizeof c);
+    snprintf(c.url, sizeof c.url, "http://127.0.0.1:%d/v1/chat/completions", port);
+    sluice_cancel_init(&c.cancel);
+    atomic_init(&c.stop, false);
+    struct sluice_discovery_desc dd;
+    memset(&dd, 0, sizeof dd);
+    *lowest = 0;
+    dd.on_event = http_lowest_lock;
+    dd.on_event_ctx = lowest;
+    struct sluice_backend_desc b = {.id = "nginx", .active = 256, .discovery = &dd};
+    if (sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1},
+                             &c.engine) != SLUICE_OK)
+        return 0;
+    pthread_t threads[HTTP_NGINX_THREADS];
+    int started = 0;
+    for (; started < HTTP_NGINX_THREADS; started++)
+        if (pthread_create(&threads[started], NULL, http_retry_thread, &c) != 0)
+            break;
+    struct sluice_discovery_status st = {0};
+    for (int64_t end = sim__ms() + HTTP_NGINX_RUN_S * 1000; sim__ms() < end; sim__sleep_ms(10)) {
+        sluice_engine_status(c.engine, "nginx", &st);
+        if (st.state == SLUICE_DISCOVERY_LOCKED && sim__ms() > end - HTTP_NGINX_RUN_S * 500)
+            break; /* locked, and half the run has gone by: a lock lowered later counts too */
+    }
+    atomic_store(&c.stop, true);
+    sluice_cancel_fire(&c.cancel);
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    sluice_engine_close(c.engine);
+    sluice_engine_destroy(c.engine);
+    return st.state == SLUICE_DISCOVERY_LOCKED ? st.ceiling : 0;
+}
+
+static void http_nginx_row(const struct bench_opts *opts)
+{
+    const char *name = "discovery.http.retry32.nginx_rate100";
+    if (!bench_case_enabled(opts, name))
+        return;
+    int runs = http_runs(opts) < 5 ? http_runs(opts) : 5;
+    double lo = 0.8 * HTTP_NGINX_RL, hi = 1.25 * HTTP_NGINX_RL;
+    int in_band = 0;
+    printf("  %s: R·L %.1f, band [%.1f, %.1f], %d runs (lock/lowest):", name, HTTP_NGINX_RL, lo,
+           hi, runs);
+    fflush(stdout);
+    for (int r = 0; r < runs; r++) {
+        struct sim_process sim;
+        struct http_nginx ngx;
+        memset(&ngx, 0, sizeof ngx);
+        uint32_t lock = 0, lowest = 0;
+        char seed[16];
+        snprintf(seed, sizeof seed, "%d", 7001 + r);
+        const char *args[] = {"--mode", "reject", "--cap", "100000", "--median-ms", "100",
+                              "--seed", seed, NULL};
+        if (sim_process_start(&sim, args) == 0) {
+            if (http_nginx_start(&ngx, sim.port))
+                lock = http_run_nginx(ngx.port, &lowest);
+            else
+                printf(" !!! WARNING: nginx did not start;");
+            http_nginx_stop(&ngx);
+            sim_process_stop(&sim);
+        }
+        in_band += lock >= lo && lock <= hi && lowest >= lo;
+        printf(" %u/%u", lock, lowest);
+        fflush(stdout);
+    }
+    printf("\n  %s: %d of %d locked inside [%.1f, %.1f], none below\n", name, in_band, runs, lo, hi);
+    struct bench_row row = bench_row_make(name, "discover", HTTP_NGINX_THREADS);
+    bench_row_extra(&row, "runs", runs);
+    bench_row_extra(&row, "in_band", in_band);
+    bench_row_extra(&row, "band_lo", lo);
+    bench_row_extra(&row, "band_hi", hi);
+    bench_emit(&row);
+}
+
 static void http_discovery_cases(const struct bench_opts *opts)
 {
     const char *env = getenv("SLUICE_BENCH_HTTP_SEED");
@@ -320,6 +523,7 @@ static void http_discovery_cases(const struct bench_opts *opts)
         for (size_t i = 0; i < n; i++)
             http_row(opts, (enum http_driver)d, &http_providers[i],
                      1000 * (int)(d * n + i) + 1 + offset);
+    http_nginx_row(opts);
     curl_global_cleanup();
 }
 

@@ -194,6 +194,14 @@ struct sim_event {
     uint64_t gen;
 };
 
+/* A time-ordered queue of events (a binary heap; ties run in push order).
+ * Shared with tests/sim/vector_sim.h. */
+struct sim_events {
+    struct sim_event *heap;
+    size_t n, cap;
+    uint64_t seq;
+};
+
 struct sim;
 
 struct sim_req {
@@ -227,9 +235,7 @@ struct sim {
     struct sim_config cfg;
     struct sim_rng rng;
     int64_t now;
-    uint64_t seq;
-    struct sim_event *heap;
-    size_t n_heap, cap_heap;
+    struct sim_events ev;
     struct sluice_gate gate;
     struct sluice_clock clock, wall;
     struct sim_controller ctl;
@@ -276,23 +282,24 @@ static inline int64_t sim__ns(double seconds)
     return (int64_t)(seconds * SIM_NS);
 }
 
-static inline void sim__push(struct sim *s, int64_t t, uint32_t type, uint32_t req, uint64_t gen)
+static inline void sim_events_push(struct sim_events *q, int64_t t, uint32_t type, uint32_t req,
+                                   uint64_t gen)
 {
-    if (s->n_heap == s->cap_heap) {
-        s->cap_heap = s->cap_heap ? 2 * s->cap_heap : 1024;
-        s->heap = (struct sim_event *)realloc(s->heap, s->cap_heap * sizeof *s->heap);
+    if (q->n == q->cap) {
+        q->cap = q->cap ? 2 * q->cap : 1024;
+        q->heap = (struct sim_event *)realloc(q->heap, q->cap * sizeof *q->heap);
     }
-    struct sim_event e = {t, s->seq++, type, req, gen};
-    size_t i = s->n_heap++;
+    struct sim_event e = {t, q->seq++, type, req, gen};
+    size_t i = q->n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        struct sim_event *q = &s->heap[p];
-        if (q->t < e.t || (q->t == e.t && q->seq < e.seq))
+        struct sim_event *up = &q->heap[p];
+        if (up->t < e.t || (up->t == e.t && up->seq < e.seq))
             break;
-        s->heap[i] = *q;
+        q->heap[i] = *up;
         i = p;
     }
-    s->heap[i] = e;
+    q->heap[i] = e;
 }
 
 static inline bool sim__before(const struct sim_event *a, const struct sim_event *b)
@@ -300,24 +307,30 @@ static inline bool sim__before(const struct sim_event *a, const struct sim_event
     return a->t < b->t || (a->t == b->t && a->seq < b->seq);
 }
 
-static inline struct sim_event sim__pop(struct sim *s)
+/* The earliest event, removed (the queue must not be empty). */
+static inline struct sim_event sim_events_pop(struct sim_events *q)
 {
-    struct sim_event top = s->heap[0], last = s->heap[--s->n_heap];
-    size_t i = 0, n = s->n_heap;
+    struct sim_event top = q->heap[0], last = q->heap[--q->n];
+    size_t i = 0, n = q->n;
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= n)
             break;
-        if (c + 1 < n && sim__before(&s->heap[c + 1], &s->heap[c]))
+        if (c + 1 < n && sim__before(&q->heap[c + 1], &q->heap[c]))
             c++;
-        if (!sim__before(&s->heap[c], &last))
+        if (!sim__before(&q->heap[c], &last))
             break;
-        s->heap[i] = s->heap[c];
+        q->heap[i] = q->heap[c];
         i = c;
     }
     if (n)
-        s->heap[i] = last;
+        q->heap[i] = last;
     return top;
+}
+
+static inline void sim__push(struct sim *s, int64_t t, uint32_t type, uint32_t req, uint64_t gen)
+{
+    sim_events_push(&s->ev, t, type, req, gen);
 }
 
 /* ---- callers ---------------------------------------------------------------- */
@@ -702,8 +715,8 @@ static inline void sim__dispatch(struct sim *s, const struct sim_event *e)
 static inline void sim_run_until(struct sim *s, double t_s)
 {
     int64_t end = sim__ns(t_s);
-    while (s->n_heap && s->heap[0].t <= end) {
-        struct sim_event e = sim__pop(s);
+    while (s->ev.n && s->ev.heap[0].t <= end) {
+        struct sim_event e = sim_events_pop(&s->ev);
         s->now = e.t;
         sim__dispatch(s, &e);
         uint32_t limit = sluice_gate_limit(&s->gate);
@@ -783,7 +796,7 @@ static inline void sim_destroy(struct sim *s)
 {
     if (!s)
         return;
-    free(s->heap);
+    free(s->ev.heap);
     free(s->reqs);
     free(s->queue);
     free(s->queue_gen);

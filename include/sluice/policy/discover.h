@@ -23,6 +23,28 @@
  *            at any n) and the cut goes from the limit the call started
  *            under, never below backoff times what the provider serves
  *            (Little: its completion plateau times s0).
+ *   refusals at or below a level clean windows just served
+ *            Not a cap: a cap refuses only above itself, and that level
+ *            (`proved`: saturated, no refusal, no queue to be seen) was
+ *            served without one. A rate window does it: after a burst of
+ *            ours it refuses every call at any level, retries included,
+ *            until it slides. So a window that served nothing, refused a
+ *            whole round (as many as the limit) at or below `proved`,
+ *            holds; and within a rate window of our last burst (the limit
+ *            coming down, or such a round) no cut goes below
+ *            backoff·proved, so the bracket, and the lock under it, stay
+ *            there. What ends it: a limit steady for longer than a rate
+ *            window had no burst to echo; a run of refusals older than
+ *            SLUICE__DISCOVER_RATE_RUNS windows is a cap's; a refused call
+ *            that started inside the window that proved the level (a
+ *            timeout surfaces late) unproves it; and refusals in windows
+ *            that served calls lower `proved` to where they struck. A cap
+ *            that really fell still serves what it takes and refuses
+ *            steadily: those windows cut as before. (Without it, lockstep
+ *            and jittered retries against 100 calls/s at 0.1 s locked at 5
+ *            in tests/sim/vector_scenarios.c, now 9; an earlier port locked
+ *            at 1, cut there by a refused retry that started with one call
+ *            in flight after every call had been refused.)
  *   latency of a level against s0 (the no-queue latency)
  *            x = ln(mean/s0) > ln(1 + knee) means calls queue there: that
  *            level is not a ceiling, whether or not refusals came later
@@ -87,6 +109,10 @@
  *            rate limit.
  *   est      The estimate the last latency cut carried; discovery locks no
  *            higher (discovery.h, "Lock criterion").
+ *   proved   The highest limit a saturated window served without a refusal
+ *            and without a queue (a pass, or slow start going on), lowered
+ *            to where refusals struck in windows that served calls: the
+ *            level refusals at or below are a rate's, not a cap's (above).
  *
  * Per window (discovery closes one per operating point, see discovery.h):
  *   refusal  A fresh 429/503/timeout cuts to backoff times where it struck
@@ -107,7 +133,8 @@
  *            no more 429s than without the hold). A cap that really came
  *            down keeps refusing past the hold, and serves less, so the
  *            pace falls; either way the
- *            cuts go on. (A Retry-After becomes discovery's hold.)
+ *            cuts go on. (A Retry-After becomes discovery's hold.) Refusals
+ *            at or below `proved` (above) hold or stop at backoff·proved.
  *   latency  The window is pooled into its level (the limit, or the peak in
  *            flight when demand fell short), then the level is tested:
  *            x = ln(mean/s0) against t = ln(1 + knee), with se the standard
@@ -207,6 +234,9 @@
 /* An echo dies out once the rate window slides: half a latency for slow
  * calls, at least SLUICE__DISCOVER_RATE_WINDOW_NS. */
 #define SLUICE__DISCOVER_ECHO_LATENCIES 0.5
+/* A run of refusals at or below the proved level older than this many echo
+ * spans is a cap's, not a rate window's (which a slide or two ends). */
+#define SLUICE__DISCOVER_RATE_RUNS 3.0
 /* sqrt(pi/2): mean absolute deviation -> standard deviation (normal). */
 #define SLUICE__DISCOVER_MAD_TO_SIGMA 1.2533141373155
 /* Gain of the cv² EWMA: 1/8, about eight windows of memory. */
@@ -283,6 +313,14 @@ struct sluice_policy_discover {
     int64_t echo_ns;     /* when the run of refusals began: the start of the window it began
                             in (0 = none since the last window without a fresh refusal) */
     double now_n, now_ns; /* the same over about one latency: the current pace */
+    uint32_t proved;     /* the highest limit a clean, saturated, queue-free window served
+                            at, lowered to where refusals struck while calls were served
+                            (0 = none) */
+    int64_t quiet_ns;    /* the end of the last window refused whole that held (0 = none) */
+    int64_t down_ns;     /* the start of the last window whose limit was below the one before */
+    int64_t proved_ns;   /* the end of the window that proved it: a refusal of a call that
+                            started before then was that window's own (a timeout surfaces
+                            late), so the level was never clean */
     struct sluice__discover_level levels[SLUICE__DISCOVER_LEVELS];
 };
 
@@ -303,6 +341,10 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
     p->rate_n = p->rate_ns = p->rate_max = 0;
     p->now_n = p->now_ns = 0;
     p->echo_ns = 0;
+    p->proved = 0;
+    p->proved_ns = 0;
+    p->quiet_ns = 0;
+    p->down_ns = 0;
     memset(p->levels, 0, sizeof p->levels);
     return jumpstart;
 }
@@ -550,23 +592,48 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
      * changed (below). */
     if (!p->echo_ns)
         p->echo_ns = w->start_ns;
+    if (w->overload_start_ns < p->proved_ns)
+        p->proved = 0;
+    /* Rate, not cap: a window that served nothing was refused at every
+     * level, and at or below a level clean windows just served it says
+     * nothing of a cap (a rate window after a burst refuses all, retries
+     * included, until it slides): hold (a whole round of refusals, not a
+     * stray one: that is news as it always was). A cap that fell still serves
+     * what it takes, and those windows cut, lowering `proved` with them. */
+    if (!w->n_served && w->n_overload >= w->limit && p->proved && struck <= p->proved) {
+        p->quiet_ns = w->end_ns;
+        return sluice__verdict_hold(w);
+    }
     if (cut < backoff * served)
         cut = backoff * served;
+    /* An echo dies out once the rate window slides; refusals that outlast
+     * it are news, and they cut from the limit, as a cap that fell needs. */
+    double span = SLUICE__DISCOVER_ECHO_LATENCIES * s0;
+    if (span < SLUICE__DISCOVER_RATE_WINDOW_NS)
+        span = SLUICE__DISCOVER_RATE_WINDOW_NS;
+    /* Within a span of our last burst (the limit coming down, or a window
+     * the provider refused whole), no cut goes below backoff times the
+     * level clean windows proved: a rate window's refusals outlive the cut
+     * that answered them by up to its span, at every level. A limit steady
+     * for longer had no burst to echo, and a run older than a few spans is
+     * a cap's (a cap refuses for as long as the limit stays above it). */
+    int64_t since = p->quiet_ns > p->down_ns ? p->quiet_ns : p->down_ns;
+    bool explained = (double)(w->end_ns - since) < span &&
+                     (double)(w->end_ns - p->echo_ns) < SLUICE__DISCOVER_RATE_RUNS * span;
+    if (explained && cut < backoff * (double)p->proved)
+        cut = backoff * (double)p->proved;
     /* Refused at a concurrency it serves: the echo of an older burst. */
     if (cut >= (double)w->limit || (double)struck <= SLUICE__DISCOVER_ECHO_MARGIN * served) {
-        /* An echo dies out once the rate window slides; refusals that
-         * outlast it are news, and they cut from the limit, as a cap that
-         * fell needs. */
-        double span = SLUICE__DISCOVER_ECHO_LATENCIES * s0;
-        if (span < SLUICE__DISCOVER_RATE_WINDOW_NS)
-            span = SLUICE__DISCOVER_RATE_WINDOW_NS;
-        if ((double)(w->end_ns - p->echo_ns) < span)
+        if (explained)
             return sluice__verdict_hold(w);
         cut = (double)struck * backoff;
     }
     p->slow_start = false;
     p->est = 0;
     uint32_t next = cut < 1.0 ? 1u : (uint32_t)cut;
+    /* Refused where calls were served: that level is no longer proved. */
+    if (w->n_served && p->proved > struck)
+        p->proved = struck;
     return sluice_verdict_make(next,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER : SLUICE_CAUSE_OVERLOAD,
                            0);
@@ -856,10 +923,12 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     struct sluice__discover_ref ref = sluice__discover_s0(p);
     sluice__discover_rate(p, w, ref.mean_ns);
     bool drained = w->limit >= p->at;
+    if (!drained)
+        p->down_ns = w->start_ns;
     p->at = w->limit;
     if (w->n_fresh_overload)
         return sluice__discover_overload(p, w, ref.mean_ns);
-    p->echo_ns = 0;
+    p->echo_ns = p->quiet_ns = 0;
     /* Where demand fell short of the limit, the calls ran at most max_in_flight at once. */
     uint32_t level = w->saturated ? w->limit : w->max_in_flight;
     if (sluice__discover_unjudged(p, w, level, drained))
@@ -885,6 +954,13 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     case SLUICE__DISCOVER_PASS:
         l->passed = 1;
         break;
+    }
+    /* Served clean at the limit, and no queue to be seen (a pass, or slow
+     * start going on): refusals at or below it are a rate's (`proved`). A
+     * queue that has not timed out yet is not clean. */
+    if (w->saturated && w->limit > p->proved) {
+        p->proved = w->limit;
+        p->proved_ns = w->end_ns;
     }
     l->doubts = 0;
     return sluice__discover_grow(p, w, l, &ref, level, last_step);
