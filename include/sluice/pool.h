@@ -491,7 +491,7 @@ struct sluice_pool {
     _Atomic(int64_t) sojourn_min;
     _Atomic(int64_t) sojourn_until;
     _Atomic(uint32_t) standing;
-    _Atomic(int64_t) standing_refused;
+    _Atomic(int64_t) standing_refused; /* INT64_MIN = never */
     _Atomic(int64_t) *phantom_slots; /* their likely ends; SLUICE__LINGER_FREE = empty */
     /* Lingering permits: one slot per permit (active of them), after the discovery block. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) lingering;
@@ -1057,9 +1057,9 @@ SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct times
         int64_t wait = sluice_pool_predicted_wait(p);
         bool stands = atomic_load_explicit(&p->standing, SLUICE_RELAXED);
         int64_t now = stands ? sluice_clock_now(&p->clock) : 0;
+        int64_t refused = atomic_load_explicit(&p->standing_refused, SLUICE_RELAXED);
         if (stands && wait == 0 && /* the queue drained, and no excess came for an interval */
-            now - atomic_load_explicit(&p->standing_refused, SLUICE_RELAXED) >=
-                sluice_service_median(&p->service))
+            (refused == INT64_MIN || now - refused >= sluice_service_median(&p->service)))
             atomic_store_explicit(&p->standing, 0u, SLUICE_RELAXED);
         stands = stands && wait > sluice__pool_sojourn_target(p);
         if (stands)
