@@ -1057,10 +1057,11 @@ SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct times
         int64_t wait = sluice_pool_predicted_wait(p);
         bool stands = atomic_load_explicit(&p->standing, SLUICE_RELAXED);
         int64_t now = stands ? sluice_clock_now(&p->clock) : 0;
-        int64_t refused = atomic_load_explicit(&p->standing_refused, SLUICE_RELAXED);
-        if (stands && wait == 0 && /* the queue drained, and no excess came for an interval */
-            (refused == INT64_MIN || now - refused >= sluice_service_median(&p->service)))
-            atomic_store_explicit(&p->standing, 0u, SLUICE_RELAXED);
+        if (stands && wait == 0) { /* the queue drained: and no excess came for an interval? */
+            int64_t refused = atomic_load_explicit(&p->standing_refused, SLUICE_RELAXED);
+            if (refused == INT64_MIN || now - refused >= sluice_service_median(&p->service))
+                atomic_store_explicit(&p->standing, 0u, SLUICE_RELAXED);
+        }
         stands = stands && wait > sluice__pool_sojourn_target(p);
         if (stands)
             atomic_store_explicit(&p->standing_refused, now, SLUICE_RELAXED);
