@@ -9,7 +9,7 @@
  * sluice_engine_find() resolves it in O(1) without allocating (open
  * addressing over a table built at create).
  *
- * Policy rules (from reference/backend-concurrency.md):
+ * Policy rules:
  *   - the built-in backend "openrouter" is present in every engine with
  *     active 16 and waiting 1024, unless the description sets
  *     omit_openrouter (then it is in no status view and not found);
@@ -27,27 +27,27 @@
  * desc->error naming the field, e.g.
  *   "backends[2].waiting set without an active limit (set backends[2].active or drop waiting)".
  *
- * Ceiling discovery (from reference/ceiling-discovery.md): a backend with
- * `discovery` set is adaptive, a discovery node whose ID is the backend ID.
- * Its `active` is the hard maximum (discovery's max_limit defaults to it and
- * may not exceed it; admission capacity stays active + waiting); its gate
- * starts at the jumpstart (default 5), or at a live lock the engine's store
- * holds for that ID, restored during create (a "restore" event). The store,
- * wall clock and event callback are engine-wide (a backend's own discovery
+ * Ceiling discovery: a backend with `discovery` set is adaptive, a
+ * discovery node whose ID is the backend ID. Its `active` is the hard
+ * maximum (discovery's max_limit defaults to it and may not exceed it;
+ * admission capacity stays active + waiting); its gate starts at the
+ * jumpstart (default 5), or at a live lock the engine's store holds for
+ * that ID, restored during create (a "restore" event). The store, wall
+ * clock and event callback are engine-wide (a backend's own discovery
  * fields, when set, win); the node ID, gate, clock and allocator are the
  * engine's and must be left NULL. Every other backend is fixed: its limit
  * is `active` (or unlimited), it never probes, locks or persists.
- * sluice_engine_clear(ID) is the "clear" of the reference: it drops that
- * node's persisted lock, resets it to probing and moves its limit back to
- * the jumpstart, so the next request restarts discovery from there; calls
- * in flight keep their permits and finish (their outcomes are ignored);
- * other nodes, fixed nodes (a no-op) and the saved configuration are
- * untouched. Status views walk the nodes with sluice_engine_backend_count /
- * sluice_engine_backend_id and read sluice_engine_status (a discovery
- * snapshot; fixed nodes show state FIXED, their limit, 0 = unlimited),
- * sluice_engine_status_line ("cloud:x 5/52 📈", fixed "local 2/4",
- * unlimited "free 3/∞") and sluice_engine_events (JSON Lines via
- * sluice/events.h).
+ * sluice_engine_clear(ID) clears a node: it drops that node's persisted
+ * lock, resets it to probing and moves its limit back to the jumpstart, so
+ * the next request restarts discovery from there; calls in flight keep
+ * their permits and finish (their outcomes are ignored), and a live
+ * Retry-After hold stays; other nodes, fixed nodes (a no-op) and the saved
+ * configuration are untouched. Status views walk the nodes with
+ * sluice_engine_backend_count / sluice_engine_backend_id and read
+ * sluice_engine_status (a discovery snapshot; fixed nodes show state FIXED,
+ * their limit, 0 = unlimited), sluice_engine_status_line ("cloud:x 5/52 📈",
+ * fixed "local 2/4", unlimited "free 3/∞") and sluice_engine_events (JSON
+ * Lines via sluice/events.h).
  *
  * Progress: create and destroy allocate and free (through the allocator
  * hook) and are not thread-safe; lookups, status, status lines and event
@@ -343,9 +343,11 @@ SLUICE_INLINE const struct sluice_backend *sluice__engine_node(const struct slui
 /*
  * Clear node `node_id`: drop its persisted lock, reset it to probing and
  * move its limit back to the jumpstart, so its next request restarts
- * discovery from there; lift any Retry-After hold. Calls in flight are not
- * interrupted (their outcomes no longer count); other nodes are untouched.
- * A live Retry-After hold stays in force (the provider's word about now).
+ * discovery from there. Calls in flight are not interrupted (their outcomes
+ * no longer count); other nodes are untouched. A live Retry-After hold
+ * stays in force, and the calls waiting it out keep waiting: it is the
+ * provider's word about now, and waking them would only send a burst into
+ * more 429s.
  * The store's clear runs after the node's lock is dropped; a store failure
  * is a "store" event, never an error here. Returns SLUICE_OK — also for a
  * fixed node, which it leaves alone — or SLUICE_EINVAL for an unknown or

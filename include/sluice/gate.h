@@ -33,13 +33,13 @@
  * hand it over, see below), and passes a permit on with release() before
  * returning its error.
  *
- * Why not tickets and a slot array (DESIGN.md's first sketch): an abandoned
- * ticket keeps its slot until the grant frontier reaches it, so repeated
- * timeouts behind a slow holder create unboundedly many outstanding
- * tickets; a fixed slot array then laps, and a later ticket can occupy the
- * slot of an earlier, still-unpublished one, stalling the gate for good.
- * The queue keeps the same FIFO order, exactly-one wake-ups and two-RMW
- * fast path, with no capacity limit and no lapping.
+ * Why not tickets and a slot array (the first design; docs/design.md has
+ * its history): an abandoned ticket keeps its slot until the grant frontier
+ * reaches it, so repeated timeouts behind a slow holder create unboundedly
+ * many outstanding tickets; a fixed slot array then laps, and a later
+ * ticket can occupy the slot of an earlier, still-unpublished one, stalling
+ * the gate for good. The queue keeps the same FIFO order, exactly-one
+ * wake-ups and two-RMW fast path, with no capacity limit and no lapping.
  *
  * Progress: tryacquire and the uncontended acquire/release are lock-free.
  * Contended release, set_limit, close and cancel take the spinlock briefly;

@@ -4,28 +4,37 @@
  * sluice keeps a program's parallel requests to remote model providers
  * within what each provider can take. This header includes the whole core.
  *
- * Contents (one header per concept, lowest layer first):
- *   sluice/cc.h        portability macros, SLUICE_SOME optionals, allocator hook
- *   sluice/status.h    status codes, sluice_strerror, sluice_status_name
- *   sluice/time.h      absolute CLOCK_MONOTONIC deadlines, clock hook
- *   sluice/cancel.h    cancel tokens
- *   sluice/park.h      futex wait/wake on a waiter's own word
- *   sluice/ring.h      bounded MPMC ring of pointers
- *   sluice/gate.h      FIFO permit gate: deadlines, cancel, async waiters, moving limit
- *   sluice/policy.h    ceiling-discovery policy interface: samples, windows, verdicts
- *   sluice/policy/fixed.h     never moves (non-adaptive nodes)
- *   sluice/policy/aimd.h      additive increase, multiplicative decrease
- *   sluice/policy/gradient.h  long/short latency-ratio controller
- *   sluice/policy/vegas.h     queue estimate L·(1 − minRTT/RTT)
- *   sluice/policy/discover.h  the default: slow start, probing, backoff on overload or knee
- *   sluice/pool.h      one backend's pool: immediate admission + generation permits
- *   sluice/engine.h    backend registry: presets, validation, O(1) lookup by ID
- *   sluice/run.h       run lifecycle: admit, prepare, generate, validate, repair
- *   sluice/events.h    discovery event feed: bounded per-node ring, JSON Lines
- *   sluice/store.h     lock records, the store interface, an in-memory store
- *   sluice/window.h    lock-free two-buffer accumulator of a window's samples
- *   sluice/effects.h   effects combiner: store saves, events, grants after the lock
- *   sluice/discovery.h per-node probing/backoff/locked state machine, status line
+ * Contents, one header per concept, by layer, lowest first. A header
+ * includes only headers listed above it, and this file includes them in
+ * this order. The shim (shim/include/sluice/) builds on the whole core.
+ *   portability
+ *     sluice/cc.h        portability macros, SLUICE_SOME optionals, allocator hook
+ *     sluice/status.h    status codes, sluice_strerror, sluice_status_name
+ *     sluice/time.h      absolute CLOCK_MONOTONIC deadlines, clock hook
+ *   waiting
+ *     sluice/park.h      futex wait/wake on a waiter's own word
+ *     sluice/cancel.h    cancel tokens
+ *   primitives
+ *     sluice/ring.h      bounded MPMC ring of pointers
+ *     sluice/gate.h      FIFO permit gate: deadlines, cancel, async waiters, moving limit
+ *   policy
+ *     sluice/policy.h    ceiling-discovery policy interface: samples, windows, verdicts
+ *     sluice/policy/fixed.h     never moves (non-adaptive nodes)
+ *     sluice/policy/aimd.h      additive increase, multiplicative decrease
+ *     sluice/policy/gradient.h  long/short latency-ratio controller
+ *     sluice/policy/vegas.h     queue estimate L·(1 − minRTT/RTT)
+ *     sluice/policy/discover.h  the default: slow start, probing, backoff on overload or knee
+ *   pool
+ *     sluice/events.h    discovery event feed: bounded per-node ring, JSON Lines
+ *     sluice/store.h     lock records, the store interface, an in-memory store
+ *     sluice/window.h    lock-free two-buffer accumulator of a window's samples
+ *     sluice/effects.h   effects combiner: store saves, events, grants after the lock
+ *     sluice/discovery.h per-node probing/backoff/locked state machine, status line
+ *     sluice/service.h   expected service time, latency histograms
+ *     sluice/pool.h      one backend's pool: immediate admission + generation permits
+ *   engine
+ *     sluice/engine.h    backend registry: presets, validation, O(1) lookup by ID
+ *     sluice/run.h       run lifecycle: admit, prepare, generate, validate, repair
  *
  * Compile-time options:
  *   SLUICE_PARK_SPIN   pauses the next waiter in line spins before it parks
@@ -65,8 +74,8 @@
 #include "cc.h"
 #include "status.h"
 #include "time.h"
-#include "cancel.h"
 #include "park.h"
+#include "cancel.h"
 #include "ring.h"
 #include "gate.h"
 #include "policy.h"
@@ -75,13 +84,14 @@
 #include "policy/gradient.h"
 #include "policy/vegas.h"
 #include "policy/discover.h"
-#include "pool.h"
-#include "engine.h"
-#include "run.h"
 #include "events.h"
 #include "store.h"
 #include "window.h"
 #include "effects.h"
 #include "discovery.h"
+#include "service.h"
+#include "pool.h"
+#include "engine.h"
+#include "run.h"
 
 #endif

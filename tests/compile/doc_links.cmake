@@ -1,6 +1,9 @@
 # Every relative Markdown link in the project's documents points at a file
 # or folder that exists, so a file that moves cannot leave a dead link in
-# the README, tests/README.md, bench/RESULTS.md or docs/.
+# the README, tests/README.md, bench/RESULTS.md or docs/. And every Markdown
+# file that the code names (a comment's "see bench/RESULTS.md", a test that
+# reads README.md) is in the tree, so no comment leans on a document a
+# reader of the repository does not have.
 #   cmake -DROOT=<source dir> -P doc_links.cmake
 # Links with a scheme (https:, mailto:) and in-page anchors are not checked;
 # a link's own #anchor is dropped before the file is looked up.
@@ -25,8 +28,43 @@ foreach(doc IN LISTS docs)
     endif()
   endforeach()
 endforeach()
+
+# The code: every path ending in .md, in comments and strings alike, found
+# from the repository's root or from the naming file's folder (a leading
+# "/", "./" or "../" is dropped: `__FILE__ "/../../README.md"`, `${ROOT}/README.md`).
+set(sources "")
+foreach(tree include shim tests bench examples cmake .ci)
+  file(GLOB_RECURSE found LIST_DIRECTORIES false ${ROOT}/${tree}/*)
+  list(APPEND sources ${found})
+endforeach()
+list(FILTER sources INCLUDE REGEX "(\\.(c|h|py|sh|cmake|in|cjs|html)|/CMakeLists\\.txt|/\\.ci/[^/.]+)$")
+list(APPEND sources ${ROOT}/CMakeLists.txt ${ROOT}/CMakePresets.json)
+set(named 0)
+foreach(src IN LISTS sources)
+  file(READ ${src} text)
+  string(REPLACE "[" "<" text "${text}")
+  string(REPLACE "]" ">" text "${text}")
+  string(REPLACE ";" "," text "${text}")
+  get_filename_component(dir ${src} DIRECTORY)
+  file(RELATIVE_PATH shown ${ROOT} ${src})
+  string(REGEX MATCHALL "[A-Za-z0-9_./-]+\\.md[^A-Za-z0-9_]" paths "${text}")
+  foreach(path IN LISTS paths)
+    string(REGEX REPLACE ".$" "" path "${path}")
+    if(path MATCHES "^//") # a URL's host and path
+      continue()
+    endif()
+    string(REGEX REPLACE "^(/|\\./|\\.\\./)+" "" path "${path}")
+    math(EXPR named "${named} + 1")
+    if(NOT EXISTS ${ROOT}/${path} AND NOT EXISTS ${dir}/${path})
+      string(APPEND dead "\n  ${shown}: ${path}")
+    endif()
+  endforeach()
+endforeach()
+
 if(dead)
-  message(FATAL_ERROR "links to files that do not exist:${dead}")
+  message(FATAL_ERROR "links to, or mentions of, files that do not exist:${dead}")
 endif()
 list(LENGTH docs n)
-message(STATUS "${n} documents, every relative link resolves")
+list(LENGTH sources m)
+message(STATUS "${n} documents, every relative link resolves; "
+               "${m} source files name ${named} .md paths, all in the tree")

@@ -170,7 +170,7 @@
  *            waited behind the old queue: it counts for nothing.
  *
  * Measured by the robustness table of sluice-bench --only-discovery (300
- * seeds per row; the README has the table). Known limits: against a fast
+ * seeds per row; bench/RESULTS.md has the table). Known limits: against a fast
  * provider (calls well under a second) a cap that falls looks like a rate
  * limit's echo for up to a second, and costs that second of 429s; and at
  * small caps in queue and knee mode, about 1 seed in 100 locks just outside
