@@ -7,16 +7,23 @@
 #   cmake -DROOT=<source dir> -P doc_links.cmake
 # Links with a scheme (https:, mailto:) and in-page anchors are not checked;
 # a link's own #anchor is dropped before the file is looked up.
-file(GLOB docs ${ROOT}/README.md ${ROOT}/tests/README.md ${ROOT}/bench/*.md ${ROOT}/docs/*.md)
-set(dead "")
-foreach(doc IN LISTS docs)
-  file(READ ${doc} text)
-  # Brackets and semicolons would split the match list wrongly: take them out first.
+
+# `text`: the file's contents, less the brackets and semicolons that would
+# split a match list wrongly ("[" is "<", "]" is ">"); `dir`: its folder;
+# `shown`: its path from the root.
+macro(read_file_to_match file)
+  file(READ ${file} text)
   string(REPLACE "[" "<" text "${text}")
   string(REPLACE "]" ">" text "${text}")
   string(REPLACE ";" "," text "${text}")
-  get_filename_component(dir ${doc} DIRECTORY)
-  file(RELATIVE_PATH shown ${ROOT} ${doc})
+  get_filename_component(dir ${file} DIRECTORY)
+  file(RELATIVE_PATH shown ${ROOT} ${file})
+endmacro()
+
+file(GLOB docs ${ROOT}/README.md ${ROOT}/tests/README.md ${ROOT}/bench/*.md ${ROOT}/docs/*.md)
+set(dead "")
+foreach(doc IN LISTS docs)
+  read_file_to_match(${doc})
   string(REGEX MATCHALL ">\\([^)# \t\n]+" links "${text}")
   foreach(link IN LISTS links)
     string(SUBSTRING "${link}" 2 -1 target)
@@ -41,12 +48,7 @@ list(FILTER sources INCLUDE REGEX "(\\.(c|h|py|sh|cmake|in|cjs|html)|/CMakeLists
 list(APPEND sources ${ROOT}/CMakeLists.txt ${ROOT}/CMakePresets.json)
 set(named 0)
 foreach(src IN LISTS sources)
-  file(READ ${src} text)
-  string(REPLACE "[" "<" text "${text}")
-  string(REPLACE "]" ">" text "${text}")
-  string(REPLACE ";" "," text "${text}")
-  get_filename_component(dir ${src} DIRECTORY)
-  file(RELATIVE_PATH shown ${ROOT} ${src})
+  read_file_to_match(${src})
   string(REGEX MATCHALL "[A-Za-z0-9_./-]+\\.md[^A-Za-z0-9_]" paths "${text}")
   foreach(path IN LISTS paths)
     string(REGEX REPLACE ".$" "" path "${path}")
