@@ -42,7 +42,8 @@
  * the next request restarts discovery from there; calls in flight keep
  * their permits and finish (their outcomes are ignored), and a live
  * Retry-After hold stays; other nodes, fixed nodes (a no-op) and the saved
- * configuration are untouched. Status views walk the nodes with
+ * configuration are untouched; sluice_engine_sync(ID) waits until the
+ * store has the clear (and every earlier effect). Status views walk the nodes with
  * sluice_engine_backend_count / sluice_engine_backend_id and read
  * sluice_engine_status (a discovery snapshot; fixed nodes show state FIXED,
  * their limit, 0 = unlimited), sluice_engine_status_line ("cloud:x 5/52 📈",
@@ -357,6 +358,27 @@ SLUICE_INLINE int sluice_engine_clear(struct sluice_engine *e, const char *node_
 {
     const struct sluice_backend *b = sluice__engine_node(e, node_id);
     return b ? sluice_pool_clear(b->pool) : (int)SLUICE_EINVAL;
+}
+
+/*
+ * Wait until node `node_id`'s effects recorded before this call (store
+ * saves and clears, event deliveries) have run and a store that writes in
+ * the background has landed them (sluice_discovery_sync): after a clear,
+ * before reading the state file or reporting a node's last events. Blocks;
+ * for tools, tests and shutdown, never from an event or store callback (it
+ * would wait for itself). Returns SLUICE_OK — also for a fixed node, which
+ * has no effects to wait for — or SLUICE_EINVAL for an unknown or NULL ID
+ * or a NULL engine.
+ */
+SLUICE_INLINE int sluice_engine_sync(struct sluice_engine *e, const char *node_id)
+{
+    const struct sluice_backend *b = sluice__engine_node(e, node_id);
+    if (!b)
+        return SLUICE_EINVAL;
+    struct sluice_discovery *d = sluice_pool_discovery(b->pool);
+    if (d)
+        sluice_discovery_sync(d);
+    return SLUICE_OK;
 }
 
 /*

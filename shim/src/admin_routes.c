@@ -2,8 +2,10 @@
  * admin_routes.c — the admin endpoint's routes: one row per route in
  * `routes` below, holding its method, path and handler (as Redis's command
  * table), and the handlers. Adding a route is adding a row and its
- * handler; the 404 answer lists the table, and sluice/admin.h documents
- * each route.
+ * handler, and saying so in sluice/admin.h's route list and the README's:
+ * the 404 answer lists the table, the admin fuzzer takes its paths from
+ * that answer, and e2e/admin.c fails while admin.h, the README or the fuzz
+ * dictionary lists other routes than the table.
  *
  * A handler runs on its connection's thread once the request has passed
  * admin_http.c's checks, and answers through admin_reply.c; its
@@ -143,9 +145,7 @@ static enum MHD_Result route_clear(struct sluice_admin *a, struct MHD_Connection
         return sluice__admin_send_error(c, 500, NULL, "retry; see the node's event feed",
                                         "clearing \"%s\" failed: %s", id, sluice_strerror(status));
     /* Answer once the store has dropped the lock, so a reader of the state file sees it. */
-    struct sluice_discovery *d = sluice_pool_discovery(sluice_engine_pool(a->engine, id));
-    if (d)
-        sluice_discovery_sync(d);
+    sluice_engine_sync(a->engine, id);
     json_t *node = sluice__admin_node_json(a, (size_t)i);
     json_t *root = json_object();
     json_object_set_new(root, "cleared", json_boolean(cleared));

@@ -300,6 +300,121 @@ ADMIN_TEST(unknown_node_or_route_is_404)
     expect_error(http("GET", fx.base, "/compute/nothing", NULL, NULL), 404, "no route");
 }
 
+/* ---- one list of routes: the table in admin_routes.c -------------------------------- */
+
+#define MAX_ROUTES 32
+
+/* Routes as "METHOD /path" (the query left out), each once. */
+struct routes {
+    size_t n;
+    char at[MAX_ROUTES][128];
+};
+
+static void routes_add(struct routes *r, const char *method, const char *path)
+{
+    char one[128];
+    snprintf(one, sizeof one, "%s %.*s", method, (int)strcspn(path, "?[ \t\n`,\""), path);
+    for (size_t k = 0; k < r->n; k++)
+        if (!strcmp(r->at[k], one))
+            return;
+    cr_assert_lt(r->n, MAX_ROUTES, "more routes than the test keeps");
+    memcpy(r->at[r->n++], one, sizeof one);
+}
+
+static bool routes_have(const struct routes *r, const char *route)
+{
+    for (size_t k = 0; k < r->n; k++)
+        if (!strcmp(r->at[k], route))
+            return true;
+    return false;
+}
+
+/* The part of the file at `rel` (from the source root) from `from` up to `to` (NULL: to its
+ * end); static storage. */
+static char *source_part(const char *rel, const char *from, const char *to)
+{
+    static char text[1 << 18];
+    char path[512];
+    snprintf(path, sizeof path, "%s/../../%s", SLUICE_TEST_FIXTURES, rel);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+    char *start = strstr(text, from);
+    char *end = !start ? NULL : to ? strstr(start, to) : start + strlen(start);
+    cr_assert(start && end, "%s has \"%s\" and then \"%s\"", rel, from, to ? to : "its end");
+    *end = '\0';
+    return start;
+}
+
+static void expect_same_routes(const struct routes *table, const struct routes *doc,
+                               const char *where)
+{
+    for (size_t k = 0; k < table->n; k++)
+        cr_expect(routes_have(doc, table->at[k]), "%s does not list %s", where, table->at[k]);
+    for (size_t k = 0; k < doc->n; k++)
+        cr_expect(routes_have(table, doc->at[k]),
+                  "%s lists %s, which the route table does not have", where, doc->at[k]);
+}
+
+/* The 404 answer lists the route table ("routes: GET /, ..., POST
+ * /compute/concurrency/clear?node_id=N, ..."); sluice/admin.h's route list and the README's
+ * (between its admin-routes markers) name exactly those routes, with their methods (the
+ * README names a method only where it is POST), and the admin fuzzer's dictionary has each
+ * path, whole or its last part. The fuzzer itself takes its paths from the same answer. */
+ADMIN_TEST(admin_h_the_readme_and_the_fuzz_dictionary_follow_the_route_table)
+{
+    fixture_start(&fx, NULL, NULL);
+    struct reply r = http("GET", fx.base, "/no/such/route", NULL, NULL);
+    json_t *j = parse(&r);
+    char list[1024];
+    snprintf(list, sizeof list, "%s", json_string_value(json_object_get(j, "fix")));
+    json_decref(j);
+    reply_free(&r);
+    cr_assert(!strncmp(list, "routes: ", 8), "the 404 answer lists the routes: %s", list);
+    struct routes table = {0};
+    for (char *route = strtok(list + 8, ","); route; route = strtok(NULL, ",")) {
+        char method[8];
+        int at = 0;
+        cr_assert(sscanf(route, " %7s %n", method, &at) == 1 && route[at] == '/', "%s", route);
+        routes_add(&table, method, route + at);
+    }
+    cr_assert_geq(table.n, 2, "%s", list);
+
+    struct routes header = {0};
+    const char *block = source_part("shim/include/sluice/admin.h", "Routes:\n", "\n *\n * Which");
+    for (const char *line = strchr(block, '\n'); line; line = strchr(line + 1, '\n')) {
+        char method[8];
+        int at = 0;
+        if (sscanf(line, "\n *   %7[A-Z] %n", method, &at) == 1 && line[at] == '/')
+            routes_add(&header, method, line + at);
+    }
+    expect_same_routes(&table, &header, "sluice/admin.h");
+
+    struct routes readme = {0};
+    char *part = source_part("README.md", "<!-- admin routes", "<!-- end of admin routes -->");
+    for (char *tick = strchr(part, '`'); tick; tick = strchr(tick + 1, '`')) {
+        char *word = tick + 1;
+        tick = strchr(word, '`');
+        cr_assert_not_null(tick, "README.md: an unclosed ` in the admin routes");
+        const char *method = strncmp(word, "POST /", 6) ? "GET" : "POST";
+        word += strncmp(word, "POST /", 6) ? 0 : 5;
+        if (*word == '/')
+            routes_add(&readme, method, word);
+    }
+    expect_same_routes(&table, &readme, "README.md");
+
+    const char *dict = source_part("tests/fuzz/corpus/admin.dict", "\"", NULL);
+    for (size_t k = 0; k < table.n; k++) {
+        const char *path = strchr(table.at[k], '/'), *last = strrchr(path, '/');
+        char whole[140], tail[140];
+        snprintf(whole, sizeof whole, "\n\"%s\"\n", path);
+        snprintf(tail, sizeof tail, "\n\"%s\"\n", last);
+        cr_expect(!strcmp(path, "/") || strstr(dict, whole) || strstr(dict, tail),
+                  "admin.dict has neither \"%s\" nor \"%s\"", path, last);
+    }
+}
+
 ADMIN_TEST(wrong_method_is_405_with_allow)
 {
     fixture_start(&fx, NULL, NULL);

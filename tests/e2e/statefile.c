@@ -64,7 +64,7 @@ static int readonly_child(const char *path)
     if (st.state != SLUICE_DISCOVERY_LOCKED || st.ceiling != 12)
         return 15;
     sluice_engine_clear(e, "cloud:a");
-    sluice_discovery_sync(sluice_pool_discovery(sluice_engine_pool(e, "cloud:a")));
+    sluice_engine_sync(e, "cloud:a");
     sluice_engine_status(e, "cloud:a", &st);
     if (st.state != SLUICE_DISCOVERY_PROBING || st.last_event.kind != SLUICE_EVENT_STORE ||
         st.last_event.cause != SLUICE_CAUSE_STORE_ERROR) {
@@ -354,7 +354,7 @@ STATEFILE_TEST(clear_through_the_api_and_over_http_drops_only_that_nodes_lock)
 
     /* The C API. */
     cr_assert_eq(sluice_engine_clear(e, "cloud:a"), SLUICE_OK);
-    sluice_discovery_sync(sluice_pool_discovery(sluice_engine_pool(e, "cloud:a")));
+    cr_assert_eq(sluice_engine_sync(e, "cloud:a"), SLUICE_OK);
     expect_node(e, "cloud:a", "cloud:a 0/5 📈");
     expect_node(e, "cloud:b", "cloud:b 0/20 🔒");
     expect_node(e, "cloud:c", "cloud:c 0/20 🔒");

@@ -10,9 +10,10 @@
  *   'R'...  the rest is sent as raw bytes (request smuggling, broken lines,
  *           pipelining, bodies);
  *   other   a request built from the input: method (from a table, or the
- *           input's own word), path and query (bytes below 0x21 and above
- *           0x7e percent-encoded, so the query decoder sees them), then
- *           optional headers and a body from the rest.
+ *           input's own word), path (one of the endpoint's, as its 404
+ *           answer lists its route table, or none) and query (bytes below
+ *           0x21 and above 0x7e percent-encoded, so the query decoder sees
+ *           them), then optional headers and a body from the rest.
  * The client half-closes after sending and reads until the server closes
  * or 1.5 s pass (a follow=1 stream is left once its headers arrived).
  *
@@ -213,9 +214,31 @@ static void check_alive(void)
 
 static const char *const methods[] = {"GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS",
                                       "PATCH", "CONNECT", "TRACE"};
-static const char *const paths[] = {"/", "/compute/concurrency", "/compute/concurrency/events",
-                                    "/compute/concurrency/history",
-                                    "/compute/concurrency/clear", "/metrics"};
+
+/* The endpoint's own paths, learnt from its route table: a 404 answer's "fix" lists the
+ * table ("routes: GET /, ..., POST /compute/concurrency/clear?node_id=N, GET /metrics"). */
+static char route_list[1024];
+static const char *paths[16];
+static size_t n_paths;
+
+static void learn_paths(void)
+{
+    static char reply[1 << 14];
+    static const char get[] = "GET /no/such/route HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    exchange(get, sizeof get - 1, reply, sizeof reply);
+    const char *list = strstr(reply, "routes: ");
+    check(list != NULL, "a 404 answer lists the routes", reply);
+    snprintf(route_list, sizeof route_list, "%s", list + 8);
+    route_list[strcspn(route_list, "\"")] = '\0'; /* the JSON string ends there */
+    for (char *p = route_list; (p = strchr(p, '/')) && n_paths < 16;) {
+        paths[n_paths++] = p;
+        p += strcspn(p, "?,"); /* the path ends at its query or at the next route */
+        if (!*p)
+            break;
+        *p++ = '\0';
+    }
+    check(n_paths > 0, "the 404 answer names a path", reply);
+}
 
 /* Percent-encode what cannot go raw into a request line. */
 static size_t put_url(char *out, size_t cap, const uint8_t *s, size_t n)
@@ -232,8 +255,10 @@ static size_t put_url(char *out, size_t cap, const uint8_t *s, size_t n)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!admin)
+    if (!admin) {
         setup();
+        learn_paths();
+    }
     static char req[1 << 17], reply[1 << 17];
     size_t len = 0;
     if (size && data[0] == 'R') {
@@ -246,7 +271,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         len += (size_t)snprintf(req + len, sizeof req - len, "%s ", method);
         if (how & 1) /* a known path, then the fuzzed query */
             len += (size_t)snprintf(req + len, sizeof req - len, "%s",
-                                    paths[fuzz_pick(&in, sizeof paths / sizeof paths[0])]);
+                                    paths[fuzz_pick(&in, (uint32_t)n_paths)]);
         size_t qlen = fuzz_u8(&in);
         qlen = qlen < in.n ? qlen : in.n;
         len += put_url(req + len, sizeof req - len - 256, in.p, qlen);

@@ -318,6 +318,7 @@ Test(engine, null_pointers_are_refused_with_einval_at_every_entry_point)
     cr_assert_str_eq(line, "");
     cr_assert_eq(sluice_engine_status(NULL, "openrouter", &st), SLUICE_EINVAL);
     cr_assert_eq(sluice_engine_clear(NULL, "openrouter"), SLUICE_EINVAL);
+    cr_assert_eq(sluice_engine_sync(NULL, "openrouter"), SLUICE_EINVAL);
     cr_assert_null(sluice_engine_find(NULL, "openrouter"));
     cr_assert_null(sluice_engine_find(NULL, NULL));
     cr_assert_null(sluice_engine_pool(NULL, "openrouter"));
@@ -331,6 +332,9 @@ Test(engine, null_pointers_are_refused_with_einval_at_every_entry_point)
 
     e = make_engine(NULL, 0);
     cr_assert_eq(sluice_engine_status(e, "openrouter", NULL), SLUICE_EINVAL);
+    cr_assert_eq(sluice_engine_sync(e, NULL), SLUICE_EINVAL, "no ID is not a node");
+    cr_assert_eq(sluice_engine_sync(e, "nope"), SLUICE_EINVAL);
+    cr_assert_eq(sluice_engine_sync(e, "openrouter"), SLUICE_OK, "a fixed node: nothing to wait");
     cr_assert_eq(sluice_engine_status_line(e, "openrouter", NULL, 16), SLUICE_EINVAL);
     cr_assert_gt(sluice_engine_status_line(e, "openrouter", NULL, 0), 0,
                  "NULL with size 0 measures the line, as snprintf does");

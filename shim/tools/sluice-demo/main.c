@@ -448,7 +448,7 @@ static const char *run(struct demo *d)
     print_status(d, true); /* the last live line shows the run, not its teardown */
     sluice_curl_loop_close(d->loop); /* whatever is still in flight ends ECLOSED */
     /* Every event and the store write of the lock are done before the report. */
-    sluice_discovery_sync(sluice_pool_discovery(sluice_engine_pool(d->engine, NODE)));
+    sluice_engine_sync(d->engine, NODE);
     print_new_events(d);
     return why;
 }

@@ -440,7 +440,7 @@ static int probe_drive(struct probe *p, bool tty)
     for (long i = 0; i < workers; i++)
         pthread_join(tids[i], NULL);
     free(tids);
-    sluice_discovery_sync(sluice_pool_discovery(sluice_engine_pool(p->engine, p->node)));
+    sluice_engine_sync(p->engine, p->node);
     probe_progress(p, tty, true);
     return probe_report(p, why);
 }
