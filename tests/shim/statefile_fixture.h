@@ -46,7 +46,12 @@ static inline const char *open_in_tmp(void)
     fixture_tmpdir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/state/sluice/ceilings.json", dir);
     char err[256];
-    cr_assert_eq(sluice_statefile_open(&(struct sluice_statefile_desc){.path = path, .error = err,
+    /* The tests that hold the flock use it as a latch, not as a clock: a write must outwait
+     * them however slow the machine (ASan beside two busy loops took past the 5 s default
+     * to queue 100 saves). */
+    cr_assert_eq(sluice_statefile_open(&(struct sluice_statefile_desc){.path = path,
+                                                                       .lock_wait_ms = 60000,
+                                                                       .error = err,
                                                                        .error_size = sizeof err},
                                        &sf),
                  SLUICE_OK, "%s", err);
