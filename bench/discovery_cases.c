@@ -1,7 +1,7 @@
 /*
  * The ceiling-discovery scoreboard (sluice-bench --discovery).
  *
- * Every row runs the virtual-time provider simulator (tests/sim/
+ * Every row runs the virtual-time provider simulator (testkit/
  * provider_sim.h) for 30 simulated minutes with closed-loop callers that
  * always want more than the provider takes (2·C + 8 of them), and one
  * controller driving the real sluice gate:
@@ -85,8 +85,8 @@
 #include <sluice/policy/vegas.h>
 
 #include "harness.h"
-#include "sim/provider_sim.h"
-#include "sim/vector_sim.h"
+#include "provider_sim.h"
+#include "vector_sim.h"
 
 #define JUMPSTART 5
 #define MAX_LIMIT 1024
