@@ -37,7 +37,7 @@
 
 #if defined(SLUICE_BENCH_CURL) && defined(SLUICE_STREAM_SERVER_PATH)
 
-#include "e2e/stream_server_process.h"
+#include "stream_server_process.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

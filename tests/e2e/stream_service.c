@@ -9,7 +9,7 @@
  * deadline is a 504.
  */
 #define _GNU_SOURCE /* before any system header: curl_fixture.h wants it */
-#include "e2e/stream_server_process.h"
+#include "stream_server_process.h"
 
 #include "e2e/curl_fixture.h"
 

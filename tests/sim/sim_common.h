@@ -4,7 +4,7 @@
 
 #include <criterion/criterion.h>
 
-#include "sim/provider_sim.h"
+#include "provider_sim.h"
 
 /* One simulated node: provider, callers, gate and discovery, with its events. */
 struct scenario {

@@ -1,5 +1,5 @@
 /*
- * Vector's adaptive-concurrency scenarios (tests/sim/vector_sim.h) against
+ * Vector's adaptive-concurrency scenarios (testkit/vector_sim.h) against
  * `discover`, each expectation of each scenario file an assertion, with a
  * permit per attempt (VSIM_ATTEMPT: how sluice's pool and proxy see a
  * retrying client). The expectations `discover` is known to miss are listed
@@ -11,7 +11,7 @@
 #include <criterion/criterion.h>
 #include <inttypes.h>
 
-#include "sim/vector_sim.h"
+#include "vector_sim.h"
 
 #define SEEDS 3
 

@@ -4,10 +4,10 @@
  * clears, hints, the store and the events, with stub policies where a test
  * needs a verdict of its own.
  *
- * Why one file of this size: every test builds its node with the same
- * helpers (a virtual clock, a memory store, sample feeders, stub policies)
- * and they are one concept; split, the helpers would move to a fixture
- * header and every file would include all of it.
+ * The node on its hand-driven clock is in discovery_node.h, shared with
+ * the tests of the window and effects promises discovery keeps (window.c:
+ * windows under extreme parameters, cut calls, torn samples; effects.c:
+ * store, grants and events after the lock).
  */
 #include <criterion/criterion.h>
 #include <sluice/discovery.h>
@@ -18,72 +18,9 @@
 #include <time.h>
 
 #include "common.h"
+#include "discovery_node.h"
 
 /* ---- a hand-driven clock and node ------------------------------------------ */
-
-struct fake_time {
-    int64_t mono_ns, wall_ns;
-};
-
-static int64_t fake_mono(void *ctx)
-{
-    return ((struct fake_time *)ctx)->mono_ns;
-}
-
-static int64_t fake_wall(void *ctx)
-{
-    return ((struct fake_time *)ctx)->wall_ns;
-}
-
-struct node {
-    struct fake_time time;
-    struct sluice_clock mono, wall;
-    struct sluice_gate gate;
-    struct sluice_discovery *disc;
-    struct sluice_event seen[64];
-    int n_seen;
-};
-
-static void remember(void *ctx, const struct sluice_event *ev)
-{
-    struct node *n = (struct node *)ctx;
-    if (n->n_seen < 64)
-        n->seen[n->n_seen++] = *ev;
-}
-
-#define SEC SLUICE_NS_PER_SEC
-
-static struct sluice_discovery_desc node_desc(struct node *n, const char *id)
-{
-    struct sluice_discovery_desc d;
-    memset(&d, 0, sizeof d);
-    d.node_id = id;
-    d.gate = &n->gate;
-    d.clock = &n->mono;
-    d.wall_clock = &n->wall;
-    d.window_max_ns = 60 * SEC;
-    d.on_event = remember;
-    d.on_event_ctx = n;
-    return d;
-}
-
-static void node_init(struct node *n)
-{
-    memset(n, 0, sizeof *n);
-    n->time.mono_ns = 1000 * SEC;
-    n->time.wall_ns = 1700000000 * SEC;
-    n->mono.now_ns = fake_mono;
-    n->mono.ctx = &n->time;
-    n->wall.now_ns = fake_wall;
-    n->wall.ctx = &n->time;
-    sluice_gate_init(&n->gate, 1);
-}
-
-static void node_create(struct node *n, struct sluice_discovery_desc *d)
-{
-    const char *why = NULL;
-    cr_assert_eq(sluice_discovery_create(d, &n->disc, &why), SLUICE_OK, "%s", why);
-}
 
 /* The usual node: "cloud:x", the default policy, starting at `jumpstart`. */
 static void node_start(struct node *n, uint32_t jumpstart)
@@ -92,19 +29,6 @@ static void node_start(struct node *n, uint32_t jumpstart)
     struct sluice_discovery_desc d = node_desc(n, "cloud:x");
     d.jumpstart = jumpstart;
     node_create(n, &d);
-}
-
-static void advance(struct node *n, int64_t ns)
-{
-    n->time.mono_ns += ns;
-    n->time.wall_ns += ns;
-}
-
-static void feed(struct node *n, int64_t latency_ns, uint32_t in_flight, enum sluice_outcome o,
-                 int64_t retry_after_ns)
-{
-    struct sluice_sample s = {latency_ns, in_flight, o, retry_after_ns, 0, 0};
-    sluice_discovery_on_sample(n->disc, &s);
 }
 
 /* One window: `count` calls that all started now and took 1 s, with the
@@ -242,19 +166,6 @@ Test(discovery, policy_parameters_are_validated_with_their_field_named)
 }
 
 /* ---- store: restore, expiry, clear ------------------------------------------- */
-
-/* Node "cloud:x" with a fresh four-lock memstore; returns its description, store set. */
-static struct sluice_discovery_desc node_with_memstore(struct node *n,
-                                                       struct sluice_memstore **store,
-                                                       struct sluice_store_ops *ops)
-{
-    node_init(n);
-    cr_assert_eq(sluice_memstore_create(4, NULL, store), SLUICE_OK);
-    *ops = sluice_memstore_ops(*store);
-    struct sluice_discovery_desc d = node_desc(n, "cloud:x");
-    d.store = ops;
-    return d;
-}
 
 Test(discovery, a_live_stored_lock_is_restored_at_start)
 {
@@ -853,86 +764,7 @@ Test(discovery, a_retry_after_at_the_configured_maximum_saturates_the_hold)
     sluice_discovery_destroy(n.disc);
 }
 
-/* ---- effects run off the lock: record, flush, sync ----------------------------- */
-
-#define MS SLUICE_NS_PER_MS
-
-struct closer {
-    struct node *n;
-    struct held_store *store;
-    bool record_ran_store; /* a store call had begun by the time record returned */
-};
-
-/* Record the completion that closes the locking window, then flush (the held save). */
-static void *close_and_flush(void *arg)
-{
-    struct closer *c = (struct closer *)arg;
-    struct sluice_sample s = {SEC, 2, SLUICE_OUTCOME_OK, 0, 0, 0};
-    sluice_discovery_record(c->n->disc, &s);
-    c->record_ran_store = atomic_load(&c->store->saving) || atomic_load(&c->store->n_ops);
-    sluice_discovery_flush(c->n->disc);
-    return NULL;
-}
-
-/* Release the held save once the main thread is (very likely) inside sync. */
-static void *release_soon(void *arg)
-{
-    usleep(50 * 1000);
-    held_store_release((struct held_store *)arg);
-    return NULL;
-}
-
-Test(discovery, a_slow_store_runs_after_record_and_never_delays_a_clear, .timeout = 30)
-{
-    struct node n;
-    struct sluice_memstore *mem;
-    struct sluice_store_ops mem_ops;
-    struct sluice_discovery_desc d = node_with_memstore(&n, &mem, &mem_ops);
-    struct held_store held;
-    struct sluice_store_ops ops = held_store_init(&held, mem_ops);
-    d.store = &ops;
-    d.jumpstart = 2;
-    d.max_limit = 2;
-    node_create(&n, &d);
-    /* One window of saturated calls at max_limit: its close locks at 2. */
-    advance(&n, SEC);
-    for (int i = 0; i < 8; i++)
-        feed(&n, SEC, 2, SLUICE_OUTCOME_OK, 0);
-    advance(&n, 60 * SEC);
-    cr_assert_eq(sluice_discovery_state(n.disc), SLUICE_DISCOVERY_PROBING);
-
-    struct closer c = {.n = &n, .store = &held};
-    pthread_t tid;
-    pthread_create(&tid, NULL, close_and_flush, &c);
-    while (!atomic_load(&held.saving))
-        sched_yield();
-    /* The save is blocked on the other thread, after its record returned. */
-    cr_assert_eq(sluice_discovery_state(n.disc), SLUICE_DISCOVERY_LOCKED);
-    cr_assert_eq(sluice_discovery_clear(n.disc), SLUICE_OK);
-    cr_assert(atomic_load(&held.saving) && atomic_load(&held.n_ops) == 0,
-              "clear waited for another thread's save");
-    cr_assert_eq(sluice_discovery_state(n.disc), SLUICE_DISCOVERY_PROBING, "cleared in memory");
-    pthread_t releaser;
-    pthread_create(&releaser, NULL, release_soon, &held);
-    sluice_discovery_sync(n.disc);
-    cr_assert_eq(atomic_load(&held.n_ops), 2, "sync returned before the save it waits for ended");
-    pthread_join(releaser, NULL);
-    pthread_join(tid, NULL);
-
-    cr_assert_not(c.record_ran_store, "record ran the store");
-    cr_assert(held.ops[0] == 'S' && held.ops[1] == 'C', "store calls out of order: %c%c",
-              held.ops[0], held.ops[1]);
-    struct sluice_lock_record rec;
-    mem_ops.load(mem_ops.ctx, "cloud:x", &rec);
-    cr_assert_eq(rec.ceiling, 0, "the newer clear landed last");
-    /* The callback saw the lock, then the clear, in seq order (flushed by the saver). */
-    cr_assert_eq(n.n_seen, 2);
-    cr_assert_eq(n.seen[0].kind, SLUICE_EVENT_LOCK);
-    cr_assert_eq(n.seen[1].kind, SLUICE_EVENT_CLEAR);
-    cr_assert_lt(n.seen[0].seq, n.seen[1].seq);
-    sluice_discovery_destroy(n.disc);
-    sluice_memstore_destroy(mem);
-}
+/* ---- what a saved lock records; a failing store ------------------------------- */
 
 static int64_t stored_locked_at(struct sluice_store_ops *ops, char policy[SLUICE_POLICY_NAME_MAX])
 {
@@ -954,48 +786,6 @@ Test(discovery, a_saved_lock_records_when_it_was_locked_and_by_which_policy)
     cr_assert_str_eq(policy, "discover");
     sluice_discovery_destroy(n.disc);
     sluice_memstore_destroy(store);
-}
-
-/* A record on its own thread-free path: grants wait for flush. */
-static void count_grant(struct sluice_gate_waiter *w, int status)
-{
-    *(int *)w->data = status == SLUICE_OK ? 1 : -1;
-}
-
-Test(discovery, a_limit_raise_hands_out_its_grants_in_flush_not_in_record)
-{
-    struct node n;
-    node_init(&n);
-    struct sluice_policy_discover quick;
-    struct sluice_policy_discover_params params = {.min_samples = 1};
-    cr_assert_eq(sluice_policy_discover_init(&quick, &params, NULL), SLUICE_OK);
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.jumpstart = 1;
-    d.max_limit = 8;
-    d.policy = &quick.base;
-    node_create(&n, &d);
-    cr_assert_eq(sluice_gate_tryacquire(&n.gate), SLUICE_OK, "the one permit is held");
-    int granted = 0;
-    struct sluice_gate_waiter w = {.cb = count_grant, .data = &granted};
-    sluice_gate_acquire_async(&n.gate, &w);
-    cr_assert_eq(granted, 0, "queued behind the held permit");
-    /* A healthy saturated window in slow start doubles the limit 1 -> 2. */
-    advance(&n, SEC);
-    struct sluice_sample ok = {SEC, 1, SLUICE_OUTCOME_OK, 0, 0, 0};
-    sluice_discovery_record(n.disc, &ok);
-    advance(&n, 60 * SEC);
-    struct sluice_sample late = {0, 1, SLUICE_OUTCOME_IGNORE, 0, 0, 0};
-    sluice_discovery_record(n.disc, &late);
-    cr_assert_eq(sluice_discovery_limit(n.disc), 2, "the close raised the limit");
-    cr_assert_eq(granted, 0, "record ran a waiter callback");
-    cr_assert_eq(n.n_seen, 0, "record ran the event callback");
-    sluice_discovery_flush(n.disc);
-    cr_assert_eq(granted, 1, "flush handed the grant out");
-    cr_assert_eq(n.n_seen, 1);
-    cr_assert_eq(n.seen[0].kind, SLUICE_EVENT_PROBE);
-    sluice_gate_release(&n.gate);
-    sluice_gate_release(&n.gate);
-    sluice_discovery_destroy(n.disc);
 }
 
 /* A store whose every call fails. */
@@ -1267,250 +1057,6 @@ Test(discovery, a_policy_prototype_must_be_initialised_and_fit_the_node)
     }
     ops.size = sizeof big;
     cr_assert_eq(sluice_discovery_create(&d, &disc, &why), SLUICE_OK);
-    sluice_discovery_destroy(disc);
-}
-
-/* ---- windows: extreme parameters, ties, torn samples --------------------------- */
-
-/* A policy that counts the windows it is shown (a plain value: the counters it
- * points to are shared and outlive every node), and cuts on a fresh overload. */
-struct tally {
-    _Atomic(uint64_t) windows, empty, torn;
-    int64_t latency_ns; /* every ok call takes exactly this; 0 = do not check */
-};
-
-struct tally_policy {
-    struct sluice_policy base;
-    struct tally *tally;
-};
-
-static uint32_t tally_reset(struct sluice_policy *self, uint32_t jumpstart, bool warm)
-{
-    (void)self, (void)warm;
-    return jumpstart;
-}
-
-static struct sluice_verdict tally_update(struct sluice_policy *self, const struct sluice_window *w)
-{
-    struct tally *t = ((struct tally_policy *)self)->tally;
-    atomic_fetch_add(&t->windows, 1);
-    if (!w->n_ok && !w->n_overload && !w->n_ignore)
-        atomic_fetch_add(&t->empty, 1);
-    if (t->latency_ns && w->n_ok && w->latency_mean_ns != t->latency_ns)
-        atomic_fetch_add(&t->torn, 1);
-    if (w->n_fresh_overload)
-        return sluice__verdict_overload(w, 0.9);
-    return sluice__verdict_hold(w);
-}
-
-static const struct sluice_policy_ops tally_ops = {"tally", true, tally_reset, tally_update,
-                                                   sizeof(struct tally_policy)};
-
-/* A policy that adds up the windows it is shown, and holds. */
-struct spy_totals {
-    uint32_t n_ok, n_censored, n_overload, n_served, max_in_flight;
-    int64_t latency_ns; /* the sum of latency_mean_ns x n_ok */
-    bool saturated;     /* some window was */
-};
-
-struct spy_policy {
-    struct sluice_policy base;
-    struct spy_totals *sum; /* shared, outlives the node */
-};
-
-static uint32_t spy_reset(struct sluice_policy *self, uint32_t jumpstart, bool warm)
-{
-    (void)self, (void)warm;
-    return jumpstart;
-}
-
-static struct sluice_verdict spy_update(struct sluice_policy *self, const struct sluice_window *w)
-{
-    struct spy_totals *t = ((struct spy_policy *)self)->sum;
-    t->n_ok += w->n_ok;
-    t->n_censored += w->n_censored;
-    t->n_overload += w->n_overload;
-    t->n_served += w->n_served;
-    t->latency_ns += w->latency_mean_ns * w->n_ok;
-    t->max_in_flight = w->max_in_flight > t->max_in_flight ? w->max_in_flight : t->max_in_flight;
-    t->saturated |= w->saturated;
-    return sluice__verdict_hold(w);
-}
-
-static const struct sluice_policy_ops spy_ops = {"spy", true, spy_reset, spy_update,
-                                                 sizeof(struct spy_policy)};
-
-Test(discovery, a_call_cut_by_its_deadline_is_measured_at_its_cut_never_as_an_overload)
-{
-    struct node n;
-    node_init(&n);
-    struct spy_totals last = {0};
-    struct spy_policy policy = {{&spy_ops}, &last};
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.policy = &policy.base;
-    d.jumpstart = 8;
-    node_create(&n, &d);
-    advance(&n, 250 * MS); /* every call below started in the first window's cohort */
-    for (int i = 0; i < 6; i++) {
-        feed(&n, 100 * MS, 4, SLUICE_OUTCOME_OK, 0);
-        feed(&n, 250 * MS, 8, SLUICE_OUTCOME_CENSORED, 0); /* cut at 250 ms: longer than that */
-    }
-    advance(&n, SLUICE_DISCOVERY_WINDOW_MAX_NS);
-    sluice_discovery_poll(n.disc);
-    cr_assert_eq(last.n_ok, 12, "cut calls are measured with the served ones (%u ok, %u cut, %u served)", last.n_ok, last.n_censored, last.n_served);
-    cr_assert_eq(last.n_censored, 6);
-    cr_assert_eq(last.latency_ns, 6 * 100 * MS + 6 * 250 * MS,
-                 "the restricted mean: each cut call at its cut");
-    cr_assert_eq(last.max_in_flight, 8, "the provider took them at that concurrency");
-    cr_assert(last.saturated, "so the window reached the limit");
-    cr_assert_eq(last.n_overload, 0, "a cut call is never an overload");
-    cr_assert_eq(last.n_served, 12);
-    cr_assert_eq(sluice_discovery_limit(n.disc), 8);
-    sluice_discovery_destroy(n.disc);
-}
-
-Test(discovery, the_largest_window_parameters_and_absurd_latencies_stay_defined)
-{
-    /* Under UBSan (the asan build): no overflowing cast or sum, and no window
-     * that closes on every sample because its due time wrapped negative. */
-    struct node n;
-    node_init(&n);
-    struct tally tally = {0};
-    struct tally_policy policy = {{&tally_ops}, &tally};
-    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
-    d.policy = &policy.base;
-    d.window_span = SLUICE_DISCOVERY_SPAN_MAX;
-    d.window_tail = SLUICE_DISCOVERY_SPAN_MAX;
-    d.window_samples = SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX;
-    d.window_min_ns = SLUICE_DISCOVERY_WINDOW_MAX_NS;
-    d.window_max_ns = SLUICE_DISCOVERY_WINDOW_MAX_NS;
-    d.retry_after_max_ns = INT64_MAX;
-    d.lock_ttl_s = SLUICE_DISCOVERY_TTL_MAX_S;
-    node_create(&n, &d);
-    int64_t latencies[] = {INT64_MAX, INT64_MIN, -1, 0, SLUICE_DISCOVERY_LATENCY_MAX_NS + 1, SEC};
-    for (int round = 0; round < 3; round++)
-        for (size_t i = 0; i < sizeof latencies / sizeof latencies[0]; i++) {
-            advance(&n, SEC);
-            feed(&n, latencies[i], UINT32_MAX, SLUICE_OUTCOME_OK, 0);
-            feed(&n, latencies[i], UINT32_MAX, SLUICE_OUTCOME_IGNORE, INT64_MAX);
-        }
-    cr_assert_eq(atomic_load(&tally.windows), 0, "%" PRIu64 " windows closed within a minute",
-                 (uint64_t)atomic_load(&tally.windows));
-    /* The window still closes at window_max_ns, and the hold saturates. */
-    advance(&n, SLUICE_DISCOVERY_WINDOW_MAX_NS);
-    sluice_discovery_poll(n.disc);
-    cr_assert_eq(atomic_load(&tally.windows), 1);
-    feed(&n, INT64_MAX, 1, SLUICE_OUTCOME_OVERLOAD, INT64_MAX);
-    cr_assert_eq(sluice_discovery_hold_until(n.disc), INT64_MAX);
-    sluice_discovery_destroy(n.disc);
-}
-
-static void *steady_calls(void *arg)
-{
-    struct sluice_discovery *d = (struct sluice_discovery *)arg;
-    struct sluice_sample s = {1000, 4, SLUICE_OUTCOME_OK, 0, 0, 0}; /* every call takes 1 µs */
-    for (int i = 0; i < SCALED(100000); i++)
-        sluice_discovery_on_sample(d, &s);
-    return NULL;
-}
-
-Test(discovery, a_sample_lands_whole_in_one_window)
-{
-    /* Every call takes exactly 1 µs, so every window's mean must be exactly
-     * 1 µs: a sample whose latency landed in one window and its count in the
-     * next would show as a different mean in both. Windows close every few
-     * microseconds of real time, racing the samples. */
-    struct tally tally = {0};
-    tally.latency_ns = 1000;
-    struct tally_policy policy = {{&tally_ops}, &tally};
-    struct sluice_gate gate;
-    sluice_gate_init(&gate, 1);
-    struct sluice_discovery_desc d;
-    memset(&d, 0, sizeof d);
-    d.node_id = "cloud:whole";
-    d.gate = &gate;
-    d.policy = &policy.base;
-    d.jumpstart = 4;
-    d.window_min_ns = 1;
-    d.window_max_ns = 20 * 1000;
-    struct sluice_discovery *disc;
-    cr_assert_eq(sluice_discovery_create(&d, &disc, NULL), SLUICE_OK);
-    enum { THREADS = 3 };
-    pthread_t tids[THREADS];
-    for (int i = 0; i < THREADS; i++)
-        pthread_create(&tids[i], NULL, steady_calls, disc);
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(tids[i], NULL);
-    cr_assert_gt(atomic_load(&tally.windows), 100);
-    cr_assert_eq(atomic_load(&tally.torn), 0, "%" PRIu64 " of %" PRIu64 " windows had a split sample",
-                 (uint64_t)atomic_load(&tally.torn), (uint64_t)atomic_load(&tally.windows));
-    sluice_discovery_destroy(disc);
-}
-
-/* ---- the event callback: one at a time, in seq order ------------------------- */
-
-struct ordered {
-    _Atomic(int) inside;
-    _Atomic(uint64_t) last_seq, calls, overlaps, disorders;
-};
-
-static void check_order(void *ctx, const struct sluice_event *ev)
-{
-    struct ordered *o = (struct ordered *)ctx;
-    if (atomic_exchange(&o->inside, 1))
-        atomic_fetch_add(&o->overlaps, 1);
-    if (ev->seq <= atomic_load_explicit(&o->last_seq, memory_order_relaxed))
-        atomic_fetch_add(&o->disorders, 1);
-    atomic_store_explicit(&o->last_seq, ev->seq, memory_order_relaxed);
-    atomic_fetch_add(&o->calls, 1);
-    for (volatile int spin = 0; spin < 2000; spin++) { /* a callback that takes a moment */
-    }
-    atomic_store(&o->inside, 0);
-}
-
-/* Overloads (each closes its window with a backoff event) and clears. */
-static void *event_storm(void *arg)
-{
-    struct sluice_discovery *d = (struct sluice_discovery *)arg;
-    struct sluice_sample overload = {0, 4, SLUICE_OUTCOME_OVERLOAD, 0, 0, 0};
-    for (int i = 0; i < SCALED(4000); i++) {
-        if (i % 50 == 49)
-            sluice_discovery_clear(d);
-        else
-            sluice_discovery_on_sample(d, &overload);
-    }
-    return NULL;
-}
-
-Test(discovery, events_reach_the_callback_one_at_a_time_in_seq_order)
-{
-    struct sluice_gate gate;
-    sluice_gate_init(&gate, 1);
-    struct ordered o;
-    memset(&o, 0, sizeof o);
-    struct sluice_discovery_desc d;
-    memset(&d, 0, sizeof d);
-    d.node_id = "cloud:ordered";
-    d.gate = &gate;
-    d.jumpstart = 64;
-    d.events = 1u << 16;
-    d.on_event = check_order;
-    d.on_event_ctx = &o;
-    struct sluice_discovery *disc;
-    cr_assert_eq(sluice_discovery_create(&d, &disc, NULL), SLUICE_OK);
-    enum { THREADS = 4 };
-    pthread_t tids[THREADS];
-    for (int i = 0; i < THREADS; i++)
-        pthread_create(&tids[i], NULL, event_storm, disc);
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(tids[i], NULL);
-    sluice_discovery_sync(disc);
-    uint64_t count = sluice_event_ring_count(sluice_discovery_events(disc));
-    cr_assert_gt(count, 100);
-    cr_assert_eq(atomic_load(&o.overlaps), 0, "the callback ran on two threads at once");
-    cr_assert_eq(atomic_load(&o.disorders), 0, "an event came after a later one");
-    cr_assert_eq(atomic_load(&o.last_seq), count, "sync returned before the last delivery");
-    cr_assert_eq(atomic_load(&o.calls), count, "an event was delivered twice or skipped");
     sluice_discovery_destroy(disc);
 }
 

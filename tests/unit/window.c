@@ -3,8 +3,12 @@
 #include <criterion/criterion.h>
 #include <sluice/window.h>
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <unistd.h>
+
+#include "common.h"
+#include "discovery_node.h"
 
 static void add_measured(struct sluice_window_accum *w, int64_t latency, uint32_t in_flight)
 {
@@ -169,4 +173,181 @@ Test(window, a_racing_close_never_splits_a_sample_between_windows, .timeout = 60
     struct sluice_window_totals t = sluice_window_accum_close(&r.w);
     n += t.n_ok;
     cr_assert_eq(n, (uint64_t)RACE_WRITERS * RACE_SAMPLES, "no sample lost or counted twice");
+}
+
+/* ---- through discovery: extreme parameters, cut calls, torn samples ------------- */
+
+/* A policy that counts the windows it is shown (a plain value: the counters it
+ * points to are shared and outlive every node), and cuts on a fresh overload. */
+struct tally {
+    _Atomic(uint64_t) windows, empty, torn;
+    int64_t latency_ns; /* every ok call takes exactly this; 0 = do not check */
+};
+
+struct tally_policy {
+    struct sluice_policy base;
+    struct tally *tally;
+};
+
+static uint32_t tally_reset(struct sluice_policy *self, uint32_t jumpstart, bool warm)
+{
+    (void)self, (void)warm;
+    return jumpstart;
+}
+
+static struct sluice_verdict tally_update(struct sluice_policy *self, const struct sluice_window *w)
+{
+    struct tally *t = ((struct tally_policy *)self)->tally;
+    atomic_fetch_add(&t->windows, 1);
+    if (!w->n_ok && !w->n_overload && !w->n_ignore)
+        atomic_fetch_add(&t->empty, 1);
+    if (t->latency_ns && w->n_ok && w->latency_mean_ns != t->latency_ns)
+        atomic_fetch_add(&t->torn, 1);
+    if (w->n_fresh_overload)
+        return sluice__verdict_overload(w, 0.9);
+    return sluice__verdict_hold(w);
+}
+
+static const struct sluice_policy_ops tally_ops = {"tally", true, tally_reset, tally_update,
+                                                   sizeof(struct tally_policy)};
+
+/* A policy that adds up the windows it is shown, and holds. */
+struct spy_totals {
+    uint32_t n_ok, n_censored, n_overload, n_served, max_in_flight;
+    int64_t latency_ns; /* the sum of latency_mean_ns x n_ok */
+    bool saturated;     /* some window was */
+};
+
+struct spy_policy {
+    struct sluice_policy base;
+    struct spy_totals *sum; /* shared, outlives the node */
+};
+
+static uint32_t spy_reset(struct sluice_policy *self, uint32_t jumpstart, bool warm)
+{
+    (void)self, (void)warm;
+    return jumpstart;
+}
+
+static struct sluice_verdict spy_update(struct sluice_policy *self, const struct sluice_window *w)
+{
+    struct spy_totals *t = ((struct spy_policy *)self)->sum;
+    t->n_ok += w->n_ok;
+    t->n_censored += w->n_censored;
+    t->n_overload += w->n_overload;
+    t->n_served += w->n_served;
+    t->latency_ns += w->latency_mean_ns * w->n_ok;
+    t->max_in_flight = w->max_in_flight > t->max_in_flight ? w->max_in_flight : t->max_in_flight;
+    t->saturated |= w->saturated;
+    return sluice__verdict_hold(w);
+}
+
+static const struct sluice_policy_ops spy_ops = {"spy", true, spy_reset, spy_update,
+                                                 sizeof(struct spy_policy)};
+
+Test(window, a_call_cut_by_its_deadline_is_measured_at_its_cut_never_as_an_overload)
+{
+    struct node n;
+    node_init(&n);
+    struct spy_totals last = {0};
+    struct spy_policy policy = {{&spy_ops}, &last};
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.policy = &policy.base;
+    d.jumpstart = 8;
+    node_create(&n, &d);
+    advance(&n, 250 * MS); /* every call below started in the first window's cohort */
+    for (int i = 0; i < 6; i++) {
+        feed(&n, 100 * MS, 4, SLUICE_OUTCOME_OK, 0);
+        feed(&n, 250 * MS, 8, SLUICE_OUTCOME_CENSORED, 0); /* cut at 250 ms: longer than that */
+    }
+    advance(&n, SLUICE_DISCOVERY_WINDOW_MAX_NS);
+    sluice_discovery_poll(n.disc);
+    cr_assert_eq(last.n_ok, 12, "cut calls are measured with the served ones (%u ok, %u cut, %u served)", last.n_ok, last.n_censored, last.n_served);
+    cr_assert_eq(last.n_censored, 6);
+    cr_assert_eq(last.latency_ns, 6 * 100 * MS + 6 * 250 * MS,
+                 "the restricted mean: each cut call at its cut");
+    cr_assert_eq(last.max_in_flight, 8, "the provider took them at that concurrency");
+    cr_assert(last.saturated, "so the window reached the limit");
+    cr_assert_eq(last.n_overload, 0, "a cut call is never an overload");
+    cr_assert_eq(last.n_served, 12);
+    cr_assert_eq(sluice_discovery_limit(n.disc), 8);
+    sluice_discovery_destroy(n.disc);
+}
+
+Test(window, the_largest_window_parameters_and_absurd_latencies_stay_defined)
+{
+    /* Under UBSan (the asan build): no overflowing cast or sum, and no window
+     * that closes on every sample because its due time wrapped negative. */
+    struct node n;
+    node_init(&n);
+    struct tally tally = {0};
+    struct tally_policy policy = {{&tally_ops}, &tally};
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.policy = &policy.base;
+    d.window_span = SLUICE_DISCOVERY_SPAN_MAX;
+    d.window_tail = SLUICE_DISCOVERY_SPAN_MAX;
+    d.window_samples = SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX;
+    d.window_min_ns = SLUICE_DISCOVERY_WINDOW_MAX_NS;
+    d.window_max_ns = SLUICE_DISCOVERY_WINDOW_MAX_NS;
+    d.retry_after_max_ns = INT64_MAX;
+    d.lock_ttl_s = SLUICE_DISCOVERY_TTL_MAX_S;
+    node_create(&n, &d);
+    int64_t latencies[] = {INT64_MAX, INT64_MIN, -1, 0, SLUICE_DISCOVERY_LATENCY_MAX_NS + 1, SEC};
+    for (int round = 0; round < 3; round++)
+        for (size_t i = 0; i < sizeof latencies / sizeof latencies[0]; i++) {
+            advance(&n, SEC);
+            feed(&n, latencies[i], UINT32_MAX, SLUICE_OUTCOME_OK, 0);
+            feed(&n, latencies[i], UINT32_MAX, SLUICE_OUTCOME_IGNORE, INT64_MAX);
+        }
+    cr_assert_eq(atomic_load(&tally.windows), 0, "%" PRIu64 " windows closed within a minute",
+                 (uint64_t)atomic_load(&tally.windows));
+    /* The window still closes at window_max_ns, and the hold saturates. */
+    advance(&n, SLUICE_DISCOVERY_WINDOW_MAX_NS);
+    sluice_discovery_poll(n.disc);
+    cr_assert_eq(atomic_load(&tally.windows), 1);
+    feed(&n, INT64_MAX, 1, SLUICE_OUTCOME_OVERLOAD, INT64_MAX);
+    cr_assert_eq(sluice_discovery_hold_until(n.disc), INT64_MAX);
+    sluice_discovery_destroy(n.disc);
+}
+
+static void *steady_calls(void *arg)
+{
+    struct sluice_discovery *d = (struct sluice_discovery *)arg;
+    struct sluice_sample s = {1000, 4, SLUICE_OUTCOME_OK, 0, 0, 0}; /* every call takes 1 µs */
+    for (int i = 0; i < SCALED(100000); i++)
+        sluice_discovery_on_sample(d, &s);
+    return NULL;
+}
+
+Test(window, a_sample_lands_whole_in_one_window)
+{
+    /* Every call takes exactly 1 µs, so every window's mean must be exactly
+     * 1 µs: a sample whose latency landed in one window and its count in the
+     * next would show as a different mean in both. Windows close every few
+     * microseconds of real time, racing the samples. */
+    struct tally tally = {0};
+    tally.latency_ns = 1000;
+    struct tally_policy policy = {{&tally_ops}, &tally};
+    struct sluice_gate gate;
+    sluice_gate_init(&gate, 1);
+    struct sluice_discovery_desc d;
+    memset(&d, 0, sizeof d);
+    d.node_id = "cloud:whole";
+    d.gate = &gate;
+    d.policy = &policy.base;
+    d.jumpstart = 4;
+    d.window_min_ns = 1;
+    d.window_max_ns = 20 * 1000;
+    struct sluice_discovery *disc;
+    cr_assert_eq(sluice_discovery_create(&d, &disc, NULL), SLUICE_OK);
+    enum { THREADS = 3 };
+    pthread_t tids[THREADS];
+    for (int i = 0; i < THREADS; i++)
+        pthread_create(&tids[i], NULL, steady_calls, disc);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(tids[i], NULL);
+    cr_assert_gt(atomic_load(&tally.windows), 100);
+    cr_assert_eq(atomic_load(&tally.torn), 0, "%" PRIu64 " of %" PRIu64 " windows had a split sample",
+                 (uint64_t)atomic_load(&tally.torn), (uint64_t)atomic_load(&tally.windows));
+    sluice_discovery_destroy(disc);
 }

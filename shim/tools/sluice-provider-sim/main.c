@@ -27,7 +27,7 @@
  *
  * The model (service times, verdicts past the cap, knee slow-down) is the
  * one the virtual-time simulator runs: provider_model.h (beside this file;
- * tests/sim/provider_sim.h runs the same model in virtual time). This
+ * testkit/provider_sim.h runs the same model in virtual time). This
  * file only adds the sockets, the clock and the counters.
  *
  * Start-up contract (tests rely on it): the first line on stdout is the

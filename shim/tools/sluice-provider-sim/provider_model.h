@@ -17,7 +17,7 @@
  *           so the client sees nothing until its own timeout
  *
  * One model, two drivers:
- *   tests/sim/provider_sim.h            runs it in virtual time (the
+ *   testkit/provider_sim.h              runs it in virtual time (the
  *                                       discovery scenarios and the bench)
  *   shim/tools/sluice-provider-sim/     runs it behind a real HTTP server
  * Both include this header, so a behaviour changed here changes in both.

@@ -24,8 +24,8 @@
  * example's binary; tests/CMakeLists.txt and bench/CMakeLists.txt set both).
  * Threads: as sim_process.h (one thread starts and stops).
  */
-#ifndef SLUICE_TESTS_E2E_STREAM_SERVER_PROCESS_H
-#define SLUICE_TESTS_E2E_STREAM_SERVER_PROCESS_H
+#ifndef SLUICE_TESTKIT_STREAM_SERVER_PROCESS_H
+#define SLUICE_TESTKIT_STREAM_SERVER_PROCESS_H
 
 #ifdef SLUICE_TOOLS_SIM_PROCESS_H
 #error "include stream_server_process.h before sluice-provider-sim/sim_process.h"

@@ -2,9 +2,9 @@
  * provider_sim.h — a deterministic, virtual-time simulation of callers, a
  * real sluice gate and a remote model provider with a hidden concurrency cap.
  *
- * Used by the tests in tests/sim/ and by bench/discovery_cases.c (through
- * `#include "sim/provider_sim.h"`). Everything is header-only and static so
- * each user compiles its own copy.
+ * Used by the tests in tests/sim/ and by the bench's discovery cases (through
+ * `#include "provider_sim.h"`, testkit/ being on both include paths).
+ * Everything is header-only and static so each user compiles its own copy.
  *
  * Model:
  *   callers    closed loop (N workers issuing back to back, optional think
@@ -195,7 +195,7 @@ struct sim_event {
 };
 
 /* A time-ordered queue of events (a binary heap; ties run in push order).
- * Shared with tests/sim/vector_sim.h. */
+ * Shared with testkit/vector_sim.h. */
 struct sim_events {
     struct sim_event *heap;
     size_t n, cap;

@@ -46,7 +46,7 @@
 #ifndef SLUICE_VECTOR_SIM_H
 #define SLUICE_VECTOR_SIM_H
 
-#include "sim/provider_sim.h"
+#include "provider_sim.h"
 
 /* ---- parameters ------------------------------------------------------------ */
 
