@@ -351,3 +351,35 @@ Test(window, a_sample_lands_whole_in_one_window)
                  (uint64_t)atomic_load(&tally.torn), (uint64_t)atomic_load(&tally.windows));
     sluice_discovery_destroy(disc);
 }
+
+/* The first window is timed by its first sample, the fastest call then in flight, with a
+ * margin for the slower ones. A streamed call's margin is its time to first token, what
+ * varies, not its whole duration again: five streams of 0.3 s to the first token and
+ * 0.9 s in all close the first window 3.2 × 1.2 s + 2 × 1.2 s = 6.2 s after it opened
+ * (doubled, the duration put it at 9.4 s: seconds more at the jumpstart for a service
+ * whose callers wait). */
+Test(window, a_streamed_first_sample_times_the_first_window_by_its_duration_plus_its_latency)
+{
+    struct node n;
+    node_init(&n);
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:stream");
+    node_create(&n, &d);
+    const int64_t opened = n.time.mono_ns, call = 900 * MS, ttft = 300 * MS;
+    uint32_t limit = sluice_discovery_limit(n.disc);
+    cr_assert_eq(limit, 5, "the jumpstart");
+    int64_t grew_at = 0;
+    for (int round = 0; round < 12 && !grew_at; round++) {
+        advance(&n, call); /* `limit` streams that started together end together */
+        for (uint32_t i = 0; i < limit && !grew_at; i++) {
+            struct sluice_sample s = {ttft, limit, SLUICE_OUTCOME_OK, 0,
+                                      n.time.mono_ns - call, limit};
+            sluice_discovery_on_sample(n.disc, &s);
+            if (sluice_discovery_limit(n.disc) > limit)
+                grew_at = n.time.mono_ns - opened;
+        }
+    }
+    cr_assert_gt(grew_at, 0, "slow start never grew");
+    cr_expect_leq(grew_at, 7 * call, "the first window closed %.1f s after it opened",
+                  (double)grew_at / SEC);
+    cr_expect_geq(grew_at, 6 * call, "the first window closed before its calls could end");
+}
