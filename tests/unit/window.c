@@ -378,6 +378,7 @@ Test(window, a_streamed_first_sample_times_the_first_window_by_its_duration_plus
                 grew_at = n.time.mono_ns - opened;
         }
     }
+    sluice_discovery_destroy(n.disc);
     cr_assert_gt(grew_at, 0, "slow start never grew");
     cr_expect_leq(grew_at, 7 * call, "the first window closed %.1f s after it opened",
                   (double)grew_at / SEC);
