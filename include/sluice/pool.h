@@ -1800,23 +1800,31 @@ SLUICE_INLINE uint32_t sluice__pool_trial_ceiling(const struct sluice_pool *p)
     return p->discovery ? sluice_discovery_ceiling(p->discovery) : 0;
 }
 
+/* The trial's ceiling when the call started with its own count plus the phantoms
+ * (abandoned calls released on trial, perhaps still running) above it, where the provider
+ * refuses if they still run; 0 when it did not (or there is no trial). */
+SLUICE_INLINE uint32_t sluice__pool_phantoms_passed(const struct sluice_pool *p,
+                                                    const struct sluice_call *call)
+{
+    if (SLUICE_LIKELY(!call->phantoms_at_start))
+        return 0;
+    uint32_t ceiling = sluice__pool_trial_ceiling(p);
+    return ceiling && call->in_flight_at_start + call->phantoms_at_start > ceiling ? ceiling : 0;
+}
+
 /*
- * LEARNED lingering, the trial's verdict from one ended call. Informative
- * calls are those that started with their own count plus the phantoms
- * (abandoned calls released on trial, perhaps still running) above the
- * ceiling, where the provider refuses: refused, the phantoms were still
- * running there (it keeps working: lingering on for good); served, they
- * were not — after SLUICE_POOL_LINGER_TRIAL_CALLS of them it frees the
- * slot of an abandoned call (lingering off for good).
+ * LEARNED lingering, the trial's verdict from one ended call whose phantoms
+ * passed the ceiling (sluice__pool_phantoms_passed): refused, the phantoms
+ * were still running there (it keeps working: lingering on for good);
+ * served, they were not — after SLUICE_POOL_LINGER_TRIAL_CALLS of them it
+ * frees the slot of an abandoned call (lingering off for good).
  */
 SLUICE_INLINE void sluice__pool_linger_verdict(struct sluice_pool *p, const struct sluice_call *call,
                                                enum sluice_outcome outcome)
 {
     if (SLUICE_LIKELY(!call->phantoms_at_start) || p->linger != SLUICE_LINGER_LEARNED ||
-        atomic_load_explicit(&p->linger_learned, SLUICE_RELAXED) != SLUICE_LINGER_LEARNED)
-        return;
-    uint32_t ceiling = sluice__pool_trial_ceiling(p);
-    if (!ceiling || call->in_flight_at_start + call->phantoms_at_start <= ceiling)
+        atomic_load_explicit(&p->linger_learned, SLUICE_RELAXED) != SLUICE_LINGER_LEARNED ||
+        !sluice__pool_phantoms_passed(p, call))
         return;
     if (outcome == SLUICE_OUTCOME_OVERLOAD)
         atomic_store_explicit(&p->linger_learned, (uint32_t)SLUICE_LINGER_ON, SLUICE_RELAXED);
@@ -1837,9 +1845,8 @@ SLUICE_INLINE bool sluice__pool_phantom_refusal(const struct sluice_pool *p,
 {
     if (SLUICE_LIKELY(!call->phantoms_at_start) || outcome != SLUICE_OUTCOME_OVERLOAD)
         return false;
-    uint32_t ceiling = sluice__pool_trial_ceiling(p);
-    return ceiling && call->in_flight_at_start <= ceiling &&
-           call->in_flight_at_start + call->phantoms_at_start > ceiling;
+    uint32_t ceiling = sluice__pool_phantoms_passed(p, call);
+    return ceiling && call->in_flight_at_start <= ceiling;
 }
 
 /* LEARNED lingering, undecided, with a ceiling to test against: release an abandoned call's
