@@ -397,8 +397,9 @@ ADMIN_TEST(admin_h_the_readme_and_the_fuzz_dictionary_follow_the_route_table)
         char *word = tick + 1;
         tick = strchr(word, '`');
         cr_assert_not_null(tick, "README.md: an unclosed ` in the admin routes");
-        const char *method = strncmp(word, "POST /", 6) ? "GET" : "POST";
-        word += strncmp(word, "POST /", 6) ? 0 : 5;
+        bool post = !strncmp(word, "POST /", 6);
+        const char *method = post ? "POST" : "GET";
+        word += post ? 5 : 0;
         if (*word == '/')
             routes_add(&readme, method, word);
     }
