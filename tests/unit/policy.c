@@ -196,6 +196,47 @@ Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behin
     cr_assert_lt(v.estimate, 20);
 }
 
+/* Slow start from 5 (19 calls behind s0), refused at 20 by calls that started with `struck`
+ * in flight; then level 11, under the refusal bracket, 17% over s0 on 19 spread calls (above
+ * the knee, inside the noise). Returns the verdict on that level's first judged window. */
+static struct sluice_verdict doubt_at_11_after_refusals_struck_at(uint32_t struck)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_reset(&p.base, 5, false);
+    feed(&p, 5, 19, 2 * SEC, 1);
+    feed(&p, 10, 19, 2 * SEC, 1);
+    struct sluice_window w = healthy(20, 10, 2 * SEC, 0.4);
+    w.n_overload = w.n_fresh_overload = 3;
+    w.n_served = 10;
+    w.served_in_flight = 12;
+    w.overload_in_flight = struck;
+    struct sluice_verdict v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
+    cr_assert_eq(v.limit, (uint32_t)(struck * 0.9), "cut to backoff times where it struck");
+    for (int i = 0; i < 2; i++) { /* the first window at 11 measured the old queue */
+        w = healthy(11, 19, 2 * SEC * 117 / 100, 0.4);
+        w.probe_cap = 19;
+        v = sluice_policy_update(&p.base, &w);
+    }
+    return v;
+}
+
+/* Refusals that struck just above a level bound the cap there: a rise within the noise is
+ * measured more where it stands (`confirm` decides), not answered by halving the limit to
+ * re-measure a reference of 19 calls (over HTTP that halved 11 under a streaming cap of 12
+ * for the rest of a run, two runs in three). Where refusals struck far above, the
+ * re-measure stays. */
+Test(policy, discover_measures_a_level_in_doubt_just_under_where_refusals_struck_where_it_stands)
+{
+    struct sluice_verdict v = doubt_at_11_after_refusals_struck_at(13);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "held at the level the refusals' cut chose");
+    cr_assert_eq(v.limit, 11);
+    v = doubt_at_11_after_refusals_struck_at(20);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "refusals far above: the reference is probed");
+    cr_assert_lt(v.limit, 11);
+}
+
 Test(policy, discover_never_cuts_below_what_a_rate_limit_served)
 {
     struct sluice_policy_discover p;

@@ -144,9 +144,12 @@
  *            probe. x <= t and x + 2·se <= ln(1 + 1.5·knee): the level
  *            passes. Anything else is doubt: hold and pool; after `confirm`
  *            windows of doubt at one level, x > t + se/2 is queueing and
- *            the rest passes. Where refusals made the bracket, or at the
- *            locked ceiling, doubt passes at once: refusals are the sharper
- *            signal, and a lock is only lowered by them.
+ *            the rest passes. Where refusals made the bracket, a level
+ *            under the knee passes without the upper bound, and one just
+ *            under where they struck (within a knee's share, at least one
+ *            call) passes unless it clearly queues; at the locked ceiling
+ *            doubt passes at once: refusals are the sharper signal, and a
+ *            lock is only lowered by them.
  *   lock     Just below a latency bracket the first stable window locks
  *            (discovery.h). The policy lets that happen only on a level
  *            that passed with the last cut's estimate at or above it;
@@ -313,6 +316,9 @@ struct sluice_policy_discover {
     int64_t echo_ns;     /* when the run of refusals began: the start of the window it began
                             in (0 = none since the last window without a fresh refusal) */
     double now_n, now_ns; /* the same over about one latency: the current pace */
+    uint32_t struck;     /* where the last refusals that cut struck, when they struck above
+                            every served call (0 = none): a level in doubt just below is
+                            bounded by refusals, not by latency */
     uint32_t proved;     /* the highest limit a clean, saturated, queue-free window served
                             at, lowered to where refusals struck while calls were served
                             (0 = none) */
@@ -343,6 +349,7 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
     p->echo_ns = 0;
     p->proved = 0;
     p->proved_ns = 0;
+    p->struck = 0;
     p->quiet_ns = 0;
     p->down_ns = 0;
     memset(p->levels, 0, sizeof p->levels);
@@ -634,6 +641,9 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
     /* Refused where calls were served: that level is no longer proved. */
     if (w->n_served && p->proved > struck)
         p->proved = struck;
+    /* A cap's edge only where every refused call started with more in flight than any
+     * served one: a gateway that queues serves calls at the counts it refuses others at. */
+    p->struck = w->overload_in_flight > w->served_in_flight ? struck : 0;
     return sluice_verdict_make(next,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER : SLUICE_CAUSE_OVERLOAD,
                            0);
@@ -783,6 +793,23 @@ SLUICE_INLINE bool sluice__discover_compare_below(struct sluice_policy_discover 
     return false;
 }
 
+/*
+ * Refusals struck just above this level (it is at or above where their cut
+ * went): the cap is bounded there by the sharper signal, so a
+ * level in doubt is measured more where it stands and `confirm` decides,
+ * instead of halving the limit to re-measure the reference. Against a
+ * reference taken at the jumpstart from a few calls (19 streams, 17% under
+ * the level's mean on our side of the wire), that re-measure halved 11
+ * under a streaming cap of 12 for the rest of a 20-second run, two runs in
+ * three. The rise is still judged: a gateway that queues before it
+ * refuses shows its queue to `confirm` (passing these levels outright
+ * locked 4 seeds in 30 at 14-16 over a gateway's cap of 10).
+ */
+SLUICE_INLINE bool sluice__discover_bounded(const struct sluice_policy_discover *p, uint32_t level)
+{
+    return p->struck > level && (double)(level + 1u) > (double)p->struck * p->params.backoff;
+}
+
 /* What the latency test says of a level. */
 enum sluice__discover_test {
     SLUICE__DISCOVER_PASS,  /* no queueing: the level passes */
@@ -837,7 +864,8 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
  * seconds), and a rise within the noise is no reason to halve the limit
  * with callers waiting (it halved 25 under a cap of 24, three runs in
  * three, over HTTP with 250 ms deadlines); the level is measured more and
- * `confirm` decides. Without cut calls the probe stays: a gateway that
+ * `confirm` decides. Nor just under where refusals struck
+ * (sluice__discover_bounded). Otherwise the probe stays: a gateway that
  * queues, then refuses, shows its knee before its refusals, and without
  * the probe 4 seeds in 30 locked above the band at C = 10.
  */
@@ -852,7 +880,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
     if ((refused || last_step) && w->saturated && w->limit == w->probe_cap && w->limit > 1)
         return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_MEASURE_BELOW, 0);
     if (!ref->sampled && !p->probing && !trusted && !(refused && w->n_censored) &&
-        p->windows >= p->remeasure_after) {
+        !(refused && sluice__discover_bounded(p, level)) && p->windows >= p->remeasure_after) {
         if (p->slow_start && l->doubts < SLUICE__DISCOVER_SLOW_START_DOUBTS)
             return sluice__verdict_hold(w);
         uint32_t lo = sluice__discover_lo(p, level);
