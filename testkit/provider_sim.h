@@ -630,6 +630,9 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
     int64_t until = s->cfg.linger ? sluice_service_linger_until(&s->service, r->t_start, s->now,
                                                                  30 * SLUICE_NS_PER_SEC)
                                   : 0;
+    /* As a pool records a cut call (after it chose the linger): without it the estimate saw only
+     * the calls short enough to beat the deadline. */
+    sluice_service_add_censored(&s->service, s->now - r->t_start);
     if (until > s->now) {
         sim__push(s, until, SIM_EV_LINGER_END, 0, 0);
     } else {
