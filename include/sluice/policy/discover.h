@@ -115,26 +115,20 @@
  *            level refusals at or below are a rate's, not a cap's (above).
  *
  * Per window (discovery closes one per operating point, see discovery.h):
- *   refusal  A fresh 429/503/timeout cuts to backoff times where it struck
- *            (the calls in flight it started with, or the limit it started
- *            under: a timeout surfaces a second later, after the limit
- *            moved on; see discovery.h), but never below
- *            backoff·rate_max·s0 while the pace keeps up with that plateau:
- *            a sliding-window rate limit, which keeps refusing for a while
- *            after a cut but still serves R a second, cannot ratchet the
- *            limit under what it sustained. A refusal at a limit the
- *            provider demonstrably serves (at most 0.95·rate_max·s0, or a
- *            cut that would not go below it) is the echo of an older
- *            burst: hold, for at most a second (or half a latency) of
- *            refusals in a row, dated from the start of the window they
- *            began in. An echo needs a burst of ours inside the provider's
- *            rate window; a limit steady for longer than that had none, so
- *            refusals there are news at once (a cap cut from 52 to 20 costs
- *            no more 429s than without the hold). A cap that really came
- *            down keeps refusing past the hold, and serves less, so the
- *            pace falls; either way the
- *            cuts go on. (A Retry-After becomes discovery's hold.) Refusals
- *            at or below `proved` (above) hold or stop at backoff·proved.
+ *   refusal  A fresh 429/503/timeout cuts as the table above says (a
+ *            timeout surfaces a second later, after the limit moved on, so
+ *            it counts by the limit it started under; see discovery.h). A
+ *            refusal at a limit the provider demonstrably serves (at most
+ *            0.95·rate_max·s0, or a cut that would not go below it) is the
+ *            echo of an older burst of ours inside its rate window: hold,
+ *            for at most a second (or half a latency) of refusals in a row,
+ *            dated from the start of the window they began in; a limit
+ *            steady for longer than a rate window had no burst, so its
+ *            refusals are news at once (a cap cut from 52 to 20 costs no
+ *            more 429s than without the hold). A cap that really came down
+ *            keeps refusing past the hold and serves less, so the pace
+ *            falls and the cuts go on. (A Retry-After becomes discovery's
+ *            hold.)
  *   latency  The window is pooled into its level (the limit, or the peak in
  *            flight when demand fell short), then the level is tested:
  *            x = ln(mean/s0) against t = ln(1 + knee), with se the standard
@@ -202,17 +196,13 @@
  * doubt): low enough to be queue-free, high enough to keep serving. */
 #define SLUICE__DISCOVER_PROBE_FLOOR 0.5
 #define SLUICE__DISCOVER_PROBE_DIVISOR 2u /* the same half, of an integer level */
-/* While deadlines cut calls, a re-measure (a probe of s0 that no proven
- * queue asked for) holds its level for at most this many judged windows,
- * and the next one waits this many windows times
- * SLUICE__DISCOVER_REMEASURE_SPACING: callers that wait behind a halved
- * limit pay for every window of it, and the s0 it gains comes on the next
- * visit (BBR's PROBE_RTT is as brief). Cut calls leave few measured ones
- * per window, so a probe that held until s0 was sampled held a limit of 9
- * under a cap of 24 for 9 of 12 seconds; until s0 is sampled, the level in
- * doubt is measured more instead, and `confirm` decides. Without cut calls
- * the probe runs until s0 is sampled (bounded, 9 seeds in 100 of a gateway
- * that queues, then refuses, locked above the band). */
+/* While deadlines cut calls, a re-measure (a probe of s0 no proven queue
+ * asked for) holds at most this many judged windows, and the next waits
+ * that times SLUICE__DISCOVER_REMEASURE_SPACING: callers behind a halved
+ * limit pay for each window (one that held until s0 was sampled held 9
+ * under a cap of 24 for 9 of 12 s). Without cut calls it runs until s0 is
+ * sampled (bounded, 9 seeds in 100 of a queue-then-refuse gateway locked
+ * above the band). */
 #define SLUICE__DISCOVER_REMEASURE_WINDOWS 3u
 #define SLUICE__DISCOVER_REMEASURE_SPACING 2u
 /* The rate: an average over about 4 latencies. */
@@ -592,21 +582,15 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
      * they started with, where that is evidence of a cap). */
     uint32_t struck = sluice_window_struck(w);
     double cut = (double)struck * backoff;
-    /* An echo needs a burst of our own within the provider's rate window.
-     * The run of refusals is dated from the start of the window it began
-     * in: the limit had been steady since then, so if that is longer ago
-     * than a rate window, there is no burst to echo and the provider
-     * changed (below). */
+    /* The run of refusals dates from the start of the window it began in (the limit was
+     * steady since): longer ago than a rate window, there is no burst of ours to echo. */
     if (!p->echo_ns)
         p->echo_ns = w->start_ns;
     if (w->overload_start_ns < p->proved_ns)
         p->proved = 0;
-    /* Rate, not cap: a window that served nothing was refused at every
-     * level, and at or below a level clean windows just served it says
-     * nothing of a cap (a rate window after a burst refuses all, retries
-     * included, until it slides): hold (a whole round of refusals, not a
-     * stray one: that is news as it always was). A cap that fell still serves
-     * what it takes, and those windows cut, lowering `proved` with them. */
+    /* Rate, not cap: a whole round refused with nothing served, at or below a level clean
+     * windows just served, is a rate window after a burst: hold. A cap that fell still
+     * serves what it takes, and those windows cut, lowering `proved` with them. */
     if (!w->n_served && w->n_overload >= w->limit && p->proved && struck <= p->proved) {
         p->quiet_ns = w->end_ns;
         return sluice__verdict_hold(w);
@@ -618,12 +602,9 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
     double span = SLUICE__DISCOVER_ECHO_LATENCIES * s0;
     if (span < SLUICE__DISCOVER_RATE_WINDOW_NS)
         span = SLUICE__DISCOVER_RATE_WINDOW_NS;
-    /* Within a span of our last burst (the limit coming down, or a window
-     * the provider refused whole), no cut goes below backoff times the
-     * level clean windows proved: a rate window's refusals outlive the cut
-     * that answered them by up to its span, at every level. A limit steady
-     * for longer had no burst to echo, and a run older than a few spans is
-     * a cap's (a cap refuses for as long as the limit stays above it). */
+    /* Within a span of our last burst (the limit coming down, or a window refused whole) no
+     * cut goes below backoff·proved: a rate window's refusals outlive the cut that answered
+     * them. A run older than a few spans is a cap's (it refuses while the limit is above). */
     int64_t since = p->quiet_ns > p->down_ns ? p->quiet_ns : p->down_ns;
     bool explained = (double)(w->end_ns - since) < span &&
                      (double)(w->end_ns - p->echo_ns) < SLUICE__DISCOVER_RATE_RUNS * span;
@@ -762,16 +743,12 @@ SLUICE_INLINE bool sluice__discover_last_step(const struct sluice_policy_discove
            w->limit != p->settled;
 }
 
-/*
- * Before the last step locks on a level that passed: past a knee
- * throughput falls, so the cap is where it peaks. Measure the level just
- * below (if nothing has: true, with the step down in *v), and lower the
- * estimate to whichever of the two served more calls per second. Only where
- * one level is a coarse step (SLUICE__DISCOVER_COARSE_STEP); at large
- * limits the test's own resolution dominates and the comparison is noise.
- * And once: the level that won locks without a comparison of its own, or
- * noise would walk the lock down one level per round.
- */
+/* Before the last step locks on a level that passed (past a knee throughput falls, so the
+ * cap is where it peaks): measure the level just below (if nothing has: true, with the step
+ * down in *v), and lower the estimate to whichever of the two served more calls per second.
+ * Only where one level is a coarse step (SLUICE__DISCOVER_COARSE_STEP): at large limits the
+ * comparison is noise. And once: the winner locks without a comparison of its own, or noise
+ * would walk the lock down one level per round. */
 SLUICE_INLINE bool sluice__discover_compare_below(struct sluice_policy_discover *p,
                                                   const struct sluice_window *w,
                                                   const struct sluice__discover_level *l,
@@ -793,18 +770,11 @@ SLUICE_INLINE bool sluice__discover_compare_below(struct sluice_policy_discover 
     return false;
 }
 
-/*
- * Refusals struck just above this level (it is at or above where their cut
- * went): the cap is bounded there by the sharper signal, so a
- * level in doubt is measured more where it stands and `confirm` decides,
- * instead of halving the limit to re-measure the reference. Against a
- * reference taken at the jumpstart from a few calls (19 streams, 17% under
- * the level's mean on our side of the wire), that re-measure halved 11
- * under a streaming cap of 12 for the rest of a 20-second run, two runs in
- * three. The rise is still judged: a gateway that queues before it
- * refuses shows its queue to `confirm` (passing these levels outright
- * locked 4 seeds in 30 at 14-16 over a gateway's cap of 10).
- */
+/* Refusals struck just above this level (at or above where their cut went): the cap is
+ * bounded there, so a level in doubt is measured where it stands and `confirm` decides. A
+ * re-measure against a 19-call jumpstart reference halved 11 under a streaming cap of 12 for
+ * the rest of a 20 s run, two runs in three; passing such levels outright instead locked 4
+ * seeds in 30 at 14-16 over a queueing gateway's cap of 10. */
 SLUICE_INLINE bool sluice__discover_bounded(const struct sluice_policy_discover *p, uint32_t level)
 {
     return p->struck > level && (double)(level + 1u) > (double)p->struck * p->params.backoff;
