@@ -1384,7 +1384,7 @@ SLUICE_INLINE int sluice__pool_watch(struct sluice_pool *p, const struct timespe
     w.hook.fn = sluice__pool_watch_on_cancel;
     sluice__pool_watch_link(p, &w, true);
     bool hooked = cancel && sluice_cancel_register(cancel, &w.hook);
-    sluice__gate_acquire_async(&p->gate, &w.gw, true); /* woken first, like a sync waiter */
+    sluice_gate_acquire_async_wake(&p->gate, &w.gw); /* woken first, like a sync waiter */
     int status;
     for (;;) {
         uint32_t epoch = atomic_load_explicit(&p->linger_epoch, SLUICE_SEQ_CST);
@@ -1543,7 +1543,7 @@ SLUICE_INLINE int sluice_pool_call_begin_by(struct sluice_pool *p,
         status = SLUICE_ETIMEDOUT;
     }
     if (status != SLUICE_OK && !call->refused_late) /* a token that fired meanwhile wins */
-        status = sluice__gate_failed(status, cancel);
+        status = sluice_gate_failed(status, cancel);
     if (status != SLUICE_ETIMEDOUT)
         call->expired = SLUICE_EXPIRED_NONE;
     else if (call->expired == SLUICE_EXPIRED_NONE)
@@ -1688,8 +1688,8 @@ SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sl
         sluice_gate_acquire_async(&p->gate, &w->sluice__gate);
         return;
     }
-    sluice__gate_node_init(&w->sluice__gate.sluice__node, &w->sluice__gate);
-    sluice__gate_settle_async(&w->sluice__gate, closed ? SLUICE__NODE_CLOSED : SLUICE__NODE_GRANTED);
+    sluice_gate_waiter_init(&w->sluice__gate);
+    sluice_gate_settle_async(&w->sluice__gate, closed ? SLUICE_ECLOSED : SLUICE_OK);
 }
 
 /*
@@ -1713,7 +1713,7 @@ SLUICE_INLINE int sluice_pool_call_cancel_async(struct sluice_pool *p, struct sl
     if (!held)
         return SLUICE_EAGAIN;
     sluice_gate_release(&p->gate);
-    sluice__gate_settle_async(&w->sluice__gate, SLUICE__NODE_CANCELED);
+    sluice_gate_settle_async(&w->sluice__gate, SLUICE_ECANCELED);
     return SLUICE_OK;
 }
 
@@ -1763,7 +1763,7 @@ SLUICE_INLINE void sluice_pool_poll(struct sluice_pool *p)
     for (struct sluice_pool_waiter *w = sluice__pool_take_async(p, false); w;) {
         struct sluice_pool_waiter *next = w->sluice__next;
         w->sluice__next = NULL;
-        sluice__gate_settle_async(&w->sluice__gate, SLUICE__NODE_GRANTED); /* starts it */
+        sluice_gate_settle_async(&w->sluice__gate, SLUICE_OK); /* starts it */
         w = next;
     }
 }
@@ -1931,7 +1931,7 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
     }
     /* The sample may have raised the limit, granting waiters too: async
      * callbacks wait until every sync waiter this end granted is woken. */
-    bool outer = SLUICE_UNLIKELY(p->discovery != NULL) && sluice__gate_hold_callbacks();
+    bool outer = SLUICE_UNLIKELY(p->discovery != NULL) && sluice_gate_hold_callbacks();
     if (linger)
         sluice__pool_linger(p, linger_until);
     else if (p->active)
@@ -1959,7 +1959,7 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
     }
     if (SLUICE_UNLIKELY(p->discovery != NULL)) {
         sluice_discovery_hand_out_grants(p->discovery);
-        sluice__gate_resume_callbacks(outer);
+        sluice_gate_resume_callbacks(outer);
         sluice_discovery_flush(p->discovery);
         sluice_pool_poll(p);
     }
@@ -2100,7 +2100,7 @@ SLUICE_INLINE void sluice_pool_close(struct sluice_pool *p)
         struct sluice_pool_waiter *next = w->sluice__next;
         w->sluice__next = NULL;
         sluice_gate_release(&p->gate);
-        sluice__gate_settle_async(&w->sluice__gate, SLUICE__NODE_CLOSED);
+        sluice_gate_settle_async(&w->sluice__gate, SLUICE_ECLOSED);
         w = next;
     }
 }
