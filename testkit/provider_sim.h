@@ -47,7 +47,7 @@
  *              that long after it started (its own deadline: a censored
  *              sample, not an overload); the provider keeps serving it. With
  *              linger the permit stays held, as a pool's lingering permit
- *              does (sluice/pool.h), until sluice_service_linger_until.
+ *              does (sluice/pool_linger.h), until sluice_service_linger_until.
  *   streams    with answer_tokens > 0 an answer is streamed: the
  *              provider's draw (lognormal, the mode's slow-down) is the time
  *              to its first token, then answer_tokens (lognormal,

@@ -97,6 +97,17 @@
  * not export it — gets a list of its own, and a callback that crosses into
  * such a module may run one callback nested inside it (once per module
  * boundary, never unboundedly).
+ *
+ * Building on the gate (the pool, sluice/pool_call.h): a layer whose
+ * callers wait on more than a permit uses six calls beyond acquire and
+ * release. sluice_gate_failed says how such a wait ends (cancel wins);
+ * sluice_gate_acquire_async_wake queues a blocked thread through the async
+ * path, woken the moment its outcome is decided; sluice_gate_waiter_init and
+ * sluice_gate_settle_async deliver an outcome the layer decided itself
+ * through the trampoline, like the gate's own; sluice_gate_hold_callbacks
+ * and sluice_gate_resume_callbacks bracket one operation that releases and
+ * grants, so every sync waiter it grants is woken before any callback runs.
+ * Each one's contract is at its definition.
  */
 #ifndef SLUICE_GATE_H
 #define SLUICE_GATE_H
@@ -377,12 +388,17 @@ SLUICE_INLINE void sluice__gate_run_callbacks(void)
 
 /*
  * Hold this thread's async callbacks back, as if a callback were running,
- * until sluice__gate_resume_callbacks(outer) with what this returned (true:
+ * until sluice_gate_resume_callbacks(outer) with what this returned (true:
  * this frame is the outermost and will run them). For a caller whose one
- * operation both releases and hands out other grants: every sync waiter it
- * grants is woken before any callback runs.
+ * operation both releases and hands out other grants (the pool's call_end:
+ * a release, then the grants of a limit raise): every sync waiter it
+ * grants is woken before any callback runs. Outcomes decided meanwhile
+ * queue on the thread's trampoline; none is lost. Pairs nest: an inner
+ * pair (or a call from inside a callback) gets false and leaves the
+ * running to the outermost. Call both on the same thread, with no lock
+ * held that a callback might take around the resume.
  */
-SLUICE_INLINE bool sluice__gate_hold_callbacks(void)
+SLUICE_INLINE bool sluice_gate_hold_callbacks(void)
 {
     struct sluice__gate_trampoline *t = &sluice__gate_pending;
     bool outer = !t->running;
@@ -390,7 +406,9 @@ SLUICE_INLINE bool sluice__gate_hold_callbacks(void)
     return outer;
 }
 
-SLUICE_INLINE void sluice__gate_resume_callbacks(bool outer)
+/* End a sluice_gate_hold_callbacks; `outer` is what it returned. When true,
+ * runs every callback decided meanwhile, in decision order, on this thread. */
+SLUICE_INLINE void sluice_gate_resume_callbacks(bool outer)
 {
     if (!outer)
         return;
@@ -555,9 +573,15 @@ SLUICE_INLINE int sluice__gate_abandon(struct sluice_gate *g, struct sluice_gate
     return verdict == SLUICE__NODE_CLOSED ? (int)SLUICE_ECLOSED : status;
 }
 
-/* How a wait that got no permit ends: a fired token wins over a closed gate
- * and a passed deadline (an argument error stays one). */
-SLUICE_INLINE int sluice__gate_failed(int status, const struct sluice_cancel *cancel)
+/*
+ * How a wait that got no permit ends: `status` (ETIMEDOUT, ECLOSED, ...)
+ * unless `cancel` (may be NULL) has fired by now, then SLUICE_ECANCELED;
+ * SLUICE_EINVAL stays itself (an argument error is no wait). The gate's own
+ * waits end through it, and a layer that waits on more than the gate (the
+ * pool: a permit, then a Retry-After hold) ends its failures through it
+ * too, so "cancel wins" means the same everywhere (sluice/cancel.h).
+ */
+SLUICE_INLINE int sluice_gate_failed(int status, const struct sluice_cancel *cancel)
 {
     return status != SLUICE_EINVAL && sluice_cancel_fired(cancel) ? (int)SLUICE_ECANCELED : status;
 }
@@ -569,7 +593,7 @@ SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, const struct timespec
     sluice__gate_node_init(&node, NULL);
     int status = sluice__gate_join(g, &node);
     if (status != SLUICE_EAGAIN)
-        return status == SLUICE_OK ? status : sluice__gate_failed(status, cancel);
+        return status == SLUICE_OK ? status : sluice_gate_failed(status, cancel);
     struct sluice__gate_cancel_hook hook;
     hook.hook.fn = sluice__gate_on_cancel;
     hook.node = &node;
@@ -609,7 +633,7 @@ SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, const struct timespec
     }
     if (hooked)
         sluice_cancel_unregister(cancel, &hook.hook);
-    return status == SLUICE_OK ? status : sluice__gate_failed(status, cancel);
+    return status == SLUICE_OK ? status : sluice_gate_failed(status, cancel);
 }
 
 /*
@@ -633,7 +657,7 @@ SLUICE_INLINE int sluice_gate_acquire(struct sluice_gate *g, const struct timesp
     if (cancel && sluice_cancel_fired(cancel))
         return SLUICE_ECANCELED;
     if (SLUICE_UNLIKELY(atomic_load_explicit(&g->closed, SLUICE_RELAXED)))
-        return sluice__gate_failed(SLUICE_ECLOSED, cancel); /* a token firing meanwhile wins */
+        return sluice_gate_failed(SLUICE_ECLOSED, cancel); /* a token firing meanwhile wins */
     if (SLUICE_LIKELY(sluice__gate_take_fast(g)))
         return SLUICE_OK;
     return sluice__gate_wait(g, deadline, cancel);
@@ -682,18 +706,58 @@ SLUICE_INLINE void sluice_gate_acquire_async(struct sluice_gate *g, struct sluic
 }
 
 /*
- * Deliver an async outcome decided without this gate's queue (GRANTED,
- * CLOSED or CANCELED: a pool that is unlimited or closed, or one settling a
- * call that waited out a hold) through the trampoline, so a callback that
- * starts the next call from inside itself never nests another (constant
- * stack however long the chain). The node is a fresh record initialised
- * with sluice__gate_node_init, or one the gate let go of (popped or never
- * queued): only its trampoline fields are written, never `queued`, which a
- * racing sluice_gate_cancel_async reads under the gate's lock.
+ * sluice_gate_acquire_async for a record that stands for a blocked thread
+ * (the pool's waiters when permits linger: they queue through the async
+ * path so they can also wake for a timer of their own): w->cb only wakes
+ * that thread, so it runs the moment its outcome is decided, from inside
+ * the deciding gate call and before any queued callback, as a sync
+ * waiter's wake would — not deferred to the trampoline. Same FIFO line,
+ * same exactly-once outcomes (OK, ECANCELED through
+ * sluice_gate_cancel_async, ECLOSED). So w->cb must be short, must not
+ * block, and must not call back into a gate.
  */
-SLUICE_INLINE void sluice__gate_settle_async(struct sluice_gate_waiter *w, uint32_t verdict)
+SLUICE_INLINE void sluice_gate_acquire_async_wake(struct sluice_gate *g,
+                                                  struct sluice_gate_waiter *w)
 {
-    sluice__gate_defer(&w->sluice__node, verdict);
+    sluice__gate_acquire_async(g, w, true);
+}
+
+/*
+ * Make a record the gate's without queueing it, for an outcome its owner
+ * decides without the gate (see sluice_gate_settle_async): whatever the
+ * memory held before, it is then a fresh, unqueued waiter. Set `cb` and
+ * `data` before or after; acquire_async does this itself.
+ */
+SLUICE_INLINE void sluice_gate_waiter_init(struct sluice_gate_waiter *w)
+{
+    sluice__gate_node_init(&w->sluice__node, w);
+}
+
+/* The node verdict an async outcome's status stands for (sluice__gate_status reversed). */
+SLUICE_INLINE uint32_t sluice__gate_verdict_of(int status)
+{
+    return status == SLUICE_OK       ? (uint32_t)SLUICE__NODE_GRANTED
+           : status == SLUICE_ECLOSED ? (uint32_t)SLUICE__NODE_CLOSED
+                                      : (uint32_t)SLUICE__NODE_CANCELED;
+}
+
+/*
+ * Deliver an outcome decided without this gate's queue — `status`
+ * SLUICE_OK, SLUICE_ECLOSED or SLUICE_ECANCELED: a pool that is unlimited
+ * or closed, or one settling a call that waited out a hold — to w->cb
+ * through the trampoline, exactly as the gate delivers its own: now, or
+ * right after the current callback when called from one, so a callback
+ * that starts the next call from inside itself never nests another
+ * (constant stack however long the chain). `w` is a fresh record
+ * (sluice_gate_waiter_init) or one the gate let go of: granted (popped, or
+ * taken at once) and never settled since. Only its trampoline fields are
+ * written, never `queued`, which a racing sluice_gate_cancel_async reads
+ * under the gate's lock. Settling a record the gate still queues, or one
+ * twice, breaks exactly-once.
+ */
+SLUICE_INLINE void sluice_gate_settle_async(struct sluice_gate_waiter *w, int status)
+{
+    sluice__gate_defer(&w->sluice__node, sluice__gate_verdict_of(status));
     sluice__gate_run_callbacks();
 }
 

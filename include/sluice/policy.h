@@ -176,7 +176,7 @@ struct sluice_window {
                                    the survival-analysis estimate that needs no model of the
                                    tail. It compares levels fairly while the cut times do not
                                    depend on the level, which the pool's admission rule
-                                   (sluice/pool.h, "Deadlines") keeps so: a call is admitted
+                                   (sluice/pool_deadlines.h) keeps so: a call is admitted
                                    only when its predicted wait leaves it the time to finish,
                                    at any limit. Without it (a queue that ate most of each
                                    deadline at low limits) the served calls alone would

@@ -130,7 +130,7 @@ struct sluice_run_result {
                                      hold), all generations */
     unsigned generations;         /* client calls made: the initial one plus repairs */
     bool refused_late;            /* SLUICE_ETIMEDOUT without calling the client: it could no
-                                     longer start in time (sluice/pool.h, "Deadlines") */
+                                     longer start in time (sluice/pool_deadlines.h) */
     enum sluice_expiry expired;   /* with SLUICE_ETIMEDOUT: which deadline */
     struct sluice_sample last;    /* the last generation's sample, as discovery gets it */
     int client_status;            /* with SLUICE_ECLIENT: the failing callback's own code */
@@ -237,7 +237,7 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
  * NULL): SLUICE_OK, SLUICE_ECAPACITY (rejected: nothing was called and the
  * rest of *result is zero), SLUICE_ELATE (the predicted wait leaves the
  * run too little of its deadline or start deadline: nothing was called;
- * see sluice/pool.h, "Deadlines"), SLUICE_EINVAL (bad desc, unknown backend
+ * see sluice/pool_deadlines.h), SLUICE_EINVAL (bad desc, unknown backend
  * ID, or a deadline whose tv_nsec is outside [0, 1e9)), SLUICE_ECANCELED,
  * SLUICE_ETIMEDOUT (result->expired says which deadline; result->refused_late
  * that a generation could no longer start in time and the client was not

@@ -34,10 +34,10 @@
  *         chance, and not the minimum, which one lucky call sets for good.
  *   mid   the median: "a call with less time left than this has less than
  *         an even chance". The start rule uses it instead of `low` while
- *         other calls queue behind the one being granted (sluice/pool.h).
+ *         other calls queue behind the one being granted (sluice/pool_deadlines.h).
  *   high  the SLUICE_SERVICE_HIGH_PERCENT (90 %) quantile: how long a call
  *         that has already outlived a typical one may still run at the
- *         provider. Lingering permits (sluice/pool.h) use it.
+ *         provider. Lingering permits (sluice/pool_linger.h) use it.
  * Why a ring and a sort instead of a streaming estimator (P², stochastic
  * quantiles): a ring forgets completely in SLUICE_SERVICE_SAMPLES calls, so
  * the estimate follows a provider that slowed down within one ring's worth
@@ -237,7 +237,7 @@ SLUICE_INLINE int64_t sluice_service_median(const struct sluice_service *s)
  * Whether the ring holds enough calls but the cut ones hide the median: most
  * calls end at their callers' deadlines, so how long one takes is only
  * known to be longer than the time they had. The deadline rules then let a
- * call start only on a free permit (sluice/pool.h, "Deadlines").
+ * call start only on a free permit (sluice/pool_deadlines.h).
  */
 SLUICE_INLINE bool sluice_service_hidden(const struct sluice_service *s)
 {

@@ -31,7 +31,13 @@
  *     sluice/effects.h   effects combiner: store saves, events, grants after the lock
  *     sluice/discovery.h per-node probing/backoff/locked state machine, status line
  *     sluice/service.h   expected service time, latency histograms
- *     sluice/pool.h      one backend's pool: immediate admission + generation permits
+ *     sluice/pool_state.h       a pool's descriptions, limits, defaults; struct sluice_pool
+ *     sluice/pool_admit.h       immediate admission: admit, leave
+ *     sluice/pool_hold.h        Retry-After holds, waited out permit in hand
+ *     sluice/pool_linger.h      lingering permits of abandoned calls, their reaper and watcher
+ *     sluice/pool_deadlines.h   deadline rules: predicted wait, standing queue, start rule
+ *     sluice/pool_call.h        a generation call: blocking and async begin, end, abandon
+ *     sluice/pool.h      one backend's pool: create, close, stats; includes the pool_*.h above
  *   engine
  *     sluice/engine.h    backend registry: presets, validation, O(1) lookup by ID
  *     sluice/run.h       run lifecycle: admit, prepare, generate, validate, repair
@@ -90,6 +96,12 @@
 #include "effects.h"
 #include "discovery.h"
 #include "service.h"
+#include "pool_state.h"
+#include "pool_admit.h"
+#include "pool_hold.h"
+#include "pool_linger.h"
+#include "pool_deadlines.h"
+#include "pool_call.h"
 #include "pool.h"
 #include "engine.h"
 #include "run.h"

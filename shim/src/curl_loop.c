@@ -422,7 +422,7 @@ static void sluice__accept(struct sluice__rec *rec)
     }
     rec->stage = SLUICE__WAITING;
     sluice__set_waiting(rec, true);
-    /* It waits only as long as it can still start in time (sluice/pool.h, "Deadlines"). */
+    /* It waits only as long as it can still start in time (sluice/pool_deadlines.h). */
     int64_t by_start = sluice_pool_wait_bound(rec->pool, rec->req.start_deadline, NULL);
     int64_t by_call = sluice_pool_wait_bound(rec->pool, NULL, rec->req.deadline);
     if (by_start != INT64_MAX || by_call != INT64_MAX) {

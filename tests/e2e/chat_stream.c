@@ -220,7 +220,7 @@ static const struct fx_provider endless_stream = {.median_ms = FX_ZERO, .stream 
                                                   .stream_endless = true, .token_ms = FX_ZERO,
                                                   .token_bytes = 16384};
 
-/* Calls of 10 s seen by the pool, so an abandoned call's permit lingers (sluice/pool.h). */
+/* Calls of 10 s seen by the pool, so an abandoned call's permit lingers (sluice/pool_linger.h). */
 #define LINGER_AFTER_NS (10 * SLUICE_NS_PER_SEC)
 
 /* The client cut a stream the provider was still sending: it ended as a cancelled call does

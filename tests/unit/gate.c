@@ -337,11 +337,16 @@ static void async_cb(struct sluice_gate_waiter *w, int status)
     p->status = status;
 }
 
-static void async_start(struct sluice_gate *g, struct async_probe *p)
+static void async_arm(struct async_probe *p)
 {
     *p = (struct async_probe){.calls = 0, .status = 99};
     p->w.cb = async_cb;
     p->w.data = p;
+}
+
+static void async_start(struct sluice_gate *g, struct async_probe *p)
+{
+    async_arm(p);
     sluice_gate_acquire_async(g, &p->w);
 }
 
@@ -744,4 +749,163 @@ Test(gate, cancel_wins_over_close_when_both_land_while_a_waiter_sleeps, .timeout
         cr_assert_eq(c.waiting, 0);
         sluice_gate_destroy(g);
     }
+}
+
+/* ---- the hand-off to layers built on the gate (the pool) -------------------- */
+
+/* Every permit back, nobody queued: nothing the test did leaked or stranded one. */
+static void assert_idle_and_destroy(struct sluice_gate *g)
+{
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.in_flight, 0);
+    cr_assert_eq(c.waiting, 0);
+    sluice_gate_destroy(g);
+}
+
+Test(gate, failed_lets_a_fired_token_win_over_every_status_but_einval)
+{
+    struct sluice_cancel token;
+    sluice_cancel_init(&token);
+    const int stops[] = {SLUICE_ETIMEDOUT, SLUICE_ECLOSED, SLUICE_ECANCELED};
+    for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) {
+        cr_assert_eq(sluice_gate_failed(stops[i], NULL), stops[i], "no token: the status stands");
+        cr_assert_eq(sluice_gate_failed(stops[i], &token), stops[i], "a token yet to fire");
+    }
+    sluice_cancel_fire(&token);
+    for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++)
+        cr_assert_eq(sluice_gate_failed(stops[i], &token), SLUICE_ECANCELED, "%s",
+                     sluice_status_name(stops[i]));
+    cr_assert_eq(sluice_gate_failed(SLUICE_EINVAL, &token), SLUICE_EINVAL,
+                 "an argument error is no wait");
+}
+
+Test(gate, settle_async_delivers_an_outcome_decided_outside_the_gate_once_with_its_status)
+{
+    struct sluice_gate *g = make_gate(1);
+    const int outcomes[] = {SLUICE_OK, SLUICE_ECLOSED, SLUICE_ECANCELED};
+    for (size_t i = 0; i < sizeof outcomes / sizeof outcomes[0]; i++) {
+        struct counted_grant p;
+        dirty_record(&p, true); /* a reused record: stale links, `queued` set */
+        sluice_gate_waiter_init(&p.w);
+        cr_assert_eq(sluice_gate_cancel_async(g, &p.w), SLUICE_EAGAIN,
+                     "an initialised record is not in the gate's line");
+        cr_assert_eq(p.calls, 0, "init delivers nothing");
+        sluice_gate_settle_async(&p.w, outcomes[i]);
+        cr_assert_eq(p.calls, 1);
+        cr_assert_eq(p.status, outcomes[i]);
+    }
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.in_flight, 0, "settling moves no permit");
+    cr_assert_eq(c.waiting, 0);
+
+    /* A record the gate granted is its owner's to settle again (the pool
+     * re-delivers a grant that waited out a Retry-After hold). */
+    struct async_probe granted;
+    async_start(g, &granted);
+    cr_assert_eq(granted.calls, 1);
+    sluice_gate_settle_async(&granted.w, SLUICE_OK);
+    cr_assert_eq(granted.calls, 2);
+    cr_assert_eq(granted.status, SLUICE_OK);
+    cr_assert_eq(sluice_gate_stats(g).in_flight, 1, "still the one permit the grant took");
+    sluice_gate_release(g);
+    assert_idle_and_destroy(g);
+}
+
+/* A callback that settles the next record from inside itself, as a pool
+ * callback that starts its next call on an unlimited pool does. */
+struct settle_chain {
+    struct sluice_gate_waiter w;
+    int depth, max_depth, calls, limit;
+};
+
+static void settle_next(struct sluice_gate_waiter *w, int status)
+{
+    struct settle_chain *c = w->data;
+    cr_assert_eq(status, SLUICE_OK);
+    c->depth++;
+    if (c->depth > c->max_depth)
+        c->max_depth = c->depth;
+    if (++c->calls < c->limit) {
+        sluice_gate_waiter_init(&c->w);
+        sluice_gate_settle_async(&c->w, SLUICE_OK);
+    }
+    c->depth--;
+}
+
+Test(gate, settle_async_from_inside_a_callback_runs_after_it_never_nested)
+{
+    struct settle_chain c = {.w = {.cb = settle_next}, .limit = 100000};
+    c.w.data = &c;
+    sluice_gate_waiter_init(&c.w);
+    sluice_gate_settle_async(&c.w, SLUICE_OK);
+    cr_assert_eq(c.calls, c.limit, "every settled outcome ran before the outermost call returned");
+    cr_assert_eq(c.max_depth, 1, "a callback ran inside another");
+}
+
+Test(gate, callbacks_held_back_run_at_resume_after_every_sync_waiter_is_woken, .timeout = 20)
+{
+    struct sluice_gate *g = make_gate(1);
+    cr_assert_eq(sluice_gate_acquire(g, NULL, NULL), SLUICE_OK);
+    struct sync_waiter s = {.g = g, .status = 99};
+    pthread_t tid;
+    pthread_create(&tid, NULL, sync_waiter_thread, &s);
+    WAIT_UNTIL(sluice_gate_stats(g).waiting == 1);
+    struct async_probe a;
+    async_start(g, &a);
+    cr_assert_eq(sluice_gate_stats(g).waiting, 2);
+
+    bool outer = sluice_gate_hold_callbacks();
+    cr_assert(outer, "no frame of this thread was running callbacks");
+    cr_assert_not(sluice_gate_hold_callbacks(), "an inner pair leaves the running to the outer");
+    cr_assert_eq(sluice_gate_set_limit(g, 3), SLUICE_OK); /* grants both */
+    sluice_gate_resume_callbacks(false);
+    WAIT_UNTIL(atomic_load(&s.done));
+    cr_assert_eq(s.status, SLUICE_OK, "the sync waiter was woken while callbacks were held");
+    cr_assert_eq(a.calls, 0, "the async grant waits for the resume");
+    sluice_gate_resume_callbacks(outer);
+    cr_assert_eq(a.calls, 1);
+    cr_assert_eq(a.status, SLUICE_OK);
+    pthread_join(tid, NULL);
+    for (int i = 0; i < 3; i++)
+        sluice_gate_release(g);
+    assert_idle_and_destroy(g);
+}
+
+Test(gate, acquire_async_wake_keeps_fifo_and_runs_its_callback_when_decided_even_while_held)
+{
+    struct sluice_gate *g = make_gate(1);
+    struct async_probe inline_grant;
+    async_arm(&inline_grant);
+    sluice_gate_acquire_async_wake(g, &inline_grant.w);
+    cr_assert_eq(inline_grant.calls, 1, "a free permit is granted inline");
+    cr_assert_eq(inline_grant.status, SLUICE_OK);
+
+    struct async_probe plain, wake, cancelled, closed;
+    async_start(g, &plain); /* first in line */
+    struct async_probe *waking[] = {&wake, &cancelled, &closed};
+    for (int i = 0; i < 3; i++) {
+        async_arm(waking[i]);
+        sluice_gate_acquire_async_wake(g, &waking[i]->w);
+    }
+    cr_assert_eq(sluice_gate_stats(g).waiting, 4);
+
+    bool outer = sluice_gate_hold_callbacks();
+    sluice_gate_release(g);
+    cr_assert_eq(plain.calls, 0, "the plain record, first in line, waits for the resume");
+    cr_assert_eq(wake.calls, 0, "FIFO: the wake record is behind it");
+    sluice_gate_release(g); /* plain's permit, handed on */
+    cr_assert_eq(wake.calls, 1, "decided and run at once, callbacks held or not");
+    cr_assert_eq(wake.status, SLUICE_OK);
+    cr_assert_eq(sluice_gate_cancel_async(g, &cancelled.w), SLUICE_OK);
+    cr_assert_eq(cancelled.calls, 1);
+    cr_assert_eq(cancelled.status, SLUICE_ECANCELED);
+    sluice_gate_close(g);
+    cr_assert_eq(closed.calls, 1);
+    cr_assert_eq(closed.status, SLUICE_ECLOSED);
+    cr_assert_eq(plain.calls, 0);
+    sluice_gate_resume_callbacks(outer);
+    cr_assert_eq(plain.calls, 1);
+    cr_assert_eq(plain.status, SLUICE_OK);
+    sluice_gate_release(g); /* wake's permit; plain's went on to wake */
+    assert_idle_and_destroy(g);
 }

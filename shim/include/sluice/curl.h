@@ -299,7 +299,7 @@ struct sluice_curl_result {
                                     through sluice_pool_call_abandon (counted as a timeout,
                                     else a cancel; its permit may linger) */
     bool refused_late;           /* SLUICE_ETIMEDOUT before any transfer: it could no longer
-                                    start in time (sluice/pool.h, "Deadlines") */
+                                    start in time (sluice/pool_deadlines.h) */
     enum sluice_expiry expired;  /* with SLUICE_ETIMEDOUT: which deadline ended the call
                                     (SLUICE_EXPIRED_START: it had not begun, or no first byte
                                     came, in time; SLUICE_EXPIRED_CALL: the whole call) */
