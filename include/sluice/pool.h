@@ -512,17 +512,6 @@ struct sluice_pool {
 
 #define SLUICE__LINGER_FREE INT64_MIN
 
-/* Copy `msg` into err (may be NULL) and return SLUICE_EINVAL. */
-SLUICE_INLINE int sluice__pool_fail(char *err, size_t err_size, const char *msg)
-{
-    if (err && err_size) {
-        size_t n = strlen(msg) < err_size ? strlen(msg) : err_size - 1;
-        memcpy(err, msg, n);
-        err[n] = '\0';
-    }
-    return SLUICE_EINVAL;
-}
-
 /*
  * Check a pool's two controls. On failure returns SLUICE_EINVAL and writes a
  * message naming the field as `<owner>.<field>` into err (may be NULL).
@@ -545,7 +534,7 @@ SLUICE_INLINE int sluice__pool_check(uint32_t active, struct sluice_opt_u32 wait
                  (unsigned)waiting.value, (unsigned)SLUICE_POOL_WAITING_MAX);
     else
         return SLUICE_OK;
-    return sluice__pool_fail(err, err_size, msg);
+    return sluice__fail(err, err_size, "%s", msg);
 }
 
 /*
@@ -583,14 +572,13 @@ SLUICE_INLINE int sluice__pool_check_deadlines(uint32_t active, const struct slu
                  owner, (unsigned)dl->linger_max_ms.value, (unsigned)SLUICE_POOL_LINGER_MAX_MS);
     else
         return SLUICE_OK;
-    return sluice__pool_fail(err, err_size, msg);
+    return sluice__fail(err, err_size, "%s", msg);
 }
 
 /*
  * Check the discovery description of a pool with `active` (node_id already
- * filled in by an engine) and resolve it into *cfg (may be NULL). Messages
- * name the field as `<owner>.discovery.<field>`; discovery's own messages
- * ("sluice_discovery_desc.x ...") are re-rooted there.
+ * filled in by an engine) and resolve it into *cfg (may be NULL). Messages,
+ * discovery's own included, name the field as `<owner>.discovery.<field>`.
  */
 SLUICE_INLINE int sluice__pool_check_discovery(uint32_t active,
                                                const struct sluice_discovery_desc *dd,
@@ -636,27 +624,23 @@ SLUICE_INLINE int sluice__pool_check_discovery(uint32_t active,
         struct sluice_discovery_desc probe = *dd;
         struct sluice__discovery_cfg resolved;
         probe.gate = &stand_in;
-        if (!probe.max_limit)
-            probe.max_limit = active;
-        const char *why = "invalid";
-        if (sluice__discovery_resolve(&probe, &resolved, &why) == SLUICE_OK) {
-            if (cfg)
-                *cfg = resolved;
-            return SLUICE_OK;
-        }
-        static const char root[] = "sluice_discovery_desc.";
-        if (strncmp(why, root, sizeof root - 1) == 0)
-            snprintf(msg, sizeof msg, "%s.discovery.%s", owner, why + sizeof root - 1);
-        else
-            snprintf(msg, sizeof msg, "%s.discovery: %s", owner, why);
+        SLUICE__DEFAULT(probe.max_limit, active);
+        char root[64];
+        snprintf(root, sizeof root, "%s.discovery", owner);
+        if (sluice__discovery_resolve(&probe, &resolved, root, err, err_size) != SLUICE_OK)
+            return SLUICE_EINVAL;
+        if (cfg)
+            *cfg = resolved;
+        return SLUICE_OK;
     }
-    return sluice__pool_fail(err, err_size, msg);
+    return sluice__fail(err, err_size, "%s", msg);
 }
 
 /* The waiting capacity a valid description resolves to. */
 SLUICE_INLINE uint32_t sluice__pool_waiting(uint32_t active, struct sluice_opt_u32 waiting)
 {
-    return active ? sluice_opt_or(waiting, SLUICE_POOL_WAITING_DEFAULT) : 0;
+    SLUICE__DEFAULT_OPT(waiting, SLUICE_POOL_WAITING_DEFAULT);
+    return active ? waiting.value : 0;
 }
 
 /* Start the discovery node that lives in the pool's block, after the pool. */
@@ -667,11 +651,10 @@ SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
     struct sluice_discovery_desc dd = *desc;
     dd.gate = &p->gate;
     dd.clock = &p->clock; /* one clock for call start times and discovery's cut times */
-    if (!dd.max_limit)
-        dd.max_limit = p->active;
+    SLUICE__DEFAULT(dd.max_limit, p->active);
     struct sluice_discovery *d = (struct sluice_discovery *)(void *)(p + 1);
     struct sluice_event_slot *slots = (struct sluice_event_slot *)(void *)(d + 1);
-    sluice_discovery_init(d, &dd, slots, events, NULL); /* checked: cannot fail */
+    sluice_discovery_init(d, &dd, slots, events); /* checked: cannot fail */
     sluice_discovery_count_in_flight(d, &p->in_flight); /* one "in flight": started calls */
     p->discovery = d;
 }
@@ -682,8 +665,10 @@ SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
                                                const struct sluice_deadline_desc *dl, void *slots)
 {
     bool limited = p->active != 0;
-    p->start_percent = limited ? sluice_opt_or(dl->start_quantile,
-                                               SLUICE_POOL_START_QUANTILE_DEFAULT) : 0u;
+    struct sluice_deadline_desc r = *dl;
+    SLUICE__DEFAULT_OPT(r.start_quantile, SLUICE_POOL_START_QUANTILE_DEFAULT);
+    SLUICE__DEFAULT_OPT(r.linger_max_ms, SLUICE_POOL_LINGER_MAX_MS_DEFAULT);
+    p->start_percent = limited ? r.start_quantile.value : 0u;
     p->queue_late = dl->queue_late;
     p->linger = dl->linger;
     atomic_init(&p->linger_learned, (uint32_t)SLUICE_LINGER_LEARNED);
@@ -693,10 +678,7 @@ SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
     atomic_init(&p->sojourn_until, INT64_MIN);
     atomic_init(&p->standing_refused, INT64_MIN);
     atomic_init(&p->standing, 0u);
-    p->linger_max_ns = limited ? (int64_t)sluice_opt_or(dl->linger_max_ms,
-                                                        SLUICE_POOL_LINGER_MAX_MS_DEFAULT) *
-                                     SLUICE_NS_PER_MS
-                               : 0;
+    p->linger_max_ns = limited ? (int64_t)r.linger_max_ms.value * SLUICE_NS_PER_MS : 0;
     /* The estimate also serves the operator's views; its quantile only the start rule. */
     uint32_t percent = p->start_percent ? p->start_percent : SLUICE_POOL_START_QUANTILE_DEFAULT;
     sluice_service_init(&p->service, percent);
@@ -740,9 +722,9 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
     int status = sluice__allocator_valid(d.allocator)
                      ? sluice__pool_check(d.active, d.waiting, "sluice_pool_desc", d.error,
                                           d.error_size)
-                     : sluice__pool_fail(d.error, d.error_size,
-                                         "sluice_pool_desc.allocator sets only one of alloc and "
-                                         "free (set both, or pass NULL for the default)");
+                     : sluice__fail(d.error, d.error_size,
+                                    "sluice_pool_desc.allocator sets only one of alloc and "
+                                    "free (set both, or pass NULL for the default)");
     if (status == SLUICE_OK)
         status = sluice__pool_check_deadlines(d.active, &d.deadlines, "sluice_pool_desc", d.error,
                                               d.error_size);
