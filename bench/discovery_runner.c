@@ -111,15 +111,15 @@ static bool in_band(const struct scenario *sc, double ceiling)
 static struct sluice_policy *make_policy(const char *name, union any_policy *storage)
 {
     if (!strcmp(name, "aimd")) {
-        sluice_policy_aimd_init(&storage->aimd, NULL, NULL);
+        sluice_policy_aimd_init(&storage->aimd, NULL, NULL, 0);
         return &storage->aimd.base;
     }
     if (!strcmp(name, "gradient")) {
-        sluice_policy_gradient_init(&storage->gradient, NULL, NULL);
+        sluice_policy_gradient_init(&storage->gradient, NULL, NULL, 0);
         return &storage->gradient.base;
     }
     if (!strcmp(name, "vegas")) {
-        sluice_policy_vegas_init(&storage->vegas, NULL, NULL);
+        sluice_policy_vegas_init(&storage->vegas, NULL, NULL, 0);
         return &storage->vegas.base;
     }
     return NULL; /* discover: discovery's default */

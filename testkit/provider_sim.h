@@ -908,6 +908,22 @@ static inline void sim_trace_free(struct sim_trace *t)
     memset(t, 0, sizeof *t);
 }
 
+/* Create a discovery from `desc`; NULL, with what to fix on stderr after `who`, when it
+ * cannot be. */
+static inline struct sluice_discovery *sim__discovery_create(const char *who,
+                                                             const struct sluice_discovery_desc *desc)
+{
+    struct sluice_discovery *d = NULL;
+    char why[256] = "";
+    struct sluice_discovery_desc told = *desc; /* the buffer lives only as long as this call */
+    told.error = why;
+    told.error_size = sizeof why;
+    int status = sluice_discovery_create(&told, &d);
+    if (status != SLUICE_OK)
+        fprintf(stderr, "%s: %s\n", who, why[0] ? why : sluice_strerror(status));
+    return d;
+}
+
 /*
  * Create a discovery over this sim's gate and clocks from `desc` (node_id,
  * policy, limits...), record its events in `trace` (may be NULL), and let it
@@ -921,13 +937,9 @@ static inline struct sluice_discovery *sim_discovery(struct sim *s, struct sluic
         desc->on_event = sim_trace_event;
         desc->on_event_ctx = trace;
     }
-    struct sluice_discovery *d = NULL;
-    const char *why = NULL;
-    if (sluice_discovery_create(desc, &d, &why) != SLUICE_OK) {
-        fprintf(stderr, "sim_discovery: %s\n", why ? why : "failed");
-        return NULL;
-    }
-    sim_attach_discovery(s, d);
+    struct sluice_discovery *d = sim__discovery_create("sim_discovery", desc);
+    if (d)
+        sim_attach_discovery(s, d);
     return d;
 }
 

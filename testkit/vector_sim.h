@@ -686,12 +686,9 @@ static inline struct sluice_discovery *vsim_discovery(struct vsim *s,
     desc->gate = &s->gate;
     desc->clock = &s->clock;
     desc->wall_clock = &s->wall;
-    struct sluice_discovery *d = NULL;
-    const char *why = NULL;
-    if (sluice_discovery_create(desc, &d, &why) != SLUICE_OK) {
-        fprintf(stderr, "vsim_discovery: %s\n", why ? why : "failed");
+    struct sluice_discovery *d = sim__discovery_create("vsim_discovery", desc);
+    if (!d)
         return NULL;
-    }
     struct sim_controller c = {d, vsim__discovery_sample, vsim__discovery_hold, NULL};
     s->ctl = c;
     s->last_limit = sluice_gate_limit(&s->gate);

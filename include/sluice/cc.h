@@ -2,7 +2,8 @@
  * sluice/cc.h — compiler and portability helpers shared by every core header.
  *
  * What it is: inline/alignment/branch-hint/thread-local macros, the
- * optional-value type used by description structs (SLUICE_SOME), a
+ * optional-value type used by description structs (SLUICE_SOME), the
+ * macros that give their fields defaults (SLUICE__DEFAULT), a
  * spinlock with backoff for slow paths (Concurrency Kit's ck_spinlock_fas
  * word, taken test-and-test-and-set style), the CPU relax
  * hint, and the allocator hook through which the core does all of its
@@ -120,6 +121,26 @@ SLUICE_INLINE uint32_t sluice_opt_or(struct sluice_opt_u32 o, uint32_t fallback)
 {
     return o.set ? o.value : fallback;
 }
+
+/*
+ * The one way a description field gets its default (nginx's
+ * ngx_conf_merge_*_value): on the resolved copy, in place, from a named
+ * constant defined beside the struct, so the number lives in one place that
+ * the field's "(default: ...)" comment and every reader can name.
+ * SLUICE__DEFAULT is for fields where zero (or NULL) means omitted;
+ * SLUICE__DEFAULT_OPT for struct sluice_opt_u32 fields, where zero is a
+ * real setting and only "not set" is omitted.
+ */
+#define SLUICE__DEFAULT(field, value)                                                              \
+    do {                                                                                           \
+        if ((field) == 0)                                                                          \
+            (field) = (value);                                                                     \
+    } while (0)
+#define SLUICE__DEFAULT_OPT(field, value)                                                          \
+    do {                                                                                           \
+        if (!(field).set)                                                                          \
+            (field) = SLUICE_SOME(value);                                                          \
+    } while (0)
 
 /* Pause inside a spin loop (PAUSE on x86, YIELD on arm) via Concurrency Kit. */
 SLUICE_INLINE void sluice_cpu_relax(void)

@@ -293,6 +293,19 @@ SLUICE_INLINE const char *sluice_discovery_state_name(enum sluice_discovery_stat
  * the jumpstart's calls. */
 #define SLUICE_DISCOVERY_HINT_CALLS 4u
 
+/* What each field of struct sluice_discovery_desc left at zero becomes. */
+#define SLUICE_DISCOVERY_JUMPSTART_DEFAULT UINT32_C(5)
+#define SLUICE_DISCOVERY_MIN_LIMIT_DEFAULT UINT32_C(1)
+#define SLUICE_DISCOVERY_MAX_LIMIT_DEFAULT UINT32_C(1024)
+#define SLUICE_DISCOVERY_LOCK_TTL_S_DEFAULT INT64_C(86400) /* a day */
+#define SLUICE_DISCOVERY_WINDOW_MIN_NS_DEFAULT (50 * SLUICE_NS_PER_MS)
+#define SLUICE_DISCOVERY_WINDOW_MAX_NS_DEFAULT (300 * SLUICE_NS_PER_SEC)
+#define SLUICE_DISCOVERY_WINDOW_SAMPLES_DEFAULT UINT32_C(16)
+#define SLUICE_DISCOVERY_WINDOW_SPAN_DEFAULT 2.0 /* mean latencies */
+#define SLUICE_DISCOVERY_WINDOW_TAIL_DEFAULT 2.0 /* mean latencies */
+#define SLUICE_DISCOVERY_RETRY_AFTER_MAX_NS_DEFAULT (60 * SLUICE_NS_PER_SEC)
+#define SLUICE_DISCOVERY_EVENTS_DEFAULT UINT32_C(256)
+
 struct sluice_discovery_desc {
     const char *node_id;          /* required; copied (at most SLUICE_NODE_ID_MAX-1 bytes),
                                      e.g. "cloud:default_ollama" */
@@ -333,21 +346,20 @@ struct sluice_discovery_desc {
     sluice_event_fn on_event;     /* called once per event, see sluice_event_fn (default: none) */
     void *on_event_ctx;
     const struct sluice_allocator *allocator; /* (default: aligned_alloc/free) */
+    char *error;       /* receives a message naming the field when create, init or validate
+                          fails (default: NULL = no message); "" on success. A pool or engine
+                          checks the description it is given itself and writes to its own
+                          desc's error, naming the field that holds it */
+    size_t error_size; /* bytes at error, NUL included (default: 0) */
 };
 
-/* The resolved configuration (defaults applied). */
+/* The resolved configuration (defaults applied). sluice__discovery_resolve fills it
+ * from the description in this field order. */
 struct sluice__discovery_cfg {
     uint32_t jumpstart, min_limit, max_limit, window_samples, events;
     int64_t lock_ttl_s, window_min_ns, window_max_ns, retry_after_max_ns;
     double window_span, window_tail;
 };
-
-SLUICE_INLINE int sluice__discovery_fail(const char **why, const char *msg)
-{
-    if (why)
-        *why = msg;
-    return SLUICE_EINVAL;
-}
 
 /* A window_span / window_tail value: 0 (default) or finite in (0, SPAN_MAX]. NaN fails. */
 SLUICE_INLINE bool sluice__discovery_span_ok(double v)
@@ -355,115 +367,139 @@ SLUICE_INLINE bool sluice__discovery_span_ok(double v)
     return v >= 0.0 && v <= SLUICE_DISCOVERY_SPAN_MAX;
 }
 
-/* A policy prototype discovery can copy: initialised, complete, small enough. */
-SLUICE_INLINE int sluice__discovery_check_policy(const struct sluice_policy *p, const char **why)
+/* A policy prototype discovery can copy: initialised, complete, small enough. Messages
+ * name the field under `root` (see sluice__discovery_resolve). */
+SLUICE_INLINE int sluice__discovery_check_policy(const struct sluice_policy *p, const char *root,
+                                                 char *err, size_t err_size)
 {
     if (!p)
         return SLUICE_OK;
     if (!p->ops)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.policy was never initialised: call its "
-                 "sluice_policy_*_init (e.g. sluice_policy_discover_init) first");
+        return sluice__fail(err, err_size,
+                            "%s.policy was never initialised: call its "
+                            "sluice_policy_*_init (e.g. sluice_policy_discover_init) first",
+                            root);
     if (!p->ops->reset || !p->ops->update)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.policy->ops needs reset and update callbacks");
+        return sluice__fail(err, err_size, "%s.policy->ops needs reset and update callbacks",
+                            root);
     if (p->ops->size < sizeof(struct sluice_policy) || p->ops->size > SLUICE_POLICY_STATE_MAX)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.policy->ops->size must be sizeof the policy struct, at "
-                 "most SLUICE_POLICY_STATE_MAX");
+        return sluice__fail(err, err_size,
+                            "%s.policy->ops->size must be sizeof the policy struct, at most "
+                            "SLUICE_POLICY_STATE_MAX",
+                            root);
     return SLUICE_OK;
 }
 
 /*
  * Resolve defaults and check a description. Returns SLUICE_OK or
- * SLUICE_EINVAL with *why (may be NULL) set to a message naming the field.
+ * SLUICE_EINVAL with a message in err (may be NULL) naming the field as
+ * `<root>.<field>`: "sluice_discovery_desc" for the description itself, or
+ * the path of the field that holds it ("sluice_pool_desc.discovery",
+ * "backends[2].discovery", "sluice_fleet_desc"), so the caller is told
+ * what it wrote.
  */
 SLUICE_INLINE int sluice__discovery_resolve(const struct sluice_discovery_desc *d,
-                                            struct sluice__discovery_cfg *c, const char **why)
+                                            struct sluice__discovery_cfg *c, const char *root,
+                                            char *err, size_t err_size)
 {
     if (!d)
-        return sluice__discovery_fail(why, "sluice_discovery_desc is required");
+        return sluice__fail(err, err_size, "%s is required", root);
     if (!d->node_id || !d->node_id[0])
-        return sluice__discovery_fail(why, "sluice_discovery_desc.node_id is required");
+        return sluice__fail(err, err_size, "%s.node_id is required", root);
     if (strlen(d->node_id) >= SLUICE_NODE_ID_MAX)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.node_id is longer than SLUICE_NODE_ID_MAX-1 bytes");
+        return sluice__fail(err, err_size,
+                            "%s.node_id is longer than SLUICE_NODE_ID_MAX-1 bytes", root);
     if (!d->gate)
-        return sluice__discovery_fail(why, "sluice_discovery_desc.gate is required");
-    if (sluice__discovery_check_policy(d->policy, why) != SLUICE_OK)
+        return sluice__fail(err, err_size, "%s.gate is required", root);
+    if (sluice__discovery_check_policy(d->policy, root, err, err_size) != SLUICE_OK)
         return SLUICE_EINVAL;
-    c->min_limit = d->min_limit ? d->min_limit : 1;
-    c->max_limit = d->max_limit ? d->max_limit : 1024;
+    /* Each field as given, then defaulted where it is checked: later checks compare
+     * with the resolved values. */
+    struct sluice__discovery_cfg given = {
+        d->jumpstart, d->min_limit, d->max_limit, d->window_samples, d->events,
+        d->lock_ttl_s, d->window_min_ns, d->window_max_ns, d->retry_after_max_ns,
+        d->window_span, d->window_tail};
+    *c = given;
+    SLUICE__DEFAULT(c->min_limit, SLUICE_DISCOVERY_MIN_LIMIT_DEFAULT);
+    SLUICE__DEFAULT(c->max_limit, SLUICE_DISCOVERY_MAX_LIMIT_DEFAULT);
     if (c->max_limit > SLUICE_GATE_LIMIT_MAX)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.max_limit exceeds SLUICE_GATE_LIMIT_MAX");
+        return sluice__fail(err, err_size, "%s.max_limit exceeds SLUICE_GATE_LIMIT_MAX", root);
     if (c->min_limit > c->max_limit)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.min_limit exceeds max_limit (lower min_limit or raise "
-                 "max_limit)");
-    if (d->jumpstart && (d->jumpstart < c->min_limit || d->jumpstart > c->max_limit)) {
-        /* The bounds as resolved (defaults applied) are what the caller must compare with;
-         * *why is this thread's buffer, valid until its next failed check. */
-        static SLUICE_THREAD_LOCAL char msg[128];
-        snprintf(msg, sizeof msg,
-                 "sluice_discovery_desc.jumpstart = %u must lie within [min_limit, max_limit] = "
-                 "[%u, %u]",
-                 (unsigned)d->jumpstart, (unsigned)c->min_limit, (unsigned)c->max_limit);
-        return sluice__discovery_fail(why, msg);
-    }
-    c->jumpstart = d->jumpstart ? d->jumpstart : 5;
+        return sluice__fail(err, err_size,
+                            "%s.min_limit exceeds max_limit (lower min_limit or raise "
+                            "max_limit)",
+                            root);
+    /* The bounds as resolved (defaults applied) are what the caller must compare with. */
+    if (d->jumpstart && (d->jumpstart < c->min_limit || d->jumpstart > c->max_limit))
+        return sluice__fail(err, err_size,
+                            "%s.jumpstart = %u must lie within [min_limit, max_limit] = "
+                            "[%u, %u]",
+                            root, (unsigned)d->jumpstart, (unsigned)c->min_limit,
+                            (unsigned)c->max_limit);
+    SLUICE__DEFAULT(c->jumpstart, SLUICE_DISCOVERY_JUMPSTART_DEFAULT);
     c->jumpstart = c->jumpstart < c->min_limit ? c->min_limit
                    : c->jumpstart > c->max_limit ? c->max_limit
                                                  : c->jumpstart;
     if (d->lock_ttl_s < 0 || d->lock_ttl_s > SLUICE_DISCOVERY_TTL_MAX_S)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.lock_ttl_s must be in [0, SLUICE_DISCOVERY_TTL_MAX_S] "
-                 "(ten years; 0 = 24 h)");
-    c->lock_ttl_s = d->lock_ttl_s ? d->lock_ttl_s : 86400;
+        return sluice__fail(err, err_size,
+                            "%s.lock_ttl_s must be in [0, SLUICE_DISCOVERY_TTL_MAX_S] "
+                            "(ten years; 0 = 24 h)",
+                            root);
+    SLUICE__DEFAULT(c->lock_ttl_s, SLUICE_DISCOVERY_LOCK_TTL_S_DEFAULT);
     if (d->window_min_ns < 0 || d->window_max_ns < 0 ||
         d->window_max_ns > SLUICE_DISCOVERY_WINDOW_MAX_NS)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.window_min_ns and window_max_ns must be in "
-                 "[0, SLUICE_DISCOVERY_WINDOW_MAX_NS] (a day)");
-    c->window_min_ns = d->window_min_ns ? d->window_min_ns : 50 * SLUICE_NS_PER_MS;
-    c->window_max_ns = d->window_max_ns ? d->window_max_ns : 300 * SLUICE_NS_PER_SEC;
+        return sluice__fail(err, err_size,
+                            "%s.window_min_ns and window_max_ns must be in "
+                            "[0, SLUICE_DISCOVERY_WINDOW_MAX_NS] (a day)",
+                            root);
+    SLUICE__DEFAULT(c->window_min_ns, SLUICE_DISCOVERY_WINDOW_MIN_NS_DEFAULT);
+    SLUICE__DEFAULT(c->window_max_ns, SLUICE_DISCOVERY_WINDOW_MAX_NS_DEFAULT);
     if (c->window_min_ns > c->window_max_ns)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.window_min_ns exceeds window_max_ns");
+        return sluice__fail(err, err_size, "%s.window_min_ns exceeds window_max_ns", root);
     if (d->window_samples > SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.window_samples exceeds SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX");
-    c->window_samples = d->window_samples ? d->window_samples : 16;
-    if (!sluice__discovery_span_ok(d->window_span))
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.window_span must be positive and finite, at most "
-                 "SLUICE_DISCOVERY_SPAN_MAX (1000 mean latencies; 0 = 2)");
-    if (!sluice__discovery_span_ok(d->window_tail))
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.window_tail must be positive and finite, at most "
-                 "SLUICE_DISCOVERY_SPAN_MAX (1000 mean latencies; 0 = 2)");
-    c->window_span = d->window_span > 0 ? d->window_span : 2.0;
-    c->window_tail = d->window_tail > 0 ? d->window_tail : 2.0;
+        return sluice__fail(err, err_size,
+                            "%s.window_samples exceeds SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX", root);
+    SLUICE__DEFAULT(c->window_samples, SLUICE_DISCOVERY_WINDOW_SAMPLES_DEFAULT);
+    const char *bad_span = !sluice__discovery_span_ok(d->window_span)   ? "window_span"
+                           : !sluice__discovery_span_ok(d->window_tail) ? "window_tail"
+                                                                         : NULL;
+    if (bad_span)
+        return sluice__fail(err, err_size,
+                            "%s.%s must be positive and finite, at most "
+                            "SLUICE_DISCOVERY_SPAN_MAX (1000 mean latencies; 0 = 2)",
+                            root, bad_span);
+    SLUICE__DEFAULT(c->window_span, SLUICE_DISCOVERY_WINDOW_SPAN_DEFAULT);
+    SLUICE__DEFAULT(c->window_tail, SLUICE_DISCOVERY_WINDOW_TAIL_DEFAULT);
     if (d->retry_after_max_ns < 0)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.retry_after_max_ns must not be negative");
-    c->retry_after_max_ns = d->retry_after_max_ns ? d->retry_after_max_ns : 60 * SLUICE_NS_PER_SEC;
+        return sluice__fail(err, err_size, "%s.retry_after_max_ns must not be negative", root);
+    SLUICE__DEFAULT(c->retry_after_max_ns, SLUICE_DISCOVERY_RETRY_AFTER_MAX_NS_DEFAULT);
     if (d->events > SLUICE_DISCOVERY_EVENTS_MAX)
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.events exceeds SLUICE_DISCOVERY_EVENTS_MAX");
-    c->events = (uint32_t)sluice_next_pow2(d->events ? d->events : 256);
+        return sluice__fail(err, err_size, "%s.events exceeds SLUICE_DISCOVERY_EVENTS_MAX", root);
+    SLUICE__DEFAULT(c->events, SLUICE_DISCOVERY_EVENTS_DEFAULT);
+    c->events = (uint32_t)sluice_next_pow2(c->events);
     if (d->store && (!d->store->load || !d->store->save || !d->store->clear))
-        return sluice__discovery_fail(
-            why, "sluice_discovery_desc.store needs load, save and clear callbacks");
+        return sluice__fail(err, err_size, "%s.store needs load, save and clear callbacks", root);
     return SLUICE_OK;
 }
 
-/* Check a description without creating anything (*why as above). */
-SLUICE_INLINE int sluice_discovery_validate(const struct sluice_discovery_desc *desc,
-                                            const char **why)
+/* Resolve a description handed to discovery's own calls: messages name
+ * sluice_discovery_desc and go to its error buffer, which success empties. */
+SLUICE_INLINE int sluice__discovery_resolve_own(const struct sluice_discovery_desc *d,
+                                                struct sluice__discovery_cfg *c)
+{
+    if (!d)
+        return SLUICE_EINVAL;
+    if (d->error && d->error_size)
+        d->error[0] = '\0';
+    return sluice__discovery_resolve(d, c, "sluice_discovery_desc", d->error, d->error_size);
+}
+
+/* Check a description without creating anything: SLUICE_OK, or SLUICE_EINVAL with a
+ * message naming the field in desc->error (a NULL desc has nowhere to put one). */
+SLUICE_INLINE int sluice_discovery_validate(const struct sluice_discovery_desc *desc)
 {
     struct sluice__discovery_cfg c;
-    return sluice__discovery_resolve(desc, &c, why);
+    return sluice__discovery_resolve_own(desc, &c);
 }
 
 /* ---- the discovery object -------------------------------------------------- */
@@ -1578,19 +1614,20 @@ SLUICE_INLINE void sluice__discovery_restore(struct sluice_discovery *d, int64_t
  * into the node, sets the gate's limit to the jumpstart, or to a live
  * stored ceiling (a "restore" event, delivered to the callback before this
  * returns; the store's load runs here, on the calling thread). Returns
- * SLUICE_OK or SLUICE_EINVAL with *why (may be NULL) naming the field.
+ * SLUICE_OK or SLUICE_EINVAL with a message naming the field in
+ * desc->error (a NULL desc has nowhere to put one).
  */
 SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
                                         const struct sluice_discovery_desc *desc,
-                                        struct sluice_event_slot *slots, uint32_t capacity,
-                                        const char **why)
+                                        struct sluice_event_slot *slots, uint32_t capacity)
 {
     struct sluice__discovery_cfg cfg;
-    int status = sluice__discovery_resolve(desc, &cfg, why);
+    int status = sluice__discovery_resolve_own(desc, &cfg);
     if (status != SLUICE_OK)
         return status;
     if (!d || !slots || !sluice_is_pow2(capacity))
-        return sluice__discovery_fail(why, "event ring storage must hold a power of two of slots");
+        return sluice__fail(desc->error, desc->error_size,
+                            "event ring storage must hold a power of two of slots");
     memset((void *)d, 0, sizeof *d); /* (void *): it holds atomics, which C++ frowns on */
     d->cfg = cfg;
     strcpy(d->node, desc->node_id);
@@ -1599,7 +1636,7 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
         memcpy(d->policy.bytes, (const void *)desc->policy, desc->policy->ops->size);
     } else {
         struct sluice_policy_discover def;
-        sluice_policy_discover_init(&def, NULL, NULL);
+        sluice_policy_discover_init(&def, NULL, NULL, 0);
         memcpy(d->policy.bytes, (const void *)&def, sizeof def);
     }
     struct sluice_policy *policy = sluice__discovery_policy(d);
@@ -1646,19 +1683,21 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     return SLUICE_OK;
 }
 
-/* Allocate and initialise (the only allocation discovery makes). */
+/* Allocate and initialise (the only allocation discovery makes); failures as
+ * sluice_discovery_init's, or SLUICE_ENOMEM. */
 SLUICE_INLINE int sluice_discovery_create(const struct sluice_discovery_desc *desc,
-                                          struct sluice_discovery **out, const char **why)
+                                          struct sluice_discovery **out)
 {
     struct sluice__discovery_cfg cfg;
     *out = NULL;
-    int status = sluice__discovery_resolve(desc, &cfg, why);
+    int status = sluice__discovery_resolve_own(desc, &cfg);
     if (status != SLUICE_OK)
         return status;
     const struct sluice_allocator *a = desc->allocator;
     if (!sluice__allocator_valid(a))
-        return sluice__discovery_fail(why, "sluice_discovery_desc.allocator sets only one of "
-                                           "alloc and free (set both, or leave it NULL)");
+        return sluice__fail(desc->error, desc->error_size,
+                            "sluice_discovery_desc.allocator sets only one of alloc and free "
+                            "(set both, or leave it NULL)");
     struct sluice_discovery *d =
         (struct sluice_discovery *)sluice__alloc(a, sizeof *d, SLUICE_CACHELINE);
     struct sluice_event_slot *slots = (struct sluice_event_slot *)sluice__alloc(
@@ -1668,7 +1707,7 @@ SLUICE_INLINE int sluice_discovery_create(const struct sluice_discovery_desc *de
         sluice__free(a, slots, SLUICE_EVENT_RING_SIZE(cfg.events));
         return SLUICE_ENOMEM;
     }
-    sluice_discovery_init(d, desc, slots, cfg.events, why);
+    sluice_discovery_init(d, desc, slots, cfg.events);
     if (a)
         d->allocator = *a;
     d->owns_memory = true;

@@ -74,8 +74,6 @@
 #ifndef SLUICE_ENGINE_H
 #define SLUICE_ENGINE_H
 
-#include <stdarg.h>
-
 #include "pool.h"
 
 #define SLUICE_BACKEND_ID_MAX 255          /* bytes in a backend ID, NUL excluded */
@@ -168,20 +166,6 @@ SLUICE_INLINE uint64_t sluice__engine_hash(const char *s)
     return h;
 }
 
-/* Writes the formatted message to desc->error (if any) and returns SLUICE_EINVAL. */
-SLUICE_INLINE int sluice__engine_fail(const struct sluice_engine_desc *d, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-SLUICE_INLINE int sluice__engine_fail(const struct sluice_engine_desc *d, const char *fmt, ...)
-{
-    if (d->error && d->error_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(d->error, d->error_size, fmt, ap);
-        va_end(ap);
-    }
-    return SLUICE_EINVAL;
-}
-
 /*
  * Backend i's discovery description as its pool gets it: the node ID is the
  * backend ID, and the engine's store, wall clock and event callback fill in
@@ -193,21 +177,19 @@ SLUICE_INLINE int sluice__engine_discovery(const struct sluice_engine_desc *d, s
     const struct sluice_backend_desc *b = &d->backends[i];
     *out = *b->discovery;
     if (out->node_id)
-        return sluice__engine_fail(
-            d, "backends[%zu].discovery.node_id must be NULL: the node ID is backends[%zu].id",
-            i, i);
+        return sluice__fail(
+            d->error, d->error_size,
+            "backends[%zu].discovery.node_id must be NULL: the node ID is backends[%zu].id", i, i);
     size_t len = strlen(b->id);
     if (len >= SLUICE_NODE_ID_MAX)
-        return sluice__engine_fail(d,
-                                   "backends[%zu].id is %zu bytes, above the maximum %d for an "
-                                   "adaptive backend (its node ID; SLUICE_NODE_ID_MAX - 1)",
-                                   i, len, SLUICE_NODE_ID_MAX - 1);
+        return sluice__fail(d->error, d->error_size,
+                            "backends[%zu].id is %zu bytes, above the maximum %d for an "
+                            "adaptive backend (its node ID; SLUICE_NODE_ID_MAX - 1)",
+                            i, len, SLUICE_NODE_ID_MAX - 1);
     out->node_id = b->id;
-    if (!out->store)
-        out->store = d->store;
-    if (!out->wall_clock)
-        out->wall_clock = d->wall_clock;
-    if (!out->on_event) {
+    SLUICE__DEFAULT(out->store, d->store);
+    SLUICE__DEFAULT(out->wall_clock, d->wall_clock);
+    if (!out->on_event) { /* the callback with its own ctx, or neither */
         out->on_event = d->on_event;
         out->on_event_ctx = d->on_event_ctx;
     }
@@ -234,31 +216,35 @@ SLUICE_INLINE size_t sluice__engine_id_flaw(const char *id)
 SLUICE_INLINE int sluice__engine_check(const struct sluice_engine_desc *d)
 {
     if (d->store && (!d->store->load || !d->store->save || !d->store->clear))
-        return sluice__engine_fail(d, "store needs load, save and clear callbacks");
+        return sluice__fail(d->error, d->error_size, "store needs load, save and clear callbacks");
     if (d->n_backends && !d->backends)
-        return sluice__engine_fail(
-            d, "backends is NULL but n_backends is %zu (set backends or n_backends = 0)",
+        return sluice__fail(
+            d->error, d->error_size,
+            "backends is NULL but n_backends is %zu (set backends or n_backends = 0)",
             d->n_backends);
     if (d->n_backends > SLUICE_ENGINE_BACKENDS_MAX)
-        return sluice__engine_fail(
-            d, "n_backends = %zu is above the maximum %d (SLUICE_ENGINE_BACKENDS_MAX)",
+        return sluice__fail(
+            d->error, d->error_size,
+            "n_backends = %zu is above the maximum %d (SLUICE_ENGINE_BACKENDS_MAX)",
             d->n_backends, SLUICE_ENGINE_BACKENDS_MAX);
     for (size_t i = 0; i < d->n_backends; i++) {
         const struct sluice_backend_desc *b = &d->backends[i];
         if (!b->id || !b->id[0])
-            return sluice__engine_fail(
-                d, "backends[%zu].id is %s (every backend needs an ID)", i,
-                b->id ? "empty" : "NULL");
+            return sluice__fail(d->error, d->error_size,
+                                "backends[%zu].id is %s (every backend needs an ID)", i,
+                                b->id ? "empty" : "NULL");
         size_t len = strlen(b->id);
         if (len > SLUICE_BACKEND_ID_MAX)
-            return sluice__engine_fail(
-                d, "backends[%zu].id is %zu bytes, above the maximum %d (SLUICE_BACKEND_ID_MAX)",
+            return sluice__fail(
+                d->error, d->error_size,
+                "backends[%zu].id is %zu bytes, above the maximum %d (SLUICE_BACKEND_ID_MAX)",
                 i, len, SLUICE_BACKEND_ID_MAX);
         size_t flaw = sluice__engine_id_flaw(b->id);
         if (flaw < len)
-            return sluice__engine_fail(
-                d, "backends[%zu].id has %s at byte %zu (an ID must be UTF-8 text without "
-                   "control characters)",
+            return sluice__fail(
+                d->error, d->error_size,
+                "backends[%zu].id has %s at byte %zu (an ID must be UTF-8 text without "
+                "control characters)",
                 i, sluice__utf8_len((const unsigned char *)b->id + flaw) ? "a control character"
                                                                          : "a byte that is not UTF-8",
                 flaw);
@@ -526,10 +512,10 @@ SLUICE_INLINE int sluice__engine_register(struct sluice_engine *e,
         b->sluice__hash = sluice__engine_hash(b->id);
         ptrdiff_t dup = sluice__engine_lookup(e, b->id, b->sluice__hash);
         if (dup >= 0)
-            return sluice__engine_fail(d,
-                                       "backends[%zu].id \"%s\" duplicates backends[%td].id "
-                                       "(backend IDs must be unique)",
-                                       i, b->id, dup);
+            return sluice__fail(d->error, d->error_size,
+                                "backends[%zu].id \"%s\" duplicates backends[%td].id "
+                                "(backend IDs must be unique)",
+                                i, b->id, dup);
         uint32_t slot = (uint32_t)b->sluice__hash & e->index_mask;
         while (e->index[slot])
             slot = (slot + 1) & e->index_mask;
@@ -593,11 +579,13 @@ SLUICE_INLINE int sluice_engine_create(const struct sluice_engine_desc *desc,
     if (d.error && d.error_size)
         d.error[0] = '\0';
     if (!out)
-        return sluice__engine_fail(&d, "out is NULL (pass the address of a struct "
-                                       "sluice_engine * to receive the engine)");
+        return sluice__fail(d.error, d.error_size,
+                            "out is NULL (pass the address of a struct sluice_engine * to "
+                            "receive the engine)");
     if (!sluice__allocator_valid(d.allocator))
-        return sluice__engine_fail(&d, "allocator sets only one of alloc and free (set both, or "
-                                       "pass NULL for the default)");
+        return sluice__fail(d.error, d.error_size,
+                            "allocator sets only one of alloc and free (set both, or pass NULL "
+                            "for the default)");
     int status = sluice__engine_check(&d);
     if (status != SLUICE_OK)
         return status;

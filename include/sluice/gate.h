@@ -118,6 +118,7 @@
 #include "time.h"
 
 #define SLUICE_GATE_LIMIT_MAX (UINT32_C(1) << 30)
+#define SLUICE_GATE_LIMIT_DEFAULT UINT32_C(1) /* sluice_gate_desc.limit left at zero */
 
 /* A queued waiter. Sync waiters keep theirs on the stack during the wait;
  * async waiters embed one in struct sluice_gate_waiter. Every field is
@@ -218,7 +219,8 @@ SLUICE_INLINE int sluice_gate_init(struct sluice_gate *g, uint32_t limit)
  * only one of alloc and free. */
 SLUICE_INLINE int sluice_gate_create(const struct sluice_gate_desc *desc, struct sluice_gate **out)
 {
-    uint32_t limit = desc && desc->limit ? desc->limit : 1;
+    uint32_t limit = desc ? desc->limit : 0;
+    SLUICE__DEFAULT(limit, SLUICE_GATE_LIMIT_DEFAULT);
     const struct sluice_allocator *a = desc ? desc->allocator : NULL;
     *out = NULL;
     if (limit > SLUICE_GATE_LIMIT_MAX || !sluice__allocator_valid(a))

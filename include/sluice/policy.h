@@ -347,43 +347,35 @@ SLUICE_INLINE int64_t sluice__sat_i64(double v)
                                           : (int64_t)v;
 }
 
-/* Resolve a zero (omitted) parameter to its default. */
-#define SLUICE__DEFAULT(field, value)                                                              \
-    do {                                                                                           \
-        if ((field) == 0)                                                                          \
-            (field) = (value);                                                                     \
-    } while (0)
-
 /*
- * Check lo < v < hi (or lo < v <= hi when hi_inclusive); on failure set
- * *why to `msg` (which names the field) and return SLUICE_EINVAL. NaN and
- * infinities fail every finite range.
+ * Check lo < v < hi (or lo < v <= hi when hi_inclusive); on failure write
+ * `msg` (which names the field) to err (sluice__fail) and return
+ * SLUICE_EINVAL. NaN and infinities fail every finite range.
  */
 SLUICE_INLINE int sluice__check_range(double v, double lo, double hi, bool hi_inclusive,
-                                      const char *msg, const char **why)
+                                      const char *msg, char *err, size_t err_size)
 {
     bool ok = v > lo && (hi_inclusive ? v <= hi : v < hi);
-    if (!ok && why)
-        *why = msg;
-    return ok ? SLUICE_OK : SLUICE_EINVAL;
+    return ok ? SLUICE_OK : sluice__fail(err, err_size, "%s", msg);
 }
 
 /*
  * A built-in policy's parameters as one table. PARAMS(X) lists one row per
  * field, X(field, default, lo, hi, hi_inclusive, message): a zero field
  * takes `default`, then every field must pass sluice__check_range(field,
- * lo, hi, hi_inclusive) in row order, and the first that fails names itself
- * in *why with `message`. Within the rows, `r` is the parameters being
- * resolved, so a bound may be another field (vegas: beta above r.alpha).
- * SLUICE__POLICY_RESOLVE(PARAMS) is the body of an init function with
- * arguments `params` (NULL = all defaults) and `why`, and a local `r` of
- * the params type: it fills `r`, or returns SLUICE_EINVAL from that
- * function. (A statement macro rather than a function, so an init that
- * cannot fail, with constant params, still folds to a plain copy.)
+ * lo, hi, hi_inclusive) in row order, and the first that fails writes
+ * `message`, which names it, to the init's `error`. Within the rows, `r` is
+ * the parameters being resolved, so a bound may be another field (vegas:
+ * beta above r.alpha). SLUICE__POLICY_RESOLVE(PARAMS) is the body of an
+ * init function with arguments `params` (NULL = all defaults), `error` and
+ * `error_size`, and a local `r` of the params type: it fills `r`, or
+ * returns SLUICE_EINVAL from that function. (A statement macro rather than
+ * a function, so an init that cannot fail, with constant params, still
+ * folds to a plain copy.)
  */
 #define SLUICE__PARAM_DEFAULT(field, def, lo, hi, hi_inclusive, msg) SLUICE__DEFAULT(r.field, def);
 #define SLUICE__PARAM_CHECK(field, def, lo, hi, hi_inclusive, msg)                                \
-    sluice__check_range((double)r.field, lo, hi, hi_inclusive, msg, why) ||
+    sluice__check_range((double)r.field, lo, hi, hi_inclusive, msg, error, error_size) ||
 #define SLUICE__POLICY_RESOLVE(PARAMS)                                                             \
     do {                                                                                           \
         memset(&r, 0, sizeof r);                                                                   \

@@ -91,11 +91,10 @@ SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
     struct sluice_discovery_desc dd = *desc;
     dd.gate = &p->gate;
     dd.clock = &p->clock; /* one clock for call start times and discovery's cut times */
-    if (!dd.max_limit)
-        dd.max_limit = p->active;
+    SLUICE__DEFAULT(dd.max_limit, p->active);
     struct sluice_discovery *d = (struct sluice_discovery *)(void *)(p + 1);
     struct sluice_event_slot *slots = (struct sluice_event_slot *)(void *)(d + 1);
-    sluice_discovery_init(d, &dd, slots, events, NULL); /* checked: cannot fail */
+    sluice_discovery_init(d, &dd, slots, events); /* checked: cannot fail */
     sluice_discovery_count_in_flight(d, &p->in_flight); /* one "in flight": started calls */
     p->discovery = d;
 }
@@ -106,8 +105,10 @@ SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
                                                const struct sluice_deadline_desc *dl, void *slots)
 {
     bool limited = p->active != 0;
-    p->start_percent = limited ? sluice_opt_or(dl->start_quantile,
-                                               SLUICE_POOL_START_QUANTILE_DEFAULT) : 0u;
+    struct sluice_deadline_desc r = *dl;
+    SLUICE__DEFAULT_OPT(r.start_quantile, SLUICE_POOL_START_QUANTILE_DEFAULT);
+    SLUICE__DEFAULT_OPT(r.linger_max_ms, SLUICE_POOL_LINGER_MAX_MS_DEFAULT);
+    p->start_percent = limited ? r.start_quantile.value : 0u;
     p->queue_late = dl->queue_late;
     p->linger = dl->linger;
     atomic_init(&p->linger_learned, (uint32_t)SLUICE_LINGER_LEARNED);
@@ -117,10 +118,7 @@ SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
     atomic_init(&p->sojourn_until, INT64_MIN);
     atomic_init(&p->standing_refused, INT64_MIN);
     atomic_init(&p->standing, 0u);
-    p->linger_max_ns = limited ? (int64_t)sluice_opt_or(dl->linger_max_ms,
-                                                        SLUICE_POOL_LINGER_MAX_MS_DEFAULT) *
-                                     SLUICE_NS_PER_MS
-                               : 0;
+    p->linger_max_ns = limited ? (int64_t)r.linger_max_ms.value * SLUICE_NS_PER_MS : 0;
     /* The estimate also serves the operator's views; its quantile only the start rule. */
     uint32_t percent = p->start_percent ? p->start_percent : SLUICE_POOL_START_QUANTILE_DEFAULT;
     sluice_service_init(&p->service, percent);
@@ -164,9 +162,9 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
     int status = sluice__allocator_valid(d.allocator)
                      ? sluice__pool_check(d.active, d.waiting, "sluice_pool_desc", d.error,
                                           d.error_size)
-                     : sluice__pool_fail(d.error, d.error_size,
-                                         "sluice_pool_desc.allocator sets only one of alloc and "
-                                         "free (set both, or pass NULL for the default)");
+                     : sluice__fail(d.error, d.error_size,
+                                    "sluice_pool_desc.allocator sets only one of alloc and "
+                                    "free (set both, or pass NULL for the default)");
     if (status == SLUICE_OK)
         status = sluice__pool_check_deadlines(d.active, &d.deadlines, "sluice_pool_desc", d.error,
                                               d.error_size);

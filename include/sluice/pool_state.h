@@ -253,17 +253,6 @@ struct sluice_pool {
 
 #define SLUICE__LINGER_FREE INT64_MIN
 
-/* Copy `msg` into err (may be NULL) and return SLUICE_EINVAL. */
-SLUICE_INLINE int sluice__pool_fail(char *err, size_t err_size, const char *msg)
-{
-    if (err && err_size) {
-        size_t n = strlen(msg) < err_size ? strlen(msg) : err_size - 1;
-        memcpy(err, msg, n);
-        err[n] = '\0';
-    }
-    return SLUICE_EINVAL;
-}
-
 /*
  * Check a pool's two controls. On failure returns SLUICE_EINVAL and writes a
  * message naming the field as `<owner>.<field>` into err (may be NULL).
@@ -286,7 +275,7 @@ SLUICE_INLINE int sluice__pool_check(uint32_t active, struct sluice_opt_u32 wait
                  (unsigned)waiting.value, (unsigned)SLUICE_POOL_WAITING_MAX);
     else
         return SLUICE_OK;
-    return sluice__pool_fail(err, err_size, msg);
+    return sluice__fail(err, err_size, "%s", msg);
 }
 
 /*
@@ -324,14 +313,13 @@ SLUICE_INLINE int sluice__pool_check_deadlines(uint32_t active, const struct slu
                  owner, (unsigned)dl->linger_max_ms.value, (unsigned)SLUICE_POOL_LINGER_MAX_MS);
     else
         return SLUICE_OK;
-    return sluice__pool_fail(err, err_size, msg);
+    return sluice__fail(err, err_size, "%s", msg);
 }
 
 /*
  * Check the discovery description of a pool with `active` (node_id already
- * filled in by an engine) and resolve it into *cfg (may be NULL). Messages
- * name the field as `<owner>.discovery.<field>`; discovery's own messages
- * ("sluice_discovery_desc.x ...") are re-rooted there.
+ * filled in by an engine) and resolve it into *cfg (may be NULL). Messages,
+ * discovery's own included, name the field as `<owner>.discovery.<field>`.
  */
 SLUICE_INLINE int sluice__pool_check_discovery(uint32_t active,
                                                const struct sluice_discovery_desc *dd,
@@ -377,27 +365,23 @@ SLUICE_INLINE int sluice__pool_check_discovery(uint32_t active,
         struct sluice_discovery_desc probe = *dd;
         struct sluice__discovery_cfg resolved;
         probe.gate = &stand_in;
-        if (!probe.max_limit)
-            probe.max_limit = active;
-        const char *why = "invalid";
-        if (sluice__discovery_resolve(&probe, &resolved, &why) == SLUICE_OK) {
-            if (cfg)
-                *cfg = resolved;
-            return SLUICE_OK;
-        }
-        static const char root[] = "sluice_discovery_desc.";
-        if (strncmp(why, root, sizeof root - 1) == 0)
-            snprintf(msg, sizeof msg, "%s.discovery.%s", owner, why + sizeof root - 1);
-        else
-            snprintf(msg, sizeof msg, "%s.discovery: %s", owner, why);
+        SLUICE__DEFAULT(probe.max_limit, active);
+        char root[64];
+        snprintf(root, sizeof root, "%s.discovery", owner);
+        if (sluice__discovery_resolve(&probe, &resolved, root, err, err_size) != SLUICE_OK)
+            return SLUICE_EINVAL;
+        if (cfg)
+            *cfg = resolved;
+        return SLUICE_OK;
     }
-    return sluice__pool_fail(err, err_size, msg);
+    return sluice__fail(err, err_size, "%s", msg);
 }
 
 /* The waiting capacity a valid description resolves to. */
 SLUICE_INLINE uint32_t sluice__pool_waiting(uint32_t active, struct sluice_opt_u32 waiting)
 {
-    return active ? sluice_opt_or(waiting, SLUICE_POOL_WAITING_DEFAULT) : 0;
+    SLUICE__DEFAULT_OPT(waiting, SLUICE_POOL_WAITING_DEFAULT);
+    return active ? waiting.value : 0;
 }
 
 /* One more of what the operator's views count (struct sluice_pool_counts' second half). */

@@ -69,6 +69,7 @@
 
 /* Largest capacity accepted by init and create. */
 #define SLUICE_RING_CAPACITY_MAX (UINT32_C(1) << 31)
+#define SLUICE_RING_CAPACITY_DEFAULT UINT32_C(1024) /* sluice_ring_desc.capacity left at zero */
 
 /* 16 bytes, 16-aligned: a slot never straddles a cache line. */
 struct sluice_ring_slot {
@@ -135,7 +136,8 @@ SLUICE_INLINE int sluice_ring_init(struct sluice_ring *r, struct sluice_ring_slo
  */
 SLUICE_INLINE int sluice_ring_create(const struct sluice_ring_desc *desc, struct sluice_ring **out)
 {
-    uint32_t cap = desc && desc->capacity ? desc->capacity : 1024;
+    uint32_t cap = desc ? desc->capacity : 0;
+    SLUICE__DEFAULT(cap, SLUICE_RING_CAPACITY_DEFAULT);
     const struct sluice_allocator *a = desc ? desc->allocator : NULL;
     if (!out)
         return SLUICE_EINVAL;

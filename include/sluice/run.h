@@ -212,11 +212,13 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
     }
     struct sluice_generation gen;
     gen.backend = b->id;
-    gen.endpoint = d->endpoint ? d->endpoint : b->endpoint;
+    gen.endpoint = d->endpoint;
+    SLUICE__DEFAULT(gen.endpoint, b->endpoint);
     gen.deadline = d->deadline;
     gen.start_deadline = d->start_deadline;
     gen.cancel = d->cancel;
-    unsigned max_repairs = sluice_opt_or(d->max_repairs, SLUICE_RUN_REPAIRS_DEFAULT);
+    struct sluice_opt_u32 max_repairs = d->max_repairs;
+    SLUICE__DEFAULT_OPT(max_repairs, SLUICE_RUN_REPAIRS_DEFAULT);
     for (unsigned attempt = 0;; attempt++) {
         gen.attempt = attempt;
         status = sluice__run_generate(b->pool, d, &gen, r);
@@ -226,7 +228,7 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
         status = d->ops->validate(d->ctx, attempt, &repair);
         if (status == SLUICE_OK)
             return SLUICE_OK;
-        if (!repair || attempt >= max_repairs)
+        if (!repair || attempt >= max_repairs.value)
             return sluice__run_client_failed(r, SLUICE_STAGE_VALIDATE, status);
     }
 }

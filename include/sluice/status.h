@@ -4,7 +4,9 @@
  * One X-macro map generates the enum, sluice_strerror() and
  * sluice_status_name(), libuv-style. Values are negative errno where one
  * exists, so a status can be compared against -errno; codes with no errno
- * equivalent live at -4000 and below.
+ * equivalent live at -4000 and below. SLUICE_EINVAL from a create, init or
+ * validate comes with a message in the description's `error` buffer
+ * (sluice__fail below).
  *
  * Concurrency: pure functions over constant tables; callable from any thread.
  */
@@ -12,6 +14,8 @@
 #define SLUICE_STATUS_H
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 
 #include "cc.h"
 
@@ -61,6 +65,26 @@ SLUICE_INLINE const char *sluice_status_name(int status)
     default:
         return "UNKNOWN";
     }
+}
+
+/*
+ * Every create, init and validate reports a bad description the same way:
+ * a message naming the field to change, written to the caller's buffer its
+ * description passes as `error` (`error_size` bytes, NUL included), and
+ * SLUICE_EINVAL. This writes it (err may be NULL or err_size 0: no message;
+ * a longer one is cut, still terminated), so no module carries its own copy.
+ */
+SLUICE_INLINE int sluice__fail(char *err, size_t err_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+SLUICE_INLINE int sluice__fail(char *err, size_t err_size, const char *fmt, ...)
+{
+    if (err && err_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_size, fmt, ap);
+        va_end(ap);
+    }
+    return SLUICE_EINVAL;
 }
 
 #endif /* SLUICE_STATUS_H */

@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,19 +33,6 @@
  * its limit libmicrohttpd closes a connection unanswered; the accept policy keeps it
  * from getting there. */
 enum { ADMIN_CLOSING_FACTOR = 2 };
-
-static int admin_fail(const struct sluice_admin_desc *d, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int admin_fail(const struct sluice_admin_desc *d, int status, const char *fmt, ...)
-{
-    if (d->error && d->error_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(d->error, d->error_size, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
 
 static bool addr_is_loopback(const struct sockaddr *sa)
 {
@@ -66,33 +52,36 @@ static int admin_resolve(const struct sluice_admin_desc *in, struct sluice_admin
 {
     *d = *in;
     if (!d->engine)
-        return admin_fail(in, SLUICE_EINVAL,
-                          "sluice_admin_desc.engine is NULL (pass the engine to serve)");
-    if (!d->address)
-        d->address = "127.0.0.1";
+        return sluice__fail(in->error, in->error_size,
+                            "sluice_admin_desc.engine is NULL (pass the engine to serve)");
+    SLUICE__DEFAULT(d->address, SLUICE_ADMIN_ADDRESS_DEFAULT);
     if (d->port.set && d->port.value > 65535)
-        return admin_fail(in, SLUICE_EINVAL,
-                          "sluice_admin_desc.port = %u is above 65535 (use 1..65535, or "
-                          "SLUICE_SOME(0) for a free port)",
-                          d->port.value);
-#define ADMIN_DEFAULT(field, def, lo, hi)                                                          \
+        return sluice__fail(in->error, in->error_size,
+                            "sluice_admin_desc.port = %u is above 65535 (use 1..65535, or "
+                            "SLUICE_SOME(0) for a free port)",
+                            d->port.value);
+    SLUICE__DEFAULT_OPT(d->port, SLUICE_ADMIN_PORT_DEFAULT);
+    /* A row per field, in order: its default, then its range, whose bounds may be fields
+     * resolved above it. */
+#define ADMIN_RESOLVE(field, def, lo, hi)                                                          \
     do {                                                                                           \
-        if (!d->field)                                                                             \
-            d->field = (def);                                                                      \
+        SLUICE__DEFAULT(d->field, def);                                                            \
         if (d->field < (lo) || d->field > (hi))                                                    \
-            return admin_fail(in, SLUICE_EINVAL,                                                   \
-                              "sluice_admin_desc." #field " = %u is outside %u..%u", d->field,     \
-                              (unsigned)(lo), (unsigned)(hi));                                     \
+            return sluice__fail(in->error, in->error_size,                                         \
+                                "sluice_admin_desc." #field " = %u is outside %u..%u", d->field,   \
+                                (unsigned)(lo), (unsigned)(hi));                                   \
     } while (0)
-    ADMIN_DEFAULT(max_connections, 32, 1, 1024);
-    if (!d->max_streams)
-        d->max_streams = d->max_connections < 8 ? d->max_connections : 8;
-    ADMIN_DEFAULT(max_streams, 8, 1, d->max_connections);
-    ADMIN_DEFAULT(timeout_s, 10, 1, 3600);
-    ADMIN_DEFAULT(max_request_bytes, 16384, 4096, 1048576);
-    ADMIN_DEFAULT(max_body_bytes, 4096, 1, d->max_request_bytes);
-    ADMIN_DEFAULT(history_s, 300, 10, 3600);
-#undef ADMIN_DEFAULT
+    ADMIN_RESOLVE(max_connections, SLUICE_ADMIN_MAX_CONNECTIONS_DEFAULT, 1, 1024);
+    ADMIN_RESOLVE(max_streams,
+                  d->max_connections < SLUICE_ADMIN_MAX_STREAMS_DEFAULT
+                      ? d->max_connections
+                      : SLUICE_ADMIN_MAX_STREAMS_DEFAULT,
+                  1, d->max_connections);
+    ADMIN_RESOLVE(timeout_s, SLUICE_ADMIN_TIMEOUT_S_DEFAULT, 1, 3600);
+    ADMIN_RESOLVE(max_request_bytes, SLUICE_ADMIN_MAX_REQUEST_BYTES_DEFAULT, 4096, 1048576);
+    ADMIN_RESOLVE(max_body_bytes, SLUICE_ADMIN_MAX_BODY_BYTES_DEFAULT, 1, d->max_request_bytes);
+    ADMIN_RESOLVE(history_s, SLUICE_ADMIN_HISTORY_S_DEFAULT, 10, 3600);
+#undef ADMIN_RESOLVE
     return SLUICE_OK;
 }
 
@@ -104,24 +93,23 @@ static int admin_listen(const struct sluice_admin_desc *d, bool *loopback, uint1
     struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE,
                              .ai_socktype = SOCK_STREAM};
     char service[8];
-    snprintf(service, sizeof service, "%u",
-             d->port.set ? d->port.value : SLUICE_ADMIN_PORT_DEFAULT);
+    snprintf(service, sizeof service, "%u", d->port.value);
     struct addrinfo *ai = NULL;
     if (getaddrinfo(host, service, &hints, &ai) != 0 || !ai) {
-        *status = admin_fail(d, SLUICE_EINVAL,
-                             "sluice_admin_desc.address \"%s\" is not a numeric IPv4/IPv6 address "
-                             "(e.g. 127.0.0.1 or ::1)",
-                             d->address);
+        *status = sluice__fail(d->error, d->error_size,
+                               "sluice_admin_desc.address \"%s\" is not a numeric IPv4/IPv6 "
+                               "address (e.g. 127.0.0.1 or ::1)",
+                               d->address);
         return -1;
     }
     *loopback = addr_is_loopback(ai->ai_addr);
     if (!*loopback && !d->allow_remote) {
         freeaddrinfo(ai);
-        *status = admin_fail(d, SLUICE_EINVAL,
-                             "sluice_admin_desc.address \"%s\" is not loopback; the endpoint has "
-                             "no authentication, so set allow_remote = true only behind a "
-                             "firewall or an authenticating proxy",
-                             d->address);
+        *status = sluice__fail(d->error, d->error_size,
+                               "sluice_admin_desc.address \"%s\" is not loopback; the endpoint "
+                               "has no authentication, so set allow_remote = true only behind a "
+                               "firewall or an authenticating proxy",
+                               d->address);
         return -1;
     }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -133,10 +121,10 @@ static int admin_listen(const struct sluice_admin_desc *d, bool *loopback, uint1
         if (fd >= 0)
             close(fd);
         freeaddrinfo(ai);
-        *status = admin_fail(d, SLUICE_EINVAL,
-                             "cannot listen on %s port %s: %s (change sluice_admin_desc.port, or "
-                             "SLUICE_SOME(0) for a free one)",
-                             d->address, service, strerror(err));
+        *status = sluice__fail(d->error, d->error_size,
+                               "cannot listen on %s port %s: %s (change sluice_admin_desc.port, "
+                               "or SLUICE_SOME(0) for a free one)",
+                               d->address, service, strerror(err));
         return -1;
     }
     freeaddrinfo(ai);
@@ -224,8 +212,8 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
     if (desc->error && desc->error_size)
         desc->error[0] = '\0';
     if (!out)
-        return admin_fail(desc, SLUICE_EINVAL,
-                          "out is NULL (pass the address of a struct sluice_admin *)");
+        return sluice__fail(desc->error, desc->error_size,
+                            "out is NULL (pass the address of a struct sluice_admin *)");
     struct sluice_admin_desc d;
     int status = admin_resolve(desc, &d);
     if (status != SLUICE_OK)
@@ -243,13 +231,16 @@ int sluice_admin_start(const struct sluice_admin_desc *desc, struct sluice_admin
         unsigned port = a->port; /* for the message: a is gone after admin_free */
         close(fd);
         admin_free(a);
-        return admin_fail(desc, SLUICE_EIO, "libmicrohttpd did not start on port %u", port);
+        sluice__fail(desc->error, desc->error_size, "libmicrohttpd did not start on port %u",
+                     port);
+        return SLUICE_EIO;
     }
     if (pthread_create(&a->sampler, NULL, sluice__admin_sampler_main, a) != 0) {
         atomic_store(&a->stopping, true);
         MHD_stop_daemon(a->daemon);
         admin_free(a);
-        return admin_fail(desc, SLUICE_EIO, "cannot start the admin's sampler thread");
+        sluice__fail(desc->error, desc->error_size, "cannot start the admin's sampler thread");
+        return SLUICE_EIO;
     }
     a->sampler_started = true;
     *out = a;

@@ -108,10 +108,10 @@ static int sluice__chat_check_text(const struct sluice_chat_desc *d)
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         int status = sluice__chat_utf8(fields[i].value);
         if (status == SLUICE_EINVAL)
-            return sluice__shim_fail(d->error, d->error_size,
-                                     "sluice_chat_desc.%s is not valid UTF-8 (JSON strings must "
-                                     "be; convert it, e.g. with iconv)",
-                                     fields[i].name);
+            return sluice__fail(d->error, d->error_size,
+                                "sluice_chat_desc.%s is not valid UTF-8 (JSON strings must "
+                                "be; convert it, e.g. with iconv)",
+                                fields[i].name);
         if (status != SLUICE_OK)
             return status;
     }
@@ -236,13 +236,13 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
     if (d->error && d->error_size)
         d->error[0] = '\0';
     if (!out)
-        return sluice__shim_fail(d->error, d->error_size,
-                                 "out is NULL (pass the address of a struct sluice_chat *)");
+        return sluice__fail(d->error, d->error_size,
+                            "out is NULL (pass the address of a struct sluice_chat *)");
     if (!d->model || !d->prompt)
-        return sluice__shim_fail(d->error, d->error_size,
-                                 "%s is NULL (set sluice_chat_desc.%s%s)",
-                                 !d->model ? "model" : "prompt", !d->model ? "model" : "prompt",
-                                 !d->model ? ", e.g. \"openai/gpt-4o-mini\"" : "");
+        return sluice__fail(d->error, d->error_size,
+                            "%s is NULL (set sluice_chat_desc.%s%s)",
+                            !d->model ? "model" : "prompt", !d->model ? "model" : "prompt",
+                            !d->model ? ", e.g. \"openai/gpt-4o-mini\"" : "");
     int checked = sluice__chat_check_text(d);
     if (checked != SLUICE_OK)
         return checked;
@@ -250,15 +250,14 @@ int sluice_chat_create(const struct sluice_chat_desc *d, struct sluice_chat **ou
     if (!c)
         return SLUICE_ENOMEM;
     const char *key = d->api_key;
-    if (!key)
-        key = getenv(SLUICE_CHAT_API_KEY_ENV);
-    if (!key)
-        key = getenv(SLUICE_CHAT_API_KEY_ENV_OPENROUTER);
+    SLUICE__DEFAULT(key, getenv(SLUICE_CHAT_API_KEY_ENV));
+    SLUICE__DEFAULT(key, getenv(SLUICE_CHAT_API_KEY_ENV_OPENROUTER));
+    const char *repair = d->repair_prompt;
+    SLUICE__DEFAULT(repair, SLUICE__CHAT_REPAIR_DEFAULT);
     c->base_url = sluice__dup(d->base_url);
     c->model = sluice__dup(d->model);
     c->api_key = sluice__dup(key);
-    c->repair_prompt =
-        sluice__dup(d->repair_prompt ? d->repair_prompt : SLUICE__CHAT_REPAIR_DEFAULT);
+    c->repair_prompt = sluice__dup(repair);
     c->max_tokens = d->max_tokens;
     c->retry_after_max_ns = d->retry_after_max_ns;
     c->dialect = d->dialect;
@@ -549,7 +548,7 @@ static int sluice__chat_prepare(struct sluice_chat *c, const char *endpoint)
     const char *base = c->base_url ? c->base_url : endpoint;
     if (!base) {
         sluice__curl_result_init(&c->result);
-        return c->result.status = sluice__shim_fail(
+        return c->result.status = sluice__fail(
                    c->result.error, sizeof c->result.error,
                    "no URL to send the chat to: set sluice_chat_desc.base_url, or an endpoint on "
                    "the backend, the run or the request");

@@ -8,7 +8,6 @@
 
 #include <sluice/curl.h>
 
-#include <stdarg.h>
 #include <stdio.h>
 
 /* Headers a result keeps (Retry-After, retry-after-ms, every dialect's rate-limit family):
@@ -81,21 +80,6 @@ void sluice__tee_remove(const struct sluice__tee *t);
 
 /* A result for a call that never transferred. */
 void sluice__curl_result_init(struct sluice_curl_result *res);
-
-/* Write the formatted message naming what to fix to buf (if any; cut to size) and return
- * SLUICE_EINVAL: a description's `error` or a result's `error`. */
-static inline int sluice__shim_fail(char *buf, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static inline int sluice__shim_fail(char *buf, size_t size, const char *fmt, ...)
-{
-    if (buf && size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
-        va_end(ap);
-    }
-    return SLUICE_EINVAL;
-}
 
 /* SLUICE_OK, or SLUICE_EINVAL with res->error saying why `deadline` is not normalised or not
  * on CLOCK_MONOTONIC (more than a year ahead). */

@@ -41,6 +41,9 @@ static int sluice__timer_cb(CURLM *multi, long timeout_ms, void *userp)
     return 0;
 }
 
+/* libcurl's own CURLMOPT_MAX_CONCURRENT_STREAMS: the default asks for no fewer. */
+#define SLUICE__CURL_STREAMS_LIBCURL 100
+
 /* Connection caps that never make libcurl queue a request holding a permit. */
 static void sluice__set_caps(struct sluice_curl_loop *loop, const struct sluice_curl_loop_desc *d)
 {
@@ -54,10 +57,14 @@ static void sluice__set_caps(struct sluice_curl_loop *loop, const struct sluice_
         largest = a > largest ? a : largest;
     }
     long cap = limited ? (long)(sum < LONG_MAX ? sum : LONG_MAX) : 0;
-    long host = d->max_host_connections ? d->max_host_connections : cap;
-    long total = d->max_total_connections ? d->max_total_connections : cap;
-    long streams = d->max_concurrent_streams ? d->max_concurrent_streams
-                                             : (largest > 100 ? (long)largest : 100);
+    long host = d->max_host_connections;
+    long total = d->max_total_connections;
+    long streams = d->max_concurrent_streams;
+    SLUICE__DEFAULT(host, cap);
+    SLUICE__DEFAULT(total, cap);
+    SLUICE__DEFAULT(streams, largest > SLUICE__CURL_STREAMS_LIBCURL
+                                 ? (long)largest
+                                 : SLUICE__CURL_STREAMS_LIBCURL);
     curl_multi_setopt(loop->multi, CURLMOPT_MAX_HOST_CONNECTIONS, host);
     curl_multi_setopt(loop->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, total);
     curl_multi_setopt(loop->multi, CURLMOPT_MAX_CONCURRENT_STREAMS, streams);
@@ -69,7 +76,8 @@ static void sluice__set_caps(struct sluice_curl_loop *loop, const struct sluice_
 
 static int sluice__loop_init(struct sluice_curl_loop *loop, const struct sluice_curl_loop_desc *d)
 {
-    uint32_t n = d->max_requests ? d->max_requests : SLUICE_CURL_LOOP_REQUESTS_DEFAULT;
+    uint32_t n = d->max_requests;
+    SLUICE__DEFAULT(n, SLUICE_CURL_LOOP_REQUESTS_DEFAULT);
     uint32_t ring_cap = (uint32_t)sluice_next_pow2(n < 2 ? 2 : n);
     const struct sluice_engine *e = loop->engine;
     loop->n_recs = n;
@@ -235,17 +243,17 @@ static int sluice__loop_check(const struct sluice_curl_loop_desc *d)
     if (d->error && d->error_size)
         d->error[0] = '\0';
     if (!d->engine)
-        return sluice__shim_fail(d->error, d->error_size, "engine is NULL (required)");
+        return sluice__fail(d->error, d->error_size, "engine is NULL (required)");
     if (!d->watch != !d->timer)
-        return sluice__shim_fail(d->error, d->error_size,
-                                 "%s is set but %s is NULL (the embedder's-loop mode needs both; "
-                                 "leave both NULL for the loop's own thread)",
-                                 d->watch ? "watch" : "timer", d->watch ? "timer" : "watch");
+        return sluice__fail(d->error, d->error_size,
+                            "%s is set but %s is NULL (the embedder's-loop mode needs both; "
+                            "leave both NULL for the loop's own thread)",
+                            d->watch ? "watch" : "timer", d->watch ? "timer" : "watch");
     if (d->max_requests > SLUICE_CURL_LOOP_REQUESTS_MAX)
-        return sluice__shim_fail(d->error, d->error_size,
-                                 "max_requests = %" PRIu32 " is above SLUICE_CURL_LOOP_REQUESTS_MAX "
-                                 "(%" PRIu32 ")",
-                                 d->max_requests, SLUICE_CURL_LOOP_REQUESTS_MAX);
+        return sluice__fail(d->error, d->error_size,
+                            "max_requests = %" PRIu32 " is above SLUICE_CURL_LOOP_REQUESTS_MAX "
+                            "(%" PRIu32 ")",
+                            d->max_requests, SLUICE_CURL_LOOP_REQUESTS_MAX);
     return SLUICE_OK;
 }
 
@@ -256,8 +264,8 @@ int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc, struct slu
     if (!desc)
         return SLUICE_EINVAL;
     if (!out)
-        return sluice__shim_fail(desc->error, desc->error_size,
-                                 "out is NULL (pass the address of a struct sluice_curl_loop *)");
+        return sluice__fail(desc->error, desc->error_size,
+                            "out is NULL (pass the address of a struct sluice_curl_loop *)");
     int status = sluice__loop_check(desc);
     if (status != SLUICE_OK)
         return status;

@@ -74,17 +74,17 @@ void sluice__curl_result_init(struct sluice_curl_result *res)
 int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res)
 {
     if (!sluice_deadline_valid(deadline))
-        return sluice__shim_fail(res->error, sizeof res->error,
-                                 "deadline is not normalised: tv_nsec = %ld is outside [0, "
-                                 "999999999] (build it with sluice_deadline_in or "
-                                 "sluice_ns_timespec)",
-                                 (long)deadline->tv_nsec);
+        return sluice__fail(res->error, sizeof res->error,
+                            "deadline is not normalised: tv_nsec = %ld is outside [0, "
+                            "999999999] (build it with sluice_deadline_in or "
+                            "sluice_ns_timespec)",
+                            (long)deadline->tv_nsec);
     int64_t ahead = deadline ? sluice_timespec_ns(deadline) - sluice_monotonic_ns() : 0;
     if (ahead > SLUICE__DEADLINE_AHEAD_MAX_NS)
-        return sluice__shim_fail(res->error, sizeof res->error,
-                                 "deadline is %lld days ahead: not a CLOCK_MONOTONIC time (from "
-                                 "CLOCK_REALTIME?); build it with sluice_deadline_in",
-                                 (long long)(ahead / SLUICE_NS_PER_SEC / 86400));
+        return sluice__fail(res->error, sizeof res->error,
+                            "deadline is %lld days ahead: not a CLOCK_MONOTONIC time (from "
+                            "CLOCK_REALTIME?); build it with sluice_deadline_in",
+                            (long long)(ahead / SLUICE_NS_PER_SEC / 86400));
     return SLUICE_OK;
 }
 
@@ -367,8 +367,8 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     int64_t made_ns = sluice_monotonic_ns();
     sluice__curl_result_init(res);
     if (!call || !call->easy)
-        return res->status = sluice__shim_fail(res->error, sizeof res->error,
-                                               "%s is NULL (required)", call ? "easy" : "call");
+        return res->status = sluice__fail(res->error, sizeof res->error,
+                                          "%s is NULL (required)", call ? "easy" : "call");
     if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK ||
         sluice__curl_check_deadline(call->start_deadline, res) != SLUICE_OK)
         return res->status = SLUICE_EINVAL;
@@ -446,14 +446,14 @@ static int sluice__curl_check_call(const struct sluice_engine *engine,
                                    struct sluice_curl_result *res)
 {
     if (!engine || !call || !call->easy)
-        return sluice__shim_fail(res->error, sizeof res->error, "%s is NULL (required)",
-                                 !engine ? "engine" : !call ? "call" : "easy");
+        return sluice__fail(res->error, sizeof res->error, "%s is NULL (required)",
+                            !engine ? "engine" : !call ? "call" : "easy");
     if (!sluice_engine_find(engine, call->backend))
-        return sluice__shim_fail(res->error, sizeof res->error,
-                                 "backend \"%s\" is not registered in the engine (register it in "
-                                 "sluice_engine_desc.backends, or pass NULL for the endpoint-only "
-                                 "backend)",
-                                 call->backend);
+        return sluice__fail(res->error, sizeof res->error,
+                            "backend \"%s\" is not registered in the engine (register it in "
+                            "sluice_engine_desc.backends, or pass NULL for the endpoint-only "
+                            "backend)",
+                            call->backend);
     int status = sluice__curl_check_deadline(call->deadline, res);
     return status == SLUICE_OK ? sluice__curl_check_deadline(call->start_deadline, res) : status;
 }

@@ -23,16 +23,10 @@
 #define FLEET_WINDOW_CALLS 16        /* measured calls a leader's window waits for (see leader_beat) */
 #define FLEET_WINDOW_BEATS 3         /* ... and beats: the length timed windows had at 100 ms beats */
 #define FLEET_WINDOW_MAX_BEATS 150   /* ... or this many beats, whatever it holds */
+/* A follower pool's window_samples when it sets none (see sluice_fleet_discovery). */
+#define FLEET_FOLLOWER_WINDOW_SAMPLES 1
 
 /* ---- configuration ------------------------------------------------------------ */
-
-static int fleet_fail(const struct sluice_fleet_desc *d, const char *msg)
-{
-    if (d && d->error && d->error_size) {
-        snprintf(d->error, d->error_size, "%s", msg);
-    }
-    return SLUICE_EINVAL;
-}
 
 #define FLEET_URL_FORM "\"redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]\" or \"HOST:PORT\""
 
@@ -120,32 +114,46 @@ static int fleet_configure(struct sluice_fleet *f, const struct sluice_fleet_des
     if (!d)
         return SLUICE_EINVAL;
     if (!d->redis_url || !d->redis_url[0])
-        return fleet_fail(d, "sluice_fleet_desc.redis_url is required (" FLEET_URL_FORM ")");
+        return sluice__fail(d->error, d->error_size,
+                            "sluice_fleet_desc.redis_url is required (" FLEET_URL_FORM ")");
     const char *bad_url = parse_url(d->redis_url, f);
     if (bad_url)
-        return fleet_fail(d, bad_url);
+        return sluice__fail(d->error, d->error_size, "%s", bad_url);
     if (!d->node_id || !d->node_id[0] || strlen(d->node_id) >= SLUICE_NODE_ID_MAX)
-        return fleet_fail(d, "sluice_fleet_desc.node_id is required, at most "
-                             "SLUICE_NODE_ID_MAX-1 bytes");
+        return sluice__fail(d->error, d->error_size,
+                            "sluice_fleet_desc.node_id is required, at most "
+                            "SLUICE_NODE_ID_MAX-1 bytes");
     if (d->process_id && (!d->process_id[0] || strlen(d->process_id) >= SLUICE_FLEET_ID_MAX))
-        return fleet_fail(d, "sluice_fleet_desc.process_id must be non-empty, at most "
-                             "SLUICE_FLEET_ID_MAX-1 bytes");
-    f->lease = sluice_opt_or(d->lease, 4);
+        return sluice__fail(d->error, d->error_size,
+                            "sluice_fleet_desc.process_id must be non-empty, at most "
+                            "SLUICE_FLEET_ID_MAX-1 bytes");
+    struct sluice_opt_u32 lease = d->lease;
+    SLUICE__DEFAULT_OPT(lease, SLUICE_FLEET_LEASE_DEFAULT);
+    f->lease = lease.value;
     if (f->lease < 1 || f->lease > SLUICE_FLEET_LEASE_MAX)
-        return fleet_fail(d, "sluice_fleet_desc.lease must be in [1, 1024] (permits per lease)");
-    f->heartbeat_ms = d->heartbeat_ms ? d->heartbeat_ms : 200;
+        return sluice__fail(d->error, d->error_size,
+                            "sluice_fleet_desc.lease must be in [1, 1024] (permits per lease)");
+    f->heartbeat_ms = d->heartbeat_ms;
+    SLUICE__DEFAULT(f->heartbeat_ms, SLUICE_FLEET_HEARTBEAT_MS_DEFAULT);
     if (f->heartbeat_ms < SLUICE_FLEET_HEARTBEAT_MIN_MS ||
         f->heartbeat_ms > SLUICE_FLEET_HEARTBEAT_MAX_MS)
-        return fleet_fail(d, "sluice_fleet_desc.heartbeat_ms must be in [10, 10000]");
-    f->holder_ttl_beats = d->holder_ttl_beats ? d->holder_ttl_beats : 5;
-    f->leader_ttl_beats = d->leader_ttl_beats ? d->leader_ttl_beats : 5;
+        return sluice__fail(d->error, d->error_size,
+                            "sluice_fleet_desc.heartbeat_ms must be in [10, 10000]");
+    f->holder_ttl_beats = d->holder_ttl_beats;
+    SLUICE__DEFAULT(f->holder_ttl_beats, SLUICE_FLEET_HOLDER_TTL_BEATS_DEFAULT);
+    f->leader_ttl_beats = d->leader_ttl_beats;
+    SLUICE__DEFAULT(f->leader_ttl_beats, SLUICE_FLEET_LEADER_TTL_BEATS_DEFAULT);
     if (f->holder_ttl_beats < 2 || f->holder_ttl_beats > SLUICE_FLEET_TTL_BEATS_MAX)
-        return fleet_fail(d, "sluice_fleet_desc.holder_ttl_beats must be in [2, 100]");
+        return sluice__fail(d->error, d->error_size,
+                            "sluice_fleet_desc.holder_ttl_beats must be in [2, 100]");
     if (f->leader_ttl_beats < 2 || f->leader_ttl_beats > SLUICE_FLEET_TTL_BEATS_MAX)
-        return fleet_fail(d, "sluice_fleet_desc.leader_ttl_beats must be in [2, 100]");
+        return sluice__fail(d->error, d->error_size,
+                            "sluice_fleet_desc.leader_ttl_beats must be in [2, 100]");
     if (d->max_limit > SLUICE_POOL_ACTIVE_MAX)
-        return fleet_fail(d, "sluice_fleet_desc.max_limit is above SLUICE_POOL_ACTIVE_MAX");
-    /* The leader's node: discovery checks the rest and names the field. */
+        return sluice__fail(d->error, d->error_size,
+                            "sluice_fleet_desc.max_limit is above SLUICE_POOL_ACTIVE_MAX");
+    /* The leader's node: discovery checks the rest, naming the fleet's fields, and its
+     * resolved limits and TTL are what the fleet shares. */
     struct sluice_discovery_desc *ld = &f->leader_desc;
     memset(ld, 0, sizeof *ld);
     strcpy(f->node, d->node_id);
@@ -156,18 +164,17 @@ static int fleet_configure(struct sluice_fleet *f, const struct sluice_fleet_des
     ld->max_limit = d->max_limit;
     ld->lock_ttl_s = d->lock_ttl_s;
     ld->policy = d->policy;
-    const char *why = NULL;
-    if (sluice_discovery_validate(ld, &why) != SLUICE_OK) {
-        char msg[256];
-        static const char root[] = "sluice_discovery_desc.";
-        snprintf(msg, sizeof msg, "sluice_fleet_desc.%s",
-                 strncmp(why, root, sizeof root - 1) ? why : why + sizeof root - 1);
-        return fleet_fail(d, msg);
-    }
-    uint32_t max = d->max_limit ? d->max_limit : 1024;
-    f->floor = d->floor ? d->floor : 1;
-    if (f->floor > max)
-        return fleet_fail(d, "sluice_fleet_desc.floor is above max_limit");
+    struct sluice__discovery_cfg leader;
+    if (sluice__discovery_resolve(ld, &leader, "sluice_fleet_desc", d->error, d->error_size) !=
+        SLUICE_OK)
+        return SLUICE_EINVAL;
+    ld->min_limit = leader.min_limit;
+    ld->max_limit = leader.max_limit;
+    ld->lock_ttl_s = leader.lock_ttl_s;
+    f->floor = d->floor;
+    SLUICE__DEFAULT(f->floor, SLUICE_FLEET_FLOOR_DEFAULT);
+    if (f->floor > ld->max_limit)
+        return sluice__fail(d->error, d->error_size, "sluice_fleet_desc.floor is above max_limit");
     if (d->policy) { /* a value: keep our own copy of the prototype */
         memcpy(f->policy.bytes, (const void *)d->policy, d->policy->ops->size);
     } else {
@@ -175,11 +182,10 @@ static int fleet_configure(struct sluice_fleet *f, const struct sluice_fleet_des
          * beat or two late, when every process has run at the overshoot meanwhile. */
         struct sluice_policy_discover def;
         sluice_policy_discover_init(
-            &def, &(struct sluice_policy_discover_params){.backoff = FLEET_BACKOFF}, NULL);
+            &def, &(struct sluice_policy_discover_params){.backoff = FLEET_BACKOFF}, NULL, 0);
         memcpy(f->policy.bytes, (const void *)&def, sizeof def);
     }
     ld->policy = (const struct sluice_policy *)(void *)f->policy.bytes;
-    ld->lock_ttl_s = d->lock_ttl_s ? d->lock_ttl_s : 86400;
     if (d->process_id) {
         snprintf(f->id, sizeof f->id, "%s", d->process_id);
     } else {
@@ -308,8 +314,8 @@ static void leader_stop(struct sluice_fleet *f)
 /* Took the lease: start the fleet's discovery from the shared state. */
 static void leader_start(struct sluice_fleet *f, uint32_t shared_limit, uint64_t clears)
 {
-    struct sluice_discovery_desc d = f->leader_desc;
-    uint32_t min = d.min_limit ? d.min_limit : 1, max = d.max_limit ? d.max_limit : 1024;
+    struct sluice_discovery_desc d = f->leader_desc; /* its limits resolved at create */
+    uint32_t min = d.min_limit, max = d.max_limit;
     if (shared_limit)
         d.jumpstart = shared_limit < min ? min : shared_limit > max ? max : shared_limit;
     f->a_leader_store = sluice__fleet_leader_store(f);
@@ -321,7 +327,7 @@ static void leader_start(struct sluice_fleet *f, uint32_t shared_limit, uint64_t
     d.on_event = fleet_leader_event;
     d.on_event_ctx = f;
     sluice_gate_init(&f->a_leader_gate, max);
-    if (sluice_discovery_create(&d, &f->a_leader, NULL) != SLUICE_OK) {
+    if (sluice_discovery_create(&d, &f->a_leader) != SLUICE_OK) {
         f->a_leader = NULL;
         return;
     }
@@ -548,8 +554,9 @@ static bool fleet_lease(struct sluice_fleet *f, uint32_t *shared, uint64_t *clea
     snprintf(a_keep, sizeof a_keep, "%" PRIu32, uses > 0 ? uses - 1 : 0);
     snprintf(a_k, sizeof a_k, "%" PRIu32, f->lease);
     snprintf(a_ttl, sizeof a_ttl, "%" PRId64, f->heartbeat_ms * f->holder_ttl_beats);
-    snprintf(a_def, sizeof a_def, "%" PRIu32,
-             f->leader_desc.jumpstart ? f->leader_desc.jumpstart : 5);
+    uint32_t start = f->leader_desc.jumpstart;
+    SLUICE__DEFAULT(start, SLUICE_DISCOVERY_JUMPSTART_DEFAULT);
+    snprintf(a_def, sizeof a_def, "%" PRIu32, start);
     static const enum fleet_key keys[] = {KEY_STATE, KEY_HOLDERS, KEY_HELD,
                                           KEY_WAITERS, KEY_CLEARS, KEY_LOAD};
     const char *args[] = {f->id, a_want, a_keep, a_k, a_ttl, a_def, a_load};
@@ -655,11 +662,15 @@ static void *fleet_agent(void *arg)
 
 int sluice_fleet_create(const struct sluice_fleet_desc *desc, struct sluice_fleet **out)
 {
-    if (!out)
-        return fleet_fail(desc, "out is NULL (pass the address of a struct sluice_fleet *)");
-    *out = NULL;
-    if (desc && desc->error && desc->error_size)
+    if (out)
+        *out = NULL;
+    if (!desc)
+        return SLUICE_EINVAL;
+    if (desc->error && desc->error_size)
         desc->error[0] = '\0';
+    if (!out)
+        return sluice__fail(desc->error, desc->error_size,
+                            "out is NULL (pass the address of a struct sluice_fleet *)");
     struct sluice_fleet *f = sluice__zalloc_aligned(sizeof *f, SLUICE_CACHELINE);
     if (!f)
         return SLUICE_ENOMEM;
@@ -694,8 +705,7 @@ void sluice_fleet_discovery(struct sluice_fleet *f, struct sluice_discovery_desc
     dd->policy = &f->follower.base;
     /* Short local windows (about four mean latencies): a window is what the next
      * report carries, so its length is how late the leader hears of an overload. */
-    if (!dd->window_samples)
-        dd->window_samples = 1;
+    SLUICE__DEFAULT(dd->window_samples, FLEET_FOLLOWER_WINDOW_SAMPLES);
     dd->store = &f->store_ops;
 }
 

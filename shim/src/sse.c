@@ -19,8 +19,7 @@ int sluice_sse_init(struct sluice_sse *p, const struct sluice_sse_desc *d)
         return SLUICE_EINVAL;
     memset(p, 0, sizeof *p);
     p->d = *d;
-    if (!p->d.line_max)
-        p->d.line_max = d->size - 2;
+    SLUICE__DEFAULT(p->d.line_max, d->size - 2);
     p->first_line = true;
     p->error = "";
     return SLUICE_OK;

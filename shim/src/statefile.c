@@ -129,39 +129,39 @@ int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluic
         d = *desc;
     if (d.error && d.error_size)
         d.error[0] = '\0';
-#define SF_OPEN_FAIL(...)                                                                          \
-    do {                                                                                           \
-        if (d.error && d.error_size)                                                               \
-            snprintf(d.error, d.error_size, __VA_ARGS__);                                          \
-        return SLUICE_EINVAL;                                                                      \
-    } while (0)
     if (!out)
-        SF_OPEN_FAIL("out is NULL (pass the address of a struct sluice_statefile *)");
+        return sluice__fail(d.error, d.error_size,
+                            "out is NULL (pass the address of a struct sluice_statefile *)");
     if (d.lock_wait_ms > 600000)
-        SF_OPEN_FAIL("sluice_statefile_desc.lock_wait_ms = %u is above 600000", d.lock_wait_ms);
+        return sluice__fail(d.error, d.error_size,
+                            "sluice_statefile_desc.lock_wait_ms = %u is above 600000",
+                            d.lock_wait_ms);
     char path[4096];
     if (d.path) {
         if (!d.path[0])
-            SF_OPEN_FAIL("sluice_statefile_desc.path is empty (pass a file path, or NULL for the "
-                         "default location)");
+            return sluice__fail(d.error, d.error_size,
+                                "sluice_statefile_desc.path is empty (pass a file path, or NULL "
+                                "for the default location)");
         if (strlen(d.path) >= sizeof path - 32)
-            SF_OPEN_FAIL("sluice_statefile_desc.path is longer than %zu bytes", sizeof path - 32);
+            return sluice__fail(d.error, d.error_size,
+                                "sluice_statefile_desc.path is longer than %zu bytes",
+                                sizeof path - 32);
         snprintf(path, sizeof path, "%s", d.path);
     } else {
         int n = sluice_statefile_default_path(path, sizeof path - 32);
         if (n < 0)
-            SF_OPEN_FAIL("no state file location: set sluice_statefile_desc.path, XDG_STATE_HOME "
-                         "or HOME");
+            return sluice__fail(d.error, d.error_size,
+                                "no state file location: set sluice_statefile_desc.path, "
+                                "XDG_STATE_HOME or HOME");
         if ((size_t)n >= sizeof path - 32)
-            SF_OPEN_FAIL(
-                "the default state file path is too long (set sluice_statefile_desc.path)");
+            return sluice__fail(d.error, d.error_size,
+                                "the default state file path is too long (set "
+                                "sluice_statefile_desc.path)");
     }
-#undef SF_OPEN_FAIL
     char why[4 * sizeof path]; /* up to three paths and the words around them */
     int checked = sf_check_path(path, why, sizeof why);
     if (checked != SLUICE_OK) {
-        if (d.error && d.error_size)
-            snprintf(d.error, d.error_size, "%s", why);
+        sluice__fail(d.error, d.error_size, "%s", why);
         return checked;
     }
     struct sluice_statefile *f = calloc(1, sizeof *f);
@@ -176,7 +176,8 @@ int sluice_statefile_open(const struct sluice_statefile_desc *desc, struct sluic
         f->wall = *d.wall_clock;
         f->has_wall = true;
     }
-    f->lock_wait_ms = d.lock_wait_ms ? d.lock_wait_ms : 5000;
+    f->lock_wait_ms = d.lock_wait_ms;
+    SLUICE__DEFAULT(f->lock_wait_ms, SLUICE_STATEFILE_LOCK_WAIT_MS_DEFAULT);
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->wmu, NULL);
     pthread_cond_init(&f->work, NULL);

@@ -102,7 +102,7 @@ union any_policy {
 static const struct sluice_policy *make_policy(struct fuzz_in *in, union any_policy *p)
 {
     memset(p, 0, sizeof *p);
-    const char *why = NULL;
+    char why[256]; /* written as a caller's would be, never read: a refused init is input too */
     switch (fuzz_pick(in, 7)) {
     case 0:
         return NULL;
@@ -110,32 +110,32 @@ static const struct sluice_policy *make_policy(struct fuzz_in *in, union any_pol
         return &p->base; /* ops == NULL: never initialised */
     case 2: {
         struct sluice_policy_aimd_params k = {fuzz_double(in), fuzz_u32(in), fuzz_i64(in)};
-        sluice_policy_aimd_init(&p->aimd, fuzz_bool(in) ? &k : NULL, &why);
+        sluice_policy_aimd_init(&p->aimd, fuzz_bool(in) ? &k : NULL, why, sizeof why);
         return &p->base;
     }
     case 3: {
         struct sluice_policy_discover_params k = {fuzz_double(in), fuzz_double(in),
                                                   fuzz_double(in), fuzz_double(in),
                                                   fuzz_double(in), fuzz_u32(in), fuzz_u32(in)};
-        sluice_policy_discover_init(&p->discover, fuzz_bool(in) ? &k : NULL, &why);
+        sluice_policy_discover_init(&p->discover, fuzz_bool(in) ? &k : NULL, why, sizeof why);
         return &p->base;
     }
     case 4: {
         struct sluice_policy_fixed_params k = {fuzz_u32(in)};
-        sluice_policy_fixed_init(&p->fixed, &k, &why);
+        sluice_policy_fixed_init(&p->fixed, &k, why, sizeof why);
         return &p->base;
     }
     case 5: {
         struct sluice_policy_gradient_params k = {fuzz_double(in), fuzz_double(in),
                                                   fuzz_double(in), fuzz_double(in),
                                                   fuzz_double(in)};
-        sluice_policy_gradient_init(&p->gradient, &k, &why);
+        sluice_policy_gradient_init(&p->gradient, &k, why, sizeof why);
         return &p->base;
     }
     default: {
         struct sluice_policy_vegas_params k = {fuzz_double(in), fuzz_double(in), fuzz_double(in),
                                                fuzz_double(in)};
-        sluice_policy_vegas_init(&p->vegas, &k, &why);
+        sluice_policy_vegas_init(&p->vegas, &k, why, sizeof why);
         return &p->base;
     }
     }

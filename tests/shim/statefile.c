@@ -334,7 +334,7 @@ static struct sluice_engine *quick_lock_engine(struct sluice_store_ops *ops, str
     atomic_store(&mono->now, 1000 * SLUICE_NS_PER_SEC);
     *hook = fake_clock_hook(mono);
     struct sluice_policy_discover_params params = {.min_samples = 1};
-    cr_assert_eq(sluice_policy_discover_init(quick, &params, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_discover_init(quick, &params, NULL, 0), SLUICE_OK);
     struct sluice_discovery_desc disc = {.jumpstart = 1, .max_limit = 1, .policy = &quick->base};
     struct sluice_backend_desc b[] = {{.id = "cloud:s", .active = 1, .discovery = &disc}};
     struct sluice_engine *e = NULL;

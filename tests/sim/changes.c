@@ -162,7 +162,7 @@ Test(changes, clear_leaves_other_nodes_byte_identical)
     struct sluice_store_ops ops = sluice_memstore_ops(store);
     struct sluice_policy_fixed fixed;
     struct sluice_policy_fixed_params fixed_params = {4};
-    cr_assert_eq(sluice_policy_fixed_init(&fixed, &fixed_params, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_fixed_init(&fixed, &fixed_params, NULL, 0), SLUICE_OK);
 
     struct node_run a = node_run_start("cloud:a", 52, NULL, &ops, 1);
     struct node_run b = node_run_start("cloud:b", 16, NULL, &ops, 2);

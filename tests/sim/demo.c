@@ -73,8 +73,10 @@ Test(demo, discovers_a_providers_cap_then_a_plan_upgrade)
     desc.on_event = on_event;
     struct demo demo = {NULL, 0};
     sim_discovery_desc(s, &desc);
-    const char *why = NULL;
-    cr_assert_eq(sluice_discovery_create(&desc, &demo.disc, &why), SLUICE_OK, "%s", why);
+    char why[256] = "";
+    desc.error = why;
+    desc.error_size = sizeof why;
+    cr_assert_eq(sluice_discovery_create(&desc, &demo.disc), SLUICE_OK, "%s", why);
     sim_attach_discovery(s, demo.disc);
 
     printf("\nsluice discovery demo (virtual time)\n"

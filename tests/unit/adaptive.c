@@ -129,7 +129,7 @@ static void world_init(struct world *w)
     cr_assert_eq(sluice_memstore_create(8, NULL, &w->store), SLUICE_OK);
     w->store_ops = sluice_memstore_ops(w->store);
     struct sluice_policy_discover_params params = {.min_samples = 1};
-    cr_assert_eq(sluice_policy_discover_init(&w->policy, &params, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_discover_init(&w->policy, &params, NULL, 0), SLUICE_OK);
 }
 
 /* Put a lock for `node` in the store, locked a day ago and expiring `ttl_s` from the
@@ -415,7 +415,7 @@ Test(adaptive, a_sync_waiter_granted_by_a_limit_raise_is_woken_before_async_call
     struct sluice_clock hook = fake_clock_hook(&fc);
     struct sluice_policy_discover quick;
     struct sluice_policy_discover_params params = {.min_samples = 1};
-    cr_assert_eq(sluice_policy_discover_init(&quick, &params, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_discover_init(&quick, &params, NULL, 0), SLUICE_OK);
     struct sluice_discovery_desc disc = {.node_id = "cloud:r", .jumpstart = 1, .policy = &quick.base};
     struct sluice_pool_desc d = {.active = 8, .clock = &hook, .discovery = &disc};
     struct sluice_pool *p;
@@ -1053,7 +1053,7 @@ Test(adaptive, invalid_discovery_configuration_fails_naming_the_field)
     struct sluice_clock clock = {NULL, NULL};
     struct sluice_allocator alloc = {NULL, NULL, NULL};
     struct sluice_policy_fixed fixed;
-    sluice_policy_fixed_init(&fixed, NULL, NULL);
+    sluice_policy_fixed_init(&fixed, NULL, NULL, 0);
     struct sluice_policy_discover never_initialised;
     memset(&never_initialised, 0, sizeof never_initialised);
     struct sluice_store_ops no_clear = sluice_memstore_ops(NULL);

@@ -106,19 +106,22 @@ Test(discovery, invalid_configuration_fails_with_einval_naming_the_field)
     node_init(&n);
     struct sluice_discovery_desc base = node_desc(&n, "cloud:x");
     struct sluice_discovery_desc d;
-    const char *why;
+    char why[256];
     struct sluice_discovery *disc = NULL;
 
 #define EXPECT_EINVAL(mutation, field)                                                             \
     do {                                                                                           \
         d = base;                                                                                  \
         mutation;                                                                                  \
-        why = NULL;                                                                                \
-        cr_expect_eq(sluice_discovery_create(&d, &disc, &why), SLUICE_EINVAL, "%s", #mutation);   \
+        why[0] = '\0';                                                                             \
+        d.error = why;                                                                             \
+        d.error_size = sizeof why;                                                                 \
+        cr_expect_eq(sluice_discovery_create(&d, &disc), SLUICE_EINVAL, "%s", #mutation);          \
         cr_assert_null(disc);                                                                      \
-        cr_expect(why && strstr(why, field), "%s: message '%s' does not name %s", #mutation,      \
-                  why ? why : "(none)", field);                                                    \
-        cr_expect_eq(sluice_discovery_validate(&d, NULL), SLUICE_EINVAL);                          \
+        cr_expect(strstr(why, field), "%s: message '%s' does not name %s", #mutation, why,         \
+                  field);                                                                          \
+        d.error = NULL;                                                                            \
+        cr_expect_eq(sluice_discovery_validate(&d), SLUICE_EINVAL);                                \
     } while (0)
 
     EXPECT_EINVAL((d.min_limit = 10, d.max_limit = 3), "min_limit");
@@ -150,18 +153,18 @@ Test(discovery, invalid_configuration_fails_with_einval_naming_the_field)
     /* The default jumpstart is clamped, not an error, when only max_limit is small. */
     d = base;
     d.max_limit = 3;
-    cr_assert_eq(sluice_discovery_create(&d, &disc, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_discovery_create(&d, &disc), SLUICE_OK);
     cr_assert_eq(sluice_discovery_limit(disc), 3);
     sluice_discovery_destroy(disc);
 }
 
 Test(discovery, policy_parameters_are_validated_with_their_field_named)
 {
-    const char *why = NULL;
+    char why[256] = "";
     struct sluice_policy_discover p;
     struct sluice_policy_discover_params bad = {0};
     bad.backoff = 1.5;
-    cr_assert_eq(sluice_policy_discover_init(&p, &bad, &why), SLUICE_EINVAL);
+    cr_assert_eq(sluice_policy_discover_init(&p, &bad, why, sizeof why), SLUICE_EINVAL);
     cr_assert_not_null(strstr(why, "sluice_policy_discover_params.backoff"), "%s", why);
 }
 
@@ -633,7 +636,7 @@ Test(discovery, a_fixed_node_ignores_samples_and_clear)
     node_init(&n);
     struct sluice_policy_fixed fixed;
     struct sluice_policy_fixed_params params = {4};
-    sluice_policy_fixed_init(&fixed, &params, NULL);
+    sluice_policy_fixed_init(&fixed, &params, NULL, 0);
     struct sluice_discovery_desc d = node_desc(&n, "local:gpu");
     d.policy = &fixed.base;
     node_create(&n, &d);
@@ -730,7 +733,7 @@ Test(discovery, concurrent_completions_clears_and_readers_keep_the_limit_in_boun
     d.window_max_ns = 2 * SLUICE_NS_PER_MS;
     d.events = 16;
     struct sluice_discovery *disc;
-    cr_assert_eq(sluice_discovery_create(&d, &disc, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_discovery_create(&d, &disc), SLUICE_OK);
     enum { WORKERS = 3 };
     struct hammer h[WORKERS + 1];
     pthread_t tids[WORKERS + 1];
@@ -988,7 +991,7 @@ Test(discovery, nodes_built_from_one_description_share_no_policy_state)
 {
     struct sluice_policy_discover proto;
     struct sluice_policy_discover_params params = {.min_samples = 2};
-    cr_assert_eq(sluice_policy_discover_init(&proto, &params, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_discover_init(&proto, &params, NULL, 0), SLUICE_OK);
     struct sluice_policy_discover pristine = proto;
     struct two_nodes t;
     struct sluice_discovery_desc d;
@@ -1000,7 +1003,7 @@ Test(discovery, nodes_built_from_one_description_share_no_policy_state)
     for (int i = 0; i < 2; i++) {
         sluice_gate_init(&t.gates[i], 1);
         d.gate = &t.gates[i];
-        cr_assert_eq(sluice_discovery_create(&d, &t.disc[i], NULL), SLUICE_OK);
+        cr_assert_eq(sluice_discovery_create(&d, &t.disc[i]), SLUICE_OK);
     }
     /* Concurrent samples and clears on both nodes: under TSan, any policy
      * state they shared would be a data race in the policy update. */
@@ -1033,16 +1036,18 @@ Test(discovery, a_policy_prototype_must_be_initialised_and_fit_the_node)
     node_init(&n);
     struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
     struct sluice_discovery *disc = NULL;
-    const char *why = NULL;
+    char why[256] = "";
+    d.error = why;
+    d.error_size = sizeof why;
     struct sluice_policy_discover never; /* sluice_policy_discover_init never called */
     memset(&never, 0, sizeof never);
     d.policy = &never.base;
-    cr_assert_eq(sluice_discovery_create(&d, &disc, &why), SLUICE_EINVAL);
+    cr_assert_eq(sluice_discovery_create(&d, &disc), SLUICE_EINVAL);
     cr_assert_not_null(strstr(why, "sluice_discovery_desc.policy was never initialised"), "%s", why);
     cr_assert_null(disc);
 
     struct sluice_policy_discover big;
-    sluice_policy_discover_init(&big, NULL, NULL);
+    sluice_policy_discover_init(&big, NULL, NULL, 0);
     struct sluice_policy_ops ops = *big.base.ops;
     struct sluice_policy *proto = &big.base;
     proto->ops = &ops;
@@ -1050,13 +1055,13 @@ Test(discovery, a_policy_prototype_must_be_initialised_and_fit_the_node)
     size_t sizes[] = {0, SLUICE_POLICY_STATE_MAX + 1};
     for (size_t i = 0; i < 2; i++) {
         ops.size = sizes[i];
-        why = NULL;
-        cr_assert_eq(sluice_discovery_create(&d, &disc, &why), SLUICE_EINVAL, "size %zu", sizes[i]);
-        cr_assert_not_null(why);
+        why[0] = '\0';
+        cr_assert_eq(sluice_discovery_create(&d, &disc), SLUICE_EINVAL, "size %zu", sizes[i]);
         cr_assert_not_null(strstr(why, "sluice_discovery_desc.policy->ops->size"), "%s", why);
     }
     ops.size = sizeof big;
-    cr_assert_eq(sluice_discovery_create(&d, &disc, &why), SLUICE_OK);
+    cr_assert_eq(sluice_discovery_create(&d, &disc), SLUICE_OK);
+    cr_assert_str_empty(why, "success empties the message");
     sluice_discovery_destroy(disc);
 }
 

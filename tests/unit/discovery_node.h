@@ -74,8 +74,11 @@ static inline void node_init(struct node *n)
 
 static inline void node_create(struct node *n, struct sluice_discovery_desc *d)
 {
-    const char *why = NULL;
-    cr_assert_eq(sluice_discovery_create(d, &n->disc, &why), SLUICE_OK, "%s", why);
+    char why[256] = "";
+    struct sluice_discovery_desc told = *d;
+    told.error = why;
+    told.error_size = sizeof why;
+    cr_assert_eq(sluice_discovery_create(&told, &n->disc), SLUICE_OK, "%s", why);
 }
 
 static inline void advance(struct node *n, int64_t ns)

@@ -294,7 +294,7 @@ Test(effects, a_limit_raise_hands_out_its_grants_in_flush_not_in_record)
     node_init(&n);
     struct sluice_policy_discover quick;
     struct sluice_policy_discover_params params = {.min_samples = 1};
-    cr_assert_eq(sluice_policy_discover_init(&quick, &params, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_discover_init(&quick, &params, NULL, 0), SLUICE_OK);
     struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
     d.jumpstart = 1;
     d.max_limit = 8;
@@ -374,7 +374,7 @@ Test(effects, events_reach_the_callback_one_at_a_time_in_seq_order)
     d.on_event = check_order;
     d.on_event_ctx = &o;
     struct sluice_discovery *disc;
-    cr_assert_eq(sluice_discovery_create(&d, &disc, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_discovery_create(&d, &disc), SLUICE_OK);
     enum { THREADS = 4 };
     pthread_t tids[THREADS];
     for (int i = 0; i < THREADS; i++)

@@ -44,19 +44,19 @@ Test(policy, fixed_holds_its_limit)
 {
     struct sluice_policy_fixed p;
     struct sluice_policy_fixed_params params = {7};
-    sluice_policy_fixed_init(&p, &params, NULL);
+    sluice_policy_fixed_init(&p, &params, NULL, 0);
     cr_assert_eq(sluice_policy_reset(&p.base, 5, false), 7);
     cr_assert_not(p.base.ops->adaptive);
     struct sluice_window w = overloaded(7, 0);
     cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 7);
-    sluice_policy_fixed_init(&p, NULL, NULL);
+    sluice_policy_fixed_init(&p, NULL, NULL, 0);
     cr_assert_eq(sluice_policy_reset(&p.base, 5, false), 5, "default: the jumpstart");
 }
 
 Test(policy, aimd_adds_on_saturated_health_and_multiplies_down_on_overload)
 {
     struct sluice_policy_aimd p;
-    cr_assert_eq(sluice_policy_aimd_init(&p, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_aimd_init(&p, NULL, NULL, 0), SLUICE_OK);
     struct sluice_window w = healthy(20, 20, SEC, 0.3);
     struct sluice_verdict v = sluice_policy_update(&p.base, &w);
     cr_assert_eq(v.limit, 21);
@@ -70,21 +70,21 @@ Test(policy, aimd_adds_on_saturated_health_and_multiplies_down_on_overload)
     w = overloaded(20, SEC);
     cr_assert_eq(sluice_policy_update(&p.base, &w).cause, SLUICE_CAUSE_RETRY_AFTER);
     struct sluice_policy_aimd_params params = {0.5, 2, 3 * SEC};
-    sluice_policy_aimd_init(&p, &params, NULL);
+    sluice_policy_aimd_init(&p, &params, NULL, 0);
     w = healthy(20, 20, 4 * SEC, 0.3);
     v = sluice_policy_update(&p.base, &w);
     cr_assert_eq(v.limit, 10, "a mean over timeout_ns is an overload");
     cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
-    const char *why = NULL;
+    char why[256] = "";
     params.backoff = 1.0;
-    cr_assert_eq(sluice_policy_aimd_init(&p, &params, &why), SLUICE_EINVAL);
+    cr_assert_eq(sluice_policy_aimd_init(&p, &params, why, sizeof why), SLUICE_EINVAL);
     cr_assert_not_null(strstr(why, "sluice_policy_aimd_params.backoff"));
 }
 
 Test(policy, discover_doubles_in_slow_start_then_probes_half_way_to_the_cap)
 {
     struct sluice_policy_discover p;
-    cr_assert_eq(sluice_policy_discover_init(&p, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_discover_init(&p, NULL, NULL, 0), SLUICE_OK);
     cr_assert_eq(sluice_policy_reset(&p.base, 5, false), 5);
     struct sluice_window w = healthy(5, 16, 2 * SEC, 0.4);
     struct sluice_verdict v = sluice_policy_update(&p.base, &w);
@@ -128,7 +128,7 @@ static struct sluice_verdict feed(struct sluice_policy_discover *p, uint32_t lim
 Test(policy, discover_measures_queueing_against_the_lowest_limit_not_a_learnt_baseline)
 {
     struct sluice_policy_discover p;
-    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
     sluice_policy_reset(&p.base, 8, true); /* warm: no slow start, growth is additive */
     /* 200 calls at 8 in 2 s; then limit 10 queues (+25%): doubt after one
      * window, queueing after `confirm`. */
@@ -149,7 +149,7 @@ Test(policy, discover_measures_queueing_against_the_lowest_limit_not_a_learnt_ba
 Test(policy, discover_holds_a_rise_within_the_noise_and_decides_after_confirm_windows)
 {
     struct sluice_policy_discover p;
-    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
     sluice_policy_reset(&p.base, 8, true);
     feed(&p, 8, 50, 2 * SEC, 4);
     /* +20% on 12 spread calls: above the knee, well inside the noise: hold. */
@@ -161,7 +161,7 @@ Test(policy, discover_holds_a_rise_within_the_noise_and_decides_after_confirm_wi
     cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
     /* A flat level passes at once and grows. */
     struct sluice_policy_discover q;
-    sluice_policy_discover_init(&q, NULL, NULL);
+    sluice_policy_discover_init(&q, NULL, NULL, 0);
     sluice_policy_reset(&q.base, 8, true);
     feed(&q, 8, 50, 2 * SEC, 4);
     cr_assert_eq(feed(&q, 9, 50, 2 * SEC, 1).cause, SLUICE_CAUSE_ADDITIVE);
@@ -170,7 +170,7 @@ Test(policy, discover_holds_a_rise_within_the_noise_and_decides_after_confirm_wi
 Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behind_it)
 {
     struct sluice_policy_discover p;
-    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
     sluice_policy_reset(&p.base, 5, false);
     feed(&p, 5, 16, 2 * SEC, 1);
     feed(&p, 10, 20, 2 * SEC, 1);
@@ -202,7 +202,7 @@ Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behin
 static struct sluice_verdict doubt_at_11_after_refusals_struck_at(uint32_t struck)
 {
     struct sluice_policy_discover p;
-    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
     sluice_policy_reset(&p.base, 5, false);
     feed(&p, 5, 19, 2 * SEC, 1);
     feed(&p, 10, 19, 2 * SEC, 1);
@@ -240,7 +240,7 @@ Test(policy, discover_measures_a_level_in_doubt_just_under_where_refusals_struck
 Test(policy, discover_never_cuts_below_what_a_rate_limit_served)
 {
     struct sluice_policy_discover p;
-    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
     sluice_policy_reset(&p.base, 10, true);
     /* 100 calls per second of 0.1 s each at limit 10 (R·L = 10), for 10 s. */
     for (int i = 0; i < 10; i++) {
@@ -272,7 +272,7 @@ Test(policy, discover_never_cuts_below_what_a_rate_limit_served)
 Test(policy, discover_measures_a_latency_doubt_under_a_refusal_bracket_and_never_locks_on_it)
 {
     struct sluice_policy_discover p;
-    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
     sluice_policy_reset(&p.base, 8, true);
     feed(&p, 8, 50, 2 * SEC, 4);
     struct sluice_window o = overloaded(12, 0);
@@ -300,7 +300,7 @@ Test(policy, discover_measures_a_latency_doubt_under_a_refusal_bracket_and_never
 Test(policy, discover_cuts_from_the_calls_in_flight_a_refusal_struck_at)
 {
     struct sluice_policy_discover p;
-    sluice_policy_discover_init(&p, NULL, NULL);
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
     sluice_policy_reset(&p.base, 40, false);
     struct sluice_window w = overloaded(40, 0);
     w.overload_in_flight = 25;
@@ -317,7 +317,7 @@ Test(policy, discover_cuts_from_the_calls_in_flight_a_refusal_struck_at)
 Test(policy, gradient_creeps_up_while_flat_and_falls_when_latency_rises)
 {
     struct sluice_policy_gradient p;
-    cr_assert_eq(sluice_policy_gradient_init(&p, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_gradient_init(&p, NULL, NULL, 0), SLUICE_OK);
     uint32_t limit = sluice_policy_reset(&p.base, 10, false);
     for (int i = 0; i < 10; i++) {
         struct sluice_window w = healthy(limit, limit, SEC, 0.3);
@@ -335,7 +335,7 @@ Test(policy, gradient_creeps_up_while_flat_and_falls_when_latency_rises)
 Test(policy, vegas_grows_with_no_queue_and_shrinks_past_beta)
 {
     struct sluice_policy_vegas p;
-    cr_assert_eq(sluice_policy_vegas_init(&p, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_vegas_init(&p, NULL, NULL, 0), SLUICE_OK);
     sluice_policy_reset(&p.base, 20, false);
     struct sluice_window w = healthy(20, 20, SEC, 0.3);
     struct sluice_verdict v = sluice_policy_update(&p.base, &w);
@@ -345,9 +345,9 @@ Test(policy, vegas_grows_with_no_queue_and_shrinks_past_beta)
     v = sluice_policy_update(&p.base, &w);
     cr_assert_eq(v.limit, 39);
     cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY);
-    const char *why = NULL;
+    char why[256] = "";
     struct sluice_policy_vegas_params bad = {5, 4, 0, 0};
-    cr_assert_eq(sluice_policy_vegas_init(&p, &bad, &why), SLUICE_EINVAL);
+    cr_assert_eq(sluice_policy_vegas_init(&p, &bad, why, sizeof why), SLUICE_EINVAL);
     cr_assert_not_null(strstr(why, "beta"));
 }
 
@@ -356,7 +356,7 @@ Test(policy, gradient_holds_on_a_window_whose_latency_reads_zero)
     /* A coarse or virtual clock can time every call of a window at 0 ns:
      * no division by that latency may poison the estimate or cut the limit. */
     struct sluice_policy_gradient p;
-    cr_assert_eq(sluice_policy_gradient_init(&p, NULL, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_gradient_init(&p, NULL, NULL, 0), SLUICE_OK);
     sluice_policy_reset(&p.base, 20, false);
     struct sluice_window w = healthy(20, 20, 0, 0.0);
     cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 20, "a zero-latency window holds");
@@ -386,11 +386,11 @@ Test(policy, saturating_casts_never_overflow)
         struct sluice_policy_##type##_params params;                                               \
         memset(&params, 0, sizeof params);                                                         \
         params.field = value;                                                                      \
-        const char *why = NULL;                                                                    \
-        cr_expect_eq(init(&p, &params, &why), SLUICE_EINVAL, "%s = %s accepted", #field, #value); \
-        cr_expect(why && strstr(why, "sluice_policy_" #type "_params." #field),                    \
-                  "%s = %s: message '%s' does not name the field", #field, #value,                 \
-                  why ? why : "(none)");                                                           \
+        char why[256] = "";                                                                        \
+        cr_expect_eq(init(&p, &params, why, sizeof why), SLUICE_EINVAL, "%s = %s accepted",        \
+                     #field, #value);                                                              \
+        cr_expect(strstr(why, "sluice_policy_" #type "_params." #field),                           \
+                  "%s = %s: message '%s' does not name the field", #field, #value, why);           \
     } while (0)
 
 Test(policy, every_parameter_is_bounded_and_non_finite_values_are_rejected)
@@ -429,7 +429,7 @@ Test(policy, the_largest_valid_parameters_at_the_largest_limit_stay_defined)
     struct sluice_window w = healthy(SLUICE_POLICY_LIMIT_MAX, 1000, SEC, 0.1);
     struct sluice_policy_vegas v;
     struct sluice_policy_vegas_params vp = {.alpha = 999, .beta = 1000};
-    cr_assert_eq(sluice_policy_vegas_init(&v, &vp, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_vegas_init(&v, &vp, NULL, 0), SLUICE_OK);
     sluice_policy_reset(&v.base, 5, false);
     struct sluice_verdict verdict = sluice_policy_update(&v.base, &w);
     cr_assert_eq(verdict.cause, SLUICE_CAUSE_ADDITIVE);
@@ -437,7 +437,7 @@ Test(policy, the_largest_valid_parameters_at_the_largest_limit_stay_defined)
 
     struct sluice_policy_gradient g;
     struct sluice_policy_gradient_params gp = {.tolerance = 100, .smoothing = 1, .queue = 1e6};
-    cr_assert_eq(sluice_policy_gradient_init(&g, &gp, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_gradient_init(&g, &gp, NULL, 0), SLUICE_OK);
     sluice_policy_reset(&g.base, UINT32_MAX, false);
     w = healthy(UINT32_MAX, 1000, SEC, 0.1);
     cr_assert_eq(sluice_policy_update(&g.base, &w).limit, UINT32_MAX, "saturates, never wraps");
@@ -445,7 +445,7 @@ Test(policy, the_largest_valid_parameters_at_the_largest_limit_stay_defined)
     struct sluice_policy_discover dp;
     struct sluice_policy_discover_params kp = {.knee = 100, .noise_z = 100, .confirm = 1,
                                                .min_samples = 1};
-    cr_assert_eq(sluice_policy_discover_init(&dp, &kp, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_discover_init(&dp, &kp, NULL, 0), SLUICE_OK);
     sluice_policy_reset(&dp.base, 1000, true);
     w = healthy(1000, 1000, SEC, 0.0);
     sluice_policy_update(&dp.base, &w);
@@ -460,7 +460,7 @@ Test(policy, the_largest_valid_parameters_at_the_largest_limit_stay_defined)
 
     struct sluice_policy_aimd a;
     struct sluice_policy_aimd_params ap = {.increase = SLUICE_POLICY_LIMIT_MAX};
-    cr_assert_eq(sluice_policy_aimd_init(&a, &ap, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_policy_aimd_init(&a, &ap, NULL, 0), SLUICE_OK);
     w = healthy(UINT32_MAX - 1, 10, SEC, 0.1);
     cr_assert_eq(sluice_policy_update(&a.base, &w).limit, UINT32_MAX);
 }
@@ -472,11 +472,11 @@ Test(policy, every_built_in_states_its_size_for_the_per_node_copy)
     struct sluice_policy_gradient g;
     struct sluice_policy_vegas v;
     struct sluice_policy_fixed f;
-    sluice_policy_aimd_init(&a, NULL, NULL);
-    sluice_policy_discover_init(&d, NULL, NULL);
-    sluice_policy_gradient_init(&g, NULL, NULL);
-    sluice_policy_vegas_init(&v, NULL, NULL);
-    sluice_policy_fixed_init(&f, NULL, NULL);
+    sluice_policy_aimd_init(&a, NULL, NULL, 0);
+    sluice_policy_discover_init(&d, NULL, NULL, 0);
+    sluice_policy_gradient_init(&g, NULL, NULL, 0);
+    sluice_policy_vegas_init(&v, NULL, NULL, 0);
+    sluice_policy_fixed_init(&f, NULL, NULL, 0);
     cr_assert_eq(a.base.ops->size, sizeof a);
     cr_assert_eq(d.base.ops->size, sizeof d);
     cr_assert_eq(g.base.ops->size, sizeof g);

@@ -339,7 +339,7 @@ Test(window, a_sample_lands_whole_in_one_window)
     d.window_min_ns = 1;
     d.window_max_ns = 20 * 1000;
     struct sluice_discovery *disc;
-    cr_assert_eq(sluice_discovery_create(&d, &disc, NULL), SLUICE_OK);
+    cr_assert_eq(sluice_discovery_create(&d, &disc), SLUICE_OK);
     enum { THREADS = 3 };
     pthread_t tids[THREADS];
     for (int i = 0; i < THREADS; i++)

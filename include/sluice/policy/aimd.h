@@ -61,10 +61,11 @@ SLUICE__POLICY_OPS(aimd, true)
       "sluice_policy_aimd_params.increase must be at most SLUICE_POLICY_LIMIT_MAX")                \
     X(timeout_ns, 0, -1.0, 1e30, false, "sluice_policy_aimd_params.timeout_ns must not be negative")
 
-/* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
+/* Initialise in caller storage; SLUICE_EINVAL on a bad value, with a message naming the
+ * field in `error` (error_size bytes; NULL = no message). */
 SLUICE_INLINE int sluice_policy_aimd_init(struct sluice_policy_aimd *p,
                                           const struct sluice_policy_aimd_params *params,
-                                          const char **why)
+                                          char *error, size_t error_size)
 {
     struct sluice_policy_aimd_params r;
     SLUICE__POLICY_RESOLVE(SLUICE__AIMD_PARAMS);

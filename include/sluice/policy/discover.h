@@ -981,10 +981,11 @@ SLUICE__POLICY_OPS(discover, true)
     X(reference_samples, 128, 0.0, 1e6, true,                                                      \
       "sluice_policy_discover_params.reference_samples must be in [1, 1e6]")
 
-/* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
+/* Initialise in caller storage; SLUICE_EINVAL on a bad value, with a message naming the
+ * field in `error` (error_size bytes; NULL = no message). */
 SLUICE_INLINE int sluice_policy_discover_init(struct sluice_policy_discover *p,
                                               const struct sluice_policy_discover_params *params,
-                                              const char **why)
+                                              char *error, size_t error_size)
 {
     struct sluice_policy_discover_params r;
     SLUICE__POLICY_RESOLVE(SLUICE__DISCOVER_PARAMS);

@@ -42,17 +42,16 @@ SLUICE_INLINE struct sluice_verdict sluice__fixed_update(struct sluice_policy *s
 
 SLUICE__POLICY_OPS(fixed, false)
 
-/* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
+/* Initialise in caller storage; SLUICE_EINVAL on a bad value, with a message naming the
+ * field in `error` (error_size bytes; NULL = no message). */
 SLUICE_INLINE int sluice_policy_fixed_init(struct sluice_policy_fixed *p,
                                            const struct sluice_policy_fixed_params *params,
-                                           const char **why)
+                                           char *error, size_t error_size)
 {
     uint32_t limit = params ? params->limit : 0;
-    if (limit > SLUICE_POLICY_LIMIT_MAX) {
-        if (why)
-            *why = "sluice_policy_fixed_params.limit must be at most SLUICE_POLICY_LIMIT_MAX";
-        return SLUICE_EINVAL;
-    }
+    if (limit > SLUICE_POLICY_LIMIT_MAX)
+        return sluice__fail(error, error_size, "sluice_policy_fixed_params.limit must be at most "
+                                               "SLUICE_POLICY_LIMIT_MAX");
     p->base.ops = sluice__fixed_ops();
     p->params.limit = limit;
     return SLUICE_OK;

@@ -99,10 +99,11 @@ SLUICE__POLICY_OPS(gradient, true)
     X(queue, 4.0, 0.0, 1e6, true, "sluice_policy_gradient_params.queue must be in (0, 1e6]")       \
     X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_gradient_params.backoff must be in (0, 1)")
 
-/* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
+/* Initialise in caller storage; SLUICE_EINVAL on a bad value, with a message naming the
+ * field in `error` (error_size bytes; NULL = no message). */
 SLUICE_INLINE int sluice_policy_gradient_init(struct sluice_policy_gradient *p,
                                               const struct sluice_policy_gradient_params *params,
-                                              const char **why)
+                                              char *error, size_t error_size)
 {
     struct sluice_policy_gradient_params r;
     SLUICE__POLICY_RESOLVE(SLUICE__GRADIENT_PARAMS);

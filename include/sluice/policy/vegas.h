@@ -85,10 +85,11 @@ SLUICE__POLICY_OPS(vegas, true)
     X(drift, 0.01, -1e-12, 1.0, false, "sluice_policy_vegas_params.drift must be in [0, 1)")       \
     X(backoff, 0.9, 0.0, 1.0, false, "sluice_policy_vegas_params.backoff must be in (0, 1)")
 
-/* Initialise in caller storage; SLUICE_EINVAL (with *why naming the field) on a bad value. */
+/* Initialise in caller storage; SLUICE_EINVAL on a bad value, with a message naming the
+ * field in `error` (error_size bytes; NULL = no message). */
 SLUICE_INLINE int sluice_policy_vegas_init(struct sluice_policy_vegas *p,
                                            const struct sluice_policy_vegas_params *params,
-                                           const char **why)
+                                           char *error, size_t error_size)
 {
     struct sluice_policy_vegas_params r;
     SLUICE__POLICY_RESOLVE(SLUICE__VEGAS_PARAMS);

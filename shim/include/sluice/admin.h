@@ -102,7 +102,15 @@
 extern "C" {
 #endif
 
+/* What each field of struct sluice_admin_desc left at zero becomes. */
+#define SLUICE_ADMIN_ADDRESS_DEFAULT "127.0.0.1"
 #define SLUICE_ADMIN_PORT_DEFAULT 8400
+#define SLUICE_ADMIN_MAX_CONNECTIONS_DEFAULT 32u
+#define SLUICE_ADMIN_MAX_STREAMS_DEFAULT 8u /* or max_connections, when that is fewer */
+#define SLUICE_ADMIN_TIMEOUT_S_DEFAULT 10u
+#define SLUICE_ADMIN_MAX_REQUEST_BYTES_DEFAULT 16384u
+#define SLUICE_ADMIN_MAX_BODY_BYTES_DEFAULT 4096u
+#define SLUICE_ADMIN_HISTORY_S_DEFAULT 300u
 
 struct sluice_admin_desc {
     struct sluice_engine *engine;  /* required; must outlive the admin */

@@ -143,6 +143,15 @@ extern "C" {
 #define SLUICE_FLEET_TTL_BEATS_MAX UINT32_C(100)
 #define SLUICE_FLEET_ID_MAX 96 /* bytes of a process id, terminator included */
 
+/* What each field of struct sluice_fleet_desc left out becomes; the shared
+ * node's jumpstart, limits and lock TTL default as discovery's do
+ * (SLUICE_DISCOVERY_*_DEFAULT). */
+#define SLUICE_FLEET_LEASE_DEFAULT UINT32_C(4)
+#define SLUICE_FLEET_HEARTBEAT_MS_DEFAULT 200
+#define SLUICE_FLEET_HOLDER_TTL_BEATS_DEFAULT UINT32_C(5)
+#define SLUICE_FLEET_LEADER_TTL_BEATS_DEFAULT UINT32_C(5)
+#define SLUICE_FLEET_FLOOR_DEFAULT UINT32_C(1)
+
 struct sluice_fleet;
 
 struct sluice_fleet_desc {

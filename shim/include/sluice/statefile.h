@@ -105,6 +105,7 @@ extern "C" {
 #define SLUICE_STATEFILE_VERSION 1
 #define SLUICE_STATEFILE_FORMAT "sluice-ceilings"
 #define SLUICE_STATEFILE_MAX_BYTES (16u << 20) /* a larger file is refused as corrupt */
+#define SLUICE_STATEFILE_LOCK_WAIT_MS_DEFAULT 5000u /* sluice_statefile_desc.lock_wait_ms */
 
 struct sluice_statefile_desc {
     const char *path;                      /* the file (default: NULL = the XDG location above) */
