@@ -79,7 +79,7 @@
 #include <string.h>
 
 #include <sluice/discovery.h>
-#include <sluice/service.h>
+#include <sluice/service_time.h>
 
 #include "sluice-provider-sim/provider_model.h"
 
@@ -242,7 +242,7 @@ struct sim {
     struct sim_req *reqs;
     uint32_t n_reqs, free_head;
     uint32_t held;       /* permits held by callers and lingering abandoned calls */
-    struct sluice_service service; /* recent successes: how long an abandoned call lingers */
+    struct sluice_service_time service; /* recent successes: how long an abandoned call lingers */
     /* provider: the model, and the calls it holds */
     struct sim_provider provider; /* from cfg; sim_set_cap changes provider.cap */
     uint32_t in_service;
@@ -628,7 +628,7 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
         s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
     r->holding = false;
     int64_t until = s->cfg.linger ? sluice_service_linger_until(&s->service, r->t_start, s->now,
-                                                                 30 * SLUICE_NS_PER_SEC)
+                                                                30 * SLUICE_NS_PER_SEC)
                                   : 0;
     /* As a pool records a cut call (after it chose the linger): without it the estimate saw only
      * the calls short enough to beat the deadline. */

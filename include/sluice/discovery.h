@@ -76,7 +76,7 @@
  *     the provider named, and brackets probing where it struck (the limit
  *     steps under the bracket only if it stands above; at a lock, a second
  *     one within the forgiveness run lowers it by one:
- *     sluice__discovery_rate_bracket);
+ *     sluice__discovery_rate_bracket_locked);
  *   - a platform-wide overload (SLUICE_OUTCOME_PLATFORM) holds them
  *     briefly, and never moves a lock;
  *   - a quota or billing refusal (SLUICE_OUTCOME_QUOTA) moves nothing and
@@ -146,7 +146,7 @@
  * discovery keeps serving from memory.
  *
  * Progress: record never waits for a lock: it adds to the window with
- * atomic RMWs (the accumulator of sluice/window.h), and the one completion that finds the window due tries the
+ * atomic RMWs (the accumulator of sluice/window_recorder.h), and the one completion that finds the window due tries the
  * update lock (sluice_spinlock_trylock); if another thread holds it, it
  * skips, and the next completion tries again. Everything under the update
  * lock is bounded in-memory work; the closer's only wait is for samples
@@ -171,7 +171,7 @@
  * its gate.
  *
  * Memory ordering: each window's counters live in the two-buffer
- * accumulator of sluice/window.h, whose Dekker handshake lands a sample
+ * accumulator of sluice/window_recorder.h, whose Dekker handshake lands a sample
  * whole in one window. Windows are named by a sequence number, published
  * with release once the new window is set up and read with acquire by a
  * completion that tests whether the window is due, so it never closes a
@@ -198,7 +198,7 @@
  * Why one header of this size: what is left here is one state machine
  * (probing, backoff, locked; the bracket, the strikes, holds and hints)
  * whose every transition runs under one update lock on one struct, plus
- * its description and status view; the accumulator (sluice/window.h) and
+ * its description and status view; the accumulator (sluice/window_recorder.h) and
  * the effects combiner (sluice/effects.h) are already apart. Nearly 500
  * of its lines are comments, 200 of them this one: the manual of the lock
  * criterion and of what each signal means, beside the code it governs.
@@ -213,7 +213,7 @@
 #include "policy/discover.h"
 #include "store.h"
 #include "time.h"
-#include "window.h"
+#include "window_recorder.h"
 
 #ifdef __cplusplus
 static_assert(SLUICE_POLICY_LIMIT_MAX == SLUICE_GATE_LIMIT_MAX, "policy and gate limits agree");
@@ -522,7 +522,7 @@ enum sluice__hint_state {
 
 struct sluice_discovery {
     /* Completions write here: the open window's buffer and the closed one. */
-    SLUICE_ALIGNED(SLUICE_CACHELINE) struct sluice_window_accum acc;
+    SLUICE_ALIGNED(SLUICE_CACHELINE) struct sluice_window_recorder acc;
 
     /* Written by the updater, read by completions and status readers. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(int64_t) cohort_from_ns; /* the window opened */
@@ -644,10 +644,10 @@ SLUICE_INLINE void sluice_discovery_count_in_flight(struct sluice_discovery *d,
     d->in_flight_src = src;
 }
 
-/* Record an event in the ring for the flusher to deliver. Call locked (or during init). */
-SLUICE_INLINE void sluice__discovery_emit(struct sluice_discovery *d, int64_t now,
-                                          enum sluice_event_kind kind, enum sluice_cause cause,
-                                          uint32_t old_limit, uint32_t new_limit)
+/* Record an event in the ring for the flusher to deliver. Also during init. */
+SLUICE_INLINE void sluice__discovery_emit_locked(struct sluice_discovery *d, int64_t now,
+                                                 enum sluice_event_kind kind, enum sluice_cause cause,
+                                                 uint32_t old_limit, uint32_t new_limit)
 {
     struct sluice_event ev;
     memset(&ev, 0, sizeof ev);
@@ -660,26 +660,26 @@ SLUICE_INLINE void sluice__discovery_emit(struct sluice_discovery *d, int64_t no
     ev.in_flight = sluice__discovery_in_flight(d);
     ev.ceiling = atomic_load_explicit(&d->ceiling, SLUICE_RELAXED);
     sluice_event_ring_push(&d->events, &ev);
-    sluice_effects_mark(&d->fx);
+    sluice_effects_mark_locked(&d->fx);
 }
 
 SLUICE_INLINE void sluice__discovery_unlock(struct sluice_discovery *d)
 {
-    sluice_effects_post(&d->fx);
+    sluice_effects_post_locked(&d->fx);
     sluice_spinlock_unlock(&d->lock);
 }
 
 /* Move the gate's limit and start a new operating point. The waiters a raise
- * grants are handed out by the next flush. Call locked (or during init). */
-SLUICE_INLINE void sluice__discovery_set_limit(struct sluice_discovery *d, uint32_t next,
-                                               int64_t now)
+ * grants are handed out by the next flush. Also during init. */
+SLUICE_INLINE void sluice__discovery_set_limit_locked(struct sluice_discovery *d, uint32_t next,
+                                                      int64_t now)
 {
     uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
     if (next == old)
         return;
     struct sluice_gate_node *granted = sluice_gate_set_limit_collect(d->gate, next);
     if (granted)
-        sluice_effects_stash_grants(&d->fx, granted);
+        sluice_effects_stash_grants_locked(&d->fx, granted);
     atomic_store_explicit(&d->limit, next, SLUICE_RELAXED);
     if (next < old)
         atomic_store_explicit(&d->last_cut_ns, now, SLUICE_RELAXED);
@@ -690,9 +690,9 @@ SLUICE_INLINE uint32_t sluice__discovery_clamp(const struct sluice_discovery *d,
     return v < d->cfg.min_limit ? d->cfg.min_limit : v > d->cfg.max_limit ? d->cfg.max_limit : v;
 }
 
-/* Ask the flusher to persist `ceiling` (0: clear the stored record). Call locked. */
-SLUICE_INLINE void sluice__discovery_persist(struct sluice_discovery *d, uint32_t ceiling,
-                                             int64_t expires_s, int64_t locked_at_s)
+/* Ask the flusher to persist `ceiling` (0: clear the stored record). */
+SLUICE_INLINE void sluice__discovery_persist_locked(struct sluice_discovery *d, uint32_t ceiling,
+                                                    int64_t expires_s, int64_t locked_at_s)
 {
     if (!d->has_store)
         return;
@@ -704,21 +704,22 @@ SLUICE_INLINE void sluice__discovery_persist(struct sluice_discovery *d, uint32_
     const char *name = sluice__discovery_policy(d)->ops->name;
     if (ceiling && name)
         strncpy(r.policy, name, sizeof r.policy - 1);
-    sluice_effects_set_record(&d->fx, &r);
+    sluice_effects_set_record_locked(&d->fx, &r);
 }
 
-/* Record a lock at `ceiling` (a new one, or a lower one) and have it persisted. Call locked. */
-SLUICE_INLINE void sluice__discovery_lock(struct sluice_discovery *d, uint32_t ceiling)
+/* Record a lock at `ceiling` (a new one, or a lower one) and have it persisted. */
+SLUICE_INLINE void sluice__discovery_record_lock_locked(struct sluice_discovery *d,
+                                                        uint32_t ceiling)
 {
     int64_t now_s = sluice__discovery_wall_s(d);
     int64_t expires_s = now_s + d->cfg.lock_ttl_s;
     atomic_store_explicit(&d->ceiling, ceiling, SLUICE_RELAXED);
     atomic_store_explicit(&d->lock_expires_s, expires_s, SLUICE_RELAXED);
-    sluice__discovery_persist(d, ceiling, expires_s, now_s);
+    sluice__discovery_persist_locked(d, ceiling, expires_s, now_s);
 }
 
-/* Forget the bracket and any lock (expiry, clear). Call locked. */
-SLUICE_INLINE void sluice__discovery_forget(struct sluice_discovery *d)
+/* Forget the bracket and any lock (expiry, clear). */
+SLUICE_INLINE void sluice__discovery_forget_locked(struct sluice_discovery *d)
 {
     atomic_store_explicit(&d->ceiling, 0u, SLUICE_RELAXED);
     atomic_store_explicit(&d->lock_expires_s, 0, SLUICE_RELAXED);
@@ -733,17 +734,17 @@ SLUICE_INLINE void sluice__discovery_forget(struct sluice_discovery *d)
     atomic_store_explicit(&d->hinted, SLUICE__HINT_NONE, SLUICE_RELAXED);
 }
 
-/* Lock expiry by the wall clock: probing resumes from the current limit. Call locked. */
-SLUICE_INLINE void sluice__discovery_check_expiry(struct sluice_discovery *d, int64_t now)
+/* Lock expiry by the wall clock: probing resumes from the current limit. */
+SLUICE_INLINE void sluice__discovery_check_expiry_locked(struct sluice_discovery *d, int64_t now)
 {
     int64_t expires = atomic_load_explicit(&d->lock_expires_s, SLUICE_RELAXED);
     if (!expires || sluice__discovery_wall_s(d) < expires)
         return;
-    sluice__discovery_forget(d);
+    sluice__discovery_forget_locked(d);
     if (sluice__discovery_state(d) == SLUICE_DISCOVERY_LOCKED)
         sluice__discovery_set_state(d, SLUICE_DISCOVERY_PROBING);
     uint32_t limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
-    sluice__discovery_emit(d, now, SLUICE_EVENT_EXPIRY, SLUICE_CAUSE_TTL, limit, limit);
+    sluice__discovery_emit_locked(d, now, SLUICE_EVENT_EXPIRY, SLUICE_CAUSE_TTL, limit, limit);
 }
 
 /*
@@ -773,8 +774,8 @@ SLUICE_INLINE void sluice__discovery_schedule(struct sluice_discovery *d, int64_
 }
 
 /* *ref = floor((*ref + mean) / 2) without the overflow of the sum (both >= 0); mean alone
- * while *ref is 0. Call locked. */
-SLUICE_INLINE void sluice__discovery_average(_Atomic(int64_t) *ref, int64_t mean)
+ * while *ref is 0. */
+SLUICE_INLINE void sluice__discovery_average_locked(_Atomic(int64_t) *ref, int64_t mean)
 {
     int64_t r = atomic_load_explicit(ref, SLUICE_RELAXED);
     atomic_store_explicit(ref, r ? r / 2 + mean / 2 + (r % 2 + mean % 2) / 2 : mean,
@@ -790,10 +791,11 @@ SLUICE_INLINE int64_t sluice__discovery_timing_ref(const struct sluice_discovery
 }
 
 /* Take the closing window's totals and open the next one at `now` (the caller
- * then schedules it and publishes it with sluice__discovery_opened). Call locked. */
-SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discovery *d, int64_t now)
+ * then schedules it and publishes it with sluice__discovery_opened_locked). */
+SLUICE_INLINE struct sluice_window sluice__discovery_take_locked(struct sluice_discovery *d,
+                                                                 int64_t now)
 {
-    struct sluice_window_totals t = sluice_window_accum_close(&d->acc);
+    struct sluice_window_totals t = sluice_window_recorder_close(&d->acc);
     struct sluice_window w;
     memset(&w, 0, sizeof w);
     w.start_ns = atomic_exchange_explicit(&d->cohort_from_ns, now, SLUICE_RELAXED);
@@ -818,8 +820,8 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
         w.duration_mean_ns = t.duration_sum_ns / w.n_ok;
         w.latency_mad_ns = t.latency_dev_ns / w.n_ok;
         w.latency_min_ns = t.latency_min_ns == INT64_MAX ? 0 : t.latency_min_ns;
-        sluice__discovery_average(&d->latency_ref_ns, w.latency_mean_ns);
-        sluice__discovery_average(&d->duration_ref_ns, w.duration_mean_ns);
+        sluice__discovery_average_locked(&d->latency_ref_ns, w.latency_mean_ns);
+        sluice__discovery_average_locked(&d->duration_ref_ns, w.duration_mean_ns);
     }
     /* "Reached the limit", with 1/8 slack: arrivals are bursty and the count
      * is read at each call's start, not continuously. */
@@ -834,16 +836,16 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take(struct sluice_discover
 
 /* The window opened by the last take is fully set up (buffer, bounds, due time):
  * publish its sequence number. A completion that reads it (acquire) sees all of
- * that, so it never judges the new window by the old one's numbers. Call locked. */
-SLUICE_INLINE void sluice__discovery_opened(struct sluice_discovery *d)
+ * that, so it never judges the new window by the old one's numbers. */
+SLUICE_INLINE void sluice__discovery_opened_locked(struct sluice_discovery *d)
 {
     atomic_fetch_add_explicit(&d->window_seq, 1u, SLUICE_RELEASE);
 }
 
-/* A congestion verdict: cut, move the bracket or lower the lock. Call locked. */
-SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int64_t now,
-                                                const struct sluice_window *w,
-                                                const struct sluice_verdict *v, uint32_t old)
+/* A congestion verdict: cut, move the bracket or lower the lock. */
+SLUICE_INLINE void sluice__discovery_congestion_locked(struct sluice_discovery *d, int64_t now,
+                                                       const struct sluice_window *w,
+                                                       const struct sluice_verdict *v, uint32_t old)
 {
     /* Where it struck: the limit the refused calls started under, which a
      * late refusal (a timeout) reports after the limit moved on. (The calls
@@ -891,7 +893,7 @@ SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int6
         if (v->estimate && v->estimate < lowered && !knee_at_ceiling)
             lowered = v->estimate;
         lowered = sluice__discovery_clamp(d, lowered);
-        sluice__discovery_lock(d, lowered);
+        sluice__discovery_record_lock_locked(d, lowered);
         d->confirmed = false;
         if (next > lowered)
             next = lowered;
@@ -903,11 +905,11 @@ SLUICE_INLINE void sluice__discovery_congestion(struct sluice_discovery *d, int6
     }
     next = sluice__discovery_clamp(d, next);
     sluice__discovery_set_state(d, SLUICE_DISCOVERY_BACKOFF);
-    sluice__discovery_set_limit(d, next, now);
+    sluice__discovery_set_limit_locked(d, next, now);
     atomic_store_explicit(&d->last_cut_ns, now, SLUICE_RELAXED);
-    sluice__discovery_emit(d, now, SLUICE_EVENT_BACKOFF, v->cause, old, next);
+    sluice__discovery_emit_locked(d, now, SLUICE_EVENT_BACKOFF, v->cause, old, next);
     if (lowered)
-        sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_LOWERED, old, next);
+        sluice__discovery_emit_locked(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_LOWERED, old, next);
 }
 
 /* A window that held all calls at the limit, cleanly, with enough of them. */
@@ -918,10 +920,10 @@ SLUICE_INLINE bool sluice__discovery_stable(const struct sluice_discovery *d,
     return w->saturated && w->n_fresh_overload == 0 && w->n_ok >= (need ? need : 1);
 }
 
-/* A healthy verdict: recover, lock, or grow within the cap. Call locked. */
-SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t now,
-                                             const struct sluice_window *w,
-                                             const struct sluice_verdict *v, uint32_t old)
+/* A healthy verdict: recover, lock, or grow within the cap. */
+SLUICE_INLINE void sluice__discovery_healthy_locked(struct sluice_discovery *d, int64_t now,
+                                                    const struct sluice_window *w,
+                                                    const struct sluice_verdict *v, uint32_t old)
 {
     uint32_t ceiling = atomic_load_explicit(&d->ceiling, SLUICE_RELAXED);
     if (sluice__discovery_state(d) == SLUICE_DISCOVERY_BACKOFF) {
@@ -929,7 +931,8 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
             now >= atomic_load_explicit(&d->hold_until_ns, SLUICE_RELAXED)) {
             sluice__discovery_set_state(d, ceiling ? SLUICE_DISCOVERY_LOCKED
                                                    : SLUICE_DISCOVERY_PROBING);
-            sluice__discovery_emit(d, now, SLUICE_EVENT_RECOVERY, SLUICE_CAUSE_HEALTHY, old, old);
+            sluice__discovery_emit_locked(d, now, SLUICE_EVENT_RECOVERY, SLUICE_CAUSE_HEALTHY, old,
+                                          old);
         }
         return; /* the window that ends a backoff grows nothing */
     }
@@ -939,8 +942,8 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
     if (ceiling && !d->confirmed && old == ceiling && sluice__discovery_stable(d, w)) {
         d->confirmed = true;
         d->confirmed_ns = now;
-        sluice__discovery_lock(d, ceiling); /* re-persist with a fresh expiry */
-        sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_BRACKET, old, old);
+        sluice__discovery_record_lock_locked(d, ceiling); /* re-persist with a fresh expiry */
+        sluice__discovery_emit_locked(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_BRACKET, old, old);
         return;
     }
     /* A policy that asks to step down (to measure below, or smoothing) is
@@ -950,15 +953,15 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
         uint32_t at = old;
         if (d->congested && d->knee_estimate && d->knee_estimate < at)
             at = sluice__discovery_clamp(d, d->knee_estimate);
-        sluice__discovery_lock(d, at);
+        sluice__discovery_record_lock_locked(d, at);
         d->refusal_lock = d->congested && !d->bad_by_latency;
         d->confirmed = at == old;
         d->confirmed_ns = now;
         sluice__discovery_set_state(d, SLUICE_DISCOVERY_LOCKED);
-        sluice__discovery_set_limit(d, at, now);
-        sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK,
-                               d->congested ? SLUICE_CAUSE_BRACKET : SLUICE_CAUSE_MAX_LIMIT, old,
-                               at);
+        sluice__discovery_set_limit_locked(d, at, now);
+        sluice__discovery_emit_locked(d, now, SLUICE_EVENT_LOCK,
+                                      d->congested ? SLUICE_CAUSE_BRACKET : SLUICE_CAUSE_MAX_LIMIT,
+                                      old, at);
         return;
     }
     uint32_t cap = ceiling ? ceiling : d->congested ? (d->bad > 1 ? d->bad - 1 : 1)
@@ -968,24 +971,24 @@ SLUICE_INLINE void sluice__discovery_healthy(struct sluice_discovery *d, int64_t
         next = cap > old ? cap : old;
     if (next == old)
         return;
-    sluice__discovery_set_limit(d, next, now);
+    sluice__discovery_set_limit_locked(d, next, now);
     /* A policy may also step down without calling it congestion (a smoothing controller, a
      * re-measure): its cause says why; CEILING only when the clamp itself lowered it. */
-    sluice__discovery_emit(d, now, next > old ? SLUICE_EVENT_PROBE : SLUICE_EVENT_BACKOFF,
-                           v->cause != SLUICE_CAUSE_NONE ? v->cause : SLUICE_CAUSE_CEILING, old,
-                           next);
+    sluice__discovery_emit_locked(d, now, next > old ? SLUICE_EVENT_PROBE : SLUICE_EVENT_BACKOFF,
+                                  v->cause != SLUICE_CAUSE_NONE ? v->cause : SLUICE_CAUSE_CEILING, old,
+                                  next);
 }
 
-SLUICE_INLINE void sluice__discovery_restart(struct sluice_discovery *d, int64_t now);
+SLUICE_INLINE void sluice__discovery_restart_locked(struct sluice_discovery *d, int64_t now);
 
 /*
  * Start from a provider's hint: SLUICE_DISCOVERY_HINT_SHARE of rate ×
  * `latency_ns`, rounded down (one call more than the rate keeps busy
  * overdraws it every window), clamped, and bracketed there. A "hint" event
- * when the limit moves. Call locked.
+ * when the limit moves.
  */
-SLUICE_INLINE void sluice__discovery_hint_at(struct sluice_discovery *d, int64_t now,
-                                             int64_t latency_ns)
+SLUICE_INLINE void sluice__discovery_hint_at_locked(struct sluice_discovery *d, int64_t now,
+                                                    int64_t latency_ns)
 {
     uint32_t at = sluice__discovery_clamp(
         d, sluice__sat_u32(floor(SLUICE_DISCOVERY_HINT_SHARE * d->hint_rate *
@@ -997,20 +1000,20 @@ SLUICE_INLINE void sluice__discovery_hint_at(struct sluice_discovery *d, int64_t
     d->bad_by_latency = false;
     d->bad = d->hint_bad = sluice__sat_add(at, 1);
     d->knee_estimate = 0;
-    sluice__discovery_set_limit(d, next, now);
-    sluice__discovery_restart(d, now);
+    sluice__discovery_set_limit_locked(d, next, now);
+    sluice__discovery_restart_locked(d, now);
     if (next != old)
-        sluice__discovery_emit(d, now, SLUICE_EVENT_HINT, d->hint_source, old, next);
+        sluice__discovery_emit_locked(d, now, SLUICE_EVENT_HINT, d->hint_source, old, next);
 }
 
 /*
  * At a window close, a hint taken from one call's latency is refined once
  * from the window's mean, unless evidence came since (a refusal moved the
  * bracket, a lock). True when it restarted (the window's verdict is then
- * moot). Call locked.
+ * moot).
  */
-SLUICE_INLINE bool sluice__discovery_apply_hint(struct sluice_discovery *d, int64_t now,
-                                                const struct sluice_window *w)
+SLUICE_INLINE bool sluice__discovery_apply_hint_locked(struct sluice_discovery *d, int64_t now,
+                                                       const struct sluice_window *w)
 {
     if (atomic_load_explicit(&d->hinted, SLUICE_RELAXED) != SLUICE__HINT_PENDING || !w->n_ok)
         return false;
@@ -1020,31 +1023,31 @@ SLUICE_INLINE bool sluice__discovery_apply_hint(struct sluice_discovery *d, int6
         return false;
     /* Little's law needs how long a call holds its slot: the whole call, not the time to
      * its first byte (the latency a streamed answer's sample measures). */
-    sluice__discovery_hint_at(d, now, w->duration_mean_ns);
+    sluice__discovery_hint_at_locked(d, now, w->duration_mean_ns);
     return true;
 }
 
-/* Close the open window and act on it. Call locked. */
-SLUICE_INLINE void sluice__discovery_close(struct sluice_discovery *d, int64_t now)
+/* Close the open window and act on it. */
+SLUICE_INLINE void sluice__discovery_close_locked(struct sluice_discovery *d, int64_t now)
 {
-    struct sluice_window w = sluice__discovery_take(d, now);
-    sluice__discovery_check_expiry(d, now);
-    if (sluice__discovery_apply_hint(d, now, &w))
+    struct sluice_window w = sluice__discovery_take_locked(d, now);
+    sluice__discovery_check_expiry_locked(d, now);
+    if (sluice__discovery_apply_hint_locked(d, now, &w))
         return; /* restarted: the new window is scheduled and open */
     struct sluice_verdict v = sluice_policy_update(sluice__discovery_policy(d), &w);
     uint32_t old = w.limit;
     if (sluice_cause_is_congestion(v.cause))
-        sluice__discovery_congestion(d, now, &w, &v, old);
+        sluice__discovery_congestion_locked(d, now, &w, &v, old);
     else
-        sluice__discovery_healthy(d, now, &w, &v, old);
+        sluice__discovery_healthy_locked(d, now, &w, &v, old);
     sluice__discovery_schedule(d, now, sluice__discovery_timing_ref(d));
-    sluice__discovery_opened(d);
+    sluice__discovery_opened_locked(d);
 }
 
 /* Should the open window close now? Lock-free; may be wrong by a sample. */
 SLUICE_INLINE bool sluice__discovery_due(struct sluice_discovery *d, int64_t now)
 {
-    return sluice_window_accum_has_fresh(&d->acc) ||
+    return sluice_window_recorder_has_fresh(&d->acc) ||
            now >= atomic_load_explicit(&d->cohort_due_ns, SLUICE_RELAXED);
 }
 
@@ -1062,7 +1065,7 @@ SLUICE_INLINE void sluice__discovery_maybe_close(struct sluice_discovery *d, int
     /* Read the time again under the lock, so every update's `now` is at least
      * the previous one's and window bounds never run backwards. */
     if (atomic_load_explicit(&d->window_seq, SLUICE_RELAXED) == seq)
-        sluice__discovery_close(d, sluice_clock_now(&d->clock));
+        sluice__discovery_close_locked(d, sluice_clock_now(&d->clock));
     sluice__discovery_unlock(d);
 }
 
@@ -1151,9 +1154,9 @@ SLUICE_INLINE void sluice__discovery_hold_for(struct sluice_discovery *d,
  * under the bracket only if it already stands above. At a lock, one rate
  * refusal is forgiven (the strikes of "Lock criterion"); a second before
  * SLUICE_DISCOVERY_FORGIVE stable windows ran there says the lock overdraws
- * the rate, and lowers it by one. Call locked.
+ * the rate, and lowers it by one.
  */
-SLUICE_INLINE void sluice__discovery_rate_bracket(struct sluice_discovery *d, int64_t now)
+SLUICE_INLINE void sluice__discovery_rate_bracket_locked(struct sluice_discovery *d, int64_t now)
 {
     uint32_t struck = atomic_exchange_explicit(&d->rate_struck, UINT32_MAX, SLUICE_RELAXED);
     uint32_t ceiling = atomic_load_explicit(&d->ceiling, SLUICE_RELAXED);
@@ -1167,11 +1170,11 @@ SLUICE_INLINE void sluice__discovery_rate_bracket(struct sluice_discovery *d, in
         uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
         uint32_t lowered = sluice__discovery_clamp(d, ceiling > 1 ? ceiling - 1 : 1);
         d->strikes = d->knee_strikes = d->clean_run = 0;
-        sluice__discovery_lock(d, lowered);
+        sluice__discovery_record_lock_locked(d, lowered);
         if (old > lowered)
-            sluice__discovery_set_limit(d, lowered, now);
-        sluice__discovery_emit(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_RATE_LIMIT, old,
-                               old > lowered ? lowered : old);
+            sluice__discovery_set_limit_locked(d, lowered, now);
+        sluice__discovery_emit_locked(d, now, SLUICE_EVENT_LOCK, SLUICE_CAUSE_RATE_LIMIT, old,
+                                      old > lowered ? lowered : old);
         return;
     }
     if (!d->congested || struck < d->bad) {
@@ -1183,8 +1186,9 @@ SLUICE_INLINE void sluice__discovery_rate_bracket(struct sluice_discovery *d, in
     uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
     uint32_t next = sluice__discovery_clamp(d, d->bad > 1 ? d->bad - 1 : 1);
     if (next < old) {
-        sluice__discovery_set_limit(d, next, now);
-        sluice__discovery_emit(d, now, SLUICE_EVENT_BACKOFF, SLUICE_CAUSE_RATE_LIMIT, old, next);
+        sluice__discovery_set_limit_locked(d, next, now);
+        sluice__discovery_emit_locked(d, now, SLUICE_EVENT_BACKOFF, SLUICE_CAUSE_RATE_LIMIT, old,
+                                      next);
     }
 }
 
@@ -1216,8 +1220,8 @@ SLUICE_INLINE void sluice__discovery_tell_signals(struct sluice_discovery *d, bo
     uint32_t limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
     for (int i = 0; i < SLUICE__SIGNALS; i++)
         if (atomic_exchange_explicit(&d->signals[i], 0u, SLUICE_RELAXED))
-            sluice__discovery_emit(d, now, told[i].kind, told[i].cause, limit, limit);
-    sluice__discovery_rate_bracket(d, now);
+            sluice__discovery_emit_locked(d, now, told[i].kind, told[i].cause, limit, limit);
+    sluice__discovery_rate_bracket_locked(d, now);
     sluice__discovery_unlock(d);
 }
 
@@ -1267,22 +1271,22 @@ SLUICE_INLINE void sluice_discovery_record(struct sluice_discovery *d,
         if (measured && !ref)
             sluice__discovery_first_latency(d, latency, duration);
     }
-    struct sluice_window_acc *a = sluice_window_accum_enter(&d->acc);
+    struct sluice_window_buffer *a = sluice_window_recorder_enter(&d->acc);
     bool taken = s->outcome == SLUICE_OUTCOME_OK || s->outcome == SLUICE_OUTCOME_CENSORED;
     if (taken) /* the provider took it at that concurrency (a cut call too) */
-        sluice_window_acc_add_served(a, s->in_flight_at_start);
+        sluice_window_buffer_add_served(a, s->in_flight_at_start);
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
-        sluice_window_acc_add_overload(a, fresh, s->in_flight_at_start, s->limit_at_start, started,
-                                       s->retry_after_ns);
+        sluice_window_buffer_add_overload(a, fresh, s->in_flight_at_start, s->limit_at_start, started,
+                                          s->retry_after_ns);
     } else if (measured) {
         int64_t dev = latency - (ref ? ref : latency);
-        sluice_window_acc_add_measured(a, latency, duration, dev < 0 ? -dev : dev,
-                                       s->in_flight_at_start,
-                                       s->outcome == SLUICE_OUTCOME_CENSORED);
+        sluice_window_buffer_add_measured(a, latency, duration, dev < 0 ? -dev : dev,
+                                          s->in_flight_at_start,
+                                          s->outcome == SLUICE_OUTCOME_CENSORED);
     } else {
-        sluice_window_acc_add_ignored(a, taken);
+        sluice_window_buffer_add_ignored(a, taken);
     }
-    sluice_window_accum_leave(a);
+    sluice_window_recorder_leave(a);
     sluice__discovery_maybe_close(d, now);
     sluice__discovery_tell_signals(d, false);
 }
@@ -1292,8 +1296,8 @@ SLUICE_INLINE void sluice__discovery_store_failed(struct sluice_discovery *d)
 {
     sluice_spinlock_lock(&d->lock);
     uint32_t limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
-    sluice__discovery_emit(d, sluice_clock_now(&d->clock), SLUICE_EVENT_STORE,
-                           SLUICE_CAUSE_STORE_ERROR, limit, limit);
+    sluice__discovery_emit_locked(d, sluice_clock_now(&d->clock), SLUICE_EVENT_STORE,
+                                  SLUICE_CAUSE_STORE_ERROR, limit, limit);
     sluice__discovery_unlock(d);
 }
 
@@ -1434,9 +1438,9 @@ SLUICE_INLINE void sluice_discovery_poll(struct sluice_discovery *d)
     sluice_spinlock_lock(&d->lock);
     int64_t now = sluice_clock_now(&d->clock); /* under the lock: see maybe_close */
     if (sluice__discovery_due(d, now))
-        sluice__discovery_close(d, now);
+        sluice__discovery_close_locked(d, now);
     else
-        sluice__discovery_check_expiry(d, now);
+        sluice__discovery_check_expiry_locked(d, now);
     sluice__discovery_unlock(d);
     sluice__discovery_tell_signals(d, true);
     sluice_discovery_flush(d);
@@ -1455,21 +1459,22 @@ SLUICE_INLINE void sluice_discovery_update_now(struct sluice_discovery *d)
     if (d->fixed)
         return;
     sluice_spinlock_lock(&d->lock);
-    sluice__discovery_close(d, sluice_clock_now(&d->clock)); /* now under the lock: see maybe_close */
+    /* now under the lock: see maybe_close */
+    sluice__discovery_close_locked(d, sluice_clock_now(&d->clock));
     sluice__discovery_unlock(d);
     sluice_discovery_flush(d);
 }
 
 /* Empty the open window and make every call in flight count for nothing.
- * A Retry-After hold stays (see sluice_discovery_clear). Call locked. */
-SLUICE_INLINE void sluice__discovery_restart(struct sluice_discovery *d, int64_t now)
+ * A Retry-After hold stays (see sluice_discovery_clear). */
+SLUICE_INLINE void sluice__discovery_restart_locked(struct sluice_discovery *d, int64_t now)
 {
-    sluice__discovery_take(d, now);
+    sluice__discovery_take_locked(d, now);
     atomic_store_explicit(&d->last_cut_ns, now, SLUICE_RELAXED);
     atomic_store_explicit(&d->latency_ref_ns, 0, SLUICE_RELAXED);
     atomic_store_explicit(&d->duration_ref_ns, 0, SLUICE_RELAXED);
     sluice__discovery_schedule(d, now, 0);
-    sluice__discovery_opened(d);
+    sluice__discovery_opened_locked(d);
 }
 
 /*
@@ -1491,14 +1496,14 @@ SLUICE_INLINE int sluice_discovery_clear(struct sluice_discovery *d)
     sluice_spinlock_lock(&d->lock);
     int64_t now = sluice_clock_now(&d->clock); /* under the lock: see maybe_close */
     uint32_t old = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
-    sluice__discovery_forget(d);
-    sluice__discovery_persist(d, 0, 0, 0);
+    sluice__discovery_forget_locked(d);
+    sluice__discovery_persist_locked(d, 0, 0, 0);
     sluice__discovery_set_state(d, SLUICE_DISCOVERY_PROBING);
     uint32_t next = sluice__discovery_clamp(
         d, sluice_policy_reset(sluice__discovery_policy(d), d->cfg.jumpstart, false));
-    sluice__discovery_set_limit(d, next, now);
-    sluice__discovery_restart(d, now);
-    sluice__discovery_emit(d, now, SLUICE_EVENT_CLEAR, SLUICE_CAUSE_API, old, next);
+    sluice__discovery_set_limit_locked(d, next, now);
+    sluice__discovery_restart_locked(d, now);
+    sluice__discovery_emit_locked(d, now, SLUICE_EVENT_CLEAR, SLUICE_CAUSE_API, old, next);
     sluice__discovery_unlock(d);
     sluice_discovery_flush(d);
     return SLUICE_OK;
@@ -1545,8 +1550,8 @@ SLUICE_INLINE bool sluice_discovery_hint_rate(struct sluice_discovery *d, double
         next = ++d->hint_calls < SLUICE_DISCOVERY_HINT_CALLS ? SLUICE__HINT_COLLECTING
                                                              : SLUICE__HINT_PENDING;
         if (next == SLUICE__HINT_PENDING)
-            sluice__discovery_hint_at(d, sluice_clock_now(&d->clock),
-                                      d->hint_sum_ns / (int64_t)d->hint_calls);
+            sluice__discovery_hint_at_locked(d, sluice_clock_now(&d->clock),
+                                             d->hint_sum_ns / (int64_t)d->hint_calls);
     }
     atomic_store_explicit(&d->hinted, next, SLUICE_RELAXED);
     sluice__discovery_unlock(d);
@@ -1559,7 +1564,7 @@ SLUICE_INLINE void sluice__discovery_store_event(struct sluice_discovery *d, int
                                                  enum sluice_cause cause)
 {
     uint32_t limit = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
-    sluice__discovery_emit(d, now, SLUICE_EVENT_STORE, cause, limit, limit);
+    sluice__discovery_emit_locked(d, now, SLUICE_EVENT_STORE, cause, limit, limit);
 }
 
 /*
@@ -1604,8 +1609,8 @@ SLUICE_INLINE void sluice__discovery_restore(struct sluice_discovery *d, int64_t
     d->strikes = d->knee_strikes = d->clean_run = 0;
     d->refusal_lock = false; /* how it was found is not stored: knees do not lower it */
     sluice__discovery_set_state(d, SLUICE_DISCOVERY_LOCKED);
-    sluice__discovery_set_limit(d, ceiling, now);
-    sluice__discovery_emit(d, now, SLUICE_EVENT_RESTORE, SLUICE_CAUSE_STORE, old, ceiling);
+    sluice__discovery_set_limit_locked(d, ceiling, now);
+    sluice__discovery_emit_locked(d, now, SLUICE_EVENT_RESTORE, SLUICE_CAUSE_STORE, old, ceiling);
 }
 
 /*
@@ -1652,7 +1657,7 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     d->on_event_ctx = desc->on_event_ctx;
     sluice_event_ring_init(&d->events, slots, capacity, d->node);
     sluice_spinlock_init(&d->lock);
-    sluice_window_accum_init(&d->acc);
+    sluice_window_recorder_init(&d->acc);
     int64_t now = sluice_clock_now(&d->clock);
     atomic_init(&d->cohort_from_ns, now);
     atomic_init(&d->cohort_until_ns, INT64_MAX);
@@ -1678,7 +1683,7 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     sluice_gate_set_limit(d->gate, start);
     if (!d->fixed && d->has_store)
         sluice__discovery_restore(d, now);
-    sluice_effects_post(&d->fx);
+    sluice_effects_post_locked(&d->fx);
     sluice_discovery_flush(d);
     return SLUICE_OK;
 }

@@ -8,10 +8,10 @@
  * limit raise) must not run there, nor delay the next call in line. A
  * `struct sluice_effects` carries them from the locked section to a
  * flusher:
- *   - gate grants (sluice_effects_stash_grants): the waiters a limit raise
+ *   - gate grants (sluice_effects_stash_grants_locked): the waiters a limit raise
  *     granted, handed out by whoever flushes next, even while another
  *     thread runs the slow effects (a grant is a wake-up, not I/O);
- *   - the latest lock record to persist (sluice_effects_set_record):
+ *   - the latest lock record to persist (sluice_effects_set_record_locked):
  *     "latest wins", so an older save never lands after a newer clear;
  *   - the events recorded in the owner's event ring, delivered in seq order
  *     (sluice_effects_deliver).
@@ -100,15 +100,15 @@ SLUICE_INLINE void sluice_effects_init(struct sluice_effects *fx)
     memset(&fx->record, 0, sizeof fx->record);
 }
 
-/* This locked section left effects (an event, a record). Call locked. */
-SLUICE_INLINE void sluice_effects_mark(struct sluice_effects *fx)
+/* This locked section left effects (an event, a record). */
+SLUICE_INLINE void sluice_effects_mark_locked(struct sluice_effects *fx)
 {
     fx->dirty = true;
 }
 
 /* Publish the effects this locked section left, if any: before the lock is
- * dropped, so a sync called after it sees them. Call locked. */
-SLUICE_INLINE void sluice_effects_post(struct sluice_effects *fx)
+ * dropped, so a sync called after it sees them. */
+SLUICE_INLINE void sluice_effects_post_locked(struct sluice_effects *fx)
 {
     if (!fx->dirty)
         return;
@@ -116,9 +116,9 @@ SLUICE_INLINE void sluice_effects_post(struct sluice_effects *fx)
     atomic_fetch_add_explicit(&fx->posted, 1u, SLUICE_SEQ_CST);
 }
 
-/* Make `rec` the record the next round persists (latest wins). Call locked. */
-SLUICE_INLINE void sluice_effects_set_record(struct sluice_effects *fx,
-                                             const struct sluice_lock_record *rec)
+/* Make `rec` the record the next round persists (latest wins). */
+SLUICE_INLINE void sluice_effects_set_record_locked(struct sluice_effects *fx,
+                                                    const struct sluice_lock_record *rec)
 {
     fx->record = *rec;
     atomic_fetch_add_explicit(&fx->record_gen, 1u, SLUICE_RELAXED);
@@ -162,9 +162,9 @@ SLUICE_INLINE void sluice_effects_deliver(struct sluice_effects *fx,
 }
 
 /* Keep a chain of gate grants (sluice_gate_set_limit_collect) for the next
- * flush. Call locked. */
-SLUICE_INLINE void sluice_effects_stash_grants(struct sluice_effects *fx,
-                                               struct sluice_gate_node *granted)
+ * flush. */
+SLUICE_INLINE void sluice_effects_stash_grants_locked(struct sluice_effects *fx,
+                                                      struct sluice_gate_node *granted)
 {
     struct sluice_gate_node *tail = granted;
     while (tail->next)

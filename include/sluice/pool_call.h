@@ -233,8 +233,9 @@ SLUICE_INLINE void sluice__pool_async_start(struct sluice_pool *p, struct sluice
     w->cb(w, SLUICE_OK);
 }
 
-/* Unlink an async holder. Call with hold_lock held. */
-SLUICE_INLINE void sluice__pool_async_unlink(struct sluice_pool *p, struct sluice_pool_waiter *w)
+/* Unlink an async holder (hold_lock is the lock). */
+SLUICE_INLINE void sluice__pool_async_unlink_locked(struct sluice_pool *p,
+                                                    struct sluice_pool_waiter *w)
 {
     if (w->sluice__prev)
         w->sluice__prev->sluice__next = w->sluice__next;
@@ -357,7 +358,7 @@ SLUICE_INLINE int sluice_pool_call_cancel_async(struct sluice_pool *p, struct sl
     sluice_spinlock_lock(&p->hold_lock);
     bool held = w->sluice__held;
     if (held)
-        sluice__pool_async_unlink(p, w);
+        sluice__pool_async_unlink_locked(p, w);
     sluice_spinlock_unlock(&p->hold_lock);
     if (!held)
         return SLUICE_EAGAIN;
@@ -378,7 +379,7 @@ SLUICE_INLINE struct sluice_pool_waiter *sluice__pool_take_async(struct sluice_p
     if (all || sluice_discovery_hold_until(p->discovery) <= sluice_clock_now(&p->clock)) {
         while (p->async_held) {
             struct sluice_pool_waiter *w = p->async_held;
-            sluice__pool_async_unlink(p, w);
+            sluice__pool_async_unlink_locked(p, w);
             w->sluice__next = list; /* reversed: the list was newest first */
             list = w;
         }
@@ -471,7 +472,7 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
             }
         } else if (outcome == SLUICE_OUTCOME_OK || outcome == SLUICE_OUTCOME_CENSORED) {
             /* A call cut at t takes longer than t: without it the estimates would see only
-             * the calls short enough to beat their deadlines (sluice/service.h). */
+             * the calls short enough to beat their deadlines (sluice/service_time.h). */
             sluice_service_add_censored(&p->service, now - call->start_ns);
             if (outcome == SLUICE_OUTCOME_OK) /* its first byte came */
                 sluice_service_add(&p->first_byte, sample.latency_ns);
@@ -496,7 +497,7 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
  * streamed answer, time to first byte, because total time measures output
  * length, not queueing; a negative value means "start to now". The sample
  * keeps the call's own start, so it lands in the window it started in.
- * The expected service time (sluice/service.h) learns the call's whole
+ * The expected service time (sluice/service_time.h) learns the call's whole
  * duration, start to now, from every OK call: it asks how long a call
  * takes to finish.
  */

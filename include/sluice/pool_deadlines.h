@@ -3,7 +3,7 @@
  * what cannot be served in time. Part of sluice/pool.h, which is what to
  * include.
  *
- * Deadlines (limited pools; the rules read sluice/service.h's estimates of
+ * Deadlines (limited pools; the rules read sluice/service_time.h's estimates of
  * the node's service time and of its time to first byte — quantiles of
  * the product-limit estimate over recent calls, finished or cut by their
  * deadline — and are off until they have samples). A call may carry two deadlines (sluice/time.h): a *start*
@@ -153,7 +153,7 @@ SLUICE_INLINE int64_t sluice_pool_predicted_wait(const struct sluice_pool *pool)
  */
 SLUICE_INLINE int64_t sluice__pool_need(const struct sluice_pool *p, bool busy, bool first)
 {
-    const struct sluice_service *s = first ? &p->first_byte : &p->service;
+    const struct sluice_service_time *s = first ? &p->first_byte : &p->service;
     if (!busy)
         return sluice_service_expected(s);
     /* Hidden by the cut calls: no wait is known to be affordable, so none is (INT64_MAX). */

@@ -31,12 +31,12 @@
 #include "discovery.h"
 #include "gate.h"
 #include "policy.h"
-#include "service.h"
+#include "service_time.h"
 
 #define SLUICE_POOL_ACTIVE_MAX UINT32_C(65536)       /* <= SLUICE_GATE_LIMIT_MAX */
 #define SLUICE_POOL_WAITING_MAX (UINT32_C(1) << 20)
 #define SLUICE_POOL_WAITING_DEFAULT UINT32_C(1024)
-#define SLUICE_POOL_START_QUANTILE_DEFAULT UINT32_C(10) /* percent; see sluice/service.h */
+#define SLUICE_POOL_START_QUANTILE_DEFAULT UINT32_C(10) /* percent; see sluice/service_time.h */
 #define SLUICE_POOL_LINGER_MAX_MS_DEFAULT UINT32_C(30000)
 #define SLUICE_POOL_LINGER_MAX_MS UINT32_C(3600000) /* an hour: longer is a leak, not a call */
 
@@ -130,7 +130,7 @@ struct sluice_pool_counts {
     enum sluice_linger linger_now; /* what abandoned calls do now: ON, OFF, or LEARNED while
                                       the trial has not decided (they keep their permits,
                                       or are released on trial) */
-    int64_t expected_ns;           /* expected service time (sluice/service.h); 0 = unknown */
+    int64_t expected_ns;           /* expected service time (sluice/service_time.h); 0 = unknown */
     int64_t expected_first_ns;     /* expected time to first byte (the latency signal); 0 =
                                       unknown */
     uint64_t refused_capacity;     /* admissions refused with SLUICE_ECAPACITY */
@@ -246,8 +246,8 @@ struct sluice_pool {
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint64_t) counted[SLUICE__POOL_COUNTERS];
     struct sluice__pool_shard refusals[SLUICE__POOL_REFUSAL_SHARDS]; /* + counted[CAPACITY] */
     struct sluice_histogram queue_wait, call_time;
-    struct sluice_service service;    /* whole calls: what a call needs to finish */
-    struct sluice_service first_byte; /* the latency signal: what a call needs to begin */
+    struct sluice_service_time service;    /* whole calls: what a call needs to finish */
+    struct sluice_service_time first_byte; /* the latency signal: what a call needs to begin */
     struct sluice_gate gate; /* initialised only when active > 0 */
 };
 

@@ -27,10 +27,10 @@
  *   pool
  *     sluice/events.h    discovery event feed: bounded per-node ring, JSON Lines
  *     sluice/store.h     lock records, the store interface, an in-memory store
- *     sluice/window.h    lock-free two-buffer accumulator of a window's samples
+ *     sluice/window_recorder.h  lock-free two-buffer recorder of an open window's totals
  *     sluice/effects.h   effects combiner: store saves, events, grants after the lock
  *     sluice/discovery.h per-node probing/backoff/locked state machine, status line
- *     sluice/service.h   expected service time, latency histograms
+ *     sluice/service_time.h     how long calls take: expected service time, histograms
  *     sluice/pool_state.h       a pool's descriptions, limits, defaults; struct sluice_pool
  *     sluice/pool_admit.h       immediate admission: admit, leave
  *     sluice/pool_hold.h        Retry-After holds, waited out permit in hand
@@ -92,10 +92,10 @@
 #include "policy/discover.h"
 #include "events.h"
 #include "store.h"
-#include "window.h"
+#include "window_recorder.h"
 #include "effects.h"
 #include "discovery.h"
-#include "service.h"
+#include "service_time.h"
 #include "pool_state.h"
 #include "pool_admit.h"
 #include "pool_hold.h"

@@ -137,9 +137,9 @@ SLUICE_INLINE void sluice_memstore_destroy(struct sluice_memstore *m)
     sluice__free(&a, m, sizeof *m);
 }
 
-/* The entry for `node`, or (when `claim`) a free one; NULL if none. Call locked. */
-SLUICE_INLINE struct sluice_memstore_entry *sluice__memstore_find(struct sluice_memstore *m,
-                                                                  const char *node, bool claim)
+/* The entry for `node`, or (when `claim`) a free one; NULL if none. */
+SLUICE_INLINE struct sluice_memstore_entry *sluice__memstore_find_locked(struct sluice_memstore *m,
+                                                                         const char *node, bool claim)
 {
     struct sluice_memstore_entry *free_entry = NULL;
     for (uint32_t i = 0; i < m->capacity; i++) {
@@ -156,7 +156,7 @@ SLUICE_INLINE int sluice__memstore_load(void *ctx, const char *node, struct slui
 {
     struct sluice_memstore *m = (struct sluice_memstore *)ctx;
     sluice_spinlock_lock(&m->lock);
-    struct sluice_memstore_entry *e = sluice__memstore_find(m, node, false);
+    struct sluice_memstore_entry *e = sluice__memstore_find_locked(m, node, false);
     if (e)
         *out = e->rec;
     else
@@ -172,7 +172,7 @@ SLUICE_INLINE int sluice__memstore_save(void *ctx, const char *node,
     if (strlen(node) >= SLUICE_NODE_ID_MAX)
         return SLUICE_EINVAL;
     sluice_spinlock_lock(&m->lock);
-    struct sluice_memstore_entry *e = sluice__memstore_find(m, node, true);
+    struct sluice_memstore_entry *e = sluice__memstore_find_locked(m, node, true);
     if (e) {
         strcpy(e->node, node);
         e->rec = *rec;
@@ -187,7 +187,7 @@ SLUICE_INLINE int sluice__memstore_clear(void *ctx, const char *node)
 {
     struct sluice_memstore *m = (struct sluice_memstore *)ctx;
     sluice_spinlock_lock(&m->lock);
-    struct sluice_memstore_entry *e = sluice__memstore_find(m, node, false);
+    struct sluice_memstore_entry *e = sluice__memstore_find_locked(m, node, false);
     if (e)
         memset(e, 0, sizeof *e);
     m->clears++;

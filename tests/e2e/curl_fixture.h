@@ -339,7 +339,7 @@ static inline struct sluice_discovery_status fx_status(struct sluice_engine *e)
 }
 
 /*
- * Teach the backend's service-time estimate (sluice/service.h) that `n`
+ * Teach the backend's service-time estimate (sluice/service_time.h) that `n`
  * calls took `ns`: successful calls, each back-dated by `ns`, ended at once.
  * No request reaches the simulator.
  */

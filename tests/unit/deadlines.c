@@ -1,6 +1,6 @@
 /*
  * The deadline rules of sluice/pool.h, in virtual time: the expected service
- * time (sluice/service.h), don't start what cannot finish, the opt-in early
+ * time (sluice/service_time.h), don't start what cannot finish, the opt-in early
  * refusal at admission, lingering permits, and the counters that show them.
  *
  * Service times are virtual (a fake pool clock moved by the fake client);
@@ -11,7 +11,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <sluice/run.h>
-#include <sluice/service.h>
+#include <sluice/service_time.h>
 
 #include "run_fixtures.h"
 
@@ -94,7 +94,7 @@ static int run_by(struct sluice_engine *e, struct fake_client *c, int64_t deadli
 
 Test(deadlines, expected_service_time_is_unknown_until_enough_calls_succeeded)
 {
-    struct sluice_service s;
+    struct sluice_service_time s;
     sluice_service_init(&s, 10);
     for (uint32_t i = 0; i + 1 < SLUICE_SERVICE_MIN_SAMPLES; i++)
         sluice_service_add(&s, 100 * MS);
@@ -105,7 +105,7 @@ Test(deadlines, expected_service_time_is_unknown_until_enough_calls_succeeded)
 
 Test(deadlines, expected_service_time_is_the_low_quantile_and_follows_a_slower_provider)
 {
-    struct sluice_service s;
+    struct sluice_service_time s;
     sluice_service_init(&s, 10);
     for (int64_t i = 1; i <= 64; i++) /* 1..64 ms: p10 is the 7th, p90 the 58th */
         sluice_service_add(&s, i * MS);
@@ -881,7 +881,7 @@ Test(deadlines, a_standing_queue_over_many_permits_is_cut_to_two_hand_offs)
 
 Test(deadlines, the_service_estimate_counts_cut_calls_as_still_running_at_their_cut)
 {
-    struct sluice_service s;
+    struct sluice_service_time s;
     sluice_service_init(&s, 10);
     int64_t finished[] = {100, 120, 140, 160};
     for (int i = 0; i < 4; i++)
@@ -918,7 +918,7 @@ Test(deadlines, admission_releases_a_lingering_permit_whose_time_has_come)
  * running: how long to keep them is known from the cut calls alone. */
 Test(deadlines, a_cold_start_whose_every_call_is_cut_still_knows_how_long_to_linger)
 {
-    struct sluice_service s;
+    struct sluice_service_time s;
     sluice_service_init(&s, 10);
     for (int i = 0; i < (int)SLUICE_SERVICE_MIN_SAMPLES - 1; i++)
         sluice_service_add_censored(&s, (240 + i) * MS);
@@ -943,7 +943,7 @@ Test(deadlines, a_cold_start_whose_every_call_is_cut_still_knows_how_long_to_lin
 
 Test(deadlines, a_quantile_the_cut_calls_hide_is_unknown_so_the_rules_never_refuse_every_call)
 {
-    struct sluice_service s;
+    struct sluice_service_time s;
     sluice_service_init(&s, 10);
     for (int64_t i = 0; i < 4; i++)
         sluice_service_add(&s, (100 + 10 * i) * MS);

@@ -48,8 +48,8 @@ static void owner_init(struct owner *o)
 static void owner_post(struct owner *o)
 {
     sluice_spinlock_lock(&o->lock);
-    sluice_effects_mark(&o->fx);
-    sluice_effects_post(&o->fx);
+    sluice_effects_mark_locked(&o->fx);
+    sluice_effects_post_locked(&o->fx);
     sluice_spinlock_unlock(&o->lock);
 }
 
@@ -60,7 +60,7 @@ Test(effects, a_flush_runs_what_was_posted_and_nothing_more)
     sluice_effects_flush(&o.fx, owner_round, &o);
     cr_assert_eq(o.rounds, 0, "nothing posted: no round");
     sluice_spinlock_lock(&o.lock);
-    sluice_effects_post(&o.fx); /* nothing marked: nothing posted */
+    sluice_effects_post_locked(&o.fx); /* nothing marked: nothing posted */
     sluice_spinlock_unlock(&o.lock);
     sluice_effects_flush(&o.fx, owner_round, &o);
     cr_assert_eq(o.rounds, 0);
@@ -91,10 +91,10 @@ Test(effects, the_latest_record_wins_and_is_taken_once)
     cr_assert_not(sluice_effects_take_record(&o.fx, &o.lock, &out), "none set yet");
     sluice_spinlock_lock(&o.lock);
     rec.ceiling = 12;
-    sluice_effects_set_record(&o.fx, &rec);
+    sluice_effects_set_record_locked(&o.fx, &rec);
     rec.ceiling = 0; /* a clear after the save */
-    sluice_effects_set_record(&o.fx, &rec);
-    sluice_effects_post(&o.fx);
+    sluice_effects_set_record_locked(&o.fx, &rec);
+    sluice_effects_post_locked(&o.fx);
     sluice_spinlock_unlock(&o.lock);
     cr_assert(sluice_effects_take_record(&o.fx, &o.lock, &out));
     cr_assert_eq(out.ceiling, 0, "the older save never lands after the newer clear");
@@ -159,7 +159,7 @@ Test(effects, stashed_grants_wait_for_the_next_flush)
     sluice_spinlock_lock(&o.lock);
     struct sluice_gate_node *chain = sluice_gate_set_limit_collect(gate, 3);
     cr_assert_not_null(chain);
-    sluice_effects_stash_grants(&o.fx, chain);
+    sluice_effects_stash_grants_locked(&o.fx, chain);
     sluice_spinlock_unlock(&o.lock);
     cr_assert_eq(a.calls + b.calls, 0, "no callback under the owner's lock");
     sluice_effects_flush(&o.fx, owner_round, &o);

@@ -1,7 +1,7 @@
-/* sluice/window.h: the two-buffer accumulator keeps each sample whole in one
+/* sluice/window_recorder.h: the two-buffer accumulator keeps each sample whole in one
  * window, and a close hands over totals and starts the next window empty. */
 #include <criterion/criterion.h>
-#include <sluice/window.h>
+#include <sluice/window_recorder.h>
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -10,19 +10,19 @@
 #include "common.h"
 #include "discovery_node.h"
 
-static void add_measured(struct sluice_window_accum *w, int64_t latency, uint32_t in_flight)
+static void add_measured(struct sluice_window_recorder *w, int64_t latency, uint32_t in_flight)
 {
-    struct sluice_window_acc *a = sluice_window_accum_enter(w);
-    sluice_window_acc_add_served(a, in_flight);
-    sluice_window_acc_add_measured(a, latency, latency, 0, in_flight, false);
-    sluice_window_accum_leave(a);
+    struct sluice_window_buffer *a = sluice_window_recorder_enter(w);
+    sluice_window_buffer_add_served(a, in_flight);
+    sluice_window_buffer_add_measured(a, latency, latency, 0, in_flight, false);
+    sluice_window_recorder_leave(a);
 }
 
 Test(window, a_close_takes_the_totals_and_reports_none_as_zero)
 {
-    struct sluice_window_accum w;
-    sluice_window_accum_init(&w);
-    struct sluice_window_totals t = sluice_window_accum_close(&w);
+    struct sluice_window_recorder w;
+    sluice_window_recorder_init(&w);
+    struct sluice_window_totals t = sluice_window_recorder_close(&w);
     cr_assert_eq(t.n_ok + t.n_overload + t.n_fresh + t.n_ignore, 0);
     cr_assert_eq(t.overload_limit, 0, "no fresh overload: 0, not the UINT32_MAX sentinel");
     cr_assert_eq(t.overload_in_flight, 0);
@@ -32,14 +32,14 @@ Test(window, a_close_takes_the_totals_and_reports_none_as_zero)
 
     add_measured(&w, 300, 4);
     add_measured(&w, 100, 6);
-    struct sluice_window_acc *a = sluice_window_accum_enter(&w);
-    sluice_window_acc_add_overload(a, true, 5, 7, 40, 2000);
-    sluice_window_acc_add_overload(a, false, 3, 9, 10, 9000); /* an echo: counted, not fresh */
-    sluice_window_acc_add_ignored(a, true);
-    sluice_window_accum_leave(a);
-    cr_assert(sluice_window_accum_has_fresh(&w));
+    struct sluice_window_buffer *a = sluice_window_recorder_enter(&w);
+    sluice_window_buffer_add_overload(a, true, 5, 7, 40, 2000);
+    sluice_window_buffer_add_overload(a, false, 3, 9, 10, 9000); /* an echo: counted, not fresh */
+    sluice_window_buffer_add_ignored(a, true);
+    sluice_window_recorder_leave(a);
+    cr_assert(sluice_window_recorder_has_fresh(&w));
 
-    t = sluice_window_accum_close(&w);
+    t = sluice_window_recorder_close(&w);
     cr_assert_eq(t.n_ok, 2);
     cr_assert_eq(t.latency_sum_ns, 400);
     cr_assert_eq(t.latency_min_ns, 100);
@@ -54,40 +54,40 @@ Test(window, a_close_takes_the_totals_and_reports_none_as_zero)
     cr_assert_eq(t.retry_after_ns, 2000, "only the fresh overload's Retry-After");
     cr_assert_eq(t.n_ignore, 1);
     cr_assert_eq(t.n_ok_other, 1);
-    cr_assert_not(sluice_window_accum_has_fresh(&w), "the next window starts empty");
+    cr_assert_not(sluice_window_recorder_has_fresh(&w), "the next window starts empty");
 }
 
 Test(window, a_censored_call_is_measured_at_its_cut_and_counted_as_censored)
 {
-    struct sluice_window_accum w;
-    sluice_window_accum_init(&w);
+    struct sluice_window_recorder w;
+    sluice_window_recorder_init(&w);
     add_measured(&w, 100, 3);
-    struct sluice_window_acc *a = sluice_window_accum_enter(&w);
-    sluice_window_acc_add_measured(a, 300, 300, 0, 5, true); /* cut at 300: longer than that */
-    sluice_window_accum_leave(a);
-    struct sluice_window_totals t = sluice_window_accum_close(&w);
+    struct sluice_window_buffer *a = sluice_window_recorder_enter(&w);
+    sluice_window_buffer_add_measured(a, 300, 300, 0, 5, true); /* cut at 300: longer than that */
+    sluice_window_recorder_leave(a);
+    struct sluice_window_totals t = sluice_window_recorder_close(&w);
     cr_assert_eq(t.n_ok, 2, "a cut call is measured with the served ones");
     cr_assert_eq(t.n_censored, 1);
     cr_assert_eq(t.latency_sum_ns, 400, "at the time it had run: the restricted mean's term");
     cr_assert_eq(t.max_in_flight, 5);
-    cr_assert_eq(sluice_window_accum_close(&w).n_censored, 0, "the other buffer starts at 0");
-    cr_assert_eq(sluice_window_accum_close(&w).n_censored, 0, "and this one was reset");
+    cr_assert_eq(sluice_window_recorder_close(&w).n_censored, 0, "the other buffer starts at 0");
+    cr_assert_eq(sluice_window_recorder_close(&w).n_censored, 0, "and this one was reset");
 }
 
 Test(window, both_buffers_start_empty_after_their_close)
 {
-    struct sluice_window_accum w;
-    sluice_window_accum_init(&w);
+    struct sluice_window_recorder w;
+    sluice_window_recorder_init(&w);
     for (int round = 0; round < 4; round++) { /* each buffer twice */
         add_measured(&w, 10 + round, 1);
-        struct sluice_window_totals t = sluice_window_accum_close(&w);
+        struct sluice_window_totals t = sluice_window_recorder_close(&w);
         cr_assert_eq(t.n_ok, 1, "round %d holds its own sample only", round);
         cr_assert_eq(t.latency_sum_ns, 10 + round);
     }
 }
 
 struct closer {
-    struct sluice_window_accum *w;
+    struct sluice_window_recorder *w;
     struct sluice_window_totals t;
     _Atomic(int) done;
 };
@@ -95,7 +95,7 @@ struct closer {
 static void *close_thread(void *arg)
 {
     struct closer *c = arg;
-    c->t = sluice_window_accum_close(c->w);
+    c->t = sluice_window_recorder_close(c->w);
     atomic_store_explicit(&c->done, 1, SLUICE_SEQ_CST);
     return NULL;
 }
@@ -103,11 +103,11 @@ static void *close_thread(void *arg)
 Test(window, a_close_waits_for_the_sample_inside_and_later_samples_go_to_the_next_window,
      .timeout = 30)
 {
-    static struct sluice_window_accum w;
-    sluice_window_accum_init(&w);
+    static struct sluice_window_recorder w;
+    sluice_window_recorder_init(&w);
     /* A sample half-way through its adds: latency in, count not yet. */
-    struct sluice_window_acc *a = sluice_window_accum_enter(&w);
-    sluice_window_acc_add_served(a, 3);
+    struct sluice_window_buffer *a = sluice_window_recorder_enter(&w);
+    sluice_window_buffer_add_served(a, 3);
     static struct closer c;
     c.w = &w;
     atomic_init(&c.done, 0);
@@ -119,12 +119,12 @@ Test(window, a_close_waits_for_the_sample_inside_and_later_samples_go_to_the_nex
     cr_assert_not(atomic_load_explicit(&c.done, SLUICE_SEQ_CST),
                   "... and waits for the sample still adding to the old one");
     add_measured(&w, 50, 2); /* after the flip: the next window's */
-    sluice_window_acc_add_measured(a, 40, 40, 0, 3, false);
-    sluice_window_accum_leave(a);
+    sluice_window_buffer_add_measured(a, 40, 40, 0, 3, false);
+    sluice_window_recorder_leave(a);
     pthread_join(tid, NULL);
     cr_assert_eq(c.t.n_ok, 1, "the closed window holds the whole first sample");
     cr_assert_eq(c.t.latency_sum_ns, 40);
-    struct sluice_window_totals next = sluice_window_accum_close(&w);
+    struct sluice_window_totals next = sluice_window_recorder_close(&w);
     cr_assert_eq(next.n_ok, 1);
     cr_assert_eq(next.latency_sum_ns, 50, "the sample after the flip is the next window's");
 }
@@ -137,7 +137,7 @@ Test(window, a_close_waits_for_the_sample_inside_and_later_samples_go_to_the_nex
 #define RACE_LATENCY 7
 
 struct race {
-    struct sluice_window_accum w;
+    struct sluice_window_recorder w;
     _Atomic(int) writers_left;
 };
 
@@ -153,7 +153,7 @@ static void *race_writer(void *arg)
 Test(window, a_racing_close_never_splits_a_sample_between_windows, .timeout = 60)
 {
     static struct race r;
-    sluice_window_accum_init(&r.w);
+    sluice_window_recorder_init(&r.w);
     atomic_init(&r.writers_left, RACE_WRITERS);
     pthread_t tid[RACE_WRITERS];
     for (int i = 0; i < RACE_WRITERS; i++)
@@ -162,7 +162,7 @@ Test(window, a_racing_close_never_splits_a_sample_between_windows, .timeout = 60
     bool more = true;
     while (more) {
         more = atomic_load_explicit(&r.writers_left, SLUICE_SEQ_CST) > 0;
-        struct sluice_window_totals t = sluice_window_accum_close(&r.w);
+        struct sluice_window_totals t = sluice_window_recorder_close(&r.w);
         cr_assert_eq(t.latency_sum_ns, (int64_t)t.n_ok * RACE_LATENCY,
                      "a window holds %u samples but the latency of %lld", t.n_ok,
                      (long long)(t.latency_sum_ns / RACE_LATENCY));
@@ -170,7 +170,7 @@ Test(window, a_racing_close_never_splits_a_sample_between_windows, .timeout = 60
     }
     for (int i = 0; i < RACE_WRITERS; i++)
         pthread_join(tid[i], NULL);
-    struct sluice_window_totals t = sluice_window_accum_close(&r.w);
+    struct sluice_window_totals t = sluice_window_recorder_close(&r.w);
     n += t.n_ok;
     cr_assert_eq(n, (uint64_t)RACE_WRITERS * RACE_SAMPLES, "no sample lost or counted twice");
 }

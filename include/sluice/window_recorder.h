@@ -1,8 +1,8 @@
 /*
- * sluice/window.h — the lock-free two-buffer sample accumulator behind
+ * sluice/window_recorder.h — the lock-free two-buffer sample accumulator behind
  * discovery's windows.
  *
- * What it is: a `struct sluice_window_accum` holds the totals of one open
+ * What it is: a `struct sluice_window_recorder` holds the totals of one open
  * window (counts, sums, extremes of the calls that finished in it) in one
  * of two buffers. Every finished call adds to the open buffer; the one
  * thread closing the window flips which buffer is open, waits for the
@@ -38,8 +38,8 @@
  * resets the drained buffer with relaxed exchanges: the writers' release
  * decrements, read by its seq_cst loads, order their adds before them.
  */
-#ifndef SLUICE_WINDOW_H
-#define SLUICE_WINDOW_H
+#ifndef SLUICE_WINDOW_RECORDER_H
+#define SLUICE_WINDOW_RECORDER_H
 
 #include "cc.h"
 
@@ -68,8 +68,8 @@ SLUICE__ATOMIC_EXTREMUM(min_i64, int64_t, <)
 #undef SLUICE__ATOMIC_EXTREMUM
 
 /* One buffer: one window's totals, written by every completion. The fields
- * are the accumulator's; read them through sluice_window_accum_close. */
-struct sluice_window_acc {
+ * are the accumulator's; read them through sluice_window_recorder_close. */
+struct sluice_window_buffer {
     _Atomic(uint32_t) writers; /* samples adding to this buffer right now */
     _Atomic(uint32_t) n_ok, n_overload, n_fresh, n_ignore, max_in_flight;
     _Atomic(uint32_t) n_ok_other; /* served calls outside the measured cohort (in n_ignore too) */
@@ -105,12 +105,12 @@ struct sluice_window_totals {
 };
 
 /* The two buffers and which one is open. */
-struct sluice_window_accum {
-    struct sluice_window_acc buf[2];
+struct sluice_window_recorder {
+    struct sluice_window_buffer buf[2];
     _Atomic(uint32_t) open; /* which buf[] the open window adds to */
 };
 
-SLUICE_INLINE void sluice__window_acc_init(struct sluice_window_acc *a)
+SLUICE_INLINE void sluice__window_buffer_init(struct sluice_window_buffer *a)
 {
     atomic_init(&a->writers, 0u);
     atomic_init(&a->n_ok, 0u);
@@ -133,20 +133,20 @@ SLUICE_INLINE void sluice__window_acc_init(struct sluice_window_acc *a)
 }
 
 /* Both buffers empty, buffer 0 open. Before any other call; not concurrent. */
-SLUICE_INLINE void sluice_window_accum_init(struct sluice_window_accum *w)
+SLUICE_INLINE void sluice_window_recorder_init(struct sluice_window_recorder *w)
 {
-    sluice__window_acc_init(&w->buf[0]);
-    sluice__window_acc_init(&w->buf[1]);
+    sluice__window_buffer_init(&w->buf[0]);
+    sluice__window_buffer_init(&w->buf[1]);
     atomic_init(&w->open, 0u);
 }
 
 /* The buffer the open window adds to, with this sample counted in its
- * writers. Pair with sluice_window_accum_leave. Lock-free. */
-SLUICE_INLINE struct sluice_window_acc *sluice_window_accum_enter(struct sluice_window_accum *w)
+ * writers. Pair with sluice_window_recorder_leave. Lock-free. */
+SLUICE_INLINE struct sluice_window_buffer *sluice_window_recorder_enter(struct sluice_window_recorder *w)
 {
     for (;;) {
         uint32_t open = atomic_load_explicit(&w->open, SLUICE_RELAXED);
-        struct sluice_window_acc *a = &w->buf[open];
+        struct sluice_window_buffer *a = &w->buf[open];
         atomic_fetch_add_explicit(&a->writers, 1u, SLUICE_SEQ_CST);
         if (atomic_load_explicit(&w->open, SLUICE_SEQ_CST) == open)
             return a;
@@ -155,30 +155,30 @@ SLUICE_INLINE struct sluice_window_acc *sluice_window_accum_enter(struct sluice_
 }
 
 /* This sample is done adding to `a` (release: its adds come before). */
-SLUICE_INLINE void sluice_window_accum_leave(struct sluice_window_acc *a)
+SLUICE_INLINE void sluice_window_recorder_leave(struct sluice_window_buffer *a)
 {
     atomic_fetch_sub_explicit(&a->writers, 1u, SLUICE_RELEASE);
 }
 
 /* Whether the open window holds a fresh overload. Relaxed, lock-free; may be
  * wrong by a sample (a due test). */
-SLUICE_INLINE bool sluice_window_accum_has_fresh(struct sluice_window_accum *w)
+SLUICE_INLINE bool sluice_window_recorder_has_fresh(struct sluice_window_recorder *w)
 {
     uint32_t open = atomic_load_explicit(&w->open, SLUICE_RELAXED);
     return atomic_load_explicit(&w->buf[open].n_fresh, SLUICE_RELAXED) != 0;
 }
 
 /* A served call (measured or not): the most calls in flight at one's start. */
-SLUICE_INLINE void sluice_window_acc_add_served(struct sluice_window_acc *a, uint32_t in_flight)
+SLUICE_INLINE void sluice_window_buffer_add_served(struct sluice_window_buffer *a, uint32_t in_flight)
 {
     sluice__atomic_max_u32(&a->served_in_flight, in_flight);
 }
 
 /* An overload. `in_flight` and `limit_at_start` are 0 where unknown; only a
  * fresh one adds its start, limit, in-flight count and Retry-After. */
-SLUICE_INLINE void sluice_window_acc_add_overload(struct sluice_window_acc *a, bool fresh,
-                                                  uint32_t in_flight, uint32_t limit_at_start,
-                                                  int64_t started_ns, int64_t retry_after_ns)
+SLUICE_INLINE void sluice_window_buffer_add_overload(struct sluice_window_buffer *a, bool fresh,
+                                                     uint32_t in_flight, uint32_t limit_at_start,
+                                                     int64_t started_ns, int64_t retry_after_ns)
 {
     atomic_fetch_add_explicit(&a->n_overload, 1u, SLUICE_RELAXED);
     if (in_flight)
@@ -197,9 +197,9 @@ SLUICE_INLINE void sluice_window_acc_add_overload(struct sluice_window_acc *a, b
 /* A measured call, served or (`censored`) cut by its caller's deadline after latency_ns:
  * its latency, its duration (start to sample), its absolute deviation from the reference
  * latency, its in-flight count at start. */
-SLUICE_INLINE void sluice_window_acc_add_measured(struct sluice_window_acc *a, int64_t latency_ns,
-                                                  int64_t duration_ns, int64_t dev_ns,
-                                                  uint32_t in_flight, bool censored)
+SLUICE_INLINE void sluice_window_buffer_add_measured(struct sluice_window_buffer *a, int64_t latency_ns,
+                                                     int64_t duration_ns, int64_t dev_ns,
+                                                     uint32_t in_flight, bool censored)
 {
     if (censored)
         atomic_fetch_add_explicit(&a->n_censored, 1u, SLUICE_RELAXED);
@@ -212,7 +212,7 @@ SLUICE_INLINE void sluice_window_acc_add_measured(struct sluice_window_acc *a, i
 }
 
 /* A call that counts for nothing; `served` if it was served all the same. */
-SLUICE_INLINE void sluice_window_acc_add_ignored(struct sluice_window_acc *a, bool served)
+SLUICE_INLINE void sluice_window_buffer_add_ignored(struct sluice_window_buffer *a, bool served)
 {
     if (served)
         atomic_fetch_add_explicit(&a->n_ok_other, 1u, SLUICE_RELAXED);
@@ -222,7 +222,7 @@ SLUICE_INLINE void sluice_window_acc_add_ignored(struct sluice_window_acc *a, bo
 /* Wait until no sample is adding to `a` (it is no longer open, so none can
  * join). A writer there takes no lock and calls nothing: it finishes as
  * soon as it runs, so this waits for the scheduler only. */
-SLUICE_INLINE void sluice__window_acc_drain(struct sluice_window_acc *a)
+SLUICE_INLINE void sluice__window_buffer_drain(struct sluice_window_buffer *a)
 {
     for (int i = 0; atomic_load_explicit(&a->writers, SLUICE_SEQ_CST) != 0; i++) {
         if (i < SLUICE_DISCOVERY_DRAIN_SPIN)
@@ -233,7 +233,7 @@ SLUICE_INLINE void sluice__window_acc_drain(struct sluice_window_acc *a)
 }
 
 /* Take the totals of `a` (drained) and reset it for its next turn. */
-SLUICE_INLINE struct sluice_window_totals sluice__window_acc_take(struct sluice_window_acc *a)
+SLUICE_INLINE struct sluice_window_totals sluice__window_buffer_take(struct sluice_window_buffer *a)
 {
     struct sluice_window_totals t;
     t.n_ok = atomic_exchange_explicit(&a->n_ok, 0u, SLUICE_RELAXED);
@@ -262,13 +262,13 @@ SLUICE_INLINE struct sluice_window_totals sluice__window_acc_take(struct sluice_
 /* Close the open window: flip the buffers (later samples add to the other),
  * wait for the samples still adding to this one, take its totals and reset
  * it. One closer at a time (see Concurrency). */
-SLUICE_INLINE struct sluice_window_totals sluice_window_accum_close(struct sluice_window_accum *w)
+SLUICE_INLINE struct sluice_window_totals sluice_window_recorder_close(struct sluice_window_recorder *w)
 {
     uint32_t open = atomic_load_explicit(&w->open, SLUICE_RELAXED);
-    struct sluice_window_acc *a = &w->buf[open];
+    struct sluice_window_buffer *a = &w->buf[open];
     atomic_store_explicit(&w->open, open ^ 1u, SLUICE_SEQ_CST);
-    sluice__window_acc_drain(a);
-    return sluice__window_acc_take(a);
+    sluice__window_buffer_drain(a);
+    return sluice__window_buffer_take(a);
 }
 
-#endif /* SLUICE_WINDOW_H */
+#endif /* SLUICE_WINDOW_RECORDER_H */

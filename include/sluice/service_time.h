@@ -1,11 +1,11 @@
 /*
- * sluice/service.h — how long a backend's calls take: the expected service
- * time (a running low quantile of recent successful calls) and fixed-bucket
- * latency histograms for the operator's views.
+ * sluice/service_time.h — how long a backend's calls take: the expected
+ * service time (a running low quantile of recent successful calls) and
+ * fixed-bucket latency histograms for the operator's views.
  *
  * What it is: two small, allocation-free recorders a pool embeds.
  *
- * struct sluice_service — the expected service time. It keeps the last
+ * struct sluice_service_time — the expected service time. It keeps the last
  * SLUICE_SERVICE_SAMPLES durations of calls (a pool keeps two: call start
  * to end, the whole transfer, what a call needs to *finish*; and start to
  * the latency signal, a stream's first byte, what it needs to *begin*) in
@@ -79,8 +79,8 @@
  *
  * Allocation: none; both structs live inside their owner (a pool's block).
  */
-#ifndef SLUICE_SERVICE_H
-#define SLUICE_SERVICE_H
+#ifndef SLUICE_SERVICE_TIME_H
+#define SLUICE_SERVICE_TIME_H
 
 #include "cc.h"
 #include "time.h"
@@ -92,7 +92,7 @@
 #define SLUICE_SERVICE_PERCENT_MAX 50u /* a "low" quantile: above the median it refuses calls
                                           that were more likely than not to finish */
 
-struct sluice_service {
+struct sluice_service_time {
     _Atomic(uint64_t) added;                      /* samples ever added */
     _Atomic(int64_t) ring[SLUICE_SERVICE_SAMPLES]; /* slot added % SAMPLES; a cut call's time
                                                      is stored negated */
@@ -105,7 +105,7 @@ struct sluice_service {
     uint32_t percent; /* the low quantile, in [1, SLUICE_SERVICE_PERCENT_MAX] */
 };
 
-SLUICE_INLINE void sluice_service_init(struct sluice_service *s, uint32_t percent)
+SLUICE_INLINE void sluice_service_init(struct sluice_service_time *s, uint32_t percent)
 {
     atomic_init(&s->added, 0u);
     for (uint32_t i = 0; i < SLUICE_SERVICE_SAMPLES; i++)
@@ -157,8 +157,8 @@ SLUICE_INLINE int64_t sluice__service_quantile(const int64_t *sorted, uint32_t n
     return bound ? sluice__service_time(sorted[n - 1u]) : 0;
 }
 
-/* Recompute the estimates from the ring. Call with `refresh` held. */
-SLUICE_INLINE void sluice__service_refresh(struct sluice_service *s, uint64_t added)
+/* Recompute the estimates from the ring. */
+SLUICE_INLINE void sluice__service_refresh_locked(struct sluice_service_time *s, uint64_t added)
 {
     int64_t v[SLUICE_SERVICE_SAMPLES];
     uint32_t n = added < SLUICE_SERVICE_SAMPLES ? (uint32_t)added : SLUICE_SERVICE_SAMPLES;
@@ -190,10 +190,10 @@ SLUICE_INLINE void sluice__service_refresh(struct sluice_service *s, uint64_t ad
     atomic_store_explicit(&s->hidden, mid == 0, SLUICE_RELAXED);
 }
 
-SLUICE_INLINE void sluice__service_put(struct sluice_service *s, int64_t entry);
+SLUICE_INLINE void sluice__service_put(struct sluice_service_time *s, int64_t entry);
 
 /* Record the duration of one successful call (ns; clamped to at least 1). */
-SLUICE_INLINE void sluice_service_add(struct sluice_service *s, int64_t ns)
+SLUICE_INLINE void sluice_service_add(struct sluice_service_time *s, int64_t ns)
 {
     sluice__service_put(s, ns > 0 ? ns : 1);
 }
@@ -201,13 +201,13 @@ SLUICE_INLINE void sluice_service_add(struct sluice_service *s, int64_t ns)
 /* Record a call its caller cut after `ns` (clamped to at least 1): it takes longer than that.
  * The quantiles are then the product-limit estimate's, not the finished calls' alone, which
  * a deadline biases low (only the calls short enough to finish in time are seen). */
-SLUICE_INLINE void sluice_service_add_censored(struct sluice_service *s, int64_t ns)
+SLUICE_INLINE void sluice_service_add_censored(struct sluice_service_time *s, int64_t ns)
 {
     sluice__service_put(s, ns > 0 ? -ns : -1);
 }
 
 /* Store one ring entry, and refresh the estimates at a refresh point. */
-SLUICE_INLINE void sluice__service_put(struct sluice_service *s, int64_t entry)
+SLUICE_INLINE void sluice__service_put(struct sluice_service_time *s, int64_t entry)
 {
     uint64_t i = atomic_fetch_add_explicit(&s->added, 1u, SLUICE_RELAXED);
     atomic_store_explicit(&s->ring[i % SLUICE_SERVICE_SAMPLES], entry, SLUICE_RELAXED);
@@ -217,20 +217,20 @@ SLUICE_INLINE void sluice__service_put(struct sluice_service *s, int64_t entry)
         return;
     if (!sluice_spinlock_trylock(&s->refresh))
         return; /* someone is refreshing: the next refresh point catches this sample */
-    sluice__service_refresh(s, added);
+    sluice__service_refresh_locked(s, added);
     sluice_spinlock_unlock(&s->refresh);
 }
 
 /* The expected service time (the low quantile), ns; 0 = not known yet. */
-SLUICE_INLINE int64_t sluice_service_expected(const struct sluice_service *s)
+SLUICE_INLINE int64_t sluice_service_expected(const struct sluice_service_time *s)
 {
-    return atomic_load_explicit(&((struct sluice_service *)s)->low_ns, SLUICE_RELAXED);
+    return atomic_load_explicit(&((struct sluice_service_time *)s)->low_ns, SLUICE_RELAXED);
 }
 
 /* The median, ns; 0 = not known yet. */
-SLUICE_INLINE int64_t sluice_service_median(const struct sluice_service *s)
+SLUICE_INLINE int64_t sluice_service_median(const struct sluice_service_time *s)
 {
-    return atomic_load_explicit(&((struct sluice_service *)s)->mid_ns, SLUICE_RELAXED);
+    return atomic_load_explicit(&((struct sluice_service_time *)s)->mid_ns, SLUICE_RELAXED);
 }
 
 /*
@@ -239,15 +239,15 @@ SLUICE_INLINE int64_t sluice_service_median(const struct sluice_service *s)
  * known to be longer than the time they had. The deadline rules then let a
  * call start only on a free permit (sluice/pool_deadlines.h).
  */
-SLUICE_INLINE bool sluice_service_hidden(const struct sluice_service *s)
+SLUICE_INLINE bool sluice_service_hidden(const struct sluice_service_time *s)
 {
-    return atomic_load_explicit(&((struct sluice_service *)s)->hidden, SLUICE_RELAXED);
+    return atomic_load_explicit(&((struct sluice_service_time *)s)->hidden, SLUICE_RELAXED);
 }
 
 /* The high quantile (SLUICE_SERVICE_HIGH_PERCENT), ns; 0 = not known yet. */
-SLUICE_INLINE int64_t sluice_service_high(const struct sluice_service *s)
+SLUICE_INLINE int64_t sluice_service_high(const struct sluice_service_time *s)
 {
-    return atomic_load_explicit(&((struct sluice_service *)s)->high_ns, SLUICE_RELAXED);
+    return atomic_load_explicit(&((struct sluice_service_time *)s)->high_ns, SLUICE_RELAXED);
 }
 
 /*
@@ -263,7 +263,7 @@ SLUICE_INLINE int64_t sluice_service_high(const struct sluice_service *s)
  * 20 seeds below 0.85·C; one high quantile after now, every seed at C. At
  * most `cap_ns` after the start; 0 = unknown (no estimate yet) or cap_ns == 0.
  */
-SLUICE_INLINE int64_t sluice_service_linger_until(const struct sluice_service *s, int64_t start_ns,
+SLUICE_INLINE int64_t sluice_service_linger_until(const struct sluice_service_time *s, int64_t start_ns,
                                                   int64_t now_ns, int64_t cap_ns)
 {
     int64_t high = sluice_service_high(s);
@@ -357,4 +357,4 @@ SLUICE_INLINE int64_t sluice_histogram_quantile(const struct sluice_histogram_co
     return sluice_histogram_bound(SLUICE_HISTOGRAM_BUCKETS - 2);
 }
 
-#endif /* SLUICE_SERVICE_H */
+#endif /* SLUICE_SERVICE_TIME_H */
