@@ -634,7 +634,7 @@ SLUICE_INLINE uint32_t sluice__discovery_in_flight(const struct sluice_discovery
  * Count the calls in flight (events, snapshots) from `src` from now on,
  * instead of the permits held on the gate: a pool points it at its count of
  * calls started and not yet ended, which also covers a call that lingers
- * after its caller gave up (sluice/pool.h). `src` must outlive the node;
+ * after its caller gave up (sluice/pool_linger.h). `src` must outlive the node;
  * NULL goes back to the gate's count. Call after init, before any other
  * thread uses the node.
  */
@@ -1230,7 +1230,7 @@ SLUICE_INLINE void sluice__discovery_tell_signals(struct sluice_discovery *d, bo
  * "Two steps per sample"). Never blocks and runs no callback and no store
  * call; the caller runs sluice_discovery_hand_out_grants and
  * sluice_discovery_flush afterwards, with no lock held (a pool, after
- * releasing the call's permit: see sluice/pool.h). Calls that started
+ * releasing the call's permit: see sluice/pool_call.h). Calls that started
  * before the last clear count for nothing; a latency beyond
  * SLUICE_DISCOVERY_LATENCY_MAX_NS counts as that much, a negative one as 0.
  * Any thread, concurrently with every other call on the node.

@@ -103,9 +103,10 @@ struct sluice_backend_desc {
      * it). node_id, gate, clock and allocator must be NULL (the engine's are used); store,
      * wall_clock and on_event default to the engine's. */
     const struct sluice_discovery_desc *discovery;
-    /* Deadline rules: don't start what cannot finish, optional early refusal, lingering
-     * permits (sluice/pool.h; default: start_quantile 10, refuse_early off, linger_max_ms
-     * 30000 once `active` is set; every field needs `active`). */
+    /* Deadline rules: don't start what cannot finish, refuse at admission what cannot
+     * start in time, lingering permits (sluice/pool_deadlines.h, sluice/pool_linger.h;
+     * default: start_quantile 10, queue_late off, linger learned, linger_max_ms 30000 once
+     * `active` is set; every field needs `active`). */
     struct sluice_deadline_desc deadlines;
 };
 

@@ -65,7 +65,7 @@
  *            whose latency does not grow with the limit grows to its cap
  *            even when most calls are cut. Where the provider may keep
  *            running it, the pool keeps its permit lingering
- *            (sluice/pool.h), so the calls in flight that the next refusal
+ *            (sluice/pool_linger.h), so the calls in flight that the next refusal
  *            is judged by stay true.
  *   a call its caller cancelled
  *            Says nothing (an ignored sample); lingering as above.
