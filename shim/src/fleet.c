@@ -168,6 +168,7 @@ static int fleet_configure(struct sluice_fleet *f, const struct sluice_fleet_des
     if (sluice__discovery_resolve(ld, &leader, "sluice_fleet_desc", d->error, d->error_size) !=
         SLUICE_OK)
         return SLUICE_EINVAL;
+    ld->jumpstart = leader.jumpstart;
     ld->min_limit = leader.min_limit;
     ld->max_limit = leader.max_limit;
     ld->lock_ttl_s = leader.lock_ttl_s;
@@ -554,9 +555,10 @@ static bool fleet_lease(struct sluice_fleet *f, uint32_t *shared, uint64_t *clea
     snprintf(a_keep, sizeof a_keep, "%" PRIu32, uses > 0 ? uses - 1 : 0);
     snprintf(a_k, sizeof a_k, "%" PRIu32, f->lease);
     snprintf(a_ttl, sizeof a_ttl, "%" PRId64, f->heartbeat_ms * f->holder_ttl_beats);
-    uint32_t start = f->leader_desc.jumpstart;
-    SLUICE__DEFAULT(start, SLUICE_DISCOVERY_JUMPSTART_DEFAULT);
-    snprintf(a_def, sizeof a_def, "%" PRIu32, start);
+    /* Where a new fleet's shared limit starts: discovery's jumpstart as it resolved it
+     * (clamped into [min_limit, max_limit]), so a floor above the default holds from the
+     * first beat. */
+    snprintf(a_def, sizeof a_def, "%" PRIu32, f->leader_desc.jumpstart);
     static const enum fleet_key keys[] = {KEY_STATE, KEY_HOLDERS, KEY_HELD,
                                           KEY_WAITERS, KEY_CLEARS, KEY_LOAD};
     const char *args[] = {f->id, a_want, a_keep, a_k, a_ttl, a_def, a_load};

@@ -115,6 +115,29 @@ FLEET_TEST(a_redis_that_does_not_answer_means_the_fallback_and_an_event)
     sluice_pool_destroy(pool);
 }
 
+/* A fleet nobody has started yet starts its shared limit at discovery's jumpstart as discovery
+ * resolves it, clamped into [min_limit, max_limit]: the default of 5 under a floor of 7 would
+ * put every process below its floor until the leader's first window. */
+FLEET_TEST(a_new_fleet_starts_its_shared_limit_inside_its_bounds)
+{
+    rfx_start();
+    char url[64];
+    rfx_url(url, sizeof url);
+    struct sluice_pool *pool;
+    struct sluice_fleet *f = rfx_join(&(struct sluice_fleet_desc){.redis_url = url,
+                                                                  .node_id = RFX_NODE,
+                                                                  .heartbeat_ms = 20,
+                                                                  .min_limit = 7,
+                                                                  .max_limit = 8},
+                                      &pool);
+    struct sluice_fleet_status st;
+    cr_assert(RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.connected && st.shared_limit), 2000),
+              "no shared limit published");
+    cr_expect_eq(st.shared_limit, 7, "the first shared limit is %u", st.shared_limit);
+    sluice_fleet_destroy(f);
+    sluice_pool_destroy(pool);
+}
+
 /* ---- authentication ------------------------------------------------------------ */
 
 /* The test's server asks for a password, and knows an ACL user whose password needs
