@@ -139,11 +139,12 @@
  *            passes. Anything else is doubt: hold and pool; after `confirm`
  *            windows of doubt at one level, x > t + se/2 is queueing and
  *            the rest passes. Where refusals made the bracket, a level
- *            under the knee passes without the upper bound, and one just
- *            under where they struck (within a knee's share, at least one
- *            call) passes unless it clearly queues; at the locked ceiling
- *            doubt passes at once: refusals are the sharper signal, and a
- *            lock is only lowered by them.
+ *            under the knee passes without the upper bound, and one in
+ *            doubt just under where they struck (at or above where their
+ *            cut went) is measured where it stands, without a re-measure,
+ *            until `confirm` decides; at the locked ceiling doubt passes at
+ *            once: refusals are the sharper signal, and a lock is only
+ *            lowered by them.
  *   lock     Just below a latency bracket the first stable window locks
  *            (discovery.h). The policy lets that happen only on a level
  *            that passed with the last cut's estimate at or above it;
