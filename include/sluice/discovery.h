@@ -820,6 +820,10 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take_locked(struct sluice_d
         w.duration_mean_ns = t.duration_sum_ns / w.n_ok;
         w.latency_mad_ns = t.latency_dev_ns / w.n_ok;
         w.latency_min_ns = t.latency_min_ns == INT64_MAX ? 0 : t.latency_min_ns;
+        struct sluice_window_line line = sluice_window_totals_line(&t);
+        w.in_flight_mean = line.in_flight_mean;
+        w.latency_per_call_ns = line.slope_ns;
+        w.latency_per_call_se_ns = line.slope_se_ns;
         sluice__discovery_average_locked(&d->latency_ref_ns, w.latency_mean_ns);
         sluice__discovery_average_locked(&d->duration_ref_ns, w.duration_mean_ns);
     }

@@ -209,6 +209,14 @@ struct sluice_window {
                                    included (0 = none known) */
     uint32_t served_in_flight;  /* the most calls in flight any served call started with, in
                                    this window or the one before (0 = none known) */
+    /* The least-squares line of the n_ok calls' latency on the calls in flight at their
+     * start: latency ~ latency_mean_ns + latency_per_call_ns·(x − in_flight_mean). It says
+     * whether latency rose with load inside one window (the calls of a window that has just
+     * opened start at different counts), before any other level is measured. */
+    double in_flight_mean;      /* mean in_flight_at_start of the n_ok calls */
+    double latency_per_call_ns; /* the slope, ns per call in flight; 0 = the counts never
+                                   varied, or fewer than 3 calls */
+    double latency_per_call_se_ns; /* its standard error (0 = unknown, as above) */
 };
 
 /* A policy's answer to one window. */

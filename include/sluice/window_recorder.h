@@ -43,7 +43,9 @@
 
 #include "cc.h"
 
+#include <math.h>
 #include <sched.h>
+#include <string.h>
 
 /* Pauses a closer spins for the samples still adding to the window it closes
  * before it yields the CPU to them: each is a handful of RMWs, so only a
@@ -67,6 +69,28 @@ SLUICE__ATOMIC_EXTREMUM(max_i64, int64_t, >)
 SLUICE__ATOMIC_EXTREMUM(min_i64, int64_t, <)
 #undef SLUICE__ATOMIC_EXTREMUM
 
+/* Relaxed atomic add of a double kept as its bits: a CAS loop. Sums of
+ * products (latency x in flight, latency squared) overflow any integer of
+ * nanoseconds within one window of long calls; a double does not. */
+SLUICE_INLINE void sluice__atomic_add_f64(_Atomic(uint64_t) *a, double v)
+{
+    uint64_t cur = atomic_load_explicit(a, SLUICE_RELAXED), next;
+    do {
+        double d;
+        memcpy(&d, &cur, sizeof d);
+        d += v;
+        memcpy(&next, &d, sizeof next);
+    } while (!atomic_compare_exchange_weak_explicit(a, &cur, next, SLUICE_RELAXED, SLUICE_RELAXED));
+}
+
+SLUICE_INLINE double sluice__atomic_take_f64(_Atomic(uint64_t) *a)
+{
+    uint64_t bits = atomic_exchange_explicit(a, 0u, SLUICE_RELAXED); /* 0 is +0.0 */
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
 /* One buffer: one window's totals, written by every completion. The fields
  * are the accumulator's; read them through sluice_window_recorder_close. */
 struct sluice_window_buffer {
@@ -83,6 +107,9 @@ struct sluice_window_buffer {
     _Atomic(uint32_t) served_in_flight;   /* most in flight at a served call's start */
     _Atomic(int64_t) latency_sum, latency_min, latency_dev, retry_after;
     _Atomic(int64_t) duration_sum; /* the measured calls' start-to-sample times */
+    /* For the least-squares line of latency on calls in flight at start (x): sums of x and
+     * x² (integers), of x·latency and latency² (doubles, in ns). */
+    _Atomic(uint64_t) in_flight_sum, in_flight_sq, cross_sum, latency_sq;
 };
 
 /* The totals a close takes: plain values, "none" as 0 where the field says so. */
@@ -102,6 +129,9 @@ struct sluice_window_totals {
     int64_t latency_sum_ns, duration_sum_ns, latency_dev_ns;
     int64_t latency_min_ns;      /* INT64_MAX = no measured call */
     int64_t retry_after_ns;      /* longest Retry-After of a fresh overload; 0 = none */
+    uint64_t in_flight_sum, in_flight_sq; /* measured calls: sums of x and x², x = in flight
+                                             at start */
+    double cross_sum, latency_sq; /* and of x·latency and latency², in ns */
 };
 
 /* The two buffers and which one is open. */
@@ -130,6 +160,10 @@ SLUICE_INLINE void sluice__window_buffer_init(struct sluice_window_buffer *a)
     atomic_init(&a->latency_min, INT64_MAX);
     atomic_init(&a->latency_dev, 0);
     atomic_init(&a->retry_after, 0);
+    atomic_init(&a->in_flight_sum, 0u);
+    atomic_init(&a->in_flight_sq, 0u);
+    atomic_init(&a->cross_sum, 0u);
+    atomic_init(&a->latency_sq, 0u);
 }
 
 /* Both buffers empty, buffer 0 open. Before any other call; not concurrent. */
@@ -208,6 +242,10 @@ SLUICE_INLINE void sluice_window_buffer_add_measured(struct sluice_window_buffer
     atomic_fetch_add_explicit(&a->latency_dev, dev_ns, SLUICE_RELAXED);
     sluice__atomic_min_i64(&a->latency_min, latency_ns);
     sluice__atomic_max_u32(&a->max_in_flight, in_flight);
+    atomic_fetch_add_explicit(&a->in_flight_sum, in_flight, SLUICE_RELAXED);
+    atomic_fetch_add_explicit(&a->in_flight_sq, (uint64_t)in_flight * in_flight, SLUICE_RELAXED);
+    sluice__atomic_add_f64(&a->cross_sum, (double)latency_ns * in_flight);
+    sluice__atomic_add_f64(&a->latency_sq, (double)latency_ns * (double)latency_ns);
     atomic_fetch_add_explicit(&a->n_ok, 1u, SLUICE_RELAXED);
 }
 
@@ -256,7 +294,36 @@ SLUICE_INLINE struct sluice_window_totals sluice__window_buffer_take(struct slui
     t.latency_dev_ns = atomic_exchange_explicit(&a->latency_dev, 0, SLUICE_RELAXED);
     t.latency_min_ns = atomic_exchange_explicit(&a->latency_min, INT64_MAX, SLUICE_RELAXED);
     t.retry_after_ns = atomic_exchange_explicit(&a->retry_after, 0, SLUICE_RELAXED);
+    t.in_flight_sum = atomic_exchange_explicit(&a->in_flight_sum, 0u, SLUICE_RELAXED);
+    t.in_flight_sq = atomic_exchange_explicit(&a->in_flight_sq, 0u, SLUICE_RELAXED);
+    t.cross_sum = sluice__atomic_take_f64(&a->cross_sum);
+    t.latency_sq = sluice__atomic_take_f64(&a->latency_sq);
     return t;
+}
+
+/* The least-squares line of latency on the calls in flight at start, over the measured
+ * calls of `t` (struct sluice_window says what it is for): the mean count, the slope in ns
+ * per call and its standard error. Slope and error are 0 with fewer than 3 calls or
+ * counts that never varied; an error of 0 with a slope is a perfect fit. */
+struct sluice_window_line {
+    double in_flight_mean, slope_ns, slope_se_ns;
+};
+
+SLUICE_INLINE struct sluice_window_line sluice_window_totals_line(const struct sluice_window_totals *t)
+{
+    struct sluice_window_line line = {0, 0, 0};
+    if (!t->n_ok)
+        return line;
+    double n = t->n_ok, sx = (double)t->in_flight_sum, sy = (double)t->latency_sum_ns;
+    line.in_flight_mean = sx / n;
+    double sxx = (double)t->in_flight_sq - sx * sx / n; /* sums of squared deviations */
+    if (t->n_ok < 3 || sxx < 0.5) /* x is an integer: any spread makes sxx >= (n-1)/n */
+        return line;
+    double sxy = t->cross_sum - sx * sy / n, syy = t->latency_sq - sy * sy / n;
+    line.slope_ns = sxy / sxx;
+    double residual = (syy - line.slope_ns * sxy) / (n - 2.0);
+    line.slope_se_ns = residual > 0 ? sqrt(residual / sxx) : 0;
+    return line;
 }
 
 /* Close the open window: flip the buffers (later samples add to the other),

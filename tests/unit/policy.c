@@ -112,6 +112,51 @@ Test(policy, discover_doubles_in_slow_start_then_probes_half_way_to_the_cap)
     cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 79, "+1 at the edge");
 }
 
+/* The first window at the jumpstart (5) in slow start, its calls' latency rising by
+ * `per_call` ns with each call in flight at their start (standard error `se`): 10 calls,
+ * 100 ms with one call alone. */
+static struct sluice_verdict first_window_rising(struct sluice_policy_discover *p,
+                                                 double per_call, double se)
+{
+    sluice_policy_discover_init(p, NULL, NULL, 0);
+    sluice_policy_reset(&p->base, 5, false);
+    struct sluice_window w = healthy(5, 10, (int64_t)(SEC / 10 + 3.0 * per_call), 0.4);
+    w.in_flight_mean = 4.0;
+    w.latency_min_ns = SEC / 10;
+    w.latency_per_call_ns = per_call;
+    w.latency_per_call_se_ns = se;
+    return sluice_policy_update(&p->base, &w);
+}
+
+/* A slow link (every call in service slows the others: 100 ms more per call) is already
+ * at 5x one call's latency at the jumpstart of 5: slow start does not double from there,
+ * it probes below, at twice one call's latency (2 calls), and doubles from that. A line
+ * within its noise, or a rise short of twice one call, leaves slow start as it was. */
+Test(policy, discover_steps_below_the_jumpstart_where_its_own_calls_slow_with_each_call_in_flight)
+{
+    struct sluice_policy_discover p;
+    struct sluice_verdict v = first_window_rising(&p, 0.1 * SEC, 0.001 * SEC);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE);
+    cr_assert_eq(v.limit, 2, "twice one call's latency at 2 in flight (half of 5 is 2 too)");
+    struct sluice_window w = healthy(2, 10, SEC / 5, 0.1);
+    w.in_flight_mean = 2.0;
+    cr_assert_eq(sluice_policy_update(&p.base, &w).cause, SLUICE_CAUSE_NONE, "drain window");
+    for (int i = 0; i < 3; i++)
+        v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_SLOW_START, "a brief probe, then slow start from it");
+    cr_assert_eq(v.limit, 4);
+
+    v = first_window_rising(&p, 0.1 * SEC, 0.06 * SEC);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_SLOW_START, "a slope within 2 standard errors: noise");
+    cr_assert_eq(v.limit, 10);
+    v = first_window_rising(&p, 0.02 * SEC, 0.001 * SEC);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_SLOW_START, "5 in flight at 1.8x one call: the test "
+                                                   "against s0 above it decides");
+    v = first_window_rising(&p, 0.03 * SEC, 0.001 * SEC);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "at 2.2x one call");
+    cr_assert_eq(v.limit, 2, "twice one call's is at 4.3: half of 5 is lower");
+}
+
 /* Feed `windows` windows of `n` calls at `limit`; returns the last verdict. */
 static struct sluice_verdict feed(struct sluice_policy_discover *p, uint32_t limit, uint32_t n,
                                   int64_t mean_ns, int windows)

@@ -4,6 +4,7 @@
 #include <sluice/window_recorder.h>
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -55,6 +56,41 @@ Test(window, a_close_takes_the_totals_and_reports_none_as_zero)
     cr_assert_eq(t.n_ignore, 1);
     cr_assert_eq(t.n_ok_other, 1);
     cr_assert_not(sluice_window_recorder_has_fresh(&w), "the next window starts empty");
+}
+
+/* The line of latency on calls in flight: exact where latency grows with the count (a slow
+ * link: 100 ms per call in service), flat with a standard error where it does not, and
+ * nothing where the count never varied (a saturated window: every call starts at the limit). */
+Test(window, a_close_fits_latency_to_the_calls_in_flight_at_their_start)
+{
+    struct sluice_window_recorder w;
+    sluice_window_recorder_init(&w);
+    const int64_t ms = 1000000;
+    for (uint32_t x = 1; x <= 5; x++)
+        add_measured(&w, 100 * ms * x, x);
+    for (int i = 0; i < 5; i++)
+        add_measured(&w, 500 * ms, 5);
+    struct sluice_window_totals t = sluice_window_recorder_close(&w);
+    struct sluice_window_line line = sluice_window_totals_line(&t);
+    cr_assert_float_eq(line.in_flight_mean, 4.0, 1e-9);
+    cr_assert_float_eq(line.slope_ns, 100.0 * ms, 1e-3 * ms, "slope %g", line.slope_ns);
+    cr_assert_lt(line.slope_se_ns, 1e-3 * ms, "a perfect fit: se %g", line.slope_se_ns);
+
+    static const int64_t noise[] = {90, 110, 105, 95, 100, 98, 102, 100};
+    for (uint32_t i = 0; i < 8; i++)
+        add_measured(&w, noise[i] * ms, 1 + i % 4);
+    t = sluice_window_recorder_close(&w);
+    line = sluice_window_totals_line(&t);
+    cr_assert_lt(fabs(line.slope_ns), 2 * line.slope_se_ns, "flat: the slope is within its noise");
+    cr_assert_gt(line.slope_se_ns, 0.5 * ms);
+
+    for (int i = 0; i < 8; i++)
+        add_measured(&w, noise[i] * ms, 6);
+    t = sluice_window_recorder_close(&w);
+    line = sluice_window_totals_line(&t);
+    cr_assert_eq(line.slope_ns, 0, "one count: no line");
+    cr_assert_eq(line.slope_se_ns, 0);
+    cr_assert_float_eq(line.in_flight_mean, 6.0, 1e-9);
 }
 
 Test(window, a_censored_call_is_measured_at_its_cut_and_counted_as_censored)
@@ -166,6 +202,10 @@ Test(window, a_racing_close_never_splits_a_sample_between_windows, .timeout = 60
         cr_assert_eq(t.latency_sum_ns, (int64_t)t.n_ok * RACE_LATENCY,
                      "a window holds %u samples but the latency of %lld", t.n_ok,
                      (long long)(t.latency_sum_ns / RACE_LATENCY));
+        /* The sums behind the latency line: the CAS-added doubles lose no add either. */
+        cr_assert_eq(t.in_flight_sum, t.n_ok);
+        cr_assert_eq(t.cross_sum, (double)t.n_ok * RACE_LATENCY);
+        cr_assert_eq(t.latency_sq, (double)t.n_ok * RACE_LATENCY * RACE_LATENCY);
         n += t.n_ok;
     }
     for (int i = 0; i < RACE_WRITERS; i++)

@@ -249,6 +249,10 @@
 /* Windows of doubt slow start measures a level for before it probes s0:
  * two windows of noise rarely agree. */
 #define SLUICE__DISCOVER_SLOW_START_DOUBTS 2u
+/* A first level past twice the fitted latency of one call alone (a queue as long as the
+ * service itself) was no place to start from: slow start probes below it. Under that, a
+ * level between is left to the latency test against the s0 measured lower down. */
+#define SLUICE__DISCOVER_BELOW_RISE 1.0
 /* Growth after slow start: half way to the probe cap (a bisection) ... */
 #define SLUICE__DISCOVER_BISECT 2u
 /* ... or, with no bracket, a quarter of the limit. */
@@ -912,6 +916,38 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_d
                                0);
 }
 
+/*
+ * Slow start begins at the jumpstart on trust that it is below any knee, and s0 is measured
+ * no lower than the lowest limit seen. A window that has just opened starts its calls at
+ * every count from 1 to the limit, so its own line of latency on calls in flight can say
+ * that trust was wrong: at the lowest level seen, a slope clear of the noise that puts the
+ * level past twice the fitted latency of one call (SLUICE__DISCOVER_BELOW_RISE: a slow link,
+ * where every call in service slows the others) sends a brief probe below, to that twice
+ * point or half the level, whichever is lower; slow start goes on from there. The fitted
+ * one-call latency is taken no lower than the fastest call, so a noisy line fits low less
+ * often. *at is where to go.
+ */
+SLUICE_INLINE bool sluice__discover_steep(const struct sluice_policy_discover *p,
+                                          const struct sluice_window *w, uint32_t level,
+                                          uint32_t *at)
+{
+    const struct sluice__discover_level *lowest = sluice__discover_lowest(p);
+    double slope = w->latency_per_call_ns;
+    if (!p->slow_start || p->probing || level <= 1 || !lowest || lowest->limit != level ||
+        slope <= p->params.noise_z * w->latency_per_call_se_ns || slope <= 0)
+        return false;
+    double one = (double)w->latency_mean_ns + slope * (1.0 - w->in_flight_mean);
+    if (one < (double)w->latency_min_ns)
+        one = (double)w->latency_min_ns;
+    if (one <= 0 || slope * (double)(level - 1u) < SLUICE__DISCOVER_BELOW_RISE * one)
+        return false;
+    double target = 1.0 + SLUICE__DISCOVER_BELOW_RISE * one / slope;
+    if (target > (double)level * SLUICE__DISCOVER_PROBE_FLOOR)
+        target = (double)level * SLUICE__DISCOVER_PROBE_FLOOR;
+    *at = target < 1.0 ? 1u : (uint32_t)(target + 1e-9); /* 1.9999... is the fit's 2 */
+    return *at < level;
+}
+
 /* One window's verdict: the steps above, in order (see "Per window"). */
 SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy *self,
                                                             const struct sluice_window *w)
@@ -933,6 +969,13 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     if (sluice__discover_unjudged(p, w, level, drained))
         return sluice__discover_unjudged_verdict(p, w);
     struct sluice__discover_level *l = sluice__discover_pool_window(p, w, level);
+    uint32_t below;
+    if (sluice__discover_steep(p, w, level, &below)) {
+        p->probing = below;
+        p->resume = 0; /* slow start grows from the probe */
+        p->remeasure_left = SLUICE__DISCOVER_REMEASURE_WINDOWS;
+        return sluice_verdict_make(below, SLUICE_CAUSE_REMEASURE, 0);
+    }
     ref = sluice__discover_s0(p);
     double se, x = sluice__discover_rise(p, l, &ref, &se);
     bool last_step = sluice__discover_last_step(p, w);
