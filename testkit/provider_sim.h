@@ -242,6 +242,7 @@ struct sim {
     struct sim_req *reqs;
     uint32_t n_reqs, free_head;
     uint32_t held;       /* permits held by callers and lingering abandoned calls */
+    uint32_t unstarted;  /* of them, granted to callers not started yet (woken late, or held) */
     struct sluice_service_time service; /* recent successes: how long an abandoned call lingers */
     /* provider: the model, and the calls it holds */
     struct sim_provider provider; /* from cfg; sim_set_cap changes provider.cap */
@@ -352,6 +353,7 @@ static inline void sim__on_grant(struct sluice_gate_waiter *w, int status)
     if (status != SLUICE_OK)
         return;
     s->held++;
+    s->unstarted++;
     r->holding = true;
     /* Possibly inside a release or a limit change: start from the event loop
      * (a loaded client's thread wakes late). */
@@ -599,7 +601,9 @@ static inline void sim__start(struct sim *s, struct sim_req *r)
     }
     r->t_start = s->now;
     r->t_first = 0;
-    r->in_flight_at_start = s->held;
+    /* As a pool counts (sluice__pool_start): at the start, so the calls of one burst of
+     * grants count 1, 2, ... as each caller wakes, not all at the burst's size. */
+    r->in_flight_at_start = s->held - --s->unstarted;
     r->limit_at_start = sluice_gate_limit(&s->gate);
     s->stats.attempts++;
     sim__push(s, s->now + sim__ns(s->cfg.net_s / 2), SIM_EV_PROVIDER, sim__req_id(s, r), r->gen);

@@ -40,17 +40,22 @@
  *            timeout surfaces late) unproves it; and refusals in windows
  *            that served calls lower `proved` to where they struck. A cap
  *            that really fell still serves what it takes and refuses
- *            steadily: those windows cut as before. (Without it, lockstep
- *            and jittered retries against 100 calls/s at 0.1 s locked at 5
- *            in tests/sim/vector_scenarios.c, now 9; an earlier port locked
- *            at 1, cut there by a refused retry that started with one call
- *            in flight after every call had been refused.)
+ *            steadily: those windows cut as before. (Without it, retries
+ *            against 100 calls/s at 0.1 s locked at 5, now 9.)
  *   latency of a level against s0 (the no-queue latency)
  *            x = ln(mean/s0) > ln(1 + knee) means calls queue there: that
  *            level is not a ceiling, whether or not refusals came later
  *            (a gateway queues first, then refuses past its queue timeout).
  *            So under a refusal bracket a level in doubt is measured again,
  *            and the bracket's last step is never locked in doubt.
+ *   latency against calls in flight inside one window (its line)
+ *            A window that has just opened starts its calls at 1, 2, ...
+ *            up to the limit. At the lowest level seen, in slow start, a
+ *            slope SLUICE__DISCOVER_BELOW_Z standard errors clear that
+ *            puts the level past twice one call's fitted latency says the
+ *            jumpstart was past the knee already (a slow link): a brief
+ *            probe below it (sluice__discover_steep). Nothing else uses
+ *            the line: once the limit holds, every call starts at it.
  *   throughput (completions per second) and Little's law
  *            rate·s0 is the concurrency the provider recently served: a
  *            refusal at or below it, while the pace holds, is a rate
@@ -86,8 +91,9 @@
  *            reference_samples calls stand behind it (SE ~3.7% at 128).
  *   probe    While s0 is not sampled and a level is in doubt, or after the
  *            first cut for latency, the limit drops to the top of that pool
- *            (at least half the level, never below the lowest limit seen)
- *            until it is: a brief low-concurrency probe, as Envoy's minRTT
+ *            (at least half the level, never below the lowest limit seen
+ *            unless that level's line said so, above) until it is: a
+ *            brief low-concurrency probe, as Envoy's minRTT
  *            window and BBR's PROBE_RTT do. In slow start a level gets a
  *            second window before it is doubted that far, and the probe
  *            ends as soon as the level would go on against the reference
@@ -249,10 +255,13 @@
 /* Windows of doubt slow start measures a level for before it probes s0:
  * two windows of noise rarely agree. */
 #define SLUICE__DISCOVER_SLOW_START_DOUBTS 2u
-/* A first level past twice the fitted latency of one call alone (a queue as long as the
- * service itself) was no place to start from: slow start probes below it. Under that, a
- * level between is left to the latency test against the s0 measured lower down. */
+/* A first level past twice one call's fitted latency (a queue as long as the service) was
+ * no place to start from; short of that, the latency test against s0 decides. */
 #define SLUICE__DISCOVER_BELOW_RISE 1.0
+/* ... on a slope this many standard errors clear of 0: one ramp's few calls carry the line,
+ * with a lognormal tail. At 2, 2 seeds in 30 of every queue, knee and reject row of the
+ * robustness table stepped below on noise; at 2.5, none. */
+#define SLUICE__DISCOVER_BELOW_Z 2.5
 /* Growth after slow start: half way to the probe cap (a bisection) ... */
 #define SLUICE__DISCOVER_BISECT 2u
 /* ... or, with no bracket, a quarter of the limit. */
@@ -792,18 +801,8 @@ enum sluice__discover_test {
     SLUICE__DISCOVER_QUEUE  /* queueing: a knee */
 };
 
-/*
- * The latency test of level `l`, x = ln(mean/s0) with standard error se,
- * against t = ln(1 + knee). Queueing: the last step without the estimate
- * behind it, or x > t + noise_z·se. A pass: below the knee, and
- * SLUICE__DISCOVER_PASS_Z standard errors below SLUICE__DISCOVER_PASS_KNEES
- * knees. Where refusals made the bracket (`refused`), they are the sharper
- * signal above the cap: a level below the knee passes without the upper
- * bound; at the lock (`trusted`) everything passes, since only refusals
- * lower a lock. Anything else is doubt, until `confirm` windows of it at
- * one level decide on the estimate (queueing past
- * SLUICE__DISCOVER_CONFIRM_Z standard errors).
- */
+/* The latency test of level `l` (x = ln(mean/s0), standard error se): "Per window",
+ * latency, at the top says what passes, queues and stays in doubt, and why. */
 SLUICE_INLINE enum sluice__discover_test
 sluice__discover_test(const struct sluice_policy_discover *p, const struct sluice_window *w,
                       struct sluice__discover_level *l, double x, double se, bool last_step,
@@ -828,21 +827,14 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
 
 /*
  * A level in doubt: measure more. The last step of either bracket is never
- * locked in doubt: it steps down one to measure (a hold there is what
- * discovery locks on, and under a latency bracket the step may have passed
- * once by chance on the way up). When the reference is what is short of
- * calls, probe it (BBR's PROBE_RTT); in slow start, first measure the level
- * once more: two windows of noise rarely agree, and a probe costs its
- * level's calls for as long as the reference needs. Not under a refusal
- * bracket while deadlines cut calls: the refusals already bound the cap
- * from above, each window serves few calls to measure (a probe then lasts
- * seconds), and a rise within the noise is no reason to halve the limit
- * with callers waiting (it halved 25 under a cap of 24, three runs in
- * three, over HTTP with 250 ms deadlines); the level is measured more and
- * `confirm` decides. Nor just under where refusals struck
- * (sluice__discover_bounded). Otherwise the probe stays: a gateway that
- * queues, then refuses, shows its knee before its refusals, and without
- * the probe 4 seeds in 30 locked above the band at C = 10.
+ * locked in doubt: it steps down one to measure (discovery locks on a hold).
+ * When the reference is short of calls, probe it (BBR's PROBE_RTT); in slow
+ * start, measure the level once more first (two windows of noise rarely
+ * agree). Not under a refusal bracket while deadlines cut calls (a rise in
+ * the noise halved 25 under a cap of 24 with callers waiting), nor just
+ * under where refusals struck (sluice__discover_bounded): `confirm` decides.
+ * Otherwise the probe stays: a gateway that queues, then refuses, shows its
+ * knee first (without the probe, 4 seeds in 30 locked above C = 10).
  */
 SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_discover *p,
                                                            const struct sluice_window *w,
@@ -916,17 +908,10 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_d
                                0);
 }
 
-/*
- * Slow start begins at the jumpstart on trust that it is below any knee, and s0 is measured
- * no lower than the lowest limit seen. A window that has just opened starts its calls at
- * every count from 1 to the limit, so its own line of latency on calls in flight can say
- * that trust was wrong: at the lowest level seen, a slope clear of the noise that puts the
- * level past twice the fitted latency of one call (SLUICE__DISCOVER_BELOW_RISE: a slow link,
- * where every call in service slows the others) sends a brief probe below, to that twice
- * point or half the level, whichever is lower; slow start goes on from there. The fitted
- * one-call latency is taken no lower than the fastest call, so a noisy line fits low less
- * often. *at is where to go.
- */
+/* Whether a window's own line says its level, the lowest seen, was past the knee already
+ * (the table at the top: latency against calls in flight); *at is where to probe, twice
+ * one call's fitted latency or half the level, whichever is lower. One call's latency is
+ * taken no lower than the fastest call's, so a noisy line fits low less often. */
 SLUICE_INLINE bool sluice__discover_steep(const struct sluice_policy_discover *p,
                                           const struct sluice_window *w, uint32_t level,
                                           uint32_t *at)
@@ -934,7 +919,7 @@ SLUICE_INLINE bool sluice__discover_steep(const struct sluice_policy_discover *p
     const struct sluice__discover_level *lowest = sluice__discover_lowest(p);
     double slope = w->latency_per_call_ns;
     if (!p->slow_start || p->probing || level <= 1 || !lowest || lowest->limit != level ||
-        slope <= p->params.noise_z * w->latency_per_call_se_ns || slope <= 0)
+        slope <= SLUICE__DISCOVER_BELOW_Z * w->latency_per_call_se_ns || slope <= 0)
         return false;
     double one = (double)w->latency_mean_ns + slope * (1.0 - w->in_flight_mean);
     if (one < (double)w->latency_min_ns)
