@@ -84,7 +84,8 @@ int fail_answer(const char *err, const char *fix)
 void print_cell(const char *s, int width)
 {
     fputs(s, stdout);
-    for (int pad = width - display_width(s); pad > 0; pad--)
+    int pad = width - display_width(s);
+    for (pad = pad > 0 ? pad : 1; pad > 0; pad--) /* a cell too wide still ends in a space */
         fputc(' ', stdout);
 }
 

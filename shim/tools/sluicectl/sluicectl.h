@@ -73,7 +73,7 @@ char *text_clean(const char *s, bool keep_newlines);
 void put_clean(const char *s, bool keep_newlines, FILE *to);
 /* An endpoint's {"error", "fix"} as one clean line; returns EXIT_FAIL. */
 int fail_answer(const char *err, const char *fix);
-/* s on stdout, padded with spaces to `width` terminal columns. */
+/* s on stdout, padded with spaces to `width` terminal columns (one space past a wider s). */
 void print_cell(const char *s, int width);
 /* A lock's time left ("3h 07m", "expired"), and a local date ("-" for none). */
 void format_left(int64_t s, char *buf, size_t size);
