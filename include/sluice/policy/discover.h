@@ -144,13 +144,11 @@
  *            probe. x <= t and x + 2·se <= ln(1 + 1.5·knee): the level
  *            passes. Anything else is doubt: hold and pool; after `confirm`
  *            windows of doubt at one level, x > t + se/2 is queueing and
- *            the rest passes. Where refusals made the bracket, a level
- *            under the knee passes without the upper bound, and one in
- *            doubt just under where they struck (at or above where their
- *            cut went) is measured where it stands, without a re-measure,
- *            until `confirm` decides; at the locked ceiling doubt passes at
- *            once: refusals are the sharper signal, and a lock is only
- *            lowered by them.
+ *            the rest passes. Under a refusal bracket a level under the
+ *            knee passes without the upper bound, and one in doubt just
+ *            under where they struck is measured where it stands until
+ *            `confirm` decides; at the locked ceiling doubt passes at once
+ *            (only refusals lower a lock).
  *   lock     Just below a latency bracket the first stable window locks
  *            (discovery.h). The policy lets that happen only on a level
  *            that passed with the last cut's estimate at or above it;
@@ -203,13 +201,10 @@
  * doubt): low enough to be queue-free, high enough to keep serving. */
 #define SLUICE__DISCOVER_PROBE_FLOOR 0.5
 #define SLUICE__DISCOVER_PROBE_DIVISOR 2u /* the same half, of an integer level */
-/* While deadlines cut calls, a re-measure (a probe of s0 no proven queue
- * asked for) holds at most this many judged windows, and the next waits
- * that times SLUICE__DISCOVER_REMEASURE_SPACING: callers behind a halved
- * limit pay for each window (one that held until s0 was sampled held 9
- * under a cap of 24 for 9 of 12 s). Without cut calls it runs until s0 is
- * sampled (bounded, 9 seeds in 100 of a queue-then-refuse gateway locked
- * above the band). */
+/* While deadlines cut calls, a re-measure (a probe of s0 no proven queue asked for) holds
+ * at most this many judged windows, the next one waits that times ..._SPACING: callers
+ * behind a halved limit pay for each (one held 9 under a cap of 24 for 9 of 12 s). Without
+ * cut calls it runs until s0 is sampled (bounded, 9 seeds in 100 locked above the band). */
 #define SLUICE__DISCOVER_REMEASURE_WINDOWS 3u
 #define SLUICE__DISCOVER_REMEASURE_SPACING 2u
 /* The rate: an average over about 4 latencies. */
@@ -436,10 +431,8 @@ SLUICE_INLINE double sluice__discover_little(const struct sluice_policy_discover
     return best;
 }
 
-/* The limit below `below` at which the provider served the most calls per
- * second (Little: limit/mean), each level taken one standard error low; 0 =
- * none. Where throughput falls past the cap (knee) this is the cap; where
- * it plateaus (queue) any limit on the plateau. */
+/* The limit below `below` that served the most calls per second (Little: limit/mean, one
+ * standard error low); 0 = none. Past a knee, the cap; on a queue's plateau, any level on it. */
 SLUICE_INLINE uint32_t sluice__discover_best(const struct sluice_policy_discover *p, uint32_t below)
 {
     double best = 0, cv = sqrt(p->cv2);
@@ -465,13 +458,8 @@ struct sluice__discover_ref {
     bool sampled;  /* n >= reference_samples */
 };
 
-/*
- * s0: the lowest limit's mean, a windowed min over limits (queueing grows
- * with the limit, so the lowest limit queues least); then, once Little's
- * law says where the cap roughly is, the pooled mean of every level that
- * passed at or below 0.75 of it — levels a cap within 25% of the estimate
- * cannot queue — so that s0 rests on many calls, not one lucky window.
- */
+/* s0 ("State" at the top): the lowest limit's mean, then the pool of the levels that passed
+ * at or below 3/4 of Little's estimate of the cap. */
 SLUICE_INLINE const struct sluice__discover_level *
 sluice__discover_lowest(const struct sluice_policy_discover *p)
 {
@@ -536,10 +524,8 @@ SLUICE_INLINE uint32_t sluice__discover_probe_level(const struct sluice_policy_d
     return at < 1.0 ? 1u : sluice__sat_u32(at);
 }
 
-/* Fold the window's completions into the rate (an average over a few
- * latencies), its windowed max (BBR's BtlBw filter: a max over about twenty
- * latencies, so a plateau outlives the cuts that follow it) and the pace
- * (an average over one latency). */
+/* Fold the window's completions into the rate, its windowed max (BBR's BtlBw: a plateau
+ * outlives the cuts that follow it) and the pace ("rate" at the top). */
 SLUICE_INLINE void sluice__discover_rate(struct sluice_policy_discover *p,
                                          const struct sluice_window *w, double s0)
 {
@@ -562,11 +548,9 @@ SLUICE_INLINE void sluice__discover_rate(struct sluice_policy_discover *p,
         p->rate_max = rate;
 }
 
-/* The concurrency the provider still serves at its recent plateau, by
- * Little's law (plateau rate times s0), while the current pace (about the
- * last latency) keeps up with that plateau: a rate limit refusing the echo
- * of a burst. 0 once the pace fell behind it — a cap that really came down
- * serves less at once, and each refusal is news — or when unknown. */
+/* The concurrency the provider still serves at its plateau (Little: plateau rate times s0)
+ * while the pace keeps up with it (a rate limit refusing a burst's echo); 0 once the pace
+ * fell behind (a cap that came down serves less at once: each refusal is news) or unknown. */
 SLUICE_INLINE double sluice__discover_served(const struct sluice_policy_discover *p, double s0)
 {
     double now = p->now_ns > 0 ? p->now_n / p->now_ns : 0;
@@ -695,9 +679,8 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
     return sluice_verdict_make(next, SLUICE_CAUSE_LATENCY, p->est);
 }
 
-/* A slow-start probe has done its job once the level it left would go on in
- * slow start against the reference measured so far (x <= t + se): the
- * doubt was the reference's. Against a queue the level stays above that,
+/* A slow-start probe is done once the level it left would go on in slow start against the
+ * reference so far (x <= t + se): the doubt was the reference's. Against a queue it is not,
  * and the probe runs until the reference is sampled. */
 SLUICE_INLINE bool sluice__discover_goes_on(struct sluice_policy_discover *p, uint32_t limit,
                                             const struct sluice__discover_ref *ref)
@@ -757,12 +740,10 @@ SLUICE_INLINE bool sluice__discover_last_step(const struct sluice_policy_discove
            w->limit != p->settled;
 }
 
-/* Before the last step locks on a level that passed (past a knee throughput falls, so the
- * cap is where it peaks): measure the level just below (if nothing has: true, with the step
- * down in *v), and lower the estimate to whichever of the two served more calls per second.
- * Only where one level is a coarse step (SLUICE__DISCOVER_COARSE_STEP): at large limits the
- * comparison is noise. And once: the winner locks without a comparison of its own, or noise
- * would walk the lock down one level per round. */
+/* Before the last step locks ("lock" at the top): measure the level just below if nothing
+ * has (true, the step in *v), and lower the estimate to the one that served more calls per
+ * second. Once: the winner locks without a comparison of its own, or noise would walk the
+ * lock down one level per round. */
 SLUICE_INLINE bool sluice__discover_compare_below(struct sluice_policy_discover *p,
                                                   const struct sluice_window *w,
                                                   const struct sluice__discover_level *l,
@@ -784,11 +765,9 @@ SLUICE_INLINE bool sluice__discover_compare_below(struct sluice_policy_discover 
     return false;
 }
 
-/* Refusals struck just above this level (at or above where their cut went): the cap is
- * bounded there, so a level in doubt is measured where it stands and `confirm` decides. A
- * re-measure against a 19-call jumpstart reference halved 11 under a streaming cap of 12 for
- * the rest of a 20 s run, two runs in three; passing such levels outright instead locked 4
- * seeds in 30 at 14-16 over a queueing gateway's cap of 10. */
+/* Refusals struck just above this level (at or above where their cut went): a level in
+ * doubt is measured where it stands and `confirm` decides (a re-measure halved 11 under a
+ * streaming cap of 12; passing outright locked 4 seeds in 30 at 14-16 over a cap of 10). */
 SLUICE_INLINE bool sluice__discover_bounded(const struct sluice_policy_discover *p, uint32_t level)
 {
     return p->struck > level && (double)(level + 1u) > (double)p->struck * p->params.backoff;
@@ -864,15 +843,9 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
     return sluice__verdict_hold(w);
 }
 
-/*
- * A level that passed (or that slow start goes on through): grow, if
- * demand reached the limit. A running probe of s0 holds until the
- * reference is sampled (or, in slow start, until the level it left would
- * go on against it), then returns to where it left. Slow start doubles
- * the limit (bounded by the calls served); after it, half way to
- * discovery's probe cap (a bisection between the highest level that passed
- * and the lowest that queued, +1 at the edge), or +limit/4 with no bracket.
- */
+/* A level that passed (or that slow start goes on through): grow as "growth" at the top
+ * says, if demand reached the limit; a running probe of s0 first holds until the reference
+ * is sampled (or the level it left would go on in slow start), then returns. */
 SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_discover *p,
                                                           const struct sluice_window *w,
                                                           const struct sluice__discover_level *l,
