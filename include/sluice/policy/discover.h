@@ -250,12 +250,10 @@
 /* Windows of doubt slow start measures a level for before it probes s0:
  * two windows of noise rarely agree. */
 #define SLUICE__DISCOVER_SLOW_START_DOUBTS 2u
-/* A first level past twice one call's fitted latency (a queue as long as the service) was
- * no place to start from; short of that, the latency test against s0 decides. */
+/* A first level past twice one call's fitted latency (a queue as long as the service) ... */
 #define SLUICE__DISCOVER_BELOW_RISE 1.0
-/* ... on a slope this many standard errors clear of 0: one ramp's few calls carry the line,
- * with a lognormal tail. At 2, 2 seeds in 30 of every queue, knee and reject row of the
- * robustness table stepped below on noise; at 2.5, none. */
+/* ... on a slope this many standard errors clear of 0 (one ramp's few calls, a lognormal
+ * tail: at 2, 2 seeds in 30 of every queue, knee and reject row stepped below on noise). */
 #define SLUICE__DISCOVER_BELOW_Z 2.5
 /* Growth after slow start: half way to the probe cap (a bisection) ... */
 #define SLUICE__DISCOVER_BISECT 2u
@@ -804,6 +802,17 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
     return SLUICE__DISCOVER_DOUBT;
 }
 
+/* A probe of s0 at `at`, then back to `resume` (0: grow from it); `brief`: for ..._WINDOWS. */
+SLUICE_INLINE struct sluice_verdict sluice__discover_remeasure(struct sluice_policy_discover *p,
+                                                               uint32_t at, uint32_t resume,
+                                                               bool brief)
+{
+    p->probing = at;
+    p->resume = resume;
+    p->remeasure_left = brief ? SLUICE__DISCOVER_REMEASURE_WINDOWS : 0;
+    return sluice_verdict_make(at, SLUICE_CAUSE_REMEASURE, 0);
+}
+
 /*
  * A level in doubt: measure more. The last step of either bracket is never
  * locked in doubt: it steps down one to measure (discovery locks on a hold).
@@ -832,12 +841,8 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
         uint32_t lo = sluice__discover_lo(p, level);
         uint32_t half = level / SLUICE__DISCOVER_PROBE_DIVISOR;
         uint32_t at = sluice__discover_probe_level(p, lo > half ? lo : half);
-        if (at < w->limit) {
-            p->probing = at;
-            p->resume = w->limit;
-            p->remeasure_left = w->n_censored ? SLUICE__DISCOVER_REMEASURE_WINDOWS : 0;
-            return sluice_verdict_make(at, SLUICE_CAUSE_REMEASURE, 0);
-        }
+        if (at < w->limit)
+            return sluice__discover_remeasure(p, at, w->limit, w->n_censored != 0);
     }
     p->slow_start = false;
     return sluice__verdict_hold(w);
@@ -881,10 +886,9 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_d
                                0);
 }
 
-/* Whether a window's own line says its level, the lowest seen, was past the knee already
- * (the table at the top: latency against calls in flight); *at is where to probe, twice
- * one call's fitted latency or half the level, whichever is lower. One call's latency is
- * taken no lower than the fastest call's, so a noisy line fits low less often. */
+/* Whether a window's own line says its level, the lowest seen, was past the knee already (the
+ * table at the top); *at: where to probe. One call's latency is taken no lower than the
+ * fastest call's, so a noisy line fits low less often. */
 SLUICE_INLINE bool sluice__discover_steep(const struct sluice_policy_discover *p,
                                           const struct sluice_window *w, uint32_t level,
                                           uint32_t *at)
@@ -892,7 +896,7 @@ SLUICE_INLINE bool sluice__discover_steep(const struct sluice_policy_discover *p
     const struct sluice__discover_level *lowest = sluice__discover_lowest(p);
     double slope = w->latency_per_call_ns;
     if (!p->slow_start || p->probing || level <= 1 || !lowest || lowest->limit != level ||
-        slope <= SLUICE__DISCOVER_BELOW_Z * w->latency_per_call_se_ns || slope <= 0)
+        slope <= SLUICE__DISCOVER_BELOW_Z * w->latency_per_call_se_ns) /* se >= 0: slope > 0 */
         return false;
     double one = (double)w->latency_mean_ns + slope * (1.0 - w->in_flight_mean);
     if (one < (double)w->latency_min_ns)
@@ -902,7 +906,7 @@ SLUICE_INLINE bool sluice__discover_steep(const struct sluice_policy_discover *p
     double target = 1.0 + SLUICE__DISCOVER_BELOW_RISE * one / slope;
     if (target > (double)level * SLUICE__DISCOVER_PROBE_FLOOR)
         target = (double)level * SLUICE__DISCOVER_PROBE_FLOOR;
-    *at = target < 1.0 ? 1u : (uint32_t)(target + 1e-9); /* 1.9999... is the fit's 2 */
+    *at = (uint32_t)(target + 1e-9); /* >= 1 (level >= 2); 1.9999... is the fit's 2 */
     return *at < level;
 }
 
@@ -928,12 +932,8 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
         return sluice__discover_unjudged_verdict(p, w);
     struct sluice__discover_level *l = sluice__discover_pool_window(p, w, level);
     uint32_t below;
-    if (sluice__discover_steep(p, w, level, &below)) {
-        p->probing = below;
-        p->resume = 0; /* slow start grows from the probe */
-        p->remeasure_left = SLUICE__DISCOVER_REMEASURE_WINDOWS;
-        return sluice_verdict_make(below, SLUICE_CAUSE_REMEASURE, 0);
-    }
+    if (sluice__discover_steep(p, w, level, &below)) /* slow start grows from the probe */
+        return sluice__discover_remeasure(p, below, 0, true);
     ref = sluice__discover_s0(p);
     double se, x = sluice__discover_rise(p, l, &ref, &se);
     bool last_step = sluice__discover_last_step(p, w);
