@@ -136,6 +136,9 @@ struct sluice_discovery_desc bench_desc(const char *node_id, const struct impl *
                                         void *ctx);
 /* The unloaded round trip of a scenario's provider. */
 double round_trip_s(const struct scenario *sc);
+/* With SLUICE_BENCH_TRACE set, a discovery event on stderr: why the limit moved, for whoever
+ * tunes it (run one row with SLUICE_BENCH_SEEDS=1 and SLUICE_BENCH_IMPLS=discover). */
+void trace_event(const struct sluice_event *ev);
 /* One simulated run of `sc` driven by `im`. */
 struct result run_one(const struct scenario *sc, const struct impl *im, uint64_t seed);
 

@@ -6,6 +6,8 @@
  */
 #include "discovery_bench.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- one run ------------------------------------------------------------------ */
@@ -65,9 +67,19 @@ static int64_t observer_hold(void *ctx)
     return o->inner.hold_until ? o->inner.hold_until(o->inner.ctx) : 0;
 }
 
+void trace_event(const struct sluice_event *ev)
+{
+    if (getenv("SLUICE_BENCH_TRACE"))
+        fprintf(stderr, "  %8.3f s %-8s %-16s %u -> %u (in flight %u, ceiling %u)\n",
+                (double)ev->t_ns / 1e9, sluice_event_kind_name(ev->kind),
+                sluice_cause_name(ev->cause), ev->old_limit, ev->new_limit, ev->in_flight,
+                ev->ceiling);
+}
+
 static void observer_event(void *ctx, const struct sluice_event *ev)
 {
     struct observer *o = (struct observer *)ctx;
+    trace_event(ev);
     if (ev->kind == SLUICE_EVENT_LOCK && ev->ceiling &&
         (!o->lowest_lock || ev->ceiling < o->lowest_lock))
         o->lowest_lock = ev->ceiling;

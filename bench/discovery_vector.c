@@ -22,11 +22,7 @@
 static void vector_lock_event(void *ctx, const struct sluice_event *ev)
 {
     uint32_t *lowest = (uint32_t *)ctx;
-    if (getenv("SLUICE_BENCH_TRACE")) /* why the limit moved, for whoever tunes it */
-        fprintf(stderr, "  %8.3f s %-8s %-16s %u -> %u (in flight %u, ceiling %u)\n",
-                (double)ev->t_ns / 1e9, sluice_event_kind_name(ev->kind),
-                sluice_cause_name(ev->cause), ev->old_limit, ev->new_limit, ev->in_flight,
-                ev->ceiling);
+    trace_event(ev);
     if (ev->kind == SLUICE_EVENT_LOCK && ev->ceiling && (!*lowest || ev->ceiling < *lowest))
         *lowest = ev->ceiling;
 }
