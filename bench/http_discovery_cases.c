@@ -376,6 +376,7 @@ static bool http_nginx_start(struct http_nginx *n, int upstream_port)
     fclose(f);
     n->pid = fork();
     if (n->pid == 0) {
+        setpgid(0, 0); /* its own group, workers included: stopped together */
 #ifdef __linux__
         prctl(PR_SET_PDEATHSIG, SIGKILL);
 #endif
@@ -387,6 +388,8 @@ static bool http_nginx_start(struct http_nginx *n, int upstream_port)
         execlp("nginx", "nginx", "-p", n->dir, "-c", conf, "-g", "daemon off;", (char *)NULL);
         _exit(127);
     }
+    if (n->pid > 0)
+        setpgid(n->pid, n->pid); /* as the child does: whichever runs first */
     for (int64_t end = sim__ms() + 5000; n->pid > 0 && sim__ms() < end; sim__sleep_ms(20))
         if (sim__accepts(n->port))
             return true;
@@ -395,8 +398,9 @@ static bool http_nginx_start(struct http_nginx *n, int upstream_port)
 
 static void http_nginx_stop(struct http_nginx *n)
 {
+    /* The whole group: a SIGKILL to the master alone leaves its worker listening. */
     if (n->pid > 0) {
-        kill(n->pid, SIGKILL);
+        kill(-n->pid, SIGKILL);
         waitpid(n->pid, NULL, 0);
     }
     char cmd[96];
