@@ -15,30 +15,21 @@ __attribute__((unused)) static void setup(void)
     rfx_setup_workers(WORKERS);
 }
 
-/* The fleet's shared lock (0: none). Where it lands is discovery's business, not this
- * test's: against a provider far above max_limit it is 16 on a quiet machine, and what a
- * clear does to a lock is the same at any value. Once, in an ASan run beside other tests,
- * a wait for exactly 16 ran out at 60 s without saying where the fleet stood; a lock lower
- * down (a latency rise on a loaded machine) now passes, and a miss prints the workers' logs. */
+/* The fleet's shared lock (0: none). */
 static long long shared_ceiling(void)
 {
     return rfx_int("HGET %s ceiling", rfx_key("state"));
 }
 
-/* Wait for the fleet to lock; on a miss, say where it stood. */
-static void wait_for_lock(void)
+/* Whether the fleet locks at max_limit (the provider's cap is far above it); on a miss, every
+ * worker's log, so the failure says where the fleet stood (once, in an ASan run beside other
+ * tests, the first wait ran out at 60 s without a word). */
+static bool fleet_locks_at_max_limit(void)
 {
-    if (!RFX_WAIT_UNTIL(shared_ceiling() > 0, RFX_PATIENCE_MS))
+    bool locked = RFX_WAIT_UNTIL(shared_ceiling() == 16, RFX_PATIENCE_MS);
+    if (!locked)
         rfx_dump_logs();
-    long long ceiling = shared_ceiling();
-    cr_assert(ceiling > 0 && ceiling <= 16, "the fleet did not lock within max_limit (%s)",
-              rfx_state_text());
-}
-
-/* Whether this process's view (a snapshot) holds the fleet's lock as it stands now. */
-static bool sees_the_lock(const struct sluice_fleet_status *st)
-{
-    return st->ceiling > 0 && (long long)st->ceiling == shared_ceiling();
+    return locked;
 }
 
 /* Per-test options, not TestSuite: the TSan build's Criterion stand-in has none. */
@@ -46,7 +37,8 @@ static bool sees_the_lock(const struct sluice_fleet_status *st)
 
 FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
 {
-    wait_for_lock();
+    cr_assert(fleet_locks_at_max_limit(), "the fleet did not lock at max_limit (%s)",
+              rfx_state_text());
     /* This process joins the fleet with an idle pool of its own. */
     char url[64];
     rfx_url(url, sizeof url);
@@ -58,7 +50,7 @@ FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
                                                                   .max_limit = 16},
                                       &pool);
     struct sluice_fleet_status st;
-    cr_assert(RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), sees_the_lock(&st)), RFX_PATIENCE_MS),
+    cr_assert(RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.ceiling == 16), RFX_PATIENCE_MS),
               "this process does not see the lock the others found (%s)", rfx_state_text());
 
     cr_assert_eq(sluice_pool_clear(pool), SLUICE_OK);
@@ -77,13 +69,10 @@ FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
     /* The fleet probes again and locks again; this process sees it at its next beat. */
     /* Longer than the first lock's wait: this process's idle pool now holds one of the
      * fleet's permits, so the fleet reads as saturated with one slot less of slack. */
-    bool relocked = RFX_WAIT_UNTIL(shared_ceiling() > 0, RFX_PATIENCE_MS);
-    if (!relocked)
-        rfx_dump_logs();
-    cr_assert(relocked, "the fleet did not lock again (%s)", rfx_state_text());
+    cr_assert(fleet_locks_at_max_limit(), "the fleet did not lock again (%s)", rfx_state_text());
     sluice_fleet_snapshot(f, &st);
     uint64_t beats_at_lock = st.beats;
-    bool seen = RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), sees_the_lock(&st)), RFX_PATIENCE_MS);
+    bool seen = RFX_WAIT_UNTIL((sluice_fleet_snapshot(f, &st), st.ceiling == 16), RFX_PATIENCE_MS);
     cr_expect(seen, "this process never saw the new lock (%s)", rfx_state_text());
     /* Counted in this process's own heartbeats, which a busy machine delays as much as
      * anything: the beat under way when the lock landed may have read the state just
@@ -97,7 +86,8 @@ FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
 /* The same from outside the fleet: sluicectl clear NODE --redis URL. */
 FLEET_TEST(sluicectl_clear_with_redis_clears_the_fleet)
 {
-    wait_for_lock();
+    cr_assert(fleet_locks_at_max_limit(), "the fleet did not lock at max_limit (%s)",
+              rfx_state_text());
     char url[64], cmd[512];
     rfx_url(url, sizeof url);
     snprintf(cmd, sizeof cmd, "%s clear %s --redis %s 2>/dev/null", SLUICECTL_PATH, RFX_NODE, url);
