@@ -24,7 +24,8 @@
  * limit >= 0.85·C = 20.4 after OV_SECONDS, in at least 9 of 10 runs with one
  * busy loop (SLUICE_BENCH_OVERLOAD_RUNS=10 SLUICE_BENCH_BUSY=1). With
  * SLUICE_BENCH_TRACE set, each adaptive run's discovery events go to stderr
- * as JSON Lines. It is a scenario, not a micro-benchmark: repeat it before believing a number.
+ * as JSON Lines. SLUICE_BENCH_OVERLOAD_CAP, _THREADS and _DEADLINE_MS change the
+ * scenario's cap, callers and deadline (the targets then scale with the cap). It is a scenario, not a micro-benchmark: repeat it before believing a number.
  */
 #include "harness.h"
 
@@ -40,11 +41,18 @@
 
 #include "sluice-provider-sim/sim_process.h"
 
-#define OV_THREADS 64
-#define OV_CAP 24
 #define OV_SECONDS 12
-#define OV_DEADLINE_NS (250 * SLUICE_NS_PER_MS)
 #define OV_RUNS_MAX 20
+#define OV_THREADS_MAX 256
+
+/* The scenario's shape: the issue's case by default; SLUICE_BENCH_OVERLOAD_CAP, _THREADS and
+ * _DEADLINE_MS try others (a policy tuned on one shape only is a policy tuned to a test). */
+struct ov_shape {
+    int cap, threads;
+    int64_t deadline_ns;
+};
+
+static struct ov_shape ov_shape;
 #define OV_BODY "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 
 struct ov_totals {
@@ -97,7 +105,7 @@ static void ov_perform_loop(struct ov_worker *w)
         struct timespec dl;
         struct sluice_curl_result r;
         int status = sluice_curl_perform(w->engine, "sim", easy,
-                                         sluice_deadline_in(&dl, OV_DEADLINE_NS), NULL, &r);
+                                         sluice_deadline_in(&dl, ov_shape.deadline_ns), NULL, &r);
         ov_count(&w->t, status, r.kind == SLUICE_CURL_SUCCESS, r.refused_late, r.transferred,
                  r.transferred && r.kind == SLUICE_CURL_ABORTED);
     }
@@ -117,7 +125,7 @@ static void ov_chat_loop(struct ov_worker *w)
         int status = sluice_run(w->engine,
                                 &(struct sluice_run_desc){
                                     .backend = "sim", .ops = &sluice_chat_ops, .ctx = chat,
-                                    .deadline = sluice_deadline_in(&dl, OV_DEADLINE_NS)},
+                                    .deadline = sluice_deadline_in(&dl, ov_shape.deadline_ns)},
                                 &r);
         const struct sluice_curl_result *cr = sluice_chat_result(chat);
         ov_count(&w->t, status, true, r.refused_late, r.generations > 0,
@@ -186,7 +194,9 @@ struct ov_client {
 static long ov_run(const struct ov_client *c, struct bench_row *row)
 {
     struct sim_process sim;
-    const char *args[] = {"--mode", "reject", "--cap", "24", "--median-ms", "200",
+    char cap[16];
+    snprintf(cap, sizeof cap, "%d", ov_shape.cap);
+    const char *args[] = {"--mode", "reject", "--cap", cap, "--median-ms", "200",
                           "--sigma", "0.4", NULL};
     if (sim_process_start(&sim, args) != 0)
         return -1;
@@ -200,9 +210,9 @@ static long ov_run(const struct ov_client *c, struct bench_row *row)
         return -1;
     }
     _Atomic(bool) stop = false;
-    static struct ov_worker w[OV_THREADS];
-    pthread_t t[OV_THREADS];
-    for (int i = 0; i < OV_THREADS; i++) {
+    static struct ov_worker w[OV_THREADS_MAX];
+    pthread_t t[OV_THREADS_MAX];
+    for (int i = 0; i < ov_shape.threads; i++) {
         w[i] = (struct ov_worker){.engine = e, .url = url, .base = base, .stop = &stop,
                                   .chat = i % 2 == 1};
         pthread_create(&t[i], NULL, ov_worker_main, &w[i]);
@@ -226,7 +236,7 @@ static long ov_run(const struct ov_client *c, struct bench_row *row)
     }
     atomic_store(&stop, true);
     struct ov_totals sum = {0};
-    for (int i = 0; i < OV_THREADS; i++) {
+    for (int i = 0; i < ov_shape.threads; i++) {
         pthread_join(t[i], NULL);
         sum.successes += w[i].t.successes;
         sum.refused += w[i].t.refused;
@@ -234,7 +244,7 @@ static long ov_run(const struct ov_client *c, struct bench_row *row)
         sum.started += w[i].t.started;
         sum.cut += w[i].t.cut;
     }
-    *row = bench_row_make("overload.deadlines", c->name, OV_THREADS);
+    *row = bench_row_make("overload.deadlines", c->name, ov_shape.threads);
     row->ops_per_s = (double)sum.successes / OV_SECONDS;
     bench_row_extra(row, "successes", (double)sum.successes);
     bench_row_extra(row, "refused", (double)sum.refused);
@@ -250,32 +260,34 @@ static long ov_run(const struct ov_client *c, struct bench_row *row)
     return sum.successes;
 }
 
-static int ov_runs(void)
-{
-    const char *env = getenv("SLUICE_BENCH_OVERLOAD_RUNS");
-    int n = env && *env ? atoi(env) : 1;
-    return n < 1 ? 1 : n > OV_RUNS_MAX ? OV_RUNS_MAX : n;
-}
-
 static void deadline_cases(const struct bench_opts *opts)
 {
     if (!bench_case_enabled(opts, "overload.deadlines"))
         return;
     curl_global_init(CURL_GLOBAL_DEFAULT);
     static const struct sluice_discovery_desc discovery = {0};
+    ov_shape = (struct ov_shape){
+        .cap = bench_env_int("SLUICE_BENCH_OVERLOAD_CAP", 24, 1, 1000),
+        .threads = bench_env_int("SLUICE_BENCH_OVERLOAD_THREADS", 64, 1, OV_THREADS_MAX),
+        .deadline_ns = bench_env_int("SLUICE_BENCH_OVERLOAD_DEADLINE_MS", 250, 1, 60000) *
+                       SLUICE_NS_PER_MS};
+    /* Room above the cap for discovery to find it: 64, or twice a larger cap. */
+    uint32_t room = ov_shape.cap > 32 ? 2 * (uint32_t)ov_shape.cap : 64;
     const struct ov_client clients[] = {
-        {"defaults", {.id = "sim", .active = 64, .discovery = &discovery}},
-        {"oracle", {.id = "sim", .active = OV_CAP, .waiting = SLUICE_SOME(0)}},
+        {"defaults", {.id = "sim", .active = room, .discovery = &discovery}},
+        {"oracle", {.id = "sim", .active = (uint32_t)ov_shape.cap, .waiting = SLUICE_SOME(0)}},
         {"queue_late",
-         {.id = "sim", .active = 64, .discovery = &discovery, .deadlines.queue_late = true}},
+         {.id = "sim", .active = room, .discovery = &discovery, .deadlines.queue_late = true}},
     };
     enum { N_CLIENTS = sizeof clients / sizeof clients[0] };
-    int runs = ov_runs(), busy = bench_busy_count(2), met = 0;
+    int runs = bench_env_int("SLUICE_BENCH_OVERLOAD_RUNS", 1, 1, OV_RUNS_MAX);
+    int busy = bench_busy_count(2), met = 0;
     int busy_pids[2] = {0};
     bench_busy_start(busy_pids, busy);
-    printf("  overload.deadlines: cap %d, %d threads, 250 ms deadlines, %d s, %d busy loop%s, "
+    printf("  overload.deadlines: cap %d, %d threads, %lld ms deadlines, %d s, %d busy loop%s, "
            "%d run%s\n",
-           OV_CAP, OV_THREADS, OV_SECONDS, busy, busy == 1 ? "" : "s", runs, runs == 1 ? "" : "s");
+           ov_shape.cap, ov_shape.threads, (long long)(ov_shape.deadline_ns / SLUICE_NS_PER_MS),
+           OV_SECONDS, busy, busy == 1 ? "" : "s", runs, runs == 1 ? "" : "s");
     for (int run = 0; run < runs; run++) {
         struct bench_row rows[N_CLIENTS];
         long successes[N_CLIENTS];
@@ -297,13 +309,13 @@ static void deadline_cases(const struct bench_opts *opts)
             if (!strcmp(rows[0].extra[k].key, "limit"))
                 limit = rows[0].extra[k].value;
         bool hit = successes[1] > 0 && successes[0] >= 0.8 * (double)successes[1] &&
-                   limit >= 0.85 * OV_CAP;
+                   limit >= 0.85 * ov_shape.cap;
         met += hit;
     }
     bench_busy_stop(busy_pids, busy);
     printf("  overload.deadlines: defaults met both targets (>= 0.8x the oracle's successes, "
            "limit >= %.1f) in %d of %d runs\n",
-           0.85 * OV_CAP, met, runs);
+           0.85 * ov_shape.cap, met, runs);
 }
 
 BENCH_REGISTER(deadlines, deadline_cases, false)

@@ -70,16 +70,16 @@ static void *robust_worker(void *arg)
 
 static int robust_threads(void)
 {
-    const char *env = getenv("SLUICE_BENCH_THREADS");
-    long n = env ? atol(env) : sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int fallback = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
+    return bench_env_int("SLUICE_BENCH_THREADS", fallback, 1, 64);
 }
 
 int robust_seeds(const struct bench_opts *opts)
 {
-    const char *env = getenv("SLUICE_BENCH_SEEDS");
-    long n = env ? atol(env) : (long)(300 * opts->scale + 0.5);
-    return n < 1 ? 1 : n > 100000 ? 100000 : (int)n;
+    long n = (long)(300 * opts->scale + 0.5);
+    return bench_env_int("SLUICE_BENCH_SEEDS", n < 1 ? 1 : n > 100000 ? 100000 : (int)n, 1,
+                         100000);
 }
 
 /* Run every seed of one row on `threads` threads, printing progress to stderr. */

@@ -230,11 +230,24 @@ int main(int argc, char **argv)
     return json ? write_json(json) : 0;
 }
 
+int bench_env_int(const char *name, int fallback, int lo, int hi)
+{
+    const char *env = getenv(name);
+    if (!env || !*env)
+        return fallback;
+    char *end;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    if (*end || errno) {
+        printf("  !!! WARNING: %s=%s is not a whole number; using %d\n", name, env, fallback);
+        return fallback;
+    }
+    return v < lo ? lo : v > hi ? hi : (int)v;
+}
+
 int bench_busy_count(int most)
 {
-    const char *env = getenv("SLUICE_BENCH_BUSY");
-    int n = env && *env ? atoi(env) : 0;
-    return n < 0 ? 0 : n > most ? most : n;
+    return bench_env_int("SLUICE_BENCH_BUSY", 0, 0, most);
 }
 
 void bench_busy_start(int *pids, int n)

@@ -63,6 +63,10 @@ uint64_t bench_iters(const struct bench_opts *opts, uint64_t base, uint64_t floo
 /* Pin the calling thread to CPU (i mod ncpu); best effort. */
 void bench_pin(int i);
 
+/* The whole number in environment variable `name`, clamped to [lo, hi]; `fallback` when
+ * unset or empty, and (with a warning naming the variable) when it is not a number. */
+int bench_env_int(const char *name, int fallback, int lo, int hi);
+
 /* A loaded machine, as the targets are stated on: n processes that each keep one core busy
  * until bench_busy_stop (or until this process dies). SLUICE_BENCH_BUSY=N asks for N (at
  * most `most`; unset: 0). */

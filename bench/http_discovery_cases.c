@@ -110,9 +110,8 @@ static int http_busy_count(enum http_driver driver)
 
 static int http_runs(const struct bench_opts *opts)
 {
-    const char *env = getenv("SLUICE_BENCH_HTTP_RUNS");
-    int n = env && *env ? atoi(env) : opts->scale < 1.0 ? HTTP_RUNS_QUICK : HTTP_RUNS_DEFAULT;
-    return n < 1 ? 1 : n > HTTP_RUNS_MAX ? HTTP_RUNS_MAX : n;
+    return bench_env_int("SLUICE_BENCH_HTTP_RUNS",
+                         opts->scale < 1.0 ? HTTP_RUNS_QUICK : HTTP_RUNS_DEFAULT, 1, HTTP_RUNS_MAX);
 }
 
 /* ---- driver: sluicectl probe ---------------------------------------------------------- */
@@ -519,8 +518,7 @@ static void http_nginx_row(const struct bench_opts *opts)
 
 static void http_discovery_cases(const struct bench_opts *opts)
 {
-    const char *env = getenv("SLUICE_BENCH_HTTP_SEED");
-    int offset = env ? atoi(env) : 0;
+    int offset = bench_env_int("SLUICE_BENCH_HTTP_SEED", 0, 0, 1000000);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     size_t n = sizeof http_providers / sizeof *http_providers;
     for (int d = HTTP_PROBE; d <= HTTP_CLOSED64; d++)

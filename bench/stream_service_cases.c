@@ -3,8 +3,8 @@
  * loopback HTTP: examples/stream_server.c (libuv; each request one
  * sluice_chat_submit with a 2 s first-token deadline, streamed to its
  * client as server-sent events) in front of sluice-provider-sim in reject
- * mode with a hidden cap of 12, SS_TTFT_MS to the first token and
- * SS_TOKENS tokens SS_TOKEN_MS apart (about 0.6 s of stream). SS_CLIENTS
+ * mode with a hidden cap of 12, 300 ms to the first token and
+ * SS_TOKENS tokens SS_TOKEN_MS apart (about 0.6 s of stream). 64
  * closed-loop client threads (libcurl) call GET /chat for SS_SECONDS; a
  * client that is refused (503) waits SS_RETRY_MS before its next request,
  * as a client that honours back-pressure does (the server's Retry-After
@@ -32,6 +32,8 @@
  *
  * Built only with the shim and the example (SLUICE_BENCH_CURL,
  * SLUICE_STREAM_SERVER_PATH); both processes are started and stopped here.
+ * SLUICE_BENCH_STREAM_CAP, _CLIENTS and _TTFT_MS change the cap, the clients
+ * and the time to first token (the limit's band then follows the cap).
  */
 #include "harness.h"
 
@@ -44,11 +46,7 @@
 
 #include <curl/curl.h>
 
-#define SS_CLIENTS 64
-#define SS_CAP "12"
-#define SS_CAP_N 12.0
-#define SS_TTFT_MS "300"
-#define SS_TTFT_MS_N 300.0
+#define SS_CLIENTS_MAX 256
 #define SS_TOKENS "30"
 #define SS_TOKEN_MS "20"
 #define SS_SECONDS 20.0
@@ -57,6 +55,14 @@
 #define SS_WATCH_NS INT64_C(1000000000) /* how often the limit is read */
 #define SS_TAIL 2048 /* bytes of a body kept: the last ones (a stream's [DONE], a whole /status) */
 #define SS_DONE "data: [DONE]\n\n"
+
+/* The scenario's shape: the issue's case by default; SLUICE_BENCH_STREAM_CAP, _CLIENTS and
+ * _TTFT_MS try others. Numbers as the simulator's and the server's flags want them. */
+static struct ss_shape {
+    int clients;
+    char cap[16], ttft_ms[16];
+    double ttft_ms_n;
+} ss_shape;
 
 /* The last SS_TAIL - 1 bytes of a response body, NUL-terminated. */
 struct ss_body {
@@ -216,8 +222,8 @@ struct ss_server {
 static long ss_run(const struct ss_server *s, double seconds, struct bench_row *row)
 {
     struct sim_process sim, server;
-    const char *args[] = {"--mode", "reject", "--cap", SS_CAP, "--stream", "--median-ms",
-                          SS_TTFT_MS, "--token-ms", SS_TOKEN_MS, "--answer-tokens", SS_TOKENS,
+    const char *args[] = {"--mode", "reject", "--cap", ss_shape.cap, "--stream", "--median-ms",
+                          ss_shape.ttft_ms, "--token-ms", SS_TOKEN_MS, "--answer-tokens", SS_TOKENS,
                           "--answer-sigma", "0", NULL};
     if (sim_process_start(&sim, args) != 0)
         return -1;
@@ -227,17 +233,17 @@ static long ss_run(const struct ss_server *s, double seconds, struct bench_row *
     }
     char url[96];
     sim_process_url(&server, "/chat?q=hi", url, sizeof url);
-    static struct ss_client c[SS_CLIENTS];
-    pthread_t t[SS_CLIENTS];
+    static struct ss_client c[SS_CLIENTS_MAX];
+    pthread_t t[SS_CLIENTS_MAX];
     int64_t end_ns = bench_now_ns() + (int64_t)(seconds * 1e9);
-    for (int i = 0; i < SS_CLIENTS; i++) {
+    for (int i = 0; i < ss_shape.clients; i++) {
         c[i] = (struct ss_client){.url = url, .end_ns = end_ns};
         pthread_create(&t[i], NULL, ss_client_main, &c[i]);
     }
     double limit_lo, limit_hi, ceiling;
     ss_watch_limit(&server, end_ns, seconds, &limit_lo, &limit_hi, &ceiling);
     struct ss_client sum = {0};
-    for (int i = 0; i < SS_CLIENTS; i++) {
+    for (int i = 0; i < ss_shape.clients; i++) {
         pthread_join(t[i], NULL);
         sum.complete += c[i].complete;
         sum.cut += c[i].cut;
@@ -247,7 +253,7 @@ static long ss_run(const struct ss_server *s, double seconds, struct bench_row *
         ss_merge(&sum.ttfb, &c[i].ttfb);
         ss_merge(&sum.refusal, &c[i].refusal);
     }
-    *row = bench_row_make("stream.service", s->name, SS_CLIENTS);
+    *row = bench_row_make("stream.service", s->name, ss_shape.clients);
     double ttfb_p50 = sum.ttfb.n ? bench_median(sum.ttfb.v, sum.ttfb.n) : -1;
     row->median_ns = ttfb_p50 * 1e6;
     row->p99_ns = sum.ttfb.n ? bench_percentile(sum.ttfb.v, sum.ttfb.n, 99.0) * 1e6 : -1;
@@ -259,8 +265,8 @@ static long ss_run(const struct ss_server *s, double seconds, struct bench_row *
     bench_row_extra(row, "refusal_p99_ms",
                     sum.refusal.n ? bench_percentile(sum.refusal.v, sum.refusal.n, 99.0) : -1);
     bench_row_extra(row, "timeouts", (double)sum.timeouts);
-    bench_row_extra(row, "provider_ttft_ms", SS_TTFT_MS_N);
-    bench_row_extra(row, "ttfb_ratio", ttfb_p50 / SS_TTFT_MS_N);
+    bench_row_extra(row, "provider_ttft_ms", ss_shape.ttft_ms_n);
+    bench_row_extra(row, "ttfb_ratio", ttfb_p50 / ss_shape.ttft_ms_n);
     bench_row_extra(row, "limit_lo", limit_lo);
     bench_row_extra(row, "limit_hi", limit_hi);
     bench_row_extra(row, "ceiling", ceiling);
@@ -280,10 +286,15 @@ static void stream_service_cases(const struct bench_opts *opts)
     if (!bench_case_enabled(opts, "stream.service"))
         return;
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    ss_shape.clients = bench_env_int("SLUICE_BENCH_STREAM_CLIENTS", 64, 1, SS_CLIENTS_MAX);
+    snprintf(ss_shape.cap, sizeof ss_shape.cap, "%d",
+             bench_env_int("SLUICE_BENCH_STREAM_CAP", 12, 1, 1000));
+    int ttft = bench_env_int("SLUICE_BENCH_STREAM_TTFT_MS", 300, 1, 10000);
+    snprintf(ss_shape.ttft_ms, sizeof ss_shape.ttft_ms, "%d", ttft);
+    ss_shape.ttft_ms_n = ttft;
     static const char *const adaptive_flags[] = {"--start-ms", "2000", NULL};
-    static const char *const oracle_flags[] = {"--start-ms", "2000", "--fixed", SS_CAP, NULL};
-    static const struct ss_server servers[] = {{"adaptive", adaptive_flags},
-                                               {"oracle", oracle_flags}};
+    const char *const oracle_flags[] = {"--start-ms", "2000", "--fixed", ss_shape.cap, NULL};
+    const struct ss_server servers[] = {{"adaptive", adaptive_flags}, {"oracle", oracle_flags}};
     double seconds = SS_SECONDS * opts->scale < SS_MIN_SECONDS ? SS_MIN_SECONDS
                                                                 : SS_SECONDS * opts->scale;
     struct bench_row rows[2];
