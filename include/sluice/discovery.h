@@ -810,6 +810,7 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take_locked(struct sluice_d
     w.max_in_flight = t.max_in_flight;
     w.overload_limit = t.overload_limit;
     w.overload_start_ns = t.overload_start_ns;
+    w.overload_latency_ns = t.overload_latency_ns;
     w.overload_in_flight = t.overload_in_flight;
     w.refused_in_flight = t.refused_in_flight;
     w.served_in_flight = t.served_in_flight > d->served_before ? t.served_in_flight : d->served_before;
@@ -1281,7 +1282,7 @@ SLUICE_INLINE void sluice_discovery_record(struct sluice_discovery *d,
         sluice_window_buffer_add_served(a, s->in_flight_at_start);
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
         sluice_window_buffer_add_overload(a, fresh, s->in_flight_at_start, s->limit_at_start, started,
-                                          s->retry_after_ns);
+                                          latency, s->retry_after_ns);
     } else if (measured) {
         int64_t dev = latency - (ref ? ref : latency);
         sluice_window_buffer_add_measured(a, latency, duration, dev < 0 ? -dev : dev,

@@ -202,6 +202,9 @@ struct sluice_window {
                                    started: where the provider refused (0 = none known) */
     int64_t overload_start_ns;  /* the earliest start among the fresh overloads' calls
                                    (INT64_MAX = none) */
+    int64_t overload_latency_ns; /* the longest a fresh overload took (0 = none): a provider
+                                    that refuses at its door answers far sooner than it
+                                    serves; a gateway that queues first, only after a wait */
     uint32_t overload_in_flight; /* the lowest in_flight_at_start among the fresh overloads:
                                    the provider was over its cap with this many calls in
                                    flight (0 = none known) */

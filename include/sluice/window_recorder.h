@@ -101,6 +101,7 @@ struct sluice_window_buffer {
     _Atomic(uint32_t) overload_limit; /* lowest limit_at_start of a fresh overload; UINT32_MAX =
                                          none known */
     _Atomic(int64_t) overload_start;  /* earliest start of a fresh overload; INT64_MAX = none */
+    _Atomic(int64_t) overload_latency; /* longest a fresh overload took; 0 = none */
     _Atomic(uint32_t) overload_in_flight; /* fewest in flight at a fresh overload's start;
                                              UINT32_MAX = none known */
     _Atomic(uint32_t) refused_in_flight;  /* the same over every overload, echoes included */
@@ -123,6 +124,7 @@ struct sluice_window_totals {
     uint32_t max_in_flight;      /* most in flight at a measured call's start */
     uint32_t overload_limit;     /* lowest limit a fresh overload started under; 0 = none */
     int64_t overload_start_ns;   /* earliest start of a fresh overload; INT64_MAX = none */
+    int64_t overload_latency_ns; /* longest a fresh overload took; 0 = none */
     uint32_t overload_in_flight; /* fewest in flight at a fresh overload's start; 0 = none */
     uint32_t refused_in_flight;  /* the same over every overload; 0 = none */
     uint32_t served_in_flight;   /* most in flight at any served call's start */
@@ -152,6 +154,7 @@ SLUICE_INLINE void sluice__window_buffer_init(struct sluice_window_buffer *a)
     atomic_init(&a->max_in_flight, 0u);
     atomic_init(&a->overload_limit, UINT32_MAX);
     atomic_init(&a->overload_start, INT64_MAX);
+    atomic_init(&a->overload_latency, 0);
     atomic_init(&a->overload_in_flight, UINT32_MAX);
     atomic_init(&a->refused_in_flight, UINT32_MAX);
     atomic_init(&a->served_in_flight, 0u);
@@ -209,10 +212,11 @@ SLUICE_INLINE void sluice_window_buffer_add_served(struct sluice_window_buffer *
 }
 
 /* An overload. `in_flight` and `limit_at_start` are 0 where unknown; only a
- * fresh one adds its start, limit, in-flight count and Retry-After. */
+ * fresh one adds its start, how long it took, its limit, in-flight count and Retry-After. */
 SLUICE_INLINE void sluice_window_buffer_add_overload(struct sluice_window_buffer *a, bool fresh,
                                                      uint32_t in_flight, uint32_t limit_at_start,
-                                                     int64_t started_ns, int64_t retry_after_ns)
+                                                     int64_t started_ns, int64_t latency_ns,
+                                                     int64_t retry_after_ns)
 {
     atomic_fetch_add_explicit(&a->n_overload, 1u, SLUICE_RELAXED);
     if (in_flight)
@@ -225,6 +229,7 @@ SLUICE_INLINE void sluice_window_buffer_add_overload(struct sluice_window_buffer
     if (limit_at_start)
         sluice__atomic_min_u32(&a->overload_limit, limit_at_start);
     sluice__atomic_min_i64(&a->overload_start, started_ns);
+    sluice__atomic_max_i64(&a->overload_latency, latency_ns);
     atomic_fetch_add_explicit(&a->n_fresh, 1u, SLUICE_RELAXED);
 }
 
@@ -284,6 +289,7 @@ SLUICE_INLINE struct sluice_window_totals sluice__window_buffer_take(struct slui
     uint32_t refused_at = atomic_exchange_explicit(&a->overload_limit, UINT32_MAX, SLUICE_RELAXED);
     t.overload_limit = refused_at == UINT32_MAX ? 0 : refused_at;
     t.overload_start_ns = atomic_exchange_explicit(&a->overload_start, INT64_MAX, SLUICE_RELAXED);
+    t.overload_latency_ns = atomic_exchange_explicit(&a->overload_latency, 0, SLUICE_RELAXED);
     uint32_t fewest = atomic_exchange_explicit(&a->overload_in_flight, UINT32_MAX, SLUICE_RELAXED);
     t.overload_in_flight = fewest == UINT32_MAX ? 0 : fewest;
     uint32_t echoed = atomic_exchange_explicit(&a->refused_in_flight, UINT32_MAX, SLUICE_RELAXED);

@@ -243,27 +243,31 @@ Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behin
     cr_assert_lt(v.estimate, 20);
 }
 
-/* Slow start from 5 (19 calls behind s0), refused at 20 by calls that started with `struck`
- * in flight; then level 11, under the refusal bracket, 17% over s0 on 19 spread calls (above
- * the knee, inside the noise). Returns the verdict on that level's first judged window. */
-static struct sluice_verdict doubt_at_11_after_refusals_struck_at(uint32_t struck)
+/* Slow start from 5 (19 calls behind s0: 2 s), refused at `refused_at` by calls that started
+ * with `struck` in flight (served calls with up to `served`) and came back after
+ * `refused_after_ns`; then level 11, under the refusal bracket, 17% over s0 on 19 spread
+ * calls (above the knee, inside the noise). Returns the verdict on that level's first judged
+ * window. */
+static struct sluice_verdict doubt_at_11_after_refusals(uint32_t refused_at, uint32_t struck,
+                                                        uint32_t served, int64_t refused_after_ns)
 {
     struct sluice_policy_discover p;
     sluice_policy_discover_init(&p, NULL, NULL, 0);
     sluice_policy_reset(&p.base, 5, false);
     feed(&p, 5, 19, 2 * SEC, 1);
     feed(&p, 10, 19, 2 * SEC, 1);
-    struct sluice_window w = healthy(20, 10, 2 * SEC, 0.4);
+    struct sluice_window w = healthy(refused_at, 10, 2 * SEC, 0.4);
     w.n_overload = w.n_fresh_overload = 3;
     w.n_served = 10;
-    w.served_in_flight = 12;
+    w.served_in_flight = served;
     w.overload_in_flight = struck;
+    w.overload_latency_ns = refused_after_ns;
     struct sluice_verdict v = sluice_policy_update(&p.base, &w);
     cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
     cr_assert_eq(v.limit, (uint32_t)(struck * 0.9), "cut to backoff times where it struck");
     for (int i = 0; i < 2; i++) { /* the first window at 11 measured the old queue */
         w = healthy(11, 19, 2 * SEC * 117 / 100, 0.4);
-        w.probe_cap = 19;
+        w.probe_cap = refused_at - 1;
         v = sluice_policy_update(&p.base, &w);
     }
     return v;
@@ -276,11 +280,27 @@ static struct sluice_verdict doubt_at_11_after_refusals_struck_at(uint32_t struc
  * re-measure stays. */
 Test(policy, discover_measures_a_level_in_doubt_just_under_where_refusals_struck_where_it_stands)
 {
-    struct sluice_verdict v = doubt_at_11_after_refusals_struck_at(13);
+    struct sluice_verdict v = doubt_at_11_after_refusals(20, 13, 12, 2 * SEC);
     cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "held at the level the refusals' cut chose");
     cr_assert_eq(v.limit, 11);
-    v = doubt_at_11_after_refusals_struck_at(20);
+    v = doubt_at_11_after_refusals(20, 20, 12, 2 * SEC);
     cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "refusals far above: the reference is probed");
+    cr_assert_lt(v.limit, 11);
+}
+
+/* Refused at 13 with 13 in flight, where served calls had started with 13 too (over HTTP the
+ * counts blur by the responses in transit): refusals back within a quarter of s0 were made at
+ * the provider's door, a cap's edge all the same, and the level in doubt just under it is
+ * measured where it stands (over HTTP a re-measure cut 22 to 8 under a cap of 24, with 64
+ * callers waiting, in a run in four). Refusals that took as long as a call came from a queue
+ * (a gateway's `timeout queue`): its knee may lie below, and the reference is probed. */
+Test(policy, discover_takes_refusals_at_the_door_as_a_caps_edge_and_a_slow_one_as_a_queues)
+{
+    struct sluice_verdict v = doubt_at_11_after_refusals(13, 13, 13, SEC / 100);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "refused at the door: held where it stands");
+    cr_assert_eq(v.limit, 11);
+    v = doubt_at_11_after_refusals(13, 13, 13, 2 * SEC);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "refused after a queue: the reference is probed");
     cr_assert_lt(v.limit, 11);
 }
 

@@ -30,12 +30,14 @@ Test(window, a_close_takes_the_totals_and_reports_none_as_zero)
     cr_assert_eq(t.refused_in_flight, 0);
     cr_assert_eq(t.latency_min_ns, INT64_MAX, "no measured call");
     cr_assert_eq(t.overload_start_ns, INT64_MAX, "no fresh overload");
+    cr_assert_eq(t.overload_latency_ns, 0);
 
     add_measured(&w, 300, 4);
     add_measured(&w, 100, 6);
     struct sluice_window_buffer *a = sluice_window_recorder_enter(&w);
-    sluice_window_buffer_add_overload(a, true, 5, 7, 40, 2000);
-    sluice_window_buffer_add_overload(a, false, 3, 9, 10, 9000); /* an echo: counted, not fresh */
+    sluice_window_buffer_add_overload(a, true, 5, 7, 40, 3, 2000);
+    sluice_window_buffer_add_overload(a, true, 6, 8, 50, 2, 1000);
+    sluice_window_buffer_add_overload(a, false, 3, 9, 10, 80, 9000); /* an echo: not fresh */
     sluice_window_buffer_add_ignored(a, true);
     sluice_window_recorder_leave(a);
     cr_assert(sluice_window_recorder_has_fresh(&w));
@@ -46,10 +48,11 @@ Test(window, a_close_takes_the_totals_and_reports_none_as_zero)
     cr_assert_eq(t.latency_min_ns, 100);
     cr_assert_eq(t.max_in_flight, 6);
     cr_assert_eq(t.served_in_flight, 6);
-    cr_assert_eq(t.n_overload, 2);
-    cr_assert_eq(t.n_fresh, 1);
+    cr_assert_eq(t.n_overload, 3);
+    cr_assert_eq(t.n_fresh, 2);
     cr_assert_eq(t.overload_limit, 7, "only the fresh overload's limit");
     cr_assert_eq(t.overload_start_ns, 40);
+    cr_assert_eq(t.overload_latency_ns, 3, "the longest fresh overload, not the echo's");
     cr_assert_eq(t.overload_in_flight, 5);
     cr_assert_eq(t.refused_in_flight, 3, "every overload, echoes included");
     cr_assert_eq(t.retry_after_ns, 2000, "only the fresh overload's Retry-After");

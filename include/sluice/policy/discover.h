@@ -22,7 +22,14 @@
  *            in flight: then it is no concurrency cap (a rate window refuses
  *            at any n) and the cut goes from the limit the call started
  *            under, never below backoff times what the provider serves
- *            (Little: its completion plateau times s0).
+ *            (Little: its completion plateau times s0). How long it took
+ *            says more: back within a quarter of s0 (..._DOOR_SHARE), it was
+ *            refused at the door, a cap's edge even where the served calls'
+ *            counts blur with it (over HTTP, by the answers in transit), and
+ *            a level in doubt just under it is measured where it stands (a
+ *            re-measure cut 22 to 8 under a cap of 24, callers waiting); one
+ *            that took about a call came from a queue, whose knee may lie
+ *            below (a gateway's `timeout queue`), and s0 is probed.
  *   refusals at or below a level clean windows just served
  *            Not a cap: a cap refuses only above itself, and that level
  *            (`proved`: saturated, no refusal, no queue to be seen) was
@@ -207,6 +214,8 @@
  * cut calls it runs until s0 is sampled (bounded, 9 seeds in 100 locked above the band). */
 #define SLUICE__DISCOVER_REMEASURE_WINDOWS 3u
 #define SLUICE__DISCOVER_REMEASURE_SPACING 2u
+/* A refusal back within this share of s0 was made at the door, not after a queue. */
+#define SLUICE__DISCOVER_DOOR_SHARE 0.25
 /* The rate: an average over about 4 latencies. */
 #define SLUICE__DISCOVER_RATE_LATENCIES 4.0
 /* Its windowed max over about 20 latencies (BBR's BtlBw filter), so a
@@ -314,8 +323,8 @@ struct sluice_policy_discover {
                             in (0 = none since the last window without a fresh refusal) */
     double now_n, now_ns; /* the same over about one latency: the current pace */
     uint32_t struck;     /* where the last refusals that cut struck, when they struck above
-                            every served call (0 = none): a level in doubt just below is
-                            bounded by refusals, not by latency */
+                            every served call or at the door (0 = none): a level in doubt
+                            just below is bounded by refusals, not by latency */
     uint32_t proved;     /* the highest limit a clean, saturated, queue-free window served
                             at, lowered to where refusals struck while calls were served
                             (0 = none) */
@@ -332,23 +341,12 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
 {
     struct sluice_policy_discover *p = (struct sluice_policy_discover *)self;
     p->slow_start = !warm;
-    p->at = 0;
-    p->probing = 0;
-    p->resume = 0;
-    p->remeasure_left = p->windows = p->remeasure_after = 0;
-    p->compared = 0;
-    p->settled = 0;
-    p->est = 0;
-    p->last_ns = 0;
+    p->at = p->probing = p->resume = p->compared = p->settled = p->est = 0;
+    p->remeasure_left = p->windows = p->remeasure_after = p->proved = p->struck = 0;
+    p->last_ns = p->echo_ns = p->proved_ns = p->quiet_ns = p->down_ns = 0;
     p->cv2 = 0;
     p->rate_n = p->rate_ns = p->rate_max = 0;
     p->now_n = p->now_ns = 0;
-    p->echo_ns = 0;
-    p->proved = 0;
-    p->proved_ns = 0;
-    p->struck = 0;
-    p->quiet_ns = 0;
-    p->down_ns = 0;
     memset(p->levels, 0, sizeof p->levels);
     return jumpstart;
 }
@@ -618,9 +616,10 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
     /* Refused where calls were served: that level is no longer proved. */
     if (w->n_served && p->proved > struck)
         p->proved = struck;
-    /* A cap's edge only where every refused call started with more in flight than any
-     * served one: a gateway that queues serves calls at the counts it refuses others at. */
-    p->struck = w->overload_in_flight > w->served_in_flight ? struck : 0;
+    /* A cap's edge: each refused call started above every served one (a gateway that queues
+     * serves at the counts it refuses at), or came back at the door (the top, "a refusal"). */
+    bool door = w->overload_latency_ns < SLUICE__DISCOVER_DOOR_SHARE * s0;
+    p->struck = w->overload_in_flight > w->served_in_flight || door ? struck : 0;
     return sluice_verdict_make(next,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER : SLUICE_CAUSE_OVERLOAD,
                            0);
