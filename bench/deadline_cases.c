@@ -25,7 +25,8 @@
  * busy loop (SLUICE_BENCH_OVERLOAD_RUNS=10 SLUICE_BENCH_BUSY=1). With
  * SLUICE_BENCH_TRACE set, each adaptive run's discovery events go to stderr
  * as JSON Lines. SLUICE_BENCH_OVERLOAD_CAP, _THREADS and _DEADLINE_MS change the
- * scenario's cap, callers and deadline (the targets then scale with the cap). It is a scenario, not a micro-benchmark: repeat it before believing a number.
+ * scenario's cap, callers and deadline (the targets then scale with the cap). It
+ * is a scenario, not a micro-benchmark: repeat it before believing a number.
  */
 #include "harness.h"
 
@@ -53,6 +54,7 @@ struct ov_shape {
 };
 
 static struct ov_shape ov_shape;
+
 #define OV_BODY "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
 
 struct ov_totals {

@@ -71,15 +71,13 @@ static void *robust_worker(void *arg)
 static int robust_threads(void)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int fallback = ncpu < 1 ? 1 : ncpu > 64 ? 64 : (int)ncpu;
-    return bench_env_int("SLUICE_BENCH_THREADS", fallback, 1, 64);
+    return bench_env_int("SLUICE_BENCH_THREADS", ncpu > 64 ? 64 : (int)ncpu, 1, 64);
 }
 
 int robust_seeds(const struct bench_opts *opts)
 {
-    long n = (long)(300 * opts->scale + 0.5);
-    return bench_env_int("SLUICE_BENCH_SEEDS", n < 1 ? 1 : n > 100000 ? 100000 : (int)n, 1,
-                         100000);
+    double n = 300 * opts->scale + 0.5;
+    return bench_env_int("SLUICE_BENCH_SEEDS", n > 100000 ? 100000 : (int)n, 1, 100000);
 }
 
 /* Run every seed of one row on `threads` threads, printing progress to stderr. */

@@ -233,14 +233,15 @@ int main(int argc, char **argv)
 int bench_env_int(const char *name, int fallback, int lo, int hi)
 {
     const char *env = getenv(name);
-    if (!env || !*env)
-        return fallback;
-    char *end;
-    errno = 0;
-    long v = strtol(env, &end, 10);
-    if (*end || errno) {
-        printf("  !!! WARNING: %s=%s is not a whole number; using %d\n", name, env, fallback);
-        return fallback;
+    long v = fallback;
+    if (env && *env) {
+        char *end;
+        errno = 0;
+        v = strtol(env, &end, 10);
+        if (*end || errno) {
+            printf("  !!! WARNING: %s=%s is not a whole number; using %d\n", name, env, fallback);
+            v = fallback;
+        }
     }
     return v < lo ? lo : v > hi ? hi : (int)v;
 }

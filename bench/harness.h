@@ -63,8 +63,8 @@ uint64_t bench_iters(const struct bench_opts *opts, uint64_t base, uint64_t floo
 /* Pin the calling thread to CPU (i mod ncpu); best effort. */
 void bench_pin(int i);
 
-/* The whole number in environment variable `name`, clamped to [lo, hi]; `fallback` when
- * unset or empty, and (with a warning naming the variable) when it is not a number. */
+/* The whole number in environment variable `name` (`fallback` when unset or empty, and, with
+ * a warning naming the variable, when it is not a number), clamped to [lo, hi]. */
 int bench_env_int(const char *name, int fallback, int lo, int hi);
 
 /* A loaded machine, as the targets are stated on: n processes that each keep one core busy

@@ -35,7 +35,7 @@ static long long watch_leases(int ms, long min_calls, long long *min_shared)
     for (int64_t now = start; now - start < ms || (fx_stats().ok < min_calls &&
                                                     now - start < RFX_PATIENCE_MS);
          fx_sleep_ms(20), now = fx_now_ms()) {
-        long long shared = rfx_int("HGET %s limit", rfx_key("state"));
+        long long shared = rfx_shared("limit");
         long long n = rfx_int("ZCARD %s", rfx_key("holders"));
         long long over = rfx_leased_total() - (shared > n ? shared - n : 0);
         if (shared != last) {
@@ -101,7 +101,7 @@ FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
     struct fx_stats probing, settled;
     rfx_sim_reset();
     int64_t t0 = fx_now_ms();
-    bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) > 0,
+    bool locked = RFX_WAIT_UNTIL(rfx_shared("ceiling") > 0,
                                  RFX_PATIENCE_MS);
     int64_t probing_ms = fx_now_ms() - t0;
     probing = fx_stats();
@@ -113,7 +113,7 @@ FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
     long long min_shared;
     long long over = watch_leases(1000, 0, &min_shared);
     double settled_share = refused_share(2000, &settled);
-    long long shared = rfx_int("HGET %s limit", rfx_key("state"));
+    long long shared = rfx_shared("limit");
     cr_log_info("locked after %lld ms: %ld served, %.1f%% refused; then 2 s: %ld served, "
                 "%.1f%% refused; S = %lld",
                 (long long)probing_ms, probing.ok, 100 * probing_share, settled.ok,
@@ -145,10 +145,10 @@ FLEET_TEST(eight_processes_lock_a_queue_then_refuse_provider_inside_the_band)
                                    .queue_timeout = 100, .queue_bound = 1000000});
     for (int i = 0; i < WORKERS; i++)
         rfx_spawn(i, &(struct rfx_worker_cfg){.threads = 8});
-    bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) > 0,
+    bool locked = RFX_WAIT_UNTIL(rfx_shared("ceiling") > 0,
                                  RFX_PATIENCE_MS);
-    long long ceiling = rfx_int("HGET %s ceiling", rfx_key("state"));
-    long long shared = rfx_int("HGET %s limit", rfx_key("state"));
+    long long ceiling = rfx_shared("ceiling");
+    long long shared = rfx_shared("limit");
     struct fx_stats s = fx_stats();
     cr_log_info("queue-then-refuse C = %d: %s at %lld (S = %lld); %ld served, %ld 503s, "
                 "simulator peak %ld in flight",
@@ -185,7 +185,7 @@ FLEET_TEST(idle_members_do_not_stall_the_fleets_discovery)
                                                        .max_limit = 16},
                            &pool[i]);
     }
-    bool locked = RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16,
+    bool locked = RFX_WAIT_UNTIL(rfx_shared("ceiling") == 16,
                                  RFX_PATIENCE_MS);
     if (!locked)
         rfx_dump_logs();

@@ -15,18 +15,12 @@ __attribute__((unused)) static void setup(void)
     rfx_setup_workers(WORKERS);
 }
 
-/* The fleet's shared lock (0: none). */
-static long long shared_ceiling(void)
-{
-    return rfx_int("HGET %s ceiling", rfx_key("state"));
-}
-
 /* Whether the fleet locks at max_limit (the provider's cap is far above it); on a miss, every
  * worker's log, so the failure says where the fleet stood (once, in an ASan run beside other
  * tests, the first wait ran out at 60 s without a word). */
 static bool fleet_locks_at_max_limit(void)
 {
-    bool locked = RFX_WAIT_UNTIL(shared_ceiling() == 16, RFX_PATIENCE_MS);
+    bool locked = RFX_WAIT_UNTIL(rfx_shared("ceiling") == 16, RFX_PATIENCE_MS);
     if (!locked)
         rfx_dump_logs();
     return locked;
@@ -58,10 +52,10 @@ FLEET_TEST(a_pool_clear_in_one_process_restarts_discovery_for_the_whole_fleet)
     bool unlocked = false;
     for (int64_t end = fx_now_ms() + RFX_PATIENCE_MS;
          fx_now_ms() < end && !(unlocked && lowest <= 5); fx_sleep_ms(5)) {
-        long long s = rfx_int("HGET %s limit", rfx_key("state"));
+        long long s = rfx_shared("limit");
         if (s && s < lowest)
             lowest = s;
-        unlocked |= shared_ceiling() == 0;
+        unlocked |= rfx_shared("ceiling") == 0;
     }
     cr_expect(unlocked, "the shared lock survived the clear");
     cr_expect_leq(lowest, 5, "S never went back to the jumpstart (lowest %lld)", lowest);
@@ -97,7 +91,7 @@ FLEET_TEST(sluicectl_clear_with_redis_clears_the_fleet)
     long long lowest = LLONG_MAX;
     for (int64_t end = fx_now_ms() + RFX_PATIENCE_MS; fx_now_ms() < end && lowest > 5;
          fx_sleep_ms(5)) {
-        long long s = rfx_int("HGET %s limit", rfx_key("state"));
+        long long s = rfx_shared("limit");
         if (s && s < lowest)
             lowest = s;
     }

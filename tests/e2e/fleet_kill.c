@@ -36,7 +36,7 @@ FLEET_TEST(a_killed_holders_permits_return_within_the_holder_ttl)
     /* Due at the first beat of a survivor after the TTL; slack for a loaded machine. */
     cr_expect_leq(took, 3 * TTL_MS, "gone after %lld ms, the TTL is %d", (long long)took, TTL_MS);
     /* And the survivors lease them: the pool of S − N fills again. */
-    long long shared = rfx_int("HGET %s limit", rfx_key("state"));
+    long long shared = rfx_shared("limit");
     cr_expect(RFX_WAIT_UNTIL(rfx_leased_total() == shared - (WORKERS - 1), 3000),
               "the survivors lease %lld of %lld", rfx_leased_total(), shared - (WORKERS - 1));
 }
@@ -44,7 +44,7 @@ FLEET_TEST(a_killed_holders_permits_return_within_the_holder_ttl)
 FLEET_TEST(a_new_leader_takes_over_within_the_lease_from_the_shared_state)
 {
     /* No cap in sight below max_limit: the fleet locks S at 16. */
-    cr_assert(RFX_WAIT_UNTIL(rfx_int("HGET %s ceiling", rfx_key("state")) == 16, 8000),
+    cr_assert(RFX_WAIT_UNTIL(rfx_shared("ceiling") == 16, 8000),
               "the fleet did not lock at max_limit");
     char old[32], now[32] = "";
     rfx_leader(old, sizeof old);
@@ -55,7 +55,7 @@ FLEET_TEST(a_new_leader_takes_over_within_the_lease_from_the_shared_state)
     long long lowest = LLONG_MAX;
     int64_t took = -1;
     for (int64_t end = killed + 6 * TTL_MS; fx_now_ms() < end; fx_sleep_ms(10)) {
-        long long s = rfx_int("HGET %s limit", rfx_key("state"));
+        long long s = rfx_shared("limit");
         if (s < lowest)
             lowest = s;
         rfx_leader(now, sizeof now);

@@ -187,6 +187,12 @@ static inline long long rfx_int(const char *fmt, ...)
     return v;
 }
 
+/* One field of the fleet's shared state ("limit", "ceiling"); 0 when unset. */
+static inline long long rfx_shared(const char *field)
+{
+    return rfx_int("HGET %s %s", rfx_key("state"), field);
+}
+
 /* Sum of the permits every process leases (the held hash). */
 static inline long long rfx_leased_total(void)
 {
