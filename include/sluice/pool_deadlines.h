@@ -33,6 +33,17 @@
  *     taken: under overload a permit spent on a call with less than an
  *     even chance is one a caller with time to spare does not get) and
  *     the low quantile with a permit free (it would otherwise go unused).
+ *   - Before anything is known, one round of queue. Until the first calls
+ *     say how long a call takes, no wait can be predicted; a call with a
+ *     deadline then joins the queue only while fewer calls wait than there
+ *     are permits (the round the permits in use hand on), else it gets
+ *     SLUICE_ELATE. Why: a cold start under load queued every caller behind
+ *     the jumpstart's permits (64 streaming clients on 5 permits, a 2 s
+ *     start deadline: 52 answers were 504s after waiting the whole 2 s,
+ *     where a 503 at once lets the caller retry or go elsewhere); what a
+ *     caller gives a deadline is meant to fit in it, so one round of calls
+ *     ahead can, and more is a guess. It lasts until the estimates have
+ *     samples, a few calls.
  *   - Leave the line when it can no longer start in time. A queued call
  *     waits for its permit only until the last instant it could still be
  *     started usefully (sluice_pool_wait_bound: its deadline less the
@@ -238,6 +249,16 @@ SLUICE_INLINE int64_t sluice_pool_wait_bound(const struct sluice_pool *p,
     return bound;
 }
 
+/* Before the service time is known (see "Before anything is known"): whether as many calls
+ * wait as there are permits, a round, so a caller with a deadline is not queued behind more. */
+SLUICE_INLINE bool sluice__pool_round_waits(const struct sluice_pool *pool)
+{
+    struct sluice_pool *p = (struct sluice_pool *)pool;
+    struct sluice_gate_counts g = sluice_gate_stats(&p->gate);
+    uint32_t queued = g.waiting + atomic_load_explicit(&p->holding, SLUICE_RELAXED);
+    return g.limit && queued >= g.limit;
+}
+
 /*
  * Which deadline makes a call that would wait `wait` ns and then need
  * `need_first` to its first byte and `need_whole` to its end too late
@@ -266,9 +287,11 @@ SLUICE_INLINE enum sluice_expiry sluice__pool_late_by(int64_t now, int64_t wait,
  * (or its first byte's, `start_deadline`; sluice__pool_need: the median
  * while calls queue, the low quantile with a permit free) is refused at
  * once with SLUICE_ELATE, and so is one whose predicted wait passes the
- * target of a queue that stands (see "A queue that stands") (counted in
- * refused_early; nothing is reserved), so the caller can shed it or go
- * elsewhere while it still has time. Otherwise exactly sluice_pool_admit.
+ * target of a queue that stands (see "A queue that stands"), and, before
+ * the service time is known, one that would queue behind a round of calls
+ * (see "Before anything is known") (counted in refused_early; nothing is
+ * reserved), so the caller can shed it or go elsewhere while it still has
+ * time. Otherwise exactly sluice_pool_admit.
  * Lock-free: a few relaxed loads more than sluice_pool_admit, and only for
  * a run with a deadline; first it releases the lingering permits whose time
  * has come (two relaxed loads when none lingers), since a permit it counts
@@ -295,11 +318,11 @@ SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct times
         stands = stands && wait > sluice__pool_sojourn_target(p);
         if (stands)
             atomic_store_explicit(&p->standing_refused, now, SLUICE_RELAXED);
-        if (wait >= 0 && (stands || sluice__pool_late_by(sluice_monotonic_ns(), wait,
-                                                         start_deadline, deadline,
-                                                         sluice__pool_need(p, wait > 0, false),
-                                                         sluice__pool_need(p, wait > 0, true)) !=
-                                        SLUICE_EXPIRED_NONE)) {
+        if (wait < 0 ? sluice__pool_round_waits(p)
+                     : stands || sluice__pool_late_by(sluice_monotonic_ns(), wait, start_deadline,
+                                                      deadline, sluice__pool_need(p, wait > 0, false),
+                                                      sluice__pool_need(p, wait > 0, true)) !=
+                                     SLUICE_EXPIRED_NONE) {
             sluice__pool_count(p, SLUICE__POOL_EARLY);
             return SLUICE_ELATE;
         }

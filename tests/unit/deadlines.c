@@ -278,6 +278,51 @@ Test(deadlines, admission_refuses_by_default_only_when_the_predicted_wait_passes
     sluice_pool_destroy(p);
 }
 
+Test(deadlines, before_the_service_time_is_known_a_call_with_a_deadline_queues_behind_one_round_at_most)
+{
+    struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){0});
+    struct timespec dl = deadline_in(60 * SEC);
+    struct sluice_call a, b;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &b), SLUICE_OK);
+    cr_assert_eq(sluice_pool_predicted_wait(p), -1, "no call has said how long calls take");
+    /* A round is two: as many as the permits the calls in service will hand on. */
+    int s[3] = {1, 1, 1};
+    struct sluice_pool_waiter w[3];
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl), SLUICE_OK, "waiter %d of the round", i);
+        w[i] = (struct sluice_pool_waiter){.cb = record_status, .data = &s[i]};
+        sluice_pool_call_begin_async(p, &w[i]);
+    }
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl), SLUICE_ELATE, "behind a whole round");
+    cr_assert_eq(sluice_pool_admit_by(p, &dl, NULL), SLUICE_ELATE, "a start deadline too");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, NULL), SLUICE_OK, "no deadline: queues as ever");
+    sluice_pool_leave(p);
+    cr_assert_eq(sluice_pool_stats(p).refused_early, 2);
+    /* Once calls have said how long they take, the prediction decides: 2 + 1 calls of
+     * 1 s ahead on 2 permits fit in 60 s. */
+    sluice_pool_call_cancel_async(p, &w[0]);
+    sluice_pool_call_cancel_async(p, &w[1]);
+    fake_clock_advance(&clk, SEC);
+    sluice_pool_call_end(p, &a, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_call_end(p, &b, SLUICE_OUTCOME_OK, 0);
+    warm_up(p, 4, SEC);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &b), SLUICE_OK);
+    for (int i = 0; i < 3; i++) {
+        w[i] = (struct sluice_pool_waiter){.cb = record_status, .data = &s[i]};
+        sluice_pool_call_begin_async(p, &w[i]);
+    }
+    cr_assert_gt(sluice_pool_predicted_wait(p), 0);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl), SLUICE_OK, "a known wait that fits");
+    sluice_pool_leave(p);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(sluice_pool_call_cancel_async(p, &w[i]), SLUICE_OK);
+    sluice_pool_call_end(p, &a, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_call_end(p, &b, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
 Test(deadlines, with_queue_late_admission_ignores_the_prediction)
 {
     struct sluice_pool *p = make_pool(1, (struct sluice_deadline_desc){.queue_late = true});
