@@ -129,6 +129,12 @@
 #include "pool_linger.h"
 #include "pool_state.h"
 
+/* Calls waiting for a permit: in the gate's line, or holding one through a Retry-After hold. */
+SLUICE_INLINE uint32_t sluice__pool_queued(struct sluice_pool *p, const struct sluice_gate_counts *g)
+{
+    return g->waiting + atomic_load_explicit(&p->holding, SLUICE_RELAXED);
+}
+
 /*
  * The wait a call queueing now should expect before its permit, ns (pool
  * clock; the header comment says how it is made and how wrong it can
@@ -145,7 +151,7 @@ SLUICE_INLINE int64_t sluice_pool_predicted_wait(const struct sluice_pool *pool)
     if (!p->active || (median <= 0 && !hidden))
         return -1;
     struct sluice_gate_counts g = sluice_gate_stats(&p->gate);
-    uint32_t queued = g.waiting + atomic_load_explicit(&p->holding, SLUICE_RELAXED);
+    uint32_t queued = sluice__pool_queued(p, &g);
     if (g.limit == 0 || (queued == 0 && g.in_flight < g.limit))
         return 0;
     if (hidden)
@@ -255,8 +261,7 @@ SLUICE_INLINE bool sluice__pool_round_waits(const struct sluice_pool *pool)
 {
     struct sluice_pool *p = (struct sluice_pool *)pool;
     struct sluice_gate_counts g = sluice_gate_stats(&p->gate);
-    uint32_t queued = g.waiting + atomic_load_explicit(&p->holding, SLUICE_RELAXED);
-    return g.limit && queued >= g.limit;
+    return g.limit && sluice__pool_queued(p, &g) >= g.limit;
 }
 
 /*

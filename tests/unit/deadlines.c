@@ -301,8 +301,8 @@ Test(deadlines, before_the_service_time_is_known_a_call_with_a_deadline_queues_b
     cr_assert_eq(sluice_pool_stats(p).refused_early, 2);
     /* Once calls have said how long they take, the prediction decides: 2 + 1 calls of
      * 1 s ahead on 2 permits fit in 60 s. */
-    sluice_pool_call_cancel_async(p, &w[0]);
-    sluice_pool_call_cancel_async(p, &w[1]);
+    cr_assert_eq(sluice_pool_call_cancel_async(p, &w[0]), SLUICE_OK);
+    cr_assert_eq(sluice_pool_call_cancel_async(p, &w[1]), SLUICE_OK);
     fake_clock_advance(&clk, SEC);
     sluice_pool_call_end(p, &a, SLUICE_OUTCOME_OK, 0);
     sluice_pool_call_end(p, &b, SLUICE_OUTCOME_OK, 0);
