@@ -257,9 +257,8 @@ SLUICE_INLINE int64_t sluice_pool_wait_bound(const struct sluice_pool *p,
 
 /* Before the service time is known (see "Before anything is known"): whether as many calls
  * wait as there are permits, a round, so a caller with a deadline is not queued behind more. */
-SLUICE_INLINE bool sluice__pool_round_waits(const struct sluice_pool *pool)
+SLUICE_INLINE bool sluice__pool_round_waits(struct sluice_pool *p)
 {
-    struct sluice_pool *p = (struct sluice_pool *)pool;
     struct sluice_gate_counts g = sluice_gate_stats(&p->gate);
     return g.limit && sluice__pool_queued(p, &g) >= g.limit;
 }
