@@ -276,13 +276,20 @@ static void *rfx_child_caller(void *arg)
         struct sluice_call call;
         if (sluice_pool_call_begin(c->pool, NULL, NULL, &call) == SLUICE_OK) {
             long status = 0;
+            curl_off_t ttfb = 0;
             CURLcode rc = curl_easy_perform(easy);
             curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+            curl_easy_getinfo(easy, CURLINFO_STARTTRANSFER_TIME_T, &ttfb);
             enum sluice_outcome outcome = rc != CURLE_OK                    ? SLUICE_OUTCOME_IGNORE
                                           : status == 429 || status == 503 ? SLUICE_OUTCOME_OVERLOAD
                                           : status / 100 == 2              ? SLUICE_OUTCOME_OK
                                                                            : SLUICE_OUTCOME_IGNORE;
-            sluice_pool_call_end(c->pool, &call, outcome, 0);
+            /* Time to first byte, as curl saw it: what the shim gives discovery
+             * (sluice__curl_end_call). The pool's own clock would add the wait between
+             * the permit and this thread running again, which on two loaded cores is
+             * the caller's delay, not the provider's. */
+            sluice_pool_call_end_latency(c->pool, &call, outcome, 0,
+                                         ttfb > 0 ? (int64_t)ttfb * 1000 : -1);
             if (outcome != SLUICE_OUTCOME_OK) /* a client's pause before it tries again */
                 fx_sleep_ms(20);
         }
