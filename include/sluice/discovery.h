@@ -267,6 +267,8 @@ SLUICE_INLINE const char *sluice_discovery_state_name(enum sluice_discovery_stat
 #define SLUICE_DISCOVERY_EVENTS_MAX (UINT32_C(1) << 20)
 #define SLUICE_DISCOVERY_WINDOW_SAMPLES_MAX (UINT32_C(1) << 16)
 #define SLUICE_DISCOVERY_SPAN_MAX 1000.0 /* mean latencies, for window_span and window_tail */
+/* A normal's mean absolute deviation per standard deviation: sqrt(2/π). */
+#define SLUICE__SD_TO_MAD 0.7978845608028654
 /* A latency longer than this counts as this long (sums stay far from overflow). */
 #define SLUICE_DISCOVERY_LATENCY_MAX_NS SLUICE_DISCOVERY_WINDOW_MAX_NS
 /* Clock skew a restored lock's locked_at_s may show before it is called invalid. */
@@ -570,6 +572,8 @@ struct sluice_discovery {
     uint32_t knee_strikes;  /* latency knees at the ceiling not yet forgiven */
     uint32_t clean_run;     /* stable windows at the ceiling since the last of them */
     uint32_t served_before; /* the last window's served_in_flight */
+    bool ref_guessed;       /* latency_ref_ns is still the first latency's guess (doubled):
+                               the open window is the first, and has no previous mean */
     uint32_t knee_estimate; /* the policy's queue-free estimate at the last knee; 0 = none */
     union {
         max_align_t align;
@@ -825,6 +829,15 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take_locked(struct sluice_d
         w.in_flight_mean = line.in_flight_mean;
         w.latency_per_call_ns = line.slope_ns;
         w.latency_per_call_se_ns = line.slope_se_ns;
+        /* The first window's calls deviated from a guess (twice the first latency), not
+         * from a mean: that distance is no noise. Its noise is its calls' spread about
+         * their own mean, as the mean absolute deviation a normal with that σ has. (The
+         * guess read as noise made the policy's cv² start 5-50 times too high, and its
+         * gain takes ten windows to forget: slow start doubted levels that had not moved,
+         * and a knee at twice the latency could not leave the noise.) */
+        if (d->ref_guessed)
+            w.latency_mad_ns = (int64_t)((double)sluice_window_totals_sd(&t) * SLUICE__SD_TO_MAD);
+        d->ref_guessed = false;
         sluice__discovery_average_locked(&d->latency_ref_ns, w.latency_mean_ns);
         sluice__discovery_average_locked(&d->duration_ref_ns, w.duration_mean_ns);
     }
@@ -1093,6 +1106,7 @@ SLUICE_INLINE void sluice__discovery_first_latency(struct sluice_discovery *d, i
         atomic_store_explicit(&d->latency_ref_ns, guess, SLUICE_RELAXED);
         atomic_store_explicit(&d->duration_ref_ns, sluice_add_ns(duration_ns, latency_ns),
                               SLUICE_RELAXED);
+        d->ref_guessed = true;
         sluice__discovery_schedule(d, atomic_load_explicit(&d->cohort_from_ns, SLUICE_RELAXED),
                                    sluice__discovery_timing_ref(d));
     }
@@ -1478,6 +1492,7 @@ SLUICE_INLINE void sluice__discovery_restart_locked(struct sluice_discovery *d, 
     atomic_store_explicit(&d->last_cut_ns, now, SLUICE_RELAXED);
     atomic_store_explicit(&d->latency_ref_ns, 0, SLUICE_RELAXED);
     atomic_store_explicit(&d->duration_ref_ns, 0, SLUICE_RELAXED);
+    d->ref_guessed = false;
     sluice__discovery_schedule(d, now, 0);
     sluice__discovery_opened_locked(d);
 }

@@ -194,7 +194,9 @@ struct sluice_window {
                                    whole call, where its latency is time to first byte); 0
                                    when n_ok == 0 */
     int64_t latency_min_ns;     /* their minimum; 0 when n_ok == 0 */
-    int64_t latency_mad_ns;     /* their mean absolute deviation from the previous mean */
+    int64_t latency_mad_ns;     /* their mean absolute deviation from the previous windows'
+                                   running mean (the first window, which has none: from its
+                                   own mean, as a normal with their spread would show) */
     int64_t retry_after_ns;     /* largest Retry-After among the overloads; 0 = none */
     uint32_t n_served;          /* calls that ended OK while the window was open, measured or
                                    not: n_served / (end_ns - start_ns) is the completion rate */

@@ -332,6 +332,17 @@ SLUICE_INLINE struct sluice_window_line sluice_window_totals_line(const struct s
     return line;
 }
 
+/* The standard deviation of the measured calls' latency about their own mean (ns); 0 with
+ * fewer than 2 calls. */
+SLUICE_INLINE int64_t sluice_window_totals_sd(const struct sluice_window_totals *t)
+{
+    if (t->n_ok < 2)
+        return 0;
+    double n = t->n_ok, sy = (double)t->latency_sum_ns;
+    double syy = t->latency_sq - sy * sy / n;
+    return syy > 0 ? (int64_t)sqrt(syy / (n - 1.0)) : 0;
+}
+
 /* Close the open window: flip the buffers (later samples add to the other),
  * wait for the samples still adding to this one, take its totals and reset
  * it. One closer at a time (see Concurrency). */

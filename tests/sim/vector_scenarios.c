@@ -41,16 +41,15 @@ static const struct known_miss known_misses[] = {
     {"slow-link", VSIM_OBSERVED_RTT, VSIM_MIN, "never one call alone"},
     {"slow-link", VSIM_AVERAGED_RTT, VSIM_MIN, "never one call alone"},
     /* Shallow knee: no latency rise below 10, so slow start doubles 10 -> 20 (2.6x the
-     * unloaded latency), then the reference probe holds 6 for much of the short run. */
+     * unloaded latency), then the reference probe holds 7 for 3.6 s of the 11 s run (the
+     * calls in flight are at 10 more often; the limit is not). */
     {"shallow-knee", VSIM_IN_FLIGHT, VSIM_MAX, "slow start to 20"},
-    {"shallow-knee", VSIM_IN_FLIGHT, VSIM_MODE, "the reference probe at 6"},
     {"shallow-knee", VSIM_RATE, VSIM_MAX, "slow start to 20"},
-    {"shallow-knee", VSIM_RATE, VSIM_MEAN, "the reference probe at 6"},
+    {"shallow-knee", VSIM_RATE, VSIM_MEAN, "the reference probe at 7"},
     {"shallow-knee", VSIM_CTL_LIMIT, VSIM_MAX, "slow start to 20"},
-    {"shallow-knee", VSIM_CTL_LIMIT, VSIM_MEAN, "the reference probe at 6"},
-    {"shallow-knee", VSIM_CTL_LIMIT, VSIM_MODE, "the reference probe at 6"},
+    {"shallow-knee", VSIM_CTL_LIMIT, VSIM_MEAN, "the reference probe at 7"},
+    {"shallow-knee", VSIM_CTL_LIMIT, VSIM_MODE, "the reference probe at 7"},
     {"shallow-knee", VSIM_CTL_IN_FLIGHT, VSIM_MAX, "slow start to 20"},
-    {"shallow-knee", VSIM_CTL_IN_FLIGHT, VSIM_MODE, "the reference probe at 6"},
     {"shallow-knee", VSIM_OBSERVED_RTT, VSIM_MAX, "slow start to 20"},
     {"shallow-knee", VSIM_AVERAGED_RTT, VSIM_MAX, "slow start to 20"},
 };

@@ -259,6 +259,8 @@ struct spy_totals {
     uint32_t n_ok, n_censored, n_overload, n_served, max_in_flight;
     int64_t latency_ns; /* the sum of latency_mean_ns x n_ok */
     bool saturated;     /* some window was */
+    int64_t mad_ns[2];  /* the first two windows' latency_mad_ns */
+    uint32_t windows;
 };
 
 struct spy_policy {
@@ -282,6 +284,9 @@ static struct sluice_verdict spy_update(struct sluice_policy *self, const struct
     t->latency_ns += w->latency_mean_ns * w->n_ok;
     t->max_in_flight = w->max_in_flight > t->max_in_flight ? w->max_in_flight : t->max_in_flight;
     t->saturated |= w->saturated;
+    if (t->windows < 2)
+        t->mad_ns[t->windows] = w->latency_mad_ns;
+    t->windows++;
     return sluice__verdict_hold(w);
 }
 
@@ -315,6 +320,40 @@ Test(window, a_call_cut_by_its_deadline_is_measured_at_its_cut_never_as_an_overl
     cr_assert_eq(last.n_served, 12);
     cr_assert_eq(sluice_discovery_limit(n.disc), 8);
     sluice_discovery_destroy(n.disc);
+}
+
+/* The first window has no previous mean: its calls deviate from the first latency's guess
+ * (twice that latency), and that distance is no noise. Calls of 90 and 110 ms, first a 90:
+ * the guess is 180 ms, 80 ms from every call on average, where the calls spread 10 ms about
+ * their mean (σ 10.3 ms, a normal's mean absolute deviation 8.2 ms). Read as noise, the
+ * guess made the policy's latency test doubt levels that had not moved for ten windows. The
+ * next window deviates from the running mean, as every later one does. */
+Test(window, the_first_windows_noise_is_its_spread_not_its_distance_from_the_guess)
+{
+    struct node n;
+    node_init(&n);
+    struct spy_totals seen = {0};
+    struct spy_policy policy = {{&spy_ops}, &seen};
+    struct sluice_discovery_desc d = node_desc(&n, "cloud:x");
+    d.policy = &policy.base;
+    d.jumpstart = 8;
+    node_create(&n, &d);
+    for (int window = 0; window < 2; window++) {
+        advance(&n, 110 * MS);
+        for (int i = 0; i < 16; i++)
+            feed(&n, i % 2 ? 110 * MS : 90 * MS, 8, SLUICE_OUTCOME_OK, 0);
+        advance(&n, SLUICE_DISCOVERY_WINDOW_MAX_NS);
+        sluice_discovery_poll(n.disc);
+    }
+    sluice_discovery_destroy(n.disc);
+    cr_assert_eq(seen.windows, 2);
+    cr_expect(seen.mad_ns[0] >= 7 * MS && seen.mad_ns[0] <= 9 * MS,
+              "the first window's deviation is %.1f ms: its calls spread 10 ms",
+              (double)seen.mad_ns[0] / MS);
+    /* The running mean after the first window is (180 + 100) / 2 = 140 ms: 40 ms away. */
+    cr_expect(seen.mad_ns[1] >= 39 * MS && seen.mad_ns[1] <= 41 * MS,
+              "the second window's deviation from the running mean is %.1f ms",
+              (double)seen.mad_ns[1] / MS);
 }
 
 Test(window, the_largest_window_parameters_and_absurd_latencies_stay_defined)

@@ -316,7 +316,8 @@ struct sluice_policy_discover {
     uint32_t est;        /* the estimate the last latency cut carried (discovery locks no
                             higher); 0 = the bracket came from a refusal, or none yet */
     int64_t last_ns;     /* end of the last window seen (0 = none) */
-    double cv2;          /* squared coefficient of variation of latency (0 = none yet) */
+    double cv2;          /* squared coefficient of variation of latency */
+    bool cv2_known;      /* cv2 was measured (a provider without noise measures 0) */
     double rate_n, rate_ns; /* completions and time, decayed: rate = rate_n / rate_ns */
     double rate_max;     /* windowed max of that rate, per ns: the throughput plateau */
     int64_t echo_ns;     /* when the run of refusals began: the start of the window it began
@@ -345,6 +346,7 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
     p->remeasure_left = p->windows = p->remeasure_after = p->proved = p->struck = 0;
     p->last_ns = p->echo_ns = p->proved_ns = p->quiet_ns = p->down_ns = 0;
     p->cv2 = 0;
+    p->cv2_known = false;
     p->rate_n = p->rate_ns = p->rate_max = 0;
     p->now_n = p->now_ns = 0;
     memset(p->levels, 0, sizeof p->levels);
@@ -719,7 +721,8 @@ sluice__discover_pool_window(struct sluice_policy_discover *p, const struct slui
 {
     double mean = (double)w->latency_mean_ns, n = w->n_ok;
     double cv = SLUICE__DISCOVER_MAD_TO_SIGMA * (double)w->latency_mad_ns / mean;
-    p->cv2 = p->cv2 > 0 ? p->cv2 + (cv * cv - p->cv2) * SLUICE__DISCOVER_CV2_GAIN : cv * cv;
+    p->cv2 = p->cv2_known ? p->cv2 + (cv * cv - p->cv2) * SLUICE__DISCOVER_CV2_GAIN : cv * cv;
+    p->cv2_known = true;
     struct sluice__discover_level *l = sluice__discover_pool(p, level, n, mean);
     /* A probe's level was chosen below any sign of the cap: it is the
      * reference being measured, not a level under test. */
