@@ -154,8 +154,10 @@
  *            the rest passes. Under a refusal bracket a level under the
  *            knee passes without the upper bound, and one in doubt just
  *            under where they struck is measured where it stands until
- *            `confirm` decides; at the locked ceiling doubt passes at once
- *            (only refusals lower a lock).
+ *            `confirm` decides; while deadlines cut calls there, a knee
+ *            against a reference not yet sampled is doubt too (no probe:
+ *            the refusals bound the cap); at the locked ceiling doubt
+ *            passes at once (only refusals lower a lock).
  *   lock     Just below a latency bracket the first stable window locks
  *            (discovery.h). The policy lets that happen only on a level
  *            that passed with the last cut's estimate at or above it;
@@ -944,7 +946,15 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
         return v;
     bool trusted = w->probe_cap && w->limit == p->settled;
     bool refused = w->probe_cap && !p->est && !trusted;
-    switch (sluice__discover_test(p, w, l, x, se, last_step, refused, trusted)) {
+    enum sluice__discover_test test = sluice__discover_test(p, w, l, x, se, last_step, refused,
+                                                            trusted);
+    /* Under a refusal bracket while deadlines cut calls, the refusals bound the cap and a
+     * knee against a reference not yet sampled is doubt, measured where it stands: its
+     * probe would halve the limit with callers waiting (one held 25 -> 9 at 10 s under a
+     * cap of 24 whose latency never moved: the loaded client's own delays). */
+    if (test == SLUICE__DISCOVER_QUEUE && refused && w->n_censored && !ref.sampled && !last_step)
+        test = SLUICE__DISCOVER_DOUBT;
+    switch (test) {
     case SLUICE__DISCOVER_QUEUE:
         return sluice__discover_knee(p, w, l, &ref);
     case SLUICE__DISCOVER_DOUBT:
