@@ -832,9 +832,9 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take_locked(struct sluice_d
         /* The first window's calls deviated from a guess (twice the first latency), not
          * from a mean: that distance is no noise. Its noise is its calls' spread about
          * their own mean, as the mean absolute deviation a normal with that σ has. (The
-         * guess read as noise made the policy's cv² start 5-50 times too high, and its
-         * gain takes ten windows to forget: slow start doubted levels that had not moved,
-         * and a knee at twice the latency could not leave the noise.) */
+         * guess read a constant 100 ms provider as cv² 1.5, which the policy's average
+         * takes ten windows to forget: slow start doubted levels that had not moved, and
+         * a knee at 2.6 times the latency took a second window to leave the noise.) */
         if (d->ref_guessed)
             w.latency_mad_ns = (int64_t)((double)sluice_window_totals_sd(&t) * SLUICE__SD_TO_MAD);
         d->ref_guessed = false;

@@ -245,11 +245,12 @@ Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behin
 
 /* Slow start from 5 (19 calls behind s0: 2 s), refused at `refused_at` by calls that started
  * with `struck` in flight (served calls with up to `served`) and came back after
- * `refused_after_ns`; then level 11, under the refusal bracket, 17% over s0 on 19 spread
- * calls (above the knee, inside the noise). Returns the verdict on that level's first judged
- * window. */
-static struct sluice_verdict doubt_at_11_after_refusals(uint32_t refused_at, uint32_t struck,
-                                                        uint32_t served, int64_t refused_after_ns)
+ * `refused_after_ns`; then level 11, under the refusal bracket, `rise_pct` % of s0 on 19 calls
+ * spread by `cv`, `censored` of them cut by their caller's deadline. Returns the verdict on
+ * that level's first judged window. */
+static struct sluice_verdict at_11_after_refusals(uint32_t refused_at, uint32_t struck,
+                                                  uint32_t served, int64_t refused_after_ns,
+                                                  int64_t rise_pct, double cv, uint32_t censored)
 {
     struct sluice_policy_discover p;
     sluice_policy_discover_init(&p, NULL, NULL, 0);
@@ -266,11 +267,19 @@ static struct sluice_verdict doubt_at_11_after_refusals(uint32_t refused_at, uin
     cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
     cr_assert_eq(v.limit, (uint32_t)(struck * 0.9), "cut to backoff times where it struck");
     for (int i = 0; i < 2; i++) { /* the first window at 11 measured the old queue */
-        w = healthy(11, 19, 2 * SEC * 117 / 100, 0.4);
+        w = healthy(11, 19, 2 * SEC * rise_pct / 100, cv);
         w.probe_cap = refused_at - 1;
+        w.n_censored = censored;
         v = sluice_policy_update(&p.base, &w);
     }
     return v;
+}
+
+/* A level 17 % over s0, above the knee and inside the noise of 19 calls spread by 0.4. */
+static struct sluice_verdict doubt_at_11_after_refusals(uint32_t refused_at, uint32_t struck,
+                                                        uint32_t served, int64_t refused_after_ns)
+{
+    return at_11_after_refusals(refused_at, struck, served, refused_after_ns, 117, 0.4, 0);
 }
 
 /* Refusals that struck just above a level bound the cap there: a rise within the noise is
@@ -285,6 +294,21 @@ Test(policy, discover_measures_a_level_in_doubt_just_under_where_refusals_struck
     cr_assert_eq(v.limit, 11);
     v = doubt_at_11_after_refusals(20, 20, 12, 2 * SEC);
     cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "refusals far above: the reference is probed");
+    cr_assert_lt(v.limit, 11);
+}
+
+/* Under a refusal bracket while deadlines cut calls, the refusals bound the cap: a knee
+ * against a reference of 38 calls (twice s0 on calls spread by 0.1: far past the noise) is
+ * measured where it stands, not answered by halving the limit to probe s0 (over HTTP, 64
+ * callers with 250 ms deadlines against a cap of 24 whose latency never moves: 25 -> 9 at
+ * 10 s, on the loaded client's own delays). Without cut calls the probe stays. */
+Test(policy, discover_holds_a_knee_under_refusals_while_deadlines_cut_calls)
+{
+    struct sluice_verdict v = at_11_after_refusals(20, 20, 12, 2 * SEC, 200, 0.1, 5);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "deadlines cut calls: held where it stands");
+    cr_assert_eq(v.limit, 11);
+    v = at_11_after_refusals(20, 20, 12, 2 * SEC, 200, 0.1, 0);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "no cut calls: the reference is probed");
     cr_assert_lt(v.limit, 11);
 }
 
