@@ -836,7 +836,7 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take_locked(struct sluice_d
          * takes ten windows to forget: slow start doubted levels that had not moved, and
          * a knee at 2.6 times the latency took a second window to leave the noise.) */
         if (d->ref_guessed)
-            w.latency_mad_ns = (int64_t)((double)sluice_window_totals_sd(&t) * SLUICE__SD_TO_MAD);
+            w.latency_mad_ns = (int64_t)(line.latency_sd_ns * SLUICE__SD_TO_MAD);
         d->ref_guessed = false;
         sluice__discovery_average_locked(&d->latency_ref_ns, w.latency_mean_ns);
         sluice__discovery_average_locked(&d->duration_ref_ns, w.duration_mean_ns);

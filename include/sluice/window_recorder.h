@@ -310,37 +310,31 @@ SLUICE_INLINE struct sluice_window_totals sluice__window_buffer_take(struct slui
 /* The least-squares line of latency on the calls in flight at start, over the measured
  * calls of `t` (struct sluice_window says what it is for): the mean count, the slope in ns
  * per call and its standard error. Slope and error are 0 with fewer than 3 calls or
- * counts that never varied; an error of 0 with a slope is a perfect fit. */
+ * counts that never varied; an error of 0 with a slope is a perfect fit. And the calls'
+ * latency spread about their own mean, from the same sums (0 with fewer than 2 calls). */
 struct sluice_window_line {
     double in_flight_mean, slope_ns, slope_se_ns;
+    double latency_sd_ns;
 };
 
 SLUICE_INLINE struct sluice_window_line sluice_window_totals_line(const struct sluice_window_totals *t)
 {
-    struct sluice_window_line line = {0, 0, 0};
+    struct sluice_window_line line = {0, 0, 0, 0};
     if (!t->n_ok)
         return line;
     double n = t->n_ok, sx = (double)t->in_flight_sum, sy = (double)t->latency_sum_ns;
+    double syy = t->latency_sq - sy * sy / n; /* sums of squared deviations */
+    if (t->n_ok >= 2 && syy > 0)
+        line.latency_sd_ns = sqrt(syy / (n - 1.0));
     line.in_flight_mean = sx / n;
-    double sxx = (double)t->in_flight_sq - sx * sx / n; /* sums of squared deviations */
+    double sxx = (double)t->in_flight_sq - sx * sx / n;
     if (t->n_ok < 3 || sxx < 0.5) /* x is an integer: any spread makes sxx >= (n-1)/n */
         return line;
-    double sxy = t->cross_sum - sx * sy / n, syy = t->latency_sq - sy * sy / n;
+    double sxy = t->cross_sum - sx * sy / n;
     line.slope_ns = sxy / sxx;
     double residual = (syy - line.slope_ns * sxy) / (n - 2.0);
     line.slope_se_ns = residual > 0 ? sqrt(residual / sxx) : 0;
     return line;
-}
-
-/* The standard deviation of the measured calls' latency about their own mean (ns); 0 with
- * fewer than 2 calls. */
-SLUICE_INLINE int64_t sluice_window_totals_sd(const struct sluice_window_totals *t)
-{
-    if (t->n_ok < 2)
-        return 0;
-    double n = t->n_ok, sy = (double)t->latency_sum_ns;
-    double syy = t->latency_sq - sy * sy / n;
-    return syy > 0 ? (int64_t)sqrt(syy / (n - 1.0)) : 0;
 }
 
 /* Close the open window: flip the buffers (later samples add to the other),
