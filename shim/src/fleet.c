@@ -260,6 +260,7 @@ static struct sluice_verdict fleet_policy_update(struct sluice_policy *self,
     r->n_overload += w->n_overload;
     r->n_served += w->n_served;
     r->latency_sum += w->latency_mean_ns * (int64_t)w->n_ok;
+    r->deviation_sum += w->latency_mad_ns * (int64_t)w->n_ok;
     if (w->n_ok && (!r->latency_min || w->latency_min_ns < r->latency_min))
         r->latency_min = w->latency_min_ns;
     if (w->retry_after_ns > r->retry_after)
@@ -337,7 +338,8 @@ static void leader_start(struct sluice_fleet *f, uint32_t shared_limit, uint64_t
 }
 
 /*
- * Feed one drained report ("ok overload served lat_sum lat_min maxif retry start_ms") to
+ * Feed one drained report ("ok overload served lat_sum lat_min maxif retry start_ms
+ * deviation_sum"; an older member's has no deviation_sum) to
  * the leader's node; answer the samples fed. Served calls count as started now: reports
  * arrive a beat or two late, and the node measures only calls that started in its open
  * window (which leader_beat closes). Overloads keep the report's start (its oldest
@@ -348,10 +350,10 @@ static unsigned leader_feed(struct sluice_fleet *f, const char *report, int64_t 
                             enum sluice_outcome outcome)
 {
     unsigned long long ok, overload, served;
-    long long lat_sum, lat_min, retry, start_ms;
+    long long lat_sum, lat_min, retry, start_ms, dev_sum = 0;
     unsigned maxif, n = 0;
-    if (sscanf(report, "%llu %llu %llu %lld %lld %u %lld %lld", &ok, &overload, &served, &lat_sum,
-               &lat_min, &maxif, &retry, &start_ms) != 8)
+    if (sscanf(report, "%llu %llu %llu %lld %lld %u %lld %lld %lld", &ok, &overload, &served,
+               &lat_sum, &lat_min, &maxif, &retry, &start_ms, &dev_sum) < 8)
         return 0;
     int64_t now = sluice_monotonic_ns();
     int64_t age_ns = (now_srv_ms - start_ms) * SLUICE_NS_PER_MS;
@@ -360,11 +362,20 @@ static unsigned leader_feed(struct sluice_fleet *f, const char *report, int64_t 
     s.in_flight_at_start = f->a_fleet_load;
     s.outcome = SLUICE_OUTCOME_OK;
     s.latency_ns = ok ? (int64_t)(lat_sum / (long long)ok) : 0;
+    /* The calls' spread, rebuilt: the rest alternate one mean deviation either side of
+     * the mean. Copies of the mean alone read as calls without noise, and the knee test,
+     * which weighs a rise against that noise, read a fleet's sampling error as a queue
+     * (a cap of 24 locked at 7). */
+    int64_t dev = ok && dev_sum > 0 ? (int64_t)(dev_sum / (long long)ok) : 0;
+    if (dev > s.latency_ns)
+        dev = s.latency_ns;
     for (; outcome == SLUICE_OUTCOME_OK && n < ok && n < FLEET_SAMPLES_PER_REPORT; n++) {
         /* One at the window's fastest, so the policy's minimum filter sees it. */
         struct sluice_sample one = s;
         if (n == 0 && lat_min > 0)
             one.latency_ns = lat_min;
+        else if (n + 1 < ok || n % 2 == 0) /* an odd last one stays at the mean */
+            one.latency_ns += n % 2 ? dev : -dev;
         sluice_discovery_on_sample(f->a_leader, &one);
     }
     s.outcome = SLUICE_OUTCOME_OVERLOAD;
@@ -518,16 +529,17 @@ static bool fleet_report(struct sluice_fleet *f)
     sluice_spinlock_unlock(&f->report_lock);
     if (!r.first_start_ns)
         return true;
-    char fields[256], age[24];
+    char fields[256], age[24], deviation[24];
     snprintf(fields, sizeof fields,
              "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64 " %" PRId64 " %" PRIu32 " %" PRId64,
              r.n_ok, r.n_overload, r.n_served, r.latency_sum, r.latency_min, r.max_in_flight,
              r.retry_after);
     int64_t age_ms = (sluice_monotonic_ns() - r.first_start_ns) / SLUICE_NS_PER_MS;
     snprintf(age, sizeof age, "%" PRId64, age_ms > 0 ? age_ms : 0);
+    snprintf(deviation, sizeof deviation, "%" PRId64, r.deviation_sum);
     static const enum fleet_key keys[] = {KEY_REPORTS};
-    const char *args[] = {fields, age};
-    redisReply *reply = sluice__fleet_eval(f, sluice__fleet_lua_report, keys, 1, args, 2);
+    const char *args[] = {fields, age, deviation};
+    redisReply *reply = sluice__fleet_eval(f, sluice__fleet_lua_report, keys, 1, args, 3);
     if (reply)
         freeReplyObject(reply);
     return reply != NULL;

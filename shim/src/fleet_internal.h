@@ -28,6 +28,8 @@ extern const char *const sluice__fleet_key_suffix[KEY_COUNT];
 struct fleet_report {
     uint64_t n_ok, n_overload, n_served;
     int64_t latency_sum, latency_min, retry_after;
+    int64_t deviation_sum; /* Σ latency_mad_ns · n_ok: the calls' spread, which the leader
+                              rebuilds (a report's mean alone reads as calls without noise) */
     uint32_t max_in_flight;
     int64_t first_start_ns; /* pool clock: the oldest window's start; 0 = empty */
 };

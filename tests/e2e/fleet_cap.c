@@ -140,7 +140,10 @@ FLEET_TEST(eight_processes_discover_one_hidden_cap_together)
  * in 12-20 s. The workers give discovery curl's time to first byte, as the shim
  * does, not the permit's time: that drops the wait between a permit and its
  * thread running again. Six runs each under two busy loops: the permit's time
- * locked at 15, 24, 26, 27, 27, 30; curl's at 23, 25, 26, 26, 26, 27. */
+ * locked at 15, 24, 26, 27, 27, 30; curl's at 23, 25, 26, 26, 26, 27. With the
+ * first window's noise measured as its spread (discovery.h), the leader's copies
+ * of each report's mean read a fleet's sampling error as a knee (locks at 5 and
+ * 7 in 27 runs) until reports carried the calls' spread (16 of 16 at 21-28). */
 #define QUEUE_CAP 24
 FLEET_TEST(eight_processes_lock_a_queue_then_refuse_provider_inside_the_band)
 {
@@ -157,8 +160,11 @@ FLEET_TEST(eight_processes_lock_a_queue_then_refuse_provider_inside_the_band)
                 "simulator peak %ld in flight",
                 QUEUE_CAP, locked ? "locked" : "no lock", ceiling, shared, s.ok, s.unavailable,
                 s.peak_in_flight);
+    bool inside = ceiling >= 0.8 * QUEUE_CAP && ceiling <= 1.25 * QUEUE_CAP;
+    if (!locked || !inside)
+        rfx_dump_logs();
     cr_assert(locked, "the fleet did not lock within %d ms (S = %lld)", RFX_PATIENCE_MS, shared);
-    cr_expect(ceiling >= 0.8 * QUEUE_CAP && ceiling <= 1.25 * QUEUE_CAP,
+    cr_expect(inside,
               "the fleet locked at %lld, outside [0.8, 1.25]·%d", ceiling, QUEUE_CAP);
 }
 
