@@ -35,7 +35,8 @@
  *            queue for it); their sum, each at least 1 (a member's base permit
  *            is never free for another), is the fleet's in-flight for the leader.
  *   reports  list: each process's closed windows (completions, overloads,
- *            latency sums, peak in flight), drained by the leader.
+ *            latency sums and mean deviations, peak in flight), drained by
+ *            the leader.
  *   clears   counter: bumped by every fleet-wide clear.
  * Every operation on them is one atomic Lua script (heartbeat = refresh +
  * acquire or release + read the state; report; drain; leader renew; clear).
