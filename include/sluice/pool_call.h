@@ -566,7 +566,12 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon(struct sluice_pool *
  * feeds the sample to its discovery first, so a limit cut or hold it causes
  * is in force before the permit moves on; discovery's effects (grants after
  * a raise, store I/O, event callbacks) run after the permit is released, on
- * this thread unless another thread is already running them.
+ * this thread unless another thread is already running them. The pool's
+ * clock also counts the wait between the permit and this thread running
+ * again, which on a loaded machine is the caller's delay, read as the
+ * provider's: where the transport measures the call itself (curl's
+ * CURLINFO_STARTTRANSFER_TIME_T, as the shim gives), pass that to
+ * sluice_pool_call_end_latency instead.
  */
 SLUICE_INLINE struct sluice_sample sluice_pool_call_end(struct sluice_pool *p,
                                                         const struct sluice_call *call,
