@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""sluice-proxy driven by a client nobody here wrote: the OpenAI Node SDK, retrying.
+
+    python3 bench/openai_sdk_rate.py --build build/test [--case rate|overload] [--runs 3]
+                                     [--seconds S] [--workers W] [--retries 2] [--json F]
+
+--case rate (the default; 45 s, 32 workers). Over loopback: sluice-provider-sim (100 ms median, sigma 0.4, no cap in reach) behind
+nginx `limit_req rate=100r/s burst=10 nodelay` answering 429 without a Retry-After, and
+sluice-proxy (defaults: discovery on, waiting 1024) in front of nginx. WORKERS closed-loop
+callers on the official OpenAI Node SDK (openai from npm, BUILD/node/node_modules: the
+test preset's bootstrap installs it) send chats through the proxy; the SDK retries each 429
+RETRIES times with its own backoff (0.5 s doubling, jittered), so every attempt is one call
+through the proxy, each holding a permit only while it runs. Issue 30's target: every run
+locks inside [0.8, 1.25]·R·L (R·L = 100/s x the simulator's mean latency, 0.108 s) and no
+lock is ever taken below it. Each run prints the lock, the lowest lock taken, the limit over
+time, and the SDK's tallies (calls served, calls that failed after their retries, and why);
+--json writes one row per run. Needs nginx and Node.js (the bench preset installs nginx).
+
+--case overload (20 s, 64 workers). Issue 27's blocking case with the SDK as the caller:
+sluice-provider-sim refusing past a cap of 24 (200 ms median, sigma 0.4), the SDK's
+`timeout` at 250 ms (it aborts the request, so the proxy sees the client hang up, and it
+retries that too), no deadline header: the proxy knows only what a hang-up tells it.
+Beside it, in the same run, the oracle: the same proxy with --no-discovery --active 24
+--waiting 0 (a 503 at once past the cap, which the SDK retries after its backoff). Target:
+calls served >= 0.8x the oracle's and the limit >= 0.85·C at the end.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RATE = 100
+MEAN_S = 0.1 * 2.718281828 ** (0.4 ** 2 / 2)  # lognormal, median 100 ms, sigma 0.4
+RL = RATE * MEAN_S
+CAP = 24
+NODE = 'cloud:sim'
+
+NGINX_CONF = '''worker_processes 1; error_log /dev/null; pid {d}/nginx.pid;
+events {{ worker_connections 1024; }}
+http {{ access_log off; client_body_temp_path {d}; proxy_temp_path {d};
+  fastcgi_temp_path {d}; uwsgi_temp_path {d}; scgi_temp_path {d};
+  limit_req_zone $binary_remote_addr zone=rate:1m rate={rate}r/s;
+  upstream sim {{ server 127.0.0.1:{up}; keepalive 64; }}
+  server {{ listen 127.0.0.1:{port};
+    location / {{ limit_req zone=rate burst=10 nodelay; limit_req_status 429;
+      proxy_pass http://sim; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
+'''
+
+
+def die(msg):
+    sys.exit('openai_sdk_rate.py: ' + msg)
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def wait_accepts(port, seconds=5.0):
+    import socket
+    end = time.time() + seconds
+    while time.time() < end:
+        try:
+            with socket.create_connection(('127.0.0.1', port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read().decode())
+
+
+def get_lines(url):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return [json.loads(line) for line in r.read().decode().splitlines() if line.strip()]
+
+
+class Procs:
+    """Every process a run starts, stopped together however the run ends."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, args, **kw):
+        p = subprocess.Popen(args, start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, 9)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+
+
+def start_proxy(procs, opts, upstream, extra=()):
+    proxy = procs.start([os.path.join(opts.build, 'shim', 'sluice-proxy'), '--upstream',
+                         upstream, '--node', NODE, '--state', 'off', '--listen', '127.0.0.1:0',
+                         '--admin', '127.0.0.1:0', '--access-log', 'off', *extra],
+                        stdout=subprocess.PIPE, text=True)
+    return proxy.stdout.readline().strip(), proxy.stdout.readline().strip()
+
+
+def start_sim(procs, opts, args):
+    sim = procs.start([os.path.join(opts.build, 'shim', 'sluice-provider-sim'), '--quiet', *args],
+                      stdout=subprocess.PIPE, text=True)
+    return int(sim.stdout.readline())
+
+
+def drive(procs, opts, url, admin, node_modules, timeout_ms=0):
+    """Run the SDK's callers against url; poll the proxy's limit and events meanwhile."""
+    env = dict(os.environ, NODE_PATH=node_modules)
+    sdk = procs.start(['node', os.path.join(HERE, 'openai_sdk_rate.cjs'), url, str(opts.workers),
+                       str(opts.seconds), str(opts.retries), str(timeout_ms)],
+                      stdout=subprocess.PIPE, env=env, text=True)
+    events, after, limits, t0 = [], 0, [], time.time()
+    while sdk.poll() is None:
+        time.sleep(0.5)
+        node = get_json(admin + '/compute/concurrency')['nodes'][0]
+        limits.append((round(time.time() - t0, 1), node['limit'], node['state']))
+        batch = get_lines('%s/compute/concurrency/events?node_id=%s&after=%d' % (admin, NODE, after))
+        events += batch
+        after = batch[-1]['seq'] if batch else after
+    out = sdk.stdout.read()
+    if sdk.returncode != 0:
+        die('the SDK script failed (its stderr is above)')
+    locks = [e['ceiling'] for e in events if e['event'] == 'lock' and e['ceiling']]
+    return {'lock': limits[-1][1] if limits[-1][2] == 'locked' else 0, 'limit': limits[-1][1],
+            'lowest': min(locks) if locks else 0, 'limits': limits, 'sdk': json.loads(out),
+            'backoffs': [(e['old_limit'], e['new_limit'], e['reason']) for e in events
+                         if e['event'] == 'backoff']}
+
+
+def rate_run(opts, seed, node_modules):
+    procs, tmp = Procs(), tempfile.mkdtemp(prefix='sluice-sdk-rate-')
+    try:
+        sim_port = start_sim(procs, opts, ['--mode', 'reject', '--cap', '100000', '--median-ms',
+                                           '100', '--seed', str(seed)])
+        ngx_port = free_port()
+        conf = os.path.join(tmp, 'nginx.conf')
+        with open(conf, 'w') as f:
+            f.write(NGINX_CONF.format(d=tmp, rate=RATE, up=sim_port, port=ngx_port))
+        procs.start(['nginx', '-p', tmp, '-c', conf, '-g', 'daemon off;'],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not wait_accepts(ngx_port):
+            die('nginx did not start (is it installed? the bench preset installs it)')
+        url, admin = start_proxy(procs, opts, 'http://127.0.0.1:%d' % ngx_port)
+        return drive(procs, opts, url, admin, node_modules)
+    finally:
+        procs.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def overload_run(opts, seed, node_modules):
+    """The adaptive proxy, then the oracle, each against a fresh simulator."""
+    res = {}
+    for name, extra in (('adaptive', tuple(opts.proxy_arg)), ('oracle', ('--no-discovery', '--active', str(CAP),
+                                                      '--waiting', '0'))):
+        procs = Procs()
+        try:
+            sim_port = start_sim(procs, opts, ['--mode', 'reject', '--cap', str(CAP), '--median-ms',
+                                               '200', '--seed', str(seed)])
+            url, admin = start_proxy(procs, opts, 'http://127.0.0.1:%d' % sim_port, extra)
+            res[name] = drive(procs, opts, url, admin, node_modules, timeout_ms=250)
+        finally:
+            procs.stop()
+    return res
+
+
+def tally_text(s):
+    return 'SDK served %d, failed %d %s, p50 %s ms' % (s['ok'], s['failed'],
+                                                       json.dumps(s['statuses']), s['p50_ms'])
+
+
+def report_rate(r, res):
+    lo, hi = 0.8 * RL, 1.25 * RL
+    ok = lo <= res['lock'] <= hi and (not res['lowest'] or res['lowest'] >= lo)
+    trace = ' '.join('%g:%d' % (t, l) for t, l, _ in res['limits'][::6])
+    print('run %d: lock %d, lowest %d (%s); %s' % (r, res['lock'], res['lowest'],
+                                                 'in band' if ok else 'MISSED', tally_text(res['sdk'])))
+    print('  limit (s:limit): %s' % trace)
+    print('  backoffs: %s' % ', '.join('%d→%d %s' % b for b in res['backoffs']))
+    return ok, dict(res, band=[lo, hi])
+
+
+def report_overload(r, res):
+    a, o = res['adaptive'], res['oracle']
+    ratio = a['sdk']['ok'] / o['sdk']['ok'] if o['sdk']['ok'] else 0.0
+    ok = ratio >= 0.8 and a['limit'] >= 0.85 * CAP
+    trace = ' '.join('%g:%d' % (t, l) for t, l, _ in a['limits'][::4])
+    print('run %d: served %.2f of the oracle, limit %d at the end (%s)' % (
+        r, ratio, a['limit'], 'met' if ok else 'MISSED'))
+    print('  adaptive: %s' % tally_text(a['sdk']))
+    print('  oracle:   %s' % tally_text(o['sdk']))
+    print('  limit (s:limit): %s' % trace)
+    print('  backoffs: %s' % ', '.join('%d→%d %s' % b for b in a['backoffs']))
+    return ok, dict(res, ratio=ratio)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--build', required=True, help='a build tree with shim/ and node/ (the test preset)')
+    ap.add_argument('--case', choices=('rate', 'overload'), default='rate')
+    ap.add_argument('--runs', type=int, default=3)
+    ap.add_argument('--seconds', type=int)
+    ap.add_argument('--workers', type=int)
+    ap.add_argument('--retries', type=int, default=2, help="the SDK's maxRetries (its default: 2)")
+    ap.add_argument('--proxy-arg', action='append', default=[],
+                    help="one more argument for the adaptive proxy (repeatable)")
+    ap.add_argument('--json', help='write the rows here')
+    opts = ap.parse_args()
+    rate = opts.case == 'rate'
+    opts.seconds = opts.seconds or (45 if rate else 20)
+    opts.workers = opts.workers or (32 if rate else 64)
+    node_modules = os.path.join(os.path.abspath(opts.build), 'node', 'node_modules')
+    if not os.path.exists(os.path.join(node_modules, 'openai', 'package.json')):
+        die('no OpenAI Node SDK in %s (cmake --workflow --preset test installs it)' % node_modules)
+    for tool in ('nginx', 'node') if rate else ('node',):
+        if not shutil.which(tool):
+            die('%s is not installed' % tool)
+    if rate:
+        print('R·L %.1f, band [%.1f, %.1f]; %d workers, maxRetries %d, %d s a run'
+              % (RL, 0.8 * RL, 1.25 * RL, opts.workers, opts.retries, opts.seconds))
+    else:
+        print('cap %d; %d workers, timeout 250 ms, maxRetries %d, %d s a run'
+              % (CAP, opts.workers, opts.retries, opts.seconds))
+    rows, met = [], 0
+    for r in range(1, opts.runs + 1):
+        res = (rate_run if rate else overload_run)(opts, 7100 + r, node_modules)
+        ok, row = (report_rate if rate else report_overload)(r, res)
+        met += ok
+        rows.append(dict(row, case=opts.case, run=r, met=ok, workers=opts.workers,
+                         retries=opts.retries))
+    print('%d of %d runs met the target' % (met, opts.runs))
+    if opts.json:
+        with open(opts.json, 'w') as f:
+            json.dump(rows, f, indent=1)
+    return 0 if met == opts.runs else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main())
