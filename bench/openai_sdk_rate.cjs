@@ -12,7 +12,7 @@ const OpenAI = require('openai');
 
 const [url, workers, seconds, retries, timeoutMs] = process.argv.slice(2);
 const client = new OpenAI({ baseURL: url + '/v1', apiKey: 'sk-sluice-bench',
-                            maxRetries: Number(retries), timeout: Number(timeoutMs || 30000) });
+                            maxRetries: Number(retries), timeout: Number(timeoutMs) || 30000 });
 const messages = [{ role: 'user', content: 'Say hi' }];
 const end = Date.now() + Number(seconds) * 1000;
 const tally = { ok: 0, failed: 0, statuses: {}, latencies_ms: [] };

@@ -470,9 +470,13 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
                 sluice_service_add(&p->service, now - call->start_ns);
                 sluice_service_add(&p->first_byte, sample.latency_ns);
             }
-        } else if (outcome == SLUICE_OUTCOME_OK || outcome == SLUICE_OUTCOME_CENSORED) {
-            /* A call cut at t takes longer than t: without it the estimates would see only
-             * the calls short enough to beat their deadlines (sluice/service_time.h). */
+        } else {
+            /* A call cut at t takes longer than t, whether its deadline or its caller cut it:
+             * without it the estimates would see only the calls short enough to beat their
+             * deadlines (sluice/service_time.h), and a cold start whose callers all hang up
+             * would never learn how long to keep their permits (sluice-proxy behind an SDK's
+             * 250 ms timeout: released at once, 26 calls in 15 ms filled a provider's cap of
+             * 24 behind a count of 5, and its 429s cut discovery to 1). */
             sluice_service_add_censored(&p->service, now - call->start_ns);
             if (outcome == SLUICE_OUTCOME_OK) /* its first byte came */
                 sluice_service_add(&p->first_byte, sample.latency_ns);

@@ -9,8 +9,8 @@
  * SLUICE_SERVICE_SAMPLES durations of calls (a pool keeps two: call start
  * to end, the whole transfer, what a call needs to *finish*; and start to
  * the latency signal, a stream's first byte, what it needs to *begin*) in
- * a ring: of successful calls, and of calls their caller's deadline cut
- * (sluice_service_add_censored: "longer than this"). Every
+ * a ring: of successful calls, and of calls their caller cut, by a deadline
+ * or by hanging up (sluice_service_add_censored: "longer than this"). Every
  * SLUICE_SERVICE_REFRESH samples (every sample while the ring fills) one
  * recorder copies the ring, sorts the copy and publishes three quantiles
  * of the product-limit (Kaplan–Meier) estimate — the survival-analysis

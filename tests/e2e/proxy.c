@@ -3,6 +3,7 @@
  * sluice-provider-sim over loopback, driven by libcurl as any client would:
  * pass-through of plain and streamed chats, what a client sees when the
  * proxy refuses or times out, a provider's own 429, a client that hangs up,
+ * clients whose common timeout becomes their start deadline,
  * the lock behind 64 clients (and after a restart), the drain on SIGTERM.
  */
 #include "proxy_fixture.h"
@@ -351,6 +352,54 @@ Test(proxy, a_call_the_backend_cannot_serve_in_time_is_refused_at_once_with_503_
     cr_assert_not_null(px_header(&r, "Retry-After", v, sizeof v));
     px_assert_error_body(&r, "late");
     cr_assert_eq(fx_stats().requests, before, "a call refused as late never reaches the provider");
+}
+
+/* `n` chats at once, none naming a deadline, each client giving up after timeout_ms (0 = never):
+ * the replies' statuses in `status`. */
+static void chats_at_once(int n, long timeout_ms, long *status)
+{
+    struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
+    CURL *e[16];
+    struct px_reply replies[16], *r[16];
+    for (int i = 0; i < n; i++) {
+        r[i] = &replies[i];
+        e[i] = px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, h, r[i]);
+        if (timeout_ms)
+            curl_easy_setopt(e[i], CURLOPT_TIMEOUT_MS, timeout_ms);
+    }
+    px_all(e, r, n);
+    for (int i = 0; i < n; i++)
+        status[i] = replies[i].status;
+    curl_slist_free_all(h);
+}
+
+/* Clients that name no deadline but give up at a common time (an SDK's `timeout`) teach the
+ * proxy that time: it becomes their start deadline, so a call that cannot begin by then is
+ * answered at once (503 late, or 504 when it leaves the queue) instead of being held until
+ * its client leaves. One permit, 150 ms calls, clients that give up at 400 ms. */
+Test(proxy, clients_that_give_up_at_a_common_time_teach_it_their_patience)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 150,
+                                   .fixed_latency = true, .abandoned_free = true});
+    start_proxy((const char *const[]){"--no-discovery", "--active", "1", NULL});
+    long status[16];
+    chats_at_once(6, 0, status); /* nothing learned: each waits its turn, the last 900 ms */
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(status[i], 200, "before any hang-up, client %d got %ld", i, status[i]);
+    chats_at_once(12, 400, status); /* two are served; ten give up at 400 ms */
+    int served = 0;
+    for (int i = 0; i < 12; i++)
+        served += status[i] == 200;
+    cr_assert_leq(served, 3, "%d of 12 served in 400 ms at 150 ms a call", served);
+    fx_sleep_ms(400); /* the permit of the call cut mid-way lingers while it may still run */
+    chats_at_once(6, 0, status); /* patient clients now, but the proxy knows the others */
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 6; i++) {
+        ok += status[i] == 200;
+        refused += status[i] == 503 || status[i] == 504;
+    }
+    cr_assert(ok >= 1 && refused >= 1 && ok + refused == 6,
+              "%d served and %d answered 503/504 of 6 (the rest: something else)", ok, refused);
 }
 
 /* One "POST /v1/chat/completions" with a Content-Length body, for a raw connection. */

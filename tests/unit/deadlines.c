@@ -986,6 +986,25 @@ Test(deadlines, a_cold_start_whose_every_call_is_cut_still_knows_how_long_to_lin
     sluice_pool_destroy(p);
 }
 
+/* The same when the callers hang up mid-call instead (a cancel, not a deadline: an HTTP
+ * client's own timeout seen by sluice-proxy): discovery ignores those calls, but each ran at
+ * least that long, so the estimate learns how long to keep their permits. */
+Test(deadlines, a_cold_start_whose_callers_hang_up_mid_call_learns_how_long_to_linger)
+{
+    struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){0});
+    for (uint32_t i = 0; i <= SLUICE_SERVICE_MIN_SAMPLES; i++) {
+        cr_assert_eq(sluice_pool_stats(p).lingering, 0, "no estimate yet: released at once");
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+        fake_clock_advance(&clk, 200 * MS);
+        struct sluice_sample s = sluice_pool_call_abandon(p, &call, SLUICE_ECANCELED);
+        cr_assert_eq(s.outcome, SLUICE_OUTCOME_IGNORE, "a cancel still says nothing to discovery");
+    }
+    cr_assert_eq(sluice_pool_stats(p).lingering, 1, "the cancelled calls said how long calls run");
+    cr_assert_eq(sluice_pool_next_release(p), fake_clock_now(&clk) + 200 * MS);
+    sluice_pool_destroy(p);
+}
+
 Test(deadlines, a_quantile_the_cut_calls_hide_is_unknown_so_the_rules_never_refuse_every_call)
 {
     struct sluice_service_time s;

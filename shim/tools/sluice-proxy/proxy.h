@@ -9,6 +9,7 @@
  *   route.c     which backend serves a request, and the URL it goes to
  *   http.c      the front end: accept, parse, bounds, answers, keep-alive, writes
  *   upstream.c  one request on the curl loop: headers out, answer streamed back, status mapping
+ *   patience.c  the clients' patience, learned from their hang-ups: a start deadline where none is named
  *   log.c       the access log, one line per request
  *   main.c      engine, state file, fleet, admin, the event loop, signals, drain
  *
@@ -216,6 +217,15 @@ struct conn {
     int64_t queued_ns;
 };
 
+/* The clients' patience at one backend (patience.c). */
+#define PATIENCE_SAMPLES 16u /* the last hang-ups remembered */
+struct patience {
+    int64_t ns[PATIENCE_SAMPLES]; /* how long each client waited before it hung up */
+    uint64_t added;
+    int64_t last_ns;    /* when the newest one hung up (monotonic) */
+    int64_t learned_ns; /* the start deadline they show, 0 = none */
+};
+
 struct proxy {
     struct options *o;
     struct sluice_engine *engine;
@@ -239,7 +249,12 @@ struct proxy {
     FILE *log;
     CURL *spare_easy[PROXY_SPARE_EASY]; /* handles of finished calls, for the next ones */
     size_t n_spare;
+    struct patience patience[PROXY_BACKENDS_MAX]; /* by backend, as o->backends */
 };
+
+/* patience.c */
+void patience_hung_up(struct patience *pt, int64_t waited_ns, int64_t now);
+int64_t patience_start_ms(const struct patience *pt, int64_t now);
 
 /* route.c */
 int routes_check(struct options *o, char *err, size_t size);

@@ -245,6 +245,23 @@ static void easy_give_back(struct proxy *p, CURL *easy)
         curl_easy_cleanup(easy);
 }
 
+static struct patience *backend_patience(const struct conn *c)
+{
+    return &c->p->patience[c->backend - c->p->o->backends];
+}
+
+/* What is left of the learned patience for this request, which arrived at t_start_ns; -1 =
+ * none learned. */
+static int64_t learned_start_ms(const struct conn *c)
+{
+    int64_t now = now_ns();
+    int64_t ms = patience_start_ms(backend_patience(c), now);
+    if (ms < 0)
+        return -1;
+    ms -= (now - c->t_start_ns) / 1000000;
+    return ms > 0 ? ms : 0;
+}
+
 static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
 {
     struct conn *c = data;
@@ -256,6 +273,8 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
     curl_slist_free_all(c->up_headers);
     c->up_headers = NULL;
     if (c->gone) {
+        if (!c->head_sent) /* it gave up before any answer began: its patience */
+            patience_hung_up(backend_patience(c), now_ns() - c->t_start_ns, now_ns());
         c->outcome = "client_gone";
         c->status_out = c->head_sent ? (int)c->up_status : 499; /* nginx's "client closed" */
         http_request_done(c);
@@ -400,6 +419,8 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     int64_t start_ms = r->start_deadline_ms >= 0 ? r->start_deadline_ms
                        : b->start_deadline_ms    ? (int64_t)b->start_deadline_ms
                                                  : -1;
+    if (ms < 0 && start_ms < 0) /* no deadline named: the clients' own timeout, where learned */
+        start_ms = learned_start_ms(c);
     c->hold_head = start_ms >= 0;
     struct sluice_curl_request req = {.backend = b->id, .easy = e,
                                       .deadline = relative_deadline(&dl, ms),
