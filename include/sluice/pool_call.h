@@ -522,7 +522,8 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_po
  * was seen before the call was cut (a stream's first byte; then discovery
  * gets it as a served call's), else negative: a call cut by its deadline
  * at t then teaches discovery "longer than t" (SLUICE_OUTCOME_CENSORED,
- * latency t), a cancelled one nothing (IGNORE). Whether the call keeps its
+ * latency t), a cancelled one nothing (IGNORE); either way the service
+ * estimate learns that the call ran longer than t. Whether the call keeps its
  * permit follows the pool's linger mode (enum sluice_linger): where the
  * provider keeps working it stays in flight until sluice_service_linger_until
  * (the high quantile of recent service times after now; capped by
