@@ -35,6 +35,8 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from proxy_bench import Procs, free_port, wait_port  # noqa: E402
 RATE = 100
 MEAN_S = 0.1 * 2.718281828 ** (0.4 ** 2 / 2)  # lognormal, median 100 ms, sigma 0.4
 RL = RATE * MEAN_S
@@ -57,25 +59,6 @@ def die(msg):
     sys.exit('openai_sdk_rate.py: ' + msg)
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def wait_accepts(port, seconds=5.0):
-    import socket
-    end = time.time() + seconds
-    while time.time() < end:
-        try:
-            with socket.create_connection(('127.0.0.1', port), timeout=0.2):
-                return True
-        except OSError:
-            time.sleep(0.05)
-    return False
-
-
 def get_json(url):
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read().decode())
@@ -86,38 +69,17 @@ def get_lines(url):
         return [json.loads(line) for line in r.read().decode().splitlines() if line.strip()]
 
 
-class Procs:
-    """Every process a run starts, stopped together however the run ends."""
-
-    def __init__(self):
-        self.procs = []
-
-    def start(self, args, **kw):
-        p = subprocess.Popen(args, start_new_session=True, **kw)
-        self.procs.append(p)
-        return p
-
-    def stop(self):
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, 9)
-                except ProcessLookupError:
-                    pass
-                p.wait()
-
-
 def start_proxy(procs, opts, upstream, extra=()):
     proxy = procs.start([os.path.join(opts.build, 'shim', 'sluice-proxy'), '--upstream',
                          upstream, '--node', NODE, '--state', 'off', '--listen', '127.0.0.1:0',
                          '--admin', '127.0.0.1:0', '--access-log', 'off', *extra],
-                        stdout=subprocess.PIPE, text=True)
+                        stdout=subprocess.PIPE, stderr=None, text=True)
     return proxy.stdout.readline().strip(), proxy.stdout.readline().strip()
 
 
 def start_sim(procs, opts, args):
     sim = procs.start([os.path.join(opts.build, 'shim', 'sluice-provider-sim'), '--quiet', *args],
-                      stdout=subprocess.PIPE, text=True)
+                      stdout=subprocess.PIPE, stderr=None, text=True)
     return int(sim.stdout.readline())
 
 
@@ -126,7 +88,7 @@ def drive(procs, opts, url, admin, node_modules, timeout_ms=0):
     env = dict(os.environ, NODE_PATH=node_modules)
     sdk = procs.start(['node', os.path.join(HERE, 'openai_sdk_rate.cjs'), url, str(opts.workers),
                        str(opts.seconds), str(opts.retries), str(timeout_ms)],
-                      stdout=subprocess.PIPE, env=env, text=True)
+                      stdout=subprocess.PIPE, stderr=None, env=env, text=True)
     events, after, limits, t0 = [], 0, [], time.time()
     while sdk.poll() is None:
         time.sleep(0.5)
@@ -154,14 +116,15 @@ def rate_run(opts, seed, node_modules):
         conf = os.path.join(tmp, 'nginx.conf')
         with open(conf, 'w') as f:
             f.write(NGINX_CONF.format(d=tmp, rate=RATE, up=sim_port, port=ngx_port))
-        procs.start(['nginx', '-p', tmp, '-c', conf, '-g', 'daemon off;'],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if not wait_accepts(ngx_port):
+        procs.start(['nginx', '-p', tmp, '-c', conf, '-g', 'daemon off;'])
+        try:
+            wait_port(ngx_port, timeout=5)
+        except RuntimeError:
             die('nginx did not start (is it installed? the bench preset installs it)')
         url, admin = start_proxy(procs, opts, 'http://127.0.0.1:%d' % ngx_port)
         return drive(procs, opts, url, admin, node_modules)
     finally:
-        procs.stop()
+        procs.stop_all()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -177,7 +140,7 @@ def overload_run(opts, seed, node_modules):
             url, admin = start_proxy(procs, opts, 'http://127.0.0.1:%d' % sim_port, extra)
             res[name] = drive(procs, opts, url, admin, node_modules, timeout_ms=250)
         finally:
-            procs.stop()
+            procs.stop_all()
     return res
 
 

@@ -273,8 +273,9 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
     curl_slist_free_all(c->up_headers);
     c->up_headers = NULL;
     if (c->gone) {
+        int64_t now = now_ns();
         if (!c->head_sent) /* it gave up before any answer began: its patience */
-            patience_hung_up(backend_patience(c), now_ns() - c->t_start_ns, now_ns());
+            patience_hung_up(backend_patience(c), now - c->t_start_ns, now);
         c->outcome = "client_gone";
         c->status_out = c->head_sent ? (int)c->up_status : 499; /* nginx's "client closed" */
         http_request_done(c);
