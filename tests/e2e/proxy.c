@@ -356,7 +356,9 @@ Test(proxy, a_call_the_backend_cannot_serve_in_time_is_refused_at_once_with_503_
 
 /* `n` chats at once, none naming a deadline, each client giving up after timeout_ms (0 = never):
  * the replies' statuses in `status`. */
-static void chats_at_once(int n, long timeout_ms, long *status)
+/* n chats at once, each given up after timeout_ms (0 = never); their statuses, and the body
+ * of the last one refused (503/504) in `refusal` when not NULL ("" if none was). */
+static void chats_at_once(int n, long timeout_ms, long *status, char *refusal, size_t size)
 {
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     CURL *e[16];
@@ -368,8 +370,13 @@ static void chats_at_once(int n, long timeout_ms, long *status)
             curl_easy_setopt(e[i], CURLOPT_TIMEOUT_MS, timeout_ms);
     }
     px_all(e, r, n);
-    for (int i = 0; i < n; i++)
+    if (refusal)
+        refusal[0] = '\0';
+    for (int i = 0; i < n; i++) {
         status[i] = replies[i].status;
+        if (refusal && (status[i] == 503 || status[i] == 504))
+            snprintf(refusal, size, "%s", replies[i].body);
+    }
     curl_slist_free_all(h);
 }
 
@@ -383,16 +390,17 @@ Test(proxy, clients_that_give_up_at_a_common_time_teach_it_their_patience)
                                    .fixed_latency = true, .abandoned_free = true});
     start_proxy((const char *const[]){"--no-discovery", "--active", "1", NULL});
     long status[16];
-    chats_at_once(6, 0, status); /* nothing learned: each waits its turn, the last 900 ms */
+    chats_at_once(6, 0, status, NULL, 0); /* nothing learned: each waits its turn, 900 ms */
     for (int i = 0; i < 6; i++)
         cr_assert_eq(status[i], 200, "before any hang-up, client %d got %ld", i, status[i]);
-    chats_at_once(12, 400, status); /* two are served; ten give up at 400 ms */
+    chats_at_once(12, 400, status, NULL, 0); /* two are served; ten give up at 400 ms */
     int served = 0;
     for (int i = 0; i < 12; i++)
         served += status[i] == 200;
     cr_assert_leq(served, 3, "%d of 12 served in 400 ms at 150 ms a call", served);
     fx_sleep_ms(400); /* the permit of the call cut mid-way lingers while it may still run */
-    chats_at_once(6, 0, status); /* patient clients now, but the proxy knows the others */
+    char why[1024];
+    chats_at_once(6, 0, status, why, sizeof why); /* patient now, but the proxy knows the others */
     int ok = 0, refused = 0;
     for (int i = 0; i < 6; i++) {
         ok += status[i] == 200;
@@ -400,6 +408,9 @@ Test(proxy, clients_that_give_up_at_a_common_time_teach_it_their_patience)
     }
     cr_assert(ok >= 1 && refused >= 1 && ok + refused == 6,
               "%d served and %d answered 503/504 of 6 (the rest: something else)", ok, refused);
+    /* These clients named no deadline: the refusal says whose it was and how to name one. */
+    cr_assert_not_null(strstr(why, "the request named none"), "%s", why);
+    cr_assert_not_null(strstr(why, "X-Sluice-Start-Deadline-Ms"), "%s", why);
 }
 
 /* One "POST /v1/chat/completions" with a Content-Length body, for a raw connection. */

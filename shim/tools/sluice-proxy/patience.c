@@ -33,16 +33,26 @@
  * the proxy's 504 and never hangs up itself, so without fresh hang-ups the
  * learned time is no longer evidence.
  *
+ * What it learns is said where the operator looks: a line on stderr when a
+ * backend's learned time is first believed, moves past PATIENCE_SPREAD of
+ * what was said, or is forgotten; and the 503/504 of a request it refused
+ * names it (upstream.c), since that client named no deadline of its own.
+ *
  * State: per backend, in struct proxy; one thread (proxy.h), no locks.
  */
 #include "proxy.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define PATIENCE_MIN 8u
 #define PATIENCE_SPREAD 1.25
-#define PATIENCE_FRESH_NS (10 * INT64_C(1000000000))
+#define PATIENCE_FRESH_S 10
+#define PATIENCE_FRESH_NS (PATIENCE_FRESH_S * INT64_C(1000000000))
+#define PATIENCE_STR(x) #x
+#define PATIENCE_XSTR(x) PATIENCE_STR(x)
 
 static int cmp_i64(const void *a, const void *b)
 {
@@ -50,16 +60,44 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* A client hung up `waited_ns` after its request arrived, before any answer began. */
-void patience_hung_up(struct patience *pt, int64_t waited_ns, int64_t now)
+/* Say on stderr what the proxy now does for requests of `backend` that name no deadline,
+ * when it changed: `ns` learned (0 = none), `why` the reason when it is none. */
+static void announce(struct patience *pt, const char *backend, int64_t ns, const char *why)
+{
+    int64_t was = pt->announced_ns;
+    if (ns && was && (double)ns <= (double)was * PATIENCE_SPREAD &&
+        (double)was <= (double)ns * PATIENCE_SPREAD)
+        return;
+    if (!ns && !was)
+        return;
+    pt->announced_ns = ns;
+    if (ns)
+        fprintf(stderr,
+                PROG ": backend %s: clients that name no deadline hang up after about %" PRId64
+                     " ms when no answer has begun; that is now their start deadline (a call "
+                     "that cannot start by then is refused at once; "
+                     PROXY_START_DEADLINE_HEADER " or start_deadline_ms overrides it)\n",
+                backend, ns / 1000000);
+    else
+        fprintf(stderr,
+                PROG ": backend %s: %s; requests that name no deadline wait for a slot as long "
+                     "as it takes again\n",
+                backend, why);
+}
+
+/* A client of `backend` hung up `waited_ns` after its request arrived, before any answer
+ * began. */
+void patience_hung_up(struct patience *pt, const char *backend, int64_t waited_ns, int64_t now)
 {
     pt->ns[pt->added % PATIENCE_SAMPLES] = waited_ns;
     pt->added++;
     pt->last_ns = now;
     uint32_t n = pt->added < PATIENCE_SAMPLES ? (uint32_t)pt->added : PATIENCE_SAMPLES;
     pt->learned_ns = 0;
-    if (n < PATIENCE_MIN)
+    if (n < PATIENCE_MIN) {
+        announce(pt, backend, 0, "its clients hang up too seldom to show a common time");
         return;
+    }
     int64_t sorted[PATIENCE_SAMPLES];
     memcpy(sorted, pt->ns, n * sizeof *sorted);
     qsort(sorted, n, sizeof *sorted, cmp_i64);
@@ -70,13 +108,17 @@ void patience_hung_up(struct patience *pt, int64_t waited_ns, int64_t now)
                 (double)sorted[i] <= median * PATIENCE_SPREAD;
     if (4 * near >= 3 * n)
         pt->learned_ns = sorted[n / 2];
+    announce(pt, backend, pt->learned_ns,
+             "its clients' last hang-ups no longer agree on a time");
 }
 
-/* The learned start deadline, ms from the request's arrival; -1 = none (not learned, or
- * no hang-up for PATIENCE_FRESH_NS). */
-int64_t patience_start_ms(const struct patience *pt, int64_t now)
+/* The learned start deadline of `backend`, ms from the request's arrival; -1 = none (not
+ * learned, or no hang-up for PATIENCE_FRESH_NS). */
+int64_t patience_start_ms(struct patience *pt, const char *backend, int64_t now)
 {
-    if (!pt->learned_ns || now - pt->last_ns > PATIENCE_FRESH_NS)
-        return -1;
-    return pt->learned_ns / 1000000;
+    if (pt->learned_ns && now - pt->last_ns > PATIENCE_FRESH_NS) {
+        pt->learned_ns = 0;
+        announce(pt, backend, 0, "no client has hung up for " PATIENCE_XSTR(PATIENCE_FRESH_S) " s");
+    }
+    return pt->learned_ns ? pt->learned_ns / 1000000 : -1;
 }

@@ -210,6 +210,8 @@ struct conn {
     bool begun;                /* the answer has begun: a body byte (an SSE `data:` line) */
     struct buf up_head;        /* the upstream answer's head as it will go to the client */
     int64_t t_start_ns, t_first_ns;
+    int64_t patience_ms;       /* the learned start deadline this call runs under (patience.c),
+                                  -1 = one the request or its backend named, or none */
     uint64_t bytes_out;
     /* What the access log says of the request. */
     int status_out;
@@ -224,6 +226,7 @@ struct patience {
     uint64_t added;
     int64_t last_ns;    /* when the newest one hung up (monotonic) */
     int64_t learned_ns; /* the start deadline they show, 0 = none */
+    int64_t announced_ns; /* what stderr last said was learned, 0 = none */
 };
 
 struct proxy {
@@ -253,8 +256,8 @@ struct proxy {
 };
 
 /* patience.c */
-void patience_hung_up(struct patience *pt, int64_t waited_ns, int64_t now);
-int64_t patience_start_ms(const struct patience *pt, int64_t now);
+void patience_hung_up(struct patience *pt, const char *backend, int64_t waited_ns, int64_t now);
+int64_t patience_start_ms(struct patience *pt, const char *backend, int64_t now);
 
 /* route.c */
 int routes_check(struct options *o, char *err, size_t size);

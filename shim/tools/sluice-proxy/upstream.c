@@ -27,6 +27,7 @@
 #define _GNU_SOURCE
 #include "proxy.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -217,14 +218,21 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
         const struct refusal *f = &refusals[i];
         if (f->status != status || (f->when != ANY && f->when != when))
             continue;
-        char headers[128];
+        char headers[128], message[256], learned[256] = "";
         if (f->http == 503)
             snprintf(headers, sizeof headers, "%s\r\nRetry-After: %u\r\n", f->header,
                      c->p->o->retry_after_s);
         else
             snprintf(headers, sizeof headers, "%s\r\n", f->header);
+        snprintf(message, sizeof message, f->message, id);
+        if (c->patience_ms >= 0 && (status == SLUICE_ELATE || status == SLUICE_ETIMEDOUT))
+            snprintf(learned, sizeof learned,
+                     " (the request named none: its start deadline was the %" PRId64
+                     " ms after which this backend's clients have been hanging up; send "
+                     PROXY_START_DEADLINE_HEADER " to choose one)",
+                     c->patience_ms);
         http_error(c, f->http, f->http == 503 ? "server_error" : "timeout_error", f->code,
-                   headers, f->message, id);
+                   headers, "%s%s", message, learned);
         return;
     }
     if (status == SLUICE_EIO && r)
@@ -251,14 +259,14 @@ static struct patience *backend_patience(const struct conn *c)
 }
 
 /* What is left of the learned patience for this request, which arrived at t_start_ns; -1 =
- * none learned. */
-static int64_t learned_start_ms(const struct conn *c)
+ * none learned. The whole of it goes to c->patience_ms, for a refusal to name. */
+static int64_t learned_start_ms(struct conn *c)
 {
     int64_t now = now_ns();
-    int64_t ms = patience_start_ms(backend_patience(c), now);
-    if (ms < 0)
+    c->patience_ms = patience_start_ms(backend_patience(c), c->backend->id, now);
+    if (c->patience_ms < 0)
         return -1;
-    ms -= (now - c->t_start_ns) / 1000000;
+    int64_t ms = c->patience_ms - (now - c->t_start_ns) / 1000000;
     return ms > 0 ? ms : 0;
 }
 
@@ -275,7 +283,7 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
     if (c->gone) {
         int64_t now = now_ns();
         if (!c->head_sent) /* it gave up before any answer began: its patience */
-            patience_hung_up(backend_patience(c), now - c->t_start_ns, now);
+            patience_hung_up(backend_patience(c), c->backend->id, now - c->t_start_ns, now);
         c->outcome = "client_gone";
         c->status_out = c->head_sent ? (int)c->up_status : 499; /* nginx's "client closed" */
         http_request_done(c);
@@ -420,6 +428,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     int64_t start_ms = r->start_deadline_ms >= 0 ? r->start_deadline_ms
                        : b->start_deadline_ms    ? (int64_t)b->start_deadline_ms
                                                  : -1;
+    c->patience_ms = -1;
     if (ms < 0 && start_ms < 0) /* no deadline named: the clients' own timeout, where learned */
         start_ms = learned_start_ms(c);
     c->hold_head = start_ms >= 0;
