@@ -214,6 +214,34 @@ Test(policy, discover_holds_a_rise_within_the_noise_and_decides_after_confirm_wi
     cr_assert_eq(feed(&q, 9, 50, 2 * SEC, 1).cause, SLUICE_CAUSE_ADDITIVE);
 }
 
+Test(policy, discover_doubts_a_queue_below_a_level_that_passed_faster_until_confirm_windows)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
+    sluice_policy_reset(&p.base, 8, true);
+    feed(&p, 8, 50, 2 * SEC, 4);
+    cr_assert_eq(feed(&p, 12, 50, 2 * SEC, 1).cause, SLUICE_CAUSE_ADDITIVE, "12 is flat: it passes");
+    feed(&p, 10, 50, 2 * SEC, 1); /* the limit came down: its first window counts for nothing */
+    /* +40% at 10, one window: past the noise (the test above cuts at once), but 12 just
+     * passed at the reference's latency, and no queue is slower at 10 than at 12: a stall. */
+    struct sluice_verdict v = feed(&p, 10, 50, 14 * SEC / 5, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "one slow window under a faster level: hold");
+    cr_assert_eq(v.limit, 10);
+    /* A stall passes: 10 is measured flat again and passes. */
+    cr_assert_eq(feed(&p, 10, 50, 2 * SEC, 3).cause, SLUICE_CAUSE_ADDITIVE);
+    /* One that stays (the provider slowed) is queueing after `confirm` windows. */
+    struct sluice_policy_discover q;
+    sluice_policy_discover_init(&q, NULL, NULL, 0);
+    sluice_policy_reset(&q.base, 8, true);
+    feed(&q, 8, 50, 2 * SEC, 4);
+    feed(&q, 12, 50, 2 * SEC, 1);
+    feed(&q, 10, 50, 2 * SEC, 1);
+    v = feed(&q, 10, 50, 14 * SEC / 5, 3);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "three windows of doubt: hold");
+    v = feed(&q, 10, 50, 14 * SEC / 5, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY, "the fourth decides: queueing");
+}
+
 Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behind_it)
 {
     struct sluice_policy_discover p;

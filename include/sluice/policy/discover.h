@@ -151,7 +151,10 @@
  *            probe. x <= t and x + 2·se <= ln(1 + 1.5·knee): the level
  *            passes. Anything else is doubt: hold and pool; after `confirm`
  *            windows of doubt at one level, x > t + se/2 is queueing and
- *            the rest passes. Under a refusal bracket a level under the
+ *            the rest passes. A level past the noise is doubt as well while
+ *            a level above it passed with a lower mean: no queue is slower
+ *            at fewer calls, so that rise is a stall (of this machine or
+ *            the provider's) until `confirm` windows keep it. Under a refusal bracket a level under the
  *            knee passes without the upper bound, and one in doubt just
  *            under where they struck is measured where it stands until
  *            `confirm` decides; while deadlines cut calls there, a knee
@@ -782,6 +785,23 @@ enum sluice__discover_test {
     SLUICE__DISCOVER_QUEUE  /* queueing: a knee */
 };
 
+/* A level above `l` passed with a lower mean than l's: latency fell as concurrency rose,
+ * which no queue does. l's rise is then noise (a stall of this machine or the provider's:
+ * 50 ms ones now and then, a loaded CI runner, made a cap of 10 behind HAProxy queue at 9
+ * after 10 passed, and lock at 7, 1 probe in 6) until `confirm` windows say otherwise (a
+ * provider that really slowed keeps its rise; the level above is measured again later). */
+SLUICE_INLINE bool sluice__discover_faster_above(const struct sluice_policy_discover *p,
+                                                 const struct sluice__discover_level *l)
+{
+    for (int i = 0; i < SLUICE__DISCOVER_LEVELS; i++) {
+        const struct sluice__discover_level *h = &p->levels[i];
+        if (h->limit > l->limit && h->passed && h->n >= (float)p->params.min_samples &&
+            h->mean_ns < l->mean_ns)
+            return true;
+    }
+    return false;
+}
+
 /* The latency test of level `l` (x = ln(mean/s0), standard error se): "Per window",
  * latency, at the top says what passes, queues and stays in doubt, and why. */
 SLUICE_INLINE enum sluice__discover_test
@@ -793,7 +813,8 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
     double threshold = log1p(k->knee);
     if (last_step && !(l->passed && p->est >= w->limit))
         return SLUICE__DISCOVER_QUEUE;
-    if (x > threshold + k->noise_z * se)
+    if (x > threshold + k->noise_z * se &&
+        !(l->doubts + 1u < k->confirm && sluice__discover_faster_above(p, l)))
         return SLUICE__DISCOVER_QUEUE;
     double upper = log1p(SLUICE__DISCOVER_PASS_KNEES * k->knee);
     if (trusted || (x <= threshold && (refused || x + SLUICE__DISCOVER_PASS_Z * se <= upper)))
