@@ -154,8 +154,9 @@
  *            the rest passes. A level past the noise is doubt as well while
  *            a level above it passed with a lower mean: no queue is slower
  *            at fewer calls, so that rise is a stall (of this machine or
- *            the provider's) until `confirm` windows keep it. Under a refusal bracket a level under the
- *            knee passes without the upper bound, and one in doubt just
+ *            the provider's) until `confirm` windows keep it. Under a
+ *            refusal bracket a level under the knee passes without the
+ *            upper bound, and one in doubt just
  *            under where they struck is measured where it stands until
  *            `confirm` decides; while deadlines cut calls there, a knee
  *            against a reference not yet sampled is doubt too (no probe:
@@ -786,10 +787,11 @@ enum sluice__discover_test {
 };
 
 /* A level above `l` passed with a lower mean than l's: latency fell as concurrency rose,
- * which no queue does. l's rise is then noise (a stall of this machine or the provider's:
- * 50 ms ones now and then, a loaded CI runner, made a cap of 10 behind HAProxy queue at 9
- * after 10 passed, and lock at 7, 1 probe in 6) until `confirm` windows say otherwise (a
- * provider that really slowed keeps its rise; the level above is measured again later). */
+ * which no queue does. l's rise is then noise until `confirm` windows say otherwise (a
+ * provider that really slowed keeps its rise). The noise: stalls of this machine or the
+ * provider's, every call in flight longer at once. With 50 ms ones now and then
+ * (bench/gateway_stalls.py), a cap of 10 behind HAProxy read 9 as a queue after 10
+ * passed, and locked at 7 in 2 probes of 36; with this rule 0 of 38 locked low. */
 SLUICE_INLINE bool sluice__discover_faster_above(const struct sluice_policy_discover *p,
                                                  const struct sluice__discover_level *l)
 {

@@ -94,10 +94,8 @@ void patience_hung_up(struct patience *pt, const char *backend, int64_t waited_n
     pt->last_ns = now;
     uint32_t n = pt->added < PATIENCE_SAMPLES ? (uint32_t)pt->added : PATIENCE_SAMPLES;
     pt->learned_ns = 0;
-    if (n < PATIENCE_MIN) {
-        announce(pt, backend, 0, "its clients hang up too seldom to show a common time");
+    if (n < PATIENCE_MIN) /* never after a first lesson: n only grows */
         return;
-    }
     int64_t sorted[PATIENCE_SAMPLES];
     memcpy(sorted, pt->ns, n * sizeof *sorted);
     qsort(sorted, n, sizeof *sorted, cmp_i64);
