@@ -68,9 +68,9 @@ static void deadline_json(struct sluice_admin *a, size_t i, const struct sluice_
 {
     totals_json(c, o);
     const struct sluice__admin_node *n = &a->nodes[i];
-    struct sluice__admin_tally then,
-        now = sluice__admin_take_tally(sluice_engine_pool(a->engine, n->id), c,
-                                       sluice__admin_wall_ms());
+    struct sluice__admin_tally now = sluice__admin_take_tally(sluice_engine_pool(a->engine, n->id),
+                                                              c, sluice__admin_wall_ms());
+    struct sluice__admin_tally then = now; /* the oldest tally kept, when there is one */
     pthread_mutex_lock(&a->mutex);
     bool have = n->recent_len > 0;
     if (have) /* the oldest tally kept */
