@@ -959,6 +959,20 @@ Test(deadlines, admission_releases_a_lingering_permit_whose_time_has_come)
     sluice_pool_destroy(p);
 }
 
+/* A cold start's first SLUICE_SERVICE_MIN_SAMPLES + 1 calls, one at a time, each abandoned
+ * for `why` after `ran` ns, each told to discovery as `outcome`. Until the last, no estimate
+ * says how long calls run, so each gives its permit back at once. */
+static void cut_cold_calls(struct sluice_pool *p, int64_t ran, int why, enum sluice_outcome outcome)
+{
+    for (uint32_t i = 0; i <= SLUICE_SERVICE_MIN_SAMPLES; i++) {
+        cr_assert_eq(sluice_pool_stats(p).lingering, 0, "no estimate yet: released at once");
+        struct sluice_call call;
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+        fake_clock_advance(&clk, ran);
+        cr_assert_eq(sluice_pool_call_abandon(p, &call, why).outcome, outcome);
+    }
+}
+
 /* A cold start whose every call is cut still keeps the permits of calls the provider may be
  * running: how long to keep them is known from the cut calls alone. */
 Test(deadlines, a_cold_start_whose_every_call_is_cut_still_knows_how_long_to_linger)
@@ -973,13 +987,7 @@ Test(deadlines, a_cold_start_whose_every_call_is_cut_still_knows_how_long_to_lin
     cr_assert_eq(sluice_service_median(&s), 0, "no call finished: the rules stay off");
     cr_assert_eq(sluice_service_expected(&s), 0);
     struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){0});
-    for (uint32_t i = 0; i <= SLUICE_SERVICE_MIN_SAMPLES; i++) {
-        cr_assert_eq(sluice_pool_stats(p).lingering, 0, "no estimate yet: released at once");
-        struct sluice_call call;
-        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
-        fake_clock_advance(&clk, 250 * MS);
-        sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
-    }
+    cut_cold_calls(p, 250 * MS, SLUICE_ETIMEDOUT, SLUICE_OUTCOME_CENSORED);
     cr_assert_eq(sluice_pool_stats(p).lingering, 1,
                  "once the cut calls say how long calls run, a cut call keeps its permit, "
                  "though no call has finished");
@@ -992,14 +1000,8 @@ Test(deadlines, a_cold_start_whose_every_call_is_cut_still_knows_how_long_to_lin
 Test(deadlines, a_cold_start_whose_callers_hang_up_mid_call_learns_how_long_to_linger)
 {
     struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){0});
-    for (uint32_t i = 0; i <= SLUICE_SERVICE_MIN_SAMPLES; i++) {
-        cr_assert_eq(sluice_pool_stats(p).lingering, 0, "no estimate yet: released at once");
-        struct sluice_call call;
-        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
-        fake_clock_advance(&clk, 200 * MS);
-        struct sluice_sample s = sluice_pool_call_abandon(p, &call, SLUICE_ECANCELED);
-        cr_assert_eq(s.outcome, SLUICE_OUTCOME_IGNORE, "a cancel still says nothing to discovery");
-    }
+    /* A cancel still says nothing to discovery (IGNORE). */
+    cut_cold_calls(p, 200 * MS, SLUICE_ECANCELED, SLUICE_OUTCOME_IGNORE);
     cr_assert_eq(sluice_pool_stats(p).lingering, 1, "the cancelled calls said how long calls run");
     cr_assert_eq(sluice_pool_next_release(p), fake_clock_now(&clk) + 200 * MS);
     sluice_pool_destroy(p);
