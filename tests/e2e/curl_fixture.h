@@ -339,6 +339,31 @@ static inline struct sluice_discovery_status fx_status(struct sluice_engine *e)
 }
 
 /*
+ * The backend's discovery events so far, one " +seconds cause old→new
+ * @in_flight;" each: printed beside a test's outcome, so a miss on a loaded
+ * CI runner can be explained from its log.
+ */
+__attribute__((unused)) static void fx_event_path(struct sluice_engine *e, char *out, size_t size)
+{
+    const struct sluice_event_ring *ring = sluice_engine_events(e, FX_BACKEND);
+    struct sluice_event ev[64];
+    uint64_t cursor = 0;
+    size_t n, used = 0;
+    int64_t t0 = -1;
+    out[0] = '\0';
+    while (ring && (n = sluice_event_ring_read(ring, &cursor, ev, 64, NULL)) > 0)
+        for (size_t i = 0; i < n; i++) {
+            t0 = t0 < 0 ? ev[i].t_ns : t0;
+            int w = snprintf(out + used, size - used, " +%.2fs %s %u→%u @%u;",
+                             (double)(ev[i].t_ns - t0) / 1e9, sluice_cause_name(ev[i].cause),
+                             ev[i].old_limit, ev[i].new_limit, ev[i].in_flight);
+            if (w < 0 || (size_t)w >= size - used)
+                return;
+            used += (size_t)w;
+        }
+}
+
+/*
  * Teach the backend's service-time estimate (sluice/service_time.h) that `n`
  * calls took `ns`: successful calls, each back-dated by `ns`, ended at once.
  * No request reaches the simulator.

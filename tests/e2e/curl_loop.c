@@ -266,11 +266,13 @@ LOOP_TEST(reject_mode_cap_24_is_discovered_by_200_concurrent_submissions_from_4_
     long done = t.done, ok = t.by_status[0], overloads = t.overloads;
     pthread_mutex_unlock(&t.mu);
     double share = (double)overloads / (double)(done ? done : 1);
+    char path[2048];
+    fx_event_path(e, path, sizeof path);
     fprintf(stderr,
             "curl_loop discovery: %s ceiling %u limit %u after %.2f s; %ld calls, 429 share "
-            "%.4f, peak %ld live requests\n",
+            "%.4f, peak %ld live requests; events:%s\n",
             sluice_discovery_state_name(st.state), st.ceiling, st.limit,
-            locked_at ? (double)(locked_at - start) / 1000.0 : -1.0, done, share, peak_live);
+            locked_at ? (double)(locked_at - start) / 1000.0 : -1.0, done, share, peak_live, path);
     cr_assert_eq(rejected, 0, "%ld submissions were refused", rejected);
     cr_assert_eq(ok, done, "%ld of %ld calls failed", done - ok, done);
     cr_assert_geq(peak_live, 150, "the 4 threads never had ~200 requests in the loop");

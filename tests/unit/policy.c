@@ -242,6 +242,30 @@ Test(policy, discover_doubts_a_queue_below_a_level_that_passed_faster_until_conf
     cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY, "the fourth decides: queueing");
 }
 
+Test(policy, discover_measures_afresh_the_level_whose_rise_asked_for_a_probe)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
+    sluice_policy_reset(&p.base, 5, false);
+    feed(&p, 5, 16, SEC / 50, 1);
+    /* A stall: every call of the first window at 10 three times as long. It reads as a queue
+     * against a reference of 16 calls, so the reference is probed. */
+    struct sluice_verdict v = feed(&p, 10, 16, 3 * SEC / 50, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE);
+    uint32_t probe = v.limit;
+    feed(&p, probe, 16, SEC / 50, 1); /* drain window */
+    for (int i = 0; i < 16 && (v.limit == probe || v.cause == SLUICE_CAUSE_NONE); i++)
+        v = feed(&p, probe, 16, SEC / 50, 1);
+    cr_assert_gt(v.limit, probe, "the probe ends once the reference is sampled");
+    /* Back at 10, flat: the stalled window is not held against it. */
+    v.cause = SLUICE_CAUSE_NONE;
+    for (int i = 0; i < 8 && v.cause != SLUICE_CAUSE_ADDITIVE; i++) {
+        v = feed(&p, 10, 16, SEC / 50, 1);
+        cr_assert_neq(v.cause, SLUICE_CAUSE_LATENCY, "a stall's window is a knee at 10");
+    }
+    cr_assert_eq(v.cause, SLUICE_CAUSE_ADDITIVE, "10 passes on its fresh windows");
+}
+
 Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behind_it)
 {
     struct sluice_policy_discover p;

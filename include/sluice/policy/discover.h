@@ -296,7 +296,8 @@ struct sluice_policy_discover_params {
 /* One remembered operating point. */
 struct sluice__discover_level {
     uint32_t limit;   /* 0 = free slot */
-    uint16_t passed;  /* its latency passed the test (1), or not yet or queued (0) */
+    uint8_t passed;   /* its latency passed the test (1), or not yet or queued (0) */
+    uint8_t stale;    /* its calls asked for a re-measure: the next window here replaces them */
     uint16_t doubts;  /* windows in a row its test neither passed nor queued */
     float n;          /* served calls behind the mean, decayed */
     float mean_ns;    /* their mean latency */
@@ -389,13 +390,16 @@ SLUICE_INLINE struct sluice__discover_level *
 sluice__discover_pool(struct sluice_policy_discover *p, uint32_t limit, double n, double mean)
 {
     struct sluice__discover_level *l = sluice__discover_find(p, limit);
-    if (!l) {
-        l = &p->levels[0];
-        for (int i = 1; i < SLUICE__DISCOVER_LEVELS && l->limit; i++)
-            if (!p->levels[i].limit || p->levels[i].n < l->n)
-                l = &p->levels[i];
+    if (!l || l->stale) {
+        if (!l) {
+            l = &p->levels[0];
+            for (int i = 1; i < SLUICE__DISCOVER_LEVELS && l->limit; i++)
+                if (!p->levels[i].limit || p->levels[i].n < l->n)
+                    l = &p->levels[i];
+        }
         l->limit = limit;
         l->passed = 0;
+        l->stale = 0;
         l->doubts = 0;
         l->n = 0;
         l->mean_ns = 0;
@@ -673,8 +677,10 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
          * latency bracket stands, none is made from it, only the probe.
          * The level is tested again once the reference is sampled. A
          * bracket from noise held a cap of 200 at 8, on 1 seed in 1000. */
-        if (!p->est)
+        if (!p->est) {
+            l->stale = 1; /* measured afresh: sluice__discover_remeasure says why */
             return sluice_verdict_make(next, SLUICE_CAUSE_REMEASURE, 0);
+        }
     }
     /* Discovery will lock no higher than this: the highest limit that passed,
      * or the one below it that served the most calls per second, if any did
@@ -829,11 +835,21 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
     return SLUICE__DISCOVER_DOUBT;
 }
 
-/* A probe of s0 at `at`, then back to `resume` (0: grow from it); `brief`: for ..._WINDOWS. */
+/* A probe of s0 at `at`, then back to `resume` (0: grow from it); `brief`: for ..._WINDOWS.
+ * `asked` is the level whose rise asked for it (NULL: none). Its calls are what is in
+ * question, so the next window there replaces them (they still count for Little's estimate
+ * meanwhile, which a stall only lowers). A stall of this machine or the provider's makes
+ * every call in flight longer at once, and pooled over memory_s one stalled window kept its
+ * level reading as a queue after the probe had sampled s0 clean: three 60 ms stalls at 10
+ * locked a reject cap of 24 at 8, in 5 of 12 end-to-end runs (tests/e2e/curl_loop.c's
+ * reject test with an early staller). A real queue shows again in the fresh window. */
 SLUICE_INLINE struct sluice_verdict sluice__discover_remeasure(struct sluice_policy_discover *p,
+                                                               struct sluice__discover_level *asked,
                                                                uint32_t at, uint32_t resume,
                                                                bool brief)
 {
+    if (asked)
+        asked->stale = 1;
     p->probing = at;
     p->resume = resume;
     p->remeasure_left = brief ? SLUICE__DISCOVER_REMEASURE_WINDOWS : 0;
@@ -869,7 +885,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
         uint32_t half = level / SLUICE__DISCOVER_PROBE_DIVISOR;
         uint32_t at = sluice__discover_probe_level(p, lo > half ? lo : half);
         if (at < w->limit)
-            return sluice__discover_remeasure(p, at, w->limit, w->n_censored != 0);
+            return sluice__discover_remeasure(p, l, at, w->limit, w->n_censored != 0);
     }
     p->slow_start = false;
     return sluice__verdict_hold(w);
@@ -960,7 +976,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     struct sluice__discover_level *l = sluice__discover_pool_window(p, w, level);
     uint32_t below;
     if (sluice__discover_steep(p, w, level, &below)) /* slow start grows from the probe */
-        return sluice__discover_remeasure(p, below, 0, true);
+        return sluice__discover_remeasure(p, NULL, below, 0, true);
     ref = sluice__discover_s0(p);
     double se, x = sluice__discover_rise(p, l, &ref, &se);
     bool last_step = sluice__discover_last_step(p, w);
