@@ -154,14 +154,17 @@
  *            the rest passes. A level past the noise is doubt as well while
  *            a level above it passed with a lower mean: no queue is slower
  *            at fewer calls, so that rise is a stall (of this machine or
- *            the provider's) until `confirm` windows keep it. Under a
- *            refusal bracket a level under the knee passes without the
- *            upper bound, and one in doubt just
- *            under where they struck is measured where it stands until
- *            `confirm` decides; while deadlines cut calls there, a knee
- *            against a reference not yet sampled is doubt too (no probe:
- *            the refusals bound the cap); at the locked ceiling doubt
- *            passes at once (only refusals lower a lock).
+ *            the provider's) until `confirm` windows keep it. So is the
+ *            rise of a level that asked for a probe of s0 and comes back
+ *            with a window that shows no queue, at under half its pooled
+ *            mean: that window replaces its calls (sluice__discover_stale).
+ *            Under a refusal bracket a level under the knee passes without
+ *            the upper bound, and one in doubt just under where they
+ *            struck is measured where it stands until `confirm` decides;
+ *            while deadlines cut calls there, a knee against a reference
+ *            not yet sampled is doubt too (no probe: the refusals bound
+ *            the cap); at the locked ceiling doubt passes at once (only
+ *            refusals lower a lock).
  *   lock     Just below a latency bracket the first stable window locks
  *            (discovery.h). The policy lets that happen only on a level
  *            that passed with the last cut's estimate at or above it;
@@ -270,6 +273,9 @@
 /* ... on a slope this many standard errors clear of 0 (one ramp's few calls, a lognormal
  * tail: at 2, 2 seeds in 30 of every queue, knee and reject row stepped below on noise). */
 #define SLUICE__DISCOVER_BELOW_Z 2.5
+/* A level's pooled calls are a stall's only this many standard errors above a fresh window
+ * (sluice__discover_stale). */
+#define SLUICE__DISCOVER_STALE_Z 3.0
 /* Growth after slow start: half way to the probe cap (a bisection) ... */
 #define SLUICE__DISCOVER_BISECT 2u
 /* ... or, with no bracket, a quarter of the limit. */
@@ -297,7 +303,8 @@ struct sluice_policy_discover_params {
 struct sluice__discover_level {
     uint32_t limit;   /* 0 = free slot */
     uint8_t passed;   /* its latency passed the test (1), or not yet or queued (0) */
-    uint8_t stale;    /* its calls asked for a re-measure: the next window here replaces them */
+    uint8_t stale;    /* its rise asked for a probe of s0: the next window here may replace
+                         its calls (sluice__discover_stale) */
     uint16_t doubts;  /* windows in a row its test neither passed nor queued */
     float n;          /* served calls behind the mean, decayed */
     float mean_ns;    /* their mean latency */
@@ -390,13 +397,11 @@ SLUICE_INLINE struct sluice__discover_level *
 sluice__discover_pool(struct sluice_policy_discover *p, uint32_t limit, double n, double mean)
 {
     struct sluice__discover_level *l = sluice__discover_find(p, limit);
-    if (!l || l->stale) {
-        if (!l) {
-            l = &p->levels[0];
-            for (int i = 1; i < SLUICE__DISCOVER_LEVELS && l->limit; i++)
-                if (!p->levels[i].limit || p->levels[i].n < l->n)
-                    l = &p->levels[i];
-        }
+    if (!l) {
+        l = &p->levels[0];
+        for (int i = 1; i < SLUICE__DISCOVER_LEVELS && l->limit; i++)
+            if (!p->levels[i].limit || p->levels[i].n < l->n)
+                l = &p->levels[i];
         l->limit = limit;
         l->passed = 0;
         l->stale = 0;
@@ -678,7 +683,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
          * The level is tested again once the reference is sampled. A
          * bracket from noise held a cap of 200 at 8, on 1 seed in 1000. */
         if (!p->est) {
-            l->stale = 1; /* measured afresh: sluice__discover_remeasure says why */
+            l->stale = 1; /* sluice__discover_stale says why */
             return sluice_verdict_make(next, SLUICE_CAUSE_REMEASURE, 0);
         }
     }
@@ -725,6 +730,33 @@ sluice__discover_unjudged_verdict(struct sluice_policy_discover *p, const struct
     return sluice__verdict_hold(w);
 }
 
+/*
+ * Level `l`, whose rise asked for a probe of s0, is back with a fresh window (n calls,
+ * `mean`): are its pooled calls a stall's? Yes when the fresh window shows no queue by
+ * itself against the s0 the probe sampled, and its mean is under half the pooled one, by
+ * more than SLUICE__DISCOVER_STALE_Z standard errors. A stall of this machine or the
+ * provider's makes every call in flight longer at once, and pooled over memory_s one stalled
+ * window kept its level reading as a queue: three 60 ms stalls at 10 locked a reject cap of
+ * 24 at 8, in 5 end-to-end runs of 12 (tests/e2e/curl_loop.c's reject test, an early staller
+ * on the simulator), now 0 of 14. A queue does not go away, and a heavy tail (a few long
+ * calls) is noise the pool must keep: dropping the calls whenever the fresh window merely
+ * passed biased s0 low (queue_stream_whole_c52 locked at 7, 5 seeds in 30 of the robustness
+ * table outside the band); with both bounds the table is unchanged.
+ */
+SLUICE_INLINE bool sluice__discover_stale(const struct sluice_policy_discover *p,
+                                          const struct sluice__discover_level *l, double n,
+                                          double mean)
+{
+    struct sluice__discover_ref ref = sluice__discover_s0(p);
+    if (ref.n <= 0 || l->n <= 0 || !ref.sampled)
+        return false;
+    double se = sqrt(p->cv2 * (1.0 / n + 1.0 / ref.n));
+    double apart = log((double)l->mean_ns / mean);
+    double se_apart = sqrt(p->cv2 * (1.0 / n + 1.0 / (double)l->n));
+    return log(mean / ref.mean_ns) <= log1p(p->params.knee) + p->params.noise_z * se &&
+           apart > log(2.0) && apart > SLUICE__DISCOVER_STALE_Z * se_apart;
+}
+
 /* Fold the window into the latency noise estimate (cv², an EWMA) and into its
  * level's pooled mean; return the level. */
 SLUICE_INLINE struct sluice__discover_level *
@@ -735,7 +767,16 @@ sluice__discover_pool_window(struct sluice_policy_discover *p, const struct slui
     double cv = SLUICE__DISCOVER_MAD_TO_SIGMA * (double)w->latency_mad_ns / mean;
     p->cv2 = p->cv2_known ? p->cv2 + (cv * cv - p->cv2) * SLUICE__DISCOVER_CV2_GAIN : cv * cv;
     p->cv2_known = true;
-    struct sluice__discover_level *l = sluice__discover_pool(p, level, n, mean);
+    struct sluice__discover_level *l = sluice__discover_find(p, level);
+    if (l && l->stale) {
+        l->stale = 0;
+        if (sluice__discover_stale(p, l, n, mean)) {
+            l->n = 0;
+            l->passed = 0;
+            l->doubts = 0;
+        }
+    }
+    l = sluice__discover_pool(p, level, n, mean);
     /* A probe's level was chosen below any sign of the cap: it is the
      * reference being measured, not a level under test. */
     if (p->probing && level == p->probing)
@@ -835,21 +876,11 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
     return SLUICE__DISCOVER_DOUBT;
 }
 
-/* A probe of s0 at `at`, then back to `resume` (0: grow from it); `brief`: for ..._WINDOWS.
- * `asked` is the level whose rise asked for it (NULL: none). Its calls are what is in
- * question, so the next window there replaces them (they still count for Little's estimate
- * meanwhile, which a stall only lowers). A stall of this machine or the provider's makes
- * every call in flight longer at once, and pooled over memory_s one stalled window kept its
- * level reading as a queue after the probe had sampled s0 clean: three 60 ms stalls at 10
- * locked a reject cap of 24 at 8, in 5 of 12 end-to-end runs (tests/e2e/curl_loop.c's
- * reject test with an early staller). A real queue shows again in the fresh window. */
+/* A probe of s0 at `at`, then back to `resume` (0: grow from it); `brief`: for ..._WINDOWS. */
 SLUICE_INLINE struct sluice_verdict sluice__discover_remeasure(struct sluice_policy_discover *p,
-                                                               struct sluice__discover_level *asked,
                                                                uint32_t at, uint32_t resume,
                                                                bool brief)
 {
-    if (asked)
-        asked->stale = 1;
     p->probing = at;
     p->resume = resume;
     p->remeasure_left = brief ? SLUICE__DISCOVER_REMEASURE_WINDOWS : 0;
@@ -884,8 +915,10 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
         uint32_t lo = sluice__discover_lo(p, level);
         uint32_t half = level / SLUICE__DISCOVER_PROBE_DIVISOR;
         uint32_t at = sluice__discover_probe_level(p, lo > half ? lo : half);
-        if (at < w->limit)
-            return sluice__discover_remeasure(p, l, at, w->limit, w->n_censored != 0);
+        if (at < w->limit) {
+            l->stale = 1; /* sluice__discover_stale says why */
+            return sluice__discover_remeasure(p, at, w->limit, w->n_censored != 0);
+        }
     }
     p->slow_start = false;
     return sluice__verdict_hold(w);
@@ -976,7 +1009,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     struct sluice__discover_level *l = sluice__discover_pool_window(p, w, level);
     uint32_t below;
     if (sluice__discover_steep(p, w, level, &below)) /* slow start grows from the probe */
-        return sluice__discover_remeasure(p, NULL, below, 0, true);
+        return sluice__discover_remeasure(p, below, 0, true);
     ref = sluice__discover_s0(p);
     double se, x = sluice__discover_rise(p, l, &ref, &se);
     bool last_step = sluice__discover_last_step(p, w);
