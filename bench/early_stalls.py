@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""The curl loop's reject test while the simulator stalls in its first windows.
+
+    python3 bench/early_stalls.py --build build/test [--runs 12] [--stalls 3] [--stall-ms 60]
+
+Runs tests/e2e/curl_loop.c's reject test (200 submissions from 4 threads,
+a reject cap of 24, 20 ms calls) --runs times. For each run a staller
+waits for the test's sluice-provider-sim to start, sleeps 0-0.15 s, then
+stops it (SIGSTOP) --stalls times for --stall-ms, 30 ms apart. That lands
+the stalls on slow start's first levels, before the no-queue latency (s0)
+has its calls: what a loaded CI runner does when a test starts beside
+others. gateway_stalls.py's random gaps rarely hit those windows. Prints
+each run's lock and event path, then how many locked at 24.
+"""
+import argparse
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+
+
+def staller(sim, stalls, stall_s, stop):
+    seen = set()
+    while not stop.is_set():
+        out = subprocess.run(['pgrep', '-f', '^' + sim], capture_output=True, text=True).stdout
+        for pid in (int(p) for p in out.split()):
+            if pid in seen:
+                continue
+            seen.add(pid)
+            time.sleep(random.uniform(0.0, 0.15))
+            for _ in range(stalls):
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                    time.sleep(stall_s)
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.03)
+        time.sleep(0.005)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--build', required=True, help='a build folder with the tests (build/test)')
+    ap.add_argument('--runs', type=int, default=12)
+    ap.add_argument('--stalls', type=int, default=3)
+    ap.add_argument('--stall-ms', type=float, default=60)
+    a = ap.parse_args()
+    build = os.path.abspath(a.build)
+    test = os.path.join(build, 'tests', 'test_e2e_curl_loop')
+    sim = os.path.join(build, 'shim', 'sluice-provider-sim')
+    for path in (test, sim):
+        if not os.access(path, os.X_OK):
+            raise SystemExit(f'{path} is not built: build the test preset first')
+    stop = threading.Event()
+    t = threading.Thread(target=staller, args=(sim, a.stalls, a.stall_ms / 1000, stop), daemon=True)
+    t.start()
+    locks = []
+    for k in range(a.runs):
+        r = subprocess.run([test, '--filter=*reject_mode*'], capture_output=True, text=True)
+        line = next((x for x in r.stderr.splitlines() if x.startswith('curl_loop discovery')), '')
+        m = re.search(r'ceiling (\d+)', line)
+        locks.append(int(m.group(1)) if m and 'locked' in line else None)
+        print(f'run {k + 1}: {line or r.stderr[-300:]}', flush=True)
+    stop.set()
+    at_cap = sum(1 for x in locks if x == 24)
+    print(f'{at_cap} of {a.runs} runs locked at 24: {" ".join(str(x) for x in locks)}')
+
+
+if __name__ == '__main__':
+    main()
