@@ -242,28 +242,47 @@ Test(policy, discover_doubts_a_queue_below_a_level_that_passed_faster_until_conf
     cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY, "the fourth decides: queueing");
 }
 
-Test(policy, discover_measures_afresh_the_level_whose_rise_asked_for_a_probe)
+/* Slow start from 5 (16 calls of 20 ms), a first window at 10 whose calls took `stalled`,
+ * which asks for a probe of s0; the probe runs until the reference is sampled. */
+static void probe_after_a_slow_window_at_10(struct sluice_policy_discover *p, int64_t stalled)
 {
-    struct sluice_policy_discover p;
-    sluice_policy_discover_init(&p, NULL, NULL, 0);
-    sluice_policy_reset(&p.base, 5, false);
-    feed(&p, 5, 16, SEC / 50, 1);
-    /* A stall: every call of the first window at 10 three times as long. It reads as a queue
-     * against a reference of 16 calls, so the reference is probed. */
-    struct sluice_verdict v = feed(&p, 10, 16, 3 * SEC / 50, 1);
+    sluice_policy_discover_init(p, NULL, NULL, 0);
+    sluice_policy_reset(&p->base, 5, false);
+    feed(p, 5, 16, SEC / 50, 1);
+    struct sluice_verdict v = feed(p, 10, 16, stalled, 1);
     cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE);
     uint32_t probe = v.limit;
-    feed(&p, probe, 16, SEC / 50, 1); /* drain window */
+    feed(p, probe, 16, SEC / 50, 1); /* drain window */
     for (int i = 0; i < 16 && (v.limit == probe || v.cause == SLUICE_CAUSE_NONE); i++)
-        v = feed(&p, probe, 16, SEC / 50, 1);
+        v = feed(p, probe, 16, SEC / 50, 1);
     cr_assert_gt(v.limit, probe, "the probe ends once the reference is sampled");
+}
+
+Test(policy, discover_measures_afresh_the_level_whose_rise_asked_for_a_probe)
+{
+    /* A stall: every call of the first window at 10 three times as long. */
+    struct sluice_policy_discover p;
+    probe_after_a_slow_window_at_10(&p, 3 * SEC / 50);
     /* Back at 10, flat: the stalled window is not held against it. */
-    v.cause = SLUICE_CAUSE_NONE;
+    struct sluice_verdict v = {.cause = SLUICE_CAUSE_NONE};
     for (int i = 0; i < 8 && v.cause != SLUICE_CAUSE_ADDITIVE; i++) {
         v = feed(&p, 10, 16, SEC / 50, 1);
-        cr_assert_neq(v.cause, SLUICE_CAUSE_LATENCY, "a stall's window is a knee at 10");
+        cr_assert_neq(v.cause, SLUICE_CAUSE_LATENCY, "the stalled window made 10 a knee");
     }
     cr_assert_eq(v.cause, SLUICE_CAUSE_ADDITIVE, "10 passes on its fresh windows");
+    /* A queue at 10 (+50%) does not go away: its fresh window keeps the first one's calls,
+     * and together they are a knee at once. */
+    struct sluice_policy_discover q;
+    probe_after_a_slow_window_at_10(&q, 3 * SEC / 50);
+    v = feed(&q, 10, 16, 3 * SEC / 100, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY, "a queue's fresh window is no stall's");
+    /* A first window under twice as slow (+60%) is no stall's either, however flat the fresh
+     * one (+10%): dropping such windows would bias s0 low on heavy tails. Pooled, the two
+     * still queue. */
+    struct sluice_policy_discover r;
+    probe_after_a_slow_window_at_10(&r, 8 * SEC / 250);
+    v = feed(&r, 10, 16, 11 * SEC / 500, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY, "the +60%% window's calls were dropped");
 }
 
 Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behind_it)
