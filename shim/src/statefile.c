@@ -248,10 +248,16 @@ int sluice__sf_not_regular(struct sluice_statefile *f, const char *what, const s
                            f->path, what, sf_file_kind(st));
 }
 
+bool sluice__sf_node_ok(const char *node)
+{
+    size_t n = node ? strlen(node) : 0;
+    return n > 0 && n < SLUICE_NODE_ID_MAX;
+}
+
 int sluice__sf_check_node(struct sluice_statefile *f, const char *node)
 {
     size_t n = node ? strlen(node) : 0;
-    if (n == 0 || n >= SLUICE_NODE_ID_MAX)
+    if (!sluice__sf_node_ok(node))
         return sluice__sf_fail(f, SLUICE_EINVAL, "%s: node ID is %s (1..%d bytes)", f->path,
                                n ? "too long" : "empty", SLUICE_NODE_ID_MAX - 1);
     return SLUICE_OK;

@@ -95,6 +95,9 @@ int sluice__sf_fail(struct sluice_statefile *f, int status, const char *fmt, ...
  * replaced. Returns SLUICE_EIO. Call under mu. */
 int sluice__sf_not_regular(struct sluice_statefile *f, const char *what, const struct stat *st);
 
+/* Whether `node` is a valid node ID (1..SLUICE_NODE_ID_MAX-1 bytes); no lock needed. */
+bool sluice__sf_node_ok(const char *node);
+
 /* SLUICE_OK, or SLUICE_EINVAL (recorded) for an empty or too long node ID. Call under mu. */
 int sluice__sf_check_node(struct sluice_statefile *f, const char *node);
 
