@@ -261,10 +261,9 @@ static int sf_write(struct sluice_statefile *f, const char *node,
         pthread_mutex_unlock(&f->mu);
         return bad;
     }
-    int status;
     uint64_t ticket = 0;
     int reported = SLUICE_OK;
-    status = sf_enqueue(f, node, rec, &ticket, wait ? NULL : &reported);
+    int status = sf_enqueue(f, node, rec, &ticket, wait ? NULL : &reported);
     if (status == SLUICE_EAGAIN)
         return sluice__sf_modify(f, node, rec);
     if (status != SLUICE_OK)

@@ -738,10 +738,10 @@ sluice__discover_unjudged_verdict(struct sluice_policy_discover *p, const struct
  * provider's makes every call in flight longer at once, and pooled over memory_s one stalled
  * window kept its level reading as a queue: three 60 ms stalls at 10 locked a reject cap of
  * 24 at 8, in 5 end-to-end runs of 12 (tests/e2e/curl_loop.c's reject test, an early staller
- * on the simulator), now 0 of 14. A queue does not go away, and a heavy tail (a few long
- * calls) is noise the pool must keep: dropping the calls whenever the fresh window merely
- * passed biased s0 low (queue_stream_whole_c52 locked at 7, 5 seeds in 30 of the robustness
- * table outside the band); with both bounds the table is unchanged.
+ * on the simulator, bench/early_stalls.py), now 0 of 26. A queue does not go away, and a
+ * heavy tail (a few long calls) is noise the pool must keep: dropping the calls whenever the
+ * fresh window merely passed biased s0 low (queue_stream_whole_c52 locked at 7, 5 seeds in 30
+ * of the robustness table outside the band); with both bounds the table is unchanged.
  */
 SLUICE_INLINE bool sluice__discover_stale(const struct sluice_policy_discover *p,
                                           const struct sluice__discover_level *l, double n,
