@@ -94,6 +94,11 @@ def drive(procs, opts, url, admin, node_modules, timeout_ms=0):
         time.sleep(0.5)
         node = get_json(admin + '/compute/concurrency')['nodes'][0]
         limits.append((round(time.time() - t0, 1), node['limit'], node['state']))
+        if os.environ.get('SLUICE_BENCH_TRACE'):
+            print('  node %.1f %s' % (time.time() - t0, json.dumps(
+                {k: node.get(k) for k in ('limit', 'in_flight', 'waiting', 'lingering', 'linger_now',
+                                          'expected_service_ms', 'cancels_total', 'lingered_total',
+                                          'overloads_total')})))
         batch = get_lines('%s/compute/concurrency/events?node_id=%s&after=%d' % (admin, NODE, after))
         events += batch
         after = batch[-1]['seq'] if batch else after
@@ -104,7 +109,7 @@ def drive(procs, opts, url, admin, node_modules, timeout_ms=0):
     return {'lock': limits[-1][1] if limits[-1][2] == 'locked' else 0, 'limit': limits[-1][1],
             'lowest': min(locks) if locks else 0, 'limits': limits, 'sdk': json.loads(out),
             'backoffs': [(e['old_limit'], e['new_limit'], e['reason']) for e in events
-                         if e['event'] == 'backoff']}
+                         if e['event'] == 'backoff'], 'events': events}
 
 
 def rate_run(opts, seed, node_modules):
@@ -171,6 +176,9 @@ def report_overload(r, res):
     print('  oracle:   %s' % tally_text(o['sdk']))
     print('  limit (s:limit): %s' % trace)
     print('  backoffs: %s' % ', '.join('%d→%d %s' % b for b in a['backoffs']))
+    if os.environ.get('SLUICE_BENCH_TRACE'):  # why the limit moved, for whoever tunes it
+        for e in a['events']:
+            print('  event %s' % json.dumps(e))
     return ok, dict(res, ratio=ratio)
 
 

@@ -544,7 +544,8 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon_latency(struct sluic
         if (mode != SLUICE_LINGER_OFF)
             until = sluice_service_linger_until(&p->service, call->start_ns, now,
                                                 p->linger_max_ns);
-        if (mode == SLUICE_LINGER_LEARNED && until > now && sluice__pool_trial(p, until))
+        if (mode == SLUICE_LINGER_LEARNED && until > now &&
+            sluice__pool_trial(p, sluice__pool_phantom_until(p, call->start_ns, now, until)))
             until = 0;
     }
     enum sluice_outcome outcome = latency_ns >= 0          ? SLUICE_OUTCOME_OK

@@ -348,12 +348,33 @@ SLUICE_INLINE bool sluice__pool_phantom_refusal(const struct sluice_pool *p,
     return ceiling && call->in_flight_at_start <= ceiling;
 }
 
+/*
+ * Until when an abandoned call (started at start_ns, given up at now) counts as a trial
+ * phantom: while it would still be running 9 times in 10 if the provider kept working on it,
+ * that is until the floor quantile of service times from its start (sluice_service_floor),
+ * and never past `until`, its lingering permit's end. Only then does a call served beside
+ * it say the provider freed its slot. 0: it has already run that long (or nothing is known
+ * yet), and its absence would prove nothing, so it is no phantom and keeps its permit.
+ * (Counted until the high quantile after now, as a permit lingers, phantoms of 250 ms cuts of
+ * a 200 ms provider outlived their calls about fivefold; the calls served beside them turned
+ * lingering off against a provider that kept working, 1 run in 3 of
+ * bench/openai_sdk_rate.py --case overload, and its refusals then walked the limit from 25
+ * down to 16.)
+ */
+SLUICE_INLINE int64_t sluice__pool_phantom_until(const struct sluice_pool *p, int64_t start_ns,
+                                                 int64_t now, int64_t until)
+{
+    int64_t floor = sluice_service_floor(&p->service);
+    int64_t sure = floor > 0 ? sluice_add_ns(start_ns, floor) : 0;
+    return sure <= now ? 0 : sure < until ? sure : until;
+}
+
 /* LEARNED lingering, undecided, with a ceiling to test against: release an abandoned call's
- * permit at once and remember it as a phantom until `until`. False: no trial (no ceiling, or
- * every phantom slot is taken): keep the permit instead. */
+ * permit at once and remember it as a phantom until `until` (sluice__pool_phantom_until). False:
+ * no trial (no ceiling, `until` 0, or every phantom slot is taken): keep the permit instead. */
 SLUICE_INLINE bool sluice__pool_trial(struct sluice_pool *p, int64_t until)
 {
-    if (!sluice__pool_trial_ceiling(p))
+    if (!until || !sluice__pool_trial_ceiling(p))
         return false;
     for (uint32_t i = 0; i < p->active; i++) {
         int64_t free_slot = SLUICE__LINGER_FREE;

@@ -233,7 +233,8 @@ struct sluice_pool {
     _Atomic(int64_t) sojourn_until;
     _Atomic(uint32_t) standing;
     _Atomic(int64_t) standing_refused; /* INT64_MIN = never */
-    _Atomic(int64_t) *phantom_slots; /* their likely ends; SLUICE__LINGER_FREE = empty */
+    _Atomic(int64_t) *phantom_slots; /* until when each counts (sluice__pool_phantom_until);
+                                        SLUICE__LINGER_FREE = empty */
     /* Lingering permits: one slot per permit (active of them), after the discovery block. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) lingering;
     _Atomic(uint32_t) linger_epoch;  /* bumped when a linger is added: watchers re-time */

@@ -38,6 +38,11 @@
  *   high  the SLUICE_SERVICE_HIGH_PERCENT (90 %) quantile: how long a call
  *         that has already outlived a typical one may still run at the
  *         provider. Lingering permits (sluice/pool_linger.h) use it.
+ *   floor the SLUICE_SERVICE_FLOOR_PERCENT (10 %) quantile, whatever
+ *         `percent` is: until then from its start a call is still running
+ *         9 times in 10 (more once it has run a while). The linger trial's
+ *         phantoms count that long (sluice/pool_linger.h): what a trial
+ *         concludes from their absence must not depend on start_quantile.
  * Why a ring and a sort instead of a streaming estimator (P², stochastic
  * quantiles): a ring forgets completely in SLUICE_SERVICE_SAMPLES calls, so
  * the estimate follows a provider that slowed down within one ring's worth
@@ -89,6 +94,7 @@
 #define SLUICE_SERVICE_REFRESH 8u      /* samples between two refreshes of the estimate */
 #define SLUICE_SERVICE_MIN_SAMPLES 4u /* fewer successes than this: no estimate yet */
 #define SLUICE_SERVICE_HIGH_PERCENT 90u
+#define SLUICE_SERVICE_FLOOR_PERCENT 10u
 #define SLUICE_SERVICE_PERCENT_MAX 50u /* a "low" quantile: above the median it refuses calls
                                           that were more likely than not to finish */
 
@@ -99,6 +105,7 @@ struct sluice_service_time {
     _Atomic(int64_t) low_ns;                      /* 0 = unknown */
     _Atomic(int64_t) mid_ns;                      /* 0 = unknown */
     _Atomic(int64_t) high_ns;                     /* 0 = unknown */
+    _Atomic(int64_t) floor_ns;                    /* 0 = unknown */
     _Atomic(bool) hidden;                         /* enough calls, but the cut ones hide
                                                      the median (sluice_service_hidden) */
     sluice_spinlock refresh;
@@ -113,6 +120,7 @@ SLUICE_INLINE void sluice_service_init(struct sluice_service_time *s, uint32_t p
     atomic_init(&s->low_ns, 0);
     atomic_init(&s->mid_ns, 0);
     atomic_init(&s->high_ns, 0);
+    atomic_init(&s->floor_ns, 0);
     atomic_init(&s->hidden, false);
     sluice_spinlock_init(&s->refresh);
     s->percent = percent;
@@ -187,6 +195,9 @@ SLUICE_INLINE void sluice__service_refresh_locked(struct sluice_service_time *s,
     atomic_store_explicit(&s->low_ns, known ? sluice__service_quantile(v, n, s->percent, false) : 0,
                           SLUICE_RELAXED);
     atomic_store_explicit(&s->mid_ns, mid, SLUICE_RELAXED);
+    atomic_store_explicit(
+        &s->floor_ns, known ? sluice__service_quantile(v, n, SLUICE_SERVICE_FLOOR_PERCENT, false) : 0,
+        SLUICE_RELAXED);
     atomic_store_explicit(&s->hidden, mid == 0, SLUICE_RELAXED);
 }
 
@@ -248,6 +259,12 @@ SLUICE_INLINE bool sluice_service_hidden(const struct sluice_service_time *s)
 SLUICE_INLINE int64_t sluice_service_high(const struct sluice_service_time *s)
 {
     return atomic_load_explicit(&((struct sluice_service_time *)s)->high_ns, SLUICE_RELAXED);
+}
+
+/* The floor quantile (SLUICE_SERVICE_FLOOR_PERCENT), ns; 0 = not known yet. */
+SLUICE_INLINE int64_t sluice_service_floor(const struct sluice_service_time *s)
+{
+    return atomic_load_explicit(&((struct sluice_service_time *)s)->floor_ns, SLUICE_RELAXED);
 }
 
 /*

@@ -743,20 +743,22 @@ static struct sluice_pool *locked_pool(uint32_t active)
     return p;
 }
 
-/* Abandon one call (a trial phantom), then run rounds of `active` calls, ending the last of
- * each round, which started with the phantom above the ceiling, with `outcome`. */
+/* Rounds of: abandon one call 100 ms in (a trial phantom: calls take 1 s), then run
+ * `active` calls of 1 s, ending the last, which started with the phantom above the ceiling,
+ * with `outcome`. */
 static void trial_rounds(struct sluice_pool *p, uint32_t active, enum sluice_outcome outcome,
                          int rounds)
 {
     struct sluice_call cut, calls[8];
-    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cut), SLUICE_OK);
-    fake_clock_advance(&clk, 100 * MS);
-    sluice_pool_call_abandon(p, &cut, SLUICE_ETIMEDOUT);
-    cr_assert_eq(sluice_pool_stats(p).lingering, 0, "released on trial");
     for (int r = 0; r < rounds; r++) {
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cut), SLUICE_OK);
+        fake_clock_advance(&clk, 100 * MS);
+        sluice_pool_call_abandon(p, &cut, SLUICE_ETIMEDOUT);
+        cr_assert_eq(sluice_pool_stats(p).lingering, 0, "released on trial");
         for (uint32_t i = 0; i < active; i++)
             cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &calls[i]), SLUICE_OK);
         cr_assert_geq(calls[active - 1].phantoms_at_start, 1);
+        fake_clock_advance(&clk, SEC);
         for (uint32_t i = 0; i + 1 < active; i++)
             sluice_pool_call_end(p, &calls[i], SLUICE_OUTCOME_OK, 0);
         sluice_pool_call_end(p, &calls[active - 1], outcome, 0);
@@ -791,6 +793,37 @@ Test(deadlines, learned_lingering_stays_on_when_a_call_above_the_ceiling_is_refu
     fake_clock_advance(&clk, 100 * MS);
     sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
     cr_assert_eq(sluice_pool_stats(p).lingering, 1, "kept for good");
+    sluice_pool_destroy(p);
+}
+
+/* A trial phantom counts only while its call would still be running 9 times in 10 if the
+ * provider kept working on it: until the floor quantile of service times (every call here
+ * took 1 s) from its start. A call abandoned later is no phantom and keeps its permit; one
+ * abandoned early is forgotten at that floor, not a whole call after it was given up, so
+ * calls served once it has likely finished say nothing about the provider. */
+Test(deadlines, a_trial_phantom_counts_only_while_its_call_would_surely_still_run)
+{
+    struct sluice_pool *p = locked_pool(4);
+    struct sluice_call late, early, calls[2];
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &late), SLUICE_OK);
+    fake_clock_advance(&clk, 1100 * MS);
+    sluice_pool_call_abandon(p, &late, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 1,
+                 "abandoned after the floor: no phantom, it keeps its permit");
+    fake_clock_advance(&clk, 1100 * MS); /* its permit comes back */
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &early), SLUICE_OK);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0);
+    fake_clock_advance(&clk, 100 * MS);
+    sluice_pool_call_abandon(p, &early, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0, "abandoned before the floor: released on trial");
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &calls[0]), SLUICE_OK);
+    cr_assert_eq(calls[0].phantoms_at_start, 1, "a phantom while its call would surely run");
+    fake_clock_advance(&clk, 950 * MS); /* 1.05 s after its start */
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &calls[1]), SLUICE_OK);
+    cr_assert_eq(calls[1].phantoms_at_start, 0, "forgotten at the floor, counted from its start");
+    for (int i = 0; i < 2; i++)
+        sluice_pool_call_end(p, &calls[i], SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(sluice_pool_stats(p).linger_now, SLUICE_LINGER_LEARNED);
     sluice_pool_destroy(p);
 }
 
