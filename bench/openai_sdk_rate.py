@@ -78,7 +78,8 @@ def start_proxy(procs, opts, upstream, extra=()):
 
 
 def start_sim(procs, opts, args):
-    sim = procs.start([os.path.join(opts.build, 'shim', 'sluice-provider-sim'), '--quiet', *args],
+    sim = procs.start([os.path.join(opts.build, 'shim', 'sluice-provider-sim'), '--quiet', *args,
+                       *opts.sim_arg],
                       stdout=subprocess.PIPE, stderr=None, text=True)
     return int(sim.stdout.readline())
 
@@ -192,6 +193,9 @@ def main():
     ap.add_argument('--retries', type=int, default=2, help="the SDK's maxRetries (its default: 2)")
     ap.add_argument('--proxy-arg', action='append', default=[],
                     help="one more argument for the adaptive proxy (repeatable)")
+    ap.add_argument('--sim-arg', action='append', default=[],
+                    help="one more argument for the simulator, both runs (repeatable), e.g. "
+                         "--sim-arg=--abandoned --sim-arg=free")
     ap.add_argument('--json', help='write the rows here')
     opts = ap.parse_args()
     rate = opts.case == 'rate'
