@@ -364,8 +364,8 @@ SLUICE_INLINE bool sluice__pool_phantom_refusal(const struct sluice_pool *p,
 SLUICE_INLINE int64_t sluice__pool_phantom_until(const struct sluice_pool *p, int64_t start_ns,
                                                  int64_t now, int64_t until)
 {
-    int64_t floor = sluice_service_floor(&p->service);
-    int64_t sure = floor > 0 ? sluice_add_ns(start_ns, floor) : 0;
+    int64_t floor_ns = sluice_service_floor(&p->service);
+    int64_t sure = floor_ns > 0 ? sluice_add_ns(start_ns, floor_ns) : 0;
     return sure <= now ? 0 : sure < until ? sure : until;
 }
 
