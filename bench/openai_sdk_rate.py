@@ -3,6 +3,7 @@
 
     python3 bench/openai_sdk_rate.py --build build/test [--case rate|overload] [--runs 3]
                                      [--seconds S] [--workers W] [--retries 2] [--json F]
+                                     [--proxy-arg ARG ...] [--sim-arg ARG ...]
 
 --case rate (the default; 45 s, 32 workers). Over loopback: sluice-provider-sim (100 ms median, sigma 0.4, no cap in reach) behind
 nginx `limit_req rate=100r/s burst=10 nodelay` answering 429 without a Retry-After, and
@@ -22,7 +23,10 @@ sluice-provider-sim refusing past a cap of 24 (200 ms median, sigma 0.4), the SD
 retries that too), no deadline header: the proxy knows only what a hang-up tells it.
 Beside it, in the same run, the oracle: the same proxy with --no-discovery --active 24
 --waiting 0 (a 503 at once past the cap, which the SDK retries after its backoff). Target:
-calls served >= 0.8x the oracle's and the limit >= 0.85·C at the end.
+calls served >= 0.8x the oracle's and the limit >= 0.85·C at the end. --sim-arg passes more
+to the simulator (--sim-arg=--abandoned --sim-arg=free: a provider that frees the slot of an
+abandoned call). SLUICE_BENCH_TRACE=1 prints the adaptive proxy's events and, every half
+second, its limit, queue and linger state (what the linger trial decided, and when).
 """
 import argparse
 import json
