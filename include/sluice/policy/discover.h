@@ -570,6 +570,20 @@ SLUICE_INLINE double sluice__discover_served(const struct sluice_policy_discover
     return s0 > 0 && now >= SLUICE__DISCOVER_PACE_HOLDS * p->rate_max ? p->rate_max * s0 : 0;
 }
 
+/* The standard error of ln(a/b) for two means of `na` and `nb` calls. */
+SLUICE_INLINE double sluice__discover_se(const struct sluice_policy_discover *p, double na,
+                                         double nb)
+{
+    return sqrt(p->cv2 * (1.0 / na + 1.0 / nb));
+}
+
+/* Whether a rise x = ln(mean/s0) with standard error se is a queue past any noise. */
+SLUICE_INLINE bool sluice__discover_queued(const struct sluice_policy_discover *p, double x,
+                                           double se)
+{
+    return x > log1p(p->params.knee) + p->params.noise_z * se;
+}
+
 /* How far level `l` sits above the reference: x = ln(mean/s0), and the
  * standard error of x from both means (*se). 0 for a level inside the
  * reference pool, which is not under test. */
@@ -580,7 +594,7 @@ SLUICE_INLINE double sluice__discover_rise(const struct sluice_policy_discover *
     *se = 0;
     if (l->limit <= ref->top || ref->n <= 0 || l->n <= 0)
         return 0;
-    *se = sqrt(p->cv2 * (1.0 / (double)l->n + 1.0 / ref->n));
+    *se = sluice__discover_se(p, (double)l->n, ref->n);
     return log((double)l->mean_ns / ref->mean_ns);
 }
 
@@ -750,11 +764,9 @@ SLUICE_INLINE bool sluice__discover_stale(const struct sluice_policy_discover *p
     struct sluice__discover_ref ref = sluice__discover_s0(p);
     if (ref.n <= 0 || l->n <= 0 || !ref.sampled)
         return false;
-    double se = sqrt(p->cv2 * (1.0 / n + 1.0 / ref.n));
     double apart = log((double)l->mean_ns / mean);
-    double se_apart = sqrt(p->cv2 * (1.0 / n + 1.0 / (double)l->n));
-    return log(mean / ref.mean_ns) <= log1p(p->params.knee) + p->params.noise_z * se &&
-           apart > log(2.0) && apart > SLUICE__DISCOVER_STALE_Z * se_apart;
+    return !sluice__discover_queued(p, log(mean / ref.mean_ns), sluice__discover_se(p, n, ref.n)) &&
+           apart > log(2.0) && apart > SLUICE__DISCOVER_STALE_Z * sluice__discover_se(p, n, l->n);
 }
 
 /* Fold the window into the latency noise estimate (cv², an EWMA) and into its
@@ -862,7 +874,7 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
     double threshold = log1p(k->knee);
     if (last_step && !(l->passed && p->est >= w->limit))
         return SLUICE__DISCOVER_QUEUE;
-    if (x > threshold + k->noise_z * se &&
+    if (sluice__discover_queued(p, x, se) &&
         !(l->doubts + 1u < k->confirm && sluice__discover_faster_above(p, l)))
         return SLUICE__DISCOVER_QUEUE;
     double upper = log1p(SLUICE__DISCOVER_PASS_KNEES * k->knee);
