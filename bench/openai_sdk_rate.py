@@ -103,7 +103,7 @@ def drive(procs, opts, url, admin, node_modules, timeout_ms=0):
             print('  node %.1f %s' % (time.time() - t0, json.dumps(
                 {k: node.get(k) for k in ('limit', 'in_flight', 'waiting', 'lingering', 'linger_now',
                                           'expected_service_ms', 'cancels_total', 'lingered_total',
-                                          'overloads_total')})))
+                                          'overloads_total', 'start_deadline_ms')})))
         batch = get_lines('%s/compute/concurrency/events?node_id=%s&after=%d' % (admin, NODE, after))
         events += batch
         after = batch[-1]['seq'] if batch else after

@@ -207,6 +207,20 @@ enum MHD_Result sluice__admin_route(struct sluice_admin *a, struct MHD_Connectio
 
 /* ---- admin_json.c ------------------------------------------------------------------ */
 
+/* The program's start deadline for node `id`'s calls that name none (desc.start_deadline),
+ * in ms, *source saying where it comes from; -1 = none (or no callback). */
+static inline int64_t sluice__admin_start_deadline_ms(const struct sluice_admin *a,
+                                                      const char *id, const char **source)
+{
+    *source = NULL;
+    int64_t ms = a->cfg.start_deadline ? a->cfg.start_deadline(a->cfg.start_deadline_ctx, id,
+                                                               source)
+                                       : -1;
+    if (ms >= 0 && !*source)
+        *source = "configured";
+    return ms < 0 ? -1 : ms;
+}
+
 /* Node `id`'s index, or -1. */
 ptrdiff_t sluice__admin_node_index(const struct sluice_admin *a, const char *id);
 

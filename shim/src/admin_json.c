@@ -68,6 +68,10 @@ static void deadline_json(struct sluice_admin *a, size_t i, const struct sluice_
 {
     totals_json(c, o);
     const struct sluice__admin_node *n = &a->nodes[i];
+    const char *source = NULL;
+    int64_t start_ms = sluice__admin_start_deadline_ms(a, n->id, &source);
+    json_object_set_new(o, "start_deadline_ms", start_ms < 0 ? json_null() : json_integer(start_ms));
+    json_object_set_new(o, "start_deadline_source", start_ms < 0 ? json_null() : json_string(source));
     struct sluice__admin_tally now = sluice__admin_take_tally(sluice_engine_pool(a->engine, n->id),
                                                               c, sluice__admin_wall_ms());
     struct sluice__admin_tally then = now; /* the oldest tally kept, when there is one */

@@ -26,6 +26,7 @@ struct node_view {
     struct sluice_discovery_status st;
     struct sluice_pool_counts pc;
     struct sluice_histogram_counts queue_wait, call;
+    int64_t start_deadline_ms; /* desc.start_deadline's, -1 = none */
     uint64_t backoffs[SLUICE__ADMIN_N_CAUSES];
     uint64_t events[SLUICE__ADMIN_N_KINDS];
     uint64_t dropped;
@@ -121,6 +122,8 @@ NODE_VALUE(overloads, fmt_u64(buf, v->pc.calls_overload))
 NODE_VALUE(lingered, fmt_u64(buf, v->pc.lingered))
 NODE_VALUE(lingering, fmt_u64(buf, v->pc.lingering))
 NODE_VALUE(expected_service, fmt_seconds(buf, v->pc.expected_ns))
+NODE_VALUE(default_start_deadline,
+           fmt_seconds(buf, v->start_deadline_ms > 0 ? v->start_deadline_ms * 1000000 : 0))
 #undef NODE_VALUE
 
 static void requests_by_outcome(struct sluice__strbuf *b, const char *name,
@@ -241,6 +244,10 @@ static const struct family families[] = {
     {"sluice_expected_service_seconds", "gauge",
      "Expected service time: the low quantile of recent successful calls (0: unknown).",
      expected_service, NULL},
+    {"sluice_default_start_deadline_seconds", "gauge",
+     "Start deadline of calls that name none, as the program sets it outside the pool "
+     "(sluice-proxy: configured, or learned from its clients' hang-ups); 0: none.",
+     default_start_deadline, NULL},
     {"sluice_queue_wait_seconds", "histogram",
      "Time calls waited for a permit (and any Retry-After hold).", NULL, queue_wait},
     {"sluice_call_seconds", "histogram",
@@ -270,6 +277,8 @@ static struct node_view *snapshot(struct sluice_admin *a)
         sluice_engine_status(a->engine, v->id, &v->st);
         v->pc = sluice_pool_stats(pool);
         sluice_pool_histograms(pool, &v->queue_wait, &v->call);
+        const char *source;
+        v->start_deadline_ms = sluice__admin_start_deadline_ms(a, v->id, &source);
     }
     pthread_mutex_lock(&a->mutex);
     sluice__admin_count_events(a);

@@ -380,6 +380,21 @@ static void chats_at_once(int n, long timeout_ms, long *status, char *refusal, s
     curl_slist_free_all(h);
 }
 
+/* What the admin endpoint shows as NODE's start deadline for requests that name none: ms, or
+ * -1 for null; where it comes from into `source`. */
+static long shown_start_deadline(char *source, size_t size)
+{
+    json_t *root, *n = px_node(&px_main, NODE, &root);
+    cr_assert_not_null(n, "no %s on the admin endpoint", NODE);
+    json_t *ms = json_object_get(n, "start_deadline_ms");
+    cr_assert(json_is_integer(ms) || json_is_null(ms), "start_deadline_ms: neither ms nor null");
+    const char *src = json_string_value(json_object_get(n, "start_deadline_source"));
+    snprintf(source, size, "%s", src ? src : "");
+    long v = json_is_integer(ms) ? (long)json_integer_value(ms) : -1;
+    json_decref(root);
+    return v;
+}
+
 /* Clients that name no deadline but give up at a common time (an SDK's `timeout`) teach the
  * proxy that time: it becomes their start deadline, so a call that cannot begin by then is
  * answered at once (503 late, or 504 when it leaves the queue) instead of being held until
@@ -393,11 +408,18 @@ Test(proxy, clients_that_give_up_at_a_common_time_teach_it_their_patience)
     chats_at_once(6, 0, status, NULL, 0); /* nothing learned: each waits its turn, 900 ms */
     for (int i = 0; i < 6; i++)
         cr_assert_eq(status[i], 200, "before any hang-up, client %d got %ld", i, status[i]);
+    char source[32];
+    cr_assert_eq(shown_start_deadline(source, sizeof source), -1,
+                 "the admin shows a start deadline (%s) before any client hung up", source);
     chats_at_once(12, 400, status, NULL, 0); /* two are served; ten give up at 400 ms */
     int served = 0;
     for (int i = 0; i < 12; i++)
         served += status[i] == 200;
     cr_assert_leq(served, 3, "%d of 12 served in 400 ms at 150 ms a call", served);
+    /* What it learned is on the admin page too: about the 400 ms the clients waited. */
+    long shown = shown_start_deadline(source, sizeof source);
+    cr_assert(shown >= 380 && shown <= 500, "the admin shows a start deadline of %ld ms", shown);
+    cr_assert_str_eq(source, "learned");
     fx_sleep_ms(400); /* the permit of the call cut mid-way lingers while it may still run */
     char why[1024];
     chats_at_once(6, 0, status, why, sizeof why); /* patient now, but the proxy knows the others */
@@ -550,4 +572,39 @@ Test(proxy, a_request_that_does_not_arrive_in_time_is_408_and_closed)
     cr_assert(!strncmp(got, "HTTP/1.1 408 ", 13), "no 408 for a slow client: '%s'", got);
     cr_assert_not_null(strstr(got, "\"code\":\"request_timeout\""), "%s", got);
     cr_assert_eq(fx_stats().requests, 0);
+}
+
+/* Appends to a 64 KiB buffer (fx_collect keeps 4 KiB: /metrics is longer). */
+static size_t collect_64k(char *data, size_t size, size_t n, void *ctx)
+{
+    char *buf = ctx;
+    size_t len = strlen(buf), bytes = size * n, room = 65535 - len;
+    size_t keep = bytes < room ? bytes : room;
+    memcpy(buf + len, data, keep);
+    buf[len + keep] = '\0';
+    return bytes;
+}
+
+/* A backend's configured start deadline is what the admin endpoint shows, on the page's JSON
+ * and in /metrics. */
+Test(proxy, the_admin_shows_the_start_deadline_of_requests_that_name_none)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 20});
+    start_proxy((const char *const[]){"--start-deadline-ms", "700", NULL});
+    char source[32];
+    cr_assert_eq(shown_start_deadline(source, sizeof source), 700);
+    cr_assert_str_eq(source, "configured");
+    char url[128];
+    static char body[65536];
+    snprintf(url, sizeof url, "%s/metrics", px_main.admin);
+    CURL *e = curl_easy_init();
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect_64k);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
+    cr_assert_eq(curl_easy_perform(e), CURLE_OK, "GET %s failed", url);
+    curl_easy_cleanup(e);
+    cr_assert_not_null(
+        strstr(body, "\nsluice_default_start_deadline_seconds{node=\"" NODE "\"} 0.7\n"),
+        "no start deadline of 0.7 s in /metrics");
 }

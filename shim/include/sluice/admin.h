@@ -10,7 +10,9 @@
  *
  *   GET  /                                   the Concurrency Health page (HTML, self-contained)
  *   GET  /compute/concurrency                JSON: every node's state, glyph, in flight, limit,
- *                                            ceiling, lock expiry and status line
+ *                                            ceiling, lock expiry, status line, deadline
+ *                                            figures and (desc.start_deadline) the start
+ *                                            deadline of calls that name none
  *   GET  /compute/concurrency/events?node_id=N[&after=SEQ][&follow=1]
  *                                            the node's event feed as JSON Lines, oldest first,
  *                                            events after seq SEQ; follow=1 streams new ones as
@@ -112,6 +114,17 @@ extern "C" {
 #define SLUICE_ADMIN_MAX_BODY_BYTES_DEFAULT 4096u
 #define SLUICE_ADMIN_HISTORY_S_DEFAULT 300u
 
+/*
+ * The start deadline a program gives a node's calls that name none, when it
+ * decides that outside the pool: sluice-proxy's `start_deadline_ms`, or the
+ * time after which its clients have been hanging up (learned). Returns it in
+ * ms, or -1 for none, and points *source at a static word saying where it
+ * comes from ("configured", "learned"). Called from the admin's threads,
+ * several at once: it must be thread-safe and must not block.
+ */
+typedef int64_t (*sluice_admin_start_deadline_fn)(void *ctx, const char *node,
+                                                  const char **source);
+
 struct sluice_admin_desc {
     struct sluice_engine *engine;  /* required; must outlive the admin */
     const char *address;           /* numeric IPv4 or IPv6 address, or "localhost"
@@ -135,6 +148,11 @@ struct sluice_admin_desc {
                                       max_request_bytes) */
     uint32_t history_s;            /* seconds of chart history kept per node
                                       (default: 300; 10..3600) */
+    sluice_admin_start_deadline_fn start_deadline; /* shown on the page, as start_deadline_ms
+                                      and start_deadline_source in /compute/concurrency and as
+                                      sluice_default_start_deadline_seconds in /metrics
+                                      (default: NULL = none to show) */
+    void *start_deadline_ctx;
     char *error;                   /* receives a message naming the field when start fails
                                       (default: NULL = no message) */
     size_t error_size;             /* bytes at error, NUL included (default: 0) */
@@ -176,7 +194,8 @@ void sluice_admin_stop(struct sluice_admin *a);
  *     sluice_overloads_total, sluice_lingered_total, sluice_lingering,
  *     sluice_linger_mode{mode} (1 for what abandoned calls do now: on, off,
  *     or learned while the trial has not decided),
- *     sluice_expected_service_seconds (0 = unknown), the histograms
+ *     sluice_expected_service_seconds (0 = unknown),
+ *     sluice_default_start_deadline_seconds (0 = none; desc.start_deadline), the histograms
  *     sluice_queue_wait_seconds and sluice_call_seconds, sluice_state{state}
  *     (1 for the current state: probing, backoff, locked, fixed), and for
  *     adaptive nodes sluice_backoffs_total{cause}, sluice_events_total{event}

@@ -212,6 +212,26 @@ static int open_engine(struct proxy *p)
     return EXIT_OK;
 }
 
+/* The start deadline of `node`'s requests that name none, for the admin page (an admin
+ * thread): the backend's start_deadline_ms, else the clients' learned patience where no
+ * deadline_ms applies either (upstream.c decides the same per request). */
+static int64_t shown_start_deadline(void *ctx, const char *node, const char **source)
+{
+    const struct proxy *p = ctx;
+    for (size_t i = 0; i < p->o->n_backends; i++) {
+        const struct backend *b = &p->o->backends[i];
+        if (strcmp(b->id, node))
+            continue;
+        if (b->start_deadline_ms) {
+            *source = "configured";
+            return b->start_deadline_ms;
+        }
+        *source = "learned";
+        return b->deadline_ms ? -1 : patience_shown_ms(&p->patience[i], now_ns());
+    }
+    return -1;
+}
+
 static int start_admin(struct proxy *p)
 {
     const struct options *o = p->o;
@@ -220,7 +240,9 @@ static int start_admin(struct proxy *p)
     char err[256] = "";
     struct sluice_admin_desc desc = {.engine = p->engine, .address = o->admin_host,
                                      .port = SLUICE_SOME(o->admin_port),
-                                     .allow_remote = o->allow_remote, .error = err,
+                                     .allow_remote = o->allow_remote,
+                                     .start_deadline = shown_start_deadline,
+                                     .start_deadline_ctx = p, .error = err,
                                      .error_size = sizeof err};
     if (sluice_admin_start(&desc, &p->admin) == SLUICE_OK)
         return EXIT_OK;

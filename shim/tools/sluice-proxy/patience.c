@@ -35,10 +35,13 @@
  *
  * What it learns is said where the operator looks: a line on stderr when a
  * backend's learned time is first believed, moves past PATIENCE_SPREAD of
- * what was said, or is forgotten; and the 503/504 of a request it refused
- * names it (upstream.c), since that client named no deadline of its own.
+ * what was said, or is forgotten; the admin page and /metrics while it holds
+ * (patience_shown_ms, through main.c's sluice_admin_desc.start_deadline);
+ * and the 503/504 of a request it refused names it (upstream.c), since that
+ * client named no deadline of its own.
  *
- * State: per backend, in struct proxy; one thread (proxy.h), no locks.
+ * State: per backend, in struct proxy; one thread (proxy.h), no locks. The
+ * admin's threads read the learned time and the newest hang-up's, atomics.
  */
 #include "proxy.h"
 
@@ -106,6 +109,7 @@ void patience_hung_up(struct patience *pt, const char *backend, int64_t waited_n
                 (double)sorted[i] <= median * PATIENCE_SPREAD;
     if (4 * near >= 3 * n)
         pt->learned_ns = sorted[n / 2];
+    /* (the admin may read the 0 above in between: "none" for a moment, never a wrong time) */
     announce(pt, backend, pt->learned_ns,
              "its clients' last hang-ups no longer agree on a time");
 }
@@ -119,4 +123,12 @@ int64_t patience_start_ms(struct patience *pt, const char *backend, int64_t now)
         announce(pt, backend, 0, "no client has hung up for " PATIENCE_XSTR(PATIENCE_FRESH_S) " s");
     }
     return pt->learned_ns ? pt->learned_ns / 1000000 : -1;
+}
+
+/* What patience_start_ms would answer now, for the admin's threads: the same freshness rule,
+ * without forgetting (that, and saying so, is the proxy thread's). */
+int64_t patience_shown_ms(const struct patience *pt, int64_t now)
+{
+    int64_t learned = pt->learned_ns;
+    return learned && now - pt->last_ns <= PATIENCE_FRESH_NS ? learned / 1000000 : -1;
 }

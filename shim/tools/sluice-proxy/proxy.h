@@ -23,6 +23,7 @@
 #define SLUICE_PROXY_H
 
 #include <curl/curl.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -224,8 +225,9 @@ struct conn {
 struct patience {
     int64_t ns[PATIENCE_SAMPLES]; /* how long each client waited before it hung up */
     uint64_t added;
-    int64_t last_ns;    /* when the newest one hung up (monotonic) */
-    int64_t learned_ns; /* the start deadline they show, 0 = none */
+    /* Atomic for the admin's threads (patience_shown_ms); written by the proxy's thread. */
+    _Atomic int64_t last_ns;    /* when the newest one hung up (monotonic) */
+    _Atomic int64_t learned_ns; /* the start deadline they show, 0 = none */
     int64_t announced_ns; /* what stderr last said was learned, 0 = none */
 };
 
@@ -258,6 +260,7 @@ struct proxy {
 /* patience.c */
 void patience_hung_up(struct patience *pt, const char *backend, int64_t waited_ns, int64_t now);
 int64_t patience_start_ms(struct patience *pt, const char *backend, int64_t now);
+int64_t patience_shown_ms(const struct patience *pt, int64_t now);
 
 /* route.c */
 int routes_check(struct options *o, char *err, size_t size);
