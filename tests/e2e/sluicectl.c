@@ -175,9 +175,17 @@ static int count_in_row(const char *out, const char *prefix, const char *needle)
     return -1;
 }
 
+/* A program's start deadline for local:gpu's calls that name none (sluice_admin_desc). */
+static int64_t gpu_start_deadline(void *ctx, const char *node, const char **source)
+{
+    (void)ctx;
+    *source = "configured";
+    return strcmp(node, "local:gpu") ? -1 : 700;
+}
+
 SLUICECTL_TEST(status_from_a_live_process_shows_every_nodes_status_line)
 {
-    fixture_start(&fx, NULL, NULL);
+    fixture_start(&fx, NULL, &(struct sluice_admin_desc){.start_deadline = gpu_start_deadline});
     struct proc_result *r = CTL("status", "--admin", fx.base);
     cr_assert_eq(r->exit_code, 0, "%s", r->err);
     cr_expect(strstr(r->out, "cloud:locked 0/12 🔒") != NULL, "%s", r->out);
@@ -194,8 +202,11 @@ SLUICECTL_TEST(status_from_a_live_process_shows_every_nodes_status_line)
     /* The deadline figures: rates, queue wait percentiles, lingering calls. */
     cr_expect(strstr(r->out, "REQ/S") && strstr(r->out, "429/S") && strstr(r->out, "TIMEOUTS/S") &&
                   strstr(r->out, "QUEUE P50") && strstr(r->out, "QUEUE P99") &&
-                  strstr(r->out, "LINGERING"),
+                  strstr(r->out, "LINGERING") && strstr(r->out, "START DEADLINE"),
               "%s", r->out);
+    /* The start deadline of calls that name none, where the program says one. */
+    cr_expect_eq(count_in_row(r->out, "local:gpu ", "700 ms configured"), 1, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:locked ", "ms configured"), 0, "%s", r->out);
     free(r);
     r = CTL("status", "--admin", fx.base, "--json");
     cr_assert_eq(r->exit_code, 0);

@@ -96,7 +96,7 @@ static int status_from_file(const struct opts *o)
 }
 
 /* The deadline figures of one admin node (see the admin's node JSON): rates, queue wait, lingering. */
-static void status_figures(json_t *n, char fig[6][24])
+static void status_figures(json_t *n, char fig[7][24])
 {
     static const char *const rates[] = {"request_rate", "overload_rate", "timeout_rate"};
     for (int k = 0; k < 3; k++)
@@ -110,6 +110,15 @@ static void status_figures(json_t *n, char fig[6][24])
             snprintf(fig[3 + k], 24, "-");
     }
     snprintf(fig[5], 24, "%" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(n, "lingering")));
+    /* The program's start deadline for calls that name none (sluice-proxy: configured or
+     * learned from its clients' hang-ups). */
+    json_t *start = json_object_get(n, "start_deadline_ms");
+    const char *source = json_string_value(json_object_get(n, "start_deadline_source"));
+    if (json_is_integer(start))
+        snprintf(fig[6], 24, "%" JSON_INTEGER_FORMAT " ms %s", json_integer_value(start),
+                 source ? source : "");
+    else
+        snprintf(fig[6], 24, "-");
 }
 
 static int status_from_admin(const struct opts *o)
@@ -128,10 +137,10 @@ static int status_from_admin(const struct opts *o)
         return EXIT_OK;
     }
     struct table *t = calloc(1, sizeof *t);
-    t->cols = 11;
+    t->cols = 12;
     const char *head[] = {"STATUS",    "STATE",     "CEILING",   "LOCK LEFT",
                           "WAITING",   "REQ/S",     "429/S",     "TIMEOUTS/S",
-                          "QUEUE P50", "QUEUE P99", "LINGERING"};
+                          "QUEUE P50", "QUEUE P99", "LINGERING", "START DEADLINE"};
     table_add(t, head);
     size_t i;
     json_t *n;
@@ -147,11 +156,11 @@ static int status_from_admin(const struct opts *o)
         snprintf(waiting, sizeof waiting, "%" JSON_INTEGER_FORMAT,
                  json_integer_value(json_object_get(n, "waiting")));
         const char *line = json_string_value(json_object_get(n, "status_line"));
-        char fig[6][24];
+        char fig[7][24];
         status_figures(n, fig);
         const char *row[] = {line ? line : "?", state ? state : "?", ceiling, left,   waiting,
                              fig[0],            fig[1],              fig[2],  fig[3], fig[4],
-                             fig[5]};
+                             fig[5],            fig[6]};
         table_add(t, row);
     }
     int rc = table_print(t);
