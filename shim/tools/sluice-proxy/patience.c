@@ -96,8 +96,7 @@ void patience_hung_up(struct patience *pt, const char *backend, int64_t waited_n
     pt->added++;
     pt->last_ns = now;
     uint32_t n = pt->added < PATIENCE_SAMPLES ? (uint32_t)pt->added : PATIENCE_SAMPLES;
-    pt->learned_ns = 0;
-    if (n < PATIENCE_MIN) /* never after a first lesson: n only grows */
+    if (n < PATIENCE_MIN) /* nothing learned yet: n only grows */
         return;
     int64_t sorted[PATIENCE_SAMPLES];
     memcpy(sorted, pt->ns, n * sizeof *sorted);
@@ -107,9 +106,7 @@ void patience_hung_up(struct patience *pt, const char *backend, int64_t waited_n
     for (uint32_t i = 0; i < n; i++)
         near += (double)sorted[i] * PATIENCE_SPREAD >= median &&
                 (double)sorted[i] <= median * PATIENCE_SPREAD;
-    if (4 * near >= 3 * n)
-        pt->learned_ns = sorted[n / 2];
-    /* (the admin may read the 0 above in between: "none" for a moment, never a wrong time) */
+    pt->learned_ns = 4 * near >= 3 * n ? sorted[n / 2] : 0; /* one store: the admin reads it */
     announce(pt, backend, pt->learned_ns,
              "its clients' last hang-ups no longer agree on a time");
 }

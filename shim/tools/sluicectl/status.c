@@ -95,7 +95,8 @@ static int status_from_file(const struct opts *o)
     return rc;
 }
 
-/* The deadline figures of one admin node (see the admin's node JSON): rates, queue wait, lingering. */
+/* The deadline figures of one admin node (see the admin's node JSON): rates, queue wait,
+ * lingering, and the start deadline of calls that name none. */
 static void status_figures(json_t *n, char fig[7][24])
 {
     static const char *const rates[] = {"request_rate", "overload_rate", "timeout_rate"};
