@@ -574,17 +574,6 @@ Test(proxy, a_request_that_does_not_arrive_in_time_is_408_and_closed)
     cr_assert_eq(fx_stats().requests, 0);
 }
 
-/* Appends to a 64 KiB buffer (fx_collect keeps 4 KiB: /metrics is longer). */
-static size_t collect_64k(char *data, size_t size, size_t n, void *ctx)
-{
-    char *buf = ctx;
-    size_t len = strlen(buf), bytes = size * n, room = 65535 - len;
-    size_t keep = bytes < room ? bytes : room;
-    memcpy(buf + len, data, keep);
-    buf[len + keep] = '\0';
-    return bytes;
-}
-
 /* A backend's configured start deadline is what the admin endpoint shows, on the page's JSON
  * and in /metrics. */
 Test(proxy, the_admin_shows_the_start_deadline_of_requests_that_name_none)
@@ -594,16 +583,8 @@ Test(proxy, the_admin_shows_the_start_deadline_of_requests_that_name_none)
     char source[32];
     cr_assert_eq(shown_start_deadline(source, sizeof source), 700);
     cr_assert_str_eq(source, "configured");
-    char url[128];
     static char body[65536];
-    snprintf(url, sizeof url, "%s/metrics", px_main.admin);
-    CURL *e = curl_easy_init();
-    curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect_64k);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, body);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
-    cr_assert_eq(curl_easy_perform(e), CURLE_OK, "GET %s failed", url);
-    curl_easy_cleanup(e);
+    px_admin_get(&px_main, "/metrics", body, sizeof body);
     cr_assert_not_null(
         strstr(body, "\nsluice_default_start_deadline_seconds{node=\"" NODE "\"} 0.7\n"),
         "no start deadline of 0.7 s in /metrics");

@@ -248,18 +248,43 @@ static inline void px_assert_error_body(const struct px_reply *r, const char *co
     json_decref(root);
 }
 
-/* The node's entry on the admin endpoint (GET /compute/concurrency); json_decref the root. */
-static inline json_t *px_node(const struct px *p, const char *node, json_t **root)
+/* A body kept whole up to its buffer (fx_collect keeps 4 KiB: /metrics is longer). */
+struct px_sink {
+    char *buf;
+    size_t size, len;
+};
+
+static inline size_t px_sink_put(char *data, size_t size, size_t n, void *ctx)
 {
-    char url[128], body[16384] = "";
-    snprintf(url, sizeof url, "%s/compute/concurrency", p->admin);
+    struct px_sink *k = (struct px_sink *)ctx;
+    size_t bytes = size * n, keep = bytes < k->size - 1 - k->len ? bytes : k->size - 1 - k->len;
+    memcpy(k->buf + k->len, data, keep);
+    k->len += keep;
+    k->buf[k->len] = '\0';
+    return bytes;
+}
+
+/* GET `path` on the proxy's admin endpoint into body (size bytes, NUL-terminated). */
+static inline void px_admin_get(const struct px *p, const char *path, char *body, size_t size)
+{
+    char url[128];
+    snprintf(url, sizeof url, "%s%s", p->admin, path);
+    struct px_sink sink = {.buf = body, .size = size};
+    body[0] = '\0';
     CURL *e = curl_easy_init();
     curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, fx_collect);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, px_sink_put);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
     cr_assert_eq(curl_easy_perform(e), CURLE_OK, "GET %s failed", url);
     curl_easy_cleanup(e);
+}
+
+/* The node's entry on the admin endpoint (GET /compute/concurrency); json_decref the root. */
+static inline json_t *px_node(const struct px *p, const char *node, json_t **root)
+{
+    char body[16384];
+    px_admin_get(p, "/compute/concurrency", body, sizeof body);
     *root = json_loads(body, 0, NULL);
     cr_assert_not_null(*root, "not JSON: %s", body);
     json_t *nodes = json_object_get(*root, "nodes");
