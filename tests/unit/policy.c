@@ -159,6 +159,27 @@ Test(policy, discover_steps_below_the_jumpstart_where_its_own_calls_slow_with_ea
     cr_assert_eq(v.limit, 2, "twice one call's is at 4.3: half of 5 is lower");
 }
 
+/* The same line drawn by noise (a few lucky calls at 1-4 in flight): the probe at 2 serves
+ * no faster than the jumpstart did, so the level it left goes on against what the probe
+ * measured, and discovery goes back to it at the probe's first judged window, still in slow
+ * start. (Held for its brief re-measure and grown from 2, an SDK-driven overload run spent 8 s
+ * of 20 at 2-4 under a cap of 24.) */
+Test(policy, discover_goes_back_to_the_jumpstart_when_the_probe_below_it_is_no_faster)
+{
+    struct sluice_policy_discover p;
+    struct sluice_verdict v = first_window_rising(&p, 0.1 * SEC, 0.001 * SEC);
+    cr_assert_eq(v.limit, 2);
+    struct sluice_window w = healthy(2, 10, 4 * SEC / 10, 0.4); /* the jumpstart's mean */
+    w.in_flight_mean = 2.0;
+    cr_assert_eq(sluice_policy_update(&p.base, &w).cause, SLUICE_CAUSE_NONE, "drain window");
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.limit, 5, "the line's prediction (0.2 s at 2) failed: back to 5");
+    w = healthy(5, 10, 4 * SEC / 10, 0.4); /* a limit that rose has no queue to drain */
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_SLOW_START, "slow start goes on from the jumpstart");
+    cr_assert_eq(v.limit, 10);
+}
+
 /* Feed `windows` windows of `n` calls at `limit`; returns the last verdict. */
 static struct sluice_verdict feed(struct sluice_policy_discover *p, uint32_t limit, uint32_t n,
                                   int64_t mean_ns, int windows)

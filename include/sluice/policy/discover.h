@@ -61,8 +61,12 @@
  *            slope SLUICE__DISCOVER_BELOW_Z standard errors clear that
  *            puts the level past twice one call's fitted latency says the
  *            jumpstart was past the knee already (a slow link): a brief
- *            probe below it (sluice__discover_steep). Nothing else uses
- *            the line: once the limit holds, every call starts at it.
+ *            probe below it (sluice__discover_steep). The line predicts the
+ *            probe is faster; where the level it left goes on against what
+ *            the probe measured (noise drew it: a few lucky calls at 1-4),
+ *            it goes back there at once, still in slow start; otherwise
+ *            slow start grows from the probe. Nothing else uses the line:
+ *            once the limit holds, every call starts at it.
  *   throughput (completions per second) and Little's law
  *            rate·s0 is the concurrency the provider recently served: a
  *            refusal at or below it, while the pace holds, is a rate
@@ -319,6 +323,8 @@ struct sluice_policy_discover {
     uint32_t at;         /* the limit of the last window seen */
     uint32_t probing;    /* the limit of a running probe of s0 (0 = not probing) */
     uint32_t resume;     /* the limit that probe returns to (0 = grow from the probe) */
+    uint32_t steep;      /* the level a probe below the jumpstart left (0 = none): back to
+                            it once it goes on against what the probe measured */
     uint32_t remeasure_left;  /* judged windows a brief re-measure may still hold (0 = the
                                  probe runs until s0 is sampled) */
     uint32_t windows;         /* windows seen */
@@ -356,7 +362,7 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
 {
     struct sluice_policy_discover *p = (struct sluice_policy_discover *)self;
     p->slow_start = !warm;
-    p->at = p->probing = p->resume = p->compared = p->settled = p->est = 0;
+    p->at = p->probing = p->resume = p->steep = p->compared = p->settled = p->est = 0;
     p->remeasure_left = p->windows = p->remeasure_after = p->proved = p->struck = 0;
     p->last_ns = p->echo_ns = p->proved_ns = p->quiet_ns = p->down_ns = 0;
     p->cv2 = 0;
@@ -666,7 +672,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
     l->passed = 0;
     l->doubts = 0;
     p->slow_start = false;
-    p->probing = p->resume = p->remeasure_left = 0;
+    p->probing = p->resume = p->steep = p->remeasure_left = 0;
     uint32_t lo = sluice__discover_lo(p, l->limit);
     double little = sluice__discover_little(p, ref->mean_ns);
     double floor = (double)w->limit * p->params.knee_floor;
@@ -895,6 +901,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_remeasure(struct sluice_pol
 {
     p->probing = at;
     p->resume = resume;
+    p->steep = 0;
     p->remeasure_left = brief ? SLUICE__DISCOVER_REMEASURE_WINDOWS : 0;
     return sluice_verdict_make(at, SLUICE_CAUSE_REMEASURE, 0);
 }
@@ -951,15 +958,16 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_d
         p->settled = w->limit;
     if (p->probing) {
         bool brief = p->remeasure_left != 0;
+        uint32_t left = p->resume ? p->resume : p->steep;
+        bool goes_on = p->slow_start && sluice__discover_goes_on(p, left, ref);
         if (level == p->probing && !ref->sampled && l->n < (float)p->params.reference_samples &&
-            !(p->slow_start && sluice__discover_goes_on(p, p->resume, ref)) &&
-            (!brief || --p->remeasure_left))
+            !goes_on && (!brief || --p->remeasure_left))
             return sluice__verdict_hold(w);
         if (brief)
             p->remeasure_after = p->windows + SLUICE__DISCOVER_REMEASURE_WINDOWS *
                                                   SLUICE__DISCOVER_REMEASURE_SPACING;
-        uint32_t back = p->resume;
-        p->probing = p->resume = p->remeasure_left = 0;
+        uint32_t back = p->resume ? p->resume : goes_on ? left : 0;
+        p->probing = p->resume = p->steep = p->remeasure_left = 0;
         if (back > w->limit)
             return sluice_verdict_make(back, SLUICE_CAUSE_ADDITIVE, 0);
     }
@@ -1019,13 +1027,16 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     if (sluice__discover_unjudged(p, w, level, drained))
         return sluice__discover_unjudged_verdict(p, w);
     struct sluice__discover_level *l = sluice__discover_pool_window(p, w, level);
+    struct sluice_verdict v;
     uint32_t below;
-    if (sluice__discover_steep(p, w, level, &below)) /* slow start grows from the probe */
-        return sluice__discover_remeasure(p, below, 0, true);
+    if (sluice__discover_steep(p, w, level, &below)) { /* slow start grows from the probe */
+        v = sluice__discover_remeasure(p, below, 0, true);
+        p->steep = level;
+        return v;
+    }
     ref = sluice__discover_s0(p);
     double se, x = sluice__discover_rise(p, l, &ref, &se);
     bool last_step = sluice__discover_last_step(p, w);
-    struct sluice_verdict v;
     if (last_step && sluice__discover_compare_below(p, w, l, &v))
         return v;
     bool trusted = w->probe_cap && w->limit == p->settled;
