@@ -140,7 +140,9 @@ struct sluice_sample {
     X(REMEASURE, "remeasure")     /* a brief step down to measure the no-queue latency the      \
                                      levels are judged by (BBR's PROBE_RTT); no refusal */       \
     X(MEASURE_BELOW, "measure_below") /* one step down to measure the level under the bracket's  \
-                                         last step before locking there; no refusal */
+                                         last step before locking there; no refusal */          \
+    X(RESUME, "resume")           /* back up from a re-measure to the level it left (or the      \
+                                     knee's cut) once it has measured: no news of headroom */
 
 #define SLUICE__CAUSE_ENUM(name, str) SLUICE_CAUSE_##name,
 #define SLUICE__CAUSE_CASE(name, str) SLUICE__NAME_CASE(SLUICE_CAUSE_##name, str)

@@ -174,6 +174,7 @@ Test(policy, discover_goes_back_to_the_jumpstart_when_the_probe_below_it_is_no_f
     cr_assert_eq(sluice_policy_update(&p.base, &w).cause, SLUICE_CAUSE_NONE, "drain window");
     v = sluice_policy_update(&p.base, &w);
     cr_assert_eq(v.limit, 5, "the line's prediction (0.2 s at 2) failed: back to 5");
+    cr_assert_eq(v.cause, SLUICE_CAUSE_RESUME, "a return, not growth on new evidence");
     w = healthy(5, 10, 4 * SEC / 10, 0.4); /* a limit that rose has no queue to drain */
     v = sluice_policy_update(&p.base, &w);
     cr_assert_eq(v.cause, SLUICE_CAUSE_SLOW_START, "slow start goes on from the jumpstart");

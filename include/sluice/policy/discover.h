@@ -969,7 +969,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_d
         uint32_t back = p->resume ? p->resume : goes_on ? left : 0;
         p->probing = p->resume = p->steep = p->remeasure_left = 0;
         if (back > w->limit)
-            return sluice_verdict_make(back, SLUICE_CAUSE_ADDITIVE, 0);
+            return sluice_verdict_make(back, SLUICE_CAUSE_RESUME, 0);
     }
     if (p->slow_start) {
         uint32_t step = w->n_ok < w->limit ? w->n_ok : w->limit;
