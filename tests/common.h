@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,24 @@
 #include <sluice/gate.h>
 #include <sluice/store.h>
 #include <sluice/time.h>
+
+/* The part of the file at `rel` (from the source root) from `from` up to `to` (NULL: to its
+ * end); static storage. */
+static inline char *test_source_part(const char *rel, const char *from, const char *to)
+{
+    static char text[1 << 18];
+    char path[512];
+    snprintf(path, sizeof path, "%s/../../%s", SLUICE_TEST_FIXTURES, rel);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+    char *start = strstr(text, from);
+    char *end = !start ? NULL : to ? strstr(start, to) : start + strlen(start);
+    cr_assert(start && end, "%s has \"%s\" and then \"%s\"", rel, from, to ? to : "its end");
+    *end = '\0';
+    return start;
+}
 
 /* Threaded tests scale their iteration counts down under ThreadSanitizer. */
 #ifndef SLUICE_TEST_SCALE

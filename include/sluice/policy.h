@@ -153,6 +153,13 @@ SLUICE__ENUM_WITH_NAMES(sluice_cause, sluice_cause_name, SLUICE_CAUSE_MAP, SLUIC
 #undef SLUICE__CAUSE_ENUM
 #undef SLUICE__CAUSE_CASE
 
+/* How many causes there are (each in [0, SLUICE_CAUSE_COUNT)): the size of a per-cause
+ * table, which then follows a new cause by itself. Outside the enum, so a switch over
+ * the causes need not name it. */
+#define SLUICE__CAUSE_ONE(name, str) +1
+enum { SLUICE_CAUSE_COUNT = 0 SLUICE_CAUSE_MAP(SLUICE__CAUSE_ONE) };
+#undef SLUICE__CAUSE_ONE
+
 /* True for the causes that are congestion signals (the reasons to back off). */
 SLUICE_INLINE bool sluice_cause_is_congestion(enum sluice_cause cause)
 {

@@ -46,8 +46,8 @@
 #include <sluice/sluice.h>
 
 enum {
-    SLUICE__ADMIN_N_CAUSES = SLUICE_CAUSE_RESUME + 1, /* every cause (the last one) */
-    SLUICE__ADMIN_N_KINDS = SLUICE_EVENT_STORE + 1,   /* event kinds counted */
+    SLUICE__ADMIN_N_CAUSES = SLUICE_CAUSE_COUNT,    /* every cause */
+    SLUICE__ADMIN_N_KINDS = SLUICE_EVENT_STORE + 1, /* event kinds counted */
 };
 
 /* Connections let in past max_connections to hear 503 (admin_conns.c). */

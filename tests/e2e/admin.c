@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "admin_fixture.h"
+#include "common.h"
 
 static struct fixture fx;
 
@@ -329,24 +330,6 @@ static bool routes_have(const struct routes *r, const char *route)
     return false;
 }
 
-/* The part of the file at `rel` (from the source root) from `from` up to `to` (NULL: to its
- * end); static storage. */
-static char *source_part(const char *rel, const char *from, const char *to)
-{
-    static char text[1 << 18];
-    char path[512];
-    snprintf(path, sizeof path, "%s/../../%s", SLUICE_TEST_FIXTURES, rel);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    text[fread(text, 1, sizeof text - 1, f)] = '\0';
-    fclose(f);
-    char *start = strstr(text, from);
-    char *end = !start ? NULL : to ? strstr(start, to) : start + strlen(start);
-    cr_assert(start && end, "%s has \"%s\" and then \"%s\"", rel, from, to ? to : "its end");
-    *end = '\0';
-    return start;
-}
-
 static void expect_same_routes(const struct routes *table, const struct routes *doc,
                                const char *where)
 {
@@ -382,7 +365,8 @@ ADMIN_TEST(admin_h_the_readme_and_the_fuzz_dictionary_follow_the_route_table)
     cr_assert_geq(table.n, 2, "%s", list);
 
     struct routes header = {0};
-    const char *block = source_part("shim/include/sluice/admin.h", "Routes:\n", "\n *\n * Which");
+    const char *block =
+        test_source_part("shim/include/sluice/admin.h", "Routes:\n", "\n *\n * Which");
     for (const char *line = strchr(block, '\n'); line; line = strchr(line + 1, '\n')) {
         char method[8];
         int at = 0;
@@ -392,7 +376,7 @@ ADMIN_TEST(admin_h_the_readme_and_the_fuzz_dictionary_follow_the_route_table)
     expect_same_routes(&table, &header, "sluice/admin.h");
 
     struct routes readme = {0};
-    char *part = source_part("README.md", "<!-- admin routes", "<!-- end of admin routes -->");
+    char *part = test_source_part("README.md", "<!-- admin routes", "<!-- end of admin routes -->");
     for (char *tick = strchr(part, '`'); tick; tick = strchr(tick + 1, '`')) {
         char *word = tick + 1;
         tick = strchr(word, '`');
@@ -405,7 +389,7 @@ ADMIN_TEST(admin_h_the_readme_and_the_fuzz_dictionary_follow_the_route_table)
     }
     expect_same_routes(&table, &readme, "README.md");
 
-    const char *dict = source_part("tests/fuzz/corpus/admin.dict", "\"", NULL);
+    const char *dict = test_source_part("tests/fuzz/corpus/admin.dict", "\"", NULL);
     for (size_t k = 0; k < table.n; k++) {
         const char *path = strchr(table.at[k], '/'), *last = strrchr(path, '/');
         char whole[140], tail[140];

@@ -208,6 +208,31 @@ Test(events, kind_and_cause_names_are_stable)
 
 #include "common.h"
 
+/* The README's table of causes (between its causes markers) has a row for every cause and
+ * none for a cause that does not exist, so a new cause cannot reach the page unexplained. */
+Test(events, every_cause_is_in_the_readme_table)
+{
+    char *table = test_source_part("README.md", "<!-- causes", "<!-- end of causes -->");
+    bool rows[SLUICE_CAUSE_COUNT] = {false};
+    int n_rows = 0;
+    for (char *row = strstr(table, "\n| `"); row; row = strstr(row + 1, "\n| `")) {
+        char name[32];
+        cr_assert_eq(sscanf(row, "\n| `%31[a-z_]`", name), 1, "README.md: a causes row: %.40s",
+                     row + 1);
+        int c = 0;
+        while (c < SLUICE_CAUSE_COUNT && strcmp(sluice_cause_name((enum sluice_cause)c), name))
+            c++;
+        cr_expect_lt(c, SLUICE_CAUSE_COUNT, "README.md's causes table names `%s`, no cause", name);
+        if (c < SLUICE_CAUSE_COUNT)
+            rows[c] = true;
+        n_rows++;
+    }
+    for (int c = 0; c < SLUICE_CAUSE_COUNT; c++)
+        cr_expect(rows[c], "README.md's causes table has no row for `%s`",
+                  sluice_cause_name((enum sluice_cause)c));
+    cr_expect_eq(n_rows, SLUICE_CAUSE_COUNT, "one row per cause");
+}
+
 /* Events whose fields are all functions of seq, so a torn copy would show. */
 static struct sluice_event stamped_event(uint64_t seq)
 {
