@@ -5,7 +5,8 @@
  * What it is: every probe step, backoff (with its cause), recovery, lock,
  * expiry, restore-from-store, clear and store failure becomes a
  * `struct sluice_event` with the time, node, old and new limit, in-flight
- * count and reason. Discovery pushes each one into its node's ring (old
+ * count and reason (its cause, named, and what the cause says: "why").
+ * Discovery pushes each one into its node's ring (old
  * events are overwritten, the writer never waits); later, after its locks
  * are dropped, it hands them to an optional callback in seq order (see
  * sluice_event_fn). Readers copy events out by sequence number from any
@@ -332,11 +333,18 @@ SLUICE_INLINE void sluice__jout_event(struct sluice__jout *o, const struct sluic
     sluice__jout_string(o, sluice_event_kind_name(ev->kind));
     sluice__jout_write(o, ",\"reason\":", 10);
     sluice__jout_string(o, sluice_cause_name(ev->cause));
+    sluice__jout_write(o, ",\"why\":", 7);
+    sluice__jout_string(o, sluice_cause_text(ev->cause));
     sluice__jout_printf(o, ",\"old_limit\":%" PRIu32 ",\"new_limit\":%" PRIu32, ev->old_limit,
                         ev->new_limit);
     sluice__jout_printf(o, ",\"in_flight\":%" PRIu32 ",\"ceiling\":%" PRIu32 "}\n", ev->in_flight,
                         ev->ceiling);
 }
+
+/* A buffer this long holds any event's JSON Lines record: its numbers, names and "why"
+ * (under 400 bytes) and a node id of SLUICE_NODE_ID_MAX-1 bytes escaped at 6 bytes each
+ * (events::every_event_line_fits_sluice_event_json_max holds it to that). */
+#define SLUICE_EVENT_JSON_MAX 1280
 
 /*
  * Render one event as a JSON Lines record (one object and '\n') into `buf`,

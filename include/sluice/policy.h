@@ -108,44 +108,56 @@ struct sluice_sample {
 /*
  * Why a limit moved. Policies report the growth and backoff causes;
  * discovery adds the ones that come from its own state machine. Every event
- * in sluice/events.h carries one.
+ * in sluice/events.h carries one. X(NAME, "json name", "what it says, for a
+ * person"): the sentence is the event's "why" (the page shows it on the
+ * event) and the README's table of causes, which a test holds to it.
  */
 #define SLUICE_CAUSE_MAP(X)                                                                        \
-    X(NONE, "none")               /* the limit did not move */                                     \
-    X(SLOW_START, "slow_start")   /* healthy and saturated before any congestion: grow fast */     \
-    X(ADDITIVE, "additive")       /* healthy and saturated after congestion: grow carefully */     \
-    X(OVERLOAD, "overload")       /* HTTP 429/503 or a provider timeout */                         \
-    X(RETRY_AFTER, "retry_after") /* an overload that carried Retry-After */                       \
-    X(LATENCY, "latency")         /* latency rose past the knee: requests are queueing */          \
-    X(BRACKET, "bracket")         /* probed up to just below the last congestion and held */       \
-    X(MAX_LIMIT, "max_limit")     /* reached the configured maximum with no congestion */          \
-    X(LOWERED, "lowered")         /* overload below a locked ceiling: the ceiling came down */     \
-    X(CEILING, "ceiling")         /* clamped to the locked ceiling or the probe bracket */         \
-    X(HEALTHY, "healthy")         /* a clean window after a backoff */                             \
-    X(TTL, "ttl")                 /* the lock's time to live ran out */                            \
-    X(STORE, "store")             /* a live lock was read back from the store */                   \
-    X(API, "api")                 /* a caller asked (sluice_discovery_clear) */                    \
-    X(STORE_ERROR, "store_error") /* a store's load, save or clear failed: memory still serves */  \
-    X(STORE_CORRUPT, "store_corrupt") /* the store holds data it cannot read (load said          \
-                                         SLUICE_EINVAL: a corrupt state file); the store says   \
-                                         what (sluice_statefile_last_error) */                  \
-    X(INVALID_RECORD, "invalid_record") /* a stored lock was locked in the future or expires      \
-                                           before it was locked: dropped */                        \
-    X(EXPIRY_CAPPED, "expiry_capped") /* a stored lock expired later than lock_ttl_s from now:     \
-                                         its expiry was cut to now + lock_ttl_s */               \
-    X(RATE_LIMIT, "rate_limit")   /* the provider's rate budget ran out (a "hold" event) */        \
-    X(PLATFORM, "platform")       /* a platform-wide overload (a "hold" event) */                  \
-    X(QUOTA, "quota")             /* a quota or billing refusal (a "quota" event) */               \
-    X(PROVIDER_RATE, "provider_rate") /* a hint from the request rate the provider states */      \
-    X(REMEASURE, "remeasure")     /* a brief step down to measure the no-queue latency the      \
-                                     levels are judged by (BBR's PROBE_RTT); no refusal */       \
-    X(MEASURE_BELOW, "measure_below") /* one step down to measure the level under the bracket's  \
-                                         last step before locking there; no refusal */          \
-    X(RESUME, "resume")           /* back up from a re-measure to the level it left (or the      \
-                                     knee's cut) once it has measured: no news of headroom */
+    X(NONE, "none", "nothing: the limit did not move")                                             \
+    X(SLOW_START, "slow_start", "every permit in use and no congestion yet: the limit doubles")    \
+    X(ADDITIVE, "additive",                                                                        \
+      "every permit in use, clean, after congestion (or under a bracket): it grows by a step")     \
+    X(OVERLOAD, "overload",                                                                        \
+      "HTTP 429 or 503, or a provider timeout: cut from where the refusals struck")                \
+    X(RETRY_AFTER, "retry_after", "an overload that carried Retry-After")                          \
+    X(LATENCY, "latency",                                                                          \
+      "latency rose past the knee over the no-queue latency: calls queue at the provider")         \
+    X(BRACKET, "bracket", "probed up to just below the last congestion and held there: locked")    \
+    X(MAX_LIMIT, "max_limit", "reached the configured max_limit with no congestion: locked")       \
+    X(LOWERED, "lowered", "an overload below a locked ceiling: the ceiling came down")             \
+    X(CEILING, "ceiling",                                                                          \
+      "clamped to the locked ceiling, or to the bracket under the last congestion")                \
+    X(HEALTHY, "healthy", "a clean window after a backoff")                                        \
+    X(TTL, "ttl", "the lock's time to live ran out: probing again")                                \
+    X(STORE, "store", "a live lock was read back from the store at start")                         \
+    X(API, "api",                                                                                  \
+      "a caller cleared the node (sluice_discovery_clear, the admin's clear, sluicectl clear)")    \
+    X(STORE_ERROR, "store_error", "a store's load, save or clear failed: memory still serves")     \
+    X(STORE_CORRUPT, "store_corrupt",                                                              \
+      "the state file holds data it cannot read (sluice_statefile_last_error says what)")          \
+      /* load said SLUICE_EINVAL */                                                                \
+    X(INVALID_RECORD, "invalid_record",                                                            \
+      "a stored lock was locked in the future, or expires before it was locked: dropped")          \
+    X(EXPIRY_CAPPED, "expiry_capped",                                                              \
+      "a stored lock expired later than lock_ttl_s from now: its expiry was cut to that")          \
+    X(RATE_LIMIT, "rate_limit",                                                                    \
+      "the provider's rate budget ran out: new calls held") /* a "hold" event */                   \
+    X(PLATFORM, "platform", "a platform-wide overload: new calls held") /* a "hold" event */       \
+    X(QUOTA, "quota",                                                                              \
+      "a quota or billing refusal: nothing moved, waiting will not help") /* a "quota" event */    \
+    X(PROVIDER_RATE, "provider_rate",                                                              \
+      "the jumpstart moved to the request rate the provider states times the latency")             \
+      /* a "hint" event */                                                                         \
+    X(REMEASURE, "remeasure",                                                                      \
+      "a brief step down to measure the no-queue latency levels are judged by; nothing refused")   \
+      /* BBR's PROBE_RTT */                                                                        \
+    X(MEASURE_BELOW, "measure_below",                                                              \
+      "one step down to measure the level under the bracket's last step; nothing refused")         \
+    X(RESUME, "resume",                                                                            \
+      "back up from a re-measure to the level it left (or the knee's cut): no news of headroom")
 
-#define SLUICE__CAUSE_ENUM(name, str) SLUICE_CAUSE_##name,
-#define SLUICE__CAUSE_CASE(name, str) SLUICE__NAME_CASE(SLUICE_CAUSE_##name, str)
+#define SLUICE__CAUSE_ENUM(name, str, text) SLUICE_CAUSE_##name,
+#define SLUICE__CAUSE_CASE(name, str, text) SLUICE__NAME_CASE(SLUICE_CAUSE_##name, str)
 /* enum sluice_cause, and sluice_cause_name: the cause's snake_case name
  * ("retry_after"); never NULL. */
 SLUICE__ENUM_WITH_NAMES(sluice_cause, sluice_cause_name, SLUICE_CAUSE_MAP, SLUICE__CAUSE_ENUM,
@@ -153,10 +165,22 @@ SLUICE__ENUM_WITH_NAMES(sluice_cause, sluice_cause_name, SLUICE_CAUSE_MAP, SLUIC
 #undef SLUICE__CAUSE_ENUM
 #undef SLUICE__CAUSE_CASE
 
+/* What a cause says, one line of ASCII for a person (the event's "why"); "unknown" for a
+ * value outside the map. */
+SLUICE_INLINE const char *sluice_cause_text(enum sluice_cause cause)
+{
+#define SLUICE__CAUSE_TEXT_CASE(name, str, text) SLUICE__NAME_CASE(SLUICE_CAUSE_##name, text)
+    switch (cause) {
+        SLUICE_CAUSE_MAP(SLUICE__CAUSE_TEXT_CASE)
+    }
+#undef SLUICE__CAUSE_TEXT_CASE
+    return "unknown";
+}
+
 /* How many causes there are (each in [0, SLUICE_CAUSE_COUNT)): the size of a per-cause
  * table, which then follows a new cause by itself. Outside the enum, so a switch over
  * the causes need not name it. */
-#define SLUICE__CAUSE_ONE(name, str) +1
+#define SLUICE__CAUSE_ONE(name, str, text) +1
 enum { SLUICE_CAUSE_COUNT = 0 SLUICE_CAUSE_MAP(SLUICE__CAUSE_ONE) };
 #undef SLUICE__CAUSE_ONE
 

@@ -21,7 +21,7 @@ ptrdiff_t sluice__admin_node_index(const struct sluice_admin *a, const char *id)
 /* An event as JSON, in the exact shape of the core's JSON Lines record. */
 static json_t *event_json(const struct sluice_event *ev)
 {
-    char line[512];
+    char line[SLUICE_EVENT_JSON_MAX];
     size_t n = sluice_event_format_json(ev, line, sizeof line);
     return n < sizeof line ? json_loads(line, 0, NULL) : NULL;
 }

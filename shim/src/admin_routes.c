@@ -64,7 +64,7 @@ static enum MHD_Result send_event_lines(struct MHD_Connection *c,
     while (ring && cursor < end &&
            (got = sluice_event_ring_read(ring, &cursor, batch, 32, NULL)) > 0)
         for (size_t k = 0; k < got; k++) {
-            char line[512];
+            char line[SLUICE_EVENT_JSON_MAX];
             size_t n = sluice_event_format_json(&batch[k], line, sizeof line);
             if (n < sizeof line)
                 sluice__strbuf_put(&b, line, n);

@@ -36,17 +36,17 @@ static void stream_fill(struct stream *s)
     struct sluice_event batch[16];
     size_t got = sluice_event_ring_read(s->ring, &s->cursor, batch, 16, NULL);
     for (size_t k = 0; k < got; k++) {
-        char line[512];
+        char line[SLUICE_EVENT_JSON_MAX];
         size_t n = sluice_event_format_json(&batch[k], line, sizeof line);
-        if (n >= sizeof line)
-            continue;
         if (n && line[n - 1] == '\n')
             line[--n] = '\0';
         int w = snprintf(s->pending + s->len, sizeof s->pending - s->len,
                          "id: %" PRIu64 "\nevent: %s\ndata: %s\n\n", batch[k].seq,
                          sluice_event_kind_name(batch[k].kind), line);
-        if (w < 0 || (size_t)w >= sizeof s->pending - s->len)
+        if (w < 0 || (size_t)w >= sizeof s->pending - s->len) {
+            s->cursor = batch[k].seq - 1; /* the rest go in the next fill, none is lost */
             break;
+        }
         s->len += (size_t)w;
     }
 }

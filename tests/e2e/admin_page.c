@@ -237,6 +237,9 @@ PAGE_TEST(chromium_renders_status_lines_glyphs_events_and_clear_buttons)
     char *live = card(dom, "cloud:default_ollama");
     cr_expect(strstr(live, "<li class=\"ev ev-probe\"") != NULL, "no probe event: %.2000s", live);
     cr_expect(strstr(live, "slow start") != NULL, "the cause is shown");
+    cr_expect(strstr(live, "<span title=\"every permit in use and no congestion yet: the limit "
+                           "doubles\">· slow start") != NULL,
+              "what the cause says, on hover: %.2000s", live);
     const char *first = strstr(live, "data-seq=\"");
     cr_assert_not_null(first);
     unsigned long newest = strtoul(first + 10, NULL, 10);

@@ -484,8 +484,8 @@ SLUICECTL_TEST(events_prints_the_feed_and_follow_streams_until_ctrl_c)
 }
 
 /* A person's format (the default on a terminal; --human into a pipe): one line per event
- * with its time, seq, kind, the limit's move and the reason in words. Before the fix
- * events printed only JSON Lines. */
+ * with its time, seq, kind, the limit's move, the reason in words and what it says (why).
+ * Before the fix events printed only JSON Lines. */
 SLUICECTL_TEST(events_has_a_human_format_and_keeps_json_lines)
 {
     fixture_start(&fx, NULL, NULL);
@@ -494,10 +494,13 @@ SLUICECTL_TEST(events_has_a_human_format_and_keeps_json_lines)
     cr_assert_eq(r->exit_code, 0, "%s", r->err);
     cr_expect_eq(count_lines(r->out), 2, "%s", r->out);
     cr_expect(strchr(r->out, '{') == NULL, "no JSON: %s", r->out);
-    cr_expect(strstr(r->out, "#1   restore  5 → 12    store · 0 in flight · ceiling 12\n"),
+    cr_expect(strstr(r->out, "#1   restore  5 → 12    store · 0 in flight · ceiling 12 · why: a live "
+                             "lock was read back from the store at start\n"),
               "the restore: %s", r->out);
-    cr_expect(strstr(r->out, "#2   clear    12 → 5    api · 0 in flight\n"), "the clear: %s",
-              r->out);
+    cr_expect(strstr(r->out, "#2   clear    12 → 5    api · 0 in flight · why: a caller cleared "
+                             "the node (sluice_discovery_clear, the admin's clear, sluicectl "
+                             "clear)\n"),
+              "the clear: %s", r->out);
     free(r);
     r = CTL("events", "cloud:rainy", "--admin", fx.base, "--human");
     cr_expect(strstr(r->out, "backoff") && strstr(r->out, "overload"), "%s", r->out);

@@ -89,7 +89,9 @@ Test(events, json_line_has_every_field_and_one_newline)
     cr_assert_eq(n, strlen(buf));
     cr_assert_str_eq(buf, "{\"seq\":7,\"t_ns\":52000,\"wall_ms\":1700000000000,"
                           "\"node\":\"cloud:default_ollama\",\"event\":\"backoff\","
-                          "\"reason\":\"retry_after\",\"old_limit\":52,\"new_limit\":46,"
+                          "\"reason\":\"retry_after\","
+                          "\"why\":\"an overload that carried Retry-After\","
+                          "\"old_limit\":52,\"new_limit\":46,"
                           "\"in_flight\":50,\"ceiling\":52}\n");
 }
 
@@ -208,29 +210,55 @@ Test(events, kind_and_cause_names_are_stable)
 
 #include "common.h"
 
-/* The README's table of causes (between its causes markers) has a row for every cause and
- * none for a cause that does not exist, so a new cause cannot reach the page unexplained. */
+/* The README's table of causes (between its causes markers) has a row for every cause,
+ * saying what sluice_cause_text says, and none for a cause that does not exist: a new cause
+ * cannot reach the page unexplained, nor the README drift from the events' "why". */
 Test(events, every_cause_is_in_the_readme_table)
 {
     char *table = test_source_part("README.md", "<!-- causes", "<!-- end of causes -->");
     bool rows[SLUICE_CAUSE_COUNT] = {false};
     int n_rows = 0;
     for (char *row = strstr(table, "\n| `"); row; row = strstr(row + 1, "\n| `")) {
-        char name[32];
-        cr_assert_eq(sscanf(row, "\n| `%31[a-z_]`", name), 1, "README.md: a causes row: %.40s",
-                     row + 1);
+        char name[32], text[256];
+        cr_assert_eq(sscanf(row, "\n| `%31[a-z_]` | %255[^|\n]", name, text), 2,
+                     "README.md: a causes row: %.40s", row + 1);
+        for (size_t len = strlen(text); len && text[len - 1] == ' ';)
+            text[--len] = '\0';
         int c = 0;
         while (c < SLUICE_CAUSE_COUNT && strcmp(sluice_cause_name((enum sluice_cause)c), name))
             c++;
         cr_expect_lt(c, SLUICE_CAUSE_COUNT, "README.md's causes table names `%s`, no cause", name);
-        if (c < SLUICE_CAUSE_COUNT)
+        if (c < SLUICE_CAUSE_COUNT) {
             rows[c] = true;
+            cr_expect_str_eq(text, sluice_cause_text((enum sluice_cause)c),
+                             "README.md's row for `%s` says what sluice_cause_text does", name);
+        }
         n_rows++;
     }
     for (int c = 0; c < SLUICE_CAUSE_COUNT; c++)
         cr_expect(rows[c], "README.md's causes table has no row for `%s`",
                   sluice_cause_name((enum sluice_cause)c));
     cr_expect_eq(n_rows, SLUICE_CAUSE_COUNT, "one row per cause");
+}
+
+/* SLUICE_EVENT_JSON_MAX holds the longest line: every cause and kind, the largest numbers,
+ * and a node id of SLUICE_NODE_ID_MAX-1 control bytes (each escaped as \u00XX). */
+Test(events, every_event_line_fits_sluice_event_json_max)
+{
+    char node[SLUICE_NODE_ID_MAX];
+    memset(node, 0x01, sizeof node - 1);
+    node[sizeof node - 1] = '\0';
+    struct sluice_event ev = {.seq = UINT64_MAX, .t_ns = INT64_MIN, .wall_ms = INT64_MIN,
+                              .node = node, .old_limit = UINT32_MAX, .new_limit = UINT32_MAX,
+                              .in_flight = UINT32_MAX, .ceiling = UINT32_MAX};
+    for (int k = 0; k <= SLUICE_EVENT_HINT; k++)
+        for (int c = 0; c < SLUICE_CAUSE_COUNT; c++) {
+            ev.kind = (enum sluice_event_kind)k;
+            ev.cause = (enum sluice_cause)c;
+            size_t n = sluice_event_format_json(&ev, NULL, 0);
+            cr_expect_lt(n, SLUICE_EVENT_JSON_MAX, "%s %s: %zu bytes",
+                         sluice_event_kind_name(ev.kind), sluice_cause_name(ev.cause), n);
+        }
 }
 
 /* Events whose fields are all functions of seq, so a torn copy would show. */

@@ -352,7 +352,7 @@ static int probe_report(struct probe *p, const char *why)
     if (p->o->json) {
         json_t *events = json_array();
         for (size_t i = 0; i < p->n_events; i++) {
-            char line[512];
+            char line[SLUICE_EVENT_JSON_MAX];
             if (sluice_event_format_json(&p->events[i], line, sizeof line) < sizeof line)
                 json_array_append_new(events, json_loads(line, 0, NULL));
         }
