@@ -38,7 +38,10 @@
  * whole capacity is usable (assert_capacity_intact: exactly limit +
  * waiting admissions, exactly `limit` permits). At the end every pool is
  * closed under load and the final counters are zero. The mix must not be
- * tame: every kind of outcome must have happened.
+ * tame: every kind of outcome must have happened. One of them, a pool closed on
+ * a queued async call, the controller makes itself at a quiescent point until
+ * the mix has (close_with_an_async_call_queued): under two busy loops the mix
+ * once went 10 s without one.
  *
  * Length: SLUICE_SOAK_SECONDS in the environment, else the build's
  * default (tests/soak/CMakeLists.txt, cache variable SLUICE_SOAK_SECONDS).
@@ -489,6 +492,38 @@ static void report_stuck(void)
 }
 
 /* Park every other thread, check everything, start a new round. */
+/* Close pool k with every permit held and an async call queued behind them: its callback
+ * hears ECLOSED. The controller runs it at a quiescent point (every other thread parked)
+ * while the random mix has not closed a pool on a queued async call yet, which two busy
+ * loops on a 2-core machine once kept it from doing in 10 s. */
+static void close_with_an_async_call_queued(int k)
+{
+    struct sluice_pool *p = atomic_load(&targets[k].pool);
+    struct sluice_call held[8];
+    uint32_t n = sluice_pool_stats(p).active;
+    cr_assert_leq(n, 8);
+    for (uint32_t i = 0; i < n; i++)
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &held[i]), SLUICE_OK);
+    static struct async_rec r;
+    atomic_store(&r.status, ASYNC_PENDING);
+    atomic_store(&r.runs, 0);
+    r.w.cb = on_async;
+    r.w.data = &r;
+    atomic_fetch_add(&async_begun, 1);
+    sluice_pool_call_begin_async(p, &r.w);
+    cr_assert_eq(atomic_load(&r.status), ASYNC_PENDING, "%s: every permit is held, yet the "
+                                                        "async call did not queue", pool_names[k]);
+    close_target(k);
+    count(T_CLOSES);
+    WAIT_UNTIL((sluice_pool_poll(p), atomic_load(&r.status) != ASYNC_PENDING));
+    cr_assert_eq(atomic_load(&r.status), SLUICE_ECLOSED, "%s: the queued async call ended %s",
+                 pool_names[k], sluice_status_name(atomic_load(&r.status)));
+    cr_assert_eq(atomic_load(&r.runs), 1);
+    count(T_ASYNC_CLOSED);
+    for (uint32_t i = 0; i < n; i++)
+        sluice_pool_call_end(p, &held[i], SLUICE_OUTCOME_OK, 0);
+}
+
 static void quiesce(int helpers, bool final)
 {
     atomic_store(&pause_req, 1);
@@ -533,6 +568,8 @@ static void quiesce(int helpers, bool final)
     if (!final) {
         atomic_store(&targets[FIXED].inflight_bound, fixed_limit);
         atomic_store(&targets[DOOMED].inflight_bound, pool_active[DOOMED]);
+        if (!atomic_load(&tallies[T_ASYNC_CLOSED]))
+            close_with_an_async_call_queued(DOOMED);
     }
     count(T_QUIESCENT);
     atomic_store(&pause_req, 0);
