@@ -491,7 +491,6 @@ static void report_stuck(void)
     }
 }
 
-/* Park every other thread, check everything, start a new round. */
 /* Close pool k with every permit held and an async call queued behind them: its callback
  * hears ECLOSED. The controller runs it at a quiescent point (every other thread parked)
  * while the random mix has not closed a pool on a queued async call yet, which two busy
@@ -524,6 +523,7 @@ static void close_with_an_async_call_queued(int k)
         sluice_pool_call_end(p, &held[i], SLUICE_OUTCOME_OK, 0);
 }
 
+/* Park every other thread, check everything, start a new round. */
 static void quiesce(int helpers, bool final)
 {
     atomic_store(&pause_req, 1);
