@@ -46,7 +46,6 @@
 #include <sluice/sluice.h>
 
 enum {
-    SLUICE__ADMIN_N_CAUSES = SLUICE_CAUSE_COUNT,    /* every cause */
     SLUICE__ADMIN_N_KINDS = SLUICE_EVENT_STORE + 1, /* event kinds counted */
 };
 
@@ -90,7 +89,7 @@ struct sluice__admin_node {
     bool preset;                               /* a built-in backend the program did not name */
     atomic_bool used;                          /* a preset that has had traffic: listed */
     uint64_t cursor;                           /* events counted so far (a seq) */
-    uint64_t backoffs[SLUICE__ADMIN_N_CAUSES]; /* backoff events by cause */
+    uint64_t backoffs[SLUICE_CAUSE_COUNT];     /* backoff events by cause */
     uint64_t events[SLUICE__ADMIN_N_KINDS];    /* events by kind */
     uint64_t dropped;                          /* overwritten before counted */
     struct sluice__admin_sample *history;      /* ring of history_s samples */

@@ -27,7 +27,7 @@ struct node_view {
     struct sluice_pool_counts pc;
     struct sluice_histogram_counts queue_wait, call;
     int64_t start_deadline_ms; /* desc.start_deadline's, -1 = none */
-    uint64_t backoffs[SLUICE__ADMIN_N_CAUSES];
+    uint64_t backoffs[SLUICE_CAUSE_COUNT];
     uint64_t events[SLUICE__ADMIN_N_KINDS];
     uint64_t dropped;
 };
@@ -176,7 +176,7 @@ static void backoffs_by_cause(struct sluice__strbuf *b, const char *name, const 
 {
     if (!v->adaptive)
         return;
-    for (int c = 0; c < SLUICE__ADMIN_N_CAUSES; c++)
+    for (int c = 0; c < SLUICE_CAUSE_COUNT; c++)
         if (v->backoffs[c] || sluice_cause_is_congestion((enum sluice_cause)c))
             put_labelled(b, name, v->id, "cause", sluice_cause_name((enum sluice_cause)c),
                          v->backoffs[c]);

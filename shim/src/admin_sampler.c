@@ -42,7 +42,7 @@ void sluice__admin_count_events(struct sluice_admin *a)
                 if ((unsigned)batch[k].kind < SLUICE__ADMIN_N_KINDS)
                     n->events[batch[k].kind]++;
                 if (batch[k].kind == SLUICE_EVENT_BACKOFF &&
-                    (unsigned)batch[k].cause < SLUICE__ADMIN_N_CAUSES)
+                    (unsigned)batch[k].cause < SLUICE_CAUSE_COUNT)
                     n->backoffs[batch[k].cause]++;
             }
         }
