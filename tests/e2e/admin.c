@@ -810,7 +810,7 @@ ADMIN_TEST(metrics_and_status_show_the_deadline_counters_histograms_and_lingerin
 /* ---- the event stream --------------------------------------------------------- */
 
 struct follower {
-    char url[256];
+    char url[1024];
     char buf[16384];
     size_t len;
     pthread_mutex_t mu;
@@ -879,6 +879,46 @@ ADMIN_TEST(follow_streams_new_events_as_sse_and_stop_ends_the_stream)
     pthread_join(t, NULL);
     cr_expect_eq(f.status, 200);
     cr_expect_lt(t1.tv_sec - t0.tv_sec, 5, "stop waited for the stream");
+}
+
+/* Events whose lines are long (a node id of quotes, each escaped to two bytes) fill the
+ * stream's 8 KiB of frames before a batch of 16 is framed: the rest of the batch goes out
+ * in the next fill. Every event arrives once, in order. */
+ADMIN_TEST(follow_sends_every_event_once_when_long_lines_fill_its_frames)
+{
+    enum { CLEARS = 20 }; /* more than one batch; their frames fit the follower's buffer */
+    static const struct sluice_discovery_desc adaptive = {.lock_ttl_s = 86400};
+    char id[SLUICE_NODE_ID_MAX];
+    memset(id, '"', sizeof id - 1);
+    id[sizeof id - 1] = '\0';
+    const struct sluice_backend_desc backends[] = {{.id = id, .active = 8, .discovery = &adaptive}};
+    fixture_start_backends(&fx, backends, 1);
+    for (int k = 0; k < CLEARS; k++)
+        cr_assert_eq(sluice_engine_clear(fx.engine, id), SLUICE_OK);
+
+    static struct follower f = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    int used = snprintf(f.url, sizeof f.url, "%s/compute/concurrency/events?follow=1&node_id=", fx.base);
+    for (size_t k = 0; k + 1 < sizeof id; k++)
+        used += snprintf(f.url + used, sizeof f.url - (size_t)used, "%%22");
+    cr_assert_lt((size_t)used, sizeof f.url);
+    pthread_t t;
+    pthread_create(&t, NULL, follow_main, &f);
+    char last[32];
+    snprintf(last, sizeof last, "id: %d\n", CLEARS);
+    bool all = follower_saw(&f, last, 5000);
+    sluice_admin_stop(fx.admin);
+    fx.admin = NULL;
+    pthread_join(t, NULL);
+    cr_assert(all, "the stream never reached event %d (%zu bytes): %s", CLEARS, f.len, f.buf);
+    cr_assert_lt(f.len, sizeof f.buf - 1, "the follower's buffer filled: raise it or clear less");
+    /* Each event once, in order: id: 1, 2, ..., CLEARS, each a clear with its JSON. */
+    int next = 1;
+    for (const char *at = strstr(f.buf, "id: "); at; at = strstr(at + 1, "id: ")) {
+        cr_expect_eq(atoi(at + 4), next, "event %d where %d was due: %s", atoi(at + 4), next, f.buf);
+        cr_expect(!strncmp(strchr(at, '\n'), "\nevent: clear\ndata: {", 21), "event %d", next);
+        next++;
+    }
+    cr_expect_eq(next, CLEARS + 1, "%d events of %d arrived", next - 1, CLEARS);
 }
 
 ADMIN_TEST(streams_beyond_max_streams_are_503)
