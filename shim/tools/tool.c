@@ -84,3 +84,37 @@ const char *tool_flag_value(int argc, char **argv, int *i, const char *flag)
         return NULL;
     return argv[++*i];
 }
+
+/* The widest cause name (invalid_record) and a gap. */
+#define TOOL_CAUSE_COLUMN 16
+
+void tool_print_causes(const struct sluice_event *events, size_t n, const char *indent,
+                       int columns)
+{
+    bool seen[SLUICE_CAUSE_COUNT] = {false};
+    bool any = false;
+    int room = columns - (int)strlen(indent) - 2 - TOOL_CAUSE_COLUMN;
+    for (size_t i = 0; i < n; i++) {
+        enum sluice_cause cause = events[i].cause;
+        if (cause == SLUICE_CAUSE_NONE || (unsigned)cause >= SLUICE_CAUSE_COUNT || seen[cause])
+            continue;
+        if (!any)
+            printf("%swhat the causes mean:\n", indent);
+        any = seen[cause] = true;
+        printf("%s  %-*s", indent, TOOL_CAUSE_COLUMN, sluice_cause_name(cause));
+        /* Word-wrapped: a word longer than the room gets a line of its own. */
+        int used = 0;
+        for (const char *w = sluice_cause_text(cause); *w;) {
+            int len = (int)strcspn(w, " ");
+            if (used && used + 1 + len > room) {
+                printf("\n%s  %-*s", indent, TOOL_CAUSE_COLUMN, "");
+                used = 0;
+            }
+            printf("%s%.*s", used ? " " : "", len, w);
+            used += (used ? 1 : 0) + len;
+            w += len;
+            w += strspn(w, " ");
+        }
+        putchar('\n');
+    }
+}

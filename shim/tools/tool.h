@@ -4,7 +4,8 @@
  * use them), one-line messages to stderr that start with the tool's name, the
  * flag that Ctrl-C or SIGTERM sets so a long command stops with what it has,
  * the one way the tools read a number or a flag's value from the command
- * line, and a libcurl write callback that discards.
+ * line, a libcurl write callback that discards, and the legend under a
+ * list of discovery events.
  *
  * `tool_name` is the running tool's own name; a tool with subcommands points
  * it at "sluicectl clear" and so on. Threads: main sets tool_name before it
@@ -19,6 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <sluice/events.h>
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -56,5 +59,13 @@ bool tool_parse_double(const char *s, double lo, double hi, double *out);
  * "--flag=V". The value, or NULL when argv[*i] is not that flag or V is missing.
  */
 const char *tool_flag_value(int argc, char **argv, int *i, const char *flag);
+
+/*
+ * Under a list of events: each cause they name (but "none"), once, in the order they first
+ * name it, with what it means (sluice_cause_text), wrapped to `columns`. Nothing when they
+ * name none. Lines start with `indent`.
+ */
+void tool_print_causes(const struct sluice_event *events, size_t n, const char *indent,
+                       int columns);
 
 #endif /* SLUICE_TOOL_H */

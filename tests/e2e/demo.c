@@ -98,6 +98,16 @@ Test(demo, discovers_the_cap_then_a_second_run_restores_the_lock_at_once, .fini 
                   strstr(r->out, "/compute/concurrency/clear?node_id=cloud:demo") &&
                   strstr(r->out, "sluice_engine_clear(engine, \"cloud:demo\")"),
               "the three ways to clear are not all shown:\n%s", r->out);
+    /* Under the timeline, its causes in words: slow start's, wrapped to 80 columns. */
+    cr_expect(strstr(r->out, "\n  what the causes mean:\n    slow_start      every permit in use "
+                             "and no congestion yet: the limit doubles\n"),
+              "the timeline's causes are not explained:\n%s", r->out);
+    const char *legend = strstr(r->out, "  what the causes mean:\n");
+    for (const char *l = legend; l && *l && *l != '\n';) {
+        size_t len = strcspn(l, "\n");
+        cr_expect_leq(len, 80, "past 80 columns: %.*s", (int)len, l);
+        l += len + (l[len] != '\0');
+    }
     free(r);
     char *discovery_plot = read_plot(svg);
 

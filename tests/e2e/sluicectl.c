@@ -758,6 +758,8 @@ static unsigned probe_mode_cap(const char *mode, int cap, const char *save_as, d
         cr_assert_str_eq(last, again, "the last line is exactly the result");
         cr_assert_eq(r->exit_code, 0, "locked: %s", r->err);
         cr_expect(strstr(r->out, "event timeline") && strstr(r->out, " lock "), "%s", r->out);
+        cr_expect(strstr(r->out, "\nwhat the causes mean:\n  slow_start      every permit in use"),
+                  "the timeline's causes are not explained: %s", r->out);
         free(r);
         fprintf(stderr, "sluicectl probe, %s mode, cap %d, attempt %d: discovered ceiling %u\n",
                 mode, cap, attempt, n);

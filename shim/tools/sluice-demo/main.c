@@ -450,6 +450,10 @@ static const char *run(struct demo *d)
     /* Every event and the store write of the lock are done before the report. */
     sluice_engine_sync(d->engine, NODE);
     print_new_events(d);
+    if (d->printed) { /* the timeline's causes in words, for a reader who never saw them */
+        putchar('\n');
+        tool_print_causes(d->events, d->printed, "  ", 80);
+    }
     return why;
 }
 

@@ -277,6 +277,7 @@ static void probe_timeline(struct probe *p)
             printf(", ceiling %" PRIu32, e->ceiling);
         putchar('\n');
     }
+    tool_print_causes(p->events, p->n_events, "", 80);
 }
 
 /* The probe's store, used only with --save: it never restores an old lock (a probe
