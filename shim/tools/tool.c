@@ -85,9 +85,6 @@ const char *tool_flag_value(int argc, char **argv, int *i, const char *flag)
     return argv[++*i];
 }
 
-/* The widest cause name (invalid_record) and a gap. */
-#define TOOL_CAUSE_COLUMN 16
-
 void tool_print_causes(const struct sluice_event *events, size_t n, const char *indent,
                        int columns)
 {
@@ -110,8 +107,9 @@ void tool_print_causes(const struct sluice_event *events, size_t n, const char *
                 printf("\n%s  %-*s", indent, TOOL_CAUSE_COLUMN, "");
                 used = 0;
             }
-            printf("%s%.*s", used ? " " : "", len, w);
-            used += (used ? 1 : 0) + len;
+            int gap = used ? 1 : 0;
+            printf("%*s%.*s", gap, "", len, w);
+            used += gap + len;
             w += len;
             w += strspn(w, " ");
         }

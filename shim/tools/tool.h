@@ -60,6 +60,9 @@ bool tool_parse_double(const char *s, double lo, double hi, double *out);
  */
 const char *tool_flag_value(int argc, char **argv, int *i, const char *flag);
 
+/* The column a cause's name takes: the widest (invalid_record) and a gap. */
+#define TOOL_CAUSE_COLUMN 16
+
 /*
  * Under a list of events: each cause they name (but "none"), once, in the order they first
  * name it, with what it means (sluice_cause_text), wrapped to `columns`. Nothing when they

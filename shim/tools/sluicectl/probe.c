@@ -271,7 +271,7 @@ static void probe_timeline(struct probe *p)
         printf("  %9s  ", when);
         print_cell(sluice_event_kind_name(e->kind), 10);
         print_cell(limits, 11);
-        print_cell(sluice_cause_name(e->cause), 16); /* the longest name (14) and a gap */
+        print_cell(sluice_cause_name(e->cause), TOOL_CAUSE_COLUMN);
         printf("in flight %" PRIu32, e->in_flight);
         if (e->ceiling)
             printf(", ceiling %" PRIu32, e->ceiling);
