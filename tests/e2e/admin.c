@@ -845,11 +845,13 @@ static void *follow_main(void *arg)
     return NULL;
 }
 
-static bool follower_saw(struct follower *f, const char *what, int within_ms)
+/* Whether `what`, and `then` after it where given, reached the stream within `within_ms`. */
+static bool follower_saw(struct follower *f, const char *what, const char *then, int within_ms)
 {
     for (int waited = 0; waited <= within_ms; waited += 20) {
         pthread_mutex_lock(&f->mu);
-        bool seen = strstr(f->buf, what) != NULL;
+        const char *at = strstr(f->buf, what);
+        bool seen = at && (!then || strstr(at, then));
         pthread_mutex_unlock(&f->mu);
         if (seen)
             return true;
@@ -865,9 +867,9 @@ ADMIN_TEST(follow_streams_new_events_as_sse_and_stop_ends_the_stream)
     snprintf(f.url, sizeof f.url, "%s/compute/concurrency/events?node_id=cloud:locked&follow=1", fx.base);
     pthread_t t;
     pthread_create(&t, NULL, follow_main, &f);
-    cr_assert(follower_saw(&f, "event: restore\n", 3000), "backlog first: %s", f.buf);
+    cr_assert(follower_saw(&f, "event: restore\n", NULL, 3000), "backlog first: %s", f.buf);
     sluice_engine_clear(fx.engine, "cloud:locked");
-    cr_assert(follower_saw(&f, "event: clear\ndata: {", 3000), "live event: %s", f.buf);
+    cr_assert(follower_saw(&f, "event: clear\ndata: {", NULL, 3000), "live event: %s", f.buf);
     cr_expect(strstr(f.buf, "id: 2\n") != NULL, "ids are seqs: %s", f.buf);
 
     /* Stop with the stream open: it ends, and stop returns (no thread outlives it). */
@@ -905,15 +907,7 @@ ADMIN_TEST(follow_sends_every_event_once_when_long_lines_fill_its_frames)
     pthread_create(&t, NULL, follow_main, &f);
     char last[32];
     snprintf(last, sizeof last, "id: %d\n", CLEARS);
-    bool all = false; /* the last frame has arrived whole (it ends in a blank line) */
-    for (int waited = 0; !all && waited <= 5000; waited += 20) {
-        pthread_mutex_lock(&f.mu);
-        const char *at = strstr(f.buf, last);
-        all = at && strstr(at, "\n\n");
-        pthread_mutex_unlock(&f.mu);
-        if (!all)
-            usleep(20 * 1000);
-    }
+    bool all = follower_saw(&f, last, "\n\n", 5000); /* the last frame whole: a blank line */
     sluice_admin_stop(fx.admin);
     fx.admin = NULL;
     pthread_join(t, NULL);
@@ -936,7 +930,7 @@ ADMIN_TEST(streams_beyond_max_streams_are_503)
     snprintf(f.url, sizeof f.url, "%s/compute/concurrency/events?node_id=cloud:locked&follow=1", fx.base);
     pthread_t t;
     pthread_create(&t, NULL, follow_main, &f);
-    cr_assert(follower_saw(&f, "event: restore", 3000));
+    cr_assert(follower_saw(&f, "event: restore", NULL, 3000));
     expect_error(http("GET", fx.base, "/compute/concurrency/events?node_id=cloud:locked&follow=1", NULL, NULL),
                  503, "max_streams");
     sluice_admin_stop(fx.admin);
