@@ -306,10 +306,7 @@ static void deadline_cases(const struct bench_opts *opts)
                 bench_row_extra(&rows[i], "ratio", (double)successes[i] / (double)successes[1]);
             bench_emit(&rows[i]);
         }
-        double limit = 0;
-        for (int k = 0; k < rows[0].n_extra; k++)
-            if (!strcmp(rows[0].extra[k].key, "limit"))
-                limit = rows[0].extra[k].value;
+        double limit = bench_row_extra_value(&rows[0], "limit", 0);
         bool hit = successes[1] > 0 && successes[0] >= 0.8 * (double)successes[1] &&
                    limit >= 0.85 * ov_shape.cap;
         met += hit;

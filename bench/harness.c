@@ -52,6 +52,14 @@ void bench_row_extra(struct bench_row *row, const char *key, double value)
     row->extra[row->n_extra++].value = value;
 }
 
+double bench_row_extra_value(const struct bench_row *row, const char *key, double fallback)
+{
+    for (int k = 0; k < row->n_extra; k++)
+        if (!strcmp(row->extra[k].key, key))
+            return row->extra[k].value;
+    return fallback;
+}
+
 void bench_emit(const struct bench_row *row)
 {
     if (n_rows < BENCH_MAX_ROWS)

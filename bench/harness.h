@@ -44,6 +44,8 @@ void bench_register(const char *group, bench_case_fn fn, bool discovery_only);
 /* Start a row with everything optional unset. */
 struct bench_row bench_row_make(const char *case_name, const char *impl, int threads);
 void bench_row_extra(struct bench_row *row, const char *key, double value);
+/* An extra column's value, or `fallback` where the row has none by that key. */
+double bench_row_extra_value(const struct bench_row *row, const char *key, double fallback);
 void bench_emit(const struct bench_row *row);
 bool bench_case_enabled(const struct bench_opts *opts, const char *case_name);
 

@@ -28,7 +28,11 @@
  * ceiling at its end, the simulator's cancelled count, and on the adaptive row
  * ratio_vs_oracle (complete streams; target >= 0.75). One repetition per
  * run: a scenario, not a micro-benchmark; run it several times on a noisy
- * machine before trusting a number. --quick shortens the window.
+ * machine before trusting a number (SLUICE_BENCH_STREAM_RUNS repeats the
+ * pair, run k on the simulator's seed k (plus SLUICE_BENCH_STREAM_SEED) for
+ * both servers, and counts the runs that met every target; SLUICE_BENCH_BUSY=1 or 2
+ * keeps that many cores busy meanwhile, as the issue's first target asks of
+ * its machine). --quick shortens the window.
  *
  * Built only with the shim and the example (SLUICE_BENCH_CURL,
  * SLUICE_STREAM_SERVER_PATH); both processes are started and stopped here.
@@ -55,6 +59,7 @@
 #define SS_WATCH_NS INT64_C(1000000000) /* how often the limit is read */
 #define SS_TAIL 2048 /* bytes of a body kept: the last ones (a stream's [DONE], a whole /status) */
 #define SS_DONE "data: [DONE]\n\n"
+#define SS_RUNS_MAX 50
 
 /* The scenario's shape: the issue's case by default; SLUICE_BENCH_STREAM_CAP, _CLIENTS and
  * _TTFT_MS try others. Numbers as the simulator's and the server's flags want them. */
@@ -218,13 +223,16 @@ struct ss_server {
     const char *const *flags;
 };
 
-/* One server for `seconds` on a fresh simulator; its complete streams (-1: setup failed). */
-static long ss_run(const struct ss_server *s, double seconds, struct bench_row *row)
+/* One server for `seconds` on a fresh simulator drawing its times from `seed`; its complete
+ * streams (-1: setup failed). */
+static long ss_run(const struct ss_server *s, double seconds, int seed, struct bench_row *row)
 {
     struct sim_process sim, server;
+    char seed_s[16];
+    snprintf(seed_s, sizeof seed_s, "%d", seed);
     const char *args[] = {"--mode", "reject", "--cap", ss_shape.cap, "--stream", "--median-ms",
                           ss_shape.ttft_ms, "--token-ms", SS_TOKEN_MS, "--answer-tokens", SS_TOKENS,
-                          "--answer-sigma", "0", NULL};
+                          "--answer-sigma", "0", "--seed", seed_s, NULL};
     if (sim_process_start(&sim, args) != 0)
         return -1;
     if (stream_server_start(&server, &sim, s->flags) != 0) {
@@ -281,6 +289,18 @@ static long ss_run(const struct ss_server *s, double seconds, struct bench_row *
     return sum.complete;
 }
 
+/* Whether the adaptive server's run met each of the targets. */
+static bool ss_met_targets(const struct bench_row *row, double ratio)
+{
+    double cap = atof(ss_shape.cap);
+    double refusal_p99 = bench_row_extra_value(row, "refusal_p99_ms", -1);
+    double ttfb_ratio = bench_row_extra_value(row, "ttfb_ratio", -1);
+    return ratio >= 0.75 && bench_row_extra_value(row, "cut_share", 1) < 0.05 && ttfb_ratio >= 0 &&
+           ttfb_ratio <= 2.0 && refusal_p99 <= 5.0 &&
+           bench_row_extra_value(row, "limit_lo", -1) >= 0.85 * cap &&
+           bench_row_extra_value(row, "limit_hi", cap + 1) <= cap;
+}
+
 static void stream_service_cases(const struct bench_opts *opts)
 {
     if (!bench_case_enabled(opts, "stream.service"))
@@ -297,17 +317,38 @@ static void stream_service_cases(const struct bench_opts *opts)
     const struct ss_server servers[] = {{"adaptive", adaptive_flags}, {"oracle", oracle_flags}};
     double seconds = SS_SECONDS * opts->scale < SS_MIN_SECONDS ? SS_MIN_SECONDS
                                                                 : SS_SECONDS * opts->scale;
-    struct bench_row rows[2];
-    long complete[2];
-    for (int i = 0; i < 2; i++)
-        if ((complete[i] = ss_run(&servers[i], seconds, &rows[i])) < 0) {
-            printf("  !!! WARNING: stream.service: %s could not start\n", servers[i].name);
-            return;
-        }
-    if (complete[1] > 0)
-        bench_row_extra(&rows[0], "ratio_vs_oracle", (double)complete[0] / (double)complete[1]);
-    for (int i = 0; i < 2; i++)
-        bench_emit(&rows[i]);
+    int runs = bench_env_int("SLUICE_BENCH_STREAM_RUNS", 1, 1, SS_RUNS_MAX);
+    int seed = bench_env_int("SLUICE_BENCH_STREAM_SEED", 0, 0, 1000000);
+    int busy = bench_busy_count(2), met = 0, done = 0;
+    int busy_pids[2] = {0};
+    bench_busy_start(busy_pids, busy);
+    printf("  stream.service: cap %s, %d clients, %s ms to first token, %.0f s, %d busy loop%s, "
+           "%d run%s\n",
+           ss_shape.cap, ss_shape.clients, ss_shape.ttft_ms, seconds, busy, busy == 1 ? "" : "s",
+           runs, runs == 1 ? "" : "s");
+    for (int run = 0; run < runs; run++, done++) {
+        struct bench_row rows[2];
+        long complete[2];
+        bool started = true;
+        for (int i = 0; i < 2 && started; i++)
+            if ((complete[i] = ss_run(&servers[i], seconds, seed + run + 1, &rows[i])) < 0) {
+                printf("  !!! WARNING: stream.service: %s could not start\n", servers[i].name);
+                started = false;
+            }
+        if (!started)
+            break;
+        if (complete[1] > 0)
+            bench_row_extra(&rows[0], "ratio_vs_oracle", (double)complete[0] / (double)complete[1]);
+        for (int i = 0; i < 2; i++)
+            bench_emit(&rows[i]);
+        met += complete[1] > 0 && ss_met_targets(&rows[0], (double)complete[0] / (double)complete[1]);
+    }
+    bench_busy_stop(busy_pids, busy);
+    if (done)
+        printf("  stream.service: adaptive met every target (>= 0.75x the oracle's complete streams, "
+               "< 5%% cut, time to first byte <= 2x, 503s <= 5 ms p99, limit in [%.1f, %s]) in %d "
+               "of %d run%s\n",
+               0.85 * atof(ss_shape.cap), ss_shape.cap, met, done, done == 1 ? "" : "s");
 }
 
 BENCH_REGISTER(stream_service, stream_service_cases, false)
