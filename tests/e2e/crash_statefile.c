@@ -115,16 +115,6 @@ static struct sluice_statefile *open_file(const char *path, uint32_t lock_wait_m
     return f;
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *fp = fopen(path, "rb");
-    cr_assert_not_null(fp, "%s: %s", path, strerror(errno));
-    char *buf = calloc(1, 1 << 16);
-    *len = fread(buf, 1, (1 << 16) - 1, fp);
-    fclose(fp);
-    return buf;
-}
-
 static int64_t now_us(void)
 {
     return sluice_monotonic_ns() / 1000;

@@ -13,6 +13,7 @@
 
 #include "e2e/curl_fixture.h"
 #include "admin_fixture.h"
+#include "shim/file_fixture.h"
 #include "sluice-provider-sim/sim_process.h"
 
 #ifndef SLUICECTL_PATH
@@ -309,6 +310,34 @@ SLUICECTL_TEST(clear_in_the_state_file_makes_the_next_process_probe_only_that_no
     r = CTL("status", "--json", "--state", state);
     cr_expect(strstr(r->out, "cloud:b") != NULL, "the other locks stay: %s", r->out);
     free(r);
+}
+
+/* A file sluice cannot read (a newer version's, another program's, a torn one) holds locks
+ * or data the clear cannot see: clearing one node must not replace it (the library's next
+ * save would, and with it every other node's lock). */
+SLUICECTL_TEST(clear_leaves_a_file_it_cannot_read_as_it_is_and_says_why)
+{
+    const char *texts[] = {
+        "{\"format\": \"sluice-ceilings\", \"version\": 2, \"nodes\": {\"cloud:a\": {}, "
+        "\"cloud:b\": {}}}\n",
+        "{\"my_app_config\": {\"threads\": 8}}\n",
+        "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": {\"ceil",
+    };
+    fixture_tmpdir(dir, sizeof dir);
+    snprintf(state, sizeof state, "%s/ceilings.json", dir);
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        spit(state, texts[i], strlen(texts[i]));
+        struct proc_result *r = CTL("clear", "cloud:a", "--state", state);
+        cr_expect_eq(r->exit_code, 1, "file %zu: %s", i, r->err);
+        cr_expect_eq(count_lines(r->err), 1, "%s", r->err);
+        cr_expect(strstr(r->err, state) && strstr(r->err, "clears nothing") &&
+                      strstr(r->err, "move it aside"),
+                  "file %zu: %s", i, r->err);
+        free(r);
+        char *now = slurp(state, NULL);
+        cr_expect_str_eq(now, texts[i], "file %zu was changed", i);
+        free(now);
+    }
 }
 
 SLUICECTL_TEST(messages_speak_cli_and_expiry_times_carry_their_zone)

@@ -87,7 +87,7 @@ STATEFILE_TEST(a_read_only_directory_fails_writes_clearly_and_the_engine_serves_
     const char *path = open_in_tmp();
     struct sluice_lock_record r = record(FIXTURE_LOCKED_CEILING, "discover");
     cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK);
-    char *before = slurp(path);
+    char *before = slurp(path, NULL);
     char sub[400];
     snprintf(sub, sizeof sub, "%s/state/sluice", dir);
     /* Let the unprivileged child read everything, then take write permission away. */
@@ -100,7 +100,7 @@ STATEFILE_TEST(a_read_only_directory_fails_writes_clearly_and_the_engine_serves_
     int rc = in_child(readonly_child, path, true);
     cr_expect_eq(rc, 0, "read-only child failed at step %d", rc);
     chmod(sub, 0700);
-    char *after = slurp(path);
+    char *after = slurp(path, NULL);
     cr_expect_str_eq(after, before, "the file is untouched");
     free(before);
     free(after);
@@ -134,9 +134,9 @@ STATEFILE_TEST(a_full_disk_fails_the_save_leaving_the_old_file_and_no_temp_file)
     const char *path = open_in_tmp();
     struct sluice_lock_record r = record(12, "discover");
     cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK);
-    char *before = slurp(path);
+    char *before = slurp(path, NULL);
     cr_expect_eq(in_child(full_disk_child, path, false), 0);
-    char *after = slurp(path);
+    char *after = slurp(path, NULL);
     cr_expect_str_eq(after, before);
     char sub[400];
     snprintf(sub, sizeof sub, "%s/state/sluice", dir);
@@ -338,7 +338,7 @@ STATEFILE_TEST(clear_through_the_api_and_over_http_drops_only_that_nodes_lock)
     const char *nodes[] = {"cloud:a", "cloud:b", "cloud:c"};
     for (int i = 0; i < 3; i++)
         cr_assert_eq(sluice_statefile_save(sf, nodes[i], &r), SLUICE_OK);
-    char *before = slurp(path);
+    char *before = slurp(path, NULL);
     struct sluice_store_ops ops = sluice_statefile_ops(sf);
     struct sluice_discovery_desc disc = {0};
     struct sluice_backend_desc b[] = {{.id = "cloud:a", .active = 64, .discovery = &disc},
@@ -359,7 +359,7 @@ STATEFILE_TEST(clear_through_the_api_and_over_http_drops_only_that_nodes_lock)
     expect_node(e, "cloud:b", "cloud:b 0/20 🔒");
     expect_node(e, "cloud:c", "cloud:c 0/20 🔒");
     expect_node(e, "local:gpu", "local:gpu 0/4");
-    char *mid = slurp(path);
+    char *mid = slurp(path, NULL);
     cr_expect_null(line_of(mid, "cloud:a"), "cloud:a's lock left the file");
     for (int i = 1; i < 3; i++) {
         char *x = line_of(before, nodes[i]), *y = line_of(mid, nodes[i]);
@@ -376,7 +376,7 @@ STATEFILE_TEST(clear_through_the_api_and_over_http_drops_only_that_nodes_lock)
     reply_free(&rep);
     expect_node(e, "cloud:b", "cloud:b 0/5 📈");
     expect_node(e, "cloud:c", "cloud:c 0/20 🔒");
-    char *after = slurp(path);
+    char *after = slurp(path, NULL);
     cr_expect_null(line_of(after, "cloud:b"), "the answer came after the file dropped cloud:b");
     char *x = line_of(before, "cloud:c"), *y = line_of(after, "cloud:c");
     cr_expect_str_eq(y, x);

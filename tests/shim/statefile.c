@@ -102,7 +102,7 @@ STATEFILE_TEST(save_then_load_round_trips_ceiling_times_and_policy)
     cr_expect_str_eq(back.policy, "discover");
     cr_assert_eq(sluice_statefile_load(sf, "cloud:other", &back), SLUICE_OK);
     cr_expect_eq(back.ceiling, 0, "no record");
-    char *text = slurp(path);
+    char *text = slurp(path, NULL);
     cr_expect(strstr(text, "\"format\": \"sluice-ceilings\"") && strstr(text, "\"version\": 1"),
               "%s", text);
     cr_expect(strstr(text, "\"cloud:default_ollama\": {\"ceiling\": 52, \"locked_at\": ") != NULL, "%s", text);
@@ -130,7 +130,7 @@ STATEFILE_TEST(a_save_rewrites_only_its_node_and_keeps_every_other_entry_byte_id
     cr_assert_eq(sluice_statefile_save(sf, "mine", &r), SLUICE_OK);
     r = record(9, "vegas");
     cr_assert_eq(sluice_statefile_save(sf, "new", &r), SLUICE_OK);
-    char *after = slurp(path);
+    char *after = slurp(path, NULL);
     char entry[1024];
     snprintf(entry, sizeof entry, "\"caf\\u00e9\": %s", other);
     cr_expect(strstr(after, entry) != NULL, "the other entry changed:\n%s", after);
@@ -146,7 +146,7 @@ STATEFILE_TEST(a_save_rewrites_only_its_node_and_keeps_every_other_entry_byte_id
     /* Saving "mine" again changes only its own line. */
     r = record(53, "discover");
     cr_assert_eq(sluice_statefile_save(sf, "mine", &r), SLUICE_OK);
-    char *again = slurp(path);
+    char *again = slurp(path, NULL);
     char *a = strstr(after, "\"new\": "), *b = strstr(again, "\"new\": ");
     cr_assert(a && b);
     cr_expect_eq(strcspn(a, "\n"), strcspn(b, "\n"));
@@ -248,7 +248,7 @@ static void check_bad_file(const struct bad_case *c)
     cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK, "%s", c->name);
     cr_assert_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_OK, "%s: after rewrite", c->name);
     cr_expect_eq(back.ceiling, 21);
-    char *text = slurp(path);
+    char *text = slurp(path, NULL);
     json_error_t je;
     json_t *j = json_loads(text, 0, &je);
     cr_expect_not_null(j, "%s: rewritten file is JSON: %s", c->name, text);
@@ -306,7 +306,7 @@ STATEFILE_TEST(wrong_typed_out_of_range_and_future_dated_records_are_errors_for_
     cr_expect_eq(back.ceiling, 8);
     cr_expect_eq(sluice_statefile_load(sf, "bad", &back), SLUICE_EINVAL);
     cr_assert_eq(sluice_statefile_save(sf, "third", &r), SLUICE_OK);
-    char *text = slurp(path);
+    char *text = slurp(path, NULL);
     cr_expect(strstr(text, "\"bad\": {\"ceiling\": \"lots\"}") != NULL, "%s", text);
     free(text);
 }
@@ -375,12 +375,12 @@ STATEFILE_TEST(call_end_hands_the_save_to_the_writer_thread_and_never_waits_for_
     cr_assert_eq(sluice_engine_status(e, "cloud:s", &st), SLUICE_OK);
     cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED, "the second call_end locked the node");
     /* call_end has returned, and the save is still waiting for the flock. */
-    char *text = slurp(path);
+    char *text = slurp(path, NULL);
     cr_assert(!text || !strstr(text, "cloud:s"), "the save landed before call_end returned");
     free(text);
     close(held);
     sluice_discovery_sync(sluice_pool_discovery(p)); /* "landed" */
-    text = slurp(path);
+    text = slurp(path, NULL);
     cr_assert(text && strstr(text, "\"cloud:s\""), "sync returned before the save landed");
     free(text);
     struct sluice_lock_record rec;
@@ -482,7 +482,7 @@ STATEFILE_TEST(a_symlinked_state_file_is_written_through_its_link_and_the_link_s
     cr_expect(S_ISLNK(st.st_mode), "the save replaced the link with a regular file");
     cr_assert_eq(lstat(real, &st), 0, "the link's target was written");
     cr_expect(S_ISREG(st.st_mode));
-    char *text = slurp(real);
+    char *text = slurp(real, NULL);
     cr_expect(text && strstr(text, "\"cloud:a\"") && strstr(text, "\"cloud:b\""), "%s", text);
     free(text);
     cr_expect_eq(lstat(real_lock, &st), 0, "the lock file sits beside the file it locks");

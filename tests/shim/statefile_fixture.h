@@ -27,18 +27,6 @@ static inline void cleanup(void)
  * (tests/tsan/) has no TestSuite. */
 #define STATEFILE_TEST(name) Test(statefile, name, .fini = cleanup, .timeout = 30)
 
-static inline char *slurp(const char *path)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return NULL;
-    char *buf = calloc(1, 1 << 20);
-    size_t n = fread(buf, 1, (1 << 20) - 1, fp);
-    buf[n] = '\0';
-    fclose(fp);
-    return buf;
-}
-
 /* A state file at dir/sub/ceilings.json (the directory does not exist yet). */
 static inline const char *open_in_tmp(void)
 {

@@ -480,6 +480,46 @@ Test(policy, discover_measures_a_latency_doubt_under_a_refusal_bracket_and_never
     cr_assert_lt(v.limit, 9);
 }
 
+/* Windows of 2 s calls at 12, the first at 100 s, then refusals at 13 in flight (the
+ * provider's door) with up to 12 served; returns the cut. `clean` windows at 12 ran first. */
+static struct sluice_verdict refused_at_13_after_12(int clean)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
+    sluice_policy_reset(&p.base, 12, true);
+    int64_t t = 100 * SEC;
+    for (int i = 0; i < clean; i++, t += 8 * SEC) {
+        struct sluice_window w = healthy(12, 24, 2 * SEC, 0.4);
+        w.start_ns = t;
+        w.end_ns = t + 8 * SEC;
+        w.n_served = 24;
+        sluice_policy_update(&p.base, &w);
+    }
+    struct sluice_window w = healthy(13, 10, 2 * SEC, 0.4);
+    w.start_ns = t;
+    w.end_ns = t + 8 * SEC;
+    w.overload_start_ns = t + SEC;
+    w.n_overload = w.n_fresh_overload = 1;
+    w.n_served = 10;
+    w.served_in_flight = 12;
+    w.overload_in_flight = 13;
+    w.overload_latency_ns = SEC / 100;
+    return sluice_policy_update(&p.base, &w);
+}
+
+/* Refused at 13 right above a level that clean windows served: the bracket closes at 12,
+ * and the cut goes there rather than to 0.9 x 13 = 11 (over HTTP, a streaming cap of 12
+ * held 11 in doubt for the rest of a 20 s run). Without that proof the factor stands. */
+Test(policy, discover_cuts_a_refusal_just_above_a_proved_level_to_that_level)
+{
+    struct sluice_verdict v = refused_at_13_after_12(2);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
+    cr_assert_eq(v.limit, 12, "12 was served clean: the cap is 12");
+    v = refused_at_13_after_12(0);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
+    cr_assert_eq(v.limit, 11, "nothing proved: backoff times where it struck");
+}
+
 /* Blocking threads, fast 429s: 25 in flight under a limit of 40. */
 Test(policy, discover_cuts_from_the_calls_in_flight_a_refusal_struck_at)
 {

@@ -49,10 +49,17 @@ static int clear_in_file(const struct opts *o, const char *node)
     if (open_state(o, &f) != EXIT_OK)
         return EXIT_FAIL;
     struct find_node find = {node, false};
-    /* An unreadable file has no lock to find; the clear still rewrites it cleanly. */
     int walked = sluice_statefile_foreach(f, find_row, &find);
     int rc = EXIT_OK;
-    if (walked == SLUICE_OK && !find.found) {
+    if (walked != SLUICE_OK) {
+        /* The library's next save would replace the file, and with it every other node's
+         * lock (or, at a wrong path, someone else's file): a clear of one node must not. */
+        char err[1024];
+        sluice_statefile_last_error(f, err, sizeof err);
+        rc = fail("%s; sluicectl clears nothing in a file it cannot read: move it aside (or "
+                  "pass --state with the right file) to start afresh",
+                  err);
+    } else if (!find.found) {
         /* Clearing is idempotent: the node is as a clear would leave it. */
         fprintf(stderr, "%s: %s has no lock for %s: nothing to clear (sluicectl status lists the "
                         "nodes)\n",
