@@ -526,11 +526,11 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_po
  * estimate learns that the call ran longer than t. Whether the call keeps its
  * permit follows the pool's linger mode (enum sluice_linger): where the
  * provider keeps working it stays in flight until sluice_service_linger_until
- * (the high quantile of recent service times after now; capped by
- * linger_max_ms from its start): a lingering permit, released by whoever
- * comes by first (see sluice/pool_linger.h). Released at once when lingering
- * is off, the estimate has no samples yet, or the call has already run
- * that long. Returns the sample. Never blocks.
+ * (the high quantile of recent service times after now, or before there is
+ * one the time the call has run; capped by linger_max_ms from its start): a
+ * lingering permit, released by whoever comes by first (see
+ * sluice/pool_linger.h). Released at once when lingering is off, or the call
+ * has already run that long. Returns the sample. Never blocks.
  */
 SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon_latency(struct sluice_pool *p,
                                                                     const struct sluice_call *call,

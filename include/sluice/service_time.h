@@ -270,7 +270,12 @@ SLUICE_INLINE int64_t sluice_service_floor(const struct sluice_service_time *s)
 /*
  * Until when a call abandoned at `now_ns` (started at `start_ns`) is likely
  * still running at the provider: the high quantile of service times after
- * now (and after its start). From now, not from the start: the successes
+ * now (and after its start); before the ring holds enough calls for one,
+ * the time this call has run, itself a cut call's "at least this long"
+ * (the estimate it would make alone: released at once instead, a cold
+ * start's cut calls left the provider running them behind a count of 0,
+ * and 4 callers with a 1 s timeout against a 2 s provider capped at 4 drew
+ * 429s for every call that followed). From now, not from the start: the successes
  * the estimate sees are censored by the callers' own deadlines (only calls
  * that finished in time are seen), so against tight deadlines the high
  * quantile is no longer than the deadline itself, while a call that
@@ -278,12 +283,14 @@ SLUICE_INLINE int64_t sluice_service_floor(const struct sluice_service_time *s)
  * rows abandoned_*: 64 callers, 250 ms deadlines, a 200 ms provider capped
  * at 24): from the start, locks at 19-20; one low quantile after now, 12 of
  * 20 seeds below 0.85·C; one high quantile after now, every seed at C. At
- * most `cap_ns` after the start; 0 = unknown (no estimate yet) or cap_ns == 0.
+ * most `cap_ns` after the start; 0 = none (cap_ns == 0, or a call that never ran).
  */
 SLUICE_INLINE int64_t sluice_service_linger_until(const struct sluice_service_time *s, int64_t start_ns,
                                                   int64_t now_ns, int64_t cap_ns)
 {
     int64_t high = sluice_service_high(s);
+    if (high <= 0)
+        high = now_ns - start_ns;
     if (!cap_ns || high <= 0)
         return 0;
     int64_t from = now_ns > start_ns ? now_ns : start_ns;

@@ -379,10 +379,20 @@ static inline void fx_teach_service(struct sluice_engine *e, int64_t ns, unsigne
     }
 }
 
-/* The pool holds nothing: no admission, no call in flight or queued. */
+/* The pool holds nothing: no admission, no call in flight or queued, once the permits of
+ * abandoned calls have lingered their time (sluice/pool_linger.h: a call cut before any
+ * estimate keeps its permit as long again as it ran). */
 static inline void fx_assert_idle(struct sluice_engine *e)
 {
+    struct sluice_pool *p = sluice_engine_pool(e, FX_BACKEND);
+    int64_t give_up = sluice_monotonic_ns() + 30 * SLUICE_NS_PER_SEC; /* linger_max_ms */
+    while (sluice_pool_stats(p).lingering && sluice_monotonic_ns() < give_up) {
+        struct timespec nap = {0, 5 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        sluice_engine_poll(e);
+    }
     struct sluice_pool_counts c = fx_counts(e);
+    cr_assert_eq(c.lingering, 0, "permits still lingering: %u", c.lingering);
     cr_assert_eq(c.admitted, 0, "admissions leaked: %u", c.admitted);
     cr_assert_eq(c.in_flight, 0, "calls still in flight: %u", c.in_flight);
     cr_assert_eq(c.queued, 0, "calls still queued: %u", c.queued);

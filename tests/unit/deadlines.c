@@ -395,7 +395,7 @@ Test(deadlines, an_abandoned_call_is_released_at_once_when_lingering_cannot_appl
     struct sluice_call a;
     cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &a), SLUICE_OK);
     sluice_pool_call_abandon(p, &a, SLUICE_ECANCELED);
-    cr_assert_eq(sluice_pool_stats(p).lingering, 0, "no estimate yet");
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0, "no estimate, and it never ran");
     cr_assert_eq(sluice_pool_stats(p).cancels, 1);
     assert_capacity_intact(p);
     sluice_pool_destroy(p);
@@ -994,15 +994,22 @@ Test(deadlines, admission_releases_a_lingering_permit_whose_time_has_come)
 
 /* A cold start's first SLUICE_SERVICE_MIN_SAMPLES + 1 calls, one at a time, each abandoned
  * for `why` after `ran` ns, each told to discovery as `outcome`. Until the last, no estimate
- * says how long calls run, so each gives its permit back at once. */
+ * says how long calls run, so each keeps its permit as long again as it ran (its own cut
+ * time is all that is known), and the next starts once that is over. */
 static void cut_cold_calls(struct sluice_pool *p, int64_t ran, int why, enum sluice_outcome outcome)
 {
     for (uint32_t i = 0; i <= SLUICE_SERVICE_MIN_SAMPLES; i++) {
-        cr_assert_eq(sluice_pool_stats(p).lingering, 0, "no estimate yet: released at once");
         struct sluice_call call;
         cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
         fake_clock_advance(&clk, ran);
         cr_assert_eq(sluice_pool_call_abandon(p, &call, why).outcome, outcome);
+        cr_assert_eq(sluice_pool_stats(p).lingering, 1, "call %u: its permit lingers", i);
+        cr_assert_eq(sluice_pool_next_release(p), fake_clock_now(&clk) + ran, "call %u", i);
+        if (i < SLUICE_SERVICE_MIN_SAMPLES) {
+            fake_clock_advance(&clk, ran);
+            sluice_pool_poll(p);
+            cr_assert_eq(sluice_pool_stats(p).lingering, 0, "call %u: released as long after", i);
+        }
     }
 }
 
@@ -1024,6 +1031,14 @@ Test(deadlines, a_cold_start_whose_every_call_is_cut_still_knows_how_long_to_lin
     cr_assert_eq(sluice_pool_stats(p).lingering, 1,
                  "once the cut calls say how long calls run, a cut call keeps its permit, "
                  "though no call has finished");
+    /* A cut call after a short one: the estimate, not its own time, says how long. */
+    struct sluice_call call;
+    fake_clock_advance(&clk, 250 * MS);
+    sluice_pool_poll(p);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &call), SLUICE_OK);
+    fake_clock_advance(&clk, 50 * MS);
+    sluice_pool_call_abandon(p, &call, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_next_release(p), fake_clock_now(&clk) + 250 * MS);
     sluice_pool_destroy(p);
 }
 
