@@ -15,7 +15,9 @@
  *            The provider was over its cap when that call arrived: C < n.
  *            It cuts to backoff·n (sluice_window_struck), one cut per burst:
  *            refusals whose n the limit no longer allows are echoes of the
- *            same overshoot (discovery.h freshness). The bracket stays on
+ *            same overshoot (discovery.h freshness). Where n is one above
+ *            the level clean windows proved (`proved`, below), the cut goes
+ *            to that level, not under it: C = n - 1. The bracket stays on
  *            limits: under load the client's count runs a call or two below
  *            the provider's (a slot is freed a moment after the client has
  *            its answer). Not where calls were just served with n or more
@@ -641,6 +643,11 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
                      (double)(w->end_ns - p->echo_ns) < SLUICE__DISCOVER_RATE_RUNS * span;
     if (explained && cut < backoff * (double)p->proved)
         cut = backoff * (double)p->proved;
+    /* Refused one above the level a clean window proved: the bracket closes there, so the
+     * cut goes to it, not below (13 -> 11 under a streaming cap of 12 left 11 in doubt for
+     * the rest of a 20 s run). */
+    if (p->proved && struck == p->proved + 1u && cut < (double)p->proved)
+        cut = (double)p->proved;
     /* Refused at a concurrency it serves: the echo of an older burst. */
     if (cut >= (double)w->limit || (double)struck <= SLUICE__DISCOVER_ECHO_MARGIN * served) {
         if (explained)
