@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <sluice/statefile.h>
 
@@ -676,7 +677,8 @@ SLUICECTL_TEST(events_in_a_persons_format_show_an_added_text_field_by_name)
     static char why_answer[512];
     const char *feed = "{\"seq\":3,\"wall_ms\":0,\"node\":\"cloud:x\",\"event\":\"backoff\","
                        "\"reason\":\"overload\",\"old_limit\":16,\"new_limit\":12,"
-                       "\"in_flight\":16,\"ceiling\":0,\"why\":\"3 refusals at 16 in flight\"}\n";
+                       "\"in_flight\":16,\"ceiling\":0,\"why\":\"3 refusals at 16 in flight\"}\n"
+                       "{\"seq\":4,\"event\":\"lock\"}\n"; /* an endpoint that gives no reason */
     fake_start_body(&why, why_answer, sizeof why_answer, feed);
     char url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%u", why.port);
@@ -684,6 +686,8 @@ SLUICECTL_TEST(events_in_a_persons_format_show_an_added_text_field_by_name)
     cr_expect(strstr(r->out, "#3   backoff  16 → 12   overload · 16 in flight · why: 3 refusals at "
                              "16 in flight\n"),
               "%s", r->out);
+    cr_expect_eq(r->exit_code, 0, "an event without a reason crashed it: %s", r->err);
+    cr_expect(strstr(r->out, "#4   lock     at 0      ? · 0 in flight\n"), "%s", r->out);
     free(r);
 }
 
@@ -831,6 +835,36 @@ SLUICECTL_TEST(probe_discovers_cap_16_and_52_within_15_percent)
     cr_expect_eq(json_integer_value(json_object_get(n, "ceiling")), n52);
     cr_expect_str_eq(json_string_value(json_object_get(n, "policy")), "discover");
     json_decref(j);
+    free(r);
+}
+
+/* --save says "saved" only for a save that landed: a state file that cannot be written (a
+ * FIFO at the path: never opened, never replaced) makes it say why, and exit 1; a path whose
+ * folder is a file is refused before the first request, with the state file's own reason. */
+SLUICECTL_TEST(probe_save_says_saved_only_when_the_save_landed)
+{
+    const struct fx_provider provider = {.mode = "reject", .cap = 4, .median_ms = 50};
+    cr_assert_eq(fx_sim_start(&sim, &provider), 0);
+    char url[128];
+    sim_process_url(&sim, "/v1/chat/completions", url, sizeof url);
+    fixture_tmpdir(dir, sizeof dir);
+    snprintf(state, sizeof state, "%s/ceilings.json", dir);
+    cr_assert_eq(mkfifo(state, 0600), 0, "%s", strerror(errno));
+    struct proc_result *r = CTL("probe", url, "--method", "POST", "--requests", "20000",
+                                "--timeout", "30", "--save", "cloud:sim", "--state", state);
+    cr_expect(strstr(r->out, "discovered ceiling:") != NULL, "%s", r->out);
+    cr_expect_eq(r->exit_code, 1, "the save failed: %s", r->err);
+    cr_expect(strstr(r->err, "not saved:") && strstr(r->err, state) && !strstr(r->err, "saved cloud"),
+              "%s", r->err);
+    free(r);
+    char inside[600];
+    snprintf(inside, sizeof inside, "%s/x.json", state);
+    unlink(state);
+    spit(state, "{}", 2);
+    r = CTL("probe", url, "--save", "cloud:sim", "--state", inside);
+    cr_expect_eq(r->exit_code, 1, "%s", r->err);
+    cr_expect(strstr(r->err, "--save: ") && strstr(r->err, state), "the reason: %s", r->err);
+    cr_expect(strstr(r->out, "discovered") == NULL, "no request made: %s", r->out);
     free(r);
 }
 

@@ -72,7 +72,8 @@ static void print_event_human(const char *line)
     print_cell(clean_kind ? clean_kind : "?", 9);
     free(clean_kind);
     print_cell(moved, 10);
-    char *reason = text_clean(json_string_value(json_object_get(e, "reason")), false);
+    const char *why = json_string_value(json_object_get(e, "reason")); /* NULL: none given */
+    char *reason = why ? text_clean(why, false) : NULL;
     for (char *p = reason; p && *p; p++)
         if (*p == '_')
             *p = ' ';

@@ -61,6 +61,9 @@ struct probe {
     size_t n_events;
     char last_failure[256];
     struct sluice_statefile *state; /* --save */
+    bool saved_once;                /* a save was handed to the state file */
+    int save_status;                /* the last save's, and its message */
+    char save_error[512];
 };
 
 static void probe_on_event(void *ctx, const struct sluice_event *ev)
@@ -292,7 +295,15 @@ static int probe_store_load(void *ctx, const char *node, struct sluice_lock_reco
 
 static int probe_store_save(void *ctx, const char *node, const struct sluice_lock_record *rec)
 {
-    return sluice_statefile_save(((struct probe *)ctx)->state, node, rec);
+    struct probe *p = ctx;
+    int status = sluice_statefile_save(p->state, node, rec);
+    pthread_mutex_lock(&p->mu);
+    p->saved_once = true;
+    p->save_status = status;
+    if (status != SLUICE_OK)
+        sluice_statefile_last_error(p->state, p->save_error, sizeof p->save_error);
+    pthread_mutex_unlock(&p->mu);
+    return status;
 }
 
 static int probe_store_clear(void *ctx, const char *node)
@@ -344,11 +355,20 @@ static int probe_report(struct probe *p, const char *why)
                 tool_name, why, p->last_failure[0] ? "; last failure: " : "", p->last_failure,
                 found);
     if (p->state) {
-        if (locked)
+        /* The lock's save runs after the window that locked it: wait for it to land. */
+        sluice_discovery_sync(sluice_pool_discovery(sluice_engine_pool(p->engine, p->node)));
+        pthread_mutex_lock(&p->mu);
+        bool tried = p->saved_once;
+        int saved = p->save_status;
+        pthread_mutex_unlock(&p->mu);
+        if (!locked)
+            fprintf(stderr, "not saved: %s has no lock to persist\n", p->node);
+        else if (tried && saved == SLUICE_OK)
             fprintf(stderr, "saved %s: ceiling %u in %s\n", p->node, found,
                     sluice_statefile_path(p->state));
         else
-            fprintf(stderr, "not saved: %s has no lock to persist\n", p->node);
+            rc = fail("not saved: %s", tried ? p->save_error
+                                             : "the lock was never handed to the state file");
     }
     if (p->o->json) {
         json_t *events = json_array();
@@ -386,10 +406,12 @@ static int probe_setup(struct probe *p)
     p->method = o->method ? o->method : p->body ? "POST" : "GET";
     for (int i = 0; i < o->n_headers; i++)
         p->headers = curl_slist_append(p->headers, o->headers[i]);
+    char why[512];
     if (rc == EXIT_OK && o->save &&
-        sluice_statefile_open(&(struct sluice_statefile_desc){.path = o->state}, &p->state) !=
-            SLUICE_OK)
-        rc = fail("no state file location for --save: pass --state FILE");
+        sluice_statefile_open(&(struct sluice_statefile_desc){.path = o->state, .error = why,
+                                                              .error_size = sizeof why},
+                              &p->state) != SLUICE_OK)
+        rc = fail("--save: %s", why);
 
     struct sluice_store_ops store = {.load = probe_store_load, .save = probe_store_save,
                                      .clear = probe_store_clear, .ctx = p};
