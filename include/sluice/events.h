@@ -71,6 +71,10 @@ SLUICE__ENUM_WITH_NAMES(sluice_event_kind, sluice_event_kind_name, SLUICE_EVENT_
                         SLUICE__EVENT_ENUM, SLUICE__EVENT_CASE)
 #undef SLUICE__EVENT_ENUM
 #undef SLUICE__EVENT_CASE
+#define SLUICE__EVENT_ONE(name, str) +1
+/* How many kinds there are: every value of enum sluice_event_kind is below it. */
+enum { SLUICE_EVENT_KINDS = 0 SLUICE_EVENT_KIND_MAP(SLUICE__EVENT_ONE) };
+#undef SLUICE__EVENT_ONE
 
 struct sluice_event {
     uint64_t seq;            /* per node, from 1; a gap means events were dropped */

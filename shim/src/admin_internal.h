@@ -46,7 +46,7 @@
 #include <sluice/sluice.h>
 
 enum {
-    SLUICE__ADMIN_N_KINDS = SLUICE_EVENT_STORE + 1, /* event kinds counted */
+    SLUICE__ADMIN_N_KINDS = SLUICE_EVENT_KINDS, /* event kinds counted: every one */
 };
 
 /* Connections let in past max_connections to hear 503 (admin_conns.c). */

@@ -729,6 +729,12 @@ ADMIN_TEST(metrics_parse_as_prometheus_text_with_node_labels)
     cr_expect_eq(prom_value(t, "sluice_backoffs_total{node=\"cloud:rainy\",cause=\"overload\"}"), 1);
     cr_expect_eq(prom_value(t, "sluice_backoffs_total{node=\"cloud:locked\",cause=\"overload\"}"), 0);
     cr_expect_eq(prom_value(t, "sluice_events_total{node=\"cloud:locked\",event=\"restore\"}"), 1);
+    for (int k = 0; k < SLUICE_EVENT_KINDS; k++) { /* every kind has its series, hold to hint */
+        char series[128];
+        snprintf(series, sizeof series, "sluice_events_total{node=\"cloud:locked\",event=\"%s\"}",
+                 sluice_event_kind_name((enum sluice_event_kind)k));
+        cr_expect(strstr(t, series) != NULL, "no %s", series);
+    }
     cr_expect_eq(prom_value(t, "sluice_requests_total{node=\"cloud:rainy\",outcome=\"overload\"}"), 1);
     cr_expect_eq(prom_value(t, "sluice_requests_total{node=\"cloud:rainy\",outcome=\"ok\"}"), 0);
     cr_expect_eq(prom_value(t, "sluice_requests_total{node=\"local:gpu\",outcome=\"ignore\"}"), 0);
