@@ -384,6 +384,9 @@ static void run(struct proxy *p)
         }
         http_flush_dirty(p);
         if (now >= next_sweep) {
+            /* Lingering permits and holds come due without traffic too: on an idle proxy
+             * nothing else releases them (7 stayed in flight for minutes after a burst). */
+            sluice_engine_poll(p->engine);
             http_sweep(p, now);
             http_flush_dirty(p);
             next_sweep = now + SWEEP_MS * 1000000LL;
