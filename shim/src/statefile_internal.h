@@ -110,6 +110,10 @@ int sluice__sf_read(struct sluice_statefile *f, struct sluice__sf_text *t);
  * SLUICE_EINVAL, the file is treated as empty). Under mu. */
 int sluice__sf_parse(struct sluice_statefile *f, const struct sluice__sf_text *t, json_t **root);
 
+/* Whether the text is someone else's JSON (not an object, or not of this format) or a
+ * newer sluice's state file: never replaced, unlike a torn or corrupt one of ours. */
+bool sluice__sf_foreign(const struct sluice__sf_text *t);
+
 /* Check one node's entry: NULL and *rec filled, or what is wrong (maybe in buf). */
 const char *sluice__sf_record(const struct sluice_statefile *f, json_t *o,
                               struct sluice_lock_record *rec, char *buf, size_t size);

@@ -76,6 +76,47 @@ int sluice__sf_read(struct sluice_statefile *f, struct sluice__sf_text *t)
 }
 
 #define SF_EMPTY_NOTE "; it is treated as empty and the next save rewrites it"
+#define SF_KEPT_NOTE                                                                               \
+    "; it is treated as empty and left as it is (saves fail until it is moved aside or the "    \
+    "state file's path is changed)"
+
+/* Why a JSON text is not a state file this sluice reads (in buf where it needs one), NULL if
+ * it is one; *foreign: it is someone else's file or a newer sluice's, not a broken one. */
+static const char *sf_top_problem(json_t *j, char *buf, size_t size, bool *foreign)
+{
+    json_t *format = json_object_get(j, "format"), *version = json_object_get(j, "version");
+    *foreign = true;
+    if (!json_is_object(j))
+        return "the top level is not a JSON object";
+    if (!json_is_string(format) || strcmp(json_string_value(format), SLUICE_STATEFILE_FORMAT))
+        return "\"format\" is not \"" SLUICE_STATEFILE_FORMAT "\" (not a sluice state file?)";
+    *foreign = json_is_integer(version) && json_integer_value(version) > SLUICE_STATEFILE_VERSION;
+    if (!json_is_integer(version))
+        return "\"version\" is missing or not an integer";
+    if (json_integer_value(version) != SLUICE_STATEFILE_VERSION) {
+        snprintf(buf, size,
+                 "unknown version %" JSON_INTEGER_FORMAT " (this sluice reads version %d)",
+                 json_integer_value(version), SLUICE_STATEFILE_VERSION);
+        return buf;
+    }
+    if (!json_is_object(json_object_get(j, "nodes")))
+        return "\"nodes\" is missing or not an object";
+    *foreign = false;
+    return NULL;
+}
+
+bool sluice__sf_foreign(const struct sluice__sf_text *t)
+{
+    if (!t->p || !t->len || memchr(t->p, '\0', t->len))
+        return false;
+    json_t *j = json_loadb(t->p, t->len, JSON_REJECT_DUPLICATES, NULL);
+    char buf[160];
+    bool foreign = false;
+    if (j)
+        sf_top_problem(j, buf, sizeof buf, &foreign);
+    json_decref(j);
+    return foreign;
+}
 
 int sluice__sf_parse(struct sluice_statefile *f, const struct sluice__sf_text *t, json_t **root)
 {
@@ -95,25 +136,14 @@ int sluice__sf_parse(struct sluice_statefile *f, const struct sluice__sf_text *t
         return sluice__sf_fail(f, SLUICE_EINVAL,
                                "%s: not valid JSON (line %d, column %d: %s)" SF_EMPTY_NOTE, f->path,
                                e.line, e.column, e.text);
-    const char *why = NULL;
     char buf[160];
-    json_t *format = json_object_get(j, "format"), *version = json_object_get(j, "version");
-    if (!json_is_object(j))
-        why = "the top level is not a JSON object";
-    else if (!json_is_string(format) || strcmp(json_string_value(format), SLUICE_STATEFILE_FORMAT))
-        why = "\"format\" is not \"" SLUICE_STATEFILE_FORMAT "\" (not a sluice state file?)";
-    else if (!json_is_integer(version))
-        why = "\"version\" is missing or not an integer";
-    else if (json_integer_value(version) != SLUICE_STATEFILE_VERSION) {
-        snprintf(buf, sizeof buf,
-                 "unknown version %" JSON_INTEGER_FORMAT " (this sluice reads version %d)",
-                 json_integer_value(version), SLUICE_STATEFILE_VERSION);
-        why = buf;
-    } else if (!json_is_object(json_object_get(j, "nodes")))
-        why = "\"nodes\" is missing or not an object";
+    bool foreign;
+    const char *why = sf_top_problem(j, buf, sizeof buf, &foreign);
     if (why) {
+        int status = sluice__sf_fail(f, SLUICE_EINVAL, "%s: %s%s", f->path, why,
+                                     foreign ? SF_KEPT_NOTE : SF_EMPTY_NOTE);
         json_decref(j);
-        return sluice__sf_fail(f, SLUICE_EINVAL, "%s: %s" SF_EMPTY_NOTE, f->path, why);
+        return status;
     }
     *root = j;
     return SLUICE_OK;

@@ -258,6 +258,15 @@ static int sf_rewrite(struct sluice_statefile *f, const char *node,
     int status = sluice__sf_read(f, &t);
     if (status != SLUICE_OK && status != SLUICE_EINVAL)
         return status; /* cannot read it: do not replace what we could not see */
+    if (status == SLUICE_OK && sluice__sf_foreign(&t)) {
+        /* Someone else's file, or a newer sluice's: its contents are not ours to drop. */
+        free(t.p);
+        return sluice__sf_fail(f, SLUICE_EIO,
+                               "%s: not written: the file there is not a state file this sluice "
+                               "may replace (another program's JSON, or a newer sluice's); move it "
+                               "aside, or change the state file's path",
+                               f->path);
+    }
     json_t *root = NULL;
     if (status == SLUICE_OK && t.p)
         status = sluice__sf_parse(f, &t, &root);

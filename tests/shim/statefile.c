@@ -201,7 +201,8 @@ static void hear_store_event(void *ctx, const struct sluice_event *ev)
     sluice_statefile_last_error(sf, h->why, sizeof h->why);
 }
 
-static void check_bad_file(const struct bad_case *c)
+/* `kept`: someone else's file or a newer sluice's, never replaced. */
+static void check_bad_file(const struct bad_case *c, bool kept)
 {
     const char *path = open_in_tmp();
     struct sluice_lock_record r = record(5, "discover"), back;
@@ -243,8 +244,21 @@ static void check_bad_file(const struct bad_case *c)
               sluice_cause_name(st.last_event.cause));
     sluice_engine_destroy(e);
 
-    /* The next save rewrites it cleanly. */
     r = record(21, "discover");
+    if (kept) {
+        /* Its contents are not ours to drop: the save fails, saying what to do, and the
+         * file stays byte for byte. */
+        cr_expect(strstr(err, "left as it is") != NULL, "%s: %s", c->name, err);
+        cr_expect_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_EIO, "%s", c->name);
+        sluice_statefile_last_error(sf, err, sizeof err);
+        cr_expect(strstr(err, path) && strstr(err, "move it aside"), "%s: %s", c->name, err);
+        char *now = slurp(path, NULL);
+        cr_expect_str_eq(now, c->text, "%s: the file was changed", c->name);
+        free(now);
+        cleanup();
+        return;
+    }
+    /* The next save rewrites it cleanly. */
     cr_assert_eq(sluice_statefile_save(sf, "cloud:a", &r), SLUICE_OK, "%s", c->name);
     cr_assert_eq(sluice_statefile_load(sf, "cloud:a", &back), SLUICE_OK, "%s: after rewrite", c->name);
     cr_expect_eq(back.ceiling, 21);
@@ -257,21 +271,27 @@ static void check_bad_file(const struct bad_case *c)
     cleanup();
 }
 
-STATEFILE_TEST(empty_torn_corrupt_and_foreign_files_are_errors_and_read_as_empty)
+STATEFILE_TEST(empty_torn_corrupt_and_foreign_files_are_errors_and_read_as_empty_and_only_ours_are_replaced)
 {
     const struct bad_case cases[] = {
         {"empty", "", "empty"},
         {"torn", "{\n  \"format\": \"sluice-ceilings\",\n  \"version\": 1,\n  \"nodes\": {\n    \"cloud:a\": {\"ceil", "not valid JSON"},
         {"corrupt", "\x7f" "ELF\x01\x02 garbage", "not valid JSON"},
-        {"not an object", "[1, 2, 3]", "not a JSON object"},
-        {"unknown version", "{\"format\": \"sluice-ceilings\", \"version\": 2, \"nodes\": {}}", "unknown version 2"},
+        {"version zero", "{\"format\": \"sluice-ceilings\", \"version\": 0, \"nodes\": {}}", "unknown version 0"},
         {"version wrong type", "{\"format\": \"sluice-ceilings\", \"version\": \"1\", \"nodes\": {}}", "\"version\""},
-        {"foreign format", "{\"format\": \"something-else\", \"version\": 1, \"nodes\": {}}", "\"format\""},
         {"nodes wrong type", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": []}", "\"nodes\""},
         {"duplicate node", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": {}, \"cloud:a\": {}}}", "duplicate"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        check_bad_file(&cases[i]);
+        check_bad_file(&cases[i], false);
+    const struct bad_case kept[] = {
+        {"not an object", "[1, 2, 3]", "not a JSON object"},
+        {"unknown version", "{\"format\": \"sluice-ceilings\", \"version\": 2, \"nodes\": {}}", "unknown version 2"},
+        {"another program's", "{\"my_app_config\": {\"threads\": 8}}", "\"format\""},
+        {"foreign format", "{\"format\": \"something-else\", \"version\": 1, \"nodes\": {}}", "\"format\""},
+    };
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++)
+        check_bad_file(&kept[i], true);
 }
 
 STATEFILE_TEST(wrong_typed_out_of_range_and_future_dated_records_are_errors_for_that_node_only)
@@ -292,7 +312,7 @@ STATEFILE_TEST(wrong_typed_out_of_range_and_future_dated_records_are_errors_for_
         {"entry not an object", "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\"cloud:a\": 52}}", "not an object"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-        check_bad_file(&cases[i]);
+        check_bad_file(&cases[i], false);
 
     /* A bad record of one node does not hide the others, and is carried over untouched. */
     const char *path = open_in_tmp();

@@ -59,7 +59,12 @@
  * reads it from sluice_statefile_last_error, as the README's server
  * example does) and starts the node empty; it never crashes. The next save
  * rewrites the file cleanly (a file that cannot be parsed is replaced; a
- * bad record of another node is carried over untouched). A read-only
+ * bad record of another node is carried over untouched) — unless it is
+ * someone else's: JSON whose top level is not an object or whose "format"
+ * is not "sluice-ceilings" (another program's file at a mistaken path), or
+ * a newer version's (a newer sluice's locks). That file is never replaced:
+ * saves and clears fail with SLUICE_EIO and a message saying to move it
+ * aside or change the path, and it stays byte for byte. A read-only
  * directory or a full disk fails save/clear with SLUICE_EIO and a message
  * naming the path and the cause; the engine keeps serving from memory.
  * A state file or lock file that is not a regular file (a FIFO, a

@@ -152,6 +152,19 @@ static int read_keys(struct options *o)
     return EXIT_OK;
 }
 
+/* A state file that fails or cannot be read never stops the proxy (the node serves from
+ * memory), but the operator must hear why: the event carries the cause, the file its words. */
+static void on_store_event(void *ctx, const struct sluice_event *ev)
+{
+    if (ev->kind != SLUICE_EVENT_STORE)
+        return; /* the rest: the admin page, /metrics and sluicectl events */
+    char why[1024] = "";
+    if (ctx && (ev->cause == SLUICE_CAUSE_STORE_CORRUPT || ev->cause == SLUICE_CAUSE_STORE_ERROR))
+        sluice_statefile_last_error(ctx, why, sizeof why);
+    fprintf(stderr, PROG ": backend %s: state file: %s%s%s\n", ev->node,
+            sluice_cause_name(ev->cause), *why ? ": " : "", why);
+}
+
 static int open_engine(struct proxy *p)
 {
     struct options *o = p->o;
@@ -198,6 +211,8 @@ static int open_engine(struct proxy *p)
     if (sluice_engine_create(&(struct sluice_engine_desc){.backends = descs,
                                                           .n_backends = o->n_backends,
                                                           .store = p->state ? &store : NULL,
+                                                          .on_event = on_store_event,
+                                                          .on_event_ctx = p->state,
                                                           .omit_openrouter = true,
                                                           .error = err, .error_size = sizeof err},
                              &p->engine) != SLUICE_OK)
