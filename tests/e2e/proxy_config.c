@@ -77,6 +77,18 @@ Test(proxy_config, routes_by_prefix_header_and_model_else_404_listing_them)
     cr_assert(!strncmp(r.body, "POST /v1/chat/completions ", 26), "%s", r.body);
     px_request(&px_main, "/v1/chat/completions", "{\"messages\":[],\"model\" : \"m2\"}", NULL, &r);
     cr_assert_eq(r.status, 200, "the body's model routes: %s", r.body);
+    /* Only the top-level object's own key: a "model" in the messages or metadata, or in a
+     * string, does not route, wherever it stands. */
+    px_request(&px_main, "/v1/chat/completions",
+               "{\"metadata\":{\"model\":\"m2\"},\"messages\":[{\"content\":\"\\\"model\\\": \\\"m2\\\"\"}],"
+               "\"model\":\"other\"}",
+               NULL, &r);
+    cr_assert_eq(r.status, 404, "a nested model routed: %s", r.body);
+    px_request(&px_main, "/v1/chat/completions",
+               "{\"metadata\":{\"model\":\"other\"},\"model\":\"m2\"}", NULL, &r);
+    cr_assert_eq(r.status, 200, "the top-level model after a nested one: %s", r.body);
+    px_request(&px_main, "/v1/chat/completions", "[{\"model\":\"m2\"}]", NULL, &r);
+    cr_assert_eq(r.status, 404, "not an object: %s", r.body);
     px_request(&px_main, "/v1/chat/completions", "{\"model\":\"other\"}", NULL, &r);
     cr_assert_eq(r.status, 404);
     px_assert_error_body(&r, "no_route");

@@ -3,9 +3,10 @@
  *
  * Rules, first match wins:
  *   1. a backend whose `header` the request carries with `header_value`;
- *   2. a backend listing the JSON body's "model" in `models` (only the
- *      first PROXY_MODEL_READ_MAX bytes of the body are read, and only a
- *      plain string value: routing never parses a whole prompt);
+ *   2. a backend listing the JSON body's "model" in `models` (the top-level
+ *      object's own key; only the first PROXY_MODEL_READ_MAX bytes of the
+ *      body are read, and only a plain string value: routing never parses a
+ *      whole prompt);
  *   3. the backend with the longest `prefix` the path starts with, among
  *      those that route by prefix (no header, no models);
  *   4. the default backend (`default = true`), else 404 listing the routes.
@@ -30,32 +31,64 @@ static bool routes_by_prefix(const struct backend *b)
     return !b->header && !b->n_models;
 }
 
-/* The body's top-level-looking "model": "NAME" (no escapes), or false. */
+/* The index just past the JSON white space at or after i in s[0, n). */
+static size_t skip_ws(const char *s, size_t i, size_t n)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n'))
+        i++;
+    return i;
+}
+
+/* The index just past the string whose opening quote is at i (n if it does not end). */
+static size_t string_end(const char *s, size_t i, size_t n)
+{
+    for (i++; i < n; i++)
+        if (s[i] == '\\')
+            i++;
+        else if (s[i] == '"')
+            return i + 1;
+    return n;
+}
+
+/*
+ * The body's own "model": "NAME" (a plain string, no escapes): a key of the top-level object
+ * only, so a "model" inside the messages or metadata never routes (a nested one read first
+ * sent a call to another provider, with that provider's key). False if there is none in the
+ * first PROXY_MODEL_READ_MAX bytes.
+ */
 static bool find_model(const char *body, size_t len, char *out, size_t size)
 {
     if (len > PROXY_MODEL_READ_MAX)
         len = PROXY_MODEL_READ_MAX;
-    const char *end = body + len, *p = body;
-    while ((p = memmem(p, (size_t)(end - p), "\"model\"", 7))) {
-        const char *q = p + 7;
-        bool quoted_key = p == body || p[-1] != '\\';
-        p = q;
-        while (q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'))
-            q++;
-        if (!quoted_key || q == end || *q != ':')
-            continue;
-        for (q++; q < end && (*q == ' ' || *q == '\t' || *q == '\r' || *q == '\n'); q++) {
+    size_t i = skip_ws(body, 0, len);
+    if (i == len || body[i] != '{')
+        return false;
+    int depth = 0; /* objects and arrays open; the top-level object's members are at 1 */
+    for (; i < len; i++) {
+        char c = body[i];
+        if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (--depth == 0)
+                return false;
+        } else if (c == '"') {
+            size_t end = string_end(body, i, len), colon = skip_ws(body, end, len);
+            bool key = depth == 1 && colon < len && body[colon] == ':';
+            if (key && end - i == 7 && !memcmp(body + i, "\"model\"", 7)) {
+                size_t v = skip_ws(body, colon + 1, len);
+                if (v == len || body[v] != '"')
+                    return false;
+                size_t q = v + 1;
+                while (q < len && body[q] != '"' && body[q] != '\\')
+                    q++;
+                if (q == len || body[q] != '"' || q - v - 1 >= size)
+                    return false;
+                memcpy(out, body + v + 1, q - v - 1);
+                out[q - v - 1] = '\0';
+                return true;
+            }
+            i = end - 1;
         }
-        if (q == end || *q != '"')
-            continue;
-        const char *v = ++q;
-        while (q < end && *q != '"' && *q != '\\')
-            q++;
-        if (q == end || *q != '"' || (size_t)(q - v) >= size)
-            return false;
-        memcpy(out, v, (size_t)(q - v));
-        out[q - v] = '\0';
-        return true;
     }
     return false;
 }
