@@ -82,6 +82,32 @@ Test(proxy, streamed_chat_is_forwarded_event_by_event)
                  (long long)(r.last_byte_ms - r.first_byte_ms));
 }
 
+/* An HTTP/1.0 client knows no chunked coding: its streamed answer comes as it is, ended by
+ * the close (it got chunk-size lines inside its events). */
+Test(proxy, an_http_1_0_client_gets_its_stream_unchunked_to_the_close)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5, .stream = true,
+                                   .answer_tokens = 3, .fixed_answer = true, .token_ms = 10});
+    start_proxy(NULL);
+    static const char body[] = "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}";
+    char head[256];
+    snprintf(head, sizeof head,
+             "POST /v1/chat/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             strlen(body), body);
+    static char got[65536];
+    bool closed = px_raw(&px_main, (const char *[]){head, NULL}, 0, 1, got, sizeof got);
+    cr_assert(!strncmp(got, "HTTP/1.1 200 ", 13), "%s", got);
+    cr_expect(closed, "the close ends the answer: %s", got);
+    const char *events = strstr(got, "\r\n\r\n");
+    cr_assert_not_null(events, "%s", got);
+    cr_expect(strcasestr(got, "Transfer-Encoding") == NULL || strcasestr(got, "Transfer-Encoding") > events,
+              "chunked to an HTTP/1.0 client: %s", got);
+    cr_expect(!strncmp(events + 4, ": ", 2) || !strncmp(events + 4, "data: ", 6),
+              "the events come as they are: %s", events + 4);
+    cr_expect_not_null(strstr(events, "data: [DONE]\n\n"), "%s", events);
+}
+
 Test(proxy, provider_429_passes_through_with_its_headers)
 {
     /* The provider takes 1; the proxy's fixed limit lets 2 through. */

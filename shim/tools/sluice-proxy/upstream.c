@@ -75,7 +75,8 @@ static void start_answer(struct conn *c)
     const char *m = c->req.method;
     c->no_body = (c->req.method_len == 4 && !strncmp(m, "HEAD", 4)) || c->up_status == 204 ||
                  c->up_status == 304;
-    c->chunked = !c->no_body && !c->up_has_length;
+    /* An HTTP/1.0 client knows no chunking: its answer runs to the close (RFC 9112 6.3). */
+    c->chunked = !c->no_body && !c->up_has_length && c->req.minor >= 1;
     if (c->chunked)
         buf_printf(&c->up_head, "Transfer-Encoding: chunked\r\n");
     if (c->closing)
