@@ -212,6 +212,24 @@ Test(proxy, an_upstream_that_does_not_answer_is_502_naming_it)
     cr_assert_not_null(strstr(r.body, port), "the 502 names the upstream: %s", r.body);
 }
 
+/* An upstream that takes the request and then says nothing is cut after --upstream-idle-ms
+ * with a 502 that names it and the flag; its permit comes back (it was held for good). */
+Test(proxy, an_upstream_that_falls_silent_is_cut_and_frees_its_permit)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 600000,
+                                   .fixed_latency = true});
+    start_proxy((const char *[]){"--upstream-idle-ms", "1000", NULL});
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r);
+    cr_assert_eq(r.status, 502, "%s", r.body);
+    px_assert_error_body(&r, "upstream_silent");
+    cr_assert_not_null(strstr(r.body, "--upstream-idle-ms"), "the 502 names the flag: %s", r.body);
+    json_t *root, *n = px_node(&px_main, NODE, &root);
+    cr_assert_not_null(n);
+    cr_expect_eq(json_integer_value(json_object_get(n, "in_flight")), 0, "the permit is held");
+    json_decref(root);
+}
+
 Test(proxy, a_client_that_hangs_up_cancels_the_upstream_call)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 3000,

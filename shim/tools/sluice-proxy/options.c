@@ -48,6 +48,9 @@ static const char usage_text[] =
     "  --client-timeout-ms MS  a request must arrive, and an answer be read, within this\n"
     "                        (default 30000)\n"
     "  --idle-timeout-ms MS  an idle kept-alive connection is closed after (default 60000)\n"
+    "  --upstream-idle-ms MS  an upstream that sends nothing for this long (before its\n"
+    "                        answer or within it) is cut: 502, and its permit is freed\n"
+    "                        (default 600000; whole seconds)\n"
     "  --drain-ms MS         SIGTERM: in-flight calls get this long (default 10000)\n"
     "  --retry-after S       Retry-After on the proxy's own 503s (default 1)\n"
     "  --help                this text\n"
@@ -95,6 +98,7 @@ int parse_options(int argc, char **argv, struct options *o)
     *o = (struct options){.access_log = "-", .max_header_bytes = 32768,
                           .max_body_bytes = 8u << 20, .max_connections = 4096,
                           .client_timeout_ms = 30000, .idle_timeout_ms = 60000,
+                          .upstream_idle_ms = PROXY_UPSTREAM_IDLE_MS_DEFAULT,
                           .drain_ms = 10000, .retry_after_s = 1};
     parse_host_port(PROXY_LISTEN_DEFAULT, &o->listen_host, &o->listen_port, listen_buf,
                     sizeof listen_buf);
@@ -156,6 +160,7 @@ int parse_options(int argc, char **argv, struct options *o)
         U64_FLAG("--max-connections", 1, 1u << 20, o->max_connections)
         U64_FLAG("--client-timeout-ms", 100, 3600000, o->client_timeout_ms)
         U64_FLAG("--idle-timeout-ms", 100, 3600000, o->idle_timeout_ms)
+        U64_FLAG("--upstream-idle-ms", 1000, 86400000, o->upstream_idle_ms)
         U64_FLAG("--drain-ms", 0, 3600000, o->drain_ms)
         U64_FLAG("--retry-after", 0, 3600, o->retry_after_s)
         if ((val = tool_flag_value(argc, argv, &i, "--waiting"))) {

@@ -48,6 +48,9 @@
 #define PROXY_MODELS_MAX 64
 #define PROXY_SPARE_EASY 1024 /* finished calls' easy handles kept for reuse */
 #define PROXY_MODEL_READ_MAX 65536 /* bytes of a body read to find "model" */
+/* An upstream silent this long is cut: longer than any first token (a reasoning model's
+ * minutes), short of holding a permit for good. */
+#define PROXY_UPSTREAM_IDLE_MS_DEFAULT 600000u
 /* The client's deadlines, relative milliseconds: the whole call, and its start (a stream's
  * first byte). */
 #define PROXY_DEADLINE_HEADER "X-Sluice-Deadline-Ms"
@@ -106,6 +109,7 @@ struct options {
     uint32_t max_connections;
     uint32_t client_timeout_ms; /* a request must arrive in full this long after its first byte */
     uint32_t idle_timeout_ms;   /* a kept-alive connection with nothing to do is closed after */
+    uint32_t upstream_idle_ms;  /* an upstream that sends nothing for this long is cut */
     uint32_t drain_ms;          /* SIGTERM: in-flight calls get this long to finish */
     uint32_t retry_after_s;     /* on the proxy's own 503s */
     struct backend backends[PROXY_BACKENDS_MAX];

@@ -236,7 +236,12 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
                    headers, "%s%s", message, learned);
         return;
     }
-    if (status == SLUICE_EIO && r)
+    if (status == SLUICE_EIO && r && r->kind == SLUICE_CURL_PROVIDER_TIMEOUT)
+        http_error(c, 502, "upstream_error", "upstream_silent", NULL,
+                   "upstream %s (backend %s) sent nothing for %u ms (sluice-proxy "
+                   "--upstream-idle-ms)",
+                   c->backend->upstream, id, c->p->o->upstream_idle_ms);
+    else if (status == SLUICE_EIO && r)
         http_error(c, 502, "upstream_error", "upstream_unreachable", NULL,
                    "upstream %s (backend %s) did not answer: %s", c->backend->upstream, id,
                    curl_easy_strerror(r->curl_code));
@@ -413,6 +418,10 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    /* An upstream that accepts and then says nothing would hold its permit for good: cut it
+     * (a provider timeout, which discovery counts) after upstream_idle_ms without a byte. */
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)((p->o->upstream_idle_ms + 999) / 1000));
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
