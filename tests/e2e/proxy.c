@@ -140,7 +140,11 @@ Test(proxy, no_slot_is_503_with_retry_after_and_the_reason)
     cr_assert_eq(a.status + b.status, 200 + 503, "statuses %ld, %ld", a.status, b.status);
     char v[64];
     cr_assert_str_eq(px_header(refused, "X-Sluice-Refused", v, sizeof v), "capacity");
-    cr_assert_not_null(px_header(refused, "Retry-After", v, sizeof v));
+    cr_assert_str_eq(px_header(refused, "Retry-After", v, sizeof v), "1");
+    /* The millisecond form, spread so that a burst's clients do not all come back at once. */
+    cr_assert_not_null(px_header(refused, "retry-after-ms", v, sizeof v));
+    long ms = atol(v);
+    cr_expect(ms >= 500 && ms <= 1500, "retry-after-ms %ld for Retry-After 1", ms);
     px_assert_error_body(refused, "capacity");
     cr_assert_eq(fx_stats().requests, 1, "a refused call never reaches the provider");
 }
