@@ -251,4 +251,16 @@ Test(proxy_config, errors_name_the_file_the_line_and_the_field_and_exit_2)
     cr_assert_eq(run_config("backends = ( { id = \"a\" upstream = ; } );\n", err, sizeof err), 2);
     snprintf(want, sizeof want, "%s/bad.conf:1: syntax error", dir);
     cr_assert_not_null(strstr(err, want), "%s", err);
+    /* An empty --state (a "$STATE" never set) is a mistake, not a wish for no state file. */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "timeout 10 '%s' --upstream http://127.0.0.1:9 --listen 127.0.0.1:0 --admin off "
+             "--state '' 2>&1",
+             SLUICE_PROXY_PATH);
+    FILE *f = popen(cmd, "r");
+    size_t n = fread(err, 1, sizeof err - 1, f);
+    err[n] = '\0';
+    int status = pclose(f);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", err);
+    cr_assert_not_null(strstr(err, "--state needs a file, or off"), "%s", err);
 }

@@ -144,6 +144,8 @@ int parse_options(int argc, char **argv, struct options *o)
         STR_FLAG("--redis", redis)
         STR_FLAG("--config", o->config)
         if ((val = tool_flag_value(argc, argv, &i, "--state"))) {
+            if (!*val) /* "$UNSET" expanded to nothing: not a wish to persist nothing */
+                return usage_error("--state needs a file, or off for none (got '')");
             o->state = val;
             o->state_given = true;
             continue;
