@@ -257,6 +257,8 @@ PAGE_TEST(chromium_renders_status_lines_glyphs_events_and_clear_buttons)
     cr_expect(matches(live, "data-k=\"queue_wait_p50\">([0-9.]+ ms|–)<"), "queue wait p50");
     cr_expect(matches(live, "data-k=\"queue_wait_p99\">([0-9.]+ ms|–)<"), "queue wait p99");
     cr_expect(matches(live, "data-k=\"lingering\">[0-9]+<"), "lingering calls");
+    cr_expect(matches(live, "data-k=\"refused_capacity\">[0-9]+<"), "calls refused for no slot");
+    cr_expect(matches(live, "data-k=\"refused_early\">[0-9]+<"), "calls refused at admission");
     cr_expect(matches(live, "data-k=\"linger\">(learned|on|off)( \\(learned\\))?<"),
               "the linger mode in force");
     char *groq = card(dom, "cloud:groq");
