@@ -264,8 +264,15 @@ static int start_admin(struct proxy *p)
                                      .error_size = sizeof err};
     if (sluice_admin_start(&desc, &p->admin) == SLUICE_OK)
         return EXIT_OK;
+    /* The library's advice is a C caller's ("change sluice_admin_desc.port"): this one's
+     * fix is the flag. */
+    char *advice = strstr(err, " (change sluice_admin_desc");
+    if (advice)
+        *advice = '\0';
     if (o->admin_explicit)
-        return fail("admin endpoint on %s:%u: %s (--admin)", o->admin_host, o->admin_port, err);
+        return fail("admin endpoint on %s:%u: %s (pass another --admin HOST:PORT, port 0 for "
+                    "any free one, or --admin off)",
+                    o->admin_host, o->admin_port, err);
     desc.port = SLUICE_SOME(0); /* the default port is taken: any free one, printed below */
     if (sluice_admin_start(&desc, &p->admin) != SLUICE_OK)
         return fail("admin endpoint: %s (--admin off runs without it)", err);
