@@ -87,10 +87,12 @@ static long stream_stat_reaches(const char *key, long want)
     return v;
 }
 
-STREAM_TEST(a_streamed_reply_is_assembled_from_its_deltas_and_reports_usage)
+/* Five tokens streamed by a simulator speaking `dialect` (NULL: none), assembled. */
+static void expect_an_assembled_reply(const char *dialect)
 {
     fx_start(&(struct fx_provider){.median_ms = 5, .fixed_latency = true, .stream = true,
-                                   .answer_tokens = 5, .fixed_answer = true, .token_ms = 1});
+                                   .answer_tokens = 5, .fixed_answer = true, .token_ms = 1,
+                                   .dialect = dialect});
     struct sluice_engine *e = fx_engine_at_sim();
     struct deltas d = {0};
     struct sluice_chat *chat = stream_chat(&d);
@@ -110,6 +112,17 @@ STREAM_TEST(a_streamed_reply_is_assembled_from_its_deltas_and_reports_usage)
     sluice_chat_destroy(chat);
     fx_assert_idle(e);
     sluice_engine_destroy(e);
+}
+
+STREAM_TEST(a_streamed_reply_is_assembled_from_its_deltas_and_reports_usage)
+{
+    expect_an_assembled_reply(NULL);
+}
+
+/* A simulator speaking a provider's dialect streams too (it answered in plain JSON). */
+STREAM_TEST(a_simulator_in_a_dialect_streams_what_is_asked_to_stream)
+{
+    expect_an_assembled_reply("openai");
 }
 
 STREAM_TEST(the_sample_of_a_streamed_call_is_its_time_to_first_token)

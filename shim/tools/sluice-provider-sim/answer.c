@@ -42,7 +42,7 @@ void mhd_log(void *cls, const char *fmt, va_list ap)
     vfprintf(stderr, fmt, ap);
 }
 
-static enum MHD_Result add_dialect_headers(struct MHD_Response *res)
+enum MHD_Result add_dialect_headers(struct MHD_Response *res)
 {
     enum MHD_Result ok = MHD_YES;
     for (size_t i = 0; ok == MHD_YES && i < dialect_headers.n; i++)

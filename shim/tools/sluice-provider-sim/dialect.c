@@ -164,8 +164,9 @@ enum MHD_Result answer_in_dialect(struct server *sv, struct MHD_Connection *conn
         pthread_mutex_unlock(&sv->lock);
         dialect_rate_headers(sv, left, reset_s);
     }
-    if (status == 200)
-        return respond_json(conn, 200, completion_body(r), NULL);
+    if (status == 200) /* a streamed answer streams in every dialect, with its headers */
+        return r->stream ? respond_stream(sv, conn, r)
+                         : respond_json(conn, 200, completion_body(r), NULL);
     enum dialect id = sv->dialect.id;
     char ra[32];
     const char *retry_after = NULL;

@@ -231,6 +231,9 @@ void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 void mhd_log(void *cls, const char *fmt, va_list ap);
 enum MHD_Result respond_json(struct MHD_Connection *conn, unsigned status, json_t *body,
                              const char *retry_after);
+/* Add the dialect's headers gathered for this answer (dialect_header) to `res`, and forget
+ * them. */
+enum MHD_Result add_dialect_headers(struct MHD_Response *res);
 json_t *error_body(const char *message, const char *type, const char *code);
 void request_model(const struct req *r, char *out, size_t n);
 json_t *completion_body(const struct req *r);

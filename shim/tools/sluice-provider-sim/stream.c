@@ -205,6 +205,8 @@ enum MHD_Result respond_stream(struct server *sv, struct MHD_Connection *conn, s
     if (ok == MHD_YES)
         ok = MHD_add_response_header(res, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     if (ok == MHD_YES)
+        ok = add_dialect_headers(res);
+    if (ok == MHD_YES)
         ok = MHD_queue_response(conn, 200, res);
     MHD_destroy_response(res);
     return ok;
