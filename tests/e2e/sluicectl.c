@@ -689,6 +689,12 @@ SLUICECTL_TEST(events_in_a_persons_format_show_an_added_text_field_by_name)
     cr_expect_eq(r->exit_code, 0, "an event without a reason crashed it: %s", r->err);
     cr_expect(strstr(r->out, "#4   lock     at 0      ? · 0 in flight\n"), "%s", r->out);
     free(r);
+    /* Its time carries its zone, as the README says every time does. */
+    const char *argv[] = {SLUICECTL_PATH, "events", "cloud:x", "--admin", url, "--human", NULL};
+    const char *utc[] = {"TZ=UTC", NULL};
+    r = proc_run(argv, utc, 20000);
+    cr_expect(!strncmp(r->out, "00:00:00 UTC  #3 ", 17), "%s", r->out);
+    free(r);
 }
 
 SLUICECTL_TEST(escape_sequences_from_an_endpoint_or_a_node_id_never_reach_the_terminal)

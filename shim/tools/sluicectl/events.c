@@ -54,9 +54,9 @@ static void print_event_human(const char *line)
     }
     time_t t = (time_t)(json_integer_value(json_object_get(e, "wall_ms")) / 1000);
     struct tm tm;
-    char when[16] = "--:--:--";
-    if (localtime_r(&t, &tm))
-        strftime(when, sizeof when, "%H:%M:%S", &tm);
+    char when[32] = "--:--:--";
+    if (localtime_r(&t, &tm)) /* with its zone, as every time sluicectl shows */
+        strftime(when, sizeof when, "%H:%M:%S %Z", &tm);
     json_int_t from = json_integer_value(json_object_get(e, "old_limit")),
                to = json_integer_value(json_object_get(e, "new_limit"));
     char moved[48], seq[24];
