@@ -258,7 +258,11 @@ static int sf_rewrite(struct sluice_statefile *f, const char *node,
     int status = sluice__sf_read(f, &t);
     if (status != SLUICE_OK && status != SLUICE_EINVAL)
         return status; /* cannot read it: do not replace what we could not see */
-    if (status == SLUICE_OK && sluice__sf_foreign(&t)) {
+    json_t *root = NULL;
+    bool whole = status == SLUICE_OK; /* read in full: not too large */
+    if (whole && t.p)
+        status = sluice__sf_parse(f, &t, &root);
+    if (status != SLUICE_OK && whole && sluice__sf_foreign(&t)) {
         /* Someone else's file, or a newer sluice's: its contents are not ours to drop. */
         free(t.p);
         return sluice__sf_fail(f, SLUICE_EIO,
@@ -267,9 +271,6 @@ static int sf_rewrite(struct sluice_statefile *f, const char *node,
                                "aside, or change the state file's path",
                                f->path);
     }
-    json_t *root = NULL;
-    if (status == SLUICE_OK && t.p)
-        status = sluice__sf_parse(f, &t, &root);
     if (status != SLUICE_OK) {
         /* A file too large or not a state file is replaced by a clean one, as its message
          * says; that is this write succeeding, not failing, so the problem (reported by
