@@ -6,7 +6,10 @@
  *   2. a save of node "fuzz:n" must succeed whatever the file held (an
  *      unreadable file is replaced, a readable one rewritten around the
  *      entry), load must give the record back, and every node the first
- *      foreach saw keeps its record (good) or its problem (bad);
+ *      foreach saw keeps its record (good) or its problem (bad) — except
+ *      in someone else's file (JSON that is not an object or not of this
+ *      format, or a newer version's), where the save and the clear fail
+ *      with SLUICE_EIO and the file stays byte for byte;
  *   3. a clear of "fuzz:n" must succeed, leave it absent, and keep the
  *      others again.
  * The wall clock is fixed, so a record's "future-dated" verdict does not
@@ -17,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include <jansson.h>
+#include <string.h>
 
 #include <sluice/statefile.h>
 
@@ -134,6 +140,39 @@ static void setup(void)
           "open", err);
 }
 
+/* Whether the input is someone else's file (sluice/statefile.h, "Bad input"): never
+ * replaced. Written from the header's words, not from the library's code. */
+static bool foreign(const uint8_t *data, size_t size)
+{
+    if (!size || memchr(data, 0, size))
+        return false;
+    json_t *j = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, NULL);
+    if (!j)
+        return false;
+    json_t *format = json_object_get(j, "format"), *version = json_object_get(j, "version");
+    bool theirs = !json_is_object(j) || !json_is_string(format) ||
+                  strcmp(json_string_value(format), SLUICE_STATEFILE_FORMAT) ||
+                  (json_is_integer(version) &&
+                   json_integer_value(version) > SLUICE_STATEFILE_VERSION);
+    json_decref(j);
+    return theirs;
+}
+
+/* The file holds exactly the input. */
+static bool unchanged(const uint8_t *data, size_t size)
+{
+    uint8_t *back = malloc(size + 1);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    check(back && fd >= 0, "reading the file back", path);
+    size_t n = 0;
+    for (ssize_t got; n <= size && (got = read(fd, back + n, size + 1 - n)) > 0;)
+        n += (size_t)got;
+    close(fd);
+    bool same = n == size && !memcmp(back, data, size);
+    free(back);
+    return same;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!sf)
@@ -160,6 +199,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[1024];
     status = sluice_statefile_save(sf, NODE, &mine);
     sluice_statefile_last_error(sf, err, sizeof err);
+    if (foreign(data, size)) {
+        check(status == SLUICE_EIO, "a save into someone else's file fails", err);
+        check(sluice_statefile_clear(sf, NODE) == SLUICE_EIO, "and so does a clear", NULL);
+        check(unchanged(data, size), "someone else's file stays byte for byte", path);
+        return 0;
+    }
     check(status == SLUICE_OK, "a save succeeds whatever the file held", err);
     status = sluice_statefile_load(sf, NODE, &got);
     sluice_statefile_last_error(sf, err, sizeof err);
