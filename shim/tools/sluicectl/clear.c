@@ -46,7 +46,7 @@ static int find_row(void *ctx, const char *node, const struct sluice_lock_record
 static int clear_in_file(const struct opts *o, const char *node)
 {
     struct sluice_statefile *f;
-    if (open_state(o, &f) != EXIT_OK)
+    if (open_state(o, NULL, &f) != EXIT_OK)
         return EXIT_FAIL;
     struct find_node find = {node, false};
     int walked = sluice_statefile_foreach(f, find_row, &find);

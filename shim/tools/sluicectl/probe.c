@@ -406,12 +406,8 @@ static int probe_setup(struct probe *p)
     p->method = o->method ? o->method : p->body ? "POST" : "GET";
     for (int i = 0; i < o->n_headers; i++)
         p->headers = curl_slist_append(p->headers, o->headers[i]);
-    char why[512];
-    if (rc == EXIT_OK && o->save &&
-        sluice_statefile_open(&(struct sluice_statefile_desc){.path = o->state, .error = why,
-                                                              .error_size = sizeof why},
-                              &p->state) != SLUICE_OK)
-        rc = fail("--save: %s", why);
+    if (rc == EXIT_OK && o->save)
+        rc = open_state(o, "--save", &p->state);
 
     struct sluice_store_ops store = {.load = probe_store_load, .save = probe_store_save,
                                      .clear = probe_store_clear, .ctx = p};

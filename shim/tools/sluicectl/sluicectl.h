@@ -123,8 +123,9 @@ int admin_answer_ok(const char *base, const char *url, const struct fetched *f);
  * (unreachable, not HTTP, an error answer, not JSON).
  */
 json_t *admin_json(const char *method, const char *base, const char *path, const char *node);
-/* Open --state (or the default location); EXIT_FAIL after printing why. */
-int open_state(const struct opts *o, struct sluice_statefile **f);
+/* Open --state (or the default location); EXIT_FAIL after printing why, after "`flag`: "
+ * when the file serves a flag (NULL: the command's own). */
+int open_state(const struct opts *o, const char *flag, struct sluice_statefile **f);
 
 /* ---- the subcommands ---- */
 

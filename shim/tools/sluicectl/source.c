@@ -110,12 +110,12 @@ json_t *admin_json(const char *method, const char *base, const char *path,
     return j;
 }
 
-int open_state(const struct opts *o, struct sluice_statefile **f)
+int open_state(const struct opts *o, const char *flag, struct sluice_statefile **f)
 {
     char err[512];
     if (sluice_statefile_open(&(struct sluice_statefile_desc){.path = o->state, .error = err,
                                                               .error_size = sizeof err},
                               f) != SLUICE_OK)
-        return fail("%s", err);
+        return fail("%s%s%s", flag ? flag : "", flag ? ": " : "", err);
     return EXIT_OK;
 }

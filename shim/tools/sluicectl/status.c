@@ -64,7 +64,7 @@ static int status_row(void *ctx, const char *node, const struct sluice_lock_reco
 static int status_from_file(const struct opts *o)
 {
     struct sluice_statefile *f;
-    if (open_state(o, &f) != EXIT_OK)
+    if (open_state(o, NULL, &f) != EXIT_OK)
         return EXIT_FAIL;
     struct status_walk *w = calloc(1, sizeof *w);
     w->table.cols = 6;
