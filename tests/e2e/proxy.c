@@ -516,6 +516,43 @@ Test(proxy, pipelined_requests_are_answered_in_order_on_one_connection)
               "answers out of order: %s", got);
 }
 
+/* Past --max-connections a new client gets an answer it can act on, not a reset: 503 in the
+ * proxy's error shape with Retry-After, then the connection's end; and the refused ones do
+ * not count toward the limit. */
+Test(proxy, past_max_connections_a_new_client_gets_503_not_a_reset)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    start_proxy((const char *[]){"--max-connections", "1", "--retry-after", "3", NULL});
+    /* The one connection allowed, answered (so the proxy has taken it) and held open. */
+    char req[512];
+    raw_chat(req, sizeof req, FX_REQUEST);
+    static char got[65536];
+    int held = px_connect(&px_main);
+    px_raw_on(held, (const char *[]){req, NULL}, 0, 1, got, sizeof got);
+    cr_assert(!strncmp(got, "HTTP/1.1 200 ", 13), "%s", got);
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r);
+    cr_assert_eq(r.code, CURLE_OK, "no answer: %s", curl_easy_strerror(r.code));
+    cr_assert_eq(r.status, 503, "%s", r.body);
+    px_assert_error_body(&r, "too_many_connections");
+    cr_assert_not_null(strstr(r.body, "--max-connections"), "the 503 names the flag: %s", r.body);
+    char v[64];
+    cr_assert_str_eq(px_header(&r, "Retry-After", v, sizeof v), "3");
+    cr_assert_str_eq(px_header(&r, "X-Sluice-Refused", v, sizeof v), "connections");
+    cr_assert_str_eq(px_header(&r, "Connection", v, sizeof v), "close");
+    /* A client whose whole request is in before the proxy answers reads the 503, then EOF. */
+    cr_assert(px_raw(&px_main, (const char *[]){req, NULL}, 0, 1, got, sizeof got),
+              "the refused connection stayed open: %s", got);
+    cr_assert(!strncmp(got, "HTTP/1.1 503 ", 13), "%s", got);
+    /* The held connection is still served, and once it is gone a new client is. */
+    px_raw_on(held, (const char *[]){req, NULL}, 0, 1, got, sizeof got);
+    cr_assert(!strncmp(got, "HTTP/1.1 200 ", 13), "%s", got);
+    close(held);
+    WAIT_UNTIL((px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r),
+                r.status == 200));
+    cr_assert_eq(fx_stats().requests, 3, "a refused connection's request reached the provider");
+}
+
 Test(proxy, a_chunked_request_body_is_accepted_and_forwarded)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});

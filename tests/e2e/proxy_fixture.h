@@ -328,15 +328,15 @@ static bool px__answers_in(const char *got, size_t len, int answers)
 }
 
 /*
- * Write `parts` (NULL-terminated) on a new connection, gap_ms apart (so that
+ * Write `parts` (NULL-terminated) on connection fd, gap_ms apart (so that
  * the proxy reads them one by one), then read until `answers` answers are
  * whole, the proxy closes, or 5 s pass. What came back is in got (NUL
- * terminated); returns whether the proxy closed the connection.
+ * terminated); returns whether the proxy closed the connection. fd stays
+ * open: the caller may hold it.
  */
-static inline bool px_raw(const struct px *p, const char *const *parts, int gap_ms,
-                          int answers, char *got, size_t size)
+static inline bool px_raw_on(int fd, const char *const *parts, int gap_ms, int answers,
+                             char *got, size_t size)
 {
-    int fd = px_connect(p);
     for (int i = 0; parts[i]; i++) {
         if (i && gap_ms)
             fx_sleep_ms(gap_ms);
@@ -365,6 +365,15 @@ static inline bool px_raw(const struct px *p, const char *const *parts, int gap_
         char byte;
         closed = poll(&pfd, 1, 200) == 1 && read(fd, &byte, 1) == 0;
     }
+    return closed;
+}
+
+/* px_raw_on on a new connection, closed after. */
+static inline bool px_raw(const struct px *p, const char *const *parts, int gap_ms,
+                          int answers, char *got, size_t size)
+{
+    int fd = px_connect(p);
+    bool closed = px_raw_on(fd, parts, gap_ms, answers, got, size);
     close(fd);
     return closed;
 }

@@ -31,6 +31,9 @@
  * connection idle for idle_timeout_ms is closed, and one whose answer the
  * client does not read within client_timeout_ms is closed too (a call
  * paused for such a client is cancelled, so it holds no permit forever).
+ * Past max_connections a new connection is answered 503 and closed; a
+ * connection closed after an answer lingers (conn_linger), so that the client
+ * reads the answer rather than a reset.
  *
  * Lifetimes: a connection whose client hangs up during its call keeps its
  * record (`gone`, socket closed) until the call's completion has run; a
@@ -54,6 +57,10 @@
 
 #define READ_CHUNK 16384
 #define CHUNK_LINE_MAX 4096 /* a chunk's size line with its extensions */
+/* A connection closed after its answer lingers this long at most (conn_linger), and at most
+ * this many at once: a bound on the descriptors and time a flood of refused clients costs. */
+#define LINGER_MS 1000
+#define LINGER_MAX 256
 
 /* ---- buffers ------------------------------------------------------------------------------ */
 
@@ -188,10 +195,71 @@ static void conn_close(struct conn *c)
         p->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    p->n_conns--;
+    if (c->uncounted)
+        p->n_lingering--;
+    else
+        p->n_conns--;
     if (c->in_call)
         upstream_client_gone(c);
     conn_release(c);
+}
+
+/*
+ * Close after an answer, lingering: the write side is shut (the client reads the answer, then
+ * EOF) and what the client still sends is read and dropped until it closes too, or for
+ * LINGER_MS. A plain close() with unread bytes in the socket sends a reset instead of a FIN,
+ * and a client's TCP may drop an answer it has not read yet when the reset comes (Windows
+ * does, and any stack does when the reset overtakes a lost segment of the answer): a client
+ * refused before it finished sending (past --max-connections, a 413) would see "connection
+ * reset" rather than the answer that says why. A
+ * lingering connection is not one of --max-connections; past LINGER_MAX of them a connection
+ * is closed at once (a reset, as before), so a flood holds few descriptors.
+ */
+static void conn_linger(struct conn *c)
+{
+    struct proxy *p = c->p;
+    if (!c->uncounted) {
+        if (p->n_lingering >= LINGER_MAX) {
+            conn_close(c);
+            return;
+        }
+        p->n_conns--;
+        p->n_lingering++;
+        c->uncounted = true;
+    }
+    shutdown(c->w.fd, SHUT_WR);
+    free(c->in.p);
+    c->in = (struct buf){0};
+    c->state = C_LINGER;
+    c->pipelined = false;
+    c->deadline_ns = now_ns() + LINGER_MS * INT64_C(1000000);
+    conn_update(c);
+}
+
+/* A lingering connection's bytes are dropped; its EOF (or an error) closes it. */
+static void linger_read(struct conn *c)
+{
+    char sink[READ_CHUNK];
+    ssize_t n = recv(c->w.fd, sink, sizeof sink, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+        conn_close(c);
+}
+
+/* Past --max-connections: a 503 the client can act on, then a lingering close (above). The
+ * answer is small and the socket new, so its one write never blocks the loop; the request is
+ * not read first (it need not have arrived, and would cost this loop a wait). */
+static void refuse_connection(struct conn *c)
+{
+    const struct options *o = c->p->o;
+    char headers[96];
+    snprintf(headers, sizeof headers, "X-Sluice-Refused: connections\r\nRetry-After: %u\r\n",
+             o->retry_after_s);
+    c->closing = true;
+    c->t_start_ns = now_ns();
+    http_error(c, 503, "server_error", "too_many_connections", headers,
+               PROG " has %u client connections open, its most (--max-connections); retry "
+                    "later",
+               o->max_connections);
 }
 
 void http_accept(struct proxy *p)
@@ -200,8 +268,9 @@ void http_accept(struct proxy *p)
         int fd = accept4(p->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
-        if (p->n_conns >= p->o->max_connections) {
-            close(fd); /* over --max-connections: the client sees a reset and retries */
+        bool over = p->n_conns >= p->o->max_connections;
+        if (over && p->n_lingering >= LINGER_MAX) {
+            close(fd); /* a flood past --max-connections: no answer is affordable, a reset */
             continue;
         }
         struct conn *c = calloc(1, sizeof *c);
@@ -226,7 +295,13 @@ void http_accept(struct proxy *p)
         if (p->conns)
             p->conns->prev = c;
         p->conns = c;
-        p->n_conns++;
+        c->uncounted = over;
+        if (over) {
+            p->n_lingering++;
+            refuse_connection(c);
+        } else {
+            p->n_conns++;
+        }
     }
 }
 
@@ -615,7 +690,7 @@ static void next_request(struct conn *c)
 {
     size_t used = c->head_len + c->req.content_length;
     if (c->closing || c->p->draining) {
-        conn_close(c);
+        conn_linger(c);
         return;
     }
     memmove(c->in.p, c->in.p + used, c->in.len - used);
@@ -829,6 +904,10 @@ void http_on_event(struct conn *c, uint32_t events)
     }
     if ((events & EPOLLOUT) && !conn_write(c))
         return;
+    if (c->state == C_LINGER) {
+        linger_read(c);
+        return;
+    }
     if (c->state == C_CALL || c->state == C_FLUSH) {
         char byte;
         ssize_t n = (events & (EPOLLIN | EPOLLRDHUP))
@@ -867,6 +946,8 @@ void http_sweep(struct proxy *p, int64_t now)
             conn_close(c); /* idle keep-alive */
         } else if (c->state == C_FLUSH) {
             conn_close(c); /* the client does not read its answer */
+        } else if (c->state == C_LINGER) {
+            conn_close(c);
         } else {
             c->req.content_length = 0;
             if (c->state == C_HEAD)

@@ -148,6 +148,7 @@ enum conn_state {
     C_BODY,     /* reading its body */
     C_CALL,     /* the request is upstream; the answer streams back */
     C_FLUSH,    /* answered in full; writing what is left, then the next request or close */
+    C_LINGER,   /* answered and shut for writing; what the client still sends is dropped */
 };
 
 #define HDR_MAX 100
@@ -196,6 +197,7 @@ struct conn {
     bool gone;                 /* the socket is closed; freed when its call completes */
     bool dirty;                /* on the flush list */
     bool pipelined;            /* bytes of a next request wait behind the current call */
+    bool uncounted;            /* not one of --max-connections: lingering, or refused for it */
     struct conn *next_dirty, *prev, *next;
     /* The call in progress (C_CALL). */
     struct backend *backend;
@@ -252,7 +254,8 @@ struct proxy {
     struct conn *conns;        /* every open connection, for the sweep and the drain */
     struct conn *dead;         /* released records, freed at the end of the loop iteration */
     struct watch *dead_watches; /* curl sockets forgotten in this iteration (as above) */
-    uint32_t n_conns;
+    uint32_t n_conns;          /* those that count toward --max-connections */
+    uint32_t n_lingering;      /* the others (http.c, conn_linger) */
     bool draining;
     int64_t drain_deadline_ns;
     FILE *log;
