@@ -213,6 +213,61 @@ Test(proxy_config, the_model_is_read_from_a_bounded_prefix_of_the_body_split_or_
                        "the head's headers survive the move: %s", r.body);
 }
 
+/* A head with Expect: 100-continue for a body of `length` bytes. */
+static void expect_head(char *out, size_t size, const char *path, size_t length)
+{
+    snprintf(out, size,
+             "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\nExpect: 100-continue\r\n\r\n",
+             path, length);
+}
+
+/* A request the proxy refuses whatever its body gets that refusal in place of 100 Continue,
+ * and the connection closes (its body was not read); one it may serve gets the 100. */
+Test(proxy_config, expect_100_continue_gets_the_refusal_instead_when_the_head_decides_it)
+{
+    char conf[128], head[512];
+    write_config("prefix.conf",
+                 "max_body_bytes = 100;\n"
+                 "backends = ( { id = \"cloud:a\"; upstream = \"http://127.0.0.1:%1$d\"; "
+                 "prefix = \"/a\"; } );\n",
+                 px_echo_start(), conf, sizeof conf);
+    cr_assert_eq(px_start(&px_main, (const char *[]){"--config", conf, "--state", "off", NULL}),
+                 0);
+    static char got[65536];
+    /* No backend serves this path, and no backend routes by the body's model: 404 now. */
+    expect_head(head, sizeof head, "/v1/chat/completions", 2);
+    cr_assert(px_raw(&px_main, (const char *[]){head, NULL}, 0, 1, got, sizeof got),
+              "the connection stayed open with its body unread: %s", got);
+    cr_assert(!strncmp(got, "HTTP/1.1 404 ", 13), "not the 404 in place of the 100: %s", got);
+    cr_assert_not_null(strstr(got, "\r\nConnection: close\r\n"), "%s", got);
+    cr_assert_not_null(strstr(got, "\"code\":\"no_route\""), "%s", got);
+    /* A declared body over max_body_bytes: 413 with the head. */
+    expect_head(head, sizeof head, "/a/v1/chat/completions", 1000);
+    cr_assert(px_raw(&px_main, (const char *[]){head, NULL}, 0, 1, got, sizeof got), "%s", got);
+    cr_assert(!strncmp(got, "HTTP/1.1 413 ", 13), "%s", got);
+    /* A path it serves: 100, then the body, then the answer. */
+    expect_head(head, sizeof head, "/a/v1/chat/completions", 2);
+    int fd = px_connect(&px_main);
+    cr_assert_eq(write(fd, head, strlen(head)), (ssize_t)strlen(head));
+    cr_assert(px_read_head(fd, got, sizeof got), "%s", got);
+    cr_assert_str_eq(got, "HTTP/1.1 100 Continue\r\n\r\n");
+    px_raw_on(fd, (const char *[]){"{}", NULL}, 0, 1, got, sizeof got);
+    cr_assert(!strncmp(got, "HTTP/1.1 200 ", 13), "%s", got);
+    /* A drain: a request whose head comes after SIGTERM is refused with 503 in place of the
+     * 100 (the connection, begun before, is waited for). */
+    static const char line[] = "POST /a/v1/chat/completions HTTP/1.1\r\n";
+    cr_assert_eq(write(fd, line, strlen(line)), (ssize_t)strlen(line));
+    kill(px_main.pid, SIGTERM);
+    WAIT_UNTIL(!px_listening(&px_main));
+    px_raw_on(fd, (const char *[]){strstr(head, "\r\n") + 2, NULL}, 0, 1, got, sizeof got);
+    close(fd);
+    cr_assert(!strncmp(got, "HTTP/1.1 503 ", 13), "not the 503 in place of the 100: %s", got);
+    cr_assert_not_null(strstr(got, "\"code\":\"shutting_down\""), "%s", got);
+    px_stop(&px_main);
+    cr_assert(WIFEXITED(px_main.status) && WEXITSTATUS(px_main.status) == 0);
+}
+
 /* Run the proxy on a config and return its exit status; its stderr in err. */
 static int run_config(const char *text, char *err, size_t size)
 {

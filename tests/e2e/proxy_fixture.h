@@ -298,17 +298,33 @@ static inline json_t *px_node(const struct px *p, const char *node, json_t **roo
 
 /* ---- raw requests: what libcurl will not send ------------------------------------------- */
 
+/* The proxy's listener's address. */
+static inline struct sockaddr_in px__addr(const struct px *p)
+{
+    int port = atoi(strrchr(p->url, ':') + 1);
+    return (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+}
+
 /* A plain TCP connection to the proxy's listener; the fd. */
 static inline int px_connect(const struct px *p)
 {
-    int port = atoi(strrchr(p->url, ':') + 1);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = px__addr(p);
     cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     int one = 1; /* each part leaves as its own segment */
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     return fd;
+}
+
+/* Does the proxy's listener take connections (it is not draining)? */
+static inline bool px_listening(const struct px *p)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = px__addr(p);
+    bool ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
 }
 
 /* Does got (len bytes) hold `answers` whole answers, each with a Content-Length? */
@@ -366,6 +382,27 @@ static inline bool px_raw_on(int fd, const char *const *parts, int gap_ms, int a
         closed = poll(&pfd, 1, 200) == 1 && read(fd, &byte, 1) == 0;
     }
     return closed;
+}
+
+/* Read from fd until got holds a head (to its blank line): whether one came before the proxy
+ * closed or 5 s passed. */
+static inline bool px_read_head(int fd, char *got, size_t size)
+{
+    size_t len = 0;
+    got[0] = '\0';
+    for (int64_t end = fx_now_ms() + 5000; !strstr(got, "\r\n\r\n");) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (fx_now_ms() > end || len + 1 >= size)
+            return false;
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        ssize_t n = read(fd, got + len, size - 1 - len);
+        if (n <= 0)
+            return false;
+        len += (size_t)n;
+        got[len] = '\0';
+    }
+    return true;
 }
 
 /* px_raw_on on a new connection, closed after. */

@@ -31,7 +31,9 @@
  * connection idle for idle_timeout_ms is closed, and one whose answer the
  * client does not read within client_timeout_ms is closed too (a call
  * paused for such a client is cancelled, so it holds no permit forever).
- * Past max_connections a new connection is answered 503 and closed; a
+ * Expect: 100-continue gets its 100 once the head is accepted, or the final
+ * answer in its place when the head alone decides a refusal
+ * (refused_before_body). Past max_connections a new connection is answered 503 and closed; a
  * connection closed after an answer lingers (conn_linger), so that the client
  * reads the answer rather than a reset.
  *
@@ -210,8 +212,8 @@ static void conn_close(struct conn *c)
  * LINGER_MS. A plain close() with unread bytes in the socket sends a reset instead of a FIN,
  * and a client's TCP may drop an answer it has not read yet when the reset comes (Windows
  * does, and any stack does when the reset overtakes a lost segment of the answer): a client
- * refused before it finished sending (past --max-connections, a 413) would see "connection
- * reset" rather than the answer that says why. A
+ * refused before it finished sending (past --max-connections, a 413, a final status in place
+ * of 100 Continue) would see "connection reset" rather than the answer that says why. A
  * lingering connection is not one of --max-connections; past LINGER_MAX of them a connection
  * is closed at once (a reset, as before), so a flood holds few descriptors.
  */
@@ -761,6 +763,29 @@ void http_flush_dirty(struct proxy *p)
     }
 }
 
+static void refuse_draining(struct conn *c)
+{
+    c->closing = true;
+    http_error(c, 503, "server_error", "shutting_down", "X-Sluice-Refused: shutting_down\r\n",
+               PROG " is shutting down; retry on another instance");
+}
+
+static void refuse_no_route(struct conn *c, const char *path)
+{
+    char routes[1024];
+    routes_list(c->p->o, routes, sizeof routes);
+    http_error(c, 404, "invalid_request_error", "no_route", NULL,
+               "no backend serves %s; routes: %s", path, routes);
+}
+
+/* The request's target as a string, cut to fit. */
+static void request_path(const struct conn *c, char *path, size_t size)
+{
+    size_t n = c->req.target_len < size ? c->req.target_len : size - 1;
+    memcpy(path, c->req.target, n);
+    path[n] = '\0';
+}
+
 /* A whole request is in: route it and send it upstream (or answer it here). */
 static void dispatch(struct conn *c)
 {
@@ -768,25 +793,47 @@ static void dispatch(struct conn *c)
     const char *body = c->in.p + c->head_len;
     size_t body_len = (size_t)c->req.content_length;
     if (p->draining) {
-        c->closing = true;
-        http_error(c, 503, "server_error", "shutting_down", "X-Sluice-Refused: shutting_down\r\n",
-                   PROG " is shutting down; retry on another instance");
+        refuse_draining(c);
         return;
     }
     char path[2048];
-    size_t n = c->req.target_len < sizeof path ? c->req.target_len : sizeof path - 1;
-    memcpy(path, c->req.target, n);
-    path[n] = '\0';
+    request_path(c, path, sizeof path);
     struct backend *b = route_pick(p->o, path, &c->req, body, body_len);
     if (!b) {
-        char routes[1024];
-        routes_list(p->o, routes, sizeof routes);
-        http_error(c, 404, "invalid_request_error", "no_route", NULL,
-                   "no backend serves %s; routes: %s", path, routes);
+        refuse_no_route(c, path);
         return;
     }
     c->backend = b;
     upstream_start(c, b, path, body, body_len);
+}
+
+/*
+ * Expect: 100-continue, with the head in and the body not: a refusal that the head alone
+ * decides is sent in place of the 100 (RFC 9110 §10.1.1 allows a final status instead), and
+ * the connection is closed, as its body was not read (lingering drops it, if the client sends
+ * it anyway). True when it answered. What the head decides: a drain (503); a path no backend
+ * serves (404), but only when no backend routes by the body's "model", which might route it;
+ * a declared body over --max-body-bytes is refused with the head already (413). Not the
+ * backend's admission: whether it has a slot is decided when the call is submitted, after the
+ * body, and a slot may free while the body comes, so a refusal now would be a guess.
+ */
+static bool refused_before_body(struct conn *c)
+{
+    struct proxy *p = c->p;
+    if (p->draining) {
+        refuse_draining(c);
+        return true;
+    }
+    for (size_t i = 0; i < p->o->n_backends; i++)
+        if (p->o->backends[i].n_models)
+            return false;
+    char path[2048];
+    request_path(c, path, sizeof path);
+    if (route_pick(p->o, path, &c->req, NULL, 0))
+        return false;
+    c->closing = true;
+    refuse_no_route(c, path);
+    return true;
 }
 
 static void conn_process(struct conn *c)
@@ -863,7 +910,7 @@ static void conn_process(struct conn *c)
                    NULL, "%s", msg);
     } else if (done) {
         dispatch(c);
-    } else if (head && c->req.expect_continue) {
+    } else if (head && c->req.expect_continue && !refused_before_body(c)) {
         buf_printf(&c->out, "HTTP/1.1 100 Continue\r\n\r\n");
         http_mark_dirty(c);
     }
