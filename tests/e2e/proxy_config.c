@@ -284,38 +284,94 @@ static int run_config(const char *text, char *err, size_t size)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/* Bad configurations, each with what its error must say after "DIR/bad.conf:": the line, the
+ * field, and what is wrong. */
+static const struct {
+    const char *text, *want;
+} bad_configs[] = {
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\";\n   active = 0; }\n);\n",
+     "3: backends[0].active: must be a whole number"},
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\"; actve = 3; }\n);\n",
+     "2: backends[0].actve: is not a known setting"},
+    {"drain_ms = \"soon\";\nbackends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
+     "1: drain_ms: must be a whole number"},
+    {"backends = ( { id = \"a\" upstream = ; } );\n", "1: syntax error"},
+    /* Two backends claiming one route: the first would take all of it, silently. */
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\"; prefix = \"/v1\"; },\n"
+     " { id = \"b\"; upstream = \"http://y\";\n   prefix = \"/v1\"; }\n);\n",
+     "4: backends[1].prefix: \"/v1\" is backends[0]'s (a) too: a path routes to one backend"},
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\"; },\n"
+     " { id = \"b\"; upstream = \"http://y\"; }\n);\n",
+     "3: backends[1].prefix: \"/\" (the default) is backends[0]'s (a) too"},
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\"; models = [\"m1\", \"m2\"]; },\n"
+     " { id = \"b\"; upstream = \"http://y\";\n   models = [\"m3\", \"m2\"]; }\n);\n",
+     "4: backends[1].models: \"m2\" is listed by backends[0] (a) too: a model routes to one "
+     "backend"},
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\"; header = \"X-P\"; header_value = "
+     "\"v\"; },\n { id = \"b\"; upstream = \"http://y\"; header = \"x-p\";\n   header_value = "
+     "\"v\"; }\n);\n",
+     "4: backends[1].header_value: x-p: v routes to backends[0] (a) already"},
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\"; deadline_ms = 5000;\n"
+     "   start_deadline_ms = 9000; }\n);\n",
+     "3: backends[0].start_deadline_ms: 9000 is longer than deadline_ms (5000): a call cannot "
+     "start after it must have ended; make it at most 5000"},
+    /* Upstream URLs that would fail only at the first request, or go somewhere unmeant. */
+    {"backends = (\n { id = \"a\";\n   upstream = \"http://\"; }\n);\n",
+     "3: backends[0].upstream: 'http://' has no host: write http://HOST[:PORT][/PATH]"},
+    {"backends = ( { id = \"a\"; upstream = \"localhost:11434\"; } );\n",
+     "1: backends[0].upstream: 'localhost:11434' has no scheme: write http://localhost:11434"},
+    {"backends = ( { id = \"a\"; upstream = \"ftp://x\"; } );\n",
+     "1: backends[0].upstream: 'ftp://x' is not http:// or https://"},
+    {"backends = ( { id = \"a\"; upstream = \"http://x:99999/v1\"; } );\n",
+     "1: backends[0].upstream: 'http://x:99999/v1' has a bad port"},
+    {"backends = ( { id = \"a\"; upstream = \"http://x/v1?key=k\"; } );\n",
+     "1: backends[0].upstream: 'http://x/v1?key=k' has a query or fragment"},
+};
+
 Test(proxy_config, errors_name_the_file_the_line_and_the_field_and_exit_2)
 {
-    char err[1024], want[256];
-    cr_assert_eq(run_config("backends = (\n { id = \"a\"; upstream = \"http://x\";\n"
-                            "   active = 0; }\n);\n",
-                            err, sizeof err),
-                 2, "%s", err);
-    snprintf(want, sizeof want, "%s/bad.conf:3: backends[0].active: must be a whole number", dir);
-    cr_assert_not_null(strstr(err, want), "%s", err);
-    cr_assert_eq(run_config("backends = (\n { id = \"a\"; upstream = \"http://x\"; actve = 3; }\n);\n",
-                            err, sizeof err),
-                 2);
-    snprintf(want, sizeof want, "%s/bad.conf:2: backends[0].actve: is not a known setting", dir);
-    cr_assert_not_null(strstr(err, want), "%s", err);
-    cr_assert_eq(run_config("drain_ms = \"soon\";\nbackends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
-                            err, sizeof err),
-                 2);
-    snprintf(want, sizeof want, "%s/bad.conf:1: drain_ms: must be a whole number", dir);
-    cr_assert_not_null(strstr(err, want), "%s", err);
-    cr_assert_eq(run_config("backends = ( { id = \"a\" upstream = ; } );\n", err, sizeof err), 2);
-    snprintf(want, sizeof want, "%s/bad.conf:1: syntax error", dir);
-    cr_assert_not_null(strstr(err, want), "%s", err);
+    char err[1024], want[512];
+    for (size_t i = 0; i < sizeof bad_configs / sizeof bad_configs[0]; i++) {
+        cr_assert_eq(run_config(bad_configs[i].text, err, sizeof err), 2, "%s: %s",
+                     bad_configs[i].text, err);
+        snprintf(want, sizeof want, "%s/bad.conf:%s", dir, bad_configs[i].want);
+        cr_assert_not_null(strstr(err, want), "want '%s', got '%s'", want, err);
+    }
+}
+
+/* Bad flags, each with what its error must say: the flag, the value, what to write. */
+static const struct {
+    const char *flags, *want;
+} bad_flags[] = {
     /* An empty --state (a "$STATE" never set) is a mistake, not a wish for no state file. */
-    char cmd[512];
-    snprintf(cmd, sizeof cmd,
-             "timeout 10 '%s' --upstream http://127.0.0.1:9 --listen 127.0.0.1:0 --admin off "
-             "--state '' 2>&1",
-             SLUICE_PROXY_PATH);
-    FILE *f = popen(cmd, "r");
-    size_t n = fread(err, 1, sizeof err - 1, f);
-    err[n] = '\0';
-    int status = pclose(f);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", err);
-    cr_assert_not_null(strstr(err, "--state needs a file, or off"), "%s", err);
+    {"--upstream http://127.0.0.1:9 --state ''", "--state needs a file, or off"},
+    {"--upstream http://", "--upstream 'http://' has no host: write http://HOST[:PORT][/PATH]"},
+    {"--upstream http://:8080", "--upstream 'http://:8080' has no host"},
+    {"--upstream 127.0.0.1:8080", "--upstream '127.0.0.1:8080' has no scheme: write "
+                                  "http://127.0.0.1:8080"},
+    {"--upstream ftp://x", "--upstream 'ftp://x' is not http:// or https://"},
+    {"--upstream http://x:0", "--upstream 'http://x:0' has a bad port (a whole number from 1 "
+                              "to 65535)"},
+    {"--upstream 'http://[::1'", "--upstream 'http://[::1' has an unclosed ["},
+    {"--upstream http://127.0.0.1:9 --deadline-ms 5000 --start-deadline-ms 9000",
+     "--start-deadline-ms 9000 is longer than --deadline-ms (5000): a call cannot start after it "
+     "must have ended; make it at most 5000"},
+};
+
+Test(proxy_config, flag_errors_name_the_flag_and_the_value_and_exit_2)
+{
+    char err[1024], cmd[512];
+    for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "timeout 10 '%s' --listen 127.0.0.1:0 --admin off --state off %s 2>&1",
+                 SLUICE_PROXY_PATH, bad_flags[i].flags);
+        FILE *f = popen(cmd, "r");
+        size_t n = fread(err, 1, sizeof err - 1, f);
+        err[n] = '\0';
+        int status = pclose(f);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: %s", bad_flags[i].flags,
+                  err);
+        cr_assert_not_null(strstr(err, bad_flags[i].want), "want '%s', got '%s'",
+                           bad_flags[i].want, err);
+    }
 }

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #ifdef SLUICE_PROXY_HAVE_LIBCONFIG
 #include <libconfig.h>
@@ -221,6 +222,59 @@ static int read_group(const struct ctx *x, const config_setting_t *g, const stru
     return EXIT_OK;
 }
 
+/* Where the backend group g sets `name`, or g itself when it leaves it to its default. */
+static const config_setting_t *member_or(const config_setting_t *g, const char *name)
+{
+    const config_setting_t *s = config_setting_get_member(g, name);
+    return s ? s : g;
+}
+
+/*
+ * What one backend's fields cannot be together, or with an earlier backend's: a route two
+ * backends claim (the same prefix, header value or model: the first would take every request
+ * and the other none, with no word said), and a start deadline past the whole call's.
+ */
+static int check_backend(const struct ctx *x, const config_setting_t *g, const struct options *o,
+                         size_t i)
+{
+    const struct backend *b = &o->backends[i];
+    char why[512];
+    if (!upstream_url_ok(b->upstream, why, sizeof why))
+        return bad(x, member_or(g, "upstream"), "upstream", "%s", why);
+    if (!backend_deadlines_ok(b, "deadline_ms", why, sizeof why))
+        return bad(x, member_or(g, "start_deadline_ms"), "start_deadline_ms", "%s", why);
+    bool by_prefix = !b->header && !b->n_models;
+    for (size_t j = 0; j < i; j++) {
+        const struct backend *e = &o->backends[j];
+        if (by_prefix && !e->header && !e->n_models && !strcmp(e->prefix, b->prefix)) {
+            snprintf(why, sizeof why,
+                     "\"%s\"%s is backends[%zu]'s (%s) too: a path routes to one backend; give "
+                     "one of them another prefix, or route it by header or models",
+                     b->prefix, config_setting_get_member(g, "prefix") ? "" : " (the default)",
+                     j, e->id);
+            return bad(x, member_or(g, "prefix"), "prefix", "%s", why);
+        }
+        if (b->header && e->header && b->header_value && e->header_value &&
+            !strcasecmp(b->header, e->header) && !strcmp(b->header_value, e->header_value)) {
+            snprintf(why, sizeof why,
+                     "%s: %s routes to backends[%zu] (%s) already; give one of them another "
+                     "header_value",
+                     b->header, b->header_value, j, e->id);
+            return bad(x, member_or(g, "header_value"), "header_value", "%s", why);
+        }
+        for (size_t m = 0; m < b->n_models; m++)
+            for (size_t k = 0; k < e->n_models; k++)
+                if (!strcmp(b->models[m], e->models[k])) {
+                    snprintf(why, sizeof why,
+                             "\"%s\" is listed by backends[%zu] (%s) too: a model routes to "
+                             "one backend; remove it from one of them",
+                             b->models[m], j, e->id);
+                    return bad(x, member_or(g, "models"), "models", "%s", why);
+                }
+    }
+    return EXIT_OK;
+}
+
 static int read_backends(const struct ctx *top, const config_setting_t *list, struct options *o)
 {
     int n = config_setting_length(list);
@@ -247,6 +301,9 @@ static int read_backends(const struct ctx *top, const config_setting_t *list, st
             return bad(&x, g, "upstream", "is required (the provider's base URL)%s", "");
         if (!b->prefix)
             b->prefix = strdup("/");
+        rc = check_backend(&x, g, o, (size_t)i);
+        if (rc != EXIT_OK)
+            return rc;
     }
     return EXIT_OK;
 }

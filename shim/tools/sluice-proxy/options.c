@@ -18,8 +18,9 @@ static const char usage_text[] =
     "any client at it (an OpenAI SDK's baseURL = the printed URL + /v1). The first line\n"
     "on stdout is the URL it serves, the second the admin endpoint's.\n"
     "\n"
-    "  --upstream URL        the provider's base URL; a request's path is forwarded under\n"
-    "                        it as it came (http://host:port/v1/chat/completions)\n"
+    "  --upstream URL        the provider's base URL, http(s)://HOST[:PORT][/PATH]; a\n"
+    "                        request's path is forwarded under it as it came\n"
+    "                        (http://host:port/v1/chat/completions)\n"
     "  --node ID             the backend's node ID (default " PROXY_NODE_DEFAULT ")\n"
     "  --active N            most calls in flight, discovery's upper bound (default 256)\n"
     "  --waiting N           calls queued beyond active (default 1024; 0 = none)\n"
@@ -28,7 +29,8 @@ static const char usage_text[] =
     "                        " PROXY_DEADLINE_HEADER " (default: none)\n"
     "  --start-deadline-ms MS  start deadline when the client sends no\n"
     "                        " PROXY_START_DEADLINE_HEADER " (default: none, or the\n"
-    "                        time at which clients give up, once they show one)\n"
+    "                        time at which clients give up, once they show one); at\n"
+    "                        most --deadline-ms\n"
     "  --api-key-env VAR     send $VAR as the provider's key, replacing the client's\n"
     "  --api-key-header H    bearer (Authorization: Bearer, default) or x-api-key\n"
     "  --redis URL           share the cap with other proxies through Redis (the fleet)\n"
@@ -85,6 +87,93 @@ bool parse_host_port(const char *s, const char **host, unsigned *port, char *buf
     *host = buf;
     *port = (unsigned)p;
     return true;
+}
+
+static bool has_space_or_control(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s <= ' ' || *s == 0x7f)
+            return true;
+    return false;
+}
+
+/*
+ * An upstream base URL: http:// or https://, a host, a port from 1 to 65535 if any, a base
+ * path if any, and no query or fragment (a request's path is appended to it). Else false, and
+ * `why` quotes it, says what is wrong and what to write; the caller puts the flag or key the
+ * user wrote before it.
+ */
+bool upstream_url_ok(const char *url, char *why, size_t size)
+{
+    static const char no_scheme[] = "has no scheme";
+    const char *problem = NULL, *sep = strstr(url, "://");
+    size_t scheme = sep ? (size_t)(sep - url) : 0;
+    if (has_space_or_control(url))
+        problem = "has a space or a control character";
+    else if (!sep)
+        problem = no_scheme;
+    else if (!(scheme == 4 && !strncmp(url, "http", 4)) &&
+             !(scheme == 5 && !strncmp(url, "https", 5)))
+        problem = "is not http:// or https://";
+    else if (strpbrk(url, "?#"))
+        problem = "has a query or fragment (a request's path is appended to the URL)";
+    if (!problem) {
+        const char *host = sep + 3, *end = host + strcspn(host, "/");
+        const char *at = memrchr(host, '@', (size_t)(end - host));
+        if (at)
+            host = at + 1; /* user:password@ */
+        const char *host_end = end;
+        if (*host == '[') {
+            const char *bracket = memchr(host, ']', (size_t)(end - host));
+            host_end = bracket ? bracket + 1 : end;
+            if (!bracket || bracket == host + 1)
+                problem = bracket ? "has no host" : "has an unclosed [ in its host";
+            else if (host_end < end && *host_end != ':')
+                problem = "has something after its [IPv6] host that is not :PORT";
+        } else {
+            host_end = memchr(host, ':', (size_t)(end - host));
+            if (!host_end)
+                host_end = end;
+            if (host_end == host)
+                problem = "has no host";
+        }
+        if (!problem && host_end < end) {
+            char digits[8];
+            uint64_t port = 0;
+            size_t n = (size_t)(end - host_end - 1);
+            if (n > 0 && n < sizeof digits) {
+                memcpy(digits, host_end + 1, n);
+                digits[n] = '\0';
+                if (!tool_parse_u64(digits, 65535, &port))
+                    port = 0;
+            }
+            if (!port)
+                problem = "has a bad port (a whole number from 1 to 65535)";
+        }
+    }
+    if (!problem)
+        return true;
+    if (problem == no_scheme)
+        snprintf(why, size, "'%s' %s: write http://%s (or https://)", url, problem, url);
+    else
+        snprintf(why, size,
+                 "'%s' %s: write http://HOST[:PORT][/PATH] or https://..., e.g. "
+                 "http://127.0.0.1:11434 or https://api.openai.com",
+                 url, problem);
+    return false;
+}
+
+/* A backend's start deadline within its whole-call one; else false, and `why` says so, naming
+ * the whole-call deadline as `whole` (the flag or key the user wrote). */
+bool backend_deadlines_ok(const struct backend *b, const char *whole, char *why, size_t size)
+{
+    if (!b->deadline_ms || b->start_deadline_ms <= b->deadline_ms)
+        return true;
+    snprintf(why, size,
+             "%u is longer than %s (%u): a call cannot start after it must have ended; make it "
+             "at most %u, or raise %s",
+             b->start_deadline_ms, whole, b->deadline_ms, b->deadline_ms, whole);
+    return false;
 }
 
 /* A function, so that a bound of 0 draws no "always false" warning. */
@@ -205,6 +294,11 @@ int parse_options(int argc, char **argv, struct options *o)
             o->state = "";
         return rc;
     }
+    char why[512];
+    if (!upstream_url_ok(upstream, why, sizeof why))
+        return usage_error("--upstream %s", why);
+    if (!backend_deadlines_ok(&quick, "--deadline-ms", why, sizeof why))
+        return usage_error("--start-deadline-ms %s", why);
     if (o->state && !strcmp(o->state, "off"))
         o->state = "";
     quick.id = strdup(node);
