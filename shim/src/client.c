@@ -35,8 +35,8 @@ struct sluice__chat_stream {
     bool failed;            /* an error event came, or an event that is not a chunk */
     bool error_event;       /* the provider ended the stream with an error event */
     bool nomem;             /* the reply could not grow */
-    long error_code;        /* the error event's numeric code (0 = none, or not a number) */
-    char error[96];         /* why it failed, for sluice_chat_result's error */
+    struct sluice_curl_result said; /* when it failed: its kind, sample, hold and why
+                                       (sluice_curl_classify_event for an error event) */
 };
 
 struct sluice_chat {
@@ -366,66 +366,30 @@ static int sluice__chat_parse(struct sluice_chat *c)
 
 /* ---- streaming ------------------------------------------------------------------- */
 
-static int sluice__chat_stream_fail(struct sluice__chat_stream *st, long code, const char *fmt,
-                                    ...) __attribute__((format(printf, 3, 4)));
-static int sluice__chat_stream_fail(struct sluice__chat_stream *st, long code, const char *fmt,
-                                    ...)
+/* A stream the client cannot read: the provider failed the call (SERVER_ERROR, no hold). */
+static int sluice__chat_stream_fail(struct sluice__chat_stream *st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int sluice__chat_stream_fail(struct sluice__chat_stream *st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(st->error, sizeof st->error, fmt, ap);
+    vsnprintf(st->said.error, sizeof st->said.error, fmt, ap);
     va_end(ap);
     st->failed = true;
-    st->error_code = code;
+    st->said.kind = SLUICE_CURL_SERVER_ERROR;
+    st->said.outcome = sluice_curl_kind_outcome(st->said.kind);
+    st->said.retry_after_ns = st->said.hold_ns = 0;
     return SLUICE_EIO;
 }
 
-/* An error event's code as an HTTP status (a number or a numeric string, 400..599); 0 else. */
-static long sluice__chat_error_code(json_t *code)
-{
-    long v = 0;
-    if (json_is_integer(code)) {
-        json_int_t i = json_integer_value(code);
-        v = i >= 400 && i < 600 ? (long)i : 0;
-    } else if (json_is_string(code)) {
-        const char *s = json_string_value(code);
-        char *end = NULL;
-        long i = strtol(s, &end, 10);
-        v = *s >= '0' && *s <= '9' && end && !*end && i >= 400 && i < 600 ? i : 0;
-    }
-    return v;
-}
-
-/* The kind an error event's code gives, by the rule an HTTP status of that code follows. */
-static enum sluice_curl_kind sluice__chat_code_kind(long code)
-{
-    if (!code)
-        return SLUICE_CURL_SERVER_ERROR; /* no status to go by: the provider failed the call */
-    struct sluice_curl_response as_status = {
-        .http_status = code, .code = CURLE_OK, .request_sent = true, .retry_after_s = -1,
-        .now_s = 1};
-    struct sluice_curl_result kind;
-    return sluice_curl_classify(&as_status, &kind);
-}
-
-/* One chat.completion.chunk (or an error object in its place). */
+/* One chat.completion.chunk (an error event was heard before: sluice__chat_event). */
 static int sluice__chat_chunk(struct sluice_chat *c, json_t *root)
 {
     struct sluice__chat_stream *st = &c->st;
-    json_t *error = json_object_get(root, "error");
     json_t *choice = json_array_get(json_object_get(root, "choices"), 0);
     const char *finish = json_string_value(json_object_get(choice, "finish_reason"));
-    if (json_is_object(error) || (finish && strcmp(finish, "error") == 0)) {
-        long code = sluice__chat_error_code(json_object_get(error, "code"));
-        const char *message = json_string_value(json_object_get(error, "message"));
-        st->error_event = true;
-        return sluice__chat_stream_fail(st, code,
-                                        "the provider ended the stream with an error event "
-                                        "(code %ld: %.40s)",
-                                        code, message ? message : "no message");
-    }
     if (!json_is_object(root))
-        return sluice__chat_stream_fail(st, 0, "an event's data is not a JSON object");
+        return sluice__chat_stream_fail(st, "an event's data is not a JSON object");
     json_t *usage = json_object_get(root, "usage");
     if (json_is_object(usage))
         sluice__chat_read_usage(c, usage);
@@ -455,9 +419,13 @@ static int sluice__chat_event(void *ctx, const struct sluice_sse_event *ev)
         c->st.done = true;
         return SLUICE_OK;
     }
+    if (sluice_curl_classify_event(ev->data, ev->data_len, c->dialect, &c->st.said)) {
+        c->st.failed = c->st.error_event = true;
+        return SLUICE_EIO;
+    }
     json_t *root = json_loadb(ev->data, ev->data_len, 0, NULL);
     int status = root ? sluice__chat_chunk(c, root)
-                      : sluice__chat_stream_fail(&c->st, 0, "an event's data is not JSON");
+                      : sluice__chat_stream_fail(&c->st, "an event's data is not JSON");
     json_decref(root);
     return status;
 }
@@ -499,16 +467,16 @@ static int sluice__chat_stream_end(struct sluice_chat *c, int status)
     if (st->nomem)
         return SLUICE_ENOMEM;
     const char *bad_stream = sluice_sse_error(&st->sse);
-    if (st->failed || *bad_stream) {
+    if (!st->failed && *bad_stream)
+        sluice__chat_stream_fail(st, "the event stream is invalid: %s", bad_stream);
+    if (st->failed) {
         /* The transfer was stopped here on purpose: what the stream said is the kind, not
-         * the CURLE_WRITE_ERROR that stopping it left. */
-        enum sluice_curl_kind kind = sluice__chat_code_kind(st->error_code);
-        c->result.kind = kind;
-        c->result.outcome = sluice_curl_kind_outcome(kind);
-        c->result.retry_after_ns = c->result.hold_ns = 0;
-        snprintf(c->result.error, sizeof c->result.error, "%s%s",
-                 st->failed ? st->error : "the event stream is invalid: ",
-                 st->failed ? "" : bad_stream);
+         * the CURLE_WRITE_ERROR that stopping it left; the status line stays the answer's. */
+        c->result.kind = st->said.kind;
+        c->result.outcome = st->said.outcome;
+        c->result.retry_after_ns = st->said.retry_after_ns;
+        c->result.hold_ns = st->said.hold_ns;
+        snprintf(c->result.error, sizeof c->result.error, "%s", st->said.error);
         return SLUICE_EIO;
     }
     if (status != SLUICE_OK)

@@ -56,12 +56,14 @@
  * call's time measures the answer's length, not the provider's queue. A
  * non-streamed generation's sample stays the whole call.
  * An error that arrives mid-stream as an event (an `error` object, or
- * finish_reason "error", as OpenRouter sends them) ends the generation at
- * once with SLUICE_EIO: the error's code, when it is an HTTP status
- * (429, or "429"), decides the kind and the sample by SLUICE_CURL_KIND_MAP
- * in sluice/curl.h, so a 429 event backs discovery off as a 429 response
- * would; without one it is SERVER_ERROR (sample IGNORE). result.http_status
- * stays the response's own (200); result.error quotes the event. A stream
+ * finish_reason "error", as OpenRouter, OpenAI and Anthropic send them)
+ * ends the generation at once with SLUICE_EIO: sluice_curl_classify_event
+ * (sluice/curl.h) gives the kind, the sample and any hold, as the error
+ * response the event stands for (its code, 429 or "429", or a name such as
+ * rate_limit_error), so a rate-limit event backs discovery off as a 429
+ * response would; an error that names no status is SERVER_ERROR (sample
+ * IGNORE). result.http_status stays the response's own (200);
+ * result.error quotes the event. A stream
  * that breaks the SSE bounds (a line or event past SLUICE_CHAT_EVENT_MAX),
  * carries an event that is not JSON, or ends before [DONE] or a
  * finish_reason is SLUICE_EIO with result.error saying which (sample

@@ -330,6 +330,35 @@ enum sluice_curl_kind sluice_curl_classify(const struct sluice_curl_response *re
  */
 double sluice_curl_stated_rate(const struct sluice_curl_result *res);
 
+/*
+ * What one event of a 2xx server-sent-event answer says about the call,
+ * for whoever reads the stream (the chat client, sluice-proxy): `data` is
+ * the event's data (sluice_sse_event.data), `len` its bytes. A provider
+ * that fails a call mid-stream cannot change the status line it sent, so
+ * it sends an error event: data that is a JSON object holding an "error"
+ * object (OpenAI's and OpenRouter's chunks, Anthropic's `event: error`,
+ * Gemini's), or a chunk whose choices[0].finish_reason is "error". Such an
+ * event is classified as the error response it stands for, by
+ * SLUICE_CURL_KIND_MAP with the data as its body: the status is the one
+ * its error.code names (a number or a numeric string, 400 to 599), else
+ * the one its error.type or error.code names (rate_limit_exceeded,
+ * rate_limit_error: 429; overloaded_error: 529; insufficient_quota: 429);
+ * an error that names neither is SERVER_ERROR (the provider failed the
+ * call). So a rate-limit event backs discovery off as a 429 would, an
+ * Anthropic overloaded_error is PLATFORM_OVERLOAD, insufficient_quota is
+ * QUOTA.
+ * Returns true for an error event, with *out as sluice_curl_classify
+ * fills it (out->http_status: the status the event stands for, 0 when
+ * none; a caller keeps its response's own) and out->error quoting the
+ * event; false for any other event (a chunk, [DONE], data that is not
+ * JSON), with *out untouched. `dialect` is the backend's (default: AUTO).
+ * Data without the string "error" is not parsed, so a caller may hand it
+ * every event of a stream. Any input is safe; it allocates (jansson) only
+ * for data that holds "error".
+ */
+bool sluice_curl_classify_event(const char *data, size_t len, enum sluice_curl_dialect dialect,
+                                struct sluice_curl_result *out);
+
 /* ---- the blocking call ------------------------------------------------------- */
 
 /* Everything a call takes besides the engine; zero = default throughout. Read during the

@@ -3,7 +3,9 @@
  * (or its client left): time, backend, method, path (without the query
  * string, where some providers put keys), status, outcome, queue wait, time
  * to first byte, duration, body bytes. Plain text, or JSON Lines with
- * --log-json. Headers are never logged, so neither are keys.
+ * --log-json. Headers are never logged, so neither are keys. The status is
+ * what the client got, the outcome what the call was: a stream the provider
+ * ended with a rate-limit error event is "200 overloaded" (upstream.c).
  *
  * The stream is fully buffered and flushed by main.c's loop when it goes
  * idle (and at least every LOG_FLUSH_MS), so a busy proxy does not pay a

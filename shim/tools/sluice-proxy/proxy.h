@@ -176,6 +176,7 @@ struct request {
 };
 
 struct proxy;
+struct proxy_events;
 
 struct conn {
     struct watch w;            /* first: epoll's pointer */
@@ -218,6 +219,8 @@ struct conn {
     bool hold_head;            /* a start deadline: the head waits until the answer has begun */
     bool begun;                /* the answer has begun: a body byte (an SSE `data:` line) */
     struct buf up_head;        /* the upstream answer's head as it will go to the client */
+    struct proxy_events *up_events; /* a 2xx stream's events, read for an error event
+                                       (upstream.c); NULL = none read */
     int64_t t_start_ns, t_first_ns;
     int64_t patience_ms;       /* the learned start deadline this call runs under (patience.c),
                                   -1 = one the request or its backend named, or none */

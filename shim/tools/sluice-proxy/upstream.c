@@ -11,6 +11,11 @@
  * anything (no CURLOPT_ACCEPT_ENCODING), so the bytes are the provider's;
  * a Content-Length answer keeps its length, anything else is re-chunked.
  * A server-sent event leaves in the loop iteration whose read brought it.
+ * The events of a 2xx stream are read on the way for an error event (a
+ * provider that fails a call mid-stream cannot take its 200 back): the
+ * client gets it as sent, and the pool, discovery and the access log hear
+ * the call as the error it stands for (sluice_curl_classify_event, the
+ * rule the chat client follows too).
  *
  * The proxy's own answers (nothing came from upstream yet) — the rows of
  * `refusals` below: not admitted (503, X-Sluice-Refused + Retry-After),
@@ -27,6 +32,8 @@
 #define _GNU_SOURCE
 #include "proxy.h"
 
+#include <sluice/sse.h>
+
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +41,10 @@
 
 #define OUT_HIGH (256 * 1024)
 #define CONNECT_TIMEOUT_MS 10000L
+/* Bytes of one event read for an error event: an error event is small (classify reads 4 KiB
+ * of a body), a chunk with logprobs or a tool call's arguments a few KiB; a longer event is
+ * passed on unread, and reading resumes after it. */
+#define EVENT_MAX (64 * 1024)
 
 /* Hop-by-hop (RFC 9110 §7.6.1) and what libcurl sets itself: never forwarded either way. */
 static const char *const hop_by_hop[] = {
@@ -56,6 +67,61 @@ static bool is_key_header(const char *name, size_t len)
 }
 
 /* ---- the answer, as libcurl hands it over ---------------------------------------------------- */
+
+/* A 2xx stream's events as they pass (conn.up_events): from its first body byte to its end. */
+struct proxy_events {
+    struct sluice_sse sse;
+    bool error;                     /* an error event came */
+    struct sluice_curl_result said; /* what the first one said */
+    char buf[EVENT_MAX];
+};
+
+static int on_event(void *ctx, const struct sluice_sse_event *ev)
+{
+    struct conn *c = ctx;
+    struct proxy_events *e = c->up_events;
+    if (!e->error)
+        e->error = sluice_curl_classify_event(ev->data, ev->data_len, c->backend->dialect,
+                                              &e->said);
+    return SLUICE_OK;
+}
+
+static void events_parse_anew(struct conn *c)
+{
+    sluice_sse_init(&c->up_events->sse,
+                    &(struct sluice_sse_desc){.buf = c->up_events->buf, .size = EVENT_MAX,
+                                              .on_event = on_event, .ctx = c});
+}
+
+/* Read the body's bytes for an error event, if it is a 2xx stream. Without memory the call is
+ * still served, unread. */
+static void read_events(struct conn *c, const char *data, size_t len)
+{
+    if (!c->up_sse || c->up_status < 200 || c->up_status > 299)
+        return;
+    if (!c->up_events) {
+        if (!(c->up_events = malloc(sizeof *c->up_events)))
+            return;
+        c->up_events->error = false;
+        events_parse_anew(c);
+    }
+    if (sluice_sse_feed(&c->up_events->sse, data, len) != SLUICE_OK)
+        events_parse_anew(c); /* an event past EVENT_MAX: what follows its end is read */
+}
+
+/* Before the pool and discovery hear the call: a stream that ended in an error event was that
+ * error, whatever its status line said (the status the client got stays in up_status). */
+static void on_finish(void *data, CURL *easy, struct sluice_curl_result *r)
+{
+    (void)easy;
+    const struct proxy_events *e = ((struct conn *)data)->up_events;
+    if (!e || !e->error)
+        return;
+    r->kind = e->said.kind;
+    r->outcome = e->said.outcome;
+    r->retry_after_ns = e->said.retry_after_ns;
+    r->hold_ns = e->said.hold_ns;
+}
 
 /* The head (and what the answer held back) goes out: from now on a failure can only cut it. */
 static void emit_head(struct conn *c)
@@ -154,6 +220,7 @@ static size_t on_write(char *data, size_t size, size_t n, void *ud)
         return CURL_WRITEFUNC_PAUSE;
     }
     c->begun = c->begun || begins(c, data, len);
+    read_events(c, data, len);
     struct buf *to = c->head_sent ? &c->out : &c->up_head; /* held with the head */
     if (c->chunked)
         buf_printf(to, "%zx\r\n", len);
@@ -296,6 +363,8 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
 {
     struct conn *c = data;
     easy_give_back(c->p, easy);
+    free(c->up_events); /* on_finish read it */
+    c->up_events = NULL;
     c->easy = NULL;
     c->in_call = false;
     c->paused = false;
@@ -462,7 +531,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
                                       .deadline = relative_deadline(&dl, ms),
                                       .start_deadline = relative_deadline(&sdl, start_ms),
                                       .begun = start_ms >= 0 ? began : NULL, .done = on_done,
-                                      .data = c, .dialect = b->dialect};
+                                      .data = c, .dialect = b->dialect, .finish = on_finish};
     int status = sluice_curl_loop_submit(c->p->loop, &req, &c->call_id);
     if (status != SLUICE_OK) {
         easy_give_back(p, e);
@@ -484,6 +553,7 @@ void upstream_client_gone(struct conn *c)
 
 void upstream_free(struct conn *c)
 {
+    free(c->up_events);
     curl_slist_free_all(c->up_headers);
     if (c->easy)
         curl_easy_cleanup(c->easy);

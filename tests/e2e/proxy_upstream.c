@@ -1,0 +1,213 @@
+/*
+ * sluice-proxy's upstream side: a stream the provider ends with an error
+ * event (a rate limit mid-stream) reaches the client as sent while the pool,
+ * discovery and the access log hear the call as the error it stands for.
+ * Upstreams: the simulator (its --stream-fail-after error event) and a
+ * canned server below (one answer per path, in each provider's shape).
+ */
+#include "proxy_fixture.h"
+
+#define NODE "cloud:up"
+
+static char dir[64], log_path[128];
+
+static void setup(void)
+{
+    fx_setup();
+    snprintf(dir, sizeof dir, "/tmp/sluice-proxy-upstream-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(log_path, sizeof log_path, "%s/access.log", dir);
+}
+
+static void teardown(void)
+{
+    px_stop(&px_main);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    fx_teardown();
+}
+
+TestSuite(proxy_upstream, .init = setup, .fini = teardown, .timeout = 60);
+
+/* The proxy in front of 127.0.0.1:port, its access log at log_path. */
+static void start_proxy(int port)
+{
+    char upstream[64];
+    snprintf(upstream, sizeof upstream, "http://127.0.0.1:%d", port);
+    const char *args[] = {"--upstream", upstream, "--node",       NODE,     "--state",
+                          "off",        "--access-log", log_path, NULL};
+    cr_assert_eq(px_start(&px_main, args), 0, "sluice-proxy did not start");
+}
+
+/* The whole access log, once the proxy has stopped (it is flushed at exit). */
+static void read_log(char *text, size_t size)
+{
+    px_stop(&px_main);
+    FILE *f = fopen(log_path, "r");
+    cr_assert_not_null(f, "no access log at %s", log_path);
+    size_t n = fread(text, 1, size - 1, f);
+    text[n] = '\0';
+    fclose(f);
+}
+
+/* A counter of NODE on the admin endpoint's JSON. */
+static long node_count(const char *key)
+{
+    json_t *root;
+    json_t *n = px_node(&px_main, NODE, &root);
+    cr_assert_not_null(n, "%s is not on the admin endpoint", NODE);
+    long v = (long)json_integer_value(json_object_get(n, key));
+    json_decref(root);
+    return v;
+}
+
+static const char stream_body[] =
+    "{\"model\":\"sim\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+
+/* ---- an error event mid-stream ------------------------------------------------------------ */
+
+Test(proxy_upstream, a_429_error_event_mid_stream_reaches_the_client_and_is_a_refusal_upstream)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5, .stream = true,
+                                   .stream_fail_after = 2, .answer_tokens = 10,
+                                   .fixed_answer = true, .token_ms = 1});
+    start_proxy(fx_sim.port);
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", stream_body, NULL, &r);
+    cr_assert_eq(r.code, CURLE_OK, "%s", curl_easy_strerror(r.code));
+    cr_assert_eq(r.status, 200, "the status line was out before the error: %ld", r.status);
+    cr_assert_not_null(strstr(r.body, "chat.completion.chunk"), "the tokens came: %s", r.body);
+    cr_assert_not_null(strstr(r.body, "\"error\":{\"code\":429"),
+                       "the error event came as the provider sent it: %s", r.body);
+    /* The pool heard a refusal, as from a 429 answer, and no success. */
+    cr_assert_eq(node_count("overloads_total"), 1, "the pool did not count the refusal");
+    cr_assert_eq(node_count("requests_total"), 1);
+    char text[4096];
+    read_log(text, sizeof text);
+    cr_assert_not_null(strstr(text, "\"POST /v1/chat/completions\" 200 overloaded "),
+                       "the access log says what the call was: %s", text);
+}
+
+/*
+ * A loopback server with one canned answer per path (struct canned), sent
+ * whole and then closed (an answer without Content-Length ends at the close).
+ * A thread per connection; it lives until the test process ends.
+ */
+struct canned {
+    const char *path, *answer;
+};
+
+static const struct canned *canned_table;
+
+static void *canned_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char buf[16384];
+    size_t len = 0;
+    const char *end = NULL;
+    while (len + 1 < sizeof buf) { /* the head and its body (Content-Length) */
+        ssize_t n = read(fd, buf + len, sizeof buf - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        buf[len] = '\0';
+        end = strstr(buf, "\r\n\r\n");
+        const char *cl = end ? strcasestr(buf, "\r\ncontent-length:") : NULL;
+        if (end && (size_t)(end + 4 - buf) + (cl && cl < end ? (size_t)atol(cl + 17) : 0) <= len)
+            break;
+    }
+    const char *path = strchr(buf, ' ');
+    for (const struct canned *c = canned_table; end && path && c->path; c++)
+        if (!strncmp(path + 1, c->path, strlen(c->path)) && path[1 + strlen(c->path)] == ' ') {
+            if (write(fd, c->answer, strlen(c->answer)) < 0)
+                perror("canned answer");
+            break;
+        }
+    shutdown(fd, SHUT_WR);
+    while (read(fd, buf, sizeof buf) > 0) /* until the proxy closes: no reset */
+        ;
+    close(fd);
+    return NULL;
+}
+
+static void *canned_accept(void *arg)
+{
+    int lfd = (int)(intptr_t)arg;
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        pthread_t t;
+        pthread_create(&t, NULL, canned_conn, (void *)(intptr_t)fd);
+        pthread_detach(t);
+    }
+}
+
+/* Serve `table` (ended by a row with a NULL path); the port. */
+static int canned_start(const struct canned *table)
+{
+    canned_table = table;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(fd, 64), 0);
+    getsockname(fd, (struct sockaddr *)&a, &al);
+    pthread_t t;
+    pthread_create(&t, NULL, canned_accept, (void *)(intptr_t)fd);
+    pthread_detach(t);
+    return ntohs(a.sin_port);
+}
+
+#define SSE_HEAD "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+#define CHUNK(text) "data: {\"choices\":[{\"delta\":{\"content\":\"" text "\"}}]}\n\n"
+
+/* Each provider's way to fail a stream, and the kind of call each is. */
+static const struct canned shapes[] = {
+    /* A word "error" in a chunk is no error. */
+    {"/ok", SSE_HEAD CHUNK("error") "data: [DONE]\n\n"},
+    /* OpenAI: the error object in a chunk's place, its code a name. */
+    {"/openai", SSE_HEAD CHUNK("Hi") "data: {\"error\":{\"message\":\"Rate limit reached\","
+                                     "\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}\n\n"},
+    /* An error that names no refusal: the provider failed the call. */
+    {"/broken", SSE_HEAD CHUNK("Hi") "data: {\"error\":{\"message\":\"boom\","
+                                     "\"type\":\"server_error\",\"code\":null}}\n\n"},
+    /* Anthropic: `event: error` with its overloaded_error, a platform overload. */
+    {"/anthropic", SSE_HEAD "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
+                   "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"
+                   "\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"},
+    {NULL, NULL},
+};
+
+Test(proxy_upstream, each_providers_error_event_is_logged_and_counted_as_the_error_it_stands_for)
+{
+    start_proxy(canned_start(shapes));
+    for (const struct canned *c = shapes; c->path; c++) {
+        char path[64];
+        snprintf(path, sizeof path, "%s", c->path);
+        struct px_reply r;
+        px_request(&px_main, path, stream_body, NULL, &r);
+        cr_assert_eq(r.code, CURLE_OK, "%s: %s", path, curl_easy_strerror(r.code));
+        cr_assert_eq(r.status, 200, "%s", path);
+        const char *sent = strstr(c->answer, "\r\n\r\n") + 4;
+        cr_assert_str_eq(r.body, sent, "%s: the client got other bytes", path);
+    }
+    cr_assert_eq(node_count("requests_total"), 4);
+    cr_assert_eq(node_count("overloads_total"), 1, "only OpenAI's rate limit is a cap refusal");
+    char events[8192];
+    px_admin_get(&px_main, "/compute/concurrency/events?node_id=" NODE, events, sizeof events);
+    cr_assert_not_null(strstr(events, "\"event\":\"hold\",\"reason\":\"platform\""),
+                       "Anthropic's overloaded_error holds new calls: %s", events);
+    char text[8192];
+    read_log(text, sizeof text);
+    static const char *const lines[] = {
+        "\"POST /ok\" 200 success ",
+        "\"POST /openai\" 200 overloaded ",
+        "\"POST /broken\" 200 server_error ",
+        "\"POST /anthropic\" 200 platform_overload ",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        cr_expect_not_null(strstr(text, lines[i]), "no %s in the access log: %s", lines[i], text);
+}
