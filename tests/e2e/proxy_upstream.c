@@ -1,9 +1,12 @@
 /*
  * sluice-proxy's upstream side: a stream the provider ends with an error
  * event (a rate limit mid-stream) reaches the client as sent while the pool,
- * discovery and the access log hear the call as the error it stands for.
- * Upstreams: the simulator (its --stream-fail-after error event) and a
- * canned server below (one answer per path, in each provider's shape).
+ * discovery and the access log hear the call as the error it stands for;
+ * and the header fields a Connection header names are this hop's only, in
+ * the request and in the answer (RFC 9110 7.6.1).
+ * Upstreams: the simulator (its --stream-fail-after error event), a canned
+ * server below (one answer per path, in each provider's shape), and the
+ * fixture's echo server (its answer is the request the proxy sent).
  */
 #include "proxy_fixture.h"
 
@@ -210,4 +213,59 @@ Test(proxy_upstream, each_providers_error_event_is_logged_and_counted_as_the_err
     };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         cr_expect_not_null(strstr(text, lines[i]), "no %s in the access log: %s", lines[i], text);
+}
+
+/* ---- hop-by-hop fields a Connection header names ------------------------------------------ */
+
+Test(proxy_upstream, fields_the_clients_connection_header_names_do_not_go_upstream)
+{
+    start_proxy(px_echo_start());
+    struct curl_slist *h = curl_slist_append(NULL, "X-Hop-Before: dropped");
+    h = curl_slist_append(h, "Connection: keep-alive, X-Hop-Before ,x-hop-after");
+    h = curl_slist_append(h, "X-Hop-After: dropped");
+    h = curl_slist_append(h, "X-Kept: kept");
+    h = curl_slist_append(h, "Content-Type: application/json");
+    struct px_reply r;
+    CURL *e = px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, h, &r);
+    r.code = curl_easy_perform(e);
+    px_finish(e, &r);
+    curl_slist_free_all(h);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    /* The echo's body is the request the proxy sent. */
+    cr_assert_not_null(strstr(r.body, "\r\nX-Kept: kept\r\n"), "%s", r.body);
+    cr_assert_null(strcasestr(r.body, "x-hop-before"), "a field before its naming: %s", r.body);
+    cr_assert_null(strcasestr(r.body, "x-hop-after"), "a field after its naming: %s", r.body);
+    cr_assert_null(strcasestr(r.body, "\r\nconnection:"), "%s", r.body);
+}
+
+static const struct canned hops[] = {
+    {"/named", "HTTP/1.1 200 OK\r\nX-Hop-Before: dropped\r\nContent-Type: text/plain\r\n"
+               "Connection: close, X-Hop-Before\r\nconnection:\tx-hop-after \r\n"
+               "X-Hop-After: dropped\r\nX-Kept: kept\r\nContent-Length: 5\r\n\r\nhello"},
+    /* A Content-Length only for this hop: the answer goes on re-chunked, whole. */
+    {"/length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: Content-Length\r\n\r\nhello"},
+    {NULL, NULL},
+};
+
+Test(proxy_upstream, fields_the_upstreams_connection_header_names_do_not_reach_the_client)
+{
+    start_proxy(canned_start(hops));
+    struct px_reply r;
+    px_request(&px_main, "/named", "{}", NULL, &r);
+    cr_assert_eq(r.code, CURLE_OK, "%s", curl_easy_strerror(r.code));
+    cr_assert_eq(r.status, 200);
+    char v[64];
+    cr_assert_str_eq(px_header(&r, "X-Kept", v, sizeof v), "kept", "%s", r.headers);
+    cr_assert_null(px_header(&r, "X-Hop-Before", v, sizeof v), "a field before its naming: %s",
+                   r.headers);
+    cr_assert_null(px_header(&r, "X-Hop-After", v, sizeof v), "a field after its naming: %s",
+                   r.headers);
+    cr_assert_null(px_header(&r, "Connection", v, sizeof v), "%s", r.headers);
+    cr_assert_str_eq(r.body, "hello");
+    px_request(&px_main, "/length", "{}", NULL, &r);
+    cr_assert_eq(r.code, CURLE_OK, "%s", curl_easy_strerror(r.code));
+    cr_assert_null(px_header(&r, "Content-Length", v, sizeof v), "%s", r.headers);
+    cr_assert_str_eq(px_header(&r, "Transfer-Encoding", v, sizeof v), "chunked", "%s",
+                     r.headers);
+    cr_assert_str_eq(r.body, "hello");
 }

@@ -7,9 +7,11 @@
  *
  * Pass-through: the upstream's status line, headers and body go to the
  * client as they arrive, a 429 or 503 of the provider's own included, with
- * its Retry-After and rate-limit headers. libcurl is not asked to decode
- * anything (no CURLOPT_ACCEPT_ENCODING), so the bytes are the provider's;
- * a Content-Length answer keeps its length, anything else is re-chunked.
+ * its Retry-After and rate-limit headers, less the hop-by-hop fields (each
+ * way: the fixed ones below, and those a Connection header names, RFC 9110
+ * 7.6.1). libcurl is not asked to decode anything (no
+ * CURLOPT_ACCEPT_ENCODING), so the bytes are the provider's; a
+ * Content-Length answer keeps its length, anything else is re-chunked.
  * A server-sent event leaves in the loop iteration whose read brought it.
  * The events of a 2xx stream are read on the way for an error event (a
  * provider that fails a call mid-stream cannot take its 200 back): the
@@ -57,6 +59,35 @@ static bool is_hop_by_hop(const char *name, size_t len)
 {
     for (size_t i = 0; i < sizeof hop_by_hop / sizeof hop_by_hop[0]; i++)
         if (http_header_is(name, len, hop_by_hop[i]))
+            return true;
+    return false;
+}
+
+/* Is `name` one of the comma-separated options of a Connection value (any case, optional white
+ * space)? Such a field is for this hop only. */
+static bool connection_lists(const char *v, size_t vl, const char *name, size_t nl)
+{
+    for (size_t i = 0; i < vl;) {
+        while (i < vl && (v[i] == ',' || v[i] == ' ' || v[i] == '\t'))
+            i++;
+        size_t start = i;
+        while (i < vl && v[i] != ',')
+            i++;
+        size_t end = i;
+        while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t'))
+            end--;
+        if (end - start == nl && !strncasecmp(v + start, name, nl))
+            return true;
+    }
+    return false;
+}
+
+/* Named by one of the request's Connection headers (there may be several). */
+static bool request_connection_lists(const struct request *r, const char *name, size_t nl)
+{
+    for (size_t i = 0; i < r->n_h; i++)
+        if (http_header_is(r->h[i].name, r->h[i].name_len, "connection") &&
+            connection_lists(r->h[i].value, r->h[i].value_len, name, nl))
             return true;
     return false;
 }
@@ -133,11 +164,67 @@ static void emit_head(struct conn *c)
     http_mark_dirty(c);
 }
 
+/* The header line at *pos of a head whose lines each end in CRLF (the status line is skipped
+ * when *pos is 0): its bytes, CRLF included, [*line, *line + *len), and its name's length in
+ * *nl (0: no colon). *pos moves past it; false at the end. */
+static bool head_field(const struct buf *h, size_t *pos, const char **line, size_t *len,
+                       size_t *nl)
+{
+    if (*pos == 0) {
+        const char *eol = memmem(h->p, h->len, "\r\n", 2);
+        *pos = eol ? (size_t)(eol + 2 - h->p) : h->len;
+    }
+    if (*pos >= h->len)
+        return false;
+    *line = h->p + *pos;
+    const char *eol = memmem(*line, h->len - *pos, "\r\n", 2);
+    *len = eol ? (size_t)(eol + 2 - *line) : h->len - *pos;
+    const char *colon = memchr(*line, ':', *len);
+    *nl = colon ? (size_t)(colon - *line) : 0;
+    *pos += *len;
+    return true;
+}
+
+/* The upstream's head less its Connection headers and the fields they name. A Content-Length
+ * named there goes too, and the answer is re-chunked. */
+static void drop_connection_fields(struct conn *c)
+{
+    struct buf *head = &c->up_head, listed = {0}, kept = {0};
+    const char *line;
+    size_t pos = 0, len, nl;
+    bool ok = true, any = false;
+    while (head_field(head, &pos, &line, &len, &nl))
+        if (http_header_is(line, nl, "connection")) {
+            any = true; /* its value, without the CRLF, after a comma */
+            ok = ok && buf_put(&listed, ",", 1) && buf_put(&listed, line + nl + 1, len - nl - 3);
+        }
+    if (!any)
+        return;
+    pos = (size_t)((const char *)memmem(head->p, head->len, "\r\n", 2) + 2 - head->p);
+    ok = ok && buf_put(&kept, head->p, pos);
+    bool length_dropped = false;
+    while (ok && head_field(head, &pos, &line, &len, &nl)) {
+        bool drop = http_header_is(line, nl, "connection") ||
+                    (nl && connection_lists(listed.p, listed.len, line, nl));
+        length_dropped = length_dropped || (drop && http_header_is(line, nl, "content-length"));
+        ok = drop || buf_put(&kept, line, len);
+    }
+    free(listed.p);
+    if (!ok) { /* out of memory: the head goes as it came */
+        free(kept.p);
+        return;
+    }
+    free(head->p);
+    *head = kept;
+    c->up_has_length = c->up_has_length && !length_dropped;
+}
+
 /* With a start deadline the head is held until the answer has begun, so that a provider that
  * sends its headers (and SSE comments) at once and its first token too late still gets a 504
  * rather than a 200 cut short. */
 static void start_answer(struct conn *c)
 {
+    drop_connection_fields(c);
     const char *m = c->req.method;
     c->no_body = (c->req.method_len == 4 && !strncmp(m, "HEAD", 4)) || c->up_status == 204 ||
                  c->up_status == 304;
@@ -200,8 +287,8 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud)
         c->up_sse = memmem(colon, line - name_len, "text/event-stream", 17) != NULL;
     if (http_header_is(data, name_len, "content-length"))
         c->up_has_length = true;
-    else if (is_hop_by_hop(data, name_len))
-        return len;
+    else if (is_hop_by_hop(data, name_len) && !http_header_is(data, name_len, "connection"))
+        return len; /* Connection stays until the head is whole: it may name a field before it */
     buf_put(&c->up_head, data, line);
     buf_put(&c->up_head, "\r\n", 2);
     return len;
@@ -424,7 +511,8 @@ static void build_headers(struct conn *c, const struct backend *b, bool has_body
     for (size_t i = 0; i < r->n_h; i++) {
         const char *name = r->h[i].name;
         size_t nl = r->h[i].name_len;
-        if (is_hop_by_hop(name, nl) || (replace_key && is_key_header(name, nl)))
+        if (is_hop_by_hop(name, nl) || request_connection_lists(r, name, nl) ||
+            (replace_key && is_key_header(name, nl)))
             continue;
         has_type = has_type || http_header_is(name, nl, "content-type");
         has_accept = has_accept || http_header_is(name, nl, "accept");
