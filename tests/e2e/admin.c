@@ -3,6 +3,7 @@
  * JSON body that says what to fix, the event stream, Prometheus text that
  * parses, and the limits that protect it from slow or hostile clients.
  */
+#define _GNU_SOURCE /* strcasestr */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <jansson.h>
@@ -1064,6 +1065,92 @@ ADMIN_TEST(oversized_headers_are_refused_not_crashed_on)
     cr_expect(r.status == 431 || r.status == 413, "status %ld", r.status);
     reply_free(&r);
     free(big);
+    r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
+    cr_expect_eq(r.status, 200, "still serving");
+    reply_free(&r);
+}
+
+/* `req` sent as it is over a fresh connection, the answer read until the server closes or
+ * its Content-Length is in: status 0 when it closed without one. */
+static struct reply raw_request(const char *req)
+{
+    int fd = connect_admin(sluice_admin_port(fx.admin));
+    cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    char buf[16384];
+    size_t len = 0;
+    const char *end = NULL;
+    while (len < sizeof buf - 1) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        ssize_t n = poll(&p, 1, 5000) > 0 ? recv(fd, buf + len, sizeof buf - 1 - len, 0) : -1;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        buf[len] = '\0';
+        end = strstr(buf, "\r\n\r\n");
+        const char *cl = end ? strcasestr(buf, "\r\nContent-Length: ") : NULL;
+        if (cl && cl < end && (size_t)(end + 4 - buf) + strtoul(cl + 18, NULL, 10) <= len)
+            break;
+    }
+    close(fd);
+    buf[len] = '\0';
+    struct reply r;
+    memset(&r, 0, sizeof r);
+    end = strstr(buf, "\r\n\r\n");
+    if (!end || strncmp(buf, "HTTP/1.", 7) != 0) {
+        r.body = calloc(1, 1);
+        return r;
+    }
+    r.status = strtol(buf + 9, NULL, 10);
+    const char *ct = strcasestr(buf, "\r\nContent-Type: ");
+    if (ct && ct < end)
+        snprintf(r.content_type, sizeof r.content_type, "%.*s", (int)strcspn(ct + 16, "\r\n"),
+                 ct + 16);
+    r.body = strdup(end + 4);
+    r.len = strlen(r.body);
+    return r;
+}
+
+/*
+ * Every answer the endpoint makes itself is its JSON error, also to requests curl would
+ * not send: an oversized body announced by Content-Length (refused before it is read),
+ * a method no route takes, HTTP/1.0 without a Host, a node_id that is not UTF-8. The
+ * requests libmicrohttpd refuses before the endpoint sees them (admin.h lists them) get
+ * its answer and a closed connection, and the endpoint serves on.
+ */
+ADMIN_TEST(raw_requests_get_json_errors_and_unparsable_ones_get_libmicrohttpd_answer)
+{
+    fixture_start(&fx, NULL, &(struct sluice_admin_desc){.max_body_bytes = 1024});
+    expect_error(raw_request("POST /compute/concurrency/clear?node_id=cloud:locked HTTP/1.1\r\n"
+                             "Host: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n"),
+                 413, "over the limit");
+    expect_error(raw_request("BREW /compute/concurrency HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"),
+                 405, "BREW");
+    expect_error(raw_request("GET /nowhere HTTP/1.0\r\n\r\n"), 404, "no route");
+    expect_error(raw_request("GET /compute/concurrency/events?node_id=%FF HTTP/1.1\r\n"
+                             "Host: 127.0.0.1\r\n\r\n"),
+                 400, "not UTF-8");
+    struct reply r = raw_request("GET /compute/concurrency HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                 "Connection: close\r\n\r\n");
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect(strstr(r.content_type, "application/json") != NULL, "type %s", r.content_type);
+    json_decref(parse(&r));
+    reply_free(&r);
+
+    static const struct {
+        const char *req;
+        long status;
+    } unparsable[] = {
+        {"GET / HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n", 505},
+        {"GET / HTTP/3.0\r\n\r\n", 505},
+        {"GET / FOO/1.1\r\n\r\n", 400},
+        {"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon here\r\n\r\n", 400},
+    };
+    for (size_t k = 0; k < sizeof unparsable / sizeof *unparsable; k++) {
+        r = raw_request(unparsable[k].req);
+        cr_expect_eq(r.status, unparsable[k].status, "%s: %ld %s", unparsable[k].req, r.status,
+                     r.body);
+        reply_free(&r);
+    }
     r = http("GET", fx.base, "/compute/concurrency", NULL, NULL);
     cr_expect_eq(r.status, 200, "still serving");
     reply_free(&r);

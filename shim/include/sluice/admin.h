@@ -35,13 +35,28 @@
  * own "openrouter" names it, and it is listed from the start. A preset never used stays
  * out of the way, but a route given its node_id answers for it all along.
  *
- * Every error answer is JSON, {"error": what is wrong, "fix": what to do}:
- * 400 missing or malformed node_id (or another parameter), 404 unknown node
- * or route, 405 wrong method (with Allow), 409 clearing a fixed node (it has
- * no discovered ceiling), 413 a request body over max_body_bytes, 403 a
- * browser request from a foreign page (see below), 503 too many event
- * streams or connections (then the connection closes). libmicrohttpd itself answers 414 / 431 for a request line or
- * headers beyond the connection's memory (max_request_bytes).
+ * Every error answer the endpoint makes is JSON (Content-Type
+ * application/json), {"error": what is wrong, "fix": what to do, "status":
+ * the HTTP status}: 400 missing or malformed node_id (or another
+ * parameter), 404 unknown node or route, 405 wrong method (with Allow), 409
+ * clearing a fixed node (it has no discovered ceiling), 413 a request body
+ * over max_body_bytes, 403 a browser request from a foreign page (see
+ * below), 500 a clear that failed, 503 too many event streams or
+ * connections (then the connection closes).
+ *
+ * Not JSON: a request libmicrohttpd cannot parse never reaches the
+ * endpoint. libmicrohttpd answers it itself, with a short HTML page and no
+ * Content-Type, and closes the connection; it has no hook to replace that
+ * answer (none in 0.9.75, the version this builds against, nor in 1.0).
+ * These are: 400 for a request line whose version is not HTTP/d.d, a header
+ * line without a colon, a malformed Content-Length or chunked encoding; 505
+ * for HTTP/0.x and HTTP/2.0 and above (HTTP/2 and HTTP/3 clients must fall
+ * back to HTTP/1.1 here); 413 for a Content-Length or chunk size beyond 64
+ * bits; 414 / 431 for a request line or headers beyond the connection's
+ * memory (max_request_bytes). A request line without a space is closed
+ * unanswered, and so is a chunked body still arriving past
+ * 16 x max_body_bytes + 64 KiB (it is not drained forever). A client tells
+ * the endpoint's answers from these by the Content-Type.
  *
  * Security: the endpoint has no authentication; anyone who reaches it can
  * read node state and clear locks. Hence loopback only by default. Binding
