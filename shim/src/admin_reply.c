@@ -89,7 +89,7 @@ static void utf8_clean(char *dst, size_t size, const char *src)
 enum MHD_Result sluice__admin_send_error(struct MHD_Connection *c, unsigned status,
                                          const char *allow, const char *fix, const char *fmt, ...)
 {
-    char raw[600], msg[4 * sizeof raw];
+    char raw[1600], msg[4 * sizeof raw]; /* room for a state file's message */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(raw, sizeof raw, fmt, ap);

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sluice/statefile.h>
+
 #include "strbuf_internal.h"
 
 /* The page, turned into bytes by shim/CMakeLists.txt. */
@@ -124,6 +126,46 @@ static bool already_clear(const struct sluice_engine *e, const char *id)
            (st.last_event.seq == 0 || st.last_event.kind == SLUICE_EVENT_CLEAR);
 }
 
+/* Did the node's store fail since event seq `since` (a "store" event in its feed)? A
+ * failing store never fails the clear itself (sluice_engine_clear): the event is how it
+ * tells. */
+static bool store_failed_since(const struct sluice_event_ring *ring, uint64_t since)
+{
+    struct sluice_event batch[32];
+    size_t got;
+    while ((got = sluice_event_ring_read(ring, &since, batch, 32, NULL)) > 0)
+        for (size_t k = 0; k < got; k++)
+            if (batch[k].kind == SLUICE_EVENT_STORE)
+                return true;
+    return false;
+}
+
+/* The node's lock is gone from memory but not from its store: a restart would bring it
+ * back, so the clear did not do what was asked. Say why in the state file's words when the
+ * program named its state file (desc.statefile). */
+static enum MHD_Result clear_not_stored(struct sluice_admin *a, struct MHD_Connection *c,
+                                        const char *id)
+{
+    char why[1024] = "";
+    if (a->cfg.statefile)
+        sluice_statefile_last_error(a->cfg.statefile, why, sizeof why);
+    if (why[0])
+        return sluice__admin_send_error(c, 500, NULL,
+                                        "fix what it says (the folder not writable, a full "
+                                        "disk, another program's file at that path), then clear "
+                                        "again",
+                                        "\"%s\" is cleared in memory, but its state file was "
+                                        "not written, so a restart brings the lock back: %s",
+                                        id, why);
+    return sluice__admin_send_error(c, 500, NULL,
+                                    "see the program's log for its store's error, fix it, then "
+                                    "clear again",
+                                    "\"%s\" is cleared in memory, but its store failed to drop "
+                                    "the lock (a \"store\" event in its feed), so a restart "
+                                    "brings it back",
+                                    id);
+}
+
 static enum MHD_Result route_clear(struct sluice_admin *a, struct MHD_Connection *c)
 {
     enum MHD_Result answered = MHD_NO;
@@ -139,6 +181,7 @@ static enum MHD_Result route_clear(struct sluice_admin *a, struct MHD_Connection
                                         "node \"%s\" has a fixed limit: it never probes or "
                                         "locks, so there is nothing to clear",
                                         id);
+    uint64_t seen = sluice_event_ring_count(a->nodes[i].ring);
     bool cleared = !already_clear(a->engine, id);
     int status = cleared ? sluice_engine_clear(a->engine, id) : SLUICE_OK;
     if (status != SLUICE_OK)
@@ -146,6 +189,8 @@ static enum MHD_Result route_clear(struct sluice_admin *a, struct MHD_Connection
                                         "clearing \"%s\" failed: %s", id, sluice_strerror(status));
     /* Answer once the store has dropped the lock, so a reader of the state file sees it. */
     sluice_engine_sync(a->engine, id);
+    if (cleared && store_failed_since(a->nodes[i].ring, seen))
+        return clear_not_stored(a, c, id);
     json_t *node = sluice__admin_node_json(a, (size_t)i);
     json_t *root = json_object();
     json_object_set_new(root, "cleared", json_boolean(cleared));

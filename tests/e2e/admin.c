@@ -1155,3 +1155,34 @@ ADMIN_TEST(raw_requests_get_json_errors_and_unparsable_ones_get_libmicrohttpd_an
     cr_expect_eq(r.status, 200, "still serving");
     reply_free(&r);
 }
+
+/*
+ * A clear the state file cannot take (another program's file at its path) is no success:
+ * the lock is gone from memory only, and a restart would bring it back. The answer is a
+ * 500 in the file's words (its path and why); the engine still dropped it in memory.
+ */
+ADMIN_TEST(a_clear_the_state_file_cannot_write_is_an_error_naming_the_file)
+{
+    char dir[64], path[128];
+    fixture_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/ceilings.json", dir);
+    struct sluice_statefile *sf = NULL;
+    fixture_start_unwritable_state(&fx, path, &sf);
+    struct reply r = http("POST", fx.base, "/compute/concurrency/clear?node_id=cloud:locked", NULL,
+                          NULL);
+    cr_expect_eq(r.status, 500, "%s", r.body);
+    cr_expect(strstr(r.content_type, "application/json") != NULL, "type %s", r.content_type);
+    json_t *j = parse(&r);
+    const char *err = json_string_value(json_object_get(j, "error"));
+    cr_expect(err && strstr(err, path) && strstr(err, "another program"),
+              "the error names the file and why: %s", r.body);
+    cr_expect(err && strstr(err, "restart"), "and what it means: %s", r.body);
+    json_decref(j);
+    reply_free(&r);
+    struct sluice_discovery_status st;
+    sluice_engine_status(fx.engine, "cloud:locked", &st);
+    cr_expect_eq(st.state, SLUICE_DISCOVERY_PROBING, "cleared in memory all the same");
+    fixture_stop(&fx);
+    sluice_statefile_close(sf);
+    fixture_rmtree(dir);
+}

@@ -34,6 +34,7 @@
 
 #include <sluice/admin.h>
 #include <sluice/sluice.h>
+#include <sluice/statefile.h>
 
 #define FIXTURE_LOCKED_CEILING 12u
 
@@ -127,6 +128,29 @@ static inline void fixture_start_backends(struct fixture *f, const struct sluice
                                       &f->engine),
                  SLUICE_OK, "engine: %s", err);
     fixture_serve(f, NULL);
+}
+
+/*
+ * fixture_start over the state file at `path`, holding cloud:locked's lock, with the
+ * admin told of it (desc.statefile); *sf is the file: close it after fixture_stop. Then
+ * another program's file takes its place, so every write of it fails with SLUICE_EIO
+ * and a message naming the path (sluice/statefile.h) while the engine keeps the lock it
+ * restored.
+ */
+static inline void fixture_start_unwritable_state(struct fixture *f, const char *path,
+                                                  struct sluice_statefile **sf)
+{
+    cr_assert_eq(sluice_statefile_open(&(struct sluice_statefile_desc){.path = path}, sf),
+                 SLUICE_OK);
+    struct sluice_lock_record rec = fixture_lock(FIXTURE_LOCKED_CEILING, 3600);
+    cr_assert_eq(sluice_statefile_save(*sf, "cloud:locked", &rec), SLUICE_OK);
+    static struct sluice_store_ops ops;
+    ops = sluice_statefile_ops(*sf);
+    fixture_start(f, &ops, &(struct sluice_admin_desc){.statefile = *sf});
+    FILE *other = fopen(path, "w");
+    cr_assert_not_null(other, "%s: %s", path, strerror(errno));
+    fputs("{\"format\": \"another-program\", \"settings\": {}}\n", other);
+    cr_assert_eq(fclose(other), 0);
 }
 
 /* Start the admin of f->engine on a free port (with `extra`'s limits, if any). */

@@ -894,3 +894,21 @@ SLUICECTL_TEST(probe_stops_on_ctrl_c_with_what_it_found)
     last_line(s.buf, last, sizeof last);
     cr_expect_str_eq(last, "discovered ceiling: 5", "the jumpstart it had reached: %s", s.buf);
 }
+
+/* A clear through the admin that the process's state file cannot take fails as a clear
+ * of the file itself does: exit 1, one line naming the file (before the fix: "cleared",
+ * exit 0, and the lock came back at the next restart). */
+SLUICECTL_TEST(clear_through_the_admin_fails_naming_a_state_file_it_cannot_write)
+{
+    fixture_tmpdir(dir, sizeof dir);
+    snprintf(state, sizeof state, "%s/ceilings.json", dir);
+    struct sluice_statefile *sf = NULL;
+    fixture_start_unwritable_state(&fx, state, &sf);
+    struct proc_result *r = CTL("clear", "cloud:locked", "--admin", fx.base);
+    cr_expect_eq(r->exit_code, 1, "%s%s", r->out, r->err);
+    cr_expect_eq(count_lines(r->err), 1, "%s", r->err);
+    cr_expect(strstr(r->err, state) != NULL, "names the file: %s", r->err);
+    free(r);
+    fixture_stop(&fx);
+    sluice_statefile_close(sf);
+}

@@ -25,7 +25,11 @@
  *                                            sluice_engine_clear(N), then {"cleared": true,
  *                                            "node": its new state}; "cleared" is false, and
  *                                            nothing is done, when N is already clear (probing,
- *                                            no lock, no event since its last clear or ever)
+ *                                            no lock, no event since its last clear or ever);
+ *                                            500 when the store failed to drop the lock (a
+ *                                            "store" event: it is gone from memory, but a
+ *                                            restart would bring it back), in the state file's
+ *                                            words when desc.statefile names it
  *   GET  /metrics                            Prometheus text format (see sluice_admin_metrics)
  *
  * Which nodes are listed (GET /compute/concurrency, so the page and sluicectl status;
@@ -140,6 +144,8 @@ extern "C" {
 typedef int64_t (*sluice_admin_start_deadline_fn)(void *ctx, const char *node,
                                                   const char **source);
 
+struct sluice_statefile; /* sluice/statefile.h */
+
 struct sluice_admin_desc {
     struct sluice_engine *engine;  /* required; must outlive the admin */
     const char *address;           /* numeric IPv4 or IPv6 address, or "localhost"
@@ -168,6 +174,11 @@ struct sluice_admin_desc {
                                       sluice_default_start_deadline_seconds in /metrics
                                       (default: NULL = none to show) */
     void *start_deadline_ctx;
+    struct sluice_statefile *statefile; /* the state file whose ops are the engine's store,
+                                      if they are (sluice/statefile.h): a clear that file
+                                      fails to write is answered with its message, which
+                                      names the path and the cause (default: NULL = the
+                                      answer says the store failed, not why) */
     char *error;                   /* receives a message naming the field when start fails
                                       (default: NULL = no message) */
     size_t error_size;             /* bytes at error, NUL included (default: 0) */
