@@ -912,3 +912,80 @@ SLUICECTL_TEST(clear_through_the_admin_fails_naming_a_state_file_it_cannot_write
     fixture_stop(&fx);
     sluice_statefile_close(sf);
 }
+
+/* Refused calls have a column in the live table: the total and each reason that has any
+ * (before the fix the admin's refusal counts showed only in --json). */
+SLUICECTL_TEST(status_from_a_live_process_shows_refused_calls)
+{
+    const struct sluice_backend_desc b[] = {
+        {.id = "cloud:tight", .active = 1, .waiting = SLUICE_SOME(0)},
+        {.id = "cloud:calm", .active = 4},
+    };
+    fixture_start_backends(&fx, b, 2);
+    struct sluice_pool *p = sluice_engine_pool(fx.engine, "cloud:tight");
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_OK);
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_ECAPACITY, "no room to wait: refused");
+    cr_assert_eq(sluice_pool_admit(p), SLUICE_ECAPACITY);
+    struct proc_result *r = CTL("status", "--admin", fx.base);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    cr_expect(strstr(r->out, "REFUSED") != NULL, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:tight ", " 2 (2 queue full) "), 1, "%s", r->out);
+    /* Under the header (both rows are ASCII: bytes are columns), the calm node's 0. */
+    const char *head = strstr(r->out, "REFUSED"), *calm = strstr(r->out, "\ncloud:calm ");
+    cr_assert(head && calm, "%s", r->out);
+    cr_expect(strncmp(calm + 1 + (head - r->out), "0 ", 2) == 0, "nothing refused: %s", r->out);
+    free(r);
+    sluice_pool_leave(p);
+}
+
+/* Locks no sluice writes (dated before 2000, or longer than any lock discovery makes) are
+ * shown as suspect with the reason, as unreadable entries are shown as invalid: the other
+ * rows stand and the command succeeds (before the fix they showed as live locks, one
+ * "30 years" left). */
+SLUICECTL_TEST(status_from_the_state_file_flags_absurd_lock_dates)
+{
+    fixture_tmpdir(dir, sizeof dir);
+    snprintf(state, sizeof state, "%s/ceilings.json", dir);
+    int64_t now = fixture_now_s();
+    FILE *fp = fopen(state, "w");
+    cr_assert_not_null(fp);
+    fprintf(fp,
+            "{\"format\": \"sluice-ceilings\", \"version\": 1, \"nodes\": {\n"
+            "  \"cloud:ok\": {\"ceiling\": 52, \"locked_at\": %lld, \"expires_at\": %lld, "
+            "\"policy\": \"discover\"},\n"
+            "  \"cloud:far\": {\"ceiling\": 40, \"locked_at\": %lld, \"expires_at\": %lld, "
+            "\"policy\": \"discover\"},\n"
+            "  \"cloud:old\": {\"ceiling\": 30, \"locked_at\": 631152000, \"expires_at\": "
+            "631238400, \"policy\": \"discover\"},\n"
+            "  \"cloud:bad\": {\"ceiling\": 0}\n"
+            "}}\n",
+            (long long)(now - 60), (long long)(now + 3600), (long long)(now - 60),
+            (long long)(now + INT64_C(30) * 365 * 86400));
+    fclose(fp);
+    struct proc_result *r = CTL("status", "--state", state);
+    cr_expect_eq(r->exit_code, 0, "as for the invalid entry: %s", r->err);
+    cr_expect_eq(count_in_row(r->out, "cloud:ok ", "🔒 locked"), 1, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:bad ", "⚠️ invalid"), 1, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:far ", "⚠️ suspect"), 1, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:far ", "longer than any sluice makes"), 1, "%s",
+                 r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:old ", "⚠️ suspect"), 1, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:old ", "before 2000"), 1, "%s", r->out);
+    free(r);
+    r = CTL("status", "--json", "--state", state);
+    cr_expect_eq(r->exit_code, 0, "%s", r->err);
+    json_t *j = json_loads(r->out, 0, NULL);
+    cr_assert_not_null(j, "%s", r->out);
+    json_t *nodes = json_object_get(j, "nodes");
+    static const char *const want[][2] = {
+        {"cloud:ok", "locked"}, {"cloud:far", "suspect"}, {"cloud:old", "suspect"},
+        {"cloud:bad", "invalid"}};
+    for (size_t k = 0; k < 4; k++) {
+        json_t *n = json_array_get(nodes, k);
+        cr_expect_str_eq(json_string_value(json_object_get(n, "node")), want[k][0]);
+        cr_expect_str_eq(json_string_value(json_object_get(n, "state")), want[k][1]);
+        cr_expect_eq(json_is_string(json_object_get(n, "problem")), k > 0, "%s", want[k][0]);
+    }
+    json_decref(j);
+    free(r);
+}

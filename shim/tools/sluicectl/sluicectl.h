@@ -82,7 +82,7 @@ void format_time(int64_t epoch_s, char *buf, size_t size);
 void print_json(json_t *j);
 
 /* A table: rows of `cols` cells, printed with columns padded to their widest cell. */
-#define TABLE_COLS_MAX 12
+#define TABLE_COLS_MAX 13
 
 struct table {
     int cols, rows, cap;

@@ -13,13 +13,52 @@
 const char usage_status[] =
     "usage: sluicectl status [--json] [--state FILE | --admin URL]\n"
     "\n"
-    "Every node with its state glyph, ceiling and the time left on its lock.\n"
+    "Every node with its state glyph, ceiling and the time left on its lock. A lock\n"
+    "the file holds but sluice cannot have written (dated before 2000, or longer than\n"
+    "any lock sluice makes) is shown as ⚠️ suspect with the reason, as an unreadable\n"
+    "entry is shown as ⚠️ invalid; neither fails the command.\n"
     "\n"
     "  --state FILE   the state file (default: $XDG_STATE_HOME/sluice/ceilings.json,\n"
     "                 else ~/.local/state/sluice/ceilings.json)\n"
     "  --admin URL    ask a running process instead, e.g. http://127.0.0.1:8400:\n"
-    "                 live in-flight counts, limits and states of every node\n"
+    "                 live in-flight counts, limits and states of every node, and the\n"
+    "                 calls it refused (REFUSED: queue full, predicted late, out of time)\n"
     "  --json         print JSON instead of a table\n";
+
+/* No lock sluice writes is dated before this (2000-01-01 UTC): an earlier time is a clock
+ * that was never set, or a file edited by hand. */
+#define SANE_EPOCH_S INT64_C(946684800)
+
+/*
+ * Why a record the file accepts cannot be right, or NULL: a date before 2000, or a lock
+ * longer than discovery ever makes one (SLUICE_DISCOVERY_TTL_MAX_S), which a process
+ * restoring it cuts to its lock_ttl_s. A record from an older sluice (locked_at 0) is
+ * measured from now.
+ */
+static const char *lock_suspect(const struct sluice_lock_record *rec, int64_t now, char *buf,
+                                size_t size)
+{
+    char when[32];
+    int64_t from = rec->locked_at_s ? rec->locked_at_s : now;
+    if (rec->expires_s < SANE_EPOCH_S || (rec->locked_at_s && rec->locked_at_s < SANE_EPOCH_S)) {
+        bool expiry = rec->expires_s < SANE_EPOCH_S;
+        format_time(expiry ? rec->expires_s : rec->locked_at_s, when, sizeof when);
+        snprintf(buf, size,
+                 "%s %s is before 2000: not a time sluice writes (a clock that was not set, or "
+                 "a file edited by hand)",
+                 expiry ? "expires_at" : "locked_at", when);
+        return buf;
+    }
+    if (rec->expires_s - from > SLUICE_DISCOVERY_TTL_MAX_S) {
+        format_time(rec->expires_s, when, sizeof when);
+        snprintf(buf, size,
+                 "a lock of %" PRId64 " days (to %s), longer than any sluice makes (%" PRId64
+                 " days): a process restoring it cuts it to its lock_ttl_s",
+                 (rec->expires_s - from) / 86400, when, SLUICE_DISCOVERY_TTL_MAX_S / 86400);
+        return buf;
+    }
+    return NULL;
+}
 
 struct status_walk {
     struct table table;
@@ -42,20 +81,28 @@ static int status_row(void *ctx, const char *node, const struct sluice_lock_reco
         return 0;
     }
     bool live = rec->expires_s > w->now;
-    char ceiling[16], left[32], locked[32], until[32];
+    char ceiling[16], left[32], locked[32], until[32], why[256];
     snprintf(ceiling, sizeof ceiling, "%" PRIu32, rec->ceiling);
     format_left(rec->expires_s - w->now, left, sizeof left);
     format_time(rec->locked_at_s, locked, sizeof locked);
     format_time(rec->expires_s, until, sizeof until);
-    json_object_set_new(o, "state", json_string(live ? "locked" : "expired"));
-    json_object_set_new(o, "glyph", json_string(live ? "🔒" : ""));
+    /* A suspect lock is a bad entry too: shown as one, with the figures it claims. */
+    const char *suspect = lock_suspect(rec, w->now, why, sizeof why);
+    json_object_set_new(o, "state", json_string(suspect ? "suspect" : live ? "locked" : "expired"));
+    json_object_set_new(o, "glyph", json_string(suspect ? "⚠️" : live ? "🔒" : ""));
+    if (suspect)
+        json_object_set_new(o, "problem", json_string(suspect));
     json_object_set_new(o, "ceiling", json_integer(rec->ceiling));
     json_object_set_new(o, "locked_at", json_integer(rec->locked_at_s));
     json_object_set_new(o, "expires_at", json_integer(rec->expires_s));
     json_object_set_new(o, "lock_left_s", json_integer(live ? rec->expires_s - w->now : 0));
     json_object_set_new(o, "policy", json_string(rec->policy));
     json_array_append_new(w->nodes, o);
-    const char *row[] = {node, live ? "🔒 locked" : "expired", ceiling, left, until,
+    const char *row[] = {node,
+                         suspect ? "⚠️ suspect" : live ? "🔒 locked" : "expired",
+                         ceiling,
+                         suspect ? "-" : left,
+                         suspect ? suspect : until,
                          rec->policy[0] ? rec->policy : "-"};
     table_add(&w->table, row);
     return 0;
@@ -122,6 +169,28 @@ static void status_figures(json_t *n, char fig[7][24])
         snprintf(fig[6], 24, "-");
 }
 
+/* A node's refused calls (the admin's counters): the total, then each reason that has any,
+ * e.g. "5 (3 queue full, 2 out of time)". */
+static void status_refused(json_t *n, char *buf, size_t size)
+{
+    static const char *const reasons[][2] = {
+        {"refused_capacity_total", "queue full"},  /* no room to wait (SLUICE_ECAPACITY) */
+        {"refused_early_total", "predicted late"}, /* would miss its deadline (SLUICE_ELATE) */
+        {"refused_late_total", "out of time"},     /* too little time left to start */
+    };
+    enum { N = sizeof reasons / sizeof *reasons };
+    json_int_t count[N], total = 0;
+    for (int k = 0; k < N; k++)
+        total += count[k] = json_integer_value(json_object_get(n, reasons[k][0]));
+    int o = snprintf(buf, size, "%" JSON_INTEGER_FORMAT, total);
+    for (int k = 0, shown = 0; k < N && total; k++)
+        if (count[k] && o >= 0 && (size_t)o < size)
+            o += snprintf(buf + o, size - (size_t)o, "%s%" JSON_INTEGER_FORMAT " %s",
+                          shown++ ? ", " : " (", count[k], reasons[k][1]);
+    if (total && o >= 0 && (size_t)o < size)
+        snprintf(buf + o, size - (size_t)o, ")");
+}
+
 static int status_from_admin(const struct opts *o)
 {
     json_t *s = admin_json("GET", o->admin, "/compute/concurrency", NULL);
@@ -138,10 +207,10 @@ static int status_from_admin(const struct opts *o)
         return EXIT_OK;
     }
     struct table *t = calloc(1, sizeof *t);
-    t->cols = 12;
-    const char *head[] = {"STATUS",    "STATE",     "CEILING",   "LOCK LEFT",
-                          "WAITING",   "REQ/S",     "429/S",     "TIMEOUTS/S",
-                          "QUEUE P50", "QUEUE P99", "LINGERING", "START DEADLINE"};
+    t->cols = 13;
+    const char *head[] = {"STATUS",     "STATE",     "CEILING",   "LOCK LEFT", "WAITING",
+                          "REQ/S",      "429/S",     "TIMEOUTS/S", "REFUSED",  "QUEUE P50",
+                          "QUEUE P99",  "LINGERING", "START DEADLINE"};
     table_add(t, head);
     size_t i;
     json_t *n;
@@ -157,11 +226,12 @@ static int status_from_admin(const struct opts *o)
         snprintf(waiting, sizeof waiting, "%" JSON_INTEGER_FORMAT,
                  json_integer_value(json_object_get(n, "waiting")));
         const char *line = json_string_value(json_object_get(n, "status_line"));
-        char fig[7][24];
+        char fig[7][24], refused[96];
         status_figures(n, fig);
-        const char *row[] = {line ? line : "?", state ? state : "?", ceiling, left,   waiting,
-                             fig[0],            fig[1],              fig[2],  fig[3], fig[4],
-                             fig[5],            fig[6]};
+        status_refused(n, refused, sizeof refused);
+        const char *row[] = {line ? line : "?", state ? state : "?", ceiling, left,    waiting,
+                             fig[0],            fig[1],              fig[2],  refused, fig[3],
+                             fig[4],            fig[5],              fig[6]};
         table_add(t, row);
     }
     int rc = table_print(t);
