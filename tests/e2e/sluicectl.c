@@ -586,11 +586,13 @@ static void fake_start(struct fake_server *f, const char *answer)
     pthread_create(&f->tid, NULL, fake_main, f);
 }
 
-/* A fake endpoint answering 200 with `body` (the answer is built in `answer`, which must
- * outlive it). */
+/* A fake endpoint answering 200 with `body` as an event feed (the answer is built in
+ * `answer`, which must outlive it). */
 static void fake_start_body(struct fake_server *f, char *answer, size_t size, const char *body)
 {
-    snprintf(answer, size, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+    snprintf(answer, size,
+             "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nContent-Length: "
+             "%zu\r\nConnection: close\r\n\r\n%s",
              strlen(body), body);
     fake_start(f, answer);
 }
@@ -639,6 +641,21 @@ SLUICECTL_TEST(refused_non_http_and_silent_endpoints_fail_with_one_line)
     fake_start(&silent, NULL);
     snprintf(url, sizeof url, "http://127.0.0.1:%u/v1", silent.port);
     expect_one_line_failure(CTL("probe", url, "--request-timeout", "1"), "did not answer within 1 s");
+
+    /* A web server that answers 200 to anything is not an admin endpoint either: events
+     * used to print its page, or nothing, and exit 0. */
+    static struct fake_server page, empty;
+    fake_start(&page, "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 28\r\n"
+                      "Connection: close\r\n\r\n<html><body>hi</body></html>");
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", page.port);
+    expect_one_line_failure(CTL("events", "x", "--admin", url),
+                            "did not answer as a sluice admin endpoint");
+    expect_one_line_failure(CTL("events", "x", "--admin", url, "--follow"),
+                            "did not answer as a sluice admin endpoint");
+    fake_start(&empty, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", empty.port);
+    expect_one_line_failure(CTL("events", "x", "--admin", url), "no Content-Type");
+    expect_one_line_failure(CTL("events", "x", "--admin", url, "--follow"), "no Content-Type");
 }
 
 /* ---- what reaches the terminal ------------------------------------------------------ */

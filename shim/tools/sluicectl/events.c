@@ -28,13 +28,34 @@ const char usage_events[] =
     "                 terminal)\n"
     "  --human        one line per event, as on a terminal, also into a pipe\n";
 
+/* What the admin's event routes answer with (admin_routes.c, admin_stream.c): anything
+ * else is not a sluice admin endpoint. */
+#define EVENTS_TYPE "application/x-ndjson"
+#define STREAM_TYPE "text/event-stream"
+
 struct sse {
+    CURL *curl;
     char line[8192];
     size_t len;
     bool overflow;
     long events;
     bool human;
+    bool checked; /* its Content-Type is the stream's */
+    bool foreign; /* it is not: the transfer was stopped */
 };
+
+/* Is the answer coming in on s->curl an event stream? Checked once, at its first bytes or
+ * at its end, so that another server's endless page is not read for good. */
+static bool sse_is_stream(struct sse *s)
+{
+    long http = 0;
+    const char *type = NULL;
+    curl_easy_getinfo(s->curl, CURLINFO_RESPONSE_CODE, &http);
+    curl_easy_getinfo(s->curl, CURLINFO_CONTENT_TYPE, &type);
+    s->checked = http != 200 || content_type_is(type, STREAM_TYPE);
+    s->foreign = !s->checked;
+    return s->checked;
+}
 
 /*
  * One event of the endpoint's JSON Lines, printed for a person: local time, seq, kind,
@@ -115,6 +136,8 @@ static void print_event(const char *line, bool human)
 static size_t sse_write(char *p, size_t size, size_t n, void *ctx)
 {
     struct sse *s = ctx;
+    if (!s->checked && !sse_is_stream(s))
+        return 0; /* not sluice: stop reading */
     for (size_t i = 0; i < size * n; i++) {
         char c = p[i];
         if (c != '\n') {
@@ -153,6 +176,8 @@ static int events_once(const struct opts *o, const char *node, bool human)
     struct fetched f;
     admin_fetch("GET", url, &f);
     int rc = admin_answer_ok(o->admin, url, &f);
+    if (rc == EXIT_OK)
+        rc = admin_type_ok(url, f.content_type, EVENTS_TYPE);
     for (char *line = rc == EXIT_OK ? f.body : NULL, *end; line && *line; line = end + 1) {
         end = strchr(line, '\n');
         if (!end)
@@ -173,7 +198,7 @@ static int events_follow(const struct opts *o, const char *node, bool human)
     char *url = admin_url(o->admin, "/compute/concurrency/events", node, "&follow=1");
     struct sse s = {.human = human};
     char error[CURL_ERROR_SIZE] = "";
-    CURL *c = curl_easy_init();
+    CURL *c = s.curl = curl_easy_init();
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sse_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
@@ -189,9 +214,17 @@ static int events_follow(const struct opts *o, const char *node, bool human)
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     CURLcode rc = curl_easy_perform(c);
     long http = 0;
+    const char *type = NULL;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+    curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &type);
+    /* An empty answer never reached sse_write: look now. */
+    if (!s.checked && (rc == CURLE_OK || rc == CURLE_PARTIAL_FILE) && !interrupted)
+        sse_is_stream(&s);
+    int foreign = s.foreign ? admin_type_ok(url, type, STREAM_TYPE) : EXIT_OK;
     curl_easy_cleanup(c);
     free(url);
+    if (foreign != EXIT_OK)
+        return foreign;
     if (interrupted || rc == CURLE_OK)
         return EXIT_OK; /* Ctrl-C, or the stream ended */
     if (rc == CURLE_PARTIAL_FILE && http == 200) {

@@ -106,6 +106,7 @@ struct fetched {
     size_t len;
     CURLcode rc;
     char error[CURL_ERROR_SIZE];
+    char content_type[128]; /* "" when the answer named none */
 };
 
 /* base URL (no trailing slash) + path + optional node_id query + extra; malloc'd. */
@@ -118,6 +119,14 @@ void admin_fetch(const char *method, const char *url, struct fetched *f);
  * {"error", "fix"}, or the status of something that is not an admin endpoint.
  */
 int admin_answer_ok(const char *base, const char *url, const struct fetched *f);
+/* Is `type` (a Content-Type, NULL for none) `want` ("application/x-ndjson"), parameters
+ * aside? */
+bool content_type_is(const char *type, const char *want);
+/*
+ * EXIT_OK when content_type_is(type, want); else EXIT_FAIL after one line: url answered
+ * 200 but not as a sluice admin endpoint, and what to check.
+ */
+int admin_type_ok(const char *url, const char *type, const char *want);
 /*
  * GET/POST an admin route and parse its JSON; NULL after printing one line
  * (unreachable, not HTTP, an error answer, not JSON).

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static size_t fetched_write(char *p, size_t size, size_t n, void *ctx)
 {
@@ -66,7 +67,32 @@ void admin_fetch(const char *method, const char *url, struct fetched *f)
     if (f->rc != CURLE_OK && !f->error[0])
         snprintf(f->error, sizeof f->error, "%s", curl_easy_strerror(f->rc));
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &f->status);
+    const char *type = NULL;
+    if (curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &type) == CURLE_OK && type)
+        snprintf(f->content_type, sizeof f->content_type, "%s", type);
     curl_easy_cleanup(c);
+}
+
+/* See sluicectl.h. */
+bool content_type_is(const char *type, const char *want)
+{
+    size_t n = strlen(want);
+    return type && !strncasecmp(type, want, n) && (!type[n] || type[n] == ';' || type[n] == ' ');
+}
+
+/* See sluicectl.h. */
+int admin_type_ok(const char *url, const char *type, const char *want)
+{
+    if (content_type_is(type, want))
+        return EXIT_OK;
+    char *shown = type && *type ? text_clean(type, false) : NULL;
+    int rc = fail("%s did not answer as a sluice admin endpoint: HTTP 200 with %s%s, where one "
+                  "sends %s (check that --admin is the program's admin endpoint: the second URL "
+                  "sluice-proxy prints at start, http://127.0.0.1:8400 by default, not its API "
+                  "address or another web server)",
+                  url, shown ? "Content-Type " : "no Content-Type", shown ? shown : "", want);
+    free(shown);
+    return rc;
 }
 
 /* See sluicectl.h. */
