@@ -107,8 +107,8 @@ static int admin_listen(const struct sluice_admin_desc *d, bool *loopback, uint1
         freeaddrinfo(ai);
         *status = sluice__fail(d->error, d->error_size,
                                "sluice_admin_desc.address \"%s\" is not loopback; the endpoint "
-                               "has no authentication, so set allow_remote = true only behind a "
-                               "firewall or an authenticating proxy",
+                               "has no authentication, so set sluice_admin_desc.allow_remote = "
+                               "true only behind a firewall or an authenticating proxy",
                                d->address);
         return -1;
     }

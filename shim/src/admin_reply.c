@@ -141,11 +141,13 @@ ptrdiff_t sluice__admin_want_node(struct sluice_admin *a, struct MHD_Connection 
         p += n;
     }
     if (len == 0 || len > SLUICE_BACKEND_ID_MAX || control || !utf8) {
-        *answered = sluice__admin_send_error(c, 400, NULL,
-                                             "node_id must be a backend ID: 1..255 bytes of "
-                                             "UTF-8, no control characters (GET "
-                                             "/compute/concurrency lists the nodes)",
-                                             "malformed node_id (%s)",
+        /* A fixed node's ID may be longer than an adaptive one's (its node ID, stored). */
+        char fix[256];
+        snprintf(fix, sizeof fix,
+                 "node_id must be a backend ID: 1..%d bytes of UTF-8 (an adaptive node's at "
+                 "most %d), no control characters (GET /compute/concurrency lists the nodes)",
+                 SLUICE_BACKEND_ID_MAX, SLUICE_NODE_ID_MAX - 1);
+        *answered = sluice__admin_send_error(c, 400, NULL, fix, "malformed node_id (%s)",
                                              len == 0  ? "empty"
                                              : control ? "control character"
                                              : !utf8   ? "not UTF-8"

@@ -242,6 +242,17 @@ ADMIN_TEST(missing_or_malformed_node_id_is_400)
     char path[600];
     snprintf(path, sizeof path, "/compute/concurrency/clear?node_id=%0300d", 7);
     expect_error(http("POST", fx.base, path, NULL, NULL), 400, "malformed");
+    /* The fix gives the limits the engine holds IDs to (before: "1..255" typed in, and no
+     * word of the adaptive nodes' shorter one). */
+    struct reply r = http("POST", fx.base, path, NULL, NULL);
+    json_t *j = parse(&r);
+    const char *fix = json_string_value(json_object_get(j, "fix"));
+    char id_max[32], node_max[32];
+    snprintf(id_max, sizeof id_max, "1..%d bytes", SLUICE_BACKEND_ID_MAX);
+    snprintf(node_max, sizeof node_max, "at most %d", SLUICE_NODE_ID_MAX - 1);
+    cr_expect(fix && strstr(fix, id_max) && strstr(fix, node_max), "%s", r.body);
+    json_decref(j);
+    reply_free(&r);
     expect_error(http("GET", fx.base, "/compute/concurrency/events?node_id=cloud:locked&after=x", NULL, NULL),
                  400, "after");
     expect_error(http("GET", fx.base, "/compute/concurrency/events?node_id=cloud:locked&follow=yes", NULL, NULL),

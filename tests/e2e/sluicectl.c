@@ -374,6 +374,18 @@ SLUICECTL_TEST(messages_speak_cli_and_expiry_times_carry_their_zone)
     cr_expect_eq(count_lines(r->err), 1, "%s", r->err);
     cr_expect(strstr(r->err, "--redis") && !strstr(r->err, "sluice_fleet_desc"), "%s", r->err);
     free(r);
+    /* So is a --state that cannot be a state file, the folder make_state made (before:
+     * sluice_statefile_desc.path). */
+    r = CTL("status", "--state", dir);
+    cr_expect_eq(r->exit_code, 1);
+    cr_expect_eq(count_lines(r->err), 1, "%s", r->err);
+    cr_expect(strstr(r->err, "set --state to a file") && !strstr(r->err, "sluice_statefile_desc"),
+              "%s", r->err);
+    free(r);
+    r = CTL("status", "--state", "");
+    cr_expect_eq(r->exit_code, 1);
+    cr_expect(strstr(r->err, "leave --state out") && !strstr(r->err, "NULL"), "%s", r->err);
+    free(r);
 }
 
 SLUICECTL_TEST(clear_through_the_admin_endpoint_resets_the_live_node_only)

@@ -104,46 +104,22 @@ static int clear_in_admin(const struct opts *o, const char *node)
     return EXIT_OK;
 }
 
-#ifdef SLUICE_HAVE_FLEET
-/* The fleet's message with its C names swapped for what a sluicectl user typed. */
-static int fail_in_cli_words(const char *msg)
-{
-    static const char *const words[][2] = {
-        {"sluice_fleet_desc.redis_url", "--redis URL"},
-        {"sluice_fleet_desc.node_id", "NODE"},
-        {"SLUICE_NODE_ID_MAX-1", "127"},
-    };
-    char out[1024];
-    size_t o = 0;
-    while (*msg) {
-        const char *put = msg;
-        size_t take = 1, skip = 1;
-        for (size_t k = 0; k < sizeof words / sizeof *words; k++)
-            if (!strncmp(msg, words[k][0], strlen(words[k][0]))) {
-                put = words[k][1];
-                take = strlen(put);
-                skip = strlen(words[k][0]);
-                break;
-            }
-        if (o + take >= sizeof out)
-            break;
-        memcpy(out + o, put, take);
-        o += take;
-        msg += skip;
-    }
-    out[o] = '\0';
-    return fail("%s", out);
-}
-#endif
-
 static int clear_in_redis(const struct opts *o, const char *node)
 {
 #ifdef SLUICE_HAVE_FLEET
-    char err[512];
-    if (sluice_fleet_clear_node(o->redis, node, err, sizeof err) != SLUICE_OK)
-        return fail_in_cli_words(err);
-    fprintf(stderr, "cleared %s for the fleet at %s\n", node, o->redis);
-    return EXIT_OK;
+    char err[512], max[16];
+    if (sluice_fleet_clear_node(o->redis, node, err, sizeof err) == SLUICE_OK) {
+        fprintf(stderr, "cleared %s for the fleet at %s\n", node, o->redis);
+        return EXIT_OK;
+    }
+    /* The fleet's message speaks to a C caller. */
+    snprintf(max, sizeof max, "%d", SLUICE_NODE_ID_MAX - 1);
+    const char *const words[][2] = {
+        {"sluice_fleet_desc.redis_url", "--redis URL"},
+        {"sluice_fleet_desc.node_id", "NODE"},
+        {"SLUICE_NODE_ID_MAX-1", max},
+    };
+    return fail_in_cli_words(err, words, sizeof words / sizeof *words);
 #else
     (void)node;
     return fail("--redis %s: this sluicectl was built without the Redis fleet (hiredis)",
