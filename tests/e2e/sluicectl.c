@@ -1000,6 +1000,12 @@ SLUICECTL_TEST(status_from_the_state_file_flags_absurd_lock_dates)
                  r->out);
     cr_expect_eq(count_in_row(r->out, "cloud:old ", "⚠️ suspect"), 1, "%s", r->out);
     cr_expect_eq(count_in_row(r->out, "cloud:old ", "before 2000"), 1, "%s", r->out);
+    /* ⚠️ takes two columns on a terminal, as 🔒 does: "⚠️ suspect" is one wider than
+     * "🔒 locked", and CEILING starts in one column on every row (before: the ⚠️ rows one
+     * to the right). */
+    cr_expect_eq(count_in_row(r->out, "cloud:ok ", "🔒 locked   52"), 1, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:far ", "⚠️ suspect  40"), 1, "%s", r->out);
+    cr_expect_eq(count_in_row(r->out, "cloud:bad ", "⚠️ invalid  -"), 1, "%s", r->out);
     free(r);
     r = CTL("status", "--json", "--state", state);
     cr_expect_eq(r->exit_code, 0, "%s", r->err);

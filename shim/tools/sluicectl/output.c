@@ -12,11 +12,13 @@
 #include <string.h>
 #include <time.h>
 
-/* Terminal columns of a UTF-8 string: emoji count 2, variation selectors 0; a byte
- * that starts no UTF-8 sequence (a cell cut mid-character) counts 1 and ends nothing. */
+/* Terminal columns of a UTF-8 string: emoji count 2, and so does a narrow symbol that
+ * U+FE0F asks to show as one (⚠️, U+26A0 U+FE0F); other variation selectors and joiners
+ * count 0; a byte that starts no UTF-8 sequence (a cell cut mid-character) counts 1 and
+ * ends nothing. */
 static int display_width(const char *s)
 {
-    int w = 0;
+    int w = 0, last = 0; /* the columns of the last character counted */
     for (const char *p = s; *p;) {
         size_t n = sluice_utf8_len(p);
         const unsigned char *u = (const unsigned char *)p;
@@ -24,9 +26,14 @@ static int display_width(const char *s)
         for (size_t i = 1; i < n; i++)
             cp = cp << 6 | (u[i] & 0x3f);
         p += n ? n : 1;
+        if (cp == 0xfe0f && last == 1) {
+            w++;
+            last = 2;
+        }
         if (cp == 0xfe0f || cp == 0x200d)
             continue;
-        w += cp >= 0x1f300 && cp <= 0x1faff ? 2 : 1;
+        last = cp >= 0x1f300 && cp <= 0x1faff ? 2 : 1;
+        w += last;
     }
     return w;
 }
