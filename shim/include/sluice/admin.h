@@ -101,8 +101,10 @@
  * count for the chart, counts events for /metrics and cuts connections
  * whose request is overdue. All of them only read
  * the engine through its public status calls, except the clear route, which
- * calls sluice_engine_clear. sluice_admin_stop() returns after every one of
- * them has ended (streams are told to finish first).
+ * calls sluice_engine_clear and sluice_engine_sync (and, after a failed
+ * store write, reads desc.statefile's last error, which is thread-safe).
+ * sluice_admin_stop() returns after every one of them has ended (streams
+ * are told to finish first).
  *
  * Concurrency: start and stop are not thread-safe against each other for
  * one admin; every other function may be called from any thread. The
