@@ -216,6 +216,42 @@ Test(proxy, an_upstream_that_does_not_answer_is_502_naming_it)
     cr_assert_not_null(strstr(r.body, port), "the 502 names the upstream: %s", r.body);
 }
 
+/* A password in --upstream (user:password@) goes to the provider only: the startup lines and
+ * a 502 naming the upstream show it as ***. */
+Test(proxy, a_password_in_the_upstream_url_is_shown_to_no_one)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    char upstream[96];
+    snprintf(upstream, sizeof upstream, "http://user:s3cret@127.0.0.1:%d/v1", fx_sim.port);
+    /* The proxy's stderr (the child inherits this process's) into a file. */
+    char err_path[] = "/tmp/sluice-proxy-stderr-XXXXXX";
+    int err_fd = mkstemp(err_path), saved = dup(STDERR_FILENO);
+    cr_assert(err_fd >= 0 && saved >= 0);
+    dup2(err_fd, STDERR_FILENO);
+    int started = px_start(&px_main, (const char *[]){"--upstream", upstream, "--node", NODE,
+                                                      "--state", "off", NULL});
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(err_fd);
+    cr_assert_eq(started, 0, "sluice-proxy did not start");
+    sim_process_stop(&fx_sim); /* nobody answers on its port now */
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r);
+    cr_assert_eq(r.status, 502, "%s", r.body);
+    px_assert_error_body(&r, "upstream_unreachable");
+    cr_assert_not_null(strstr(r.body, "http://user:***@127.0.0.1:"), "%s", r.body);
+    cr_assert_null(strstr(r.body, "s3cret"), "the 502 shows the password: %s", r.body);
+    px_stop(&px_main);
+    char text[4096];
+    FILE *f = fopen(err_path, "r");
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    unlink(err_path);
+    cr_assert_not_null(strstr(text, "-> http://user:***@127.0.0.1:"), "%s", text);
+    cr_assert_null(strstr(text, "s3cret"), "stderr shows the password: %s", text);
+}
+
 /* An upstream that takes the request and then says nothing is cut after --upstream-idle-ms
  * with a 502 that names it and the flag; its permit comes back (it was held for good). */
 Test(proxy, an_upstream_that_falls_silent_is_cut_and_frees_its_permit)

@@ -353,6 +353,8 @@ static const struct {
     {"--upstream http://x:0", "--upstream 'http://x:0' has a bad port (a whole number from 1 "
                               "to 65535)"},
     {"--upstream 'http://[::1'", "--upstream 'http://[::1' has an unclosed ["},
+    /* A password in a URL is shown as *** (here: the error quotes the URL). */
+    {"--upstream http://user:s3cret@x:0", "--upstream 'http://user:***@x:0' has a bad port"},
     {"--upstream http://127.0.0.1:9 --deadline-ms 5000 --start-deadline-ms 9000",
      "--start-deadline-ms 9000 is longer than --deadline-ms (5000): a call cannot start after it "
      "must have ended; make it at most 5000"},

@@ -309,7 +309,9 @@ static int start(struct proxy *p)
     fflush(stdout);
     for (size_t i = 0; i < o->n_backends; i++) {
         const struct backend *b = &o->backends[i];
-        fprintf(stderr, PROG ": backend %s -> %s (%s%s%s)\n", b->id, b->upstream,
+        char shown[1024];
+        fprintf(stderr, PROG ": backend %s -> %s (%s%s%s)\n", b->id,
+                url_shown(b->upstream, shown, sizeof shown),
                 b->header ? "header " : b->n_models ? "model " : "prefix ",
                 b->header ? b->header : b->n_models ? b->models[0] : b->prefix,
                 b->is_default ? ", default" : "");

@@ -20,7 +20,8 @@ static const char usage_text[] =
     "\n"
     "  --upstream URL        the provider's base URL, http(s)://HOST[:PORT][/PATH]; a\n"
     "                        request's path is forwarded under it as it came\n"
-    "                        (http://host:port/v1/chat/completions)\n"
+    "                        (http://host:port/v1/chat/completions); a user:password@\n"
+    "                        in it goes to the provider, shown as user:***@\n"
     "  --node ID             the backend's node ID (default " PROXY_NODE_DEFAULT ")\n"
     "  --active N            most calls in flight, discovery's upper bound (default 256)\n"
     "  --waiting N           calls queued beyond active (default 1024; 0 = none)\n"
@@ -98,6 +99,24 @@ static bool has_space_or_control(const char *s)
 }
 
 /*
+ * `url` as a person or a client may see it: the password of a user:password@ in it replaced
+ * by ***, e.g. http://user:***@host:8080/v1 (libcurl still sends the URL's credentials).
+ * Returns buf, which holds what fits of it.
+ */
+const char *url_shown(const char *url, char *buf, size_t size)
+{
+    const char *sep = strstr(url, "://");
+    const char *authority = sep ? sep + 3 : url, *end = authority + strcspn(authority, "/?#");
+    const char *at = memrchr(authority, '@', (size_t)(end - authority));
+    const char *colon = at ? memchr(authority, ':', (size_t)(at - authority)) : NULL;
+    if (colon)
+        snprintf(buf, size, "%.*s:***%s", (int)(colon - url), url, at);
+    else
+        snprintf(buf, size, "%s", url);
+    return buf;
+}
+
+/*
  * An upstream base URL: http:// or https://, a host, a port from 1 to 65535 if any, a base
  * path if any, and no query or fragment (a request's path is appended to it). Else false, and
  * `why` quotes it, says what is wrong and what to write; the caller puts the flag or key the
@@ -153,13 +172,15 @@ bool upstream_url_ok(const char *url, char *why, size_t size)
     }
     if (!problem)
         return true;
+    char shown[1024];
+    url_shown(url, shown, sizeof shown);
     if (problem == no_scheme)
-        snprintf(why, size, "'%s' %s: write http://%s (or https://)", url, problem, url);
+        snprintf(why, size, "'%s' %s: write http://%s (or https://)", shown, problem, shown);
     else
         snprintf(why, size,
                  "'%s' %s: write http://HOST[:PORT][/PATH] or https://..., e.g. "
                  "http://127.0.0.1:11434 or https://api.openai.com",
-                 url, problem);
+                 shown, problem);
     return false;
 }
 

@@ -122,6 +122,7 @@ void backend_defaults(struct backend *b);
 bool parse_host_port(const char *s, const char **host, unsigned *port, char *buf, size_t size);
 void options_free(struct options *o);
 bool upstream_url_ok(const char *url, char *why, size_t size);
+const char *url_shown(const char *url, char *buf, size_t size);
 bool backend_deadlines_ok(const struct backend *b, const char *whole, char *why, size_t size);
 
 /* config.c */

@@ -406,14 +406,16 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
                    headers, "%s%s", message, learned);
         return;
     }
+    char shown[1024];
+    url_shown(c->backend->upstream, shown, sizeof shown);
     if (status == SLUICE_EIO && r && r->kind == SLUICE_CURL_PROVIDER_TIMEOUT)
         http_error(c, 502, "upstream_error", "upstream_silent", NULL,
                    "upstream %s (backend %s) sent nothing for %u ms (sluice-proxy "
                    "--upstream-idle-ms)",
-                   c->backend->upstream, id, c->p->o->upstream_idle_ms);
+                   shown, id, c->p->o->upstream_idle_ms);
     else if (status == SLUICE_EIO && r)
         http_error(c, 502, "upstream_error", "upstream_unreachable", NULL,
-                   "upstream %s (backend %s) did not answer: %s", c->backend->upstream, id,
+                   "upstream %s (backend %s) did not answer: %s", shown, id,
                    curl_easy_strerror(r->curl_code));
     else
         http_error(c, 502, "upstream_error", "proxy_error", NULL, "backend %s: %s", id,
