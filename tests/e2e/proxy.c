@@ -553,7 +553,7 @@ Test(proxy, pipelined_requests_are_answered_in_order_on_one_connection)
 }
 
 /* Past --max-connections a new client gets an answer it can act on, not a reset: 503 in the
- * proxy's error shape with Retry-After, then the connection's end; and the refused ones do
+ * proxy's error shape with Retry-After (and retry-after-ms), then the connection's end; and the refused ones do
  * not count toward the limit. */
 Test(proxy, past_max_connections_a_new_client_gets_503_not_a_reset)
 {
@@ -574,6 +574,10 @@ Test(proxy, past_max_connections_a_new_client_gets_503_not_a_reset)
     cr_assert_not_null(strstr(r.body, "--max-connections"), "the 503 names the flag: %s", r.body);
     char v[64];
     cr_assert_str_eq(px_header(&r, "Retry-After", v, sizeof v), "3");
+    /* Spread as the other 503s' (a burst of refused connections does not come back at once). */
+    cr_assert_not_null(px_header(&r, "retry-after-ms", v, sizeof v), "%s", r.headers);
+    long ms = atol(v);
+    cr_assert(ms >= 1500 && ms <= 4500, "retry-after-ms %ld for Retry-After 3", ms);
     cr_assert_str_eq(px_header(&r, "X-Sluice-Refused", v, sizeof v), "connections");
     cr_assert_str_eq(px_header(&r, "Connection", v, sizeof v), "close");
     /* A client whose whole request is in before the proxy answers reads the 503, then EOF. */

@@ -33,7 +33,8 @@
  * paused for such a client is cancelled, so it holds no permit forever).
  * Expect: 100-continue gets its 100 once the head is accepted, or the final
  * answer in its place when the head alone decides a refusal
- * (refused_before_body). Past max_connections a new connection is answered 503 and closed; a
+ * (refused_before_body). Past max_connections a new connection is answered 503 (with
+ * Retry-After and retry-after-ms, as the other refusals) and closed; a
  * connection closed after an answer lingers (conn_linger), so that the client
  * reads the answer rather than a reset.
  *
@@ -247,15 +248,38 @@ static void linger_read(struct conn *c)
         conn_close(c);
 }
 
+/* When a refused client may come back, in ms: Retry-After spread over half to one and a half
+ * times itself. Every client of a burst told the same second comes back in the same
+ * millisecond (50 OpenAI SDK calls retrying after "1" met the same full backend: 19 of 50
+ * served); SDKs that read retry-after-ms (OpenAI's do) come back spread. */
+static unsigned retry_after_ms(const struct proxy *p)
+{
+    static uint64_t x;
+    if (!x)
+        x = (uint64_t)now_ns() | 1u;
+    x ^= x << 13; /* xorshift64 */
+    x ^= x >> 7;
+    x ^= x << 17;
+    uint64_t base = (uint64_t)p->o->retry_after_s * 1000u;
+    return (unsigned)(base / 2 + (base ? x % (base + 1) : 0));
+}
+
+/* The head fields of a 503 the proxy refuses with: `refused` (X-Sluice-Refused: REASON), then
+ * Retry-After (--retry-after) and retry-after-ms, each ending in CRLF. */
+void refusal_headers(const struct proxy *p, const char *refused, char *out, size_t size)
+{
+    snprintf(out, size, "%s\r\nRetry-After: %u\r\nretry-after-ms: %u\r\n", refused,
+             p->o->retry_after_s, retry_after_ms(p));
+}
+
 /* Past --max-connections: a 503 the client can act on, then a lingering close (above). The
  * answer is small and the socket new, so its one write never blocks the loop; the request is
  * not read first (it need not have arrived, and would cost this loop a wait). */
 static void refuse_connection(struct conn *c)
 {
     const struct options *o = c->p->o;
-    char headers[96];
-    snprintf(headers, sizeof headers, "X-Sluice-Refused: connections\r\nRetry-After: %u\r\n",
-             o->retry_after_s);
+    char headers[160];
+    refusal_headers(c->p, "X-Sluice-Refused: connections", headers, sizeof headers);
     c->closing = true;
     c->t_start_ns = now_ns();
     http_error(c, 503, "server_error", "too_many_connections", headers,

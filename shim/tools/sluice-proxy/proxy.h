@@ -293,6 +293,7 @@ void http_watch(struct conn *c, uint32_t events);
 void http_error(struct conn *c, int status, const char *type, const char *code,
                 const char *extra_headers, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
+void refusal_headers(const struct proxy *p, const char *refused, char *out, size_t size);
 void http_request_done(struct conn *c);
 void http_close_all(struct proxy *p);
 void conn_free(struct conn *c);

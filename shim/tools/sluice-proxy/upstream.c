@@ -361,22 +361,6 @@ static const struct refusal {
      "the deadline expired while waiting for a slot of backend %s"},
 };
 
-/* When a refused client may come back, in ms: Retry-After spread over half to one and a half
- * times itself. Every client of a burst told the same second comes back in the same
- * millisecond (50 OpenAI SDK calls retrying after "1" met the same full backend: 19 of 50
- * served); SDKs that read retry-after-ms (OpenAI's do) come back spread. */
-static unsigned retry_after_ms(const struct proxy *p)
-{
-    static uint64_t x;
-    if (!x)
-        x = (uint64_t)now_ns() | 1u;
-    x ^= x << 13; /* xorshift64 */
-    x ^= x >> 7;
-    x ^= x << 17;
-    uint64_t base = (uint64_t)p->o->retry_after_s * 1000u;
-    return (unsigned)(base / 2 + (base ? x % (base + 1) : 0));
-}
-
 static void refuse(struct conn *c, int status, const struct sluice_curl_result *r)
 {
     enum when when = !r                                     ? ANY
@@ -391,8 +375,7 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
             continue;
         char headers[160], message[256], learned[256] = "";
         if (f->http == 503)
-            snprintf(headers, sizeof headers, "%s\r\nRetry-After: %u\r\nretry-after-ms: %u\r\n",
-                     f->header, c->p->o->retry_after_s, retry_after_ms(c->p));
+            refusal_headers(c->p, f->header, headers, sizeof headers);
         else
             snprintf(headers, sizeof headers, "%s\r\n", f->header);
         snprintf(message, sizeof message, f->message, id);
