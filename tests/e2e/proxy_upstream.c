@@ -2,7 +2,9 @@
  * sluice-proxy's upstream side: a stream the provider ends with an error
  * event (a rate limit mid-stream) reaches the client as sent while the pool,
  * discovery and the access log hear the call as the error it stands for;
- * and the header fields a Connection header names are this hop's only, in
+ * an error answer (a 429's insufficient_quota, a 503's overloaded_error) is
+ * heard by its body, its bytes unchanged; and the header fields a Connection
+ * header names are this hop's only, in
  * the request and in the answer (RFC 9110 7.6.1).
  * Upstreams: the simulator (its --stream-fail-after error event), a canned
  * server below (one answer per path, in each provider's shape), and the
@@ -213,6 +215,103 @@ Test(proxy_upstream, each_providers_error_event_is_logged_and_counted_as_the_err
     };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         cr_expect_not_null(strstr(text, lines[i]), "no %s in the access log: %s", lines[i], text);
+}
+
+/* ---- an error answer's body ---------------------------------------------------------------- */
+
+/* Refusals that only their body tells apart from the cap's (no Content-Length: each ends at the
+ * close, and reaches the client re-chunked). */
+static const struct canned error_bodies[] = {
+    /* OpenAI: out of credit. Retrying moves nothing; it is no sign of the cap. */
+    {"/quota", "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n\r\n"
+               "{\"error\":{\"message\":\"You exceeded your current quota\",\"type\":"
+               "\"insufficient_quota\",\"param\":null,\"code\":\"insufficient_quota\"}}"},
+    /* Anthropic: the platform is overloaded, whoever calls. */
+    {"/overloaded", "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n\r\n"
+                    "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\","
+                    "\"message\":\"Overloaded\"}}"},
+    {NULL, NULL},
+};
+
+Test(proxy_upstream, a_plain_error_answer_is_classified_by_its_body_and_passes_unchanged)
+{
+    start_proxy(canned_start(error_bodies));
+    static const long statuses[] = {429, 503};
+    for (size_t i = 0; error_bodies[i].path; i++) {
+        const struct canned *c = &error_bodies[i];
+        struct px_reply r;
+        px_request(&px_main, c->path, stream_body, NULL, &r);
+        cr_assert_eq(r.code, CURLE_OK, "%s: %s", c->path, curl_easy_strerror(r.code));
+        cr_assert_eq(r.status, statuses[i], "%s: %s", c->path, r.body);
+        const char *sent = strstr(c->answer, "\r\n\r\n") + 4;
+        cr_assert_str_eq(r.body, sent, "%s: the client got other bytes", c->path);
+    }
+    cr_assert_eq(node_count("requests_total"), 2);
+    cr_assert_eq(node_count("overloads_total"), 0,
+                 "neither is the cap's refusal: no overload may back discovery off");
+    char events[8192];
+    px_admin_get(&px_main, "/compute/concurrency/events?node_id=" NODE, events, sizeof events);
+    cr_assert_not_null(strstr(events, "\"event\":\"hold\",\"reason\":\"platform\""),
+                       "Anthropic's overloaded_error holds new calls: %s", events);
+    char text[8192];
+    read_log(text, sizeof text);
+    cr_expect_not_null(strstr(text, "\"POST /quota\" 429 quota "), "%s", text);
+    cr_expect_not_null(strstr(text, "\"POST /overloaded\" 503 platform_overload "), "%s", text);
+}
+
+/* A client that reads slowly: its receive buffer as small as the kernel allows. */
+static int small_rcvbuf(void *ctx, curl_socket_t fd, curlsocktype purpose)
+{
+    (void)ctx;
+    (void)purpose;
+    int size = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+    return CURL_SOCKOPT_OK;
+}
+
+/* An error body far past what the proxy keeps unsent (OUT_HIGH, 256 KiB) to a client with a
+ * small window: the transfer pauses and resumes through the loop's reader of error bodies, and
+ * every byte arrives once, in order. */
+Test(proxy_upstream, a_long_error_body_to_a_slow_client_arrives_whole_and_is_classified)
+{
+    enum { FILL = 4 << 20 };
+    static const char head[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: "
+                               "application/json\r\n\r\n",
+                      open[] = "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\","
+                               "\"message\":\"",
+                      close_[] = "\"}}";
+    size_t body_len = strlen(open) + FILL + strlen(close_);
+    char *answer = malloc(strlen(head) + body_len + 1);
+    cr_assert_not_null(answer);
+    char *body = answer + strlen(head), *p = body + strlen(open);
+    memcpy(answer, head, strlen(head));
+    memcpy(body, open, strlen(open));
+    for (size_t i = 0; i < FILL; i++) /* no run of equal bytes: a repeat or a gap shows */
+        p[i] = (char)('a' + i % 23);
+    memcpy(p + FILL, close_, strlen(close_) + 1);
+    static struct canned long_error[] = {{"/long", NULL}, {NULL, NULL}};
+    long_error[0].answer = answer;
+    start_proxy(canned_start(long_error));
+    char *got = malloc(body_len + 1);
+    struct px_sink sink = {.buf = got, .size = body_len + 1};
+    struct px_reply r;
+    CURL *e = px_easy(&px_main, "/long", stream_body, NULL, &r);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, px_sink_put);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, small_rcvbuf);
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 1024L);
+    r.code = curl_easy_perform(e);
+    px_finish(e, &r);
+    cr_assert_eq(r.code, CURLE_OK, "%s", curl_easy_strerror(r.code));
+    cr_assert_eq(r.status, 503);
+    cr_assert_eq(sink.len, body_len, "%zu of %zu bytes", sink.len, body_len);
+    cr_assert(!memcmp(got, body, body_len), "the client got other bytes");
+    free(got);
+    cr_assert_eq(node_count("overloads_total"), 0, "a platform overload, not the cap's");
+    char text[4096];
+    read_log(text, sizeof text);
+    cr_expect_not_null(strstr(text, "\"POST /long\" 503 platform_overload "), "%s", text);
+    free(answer);
 }
 
 /* ---- hop-by-hop fields a Connection header names ------------------------------------------ */

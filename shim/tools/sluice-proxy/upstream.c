@@ -13,6 +13,10 @@
  * CURLOPT_ACCEPT_ENCODING), so the bytes are the provider's; a
  * Content-Length answer keeps its length, anything else is re-chunked.
  * A server-sent event leaves in the loop iteration whose read brought it.
+ * An error answer's body (a 429's insufficient_quota, a 503's
+ * overloaded_error) is read on the way by the curl loop for classification
+ * (sluice_curl_request.write), so the pool and discovery hear a quota or a
+ * platform overload as such and not as the cap's refusal.
  * The events of a 2xx stream are read on the way for an error event (a
  * provider that fails a call mid-stream cannot take its 200 back): the
  * client gets it as sent, and the pool, discovery and the access log hear
@@ -30,6 +34,11 @@
  * Back-pressure: past OUT_HIGH bytes unsent to a slow client the transfer
  * is paused (CURL_WRITEFUNC_PAUSE) until the client has read them all; a
  * client that reads nothing for client_timeout_ms loses its call (http.c).
+ * The loop's reader of an error body passes the pause on, and libcurl hands
+ * the paused bytes over again; it keeps only an answer's first
+ * SLUICE_CURL_BODY_MAX bytes, which have passed long before OUT_HIGH
+ * bytes wait (but for a head past OUT_HIGH on its own: then a paused chunk
+ * is read twice, and classify finds the same words in it).
  */
 #define _GNU_SOURCE
 #include "proxy.h"
@@ -604,7 +613,8 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
                                       .deadline = relative_deadline(&dl, ms),
                                       .start_deadline = relative_deadline(&sdl, start_ms),
                                       .begun = start_ms >= 0 ? began : NULL, .done = on_done,
-                                      .data = c, .dialect = b->dialect, .finish = on_finish};
+                                      .data = c, .dialect = b->dialect, .finish = on_finish,
+                                      .write = on_write, .write_data = c};
     int status = sluice_curl_loop_submit(c->p->loop, &req, &c->call_id);
     if (status != SLUICE_OK) {
         easy_give_back(p, e);
