@@ -217,6 +217,30 @@ Test(proxy_upstream, each_providers_error_event_is_logged_and_counted_as_the_err
         cr_expect_not_null(strstr(text, lines[i]), "no %s in the access log: %s", lines[i], text);
 }
 
+/* A stream that sends an error event and then breaks off (its chunked body never finished). */
+static const struct canned cut_after_error[] = {
+    {"/cut", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n"
+             "61\r\ndata: {\"error\":{\"message\":\"Rate limit reached\",\"type\":\"requests\","
+             "\"code\":\"rate_limit_exceeded\"}}\n\n\r\n"},
+    {NULL, NULL},
+};
+
+Test(proxy_upstream, a_stream_cut_after_an_error_event_is_logged_as_that_error)
+{
+    start_proxy(canned_start(cut_after_error));
+    struct px_reply r;
+    px_request(&px_main, "/cut", stream_body, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert_neq(r.code, CURLE_OK, "the client saw the cut");
+    cr_assert_not_null(strstr(r.body, "rate_limit_exceeded"), "the event came: %s", r.body);
+    cr_assert_eq(node_count("overloads_total"), 1, "the pool heard the rate limit");
+    char text[4096];
+    read_log(text, sizeof text);
+    cr_assert_not_null(strstr(text, "\"POST /cut\" 200 overloaded "),
+                       "the log says what the pool heard: %s", text);
+}
+
 /* ---- an error answer's body ---------------------------------------------------------------- */
 
 /* Refusals that only their body tells apart from the cap's (no Content-Length: each ends at the

@@ -444,7 +444,8 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
 {
     struct conn *c = data;
     easy_give_back(c->p, easy);
-    free(c->up_events); /* on_finish read it */
+    bool error_event = c->up_events && c->up_events->error; /* r says what it was (on_finish) */
+    free(c->up_events);
     c->up_events = NULL;
     c->easy = NULL;
     c->in_call = false;
@@ -470,10 +471,13 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
         c->outcome = sluice_curl_kind_name(r->kind);
         http_request_done(c);
     } else if (c->head_sent) {
-        /* The status is out: only a cut tells the client the answer is not whole. */
+        /* The status is out: only a cut tells the client the answer is not whole. A stream
+         * that broke off after an error event is logged as the error, as the pool heard it. */
         c->closing = true;
         c->status_out = (int)c->up_status;
-        c->outcome = r->status == SLUICE_ETIMEDOUT ? "cut_deadline" : "cut_upstream";
+        c->outcome = error_event                    ? sluice_curl_kind_name(r->kind)
+                     : r->status == SLUICE_ETIMEDOUT ? "cut_deadline"
+                                                     : "cut_upstream";
         http_request_done(c);
     } else {
         refuse(c, r->status == SLUICE_OK ? SLUICE_EIO : r->status, r);
