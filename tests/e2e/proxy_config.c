@@ -315,6 +315,17 @@ static const struct {
      "   start_deadline_ms = 9000; }\n);\n",
      "3: backends[0].start_deadline_ms: 9000 is longer than deadline_ms (5000): a call cannot "
      "start after it must have ended; make it at most 5000"},
+    /* Routes that cannot be: each names its line and field as the rest do. */
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\";\n   prefix = \"v1\"; }\n);\n",
+     "3: backends[0].prefix: \"v1\" must start with '/': it is the path's start, e.g. \"/v1\""},
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\";\n   header = \"X-P\"; }\n);\n",
+     "3: backends[0].header: needs header_value too"},
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\"; prefix = \"/a\"; },\n"
+     " { id = \"a\"; upstream = \"http://y\"; prefix = \"/b\"; }\n);\n",
+     "3: backends[1].id: \"a\" is backends[0]'s too"},
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\"; prefix = \"/a\"; default = true; },\n"
+     " { id = \"b\"; upstream = \"http://y\"; prefix = \"/b\";\n   default = true; }\n);\n",
+     "4: backends[1].default: backends[0] (a) is the default already"},
     /* Upstream URLs that would fail only at the first request, or go somewhere unmeant. */
     {"backends = (\n { id = \"a\";\n   upstream = \"http://\"; }\n);\n",
      "3: backends[0].upstream: 'http://' has no host: write http://HOST[:PORT][/PATH]"},

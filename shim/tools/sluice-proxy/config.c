@@ -230,9 +230,12 @@ static const config_setting_t *member_or(const config_setting_t *g, const char *
 }
 
 /*
- * What one backend's fields cannot be together, or with an earlier backend's: a route two
- * backends claim (the same prefix, header value or model: the first would take every request
- * and the other none, with no word said), and a start deadline past the whole call's.
+ * What one backend's fields cannot be together, or with an earlier backend's: a prefix that is
+ * not a path, a header without its value (or the reverse), an id or a default two backends
+ * claim, a route two backends claim (the same prefix, header value or model: the first would
+ * take every request and the other none, with no word said), and a start deadline past the
+ * whole call's. (The command line's one backend can break none of these: route.c does not
+ * check them again.)
  */
 static int check_backend(const struct ctx *x, const config_setting_t *g, const struct options *o,
                          size_t i)
@@ -243,9 +246,36 @@ static int check_backend(const struct ctx *x, const config_setting_t *g, const s
         return bad(x, member_or(g, "upstream"), "upstream", "%s", why);
     if (!backend_deadlines_ok(b, "deadline_ms", why, sizeof why))
         return bad(x, member_or(g, "start_deadline_ms"), "start_deadline_ms", "%s", why);
+    if (b->prefix[0] != '/') {
+        snprintf(why, sizeof why,
+                 "\"%s\" must start with '/': it is the path's start, e.g. \"/%s\"", b->prefix,
+                 b->prefix);
+        return bad(x, member_or(g, "prefix"), "prefix", "%s", why);
+    }
+    if (!!b->header != !!b->header_value) {
+        const char *given = b->header ? "header" : "header_value";
+        return bad(x, member_or(g, given), given,
+                   "needs %s too: a header route is header = \"X-Name\"; header_value = "
+                   "\"value\";",
+                   b->header ? "header_value" : "header");
+    }
     bool by_prefix = !b->header && !b->n_models;
     for (size_t j = 0; j < i; j++) {
         const struct backend *e = &o->backends[j];
+        if (!strcmp(e->id, b->id)) {
+            snprintf(why, sizeof why,
+                     "\"%s\" is backends[%zu]'s too: an id names one backend (its pool, its "
+                     "node on the admin endpoint); give one of them another",
+                     b->id, j);
+            return bad(x, member_or(g, "id"), "id", "%s", why);
+        }
+        if (b->is_default && e->is_default) {
+            snprintf(why, sizeof why,
+                     "backends[%zu] (%s) is the default already: one backend serves what no "
+                     "route matches; remove default = true from one of them",
+                     j, e->id);
+            return bad(x, member_or(g, "default"), "default", "%s", why);
+        }
         if (by_prefix && !e->header && !e->n_models && !strcmp(e->prefix, b->prefix)) {
             snprintf(why, sizeof why,
                      "\"%s\"%s is backends[%zu]'s (%s) too: a path routes to one backend; give "

@@ -463,9 +463,7 @@ int main(int argc, char **argv)
     int rc = parse_options(argc, argv, &o);
     if (rc != EXIT_OK)
         return rc;
-    char err[256];
-    if (routes_check(&o, err, sizeof err) != 0)
-        return usage_error("%s", err);
+    routes_prepare(&o);
     /* Before any thread starts, so that every thread inherits the mask. */
     sigset_t set;
     sigemptyset(&set);

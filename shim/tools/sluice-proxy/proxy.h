@@ -276,7 +276,7 @@ int64_t patience_start_ms(struct patience *pt, const char *backend, int64_t now)
 int64_t patience_shown_ms(const struct patience *pt, int64_t now);
 
 /* route.c */
-int routes_check(struct options *o, char *err, size_t size);
+void routes_prepare(struct options *o);
 struct backend *route_pick(struct options *o, const char *path, const struct request *r,
                            const char *body, size_t body_len);
 int route_url(const struct backend *b, const char *path, char *out, size_t size);

@@ -161,43 +161,16 @@ void routes_list(const struct options *o, char *out, size_t size)
     }
 }
 
-/* What a backend list must be before the engine sees it; 0 or -1 with err naming the field. */
-int routes_check(struct options *o, char *err, size_t size)
+/* The backends as routing reads them: each upstream without its trailing slashes, the lengths
+ * kept. What a backend list must be is checked before (options.c, config.c). */
+void routes_prepare(struct options *o)
 {
-    size_t defaults = 0;
-    if (!o->n_backends) {
-        snprintf(err, size, "no backend: give --upstream URL or --config FILE");
-        return -1;
-    }
     for (size_t i = 0; i < o->n_backends; i++) {
         struct backend *b = &o->backends[i];
-        if (!b->upstream || (strncmp(b->upstream, "http://", 7) && strncmp(b->upstream, "https://", 8))) {
-            snprintf(err, size, "backend %s: upstream must be an http:// or https:// URL", b->id);
-            return -1;
-        }
         size_t ul = strlen(b->upstream);
         while (ul > 0 && b->upstream[ul - 1] == '/')
             b->upstream[--ul] = '\0';
         b->upstream_len = ul;
-        if (!b->prefix || b->prefix[0] != '/') {
-            snprintf(err, size, "backend %s: prefix must start with '/'", b->id);
-            return -1;
-        }
         b->prefix_len = strlen(b->prefix);
-        if (!!b->header != !!b->header_value) {
-            snprintf(err, size, "backend %s: header needs header_value (and the reverse)", b->id);
-            return -1;
-        }
-        defaults += b->is_default;
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(o->backends[j].id, b->id)) {
-                snprintf(err, size, "backend %s: id is used twice", b->id);
-                return -1;
-            }
     }
-    if (defaults > 1) {
-        snprintf(err, size, "more than one backend has default = true");
-        return -1;
-    }
-    return 0;
 }
