@@ -19,7 +19,16 @@
  *     CURLINFO value) is exactly min(seconds, clamp);
  *   - only the fields the header names are written, and a second call on
  *     the same input gives the same bytes (pure).
+ *
+ * And sluice_curl_classify_event with the whole input as an event's data
+ * (the seeds event_* are error events in each provider's shape), checked as
+ * its header promises: data without "error" is no error event; a non-error
+ * event leaves *out untouched; an error event's status is 0 or 400 to 599,
+ * its kind SERVER_ERROR where it names no status and else the map's for
+ * that status (refined as a refusal may be), its outcome the kind's, its
+ * Retry-After and hold within the default clamp, and its message a string.
  */
+#define _GNU_SOURCE /* memmem */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -97,6 +106,30 @@ static int64_t plain_seconds(const char *v)
     if (n == 0 || n > 18 || strspn(v, "0123456789") != n)
         return -1;
     return strtoll(v, NULL, 10);
+}
+
+/* The input as one event's data, in the dialect the classify part drew. */
+static void check_event(const uint8_t *data, size_t size, enum sluice_curl_dialect dialect)
+{
+    struct sluice_curl_result out, pristine;
+    memset(&out, 0xA5, sizeof out);
+    memset(&pristine, 0xA5, sizeof pristine);
+    bool error = sluice_curl_classify_event((const char *)data, size, dialect, &out);
+    if (!error) {
+        check(memcmp(&out, &pristine, sizeof out) == 0, "a non-error event leaves *out untouched");
+        return;
+    }
+    check(memmem(data, size, "error", 5) != NULL, "data without \"error\" is no error event");
+    long s = out.http_status;
+    check(s == 0 || (s >= 400 && s <= 599), "an event's status is 0 or 400..599");
+    check(s ? refined_from(out.kind, expected_kind(s, CURLE_OK, true), s)
+            : out.kind == SLUICE_CURL_SERVER_ERROR,
+          "an event's kind is its status's, or SERVER_ERROR where it names none");
+    check(out.outcome == expected_outcome(out.kind), "an event's outcome follows its kind");
+    check(out.retry_after_ns >= 0 && out.retry_after_ns <= SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS &&
+              out.hold_ns >= 0 && out.hold_ns <= SLUICE_CURL_RETRY_AFTER_MAX_DEFAULT_NS,
+          "an event's Retry-After and hold are clamped");
+    check(memchr(out.error, '\0', sizeof out.error) != NULL, "an event's message is a string");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -214,5 +247,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
               out.transfer_ns == pristine.transfer_ns && out.queued_ns == pristine.queued_ns &&
               out.in_flight_at_start == pristine.in_flight_at_start,
           "classify writes only the fields its header names");
+
+    check_event(data, size, r.dialect);
     return 0;
 }
