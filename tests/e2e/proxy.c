@@ -553,8 +553,8 @@ Test(proxy, pipelined_requests_are_answered_in_order_on_one_connection)
 }
 
 /* Past --max-connections a new client gets an answer it can act on, not a reset: 503 in the
- * proxy's error shape with Retry-After (and retry-after-ms), then the connection's end; and the refused ones do
- * not count toward the limit. */
+ * proxy's error shape with Retry-After (and retry-after-ms), then the connection's end; and
+ * the refused ones do not count toward the limit. */
 Test(proxy, past_max_connections_a_new_client_gets_503_not_a_reset)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
