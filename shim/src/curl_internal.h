@@ -58,9 +58,10 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
 
 /*
  * An answer's body on its way to the caller's declared write callback
- * (sluice_curl_call.write, sluice_curl_request.write): the first
- * SLUICE_CURL_BODY_MAX bytes of an answer of status >= 400 are kept for
- * classify, and every byte is handed on. Both transports read error bodies
+ * (sluice_curl_call.write, sluice_curl_request.write): every byte is handed
+ * on, and the first SLUICE_CURL_BODY_MAX bytes of an answer of status >= 400
+ * that the caller took are kept for classify (a chunk it paused is kept when
+ * libcurl hands it over again). Both transports read error bodies
  * through this, so a response is classified the same on either.
  */
 struct sluice__tee {

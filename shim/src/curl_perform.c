@@ -231,21 +231,27 @@ void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *c
 
 /* ---- error bodies, on either transport ----------------------------------------------- */
 
-/* Keep the first SLUICE_CURL_BODY_MAX bytes of an error body, then hand every byte on. */
+/* Hand every byte on, and keep the first SLUICE_CURL_BODY_MAX bytes of an error body that the
+ * caller took: a chunk it paused (CURL_WRITEFUNC_PAUSE) comes again when the transfer resumes,
+ * and one it refused (a short count) ends the transfer, so either kept now would be kept twice
+ * or for nothing. */
 static size_t sluice__tee_write(char *p, size_t size, size_t n, void *data)
 {
     struct sluice__tee *t = (struct sluice__tee *)data;
+    size_t bytes = size * n, room = SLUICE_CURL_BODY_MAX - t->body_len;
+    size_t took = t->write(p, size, n, t->write_data);
     long http = 0;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &http);
-    size_t bytes = size * n, room = SLUICE_CURL_BODY_MAX - t->body_len;
-    if (http >= 400 && room && !t->body)
+    if (took != bytes || !room || http < 400)
+        return took;
+    if (!t->body)
         t->body = malloc(SLUICE_CURL_BODY_MAX); /* without it, classified by status and headers */
-    if (http >= 400 && room && t->body) {
+    if (t->body) {
         size_t k = bytes < room ? bytes : room;
         memcpy(t->body + t->body_len, p, k);
         t->body_len += k;
     }
-    return t->write(p, size, n, t->write_data);
+    return took;
 }
 
 void sluice__tee_install(struct sluice__tee *t)

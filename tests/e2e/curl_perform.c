@@ -2,7 +2,8 @@
  * curl_perform.c — the blocking call (sluice_curl_perform) against the HTTP
  * provider simulator: discovery of a hidden cap from live 429s, Retry-After
  * holds, cancel and deadline mid-transfer, admission, transport errors,
- * keep-alive, and the caller's own progress callback.
+ * keep-alive, the caller's own progress callback, and an error body the
+ * caller pauses.
  */
 #include "e2e/curl_fixture.h"
 #include "e2e/curl_loopback.h"
@@ -479,4 +480,107 @@ PERFORM_TEST(the_callers_own_xferinfo_callback_keeps_working)
     curl_easy_cleanup(easy);
     fx_assert_idle(e);
     sluice_engine_destroy(e);
+}
+
+/* ---- an error body the caller pauses ------------------------------------------------------ */
+
+/*
+ * A 429 whose body comes in two sends: first 3000 bytes of message, then, once the caller has
+ * taken them, the "insufficient_quota" that makes it a QUOTA. Read once, the body's first
+ * SLUICE_CURL_BODY_MAX (4096) bytes hold the word; with the first send read twice they do not.
+ */
+#define SPLIT_PAD 3000
+static const char split_tail[] = "\",\"type\":\"insufficient_quota\"}}";
+
+struct split_server {
+    int listen_fd, port;
+    pthread_t thread;
+    _Atomic(bool) first_taken;
+};
+
+static void *split_main(void *arg)
+{
+    struct split_server *s = arg;
+    int fd = accept(s->listen_fd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    char request[4096], head[256], first[SPLIT_PAD];
+    loopback_read_request(fd, request, sizeof request);
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+                     sizeof first + strlen(split_tail));
+    static const char open[] = "{\"error\":{\"message\":\"";
+    memcpy(first, open, strlen(open));
+    for (size_t i = strlen(open); i < sizeof first; i++)
+        first[i] = (char)('a' + i % 23);
+    send(fd, head, (size_t)n, MSG_NOSIGNAL);
+    send(fd, first, sizeof first, MSG_NOSIGNAL);
+    /* A hang guard, not a timing claim: the caller takes the first send after one resume. */
+    for (int64_t until = fx_now_ms() + 10000; !atomic_load(&s->first_taken) && fx_now_ms() < until;)
+        fx_sleep_ms(1);
+    send(fd, split_tail, strlen(split_tail), MSG_NOSIGNAL);
+    close(fd);
+    return NULL;
+}
+
+/* A caller that pauses the first chunk it is given and resumes from its progress callback, as
+ * a proxy pauses for a slow client and resumes once it has read. */
+struct pausing_writer {
+    CURL *easy;
+    _Atomic(bool) *first_taken;
+    int pauses, resumes;
+    size_t took;
+};
+
+static size_t pause_first(char *data, size_t size, size_t n, void *ctx)
+{
+    (void)data;
+    struct pausing_writer *w = ctx;
+    if (!w->pauses++)
+        return CURL_WRITEFUNC_PAUSE;
+    w->took += size * n;
+    atomic_store(w->first_taken, true);
+    return size * n;
+}
+
+static int resume_paused(void *clientp, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+    (void)dt, (void)dn, (void)ut, (void)un;
+    struct pausing_writer *w = clientp;
+    if (w->pauses == 1 && !w->resumes++)
+        curl_easy_pause(w->easy, CURLPAUSE_CONT);
+    return 0;
+}
+
+PERFORM_TEST(an_error_body_the_caller_paused_is_read_once)
+{
+    struct split_server s = {.first_taken = false};
+    s.listen_fd = loopback_listen(1, &s.port);
+    pthread_create(&s.thread, NULL, split_main, &s);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/chat/completions", s.port);
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    CURL *easy = fx_easy_url(url);
+    struct pausing_writer w = {.easy = easy, .first_taken = &s.first_taken};
+    struct sluice_curl_result r;
+    cr_assert_eq(sluice_curl_perform_call(e,
+                                          &(struct sluice_curl_call){.backend = FX_BACKEND,
+                                                                     .easy = easy,
+                                                                     .write = pause_first,
+                                                                     .write_data = &w,
+                                                                     .xferinfo = resume_paused,
+                                                                     .xferinfo_data = &w},
+                                          &r),
+                 SLUICE_OK, "%s", r.error);
+    cr_assert_eq(w.resumes, 1, "the transfer was paused and resumed once");
+    cr_assert_eq(w.took, SPLIT_PAD + strlen(split_tail), "the caller got every byte once");
+    cr_assert_eq(r.kind, SLUICE_CURL_QUOTA,
+                 "classified %s: the paused chunk was kept twice, pushing insufficient_quota "
+                 "past the 4096 bytes classify reads",
+                 sluice_curl_kind_name(r.kind));
+    curl_easy_cleanup(easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+    loopback_stop(s.listen_fd, s.thread);
 }

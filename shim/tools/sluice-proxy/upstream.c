@@ -35,10 +35,8 @@
  * is paused (CURL_WRITEFUNC_PAUSE) until the client has read them all; a
  * client that reads nothing for client_timeout_ms loses its call (http.c).
  * The loop's reader of an error body passes the pause on, and libcurl hands
- * the paused bytes over again; it keeps only an answer's first
- * SLUICE_CURL_BODY_MAX bytes, which have passed long before OUT_HIGH
- * bytes wait (but for a head past OUT_HIGH on its own: then a paused chunk
- * is read twice, and classify finds the same words in it).
+ * the paused bytes over again; the reader keeps a chunk only once on_write
+ * has taken it, so classify reads each byte once.
  */
 #define _GNU_SOURCE
 #include "proxy.h"
