@@ -4,9 +4,15 @@
  * pass-through of plain and streamed chats, what a client sees when the
  * proxy refuses or times out, a provider's own 429, a client that hangs up,
  * clients whose common timeout becomes their start deadline,
- * the lock behind 64 clients (and after a restart), the drain on SIGTERM.
+ * the lock behind 64 clients (and after a restart), an admin clear the state
+ * file cannot take, the drain on SIGTERM.
  */
 #include "proxy_fixture.h"
+
+#include <errno.h>
+#include <time.h>
+
+#include <sluice/statefile.h>
 
 #define NODE "cloud:sim"
 
@@ -35,6 +41,25 @@ static void start_proxy(const char *const *extra)
 }
 
 TestSuite(proxy, .init = setup, .fini = teardown, .timeout = 60);
+
+/* A fresh directory (from `dir`, a STATE_DIR_TEMPLATE) for a state file, whose path goes in
+ * state; state_dir_remove takes both away, with the file's lock beside it. */
+#define STATE_DIR_TEMPLATE "/tmp/sluice-proxy-test-XXXXXX"
+
+static void state_dir_make(char *dir, char *state, size_t size)
+{
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(state, size, "%s/ceilings.json", dir);
+}
+
+static void state_dir_remove(const char *dir, const char *state)
+{
+    unlink(state);
+    char lock[96];
+    snprintf(lock, sizeof lock, "%s.lock", state);
+    unlink(lock);
+    rmdir(dir);
+}
 
 Test(proxy, plain_chat_passes_through_unchanged)
 {
@@ -333,9 +358,8 @@ Test(proxy, sixty_four_clients_lock_a_cap_of_eight_and_a_restart_restores_it, .t
 {
     enum { CAP = 8 };
     fx_start(&(struct fx_provider){.mode = "reject", .cap = CAP, .median_ms = 30});
-    char dir[] = "/tmp/sluice-proxy-test-XXXXXX", state[64];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(state, sizeof state, "%s/ceilings.json", dir);
+    char dir[] = STATE_DIR_TEMPLATE, state[64];
+    state_dir_make(dir, state, sizeof state);
     char upstream[64];
     snprintf(upstream, sizeof upstream, "http://127.0.0.1:%d", fx_sim.port);
     const char *args[] = {"--upstream", upstream, "--node", NODE, "--state", state, NULL};
@@ -356,11 +380,46 @@ Test(proxy, sixty_four_clients_lock_a_cap_of_eight_and_a_restart_restores_it, .t
     cr_assert_eq((long)json_integer_value(json_object_get(n, "ceiling")), ceiling);
     json_decref(root);
     px_stop(&px_main);
-    unlink(state);
-    char lock[96];
-    snprintf(lock, sizeof lock, "%s.lock", state);
-    unlink(lock);
-    rmdir(dir);
+    state_dir_remove(dir, state);
+}
+
+/* A clear the state file cannot take (another program's file now at --state) is no success:
+ * the lock is gone from memory only, and a restart would bring it back. The proxy's admin
+ * answers 500 in the file's words, its path and why, as the library's admin does. */
+Test(proxy, an_admin_clear_the_state_file_cannot_take_is_a_500_naming_the_file)
+{
+    char dir[] = STATE_DIR_TEMPLATE, state[64];
+    state_dir_make(dir, state, sizeof state);
+    struct sluice_statefile *sf = NULL;
+    cr_assert_eq(sluice_statefile_open(&(struct sluice_statefile_desc){.path = state}, &sf),
+                 SLUICE_OK);
+    int64_t now = (int64_t)time(NULL);
+    struct sluice_lock_record rec = {.ceiling = 8, .locked_at_s = now - 60,
+                                     .expires_s = now + 3600, .policy = "discover"};
+    cr_assert_eq(sluice_statefile_save(sf, NODE, &rec), SLUICE_OK);
+    sluice_statefile_close(sf);
+    const char *args[] = {"--upstream", "http://127.0.0.1:9", "--node", NODE, "--state", state,
+                          NULL};
+    cr_assert_eq(px_start(&px_main, args), 0);
+    json_t *root, *n = px_node(&px_main, NODE, &root);
+    cr_assert_str_eq(json_string_value(json_object_get(n, "state")), "locked",
+                     "the lock in the state file was restored");
+    json_decref(root);
+    FILE *other = fopen(state, "w");
+    cr_assert_not_null(other, "%s: %s", state, strerror(errno));
+    fputs("{\"format\": \"another-program\", \"settings\": {}}\n", other);
+    cr_assert_eq(fclose(other), 0);
+    char body[2048];
+    long status = px_admin(&px_main, "POST", "/compute/concurrency/clear?node_id=" NODE, body,
+                           sizeof body);
+    cr_expect_eq(status, 500, "%s", body);
+    json_t *j = json_loads(body, 0, NULL);
+    const char *err = json_string_value(json_object_get(j, "error"));
+    cr_expect(err && strstr(err, state) && strstr(err, "another program"),
+              "the error names the file and why: %s", body);
+    json_decref(j);
+    px_stop(&px_main);
+    state_dir_remove(dir, state);
 }
 
 Test(proxy, sigterm_lets_calls_in_flight_finish_then_exits_zero)

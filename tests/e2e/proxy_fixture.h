@@ -264,20 +264,33 @@ static inline size_t px_sink_put(char *data, size_t size, size_t n, void *ctx)
     return bytes;
 }
 
-/* GET `path` on the proxy's admin endpoint into body (size bytes, NUL-terminated). */
-static inline void px_admin_get(const struct px *p, const char *path, char *body, size_t size)
+/* `method` (GET or POST) `path` on the proxy's admin endpoint, its answer into body (size
+ * bytes, NUL-terminated); its HTTP status. */
+static inline long px_admin(const struct px *p, const char *method, const char *path, char *body,
+                            size_t size)
 {
-    char url[128];
+    char url[256];
     snprintf(url, sizeof url, "%s%s", p->admin, path);
     struct px_sink sink = {.buf = body, .size = size};
     body[0] = '\0';
     CURL *e = curl_easy_init();
     curl_easy_setopt(e, CURLOPT_URL, url);
+    if (!strcmp(method, "POST"))
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, px_sink_put);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &sink);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
-    cr_assert_eq(curl_easy_perform(e), CURLE_OK, "GET %s failed", url);
+    cr_assert_eq(curl_easy_perform(e), CURLE_OK, "%s %s failed", method, url);
+    long status = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(e);
+    return status;
+}
+
+/* GET `path` on the proxy's admin endpoint into body (size bytes, NUL-terminated). */
+static inline void px_admin_get(const struct px *p, const char *path, char *body, size_t size)
+{
+    px_admin(p, "GET", path, body, size);
 }
 
 /* The node's entry on the admin endpoint (GET /compute/concurrency); json_decref the root. */

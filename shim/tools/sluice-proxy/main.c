@@ -260,8 +260,8 @@ static int start_admin(struct proxy *p)
                                      .port = SLUICE_SOME(o->admin_port),
                                      .allow_remote = o->allow_remote,
                                      .start_deadline = shown_start_deadline,
-                                     .start_deadline_ctx = p, .error = err,
-                                     .error_size = sizeof err};
+                                     .start_deadline_ctx = p, .statefile = p->state,
+                                     .error = err, .error_size = sizeof err};
     if (sluice_admin_start(&desc, &p->admin) == SLUICE_OK)
         return EXIT_OK;
     /* The library's advice is a C caller's ("change sluice_admin_desc.port"): this one's
