@@ -369,6 +369,13 @@ static const struct {
     {"--upstream http://127.0.0.1:9 --deadline-ms 5000 --start-deadline-ms 9000",
      "--start-deadline-ms 9000 is longer than --deadline-ms (5000): a call cannot start after it "
      "must have ended; make it at most 5000"},
+    /* The admin's address in the flags' words, not the library's (sluice_admin_desc.address,
+     * .allow_remote), and before the state file opens. */
+    {"--upstream http://127.0.0.1:9 --admin 0.0.0.0:0",
+     "--admin 0.0.0.0 is not a loopback address: add --allow-remote (the admin endpoint has no "
+     "authentication"},
+    {"--upstream http://127.0.0.1:9 --admin example.com:8400",
+     "--admin: 'example.com' is not a numeric IPv4 or IPv6 address"},
 };
 
 Test(proxy_config, flag_errors_name_the_flag_and_the_value_and_exit_2)

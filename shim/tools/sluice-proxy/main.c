@@ -99,27 +99,62 @@ static void on_timer(void *ctx, long timeout_ms)
 
 /* ---- setting up ------------------------------------------------------------------------------ */
 
+/* 127.0.0.0/8, ::1, or 127.0.0.0/8 mapped into IPv6: the admin library's rule, so that a
+ * --admin address passes here exactly when it would pass there. */
+static bool is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return sa->sa_family == AF_INET6 &&
+           (IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127));
+}
+
+/* `host` and `port` resolved for `flag` (--listen, --admin) into *ai: a numeric address, and a
+ * loopback one unless --allow-remote, since neither server has authentication (`who` says
+ * which); else a usage error naming the flags. */
+static int bind_address(const struct options *o, const char *flag, const char *who,
+                        const char *host, unsigned port, struct addrinfo **ai)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
+    char service[8];
+    snprintf(service, sizeof service, "%u", port);
+    if (getaddrinfo(host, service, &hints, ai) != 0)
+        return usage_error("%s: '%s' is not a numeric IPv4 or IPv6 address", flag, host);
+    if (!is_loopback((*ai)->ai_addr) && !o->allow_remote) {
+        freeaddrinfo(*ai);
+        return usage_error("%s %s is not a loopback address: add --allow-remote (the %s has no "
+                           "authentication; put it behind a firewall)",
+                           flag, host, who);
+    }
+    return EXIT_OK;
+}
+
+/* The admin's address checked as --listen's is, before the state file opens, so that a mistake
+ * names the flags and not the library's sluice_admin_desc fields; the library binds it
+ * ("localhost" is its word for 127.0.0.1). */
+static int check_admin_address(const struct options *o)
+{
+    if (!o->admin_host)
+        return EXIT_OK;
+    struct addrinfo *ai;
+    const char *host = strcmp(o->admin_host, "localhost") ? o->admin_host : "127.0.0.1";
+    int rc = bind_address(o, "--admin", "admin endpoint", host, o->admin_port, &ai);
+    if (rc == EXIT_OK)
+        freeaddrinfo(ai);
+    return rc;
+}
+
 static int listen_on(struct proxy *p)
 {
     const struct options *o = p->o;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICHOST | AI_PASSIVE},
-                    *ai;
+    struct addrinfo *ai;
+    int rc = bind_address(o, "--listen", "proxy", o->listen_host, o->listen_port, &ai);
+    if (rc != EXIT_OK)
+        return rc;
     char port[8];
     snprintf(port, sizeof port, "%u", o->listen_port);
-    if (getaddrinfo(o->listen_host, port, &hints, &ai) != 0)
-        return usage_error("--listen: '%s' is not a numeric IPv4 or IPv6 address",
-                           o->listen_host);
-    bool loopback = (ai->ai_family == AF_INET &&
-                     (ntohl(((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127) ||
-                    (ai->ai_family == AF_INET6 &&
-                     IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr));
-    if (!loopback && !o->allow_remote) {
-        freeaddrinfo(ai);
-        return usage_error("--listen %s is not a loopback address: add --allow-remote (the "
-                           "proxy has no authentication; put it behind a firewall)",
-                           o->listen_host);
-    }
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 4096) != 0) {
@@ -283,7 +318,8 @@ static int start(struct proxy *p)
 {
     const struct options *o = p->o;
     int rc;
-    if ((rc = listen_on(p)) != EXIT_OK || (rc = read_keys(p->o)) != EXIT_OK ||
+    if ((rc = listen_on(p)) != EXIT_OK || (rc = check_admin_address(o)) != EXIT_OK ||
+        (rc = read_keys(p->o)) != EXIT_OK ||
         (rc = open_engine(p)) != EXIT_OK || (rc = start_admin(p)) != EXIT_OK)
         return rc;
     char err[256] = "";
