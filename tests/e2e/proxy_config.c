@@ -395,3 +395,15 @@ Test(proxy_config, flag_errors_name_the_flag_and_the_value_and_exit_2)
                            bad_flags[i].want, err);
     }
 }
+
+/* stdout's second line is the admin URL a script or sluicectl --admin takes as it is: an IPv6
+ * address in brackets, as its first line has it. */
+Test(proxy_config, an_ipv6_admin_address_is_printed_as_a_url_that_answers)
+{
+    const char *args[] = {"--upstream", "http://127.0.0.1:1", "--admin", "[::1]:0",
+                          "--state", "off", NULL};
+    cr_assert_eq(px_start(&px_main, args), 0);
+    cr_assert_eq(strncmp(px_main.admin, "http://[::1]:", 13), 0, "admin URL %s", px_main.admin);
+    char body[16384];
+    cr_assert_eq(px_admin(&px_main, "GET", "/compute/concurrency", body, sizeof body), 200);
+}

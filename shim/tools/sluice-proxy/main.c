@@ -314,6 +314,13 @@ static int start_admin(struct proxy *p)
     return EXIT_OK;
 }
 
+/* One of the URLs stdout promises; an IPv6 address in brackets, as a URL needs it. */
+static void print_url(const char *host, unsigned port)
+{
+    bool v6 = strchr(host, ':') != NULL;
+    printf("http://%s%s%s:%u\n", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
 static int start(struct proxy *p)
 {
     const struct options *o = p->o;
@@ -338,10 +345,9 @@ static int start(struct proxy *p)
         return fail("--access-log %s: %s", o->access_log, strerror(errno));
     if (p->log)
         setvbuf(p->log, NULL, _IOFBF, 1 << 16);
-    bool v6 = strchr(o->listen_host, ':') != NULL;
-    printf("http://%s%s%s:%u\n", v6 ? "[" : "", o->listen_host, v6 ? "]" : "", p->port);
+    print_url(o->listen_host, p->port);
     if (p->admin)
-        printf("http://%s:%u\n", o->admin_host, (unsigned)sluice_admin_port(p->admin));
+        print_url(o->admin_host, sluice_admin_port(p->admin));
     fflush(stdout);
     for (size_t i = 0; i < o->n_backends; i++) {
         const struct backend *b = &o->backends[i];
