@@ -659,12 +659,17 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
 {
     if (!loop || !c || !req || !req->done)
         return SLUICE_EINVAL;
-    const char *endpoint = req->endpoint;
-    const struct sluice_backend *b = NULL;
-    if (!endpoint && !c->base_url && (b = sluice_engine_find(sluice_curl_loop_engine(loop),
-                                                             req->backend)))
-        endpoint = b->endpoint;
     sluice__curl_result_init(&c->result);
+    /* Looked up before the URL: a misspelt ID is the mistake to name, not the missing URL
+     * that an unknown backend's absent endpoint would otherwise report. */
+    const struct sluice_backend *b = sluice_engine_find(sluice_curl_loop_engine(loop), req->backend);
+    if (!b)
+        return c->result.status = sluice__fail(
+                   c->result.error, sizeof c->result.error,
+                   "backend \"%s\" is not registered in the engine (register it in "
+                   "sluice_engine_desc.backends, or pass NULL for the endpoint-only backend)",
+                   req->backend);
+    const char *endpoint = req->endpoint ? req->endpoint : b->endpoint;
     int status = sluice__chat_prepare(c, endpoint);
     if (status != SLUICE_OK)
         return status;

@@ -346,6 +346,37 @@ CLIENT_TEST(without_a_url_or_a_model_the_client_says_einval_naming_what_to_set)
     sluice_engine_destroy(e);
 }
 
+CLIENT_TEST(a_chat_submitted_to_an_unknown_backend_is_told_so_not_that_it_lacks_a_url)
+{
+    struct sluice_backend_desc b = {.id = FX_BACKEND, .endpoint = "http://127.0.0.1:9/v1",
+                                    .active = 4};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(
+        sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
+        SLUICE_OK);
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
+    /* Without a base URL (the backend's endpoint was meant), and with one. */
+    for (int with_base = 0; with_base < 2; with_base++) {
+        struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){
+            .model = "m", .prompt = "hi", .base_url = with_base ? "http://127.0.0.1:9/v1" : NULL});
+        cr_assert_eq(sluice_chat_submit(loop, chat,
+                                        &(struct sluice_chat_request){.backend = FX_BACKEND "-typo",
+                                                                      .done = never_done},
+                                        NULL),
+                     SLUICE_EINVAL);
+        const char *why = sluice_chat_result(chat)->error;
+        cr_assert(strstr(why, "backend \"" FX_BACKEND "-typo\" is not registered") &&
+                      strstr(why, "sluice_engine_desc.backends") && !strstr(why, "no URL"),
+                  "base_url %d: \"%s\"", with_base, why);
+        sluice_chat_destroy(chat);
+    }
+    cr_assert_eq(sluice_pool_stats(sluice_engine_pool(e, FX_BACKEND)).admitted, 0);
+    sluice_curl_loop_destroy(loop);
+    sluice_engine_destroy(e);
+}
+
 /* Bytes the process's malloc has handed out and not taken back (glibc: heap and mmapped). */
 static size_t malloc_in_use(void)
 {

@@ -215,7 +215,8 @@ struct sluice_chat_request {
  * and submits again (with sluice_chat_set_repair's message, as a new run) if it must.
  * Returns SLUICE_OK (then `done` runs exactly once) or, with `done` never called, as
  * sluice_curl_loop_submit: SLUICE_ECAPACITY, SLUICE_ELATE, SLUICE_EAGAIN, SLUICE_ECLOSED,
- * SLUICE_EINVAL (also for no URL: sluice_chat_result's `error` names what to set), or
+ * SLUICE_EINVAL (also for a backend the engine does not have, or no URL:
+ * sluice_chat_result's `error` names which and what to set), or
  * SLUICE_ENOMEM (the request body could not be built).
  */
 int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *chat,
