@@ -185,6 +185,7 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
         return SLUICE_ENOMEM;
     memset((void *)p, 0, sizeof *p);
     atomic_init(&p->admitted, 0u);
+    atomic_init(&p->arriving, 0u);
     atomic_init(&p->in_flight, 0u);
     for (int i = 0; i < 4; i++)
         atomic_init(&p->ended[i], 0u);

@@ -25,7 +25,9 @@
  *     server can shed it or fail over within its own latency budget, and
  *     the provider's permits go to calls that can finish. How wrong it can
  *     be: it cannot see runs admitted but still preparing (they queue
- *     later, ahead of nobody yet), nor a Retry-After hold, nor a limit that
+ *     later, ahead of nobody yet; calls on their way to the line, such as
+ *     an event loop's submissions, are counted once marked with
+ *     sluice_pool_arrive), nor a Retry-After hold, nor a limit that
  *     discovery is about to raise or cut; calls lingering after an abandon
  *     release on their own schedule. It is an estimate for shedding load,
  *     never a promise: a run it admits can still time out.
@@ -129,7 +131,43 @@
 #include "pool_linger.h"
 #include "pool_state.h"
 
-/* Calls waiting for a permit: in the gate's line, or holding one through a Retry-After hold. */
+/*
+ * An admitted call that is on its way to the line, ahead of whoever is
+ * admitted after it, but not in it yet: an event loop's submission still in
+ * its inbox (sluice_curl_loop_submit admits on the submitting thread; the
+ * loop thread joins the line later). Mark it once admitted, and unmark it
+ * once it has joined the line or ended without joining; meanwhile the
+ * prediction counts it queued ahead of a newcomer. Unmarked, a burst of
+ * submissions made before the loop thread takes them in was each predicted
+ * a free line and admitted whole, however far past its deadline the burst
+ * queued. (A run still preparing needs no mark: it queues later, behind the
+ * newcomer.) Wait-free: a relaxed fetch-add each.
+ */
+SLUICE_INLINE void sluice_pool_arrive(struct sluice_pool *p)
+{
+    atomic_fetch_add_explicit(&p->arriving, 1u, SLUICE_RELAXED);
+}
+
+SLUICE_INLINE void sluice_pool_arrived(struct sluice_pool *p)
+{
+    atomic_fetch_sub_explicit(&p->arriving, 1u, SLUICE_RELAXED);
+}
+
+/* The gate as a newcomer will find it: the calls on their way to the line (sluice_pool_arrive)
+ * take the free permits first and queue for the rest. */
+SLUICE_INLINE struct sluice_gate_counts sluice__pool_line(struct sluice_pool *p)
+{
+    struct sluice_gate_counts g = sluice_gate_stats(&p->gate);
+    uint32_t arriving = atomic_load_explicit(&p->arriving, SLUICE_RELAXED);
+    uint32_t free_permits = g.in_flight < g.limit ? g.limit - g.in_flight : 0;
+    uint32_t take = arriving < free_permits ? arriving : free_permits;
+    g.in_flight += take;
+    g.waiting += arriving - take;
+    return g;
+}
+
+/* Calls waiting for a permit: in the gate's line (sluice__pool_line), or holding one through a
+ * Retry-After hold. */
 SLUICE_INLINE uint32_t sluice__pool_queued(struct sluice_pool *p, const struct sluice_gate_counts *g)
 {
     return g->waiting + atomic_load_explicit(&p->holding, SLUICE_RELAXED);
@@ -150,7 +188,7 @@ SLUICE_INLINE int64_t sluice_pool_predicted_wait(const struct sluice_pool *pool)
     bool hidden = median <= 0 && sluice_service_hidden(&p->service);
     if (!p->active || (median <= 0 && !hidden))
         return -1;
-    struct sluice_gate_counts g = sluice_gate_stats(&p->gate);
+    struct sluice_gate_counts g = sluice__pool_line(p);
     uint32_t queued = sluice__pool_queued(p, &g);
     if (g.limit == 0 || (queued == 0 && g.in_flight < g.limit))
         return 0;
@@ -259,7 +297,7 @@ SLUICE_INLINE int64_t sluice_pool_wait_bound(const struct sluice_pool *p,
  * wait as there are permits, a round, so a caller with a deadline is not queued behind more. */
 SLUICE_INLINE bool sluice__pool_round_waits(struct sluice_pool *p)
 {
-    struct sluice_gate_counts g = sluice_gate_stats(&p->gate);
+    struct sluice_gate_counts g = sluice__pool_line(p);
     return g.limit && sluice__pool_queued(p, &g) >= g.limit;
 }
 

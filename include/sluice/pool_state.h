@@ -195,6 +195,8 @@ struct sluice__pool_watcher; /* sluice/pool_linger.h */
 struct sluice_pool {
     /* Admissions and calls are written by different moments of a run. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) admitted;
+    _Atomic(uint32_t) arriving; /* admitted calls not yet in the line (sluice_pool_arrive);
+                                   written with `admitted`, by the same callers */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) in_flight;
     _Atomic(uint64_t) ended[4]; /* calls ended: OK, OVERLOAD, IGNORE (the rest), CENSORED;
                                    call_end already owns this line, so counting costs no

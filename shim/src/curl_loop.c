@@ -390,6 +390,7 @@ static void sluice__on_token(struct sluice_cancel_hook *hook)
 static void sluice__accept(struct sluice__rec *rec)
 {
     struct sluice_curl_loop *loop = rec->loop;
+    sluice_pool_arrived(rec->pool); /* in the line from here (or ended), counted by the gate */
     rec->live_id = rec->id;
     rec->stage = SLUICE__INBOX;
     rec->stop = 0;

@@ -338,6 +338,7 @@ int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_c
         goto out;
     }
     rec = (struct sluice__rec *)item;
+    sluice_pool_arrive(b->pool); /* ahead of later submissions until the loop takes it in */
     rec->req = *req;
     rec->req.backend = b->id;
     if (req->deadline) {

@@ -992,6 +992,78 @@ LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
     sluice_engine_destroy(e);
 }
 
+/* The burst test's engine clock: the service time its pool learns is virtual. */
+static int64_t burst_clock_ns;
+
+static int64_t burst_clock(void *ctx)
+{
+    (void)ctx;
+    return burst_clock_ns;
+}
+
+LOOP_TEST(a_burst_in_the_inbox_counts_as_queued_so_admission_refuses_what_its_deadline_cannot_fit)
+{
+    /* Two permits, both taken, and calls known to take 1 s: a newcomer behind q queued calls
+     * waits (q + 1) x 0.5 s, then needs 1 s, so of a burst with 10 s to live 17 fit. */
+    burst_clock_ns = 1000 * SLUICE_NS_PER_SEC;
+    struct sluice_backend_desc b = {.id = FX_BACKEND, .active = 2};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(&(struct sluice_engine_desc){
+                                          .backends = &b,
+                                          .n_backends = 1,
+                                          .clock = &(struct sluice_clock){.now_ns = burst_clock}},
+                                      &e),
+                 SLUICE_OK);
+    struct sluice_pool *p = sluice_engine_pool(e, FX_BACKEND);
+    struct sluice_call held[2];
+    for (int i = 0; i < 16; i++) {
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &held[0]), SLUICE_OK);
+        burst_clock_ns += SLUICE_NS_PER_SEC;
+        sluice_pool_call_end(p, &held[0], SLUICE_OUTCOME_OK, 0);
+    }
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &held[i]), SLUICE_OK);
+    cr_assert_eq(sluice_pool_predicted_wait(p), SLUICE_NS_PER_SEC / 2);
+    struct ep ep;
+    struct sluice_curl_loop *loop = ep_loop_create(&ep, e);
+    struct tracker t;
+    tracker_init(&t);
+    enum { BURST = 40 };
+    struct req q[BURST];
+    struct timespec dl;
+    sluice_deadline_in(&dl, 10 * SLUICE_NS_PER_SEC);
+    int accepted = 0;
+    /* The embedded loop runs only when acted on: the whole burst sits in the inbox. */
+    for (int i = 0; i < BURST; i++) {
+        req_init(&q[i], &t);
+        struct sluice_curl_request rq = req_of(&q[i], false);
+        rq.deadline = &dl;
+        int status = sluice_curl_loop_submit(loop, &rq, &q[i].id);
+        cr_assert(status == SLUICE_OK || status == SLUICE_ELATE, "%s", sluice_status_name(status));
+        accepted += status == SLUICE_OK;
+    }
+    cr_assert_eq(t.done, 0, "nothing reached the loop yet");
+    cr_assert(accepted >= 1 && accepted <= 17,
+              "%d of %d admitted: the submissions ahead in the inbox were not counted", accepted,
+              BURST);
+    cr_assert_eq(fx_counts(e).refused_early, (uint64_t)(BURST - accepted));
+    cr_assert_eq(sluice_pool_predicted_wait(p), (accepted + 1) * SLUICE_NS_PER_SEC / 2);
+    /* Taken in, they queue in the gate: the same prediction, counted there once. */
+    while (sluice_curl_loop_stats(loop).waiting < (uint32_t)accepted)
+        ep_run_once(&ep, loop, 50);
+    cr_assert_eq(sluice_pool_predicted_wait(p), (accepted + 1) * SLUICE_NS_PER_SEC / 2);
+    sluice_curl_loop_destroy(loop);
+    close(ep.fd);
+    cr_assert_eq(t.by_status[status_slot(SLUICE_ECLOSED)], accepted);
+    cr_assert_eq(sluice_pool_predicted_wait(p), SLUICE_NS_PER_SEC / 2, "nothing left arriving");
+    for (int i = 0; i < 2; i++)
+        sluice_pool_call_end(p, &held[i], SLUICE_OUTCOME_OK, 0);
+    for (int i = 0; i < BURST; i++)
+        curl_easy_cleanup(q[i].easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
 LOOP_TEST(closing_the_engine_completes_queued_requests_with_eclosed_from_another_thread)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 300,

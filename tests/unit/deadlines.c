@@ -278,6 +278,29 @@ Test(deadlines, admission_refuses_by_default_only_when_the_predicted_wait_passes
     sluice_pool_destroy(p);
 }
 
+Test(deadlines, calls_marked_on_their_way_to_the_line_take_free_permits_then_queue_ahead_of_a_newcomer)
+{
+    struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){0});
+    warm_up(p, 16, 10 * SEC);
+    struct timespec dl25 = deadline_in(25 * SEC);
+    struct sluice_call holder;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &holder), SLUICE_OK);
+    cr_assert_eq(sluice_pool_predicted_wait(p), 0, "a permit is free");
+    sluice_pool_arrive(p);
+    cr_assert_eq(sluice_pool_predicted_wait(p), 5 * SEC, "the arriving call takes the free one");
+    sluice_pool_arrive(p);
+    sluice_pool_arrive(p);
+    cr_assert_eq(sluice_pool_predicted_wait(p), 15 * SEC, "two queue ahead: (2 + 1) x 10 s / 2");
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl25), SLUICE_ELATE, "15 s wait + 10 s > 25 s");
+    for (int i = 0; i < 3; i++)
+        sluice_pool_arrived(p);
+    cr_assert_eq(sluice_pool_predicted_wait(p), 0);
+    cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl25), SLUICE_OK);
+    sluice_pool_leave(p);
+    sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
 Test(deadlines, before_the_service_time_is_known_a_call_with_a_deadline_queues_behind_one_round_at_most)
 {
     struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){0});
