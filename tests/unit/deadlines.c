@@ -694,6 +694,38 @@ Test(deadlines, a_run_reports_which_deadline_expired)
     sluice_engine_destroy(e);
 }
 
+static _Atomic(int) prepares;
+
+static int count_prepare(void *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&prepares, 1);
+    return 0;
+}
+
+Test(deadlines, a_run_with_either_deadline_unnormalised_is_einval_before_prepare)
+{
+    struct sluice_engine *e = make_engine(1, (struct sluice_deadline_desc){0});
+    struct fake_client c = {.duration = SEC};
+    const struct sluice_run_ops ops = {.prepare = count_prepare, .generate = fake_generate};
+    /* The bad one later than the good one: the earlier deadline alone looks fine. */
+    struct timespec good = deadline_in(60 * SEC), bad = deadline_in(120 * SEC);
+    bad.tv_nsec = SLUICE_NS_PER_SEC;
+    const struct timespec *pairs[][2] = {{&good, &bad}, {&bad, &good}, {NULL, &bad}, {&bad, NULL}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        struct sluice_run_result r;
+        cr_assert_eq(sluice_run(e, &(struct sluice_run_desc){.backend = "b", .ops = &ops, .ctx = &c,
+                                                             .start_deadline = pairs[i][0],
+                                                             .deadline = pairs[i][1]},
+                                &r),
+                     SLUICE_EINVAL, "pair %zu", i);
+        cr_assert_eq(atomic_load(&prepares), 0, "pair %zu: prepared for a run that was refused", i);
+    }
+    cr_assert_eq(atomic_load(&c.calls), 0);
+    cr_assert_eq(sluice_pool_stats(sluice_engine_pool(e, "b")).admitted, 0);
+    sluice_engine_destroy(e);
+}
+
 /* ---- what a cut call teaches, and whether it keeps its permit -------------------------- */
 
 Test(deadlines, a_call_cut_by_its_deadline_is_censored_and_a_cancelled_one_ignored)
