@@ -254,6 +254,19 @@ static int sluice__loop_check(const struct sluice_curl_loop_desc *d)
                             "max_requests = %" PRIu32 " is above SLUICE_CURL_LOOP_REQUESTS_MAX "
                             "(%" PRIu32 ")",
                             d->max_requests, SLUICE_CURL_LOOP_REQUESTS_MAX);
+    /* libcurl refuses a negative cap and keeps its own default, so it would pass unnoticed. */
+    const struct {
+        const char *name;
+        long value;
+    } caps[] = {{"max_host_connections", d->max_host_connections},
+                {"max_total_connections", d->max_total_connections},
+                {"max_concurrent_streams", d->max_concurrent_streams}};
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++)
+        if (caps[i].value < 0)
+            return sluice__fail(d->error, d->error_size,
+                                "%s = %ld is negative (leave it 0 for the cap derived from the "
+                                "engine's backends, or set a positive cap)",
+                                caps[i].name, caps[i].value);
     return SLUICE_OK;
 }
 

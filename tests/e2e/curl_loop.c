@@ -415,6 +415,10 @@ LOOP_TEST(a_bad_description_or_deadline_fails_with_einval_and_a_message_naming_t
         {{.engine = e, .timer = timer_nothing}, "timer is set but watch is NULL"},
         {{.engine = e, .max_requests = SLUICE_CURL_LOOP_REQUESTS_MAX + 1},
          "max_requests = 1048577 is above SLUICE_CURL_LOOP_REQUESTS_MAX (1048576)"},
+        {{.engine = e, .max_host_connections = -1},
+         "max_host_connections = -1 is negative (leave it 0 for"},
+        {{.engine = e, .max_total_connections = -2}, "max_total_connections = -2 is negative"},
+        {{.engine = e, .max_concurrent_streams = -3}, "max_concurrent_streams = -3 is negative"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[256] = "untouched";

@@ -553,7 +553,8 @@ struct sluice_curl_loop_desc {
     long max_host_connections;
     long max_total_connections;
     long max_concurrent_streams; /* HTTP/2 streams per connection (default: the largest
-                                    `active`, at least 100, libcurl's own default) */
+                                    `active`, at least 100, libcurl's own default); none of
+                                    the three may be negative */
     char *error;       /* receives a message naming the field when create fails
                           (default: NULL = no message); "" on success */
     size_t error_size; /* bytes at error, NUL included (default: 0) */
