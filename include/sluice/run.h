@@ -131,7 +131,10 @@ struct sluice_run_result {
     unsigned generations;         /* client calls made: the initial one plus repairs */
     bool refused_late;            /* SLUICE_ETIMEDOUT without calling the client: it could no
                                      longer start in time (sluice/pool_deadlines.h) */
-    enum sluice_expiry expired;   /* with SLUICE_ETIMEDOUT: which deadline */
+    enum sluice_expiry expired;   /* which deadline: with SLUICE_ETIMEDOUT (a wait), and with
+                                     SLUICE_ECLIENT whose client_status is SLUICE_ETIMEDOUT (the
+                                     client's call ended at a deadline: gen->expired, else the
+                                     whole call's) */
     struct sluice_sample last;    /* the last generation's sample, as discovery gets it */
     int client_status;            /* with SLUICE_ECLIENT: the failing callback's own code */
     enum sluice_run_stage client_stage; /* ... and which callback it was */

@@ -694,6 +694,32 @@ Test(deadlines, a_run_reports_which_deadline_expired)
     sluice_engine_destroy(e);
 }
 
+/* A client whose call its start deadline ended, as the chat client's transfer ends. */
+static int start_cut_generate(void *ctx, struct sluice_generation *gen)
+{
+    (void)ctx;
+    gen->abandoned = true;
+    gen->expired = SLUICE_EXPIRED_START;
+    return SLUICE_ETIMEDOUT;
+}
+
+Test(deadlines, a_deadline_that_ends_the_clients_call_is_its_eclient_and_says_which_deadline)
+{
+    struct sluice_engine *e = make_engine(1, (struct sluice_deadline_desc){0});
+    const struct sluice_run_ops ops = {.generate = start_cut_generate};
+    struct timespec start = deadline_in(60 * SEC), whole = deadline_in(120 * SEC);
+    struct sluice_run_result r;
+    cr_assert_eq(sluice_run(e, &(struct sluice_run_desc){.backend = "b", .ops = &ops,
+                                                         .start_deadline = &start,
+                                                         .deadline = &whole},
+                            &r),
+                 SLUICE_ECLIENT, "a callback's error, as README.md and run.h say");
+    cr_assert_eq(r.client_status, SLUICE_ETIMEDOUT);
+    cr_assert_eq(r.client_stage, SLUICE_STAGE_GENERATE);
+    cr_assert_eq(r.expired, SLUICE_EXPIRED_START);
+    sluice_engine_destroy(e);
+}
+
 static _Atomic(int) prepares;
 
 static int count_prepare(void *ctx)
