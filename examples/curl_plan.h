@@ -65,10 +65,14 @@ static void plan_done(const struct sluice_curl_result *r, CURL *easy, void *data
     curl_easy_cleanup(easy);
 }
 
-/* An engine with the backend "local" (4 in flight, 16 waiting). */
+/* An engine with the backend "local" (4 in flight, 16 waiting). The plan shows deadlines and
+ * cancels ending requests in the queue, so the backend queues every request it has room for
+ * (queue_late): by default a cold burst of requests with deadlines queues one round (as many as
+ * the permits) and the rest are refused at submit with SLUICE_ELATE, as stream_server.c shows. */
 static struct sluice_engine *plan_engine(void)
 {
-    struct sluice_backend_desc local = {.id = "local", .active = 4, .waiting = SLUICE_SOME(16)};
+    struct sluice_backend_desc local = {.id = "local", .active = 4, .waiting = SLUICE_SOME(16),
+                                        .deadlines = {.queue_late = true}};
     struct sluice_engine *engine = NULL;
     if (sluice_engine_create(&(struct sluice_engine_desc){.backends = &local, .n_backends = 1},
                              &engine) != SLUICE_OK)
