@@ -322,7 +322,7 @@ const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *c)
 
 struct sluice_chat_usage sluice_chat_last_usage(const struct sluice_chat *c)
 {
-    return c ? c->usage : (struct sluice_chat_usage){0};
+    return c ? c->usage : (struct sluice_chat_usage){-1, -1}; /* no chat: none known */
 }
 
 /* A repair resends the conversation with the rejected reply and the repair message. */
@@ -676,7 +676,7 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
     c->loop_done = req->done;
     c->loop_data = req->data;
     c->loop_finished = false;
-    return sluice_curl_loop_submit(loop,
+    status = sluice_curl_loop_submit(loop,
                                    &(struct sluice_curl_request){
                                        .backend = req->backend,
                                        .easy = c->easy,
@@ -693,6 +693,13 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
                                        .finish = sluice__chat_loop_finish,
                                    },
                                    id);
+    /* Refused: `done` never runs, so the result says so itself, not the last call's. */
+    if (status != SLUICE_OK) {
+        c->result.status = status;
+        snprintf(c->result.error, sizeof c->result.error, "not submitted: %s",
+                 sluice_strerror(status));
+    }
+    return status;
 }
 
 static int sluice__chat_validate(void *ctx, unsigned attempt, bool *repair)

@@ -416,3 +416,28 @@ CLIENT_TEST(a_refused_streaming_chat_never_paid_for_its_event_buffer)
     sluice_curl_loop_destroy(loop);
     sluice_engine_destroy(e);
 }
+
+CLIENT_TEST(a_refused_submit_leaves_its_code_in_the_chats_result)
+{
+    struct sluice_engine *e = fx_engine(1, 0, NULL); /* one run at a time, no waiting room */
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
+    struct sluice_pool *pool = sluice_engine_pool(e, FX_BACKEND);
+    cr_assert_eq(sluice_pool_admit(pool), SLUICE_OK, "the pool is full from here");
+    struct sluice_chat *chat = chat_new(
+        &(struct sluice_chat_desc){.base_url = "http://127.0.0.1:1/v1", .model = "m", .prompt = "hi"});
+    cr_assert_eq(sluice_chat_submit(loop, chat,
+                                    &(struct sluice_chat_request){.backend = FX_BACKEND,
+                                                                  .done = never_done},
+                                    NULL),
+                 SLUICE_ECAPACITY);
+    const struct sluice_curl_result *r = sluice_chat_result(chat);
+    cr_assert_eq(r->status, SLUICE_ECAPACITY, "the result says the submit was refused: \"%s\"",
+                 r->error);
+    cr_assert(strstr(r->error, sluice_strerror(SLUICE_ECAPACITY)), "\"%s\"", r->error);
+    sluice_chat_destroy(chat);
+    sluice_pool_leave(pool);
+    sluice_curl_loop_destroy(loop);
+    sluice_engine_destroy(e);
+}

@@ -82,7 +82,8 @@ Test(null_args, chat_client)
     EXPECT_OUT_NAMED(err);
     cr_expect_null(sluice_chat_reply(NULL));
     cr_expect_null(sluice_chat_result(NULL));
-    cr_expect_eq(sluice_chat_last_usage(NULL).prompt_tokens, 0);
+    cr_expect_eq(sluice_chat_last_usage(NULL).prompt_tokens, -1, "none known, as client.h says");
+    cr_expect_eq(sluice_chat_last_usage(NULL).completion_tokens, -1);
     cr_expect_eq(sluice_chat_set_repair(NULL, "fix it"), SLUICE_EINVAL);
     cr_expect_eq(sluice_chat_submit(NULL, NULL, NULL, NULL), SLUICE_EINVAL);
     sluice_chat_destroy(NULL);

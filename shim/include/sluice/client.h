@@ -217,7 +217,8 @@ struct sluice_chat_request {
  * sluice_curl_loop_submit: SLUICE_ECAPACITY, SLUICE_ELATE, SLUICE_EAGAIN, SLUICE_ECLOSED,
  * SLUICE_EINVAL (also for a backend the engine does not have, or no URL:
  * sluice_chat_result's `error` names which and what to set), or
- * SLUICE_ENOMEM (the request body could not be built).
+ * SLUICE_ENOMEM (the request body could not be built). Refused, sluice_chat_result's
+ * `status` is that code, never the previous generation's.
  */
 int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *chat,
                        const struct sluice_chat_request *req, uint64_t *id);
