@@ -662,15 +662,13 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
     sluice__curl_result_init(&c->result);
     /* Looked up before the URL: a misspelt ID is the mistake to name, not the missing URL
      * that an unknown backend's absent endpoint would otherwise report. */
-    const struct sluice_backend *b = sluice_engine_find(sluice_curl_loop_engine(loop), req->backend);
-    if (!b)
-        return c->result.status = sluice__fail(
-                   c->result.error, sizeof c->result.error,
-                   "backend \"%s\" is not registered in the engine (register it in "
-                   "sluice_engine_desc.backends, or pass NULL for the endpoint-only backend)",
-                   req->backend);
+    const struct sluice_engine *engine = sluice_curl_loop_engine(loop);
+    int status = sluice__curl_check_backend(engine, req->backend, &c->result);
+    if (status != SLUICE_OK)
+        return c->result.status = status;
+    const struct sluice_backend *b = sluice_engine_find(engine, req->backend);
     const char *endpoint = req->endpoint ? req->endpoint : b->endpoint;
-    int status = sluice__chat_prepare(c, endpoint);
+    status = sluice__chat_prepare(c, endpoint);
     if (status != SLUICE_OK)
         return status;
     c->loop_done = req->done;

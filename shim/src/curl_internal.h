@@ -86,6 +86,12 @@ void sluice__curl_result_init(struct sluice_curl_result *res);
  * on CLOCK_MONOTONIC (more than a year ahead). */
 int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res);
 
+/* SLUICE_OK, or SLUICE_EINVAL with res->error naming `backend` as one the engine does not
+ * have and where to register it (a misspelt ID is the mistake to name, whatever else the
+ * call lacks). */
+int sluice__curl_check_backend(const struct sluice_engine *engine, const char *backend,
+                               struct sluice_curl_result *res);
+
 /* A call that ended SLUICE_ETIMEDOUT before any transfer (res->status) with no word yet: say
  * in res->error whether its deadline had passed when it was made (at `made_ns`), left too
  * little to start (res->refused_late), or ran out while it queued; `deadline` is the earlier

@@ -447,6 +447,17 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
 }
 
 /* Everything wrong with a blocking call's arguments, checked before admission. */
+int sluice__curl_check_backend(const struct sluice_engine *engine, const char *backend,
+                               struct sluice_curl_result *res)
+{
+    if (sluice_engine_find(engine, backend))
+        return SLUICE_OK;
+    return sluice__fail(res->error, sizeof res->error,
+                        "backend \"%s\" is not registered in the engine (register it in "
+                        "sluice_engine_desc.backends, or pass NULL for the endpoint-only backend)",
+                        backend);
+}
+
 static int sluice__curl_check_call(const struct sluice_engine *engine,
                                    const struct sluice_curl_call *call,
                                    struct sluice_curl_result *res)
@@ -454,13 +465,10 @@ static int sluice__curl_check_call(const struct sluice_engine *engine,
     if (!engine || !call || !call->easy)
         return sluice__fail(res->error, sizeof res->error, "%s is NULL (required)",
                             !engine ? "engine" : !call ? "call" : "easy");
-    if (!sluice_engine_find(engine, call->backend))
-        return sluice__fail(res->error, sizeof res->error,
-                            "backend \"%s\" is not registered in the engine (register it in "
-                            "sluice_engine_desc.backends, or pass NULL for the endpoint-only "
-                            "backend)",
-                            call->backend);
-    int status = sluice__curl_check_deadline(call->deadline, res);
+    int status = sluice__curl_check_backend(engine, call->backend, res);
+    if (status != SLUICE_OK)
+        return status;
+    status = sluice__curl_check_deadline(call->deadline, res);
     return status == SLUICE_OK ? sluice__curl_check_deadline(call->start_deadline, res) : status;
 }
 
