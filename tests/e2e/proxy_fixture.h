@@ -114,6 +114,18 @@ static inline int px_stop(struct px *p)
     return p->status;
 }
 
+/* Start the fixture's simulator (fx_sim) as provider `p` with `extra` flags (NULL-terminated)
+ * that struct fx_provider has no field for, stopping any earlier one. */
+static inline void px_sim_start(const struct fx_provider *p, const char *const *extra)
+{
+    struct fx_argv a;
+    fx_provider_argv(p, &a);
+    for (int i = 0; extra && extra[i]; i++)
+        fx__arg(&a, extra[i], NULL);
+    sim_process_stop(&fx_sim);
+    cr_assert_eq(sim_process_start(&fx_sim, a.v), 0, "the simulator did not start");
+}
+
 /* ---- requests ---------------------------------------------------------------------------- */
 
 struct px_reply {
@@ -307,6 +319,17 @@ static inline json_t *px_node(const struct px *p, const char *node, json_t **roo
             return n;
     }
     return NULL;
+}
+
+/* A counter of `node` on the admin endpoint's JSON (requests_total, cancels_total, ...). */
+static inline long px_node_count(const struct px *p, const char *node, const char *key)
+{
+    json_t *root;
+    json_t *n = px_node(p, node, &root);
+    cr_assert_not_null(n, "%s is not on the admin endpoint", node);
+    long v = (long)json_integer_value(json_object_get(n, key));
+    json_decref(root);
+    return v;
 }
 
 /* ---- raw requests: what libcurl will not send ------------------------------------------- */

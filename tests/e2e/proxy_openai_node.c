@@ -2,7 +2,8 @@
  * A real client nobody here wrote: the official OpenAI Node SDK (`openai`
  * from npm, installed into the build tree by the presets' bootstrap, see
  * cmake/SluiceBootstrap.cmake) with its baseURL at sluice-proxy does a plain
- * and a streamed chat against the simulator, and surfaces the proxy's own
+ * and a streamed chat against the simulator (whose stream ends after its
+ * [DONE] is read, when the SDK has hung up), and surfaces the proxy's own
  * refusal (status and message) as its APIError. Skipped, saying why, where
  * Node.js or the SDK is not installed.
  */
@@ -56,9 +57,12 @@ static int run_sdk(const char *mode, char *out, size_t size)
 
 static void start(bool stream)
 {
-    fx_start(stream ? &(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5,
-                                            .stream = true, .answer_tokens = 4, .token_ms = 5}
-                    : &(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    /* The stream's body ends long after its [DONE]: the SDK stops reading at [DONE] and hangs
+     * up, as it does whenever the body's last chunk comes in a packet of its own. */
+    px_sim_start(stream ? &(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5,
+                                                .stream = true, .answer_tokens = 4, .token_ms = 5}
+                        : &(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5},
+                 stream ? (const char *[]){"--stream-end-ms", "60000", NULL} : NULL);
     char upstream[64];
     snprintf(upstream, sizeof upstream, "http://127.0.0.1:%d", fx_sim.port);
     const char *args[] = {"--upstream", upstream, "--node", "cloud:sim", "--state", "off", NULL};
@@ -76,6 +80,11 @@ Test(proxy_openai_node, plain_and_streamed_chats_through_the_proxy)
     cr_assert_gt(json_integer_value(json_object_get(root, "chunks")), 1);
     cr_assert_eq(fx_stats().ok, 2, "one plain and one streamed call reached the provider");
     json_decref(root);
+    /* The SDK's hang-up after [DONE] ended a successful call, not a cancelled one. */
+    WAIT_UNTIL(px_node_count(&px_main, "cloud:sim", "requests_total") == 2);
+    cr_assert_eq(px_node_count(&px_main, "cloud:sim", "cancels_total"), 0,
+                 "the streamed call was heard as a cancel");
+    cr_assert_eq(px_node_count(&px_main, "cloud:sim", "lingered_total"), 0);
 }
 
 Test(proxy_openai_node, the_sdk_surfaces_the_proxys_own_refusal)

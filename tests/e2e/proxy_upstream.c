@@ -57,15 +57,9 @@ static void read_log(char *text, size_t size)
     fclose(f);
 }
 
-/* A counter of NODE on the admin endpoint's JSON. */
 static long node_count(const char *key)
 {
-    json_t *root;
-    json_t *n = px_node(&px_main, NODE, &root);
-    cr_assert_not_null(n, "%s is not on the admin endpoint", NODE);
-    long v = (long)json_integer_value(json_object_get(n, key));
-    json_decref(root);
-    return v;
+    return px_node_count(&px_main, NODE, key);
 }
 
 static const char stream_body[] =
@@ -97,7 +91,8 @@ Test(proxy_upstream, a_429_error_event_mid_stream_reaches_the_client_and_is_a_re
 
 /*
  * A loopback server with one canned answer per path (struct canned), sent
- * whole and then closed (an answer without Content-Length ends at the close).
+ * whole and then closed (an answer without Content-Length ends at the close),
+ * or held open (canned_hold: a chunked answer whose last chunk never comes).
  * A thread per connection; it lives until the test process ends.
  */
 struct canned {
@@ -105,6 +100,7 @@ struct canned {
 };
 
 static const struct canned *canned_table;
+static bool canned_hold; /* a connection stays open after its answer, until the proxy closes it */
 
 static void *canned_conn(void *arg)
 {
@@ -130,7 +126,8 @@ static void *canned_conn(void *arg)
                 perror("canned answer");
             break;
         }
-    shutdown(fd, SHUT_WR);
+    if (!canned_hold)
+        shutdown(fd, SHUT_WR);
     while (read(fd, buf, sizeof buf) > 0) /* until the proxy closes: no reset */
         ;
     close(fd);
@@ -239,6 +236,67 @@ Test(proxy_upstream, a_stream_cut_after_an_error_event_is_logged_as_that_error)
     read_log(text, sizeof text);
     cr_assert_not_null(strstr(text, "\"POST /cut\" 200 overloaded "),
                        "the log says what the pool heard: %s", text);
+}
+
+/* ---- after [DONE] ----------------------------------------------------------------------------- */
+
+/* A stream whose [DONE] comes and whose body's end (its last chunk) does not; and one whose
+ * [DONE] does not come either. */
+static const struct canned done_then_held[] = {
+    {"/held", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+              "Transfer-Encoding: chunked\r\n\r\n"
+              "3e\r\n" CHUNK("Hi") "data: [DONE]\n\n\r\n"},
+    {"/unfinished", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n"
+                    "30\r\n" CHUNK("Hi") "\r\n"},
+    {NULL, NULL},
+};
+
+/* The OpenAI SDKs stop reading at [DONE] and close, often before the body's last chunk, a
+ * packet of its own, has come: the call was a success, not a cancel whose permit lingers. A
+ * client still there when its deadline comes after the [DONE] gets the answer's end, and the
+ * call is no timeout either. */
+Test(proxy_upstream, a_client_that_hangs_up_after_done_had_a_successful_call)
+{
+    canned_hold = true;
+    start_proxy(canned_start(done_then_held));
+    int fd = px_connect(&px_main);
+    char req[512], got[4096];
+    snprintf(req, sizeof req,
+             "POST /held HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             strlen(stream_body), stream_body);
+    cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    size_t len = 0;
+    got[0] = '\0';
+    while (!strstr(got, "data: [DONE]") && len + 1 < sizeof got) {
+        ssize_t n = read(fd, got + len, sizeof got - 1 - len);
+        cr_assert_gt(n, 0, "the proxy closed before [DONE]: %s", got);
+        len += (size_t)n;
+        got[len] = '\0';
+    }
+    close(fd);
+    WAIT_UNTIL(node_count("requests_total") == 1);
+    cr_assert_eq(node_count("cancels_total"), 0, "the call was heard as a cancel");
+    cr_assert_eq(node_count("lingered_total"), 0, "its permit lingered");
+    cr_assert_eq(node_count("in_flight"), 0);
+
+    struct px_reply r;
+    px_request(&px_main, "/held", stream_body, "X-Sluice-Deadline-Ms: 500", &r);
+    cr_assert_eq(r.code, CURLE_OK, "the answer was cut: %s", curl_easy_strerror(r.code));
+    cr_assert_eq(r.status, 200);
+    cr_assert_not_null(strstr(r.body, "data: [DONE]"), "%s", r.body);
+    cr_assert_eq(node_count("requests_total"), 2);
+    cr_assert_eq(node_count("timeouts_total"), 0, "the call was heard as a timeout");
+    /* Without its [DONE] (after calls that had one) the deadline still cuts the stream. */
+    px_request(&px_main, "/unfinished", stream_body, "X-Sluice-Deadline-Ms: 500", &r);
+    cr_assert_neq(r.code, CURLE_OK, "a stream the deadline cut looks whole: %s", r.body);
+    cr_assert_eq(node_count("timeouts_total"), 1);
+    char text[4096];
+    read_log(text, sizeof text);
+    const char *first = strstr(text, "\"POST /held\" 200 success ");
+    cr_assert_not_null(first, "the access log says what the pool heard: %s", text);
+    cr_assert_not_null(strstr(first + 1, "\"POST /held\" 200 success "), "%s", text);
 }
 
 /* ---- an error answer's body ---------------------------------------------------------------- */

@@ -45,7 +45,8 @@
  * finish_reason "stop", a chunk with `usage`, and `data: [DONE]`.
  * --stream-fail-after N sends an error event with code 429 (and
  * finish_reason "error") after N tokens instead and ends the stream;
- * --stream-endless never ends it. A client that hangs up mid-stream is seen
+ * --stream-endless never ends it; --stream-end-ms holds the body's end back
+ * after [DONE] (the slot is free at [DONE]). A client that hangs up mid-stream is seen
  * at once (the thread waits for the next token in ppoll on its socket) and
  * counted in stream.cut; with --abandoned hold the slot stays taken until
  * the stream's planned end (at once for an endless stream).

@@ -22,6 +22,8 @@ static void stream_usage(FILE *f)
           "  --stream-fail-after N  after N tokens send an error event with code 429\n"
           "                      (finish_reason \"error\") and end the stream\n"
           "  --stream-endless    never end the stream\n"
+          "  --stream-end-ms X   end the answer's body X ms after its [DONE] (as a\n"
+          "                      provider's last packet can come late; default 0)\n"
           "  --stream-stamp      each token's text is the CLOCK_MONOTONIC ns at which it was\n"
           "                      sent, zero-padded to --token-bytes (at least 20), so a client\n"
           "                      on this machine can time the delivery (sluice-bench)\n",
@@ -151,7 +153,8 @@ static int flag_in(const char *flag, const char *const *with_value, size_t n_wit
 static int stream_flag_takes_value(const char *flag)
 {
     static const char *const with_value[] = {"--token-ms", "--answer-tokens", "--answer-sigma",
-                                             "--token-bytes", "--stream-fail-after"};
+                                             "--token-bytes", "--stream-fail-after",
+                                             "--stream-end-ms"};
     static const char *const without[] = {"--stream", "--stream-endless", "--stream-stamp"};
     return flag_in(flag, with_value, sizeof with_value / sizeof *with_value, without,
                    sizeof without / sizeof *without);
@@ -189,6 +192,10 @@ static void parse_stream_flag(const char *flag, const char *value, struct stream
     } else if (!strcmp(flag, "--stream-fail-after")) {
         st->fail_after = need_count(flag, value);
         st->fail_set = true;
+    } else if (!strcmp(flag, "--stream-end-ms")) {
+        st->end_ms = need_number(flag, value);
+        if (st->end_ms > 86400e3)
+            bad_usage("%s needs milliseconds from 0 to 86400000, got '%s'", flag, value);
     }
 }
 
@@ -205,7 +212,8 @@ static void check_stream_options(const struct stream_options *st)
 {
     if (st->any && !st->on)
         bad_usage("--token-ms, --answer-tokens, --answer-sigma, --token-bytes, "
-                  "--stream-fail-after, --stream-endless and --stream-stamp need --stream");
+                  "--stream-fail-after, --stream-endless, --stream-end-ms and --stream-stamp "
+                  "need --stream");
     if (st->fail_set && st->endless)
         bad_usage("--stream-fail-after and --stream-endless exclude each other");
     if (st->stamp && st->token_bytes < 20)

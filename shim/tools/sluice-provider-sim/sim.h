@@ -100,6 +100,7 @@ struct stream_options {
     bool fail_set;
     bool endless;          /* --stream-endless */
     bool stamp;            /* --stream-stamp: each token's text is its send time */
+    double end_ms;         /* --stream-end-ms: the body's end comes this long after [DONE] */
 };
 
 /* What a call whose client hangs up mid-call does with its slot. */

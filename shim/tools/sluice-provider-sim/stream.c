@@ -133,6 +133,19 @@ static ssize_t stream_cut(struct server *sv, struct req *r)
     return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
+/* After the last event (its slot is free already): the body's end, --stream-end-ms later, as
+ * a provider's last packet can come apart from its [DONE]. A client that hangs up in between
+ * had the whole answer: nothing to count. */
+static ssize_t stream_end_of_body(struct server *sv, const struct stream *st)
+{
+    if (sv->stream.end_ms > 0 &&
+        stream_wait(sv, st, sim_clock_ns() + (int64_t)(sv->stream.end_ms * 1e6)) != STREAM_DUE) {
+        mhd_no_on_purpose = true;
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    return MHD_CONTENT_READER_END_OF_STREAM;
+}
+
 /* MHD's content reader for a streamed answer: blocks its connection thread until the next
  * event is due (MHD_USE_THREAD_PER_CONNECTION allows it), then returns that event. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -142,7 +155,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     struct req *r = cls;
     struct stream *st = r->stream;
     if (st->over)
-        return MHD_CONTENT_READER_END_OF_STREAM;
+        return stream_end_of_body(sv, st);
     if (!st->began) {
         static const char comment[] = ": sluice-provider-sim processing\n\n";
         st->began = true;

@@ -110,6 +110,7 @@ static bool is_key_header(const char *name, size_t len)
 struct proxy_events {
     struct sluice_sse sse;
     bool error;                     /* an error event came */
+    bool done;                      /* `data: [DONE]` came: the answer is whole */
     struct sluice_curl_result said; /* what the first one said */
     char buf[EVENT_MAX];
 };
@@ -118,6 +119,7 @@ static int on_event(void *ctx, const struct sluice_sse_event *ev)
 {
     struct conn *c = ctx;
     struct proxy_events *e = c->up_events;
+    e->done = e->done || (ev->data_len == 6 && !memcmp(ev->data, "[DONE]", 6));
     if (!e->error)
         e->error = sluice_curl_classify_event(ev->data, ev->data_len, c->backend->dialect,
                                               &e->said);
@@ -140,7 +142,7 @@ static void read_events(struct conn *c, const char *data, size_t len)
     if (!c->up_events) {
         if (!(c->up_events = malloc(sizeof *c->up_events)))
             return;
-        c->up_events->error = false;
+        c->up_events->error = c->up_events->done = false;
         events_parse_anew(c);
     }
     if (sluice_sse_feed(&c->up_events->sse, data, len) != SLUICE_OK)
@@ -148,11 +150,23 @@ static void read_events(struct conn *c, const char *data, size_t len)
 }
 
 /* Before the pool and discovery hear the call: a stream that ended in an error event was that
- * error, whatever its status line said (the status the client got stays in up_status). */
+ * error, whatever its status line said (the status the client got stays in up_status). One
+ * whose [DONE] came was a success however its transfer ended: the OpenAI SDKs hang up at
+ * [DONE], often before the body's last chunk (a packet of its own) arrives, and a provider may
+ * hold its connection after it; neither is an abandoned call whose permit lingers, a deadline
+ * or a silent upstream, and the client that is still there gets the answer's end. */
 static void on_finish(void *data, CURL *easy, struct sluice_curl_result *r)
 {
     (void)easy;
     const struct proxy_events *e = ((struct conn *)data)->up_events;
+    if (e && !e->error && e->done && r->status != SLUICE_OK) {
+        r->status = SLUICE_OK;
+        r->abandoned = false;
+        r->kind = SLUICE_CURL_SUCCESS;
+        r->outcome = sluice_curl_kind_outcome(SLUICE_CURL_SUCCESS);
+        r->error[0] = '\0';
+        return;
+    }
     if (!e || !e->error)
         return;
     r->kind = e->said.kind;
@@ -455,7 +469,9 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
         int64_t now = now_ns();
         if (!c->head_sent) /* it gave up before any answer began: its patience */
             patience_hung_up(backend_patience(c), c->backend->id, now - c->t_start_ns, now);
-        c->outcome = "client_gone";
+        /* After a [DONE] the answer was whole (on_finish): logged as the pool heard it. */
+        c->outcome = c->head_sent && r->status == SLUICE_OK ? sluice_curl_kind_name(r->kind)
+                                                            : "client_gone";
         c->status_out = c->head_sent ? (int)c->up_status : 499; /* nginx's "client closed" */
         http_request_done(c);
         return;
