@@ -419,6 +419,17 @@ Test(proxy_upstream, fields_the_clients_connection_header_names_do_not_go_upstre
     cr_assert_null(strcasestr(r.body, "\r\nconnection:"), "%s", r.body);
 }
 
+/* The answer is read on the way (an error body, a stream's events): the provider must not
+ * compress it, whatever the client accepts (the OpenAI Node SDK sends gzip, deflate). */
+Test(proxy_upstream, the_clients_accept_encoding_does_not_go_upstream)
+{
+    start_proxy(px_echo_start());
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, "Accept-Encoding: gzip, deflate", &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert_null(strcasestr(r.body, "\r\naccept-encoding:"), "%s", r.body);
+}
+
 static const struct canned hops[] = {
     {"/named", "HTTP/1.1 200 OK\r\nX-Hop-Before: dropped\r\nContent-Type: text/plain\r\n"
                "Connection: close, X-Hop-Before\r\nconnection:\tx-hop-after \r\n"

@@ -12,6 +12,9 @@
  * 7.6.1). libcurl is not asked to decode anything (no
  * CURLOPT_ACCEPT_ENCODING), so the bytes are the provider's; a
  * Content-Length answer keeps its length, anything else is re-chunked.
+ * The client's Accept-Encoding stays here too: the answer is read on the
+ * way (below), and a compressed one would hide what it says (the OpenAI
+ * Node SDK asks for gzip, and a gzipped insufficient_quota read as the cap).
  * A server-sent event leaves in the loop iteration whose read brought it.
  * An error answer's body (a 429's insufficient_quota, a 503's
  * overloaded_error) is read on the way by the curl loop for classification
@@ -524,7 +527,7 @@ static void build_headers(struct conn *c, const struct backend *b, bool has_body
         const char *name = r->h[i].name;
         size_t nl = r->h[i].name_len;
         if (is_hop_by_hop(name, nl) || request_connection_lists(r, name, nl) ||
-            (replace_key && is_key_header(name, nl)))
+            (replace_key && is_key_header(name, nl)) || http_header_is(name, nl, "accept-encoding"))
             continue;
         has_type = has_type || http_header_is(name, nl, "content-type");
         has_accept = has_accept || http_header_is(name, nl, "accept");
