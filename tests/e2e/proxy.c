@@ -778,3 +778,31 @@ Test(proxy, the_admin_shows_the_start_deadline_of_requests_that_name_none)
         strstr(body, "\nsluice_default_start_deadline_seconds{node=\"" NODE "\"} 0.7\n"),
         "no start deadline of 0.7 s in /metrics");
 }
+
+/* A stream still going when --drain-ms runs out is cut, and the access log says the drain cut
+ * it, not the upstream (which was streaming on). */
+Test(proxy, a_stream_the_drain_ends_is_logged_as_cut_by_the_drain)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5, .stream = true,
+                                   .stream_endless = true, .token_ms = 20});
+    char dir[] = "/tmp/sluice-proxy-test-XXXXXX", log[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(log, sizeof log, "%s/access.log", dir);
+    start_proxy((const char *const[]){"--drain-ms", "100", "--access-log", log, NULL});
+    int fd = px_connect(&px_main);
+    char req[512], got[4096];
+    raw_chat(req, sizeof req, "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}");
+    cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    cr_assert(px_read_head(fd, got, sizeof got), "no answer began: %s", got);
+    int status = px_stop(&px_main);
+    close(fd);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the drain did not exit 0");
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f, "no access log at %s", log);
+    size_t n = fread(got, 1, sizeof got - 1, f);
+    got[n] = '\0';
+    fclose(f);
+    unlink(log);
+    rmdir(dir);
+    cr_assert_not_null(strstr(got, "\"POST /v1/chat/completions\" 200 cut_drain "), "%s", got);
+}

@@ -494,6 +494,7 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
         c->status_out = (int)c->up_status;
         c->outcome = error_event                    ? sluice_curl_kind_name(r->kind)
                      : r->status == SLUICE_ETIMEDOUT ? "cut_deadline"
+                     : r->status == SLUICE_ECLOSED   ? "cut_drain" /* --drain-ms ran out */
                                                      : "cut_upstream";
         http_request_done(c);
     } else {
