@@ -39,6 +39,43 @@ int usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+/* See tool.h. */
+int fail_in_cli_words(const char *msg, const char *const (*words)[2], size_t n_words)
+{
+    char out[1024];
+    size_t o = 0;
+    while (*msg) {
+        const char *put = msg;
+        size_t take = 1, skip = 1;
+        for (size_t k = 0; k < n_words; k++)
+            if (!strncmp(msg, words[k][0], strlen(words[k][0]))) {
+                put = words[k][1];
+                take = strlen(put);
+                skip = strlen(words[k][0]);
+                break;
+            }
+        if (o + take >= sizeof out)
+            break;
+        memcpy(out + o, put, take);
+        o += take;
+        msg += skip;
+    }
+    out[o] = '\0';
+    return fail("%s", out);
+}
+
+/* See tool.h. */
+int fail_state_open(const char *prefix, const char *err)
+{
+    static const char *const words[][2] = {
+        {"sluice_statefile_desc.path", "--state"},
+        {"or NULL for the default location", "or leave --state out for the default location"},
+    };
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s%s%s", prefix ? prefix : "", prefix ? ": " : "", err);
+    return fail_in_cli_words(msg, words, sizeof words / sizeof *words);
+}
+
 size_t tool_discard(char *ptr, size_t size, size_t n, void *ctx)
 {
     (void)ptr;

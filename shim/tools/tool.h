@@ -39,6 +39,14 @@ int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "NAME: message (see NAME --help)" on stderr; returns EXIT_USAGE. */
 int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A library's message as one line with its C names swapped for what the tool's user typed:
+ * each words[k][0] in msg becomes words[k][1]. Returns EXIT_FAIL. */
+int fail_in_cli_words(const char *msg, const char *const (*words)[2], size_t n_words);
+
+/* sluice_statefile_open's message `err` as "PREFIX: err" in the words of a user of --state
+ * (the library's name the C field). Returns EXIT_FAIL. */
+int fail_state_open(const char *prefix, const char *err);
+
 /* A libcurl write callback that keeps nothing (an answer only its status matters for). */
 size_t tool_discard(char *ptr, size_t size, size_t n, void *ctx);
 

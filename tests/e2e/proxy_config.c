@@ -376,7 +376,29 @@ static const struct {
      "authentication"},
     {"--upstream http://127.0.0.1:9 --admin example.com:8400",
      "--admin: 'example.com' is not a numeric IPv4 or IPv6 address"},
+    /* A key variable never exported: the flag named, exit 2 as for any bad configuration. */
+    {"--upstream http://127.0.0.1:9 --api-key-env SLUICE_PX_TEST_NEVER_SET",
+     "--api-key-env SLUICE_PX_TEST_NEVER_SET: $SLUICE_PX_TEST_NEVER_SET is not set"},
 };
+
+/* A state file it cannot open stops the proxy (exit 1) in the words of --state, not of the
+ * C field the library names. */
+Test(proxy_config, a_state_file_it_cannot_open_is_named_in_the_flags_words)
+{
+    char err[1024], cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "timeout 10 '%s' --listen 127.0.0.1:0 --admin off --upstream http://127.0.0.1:9 "
+             "--state /etc/passwd/ceilings.json 2>&1",
+             SLUICE_PROXY_PATH);
+    FILE *f = popen(cmd, "r");
+    size_t n = fread(err, 1, sizeof err - 1, f);
+    err[n] = '\0';
+    int status = pclose(f);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "%s", err);
+    cr_assert(strstr(err, "--state") && strstr(err, "/etc/passwd") &&
+                  !strstr(err, "sluice_statefile_desc"),
+              "%s", err);
+}
 
 Test(proxy_config, flag_errors_name_the_flag_and_the_value_and_exit_2)
 {

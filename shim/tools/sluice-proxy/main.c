@@ -183,8 +183,17 @@ static int read_keys(struct options *o)
         if (!b->key_env)
             continue;
         const char *key = getenv(b->key_env);
-        if (!key || !*key)
-            return fail("backend %s: $%s (its api_key_env) is not set", b->id, b->key_env);
+        if (!key || !*key) { /* a configuration error: named where it was written, exit 2 */
+            if (b->line)
+                fprintf(stderr, PROG ": %s:%d: backends[%zu].api_key_env: $%s is not set "
+                                "(export it before starting " PROG ")\n",
+                        o->config, b->line, i, b->key_env);
+            else
+                fprintf(stderr, PROG ": --api-key-env %s: $%s is not set (export it before "
+                                "starting " PROG ")\n",
+                        b->key_env, b->key_env);
+            return EXIT_USAGE;
+        }
         b->key = strdup(key);
     }
     return EXIT_OK;
@@ -213,7 +222,7 @@ static int open_engine(struct proxy *p)
                                                                      .error = err,
                                                                      .error_size = sizeof err},
                                      &p->state) != SLUICE_OK) {
-        return fail("state file %s: %s (--state)", o->state ? o->state : "(default)", err);
+        return fail_state_open("--state", err); /* err names the path */
     }
     struct sluice_store_ops store;
     if (p->state)

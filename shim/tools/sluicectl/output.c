@@ -88,31 +88,6 @@ int fail_answer(const char *err, const char *fix)
     return rc;
 }
 
-/* See sluicectl.h. */
-int fail_in_cli_words(const char *msg, const char *const (*words)[2], size_t n_words)
-{
-    char out[1024];
-    size_t o = 0;
-    while (*msg) {
-        const char *put = msg;
-        size_t take = 1, skip = 1;
-        for (size_t k = 0; k < n_words; k++)
-            if (!strncmp(msg, words[k][0], strlen(words[k][0]))) {
-                put = words[k][1];
-                take = strlen(put);
-                skip = strlen(words[k][0]);
-                break;
-            }
-        if (o + take >= sizeof out)
-            break;
-        memcpy(out + o, put, take);
-        o += take;
-        msg += skip;
-    }
-    out[o] = '\0';
-    return fail("%s", out);
-}
-
 void print_cell(const char *s, int width)
 {
     fputs(s, stdout);

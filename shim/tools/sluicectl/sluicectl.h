@@ -73,9 +73,6 @@ char *text_clean(const char *s, bool keep_newlines);
 void put_clean(const char *s, bool keep_newlines, FILE *to);
 /* An endpoint's {"error", "fix"} as one clean line; returns EXIT_FAIL. */
 int fail_answer(const char *err, const char *fix);
-/* A library's message as one line with its C names swapped for what a sluicectl user
- * typed: each words[k][0] in msg becomes words[k][1]. Returns EXIT_FAIL. */
-int fail_in_cli_words(const char *msg, const char *const (*words)[2], size_t n_words);
 /* s on stdout, padded with spaces to `width` terminal columns (one space past a wider s). */
 void print_cell(const char *s, int width);
 /* A lock's time left ("3h 07m", "expired"), and a local date ("-" for none). */

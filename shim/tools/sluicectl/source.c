@@ -138,16 +138,10 @@ json_t *admin_json(const char *method, const char *base, const char *path,
 
 int open_state(const struct opts *o, const char *flag, struct sluice_statefile **f)
 {
-    char err[512], msg[600];
+    char err[512];
     if (sluice_statefile_open(&(struct sluice_statefile_desc){.path = o->state, .error = err,
                                                               .error_size = sizeof err},
                               f) == SLUICE_OK)
         return EXIT_OK;
-    /* The library's message speaks to a C caller; the path is what --state gave. */
-    static const char *const words[][2] = {
-        {"sluice_statefile_desc.path", "--state"},
-        {"or NULL for the default location", "or leave --state out for the default location"},
-    };
-    snprintf(msg, sizeof msg, "%s%s%s", flag ? flag : "", flag ? ": " : "", err);
-    return fail_in_cli_words(msg, words, sizeof words / sizeof *words);
+    return fail_state_open(flag, err);
 }
