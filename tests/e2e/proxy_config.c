@@ -9,31 +9,17 @@
  */
 #include "proxy_fixture.h"
 
-static char dir[64];
-
 static void setup(void)
 {
-    fx_setup();
-    snprintf(dir, sizeof dir, "/tmp/sluice-proxy-config-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    px_dir_setup("config");
 }
 
-static void teardown(void)
-{
-    px_stop(&px_main);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-    fx_teardown();
-}
-
-TestSuite(proxy_config, .init = setup, .fini = teardown, .timeout = 30);
+TestSuite(proxy_config, .init = setup, .fini = px_dir_teardown, .timeout = 30);
 
 /* Write `text` (a printf format taking the echo port, as %1$d) to DIR/name; its path in out. */
 static void write_config(const char *name, const char *text, int port, char *out, size_t size)
 {
-    snprintf(out, size, "%s/%s", dir, name);
+    snprintf(out, size, "%s/%s", px_dir, name);
     FILE *f = fopen(out, "w");
     cr_assert_not_null(f);
     fprintf(f, text, port);
@@ -57,7 +43,7 @@ static char log_path[128]; /* DIR/access.log, the routes' access log */
 static void start_routes(void)
 {
     char conf[128];
-    snprintf(log_path, sizeof log_path, "%s/access.log", dir);
+    snprintf(log_path, sizeof log_path, "%s/access.log", px_dir);
     write_config("routes.conf", routes_conf, px_echo_start(), conf, sizeof conf);
     setenv("PX_TEST_KEY", "sk-upstream-secret", 1);
     const char *args[] = {"--config", conf, "--state", "off", "--access-log", log_path, NULL};
@@ -345,7 +331,7 @@ Test(proxy_config, errors_name_the_file_the_line_and_the_field_and_exit_2)
     for (size_t i = 0; i < sizeof bad_configs / sizeof bad_configs[0]; i++) {
         cr_assert_eq(run_config(bad_configs[i].text, err, sizeof err), 2, "%s: %s",
                      bad_configs[i].text, err);
-        snprintf(want, sizeof want, "%s/bad.conf:%s", dir, bad_configs[i].want);
+        snprintf(want, sizeof want, "%s/bad.conf:%s", px_dir, bad_configs[i].want);
         cr_assert_not_null(strstr(err, want), "want '%s', got '%s'", want, err);
     }
 }

@@ -3,7 +3,9 @@
  * as a child process (started with --listen 127.0.0.1:0 and --admin
  * 127.0.0.1:0, its two URLs read from its first stdout lines), requests to
  * it with the status, headers and body captured, and its node as the admin
- * endpoint shows it. The simulator behind it comes from curl_fixture.h.
+ * endpoint shows it; loopback upstreams a test writes (px_serve) and a
+ * suite's temporary directory (px_dir). The simulator behind it comes from
+ * curl_fixture.h.
  *
  * The proxy is never left running: px_stop sends SIGTERM and waits (then
  * SIGKILL); the child asks for SIGKILL when the test process dies
@@ -112,6 +114,29 @@ static inline int px_stop(struct px *p)
     }
     p->pid = 0;
     return p->status;
+}
+
+/* ---- a suite's temporary directory -------------------------------------------------------- */
+
+static char px_dir[64]; /* for the files a test writes (configs, access logs) */
+
+/* A suite's .init, with `name` in its directory's: fx_setup and a fresh px_dir. */
+static inline void px_dir_setup(const char *name)
+{
+    fx_setup();
+    snprintf(px_dir, sizeof px_dir, "/tmp/sluice-proxy-%s-XXXXXX", name);
+    cr_assert_not_null(mkdtemp(px_dir));
+}
+
+/* Its .fini: the proxy stopped, px_dir and what is in it removed, fx_teardown. */
+__attribute__((unused)) static void px_dir_teardown(void)
+{
+    px_stop(&px_main);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", px_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", px_dir);
+    fx_teardown();
 }
 
 /* Start the fixture's simulator (fx_sim) as provider `p` with `extra` flags (NULL-terminated)
@@ -451,6 +476,46 @@ static inline bool px_raw(const struct px *p, const char *const *parts, int gap_
     return closed;
 }
 
+/* ---- loopback upstreams ------------------------------------------------------------------ */
+
+struct px__server {
+    int fd;
+    void *(*conn)(void *);
+};
+
+static void *px__accept(void *arg)
+{
+    struct px__server *s = arg;
+    for (;;) {
+        int fd = accept(s->fd, NULL, NULL);
+        if (fd < 0)
+            break;
+        pthread_t t;
+        pthread_create(&t, NULL, s->conn, (void *)(intptr_t)fd);
+        pthread_detach(t);
+    }
+    free(s);
+    return NULL;
+}
+
+/* A loopback server: a thread per connection runs conn with the connection's fd (cast to a
+ * pointer; conn closes it). It lives until the test process ends; its port. */
+static inline int px_serve(void *(*conn)(void *))
+{
+    struct px__server *s = malloc(sizeof *s);
+    cr_assert_not_null(s);
+    *s = (struct px__server){.fd = socket(AF_INET, SOCK_STREAM, 0), .conn = conn};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    cr_assert_eq(bind(s->fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(s->fd, 64), 0);
+    getsockname(s->fd, (struct sockaddr *)&a, &al);
+    pthread_t t;
+    pthread_create(&t, NULL, px__accept, s);
+    pthread_detach(t);
+    return ntohs(a.sin_port);
+}
+
 /* ---- an upstream that echoes ------------------------------------------------------------ */
 
 /*
@@ -492,32 +557,10 @@ static void *px__echo_conn(void *arg)
     return NULL;
 }
 
-static void *px__echo_accept(void *arg)
-{
-    int lfd = (int)(intptr_t)arg;
-    for (;;) {
-        int fd = accept(lfd, NULL, NULL);
-        if (fd < 0)
-            return NULL;
-        pthread_t t;
-        pthread_create(&t, NULL, px__echo_conn, (void *)(intptr_t)fd);
-        pthread_detach(t);
-    }
-}
-
 /* Start the echo server; its port. */
 static inline int px_echo_start(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(fd, 64), 0);
-    getsockname(fd, (struct sockaddr *)&a, &al);
-    pthread_t t;
-    pthread_create(&t, NULL, px__echo_accept, (void *)(intptr_t)fd);
-    pthread_detach(t);
-    return ntohs(a.sin_port);
+    return px_serve(px__echo_conn);
 }
 
 #endif /* SLUICE_TESTS_E2E_PROXY_FIXTURE_H */

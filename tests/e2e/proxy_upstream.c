@@ -14,27 +14,15 @@
 
 #define NODE "cloud:up"
 
-static char dir[64], log_path[128];
+static char log_path[128];
 
 static void setup(void)
 {
-    fx_setup();
-    snprintf(dir, sizeof dir, "/tmp/sluice-proxy-upstream-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(log_path, sizeof log_path, "%s/access.log", dir);
+    px_dir_setup("upstream");
+    snprintf(log_path, sizeof log_path, "%s/access.log", px_dir);
 }
 
-static void teardown(void)
-{
-    px_stop(&px_main);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
-    fx_teardown();
-}
-
-TestSuite(proxy_upstream, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(proxy_upstream, .init = setup, .fini = px_dir_teardown, .timeout = 60);
 
 /* The proxy in front of 127.0.0.1:port, its access log at log_path. */
 static void start_proxy(int port)
@@ -60,6 +48,15 @@ static void read_log(char *text, size_t size)
 static long node_count(const char *key)
 {
     return px_node_count(&px_main, NODE, key);
+}
+
+/* Anthropic's overloaded_error held the node's new calls: a platform `hold` event. */
+static void assert_platform_hold(void)
+{
+    char events[8192];
+    px_admin_get(&px_main, "/compute/concurrency/events?node_id=" NODE, events, sizeof events);
+    cr_assert_not_null(strstr(events, "\"event\":\"hold\",\"reason\":\"platform\""),
+                       "Anthropic's overloaded_error holds new calls: %s", events);
 }
 
 static const char stream_body[] =
@@ -90,7 +87,7 @@ Test(proxy_upstream, a_429_error_event_mid_stream_reaches_the_client_and_is_a_re
 }
 
 /*
- * A loopback server with one canned answer per path (struct canned), sent
+ * A loopback server (px_serve) with one canned answer per path (struct canned), sent
  * whole and then closed (an answer without Content-Length ends at the close),
  * or held open (canned_hold: a chunked answer whose last chunk never comes).
  * A thread per connection; it lives until the test process ends.
@@ -134,33 +131,11 @@ static void *canned_conn(void *arg)
     return NULL;
 }
 
-static void *canned_accept(void *arg)
-{
-    int lfd = (int)(intptr_t)arg;
-    for (;;) {
-        int fd = accept(lfd, NULL, NULL);
-        if (fd < 0)
-            return NULL;
-        pthread_t t;
-        pthread_create(&t, NULL, canned_conn, (void *)(intptr_t)fd);
-        pthread_detach(t);
-    }
-}
-
 /* Serve `table` (ended by a row with a NULL path); the port. */
 static int canned_start(const struct canned *table)
 {
     canned_table = table;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(fd, 64), 0);
-    getsockname(fd, (struct sockaddr *)&a, &al);
-    pthread_t t;
-    pthread_create(&t, NULL, canned_accept, (void *)(intptr_t)fd);
-    pthread_detach(t);
-    return ntohs(a.sin_port);
+    return px_serve(canned_conn);
 }
 
 #define SSE_HEAD "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
@@ -198,10 +173,7 @@ Test(proxy_upstream, each_providers_error_event_is_logged_and_counted_as_the_err
     }
     cr_assert_eq(node_count("requests_total"), 4);
     cr_assert_eq(node_count("overloads_total"), 1, "only OpenAI's rate limit is a cap refusal");
-    char events[8192];
-    px_admin_get(&px_main, "/compute/concurrency/events?node_id=" NODE, events, sizeof events);
-    cr_assert_not_null(strstr(events, "\"event\":\"hold\",\"reason\":\"platform\""),
-                       "Anthropic's overloaded_error holds new calls: %s", events);
+    assert_platform_hold();
     char text[8192];
     read_log(text, sizeof text);
     static const char *const lines[] = {
@@ -331,10 +303,7 @@ Test(proxy_upstream, a_plain_error_answer_is_classified_by_its_body_and_passes_u
     cr_assert_eq(node_count("requests_total"), 2);
     cr_assert_eq(node_count("overloads_total"), 0,
                  "neither is the cap's refusal: no overload may back discovery off");
-    char events[8192];
-    px_admin_get(&px_main, "/compute/concurrency/events?node_id=" NODE, events, sizeof events);
-    cr_assert_not_null(strstr(events, "\"event\":\"hold\",\"reason\":\"platform\""),
-                       "Anthropic's overloaded_error holds new calls: %s", events);
+    assert_platform_hold();
     char text[8192];
     read_log(text, sizeof text);
     cr_expect_not_null(strstr(text, "\"POST /quota\" 429 quota "), "%s", text);
