@@ -228,22 +228,22 @@ static const struct canned done_then_held[] = {
  * packet of its own, has come: the call was a success, not a cancel whose permit lingers. A
  * client still there when its deadline comes after the [DONE] gets the answer's end, and the
  * call is no timeout either. */
-Test(proxy_upstream, a_client_that_hangs_up_after_done_had_a_successful_call)
+/* A streamed call to `path` by a client that hangs up as soon as `last` (its answer's last
+ * event) has come; then the pool heard one call, a success: no cancel, no lingering permit. */
+static void hang_up_at(const char *path, const char *last)
 {
-    canned_hold = true;
-    start_proxy(canned_start(done_then_held));
     int fd = px_connect(&px_main);
     char req[512], got[4096];
     snprintf(req, sizeof req,
-             "POST /held HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
              "Content-Length: %zu\r\n\r\n%s",
-             strlen(stream_body), stream_body);
+             path, strlen(stream_body), stream_body);
     cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     size_t len = 0;
     got[0] = '\0';
-    while (!strstr(got, "data: [DONE]") && len + 1 < sizeof got) {
+    while (!strstr(got, last) && len + 1 < sizeof got) {
         ssize_t n = read(fd, got + len, sizeof got - 1 - len);
-        cr_assert_gt(n, 0, "the proxy closed before [DONE]: %s", got);
+        cr_assert_gt(n, 0, "the proxy closed before %s: %s", last, got);
         len += (size_t)n;
         got[len] = '\0';
     }
@@ -252,6 +252,13 @@ Test(proxy_upstream, a_client_that_hangs_up_after_done_had_a_successful_call)
     cr_assert_eq(node_count("cancels_total"), 0, "the call was heard as a cancel");
     cr_assert_eq(node_count("lingered_total"), 0, "its permit lingered");
     cr_assert_eq(node_count("in_flight"), 0);
+}
+
+Test(proxy_upstream, a_client_that_hangs_up_after_done_had_a_successful_call)
+{
+    canned_hold = true;
+    start_proxy(canned_start(done_then_held));
+    hang_up_at("/held", "data: [DONE]");
 
     struct px_reply r;
     px_request(&px_main, "/held", stream_body, "X-Sluice-Deadline-Ms: 500", &r);
@@ -269,6 +276,35 @@ Test(proxy_upstream, a_client_that_hangs_up_after_done_had_a_successful_call)
     const char *first = strstr(text, "\"POST /held\" 200 success ");
     cr_assert_not_null(first, "the access log says what the pool heard: %s", text);
     cr_assert_not_null(strstr(first + 1, "\"POST /held\" 200 success "), "%s", text);
+}
+
+/* Anthropic's Messages API ends a stream with message_stop, no [DONE]; its body's end does not
+ * come. */
+static const char anthropic_stop[] =
+    "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+    "\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n"
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":"
+    "{\"stop_reason\":\"end_turn\"}}\n\n"
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+
+/* Its SDKs, like OpenAI's, may hang up at the stream's last event: the call was a success. */
+Test(proxy_upstream, a_client_that_hangs_up_after_message_stop_had_a_successful_call)
+{
+    char answer[1024];
+    snprintf(answer, sizeof answer,
+             "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+             "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n",
+             strlen(anthropic_stop), anthropic_stop);
+    static struct canned held[] = {{"/v1/messages", NULL}, {NULL, NULL}};
+    held[0].answer = answer;
+    canned_hold = true;
+    start_proxy(canned_start(held));
+    hang_up_at("/v1/messages", "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+    char text[4096];
+    read_log(text, sizeof text);
+    cr_assert_not_null(strstr(text, "\"POST /v1/messages\" 200 success "),
+                       "the access log says what the pool heard: %s", text);
 }
 
 /* ---- an error answer's body ---------------------------------------------------------------- */

@@ -113,16 +113,24 @@ static bool is_key_header(const char *name, size_t len)
 struct proxy_events {
     struct sluice_sse sse;
     bool error;                     /* an error event came */
-    bool done;                      /* `data: [DONE]` came: the answer is whole */
+    bool done;                      /* its last event came (answer_end): the answer is whole */
     struct sluice_curl_result said; /* what the first one said */
     char buf[EVENT_MAX];
 };
+
+/* The event after which a stream has nothing more to say: OpenAI's `data: [DONE]`, Anthropic's
+ * `event: message_stop` (the Messages API sends no [DONE]). */
+static bool answer_end(const struct sluice_sse_event *ev)
+{
+    return (ev->data_len == 6 && !memcmp(ev->data, "[DONE]", 6)) ||
+           !strcmp(ev->type, "message_stop");
+}
 
 static int on_event(void *ctx, const struct sluice_sse_event *ev)
 {
     struct conn *c = ctx;
     struct proxy_events *e = c->up_events;
-    e->done = e->done || (ev->data_len == 6 && !memcmp(ev->data, "[DONE]", 6));
+    e->done = e->done || answer_end(ev);
     if (!e->error)
         e->error = sluice_curl_classify_event(ev->data, ev->data_len, c->backend->dialect,
                                               &e->said);
@@ -154,10 +162,11 @@ static void read_events(struct conn *c, const char *data, size_t len)
 
 /* Before the pool and discovery hear the call: a stream that ended in an error event was that
  * error, whatever its status line said (the status the client got stays in up_status). One
- * whose [DONE] came was a success however its transfer ended: the OpenAI SDKs hang up at
- * [DONE], often before the body's last chunk (a packet of its own) arrives, and a provider may
- * hold its connection after it; neither is an abandoned call whose permit lingers, a deadline
- * or a silent upstream, and the client that is still there gets the answer's end. */
+ * whose last event ([DONE], message_stop: answer_end) came was a success however its transfer
+ * ended: the OpenAI and Anthropic SDKs may hang up at that event, often before the body's last
+ * chunk (a packet of its own) arrives, and a provider may hold its connection after it;
+ * neither is an abandoned call whose permit lingers, a deadline or a silent upstream, and the
+ * client that is still there gets the answer's end. */
 static void on_finish(void *data, CURL *easy, struct sluice_curl_result *r)
 {
     (void)easy;
@@ -472,7 +481,7 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
         int64_t now = now_ns();
         if (!c->head_sent) /* it gave up before any answer began: its patience */
             patience_hung_up(backend_patience(c), c->backend->id, now - c->t_start_ns, now);
-        /* After a [DONE] the answer was whole (on_finish): logged as the pool heard it. */
+        /* After its last event the answer was whole (on_finish): logged as the pool heard it. */
         c->outcome = c->head_sent && r->status == SLUICE_OK ? sluice_curl_kind_name(r->kind)
                                                             : "client_gone";
         c->status_out = c->head_sent ? (int)c->up_status : 499; /* nginx's "client closed" */
