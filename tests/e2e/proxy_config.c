@@ -241,7 +241,7 @@ Test(proxy_config, expect_100_continue_gets_the_refusal_instead_when_the_head_de
     px_raw_on(fd, (const char *[]){"{}", NULL}, 0, 1, got, sizeof got);
     cr_assert(!strncmp(got, "HTTP/1.1 200 ", 13), "%s", got);
     /* A drain: a request whose head comes after SIGTERM is refused with 503 in place of the
-     * 100 (the connection, begun before, is waited for). */
+     * 100 (the connection, begun before, is waited for), saying when to retry. */
     static const char line[] = "POST /a/v1/chat/completions HTTP/1.1\r\n";
     cr_assert_eq(write(fd, line, strlen(line)), (ssize_t)strlen(line));
     kill(px_main.pid, SIGTERM);
@@ -250,6 +250,12 @@ Test(proxy_config, expect_100_continue_gets_the_refusal_instead_when_the_head_de
     close(fd);
     cr_assert(!strncmp(got, "HTTP/1.1 503 ", 13), "not the 503 in place of the 100: %s", got);
     cr_assert_not_null(strstr(got, "\"code\":\"shutting_down\""), "%s", got);
+    /* Come back at once, elsewhere (this instance takes no new connections), spread. */
+    cr_assert_not_null(strstr(got, "\r\nRetry-After: 0\r\n"), "%s", got);
+    const char *ms = strstr(got, "\r\nretry-after-ms: ");
+    cr_assert_not_null(ms, "%s", got);
+    long v = atol(ms + 18);
+    cr_assert(v >= 50 && v <= 150, "retry-after-ms %ld for a drain: %s", v, got);
     px_stop(&px_main);
     cr_assert(WIFEXITED(px_main.status) && WEXITSTATUS(px_main.status) == 0);
 }

@@ -64,6 +64,9 @@
  * this many at once: a bound on the descriptors and time a flood of refused clients costs. */
 #define LINGER_MS 1000
 #define LINGER_MAX 256
+/* A drain's 503 tells the client to come back this soon (spread as retry_after_ms spreads):
+ * refuse_draining says why. */
+#define DRAIN_RETRY_MS 100u
 
 /* ---- buffers ------------------------------------------------------------------------------ */
 
@@ -248,11 +251,11 @@ static void linger_read(struct conn *c)
         conn_close(c);
 }
 
-/* When a refused client may come back, in ms: Retry-After spread over half to one and a half
- * times itself. Every client of a burst told the same second comes back in the same
- * millisecond (50 OpenAI SDK calls retrying after "1" met the same full backend: 19 of 50
- * served); SDKs that read retry-after-ms (OpenAI's do) come back spread. */
-static unsigned retry_after_ms(const struct proxy *p)
+/* When a refused client may come back, in ms: `base` spread over half to one and a half times
+ * itself. Every client of a burst told the same second comes back in the same millisecond (50
+ * OpenAI SDK calls retrying after "1" met the same full backend: 19 of 50 served); SDKs that
+ * read retry-after-ms (OpenAI's do) come back spread. */
+static unsigned retry_after_ms(uint64_t base)
 {
     static uint64_t x;
     if (!x)
@@ -260,7 +263,6 @@ static unsigned retry_after_ms(const struct proxy *p)
     x ^= x << 13; /* xorshift64 */
     x ^= x >> 7;
     x ^= x << 17;
-    uint64_t base = (uint64_t)p->o->retry_after_s * 1000u;
     return (unsigned)(base / 2 + (base ? x % (base + 1) : 0));
 }
 
@@ -269,7 +271,7 @@ static unsigned retry_after_ms(const struct proxy *p)
 void refusal_headers(const struct proxy *p, const char *refused, char *out, size_t size)
 {
     snprintf(out, size, "%s\r\nRetry-After: %u\r\nretry-after-ms: %u\r\n", refused,
-             p->o->retry_after_s, retry_after_ms(p));
+             p->o->retry_after_s, retry_after_ms((uint64_t)p->o->retry_after_s * 1000u));
 }
 
 /* Past --max-connections: a 503 the client can act on, then a lingering close (above). The
@@ -787,10 +789,21 @@ void http_flush_dirty(struct proxy *p)
     }
 }
 
+/* A draining proxy takes no new connections, so waiting for it helps no one: a retry reaches
+ * another instance (a load balancer's next server, the restarted unit) or nothing, and should
+ * go at once. Retry-After says 0, the least its whole seconds can; retry-after-ms says about
+ * DRAIN_RETRY_MS rather than 0, which the OpenAI SDKs read as no hint at all (they back off
+ * half a second or more instead), spread so that the kept-alive clients a drain refuses do not
+ * all reconnect in one millisecond. Not --retry-after: that says when this instance may have
+ * room again, and it will not. */
 static void refuse_draining(struct conn *c)
 {
+    char headers[160];
+    snprintf(headers, sizeof headers,
+             "X-Sluice-Refused: shutting_down\r\nRetry-After: 0\r\nretry-after-ms: %u\r\n",
+             retry_after_ms(DRAIN_RETRY_MS));
     c->closing = true;
-    http_error(c, 503, "server_error", "shutting_down", "X-Sluice-Refused: shutting_down\r\n",
+    http_error(c, 503, "server_error", "shutting_down", headers,
                PROG " is shutting down; retry on another instance");
 }
 
