@@ -24,14 +24,24 @@ static void setup(void)
 
 TestSuite(proxy_upstream, .init = setup, .fini = px_dir_teardown, .timeout = 60);
 
-/* The proxy in front of 127.0.0.1:port, its access log at log_path. */
-static void start_proxy(int port)
+/* The proxy in front of 127.0.0.1:port, its access log at log_path, with `extra` flags
+ * (NULL-terminated, or NULL). */
+static void start_proxy_with(int port, const char *const *extra)
 {
     char upstream[64];
     snprintf(upstream, sizeof upstream, "http://127.0.0.1:%d", port);
-    const char *args[] = {"--upstream", upstream, "--node",       NODE,     "--state",
-                          "off",        "--access-log", log_path, NULL};
+    const char *args[32] = {"--upstream", upstream, "--node",       NODE,     "--state",
+                            "off",        "--access-log", log_path};
+    int n = 8;
+    for (int i = 0; extra && extra[i]; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
     cr_assert_eq(px_start(&px_main, args), 0, "sluice-proxy did not start");
+}
+
+static void start_proxy(int port)
+{
+    start_proxy_with(port, NULL);
 }
 
 /* The whole access log, once the proxy has stopped (it is flushed at exit). */
@@ -228,17 +238,25 @@ static const struct canned done_then_held[] = {
  * packet of its own, has come: the call was a success, not a cancel whose permit lingers. A
  * client still there when its deadline comes after the [DONE] gets the answer's end, and the
  * call is no timeout either. */
-/* A streamed call to `path` by a client that hangs up as soon as `last` (its answer's last
- * event) has come; then the pool heard one call, a success: no cancel, no lingering permit. */
-static void hang_up_at(const char *path, const char *last)
+/* A raw client's streamed call to `path`, sent whole; the connection's fd. */
+static int raw_call(const char *path)
 {
     int fd = px_connect(&px_main);
-    char req[512], got[4096];
+    char req[512];
     snprintf(req, sizeof req,
              "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
              "Content-Length: %zu\r\n\r\n%s",
              path, strlen(stream_body), stream_body);
     cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    return fd;
+}
+
+/* A streamed call to `path` by a client that hangs up as soon as `last` (its answer's last
+ * event) has come; then the pool heard one call, a success: no cancel, no lingering permit. */
+static void hang_up_at(const char *path, const char *last)
+{
+    int fd = raw_call(path);
+    char got[4096];
     size_t len = 0;
     got[0] = '\0';
     while (!strstr(got, last) && len + 1 < sizeof got) {
@@ -399,6 +417,47 @@ Test(proxy_upstream, a_long_error_body_to_a_slow_client_arrives_whole_and_is_cla
     read_log(text, sizeof text);
     cr_expect_not_null(strstr(text, "\"POST /long\" 503 platform_overload "), "%s", text);
     free(answer);
+}
+
+/* ---- the proxy's own answers in the access log --------------------------------------------- */
+
+/* An upstream that takes the request and answers nothing, its connection held. */
+static const struct canned silent[] = {{"/silent", ""}, {NULL, NULL}};
+
+/* The bytes= of the access log's line that holds `what`. */
+static long logged_bytes(const char *text, const char *what)
+{
+    const char *line = strstr(text, what);
+    cr_assert_not_null(line, "no %s in the access log: %s", what, text);
+    const char *bytes = strstr(line, " bytes="), *eol = strchr(line, '\n');
+    cr_assert(bytes && (!eol || bytes < eol), "no bytes= on its line: %s", line);
+    return atol(bytes + 7);
+}
+
+/* The proxy's own 503 and 504 are logged with the body bytes it sent, as a provider's answer
+ * is: not 0. */
+Test(proxy_upstream, the_proxys_own_refusals_are_logged_with_the_bytes_they_sent)
+{
+    canned_hold = true;
+    start_proxy_with(canned_start(silent),
+                     (const char *const[]){"--no-discovery", "--active", "1", "--waiting", "1",
+                                           NULL});
+    int busy = raw_call("/silent"); /* the one slot, taken until it hangs up */
+    WAIT_UNTIL(node_count("in_flight") == 1);
+    struct px_reply late, refused;
+    px_request(&px_main, "/silent", stream_body, "X-Sluice-Deadline-Ms: 100", &late);
+    cr_assert_eq(late.status, 504, "%s", late.body);
+    int queued = raw_call("/silent"); /* the one place in the queue */
+    WAIT_UNTIL(node_count("waiting") == 1);
+    px_request(&px_main, "/silent", stream_body, NULL, &refused);
+    cr_assert_eq(refused.status, 503, "%s", refused.body);
+    close(queued);
+    close(busy);
+    char text[8192];
+    read_log(text, sizeof text);
+    cr_assert_gt(late.body_len, 0);
+    cr_assert_eq(logged_bytes(text, "\" 504 deadline_queue "), (long)late.body_len, "%s", text);
+    cr_assert_eq(logged_bytes(text, "\" 503 capacity "), (long)refused.body_len, "%s", text);
 }
 
 /* ---- hop-by-hop fields a Connection header names ------------------------------------------ */

@@ -385,6 +385,7 @@ void http_error(struct conn *c, int status, const char *type, const char *code,
     bool head = c->req.method_len == 4 && !strncmp(c->req.method, "HEAD", 4);
     if (text && !head)
         buf_put(&c->out, text, len);
+    c->bytes_out = text && !head ? len : 0; /* the body's, as upstream.c counts a provider's */
     free(text);
     c->status_out = status;
     if (!c->outcome)

@@ -2,8 +2,9 @@
  * log.c — the access log: one line per request, when its answer is queued
  * (or its client left): time, backend, method, path (without the query
  * string, where some providers put keys), status, outcome, queue wait, time
- * to first byte, duration, body bytes. Plain text, or JSON Lines with
- * --log-json. Headers are never logged, so neither are keys. The status is
+ * to first byte, duration, body bytes sent (of the proxy's own answers
+ * too). Plain text, or JSON Lines with --log-json. Headers are never
+ * logged, so neither are keys. The status is
  * what the client got, the outcome what the call was: a stream the provider
  * ended with a rate-limit error event is "200 overloaded" (upstream.c).
  *
