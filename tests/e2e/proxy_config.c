@@ -260,14 +260,14 @@ Test(proxy_config, expect_100_continue_gets_the_refusal_instead_when_the_head_de
     cr_assert(WIFEXITED(px_main.status) && WEXITSTATUS(px_main.status) == 0);
 }
 
-/* Run the proxy on a config and return its exit status; its stderr in err. */
-static int run_config(const char *text, char *err, size_t size)
+/* Run the proxy on a config (a write_config format, given `port`) and return its exit status;
+ * its stderr in err. No --listen or --admin: the file's own are what some configs get wrong. */
+static int run_config(const char *text, int port, char *err, size_t size)
 {
     char conf[128], cmd[512];
-    write_config("bad.conf", text, 1, conf, sizeof conf);
+    write_config("bad.conf", text, port, conf, sizeof conf);
     /* timeout: a configuration wrongly accepted would otherwise serve until the suite's end */
-    snprintf(cmd, sizeof cmd,
-             "timeout 10 '%s' --config '%s' --listen 127.0.0.1:0 --admin off --state off 2>&1",
+    snprintf(cmd, sizeof cmd, "timeout 10 '%s' --config '%s' --state off 2>&1",
              SLUICE_PROXY_PATH, conf);
     FILE *f = popen(cmd, "r");
     size_t n = fread(err, 1, size - 1, f);
@@ -329,17 +329,36 @@ static const struct {
      "1: backends[0].upstream: 'http://x:99999/v1' has a bad port"},
     {"backends = ( { id = \"a\"; upstream = \"http://x/v1?key=k\"; } );\n",
      "1: backends[0].upstream: 'http://x/v1?key=k' has a query or fragment"},
+    /* Addresses, checked when bound: the file's line and key, not the flag it did not use. */
+    {"listen = \"0.0.0.0:0\";\nbackends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
+     "1: listen: 0.0.0.0 is not a loopback address: add --allow-remote"},
+    {"listen = \"localhost:0\";\nbackends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
+     "1: listen: 'localhost' is not a numeric IPv4 or IPv6 address"},
+    {"listen = \"127.0.0.1:0\";\nadmin = \"0.0.0.0:0\";\n"
+     "backends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
+     "2: admin: 0.0.0.0 is not a loopback address: add --allow-remote"},
+    {"listen = \"127.0.0.1:0\";\nadmin = \"example:0\";\n"
+     "backends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
+     "2: admin: 'example' is not a numeric IPv4 or IPv6 address"},
 };
 
 Test(proxy_config, errors_name_the_file_the_line_and_the_field_and_exit_2)
 {
     char err[1024], want[512];
     for (size_t i = 0; i < sizeof bad_configs / sizeof bad_configs[0]; i++) {
-        cr_assert_eq(run_config(bad_configs[i].text, err, sizeof err), 2, "%s: %s",
+        cr_assert_eq(run_config(bad_configs[i].text, 1, err, sizeof err), 2, "%s: %s",
                      bad_configs[i].text, err);
         snprintf(want, sizeof want, "%s/bad.conf:%s", px_dir, bad_configs[i].want);
         cr_assert_not_null(strstr(err, want), "want '%s', got '%s'", want, err);
     }
+    /* A listen address taken already: the proxy cannot start (1), and says where it was set. */
+    int taken = px_echo_start();
+    cr_assert_eq(run_config("listen = \"127.0.0.1:%1$d\";\n"
+                            "backends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
+                            taken, err, sizeof err),
+                 1, "%s", err);
+    snprintf(want, sizeof want, "Address already in use (%s/bad.conf:1: listen)", px_dir);
+    cr_assert_not_null(strstr(err, want), "want '%s', got '%s'", want, err);
 }
 
 /* Bad flags, each with what its error must say: the flag, the value, what to write. */

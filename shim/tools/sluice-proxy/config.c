@@ -118,7 +118,7 @@ static int set_number(const struct ctx *x, const config_setting_t *s, const stru
     return EXIT_OK;
 }
 
-static char host_bufs[2][256];
+static char host_bufs[2][256], host_where[2][1024];
 
 static int set_field(const struct ctx *x, const config_setting_t *s, const struct field *f,
                      char *base, struct backend *b)
@@ -156,6 +156,10 @@ static int set_field(const struct ctx *x, const config_setting_t *s, const struc
                                      admin ? &o->admin_port : &o->listen_port,
                                      host_bufs[admin], sizeof host_bufs[0]))
             return bad(x, s, f->name, "must be \"HOST:PORT\"%s", admin ? " or \"off\"" : "");
+        /* The address is checked when it is bound (main.c): its errors name this line too. */
+        snprintf(host_where[admin], sizeof host_where[0], "%s:%u: %s", x->file,
+                 config_setting_source_line(s), f->name);
+        *(admin ? &o->admin_where : &o->listen_where) = host_where[admin];
         return EXIT_OK;
     }
     case F_DIALECT:

@@ -110,37 +110,40 @@ static bool is_loopback(const struct sockaddr *sa)
            (IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127));
 }
 
-/* `host` and `port` resolved for `flag` (--listen, --admin) into *ai: a numeric address, and a
- * loopback one unless --allow-remote, since neither server has authentication (`who` says
- * which); else a usage error naming the flags. */
-static int bind_address(const struct options *o, const char *flag, const char *who,
-                        const char *host, unsigned port, struct addrinfo **ai)
+/* `host` and `port` resolved into *ai: a numeric address, and a loopback one unless
+ * --allow-remote, since neither server has authentication (`who` says which); else a usage
+ * error naming where the address was given: `where`, the config file's "FILE:LINE: key", or
+ * else `flag` (--listen, --admin). */
+static int bind_address(const struct options *o, const char *flag, const char *where,
+                        const char *who, const char *host, unsigned port, struct addrinfo **ai)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
     char service[8];
     snprintf(service, sizeof service, "%u", port);
     if (getaddrinfo(host, service, &hints, ai) != 0)
-        return usage_error("%s: '%s' is not a numeric IPv4 or IPv6 address", flag, host);
+        return usage_error("%s: '%s' is not a numeric IPv4 or IPv6 address", where ? where : flag,
+                           host);
     if (!is_loopback((*ai)->ai_addr) && !o->allow_remote) {
         freeaddrinfo(*ai);
-        return usage_error("%s %s is not a loopback address: add --allow-remote (the %s has no "
-                           "authentication; put it behind a firewall)",
-                           flag, host, who);
+        return usage_error("%s%s%s is not a loopback address: add --allow-remote (the %s has "
+                           "no authentication; put it behind a firewall)",
+                           where ? where : flag, where ? ": " : " ", host, who);
     }
     return EXIT_OK;
 }
 
 /* The admin's address checked as --listen's is, before the state file opens, so that a mistake
- * names the flags and not the library's sluice_admin_desc fields; the library binds it
- * ("localhost" is its word for 127.0.0.1). */
+ * names the flag or the config file's line and not the library's sluice_admin_desc fields; the
+ * library binds it ("localhost" is its word for 127.0.0.1). */
 static int check_admin_address(const struct options *o)
 {
     if (!o->admin_host)
         return EXIT_OK;
     struct addrinfo *ai;
     const char *host = strcmp(o->admin_host, "localhost") ? o->admin_host : "127.0.0.1";
-    int rc = bind_address(o, "--admin", "admin endpoint", host, o->admin_port, &ai);
+    int rc = bind_address(o, "--admin", o->admin_where, "admin endpoint", host, o->admin_port,
+                          &ai);
     if (rc == EXIT_OK)
         freeaddrinfo(ai);
     return rc;
@@ -150,7 +153,8 @@ static int listen_on(struct proxy *p)
 {
     const struct options *o = p->o;
     struct addrinfo *ai;
-    int rc = bind_address(o, "--listen", "proxy", o->listen_host, o->listen_port, &ai);
+    int rc = bind_address(o, "--listen", o->listen_where, "proxy", o->listen_host,
+                          o->listen_port, &ai);
     if (rc != EXIT_OK)
         return rc;
     char port[8];
@@ -162,7 +166,8 @@ static int listen_on(struct proxy *p)
         freeaddrinfo(ai);
         if (fd >= 0)
             close(fd);
-        return fail("cannot listen on %s:%s: %s (--listen)", o->listen_host, port, strerror(err));
+        return fail("cannot listen on %s:%s: %s (%s)", o->listen_host, port, strerror(err),
+                    o->listen_where ? o->listen_where : "--listen");
     }
     freeaddrinfo(ai);
     struct sockaddr_storage ss;

@@ -100,6 +100,9 @@ struct options {
     unsigned admin_port;
     bool admin_explicit;      /* named on the command line: no fallback to a free port */
     bool listen_given, state_given, access_log_given; /* on the command line: the file's loses */
+    /* Where the config file set listen / admin ("FILE:LINE: listen"), for the errors about the
+     * address; NULL: the command line's or the default */
+    const char *listen_where, *admin_where;
     const char *state;        /* state file; NULL = the XDG default; "" = none */
     const char *config;       /* --config FILE */
     const char *access_log;   /* file, "-" = stderr (default), "off" = none */
