@@ -238,7 +238,7 @@ static void conn_linger(struct conn *c)
     c->in = (struct buf){0};
     c->state = C_LINGER;
     c->pipelined = false;
-    c->deadline_ns = now_ns() + LINGER_MS * INT64_C(1000000);
+    c->deadline_ns = proxy_now_ns() + LINGER_MS * INT64_C(1000000);
     conn_update(c);
 }
 
@@ -259,7 +259,7 @@ static unsigned retry_after_ms(uint64_t base)
 {
     static uint64_t x;
     if (!x)
-        x = (uint64_t)now_ns() | 1u;
+        x = (uint64_t)proxy_now_ns() | 1u;
     x ^= x << 13; /* xorshift64 */
     x ^= x >> 7;
     x ^= x << 17;
@@ -283,7 +283,7 @@ static void refuse_connection(struct conn *c)
     char headers[160];
     refusal_headers(c->p, "X-Sluice-Refused: connections", headers, sizeof headers);
     c->closing = true;
-    c->t_start_ns = now_ns();
+    c->t_start_ns = proxy_now_ns();
     http_error(c, 503, "server_error", "too_many_connections", headers,
                PROG " has %u client connections open, its most (--max-connections); retry "
                     "later",
@@ -312,7 +312,7 @@ void http_accept(struct proxy *p)
         c->p = p;
         c->state = C_HEAD;
         c->events = EPOLLIN | EPOLLRDHUP;
-        c->deadline_ns = now_ns() + (int64_t)p->o->idle_timeout_ms * 1000000;
+        c->deadline_ns = proxy_now_ns() + (int64_t)p->o->idle_timeout_ms * 1000000;
         struct epoll_event ev = {.events = c->events, .data.ptr = &c->w};
         if (epoll_ctl(p->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
             close(fd);
@@ -339,7 +339,7 @@ void http_accept(struct proxy *p)
 void http_request_done(struct conn *c)
 {
     struct proxy *p = c->p;
-    int64_t t = now_ns();
+    int64_t t = proxy_now_ns();
     access_log(p, &(struct access){
                       .backend = c->backend, .method = c->req.method,
                       .method_len = c->req.method_len, .path = c->req.target,
@@ -390,7 +390,7 @@ void http_error(struct conn *c, int status, const char *type, const char *code,
     c->status_out = status;
     if (!c->outcome)
         c->outcome = code;
-    c->t_first_ns = now_ns();
+    c->t_first_ns = proxy_now_ns();
     http_request_done(c);
 }
 
@@ -743,7 +743,7 @@ static void next_request(struct conn *c)
     c->queued_ns = 0;
     c->t_first_ns = 0;
     c->bytes_out = 0;
-    c->deadline_ns = now_ns() + (int64_t)c->p->o->idle_timeout_ms * 1000000;
+    c->deadline_ns = proxy_now_ns() + (int64_t)c->p->o->idle_timeout_ms * 1000000;
     conn_process(c);
     if (!c->gone && !c->dirty) /* (as in http_on_event) */
         conn_update(c);
@@ -883,7 +883,7 @@ static void conn_process(struct conn *c)
         if (c->in.len == 0)
             return;
         if (c->scanned == 0) { /* a request's first byte: its clocks start */
-            c->t_start_ns = now_ns();
+            c->t_start_ns = proxy_now_ns();
             c->deadline_ns = c->t_start_ns + (int64_t)o->client_timeout_ms * 1000000;
         }
         size_t from = c->scanned > 3 ? c->scanned - 3 : 0;

@@ -55,7 +55,7 @@
 #define SWEEP_MS 100
 #define LOG_FLUSH_MS 200
 
-int64_t now_ns(void)
+int64_t proxy_now_ns(void)
 {
     return sluice_monotonic_ns();
 }
@@ -94,7 +94,7 @@ static void on_watch(void *ctx, curl_socket_t fd, int what, void **socketp)
 static void on_timer(void *ctx, long timeout_ms)
 {
     struct proxy *p = ctx;
-    p->curl_timer_ns = timeout_ms < 0 ? -1 : now_ns() + (int64_t)timeout_ms * 1000000;
+    p->curl_timer_ns = timeout_ms < 0 ? -1 : proxy_now_ns() + (int64_t)timeout_ms * 1000000;
 }
 
 /* ---- setting up ------------------------------------------------------------------------------ */
@@ -294,7 +294,7 @@ static int64_t shown_start_deadline(void *ctx, const char *node, const char **so
             return b->start_deadline_ms;
         }
         *source = "learned";
-        return b->deadline_ms ? -1 : patience_shown_ms(&p->patience[i], now_ns());
+        return b->deadline_ms ? -1 : patience_shown_ms(&p->patience[i], proxy_now_ns());
     }
     return -1;
 }
@@ -335,7 +335,7 @@ static void print_url(const char *host, unsigned port)
     printf("http://%s%s%s:%u\n", v6 ? "[" : "", host, v6 ? "]" : "", port);
 }
 
-static int start(struct proxy *p)
+static int start_proxy(struct proxy *p)
 {
     const struct options *o = p->o;
     int rc;
@@ -417,7 +417,7 @@ static void free_dead(struct proxy *p)
     }
 }
 
-static void on_event(struct proxy *p, struct watch *w, uint32_t events)
+static void on_ready(struct proxy *p, struct watch *w, uint32_t events)
 {
     switch (w->kind) {
     case W_LISTEN:
@@ -440,7 +440,7 @@ static void on_event(struct proxy *p, struct watch *w, uint32_t events)
         if (!p->draining) {
             fprintf(stderr, PROG ": draining (%u connections, up to %u ms)\n", p->n_conns,
                     p->o->drain_ms);
-            p->drain_deadline_ns = now_ns() + (int64_t)p->o->drain_ms * 1000000;
+            p->drain_deadline_ns = proxy_now_ns() + (int64_t)p->o->drain_ms * 1000000;
             http_drain(p);
         }
         break;
@@ -451,15 +451,15 @@ static void on_event(struct proxy *p, struct watch *w, uint32_t events)
 static void run(struct proxy *p)
 {
     struct epoll_event evs[EVENTS_MAX];
-    int64_t next_sweep = now_ns() + SWEEP_MS * 1000000LL, next_log = 0;
+    int64_t next_sweep = proxy_now_ns() + SWEEP_MS * 1000000LL, next_log = 0;
     for (;;) {
-        int64_t now = now_ns();
+        int64_t now = proxy_now_ns();
         if (p->draining && (p->n_conns == 0 || now >= p->drain_deadline_ns))
             return;
         int n = epoll_wait(p->ep, evs, EVENTS_MAX, wait_ms(p, now, next_sweep));
         for (int i = 0; i < n; i++)
-            on_event(p, evs[i].data.ptr, evs[i].events);
-        now = now_ns();
+            on_ready(p, evs[i].data.ptr, evs[i].events);
+        now = proxy_now_ns();
         if (p->kick || (p->curl_timer_ns >= 0 && now >= p->curl_timer_ns)) {
             p->kick = false;
             p->curl_timer_ns = -1;
@@ -537,7 +537,7 @@ int main(int argc, char **argv)
     if (rc == EXIT_OK)
         rc = start_signals(p);
     if (rc == EXIT_OK)
-        rc = start(p);
+        rc = start_proxy(p);
     if (rc == EXIT_OK)
         run(p);
     stop(p);

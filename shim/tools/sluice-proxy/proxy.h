@@ -324,6 +324,6 @@ struct access {
 };
 void access_log(struct proxy *p, const struct access *a);
 
-int64_t now_ns(void);
+int64_t proxy_now_ns(void);
 
 #endif /* SLUICE_PROXY_H */

@@ -193,7 +193,7 @@ static void emit_head(struct conn *c)
     buf_put(&c->out, c->up_head.p, c->up_head.len);
     c->up_head.len = 0;
     c->head_sent = true;
-    c->t_first_ns = now_ns();
+    c->t_first_ns = proxy_now_ns();
     http_mark_dirty(c);
 }
 
@@ -335,7 +335,7 @@ static size_t on_write(char *data, size_t size, size_t n, void *ud)
         return len;
     if (c->out.len - c->out_off > OUT_HIGH) {
         if (!c->paused) /* a client that reads nothing for this long loses its call */
-            c->deadline_ns = now_ns() + (int64_t)c->p->o->client_timeout_ms * 1000000;
+            c->deadline_ns = proxy_now_ns() + (int64_t)c->p->o->client_timeout_ms * 1000000;
         c->paused = true;
         return CURL_WRITEFUNC_PAUSE;
     }
@@ -456,7 +456,7 @@ static struct patience *backend_patience(const struct conn *c)
  * none learned. The whole of it goes to c->patience_ms, for a refusal to name. */
 static int64_t learned_start_ms(struct conn *c)
 {
-    int64_t now = now_ns();
+    int64_t now = proxy_now_ns();
     c->patience_ms = patience_start_ms(backend_patience(c), c->backend->id, now);
     if (c->patience_ms < 0)
         return -1;
@@ -478,7 +478,7 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
     curl_slist_free_all(c->up_headers);
     c->up_headers = NULL;
     if (c->gone) {
-        int64_t now = now_ns();
+        int64_t now = proxy_now_ns();
         if (!c->head_sent) /* it gave up before any answer began: its patience */
             patience_hung_up(backend_patience(c), c->backend->id, now - c->t_start_ns, now);
         /* After its last event the answer was whole (on_finish): logged as the pool heard it. */
@@ -588,7 +588,7 @@ static struct timespec *relative_deadline(struct timespec *ts, int64_t ms)
 {
     if (ms < 0)
         return NULL;
-    int64_t t = now_ns() + ms * 1000000;
+    int64_t t = proxy_now_ns() + ms * 1000000;
     ts->tv_sec = t / 1000000000;
     ts->tv_nsec = t % 1000000000;
     return ts;
