@@ -359,6 +359,14 @@ Test(proxy_config, errors_name_the_file_the_line_and_the_field_and_exit_2)
                  1, "%s", err);
     snprintf(want, sizeof want, "Address already in use (%s/bad.conf:1: listen)", px_dir);
     cr_assert_not_null(strstr(err, want), "want '%s', got '%s'", want, err);
+    /* An admin port the file names and another holds: an error as with --admin, not a quiet
+     * move to a free port. */
+    cr_assert_eq(run_config("listen = \"127.0.0.1:0\";\nadmin = \"127.0.0.1:%1$d\";\n"
+                            "backends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
+                            taken, err, sizeof err),
+                 1, "%s", err);
+    snprintf(want, sizeof want, "(%s/bad.conf:2: admin: write another \"HOST:PORT\"", px_dir);
+    cr_assert_not_null(strstr(err, want), "want '%s', got '%s'", want, err);
 }
 
 /* Bad flags, each with what its error must say: the flag, the value, what to write. */

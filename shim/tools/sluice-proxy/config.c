@@ -160,6 +160,9 @@ static int set_field(const struct ctx *x, const config_setting_t *s, const struc
         snprintf(host_where[admin], sizeof host_where[0], "%s:%u: %s", x->file,
                  config_setting_source_line(s), f->name);
         *(admin ? &o->admin_where : &o->listen_where) = host_where[admin];
+        /* A port the file names is as deliberate as the flag's: taken, it is an error, not a
+         * fallback to a free port. */
+        o->admin_explicit = o->admin_explicit || admin;
         return EXIT_OK;
     }
     case F_DIALECT:

@@ -318,6 +318,10 @@ static int start_admin(struct proxy *p)
     char *advice = strstr(err, " (change sluice_admin_desc");
     if (advice)
         *advice = '\0';
+    if (o->admin_explicit && o->admin_where)
+        return fail("admin endpoint on %s:%u: %s (%s: write another \"HOST:PORT\", port 0 for "
+                    "any free one, or \"off\")",
+                    o->admin_host, o->admin_port, err, o->admin_where);
     if (o->admin_explicit)
         return fail("admin endpoint on %s:%u: %s (pass another --admin HOST:PORT, port 0 for "
                     "any free one, or --admin off)",

@@ -98,7 +98,8 @@ struct options {
     bool allow_remote;        /* needed to listen on a non-loopback address */
     const char *admin_host;   /* NULL = no admin endpoint */
     unsigned admin_port;
-    bool admin_explicit;      /* named on the command line: no fallback to a free port */
+    bool admin_explicit;      /* named on the command line or in the file: no fallback to a
+                                 free port */
     bool listen_given, state_given, access_log_given; /* on the command line: the file's loses */
     /* Where the config file set listen / admin ("FILE:LINE: listen"), for the errors about the
      * address; NULL: the command line's or the default */
