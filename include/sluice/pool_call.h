@@ -318,7 +318,9 @@ static inline void sluice__pool_async_granted(struct sluice_gate_waiter *gw, int
  * one started from inside a callback runs right after it returns, so a
  * chain of calls started from callbacks runs in constant stack. Deadlines
  * are the event loop's business: arm a timer for sluice_pool_wait_bound
- * and cancel. `w` must stay valid until cb has run.
+ * and withdraw the call then (sluice_pool_call_withdraw_async, which counts
+ * it as a blocking call's wait ending so is counted). `w` must stay valid
+ * until cb has run.
  */
 SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sluice_pool_waiter *w)
 {
@@ -342,29 +344,63 @@ SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sl
     sluice_gate_settle_async(&w->sluice__gate, closed ? SLUICE_ECLOSED : SLUICE_OK);
 }
 
+/* sluice_pool_call_withdraw_async; `count` says whether the pool counts the withdrawal. */
+SLUICE_INLINE int sluice__pool_withdraw_async(struct sluice_pool *p, struct sluice_pool_waiter *w,
+                                              int why, bool refused_late, bool count)
+{
+    if (!p->active)
+        return SLUICE_EAGAIN;
+    /* Read before the callback runs: it may start its next call with the same record. */
+    struct sluice_call left;
+    left.queued_ns = sluice_clock_now(&p->clock) - w->sluice__arrived;
+    left.refused_late = refused_late;
+    if (sluice_gate_cancel_async(&p->gate, &w->sluice__gate) != SLUICE_OK) {
+        sluice_spinlock_lock(&p->hold_lock);
+        bool held = w->sluice__held;
+        if (held)
+            sluice__pool_async_unlink_locked(p, w);
+        sluice_spinlock_unlock(&p->hold_lock);
+        if (!held)
+            return SLUICE_EAGAIN;
+        sluice_gate_release(&p->gate);
+        sluice_gate_settle_async(&w->sluice__gate, SLUICE_ECANCELED);
+    } /* else sluice__pool_async_granted passed ECANCELED on */
+    if (count)
+        sluice__pool_began(p, &left, why, true);
+    return SLUICE_OK;
+}
+
 /*
  * Withdraw an async call that has not started. Returns SLUICE_OK if it was
  * still queued for a permit or waiting out a hold (its callback has run
  * with SLUICE_ECANCELED, and any permit it held went to the next in line),
  * or SLUICE_EAGAIN if its callback already ran or is about to run with
  * another status. Call only after sluice_pool_call_begin_async returned.
+ * The pool counts nothing for it: an event loop withdrawing a call for its
+ * deadline or its token says so with sluice_pool_call_withdraw_async.
  */
 SLUICE_INLINE int sluice_pool_call_cancel_async(struct sluice_pool *p, struct sluice_pool_waiter *w)
 {
-    if (!p->active)
-        return SLUICE_EAGAIN;
-    if (sluice_gate_cancel_async(&p->gate, &w->sluice__gate) == SLUICE_OK)
-        return SLUICE_OK; /* sluice__pool_async_granted passed ECANCELED on */
-    sluice_spinlock_lock(&p->hold_lock);
-    bool held = w->sluice__held;
-    if (held)
-        sluice__pool_async_unlink_locked(p, w);
-    sluice_spinlock_unlock(&p->hold_lock);
-    if (!held)
-        return SLUICE_EAGAIN;
-    sluice_gate_release(&p->gate);
-    sluice_gate_settle_async(&w->sluice__gate, SLUICE_ECANCELED);
-    return SLUICE_OK;
+    return sluice__pool_withdraw_async(p, w, SLUICE_ECANCELED, false, false);
+}
+
+/*
+ * sluice_pool_call_cancel_async for an event loop that times its calls'
+ * waits and watches their tokens itself, counted as a blocking call's wait
+ * ending the same way would be: `why` is SLUICE_ETIMEDOUT (its wait bound
+ * or deadline came) or SLUICE_ECANCELED (its token fired), any other status
+ * (a shutdown) counted as neither; `refused_late` says it left at its wait
+ * bound before its deadline (sluice_pool_wait_bound: refused_late, not a
+ * timeout). Either way its wait joins the queue-wait histogram. The
+ * callback still gets SLUICE_ECANCELED; the loop reports `why`. So the
+ * stats, /metrics and the admin page count the curl loop's calls that
+ * could not start in time as they count the blocking path's.
+ */
+SLUICE_INLINE int sluice_pool_call_withdraw_async(struct sluice_pool *p,
+                                                  struct sluice_pool_waiter *w, int why,
+                                                  bool refused_late)
+{
+    return sluice__pool_withdraw_async(p, w, why, refused_late, true);
 }
 
 /* Detach the async holders, all of them or (hold over) those now free to start. */

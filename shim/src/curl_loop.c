@@ -352,9 +352,10 @@ static void sluice__stop(struct sluice__rec *rec, int status)
     rec->stop = status;
     if (rec->stage == SLUICE__WAITING) {
         sluice__heap_remove(rec->loop, rec);
-        /* OK: it settles now, ECANCELED, onto our FIFO. EAGAIN: a settlement is on its
-         * way and will see rec->stop. */
-        sluice_pool_call_cancel_async(rec->pool, &rec->waiter);
+        /* OK: it settles now, ECANCELED, onto our FIFO, counted as `status`. EAGAIN: a
+         * settlement is on its way and will see rec->stop. */
+        sluice_pool_call_withdraw_async(rec->pool, &rec->waiter, status,
+                                        status == SLUICE_ETIMEDOUT && rec->left_early);
     } else if (rec->stage == SLUICE__TRANSFERRING) {
         sluice__complete_transfer(rec, CURLE_ABORTED_BY_CALLBACK,
                                   status == SLUICE_ECLOSED     ? SLUICE__CURL_CLOSED

@@ -510,6 +510,7 @@ LOOP_TEST(a_token_cancels_a_request_waiting_for_a_permit_without_touching_the_pr
     cr_assert_eq(busy.r.status, SLUICE_OK);
     cr_assert_lt(queued.done_ns, busy.done_ns, "the cancel waited for the permit");
     cr_assert_eq(fx_stats_settled().requests, 1, "the cancelled request reached the simulator");
+    cr_assert_eq(fx_counts(e).cancels, 1, "counted as a blocking call's cancel is");
     loop_done_idle(e, loop, REQS(&busy, &queued));
 }
 
@@ -543,7 +544,44 @@ LOOP_TEST(deadlines_end_requests_waiting_or_transferring_with_etimedout)
     cr_assert(ms1 >= 195 && ms1 < 600, "the transfer ended after %lld ms", (long long)ms1);
     cr_assert_eq(fx_stats_settled().cancelled, 1);
     cr_assert_eq(fx_status(e).limit, 1, "a deadline moved the limit");
+    cr_assert_eq(fx_counts(e).timeouts, 2, "the wait and the transfer, as on the blocking path");
     loop_done_idle(e, loop, REQS(&transferring, &waiting));
+}
+
+/* A request admitted on a prediction that proves wrong leaves the line at its wait bound
+ * (its deadline less the median service time), and the pool counts it refused late, with its
+ * wait in the queue-wait histogram, as a blocking call's (the operator's /metrics read these). */
+LOOP_TEST(a_request_that_leaves_the_line_at_its_wait_bound_is_counted_refused_late)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = LONG_CALL_MS,
+                                   .fixed_latency = true, .abandoned_free = true});
+    struct sluice_engine *e = fx_engine(1, -1, NULL);
+    fx_teach_service(e, 200 * SLUICE_NS_PER_MS, SLUICE_SERVICE_MIN_SAMPLES); /* a wrong guess */
+    struct tracker t;
+    struct req busy, queued;
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&busy, &queued));
+    cr_assert_eq(submit(loop, &busy, false), SLUICE_OK);
+    wait_in_flight(1);
+    struct sluice_histogram_counts before;
+    sluice_pool_histograms(sluice_engine_pool(e, FX_BACKEND), &before, NULL);
+    /* Predicted: 200 ms of wait, then 200 ms of call, inside 1 s; it may wait until 800 ms. */
+    struct timespec d;
+    struct sluice_curl_request rq = req_of(&queued, false);
+    rq.deadline = sluice_deadline_in(&d, 1000 * SLUICE_NS_PER_MS);
+    cr_assert_eq(sluice_curl_loop_submit(loop, &rq, NULL), SLUICE_OK);
+    wait_done(&t, 1, 5000);
+    cr_assert_eq(queued.r.status, SLUICE_ETIMEDOUT, "%s", sluice_status_name(queued.r.status));
+    cr_assert(queued.r.refused_late, "it left before its deadline");
+    cr_assert_not(queued.r.transferred);
+    struct sluice_pool_counts c = fx_counts(e);
+    cr_assert_eq(c.refused_late, 1);
+    cr_assert_eq(c.timeouts, 0, "a refusal before the start is not a timeout");
+    struct sluice_histogram_counts after;
+    sluice_pool_histograms(sluice_engine_pool(e, FX_BACKEND), &after, NULL);
+    cr_assert_eq(after.count, before.count + 1, "its wait is in the queue-wait histogram");
+    cr_assert_eq(sluice_curl_loop_cancel(loop, busy.id), SLUICE_OK);
+    wait_done(&t, 2, 5000);
+    loop_done_idle(e, loop, REQS(&busy, &queued));
 }
 
 /* The loop reads a request's deadline long after submit returned (at the permit, when the
