@@ -82,9 +82,11 @@ void sluice__tee_remove(const struct sluice__tee *t);
 /* A result for a call that never transferred. */
 void sluice__curl_result_init(struct sluice_curl_result *res);
 
-/* SLUICE_OK, or SLUICE_EINVAL with res->error saying why `deadline` is not normalised or not
- * on CLOCK_MONOTONIC (more than a year ahead). */
-int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res);
+/* SLUICE_OK, or SLUICE_EINVAL with res->error saying which deadline (by its field's name,
+ * deadline or start_deadline) is not normalised or not on CLOCK_MONOTONIC (more than a year
+ * ahead), and why. */
+int sluice__curl_check_deadlines(const struct timespec *start_deadline,
+                                 const struct timespec *deadline, struct sluice_curl_result *res);
 
 /* SLUICE_OK, or SLUICE_EINVAL with res->error naming `backend` as one the engine does not
  * have and where to register it (a misspelt ID is the mistake to name, whatever else the

@@ -181,9 +181,8 @@ static void sluice__complete_status(struct sluice__rec *rec, int status, bool re
 {
     struct sluice_curl_result res;
     sluice__curl_result_init(&res);
-    if (status == SLUICE_EINVAL && /* the only arguments the loop checks after submit */
-        sluice__curl_check_deadline(rec->req.deadline, &res) == SLUICE_OK)
-        sluice__curl_check_deadline(rec->req.start_deadline, &res);
+    if (status == SLUICE_EINVAL) /* the only arguments the loop checks after submit */
+        sluice__curl_check_deadlines(rec->req.start_deadline, rec->req.deadline, &res);
     res.status = status;
     res.refused_late = refused_late || (status == SLUICE_ETIMEDOUT && rec->left_early);
     if (status == SLUICE_ETIMEDOUT)
@@ -407,8 +406,8 @@ static void sluice__accept(struct sluice__rec *rec)
     const struct timespec *first = sluice_deadline_first(rec->req.start_deadline, rec->req.deadline);
     struct sluice_curl_result unused; /* the message is complete_status's to write */
     int status = atomic_load_explicit(&rec->cancel_id, SLUICE_RELAXED) == rec->id ? SLUICE_ECANCELED
-                 : sluice__curl_check_deadline(rec->req.deadline, &unused) != SLUICE_OK ||
-                         sluice__curl_check_deadline(rec->req.start_deadline, &unused) != SLUICE_OK
+                 : sluice__curl_check_deadlines(rec->req.start_deadline, rec->req.deadline,
+                                                &unused) != SLUICE_OK
                      ? SLUICE_EINVAL
                      : sluice_wait_stop_reason(first, rec->req.cancel);
     if (status == SLUICE_OK && rec->req.cancel) {

@@ -71,21 +71,31 @@ void sluice__curl_result_init(struct sluice_curl_result *res)
  */
 #define SLUICE__DEADLINE_AHEAD_MAX_NS (INT64_C(366) * 86400 * SLUICE_NS_PER_SEC)
 
-int sluice__curl_check_deadline(const struct timespec *deadline, struct sluice_curl_result *res)
+/* One of the two deadlines, named as the caller's field (`name`) in the message. */
+static int sluice__curl_check_one(const struct timespec *deadline, const char *name,
+                                  struct sluice_curl_result *res)
 {
     if (!sluice_deadline_valid(deadline))
         return sluice__fail(res->error, sizeof res->error,
-                            "deadline is not normalised: tv_nsec = %ld is outside [0, "
+                            "%s is not normalised: tv_nsec = %ld is outside [0, "
                             "999999999] (build it with sluice_deadline_in or "
                             "sluice_ns_timespec)",
-                            (long)deadline->tv_nsec);
+                            name, (long)deadline->tv_nsec);
     int64_t ahead = deadline ? sluice_timespec_ns(deadline) - sluice_monotonic_ns() : 0;
     if (ahead > SLUICE__DEADLINE_AHEAD_MAX_NS)
         return sluice__fail(res->error, sizeof res->error,
-                            "deadline is %lld days ahead: not a CLOCK_MONOTONIC time (from "
+                            "%s is %lld days ahead: not a CLOCK_MONOTONIC time (from "
                             "CLOCK_REALTIME?); build it with sluice_deadline_in",
-                            (long long)(ahead / SLUICE_NS_PER_SEC / 86400));
+                            name, (long long)(ahead / SLUICE_NS_PER_SEC / 86400));
     return SLUICE_OK;
+}
+
+int sluice__curl_check_deadlines(const struct timespec *start_deadline,
+                                 const struct timespec *deadline, struct sluice_curl_result *res)
+{
+    int status = sluice__curl_check_one(deadline, "deadline", res);
+    return status == SLUICE_OK ? sluice__curl_check_one(start_deadline, "start_deadline", res)
+                               : status;
 }
 
 void sluice__curl_explain_timeout(struct sluice_curl_result *res, const struct timespec *deadline,
@@ -375,8 +385,7 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
     if (!call || !call->easy)
         return res->status = sluice__fail(res->error, sizeof res->error,
                                           "%s is NULL (required)", call ? "easy" : "call");
-    if (sluice__curl_check_deadline(call->deadline, res) != SLUICE_OK ||
-        sluice__curl_check_deadline(call->start_deadline, res) != SLUICE_OK)
+    if (sluice__curl_check_deadlines(call->start_deadline, call->deadline, res) != SLUICE_OK)
         return res->status = SLUICE_EINVAL;
     const struct timespec *first = sluice_deadline_first(call->start_deadline, call->deadline);
     int status = sluice_wait_stop_reason(first, call->cancel);
@@ -468,8 +477,7 @@ static int sluice__curl_check_call(const struct sluice_engine *engine,
     int status = sluice__curl_check_backend(engine, call->backend, res);
     if (status != SLUICE_OK)
         return status;
-    status = sluice__curl_check_deadline(call->deadline, res);
-    return status == SLUICE_OK ? sluice__curl_check_deadline(call->start_deadline, res) : status;
+    return sluice__curl_check_deadlines(call->start_deadline, call->deadline, res);
 }
 
 int sluice_curl_perform_call(const struct sluice_engine *engine,

@@ -441,9 +441,17 @@ LOOP_TEST(a_bad_description_or_deadline_fails_with_einval_and_a_message_naming_t
     cr_assert_eq(sluice_curl_loop_submit(loop, &rq, NULL), SLUICE_OK);
     wait_done(&t, 1, 5000);
     cr_assert_eq(q.r.status, SLUICE_EINVAL, "%s", sluice_status_name(q.r.status));
-    cr_assert(strstr(q.r.error, "deadline is not normalised: tv_nsec = -5"), "\"%s\"",
-              q.r.error);
+    cr_assert(strstr(q.r.error, "deadline is not normalised: tv_nsec = -5") == q.r.error,
+              "\"%s\"", q.r.error);
     cr_assert_not(q.r.transferred);
+    /* A bad start deadline is named as the field the caller set. */
+    rq.deadline = NULL;
+    rq.start_deadline = &denormal;
+    cr_assert_eq(sluice_curl_loop_submit(loop, &rq, NULL), SLUICE_OK);
+    wait_done(&t, 2, 5000);
+    cr_assert_eq(q.r.status, SLUICE_EINVAL, "%s", sluice_status_name(q.r.status));
+    cr_assert(strstr(q.r.error, "start_deadline is not normalised: tv_nsec = -5") == q.r.error,
+              "\"%s\"", q.r.error);
     sluice_curl_loop_destroy(loop);
     curl_easy_cleanup(q.easy);
     fx_assert_idle(e);

@@ -384,6 +384,19 @@ PERFORM_TEST(bad_arguments_fail_with_einval_and_a_message_naming_what_to_fix)
     }
     cr_assert_eq(sluice_curl_perform(NULL, FX_BACKEND, easy, NULL, NULL, &r), SLUICE_EINVAL);
     cr_assert(strstr(r.error, "engine is NULL"), "\"%s\"", r.error);
+    /* A bad start deadline is named as the field the caller set, not as the deadline. */
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    const struct timespec *bad_starts[] = {&negative, &wall};
+    const char *start_expect[] = {"start_deadline is not normalised: tv_nsec = -1",
+                                  "start_deadline is "};
+    for (size_t i = 0; i < 2; i++) {
+        struct sluice_curl_call bad = {.backend = FX_BACKEND, .easy = easy,
+                                       .start_deadline = bad_starts[i]};
+        cr_assert_eq(sluice_curl_perform_call(e, &bad, &r), SLUICE_EINVAL);
+        cr_assert(strstr(r.error, start_expect[i]) == r.error, "start case %zu: \"%s\"", i,
+                  r.error);
+    }
     /* The transfer alone (the chat client's path) says the same of a deadline. */
     struct sluice_curl_call call = {.easy = easy, .deadline = &denormal};
     cr_assert_eq(sluice_curl_transfer(&call, &r), SLUICE_EINVAL);
