@@ -114,7 +114,16 @@
  *     SLUICE_OUTCOME_CENSORED sample (sluice/policy.h), which it uses.
  *   - Lingering permits: a call given up on mid-transfer may keep its
  *     permit while the provider may still be working on it
- *     (sluice/pool_linger.h).
+ *     (sluice/pool_linger.h). At a cold start this refuses calls: until
+ *     discovery locks a ceiling, the default linger (LEARNED; a fixed pool
+ *     always) keeps the permit of every call cut after its request was
+ *     sent, for the high quantile of recent service times after the cut,
+ *     at most linger_max_ms (30 s by default) from its start. With start
+ *     deadlines tighter than the provider's first token a cold start cuts
+ *     many calls, and while their permits count as taken, calls with
+ *     deadlines are refused with SLUICE_ELATE: for up to linger_max_ms.
+ *     SLUICE_LINGER_OFF (a provider that stops working on a request whose
+ *     client hangs up) frees them at once; a lower linger_max_ms bounds it.
  *
  * Progress: every rule is lock-free and never blocks: a few relaxed loads
  * and, for the standing-queue test (fed by every call that starts), a CAS

@@ -82,7 +82,10 @@ struct sluice_deadline_desc {
     enum sluice_linger linger;            /* whether an abandoned call keeps its permit
                                              (default: SLUICE_LINGER_LEARNED) */
     struct sluice_opt_u32 linger_max_ms;  /* most an abandoned call keeps its permit, from
-                                             its start (default: 30000;
+                                             its start; while cut calls' permits linger,
+                                             as at a cold start, calls with deadlines may
+                                             be refused with SLUICE_ELATE
+                                             (sluice/pool_deadlines.h) (default: 30000;
                                              SLUICE_SOME(0) = release at once; at most
                                              SLUICE_POOL_LINGER_MAX_MS) */
 };
