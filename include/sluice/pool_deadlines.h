@@ -332,6 +332,53 @@ SLUICE_INLINE enum sluice_expiry sluice__pool_late_by(int64_t now, int64_t wait,
 }
 
 /*
+ * sluice_pool_admit_by, saying in *late (may be NULL) which deadline a
+ * SLUICE_ELATE refused the run for: SLUICE_EXPIRED_START or
+ * SLUICE_EXPIRED_CALL, the one its predicted wait plus the time it needs
+ * passes; for a refusal that predicts no deadline of its own (a queue that
+ * stands, a round before anything is known) the earlier one, which its
+ * wait would reach first. SLUICE_EXPIRED_NONE with any other status. So a
+ * caller refused at once can say which of its deadlines the queue cannot
+ * meet, as one that timed out says which expired.
+ */
+SLUICE_INLINE int sluice_pool_admit_late(struct sluice_pool *p,
+                                         const struct timespec *start_deadline,
+                                         const struct timespec *deadline, enum sluice_expiry *late)
+{
+    enum sluice_expiry which = SLUICE_EXPIRED_NONE;
+    /* A deadline already passed is no prediction: the wait's own check says ETIMEDOUT. */
+    if ((deadline || start_deadline) && sluice__pool_rules_on(p) && !p->queue_late &&
+        !sluice_deadline_passed(sluice_deadline_first(start_deadline, deadline)) &&
+        !atomic_load_explicit(&p->closed, SLUICE_RELAXED)) {
+        sluice__pool_reap(p);
+        int64_t wait = sluice_pool_predicted_wait(p);
+        bool stands = atomic_load_explicit(&p->standing, SLUICE_RELAXED);
+        int64_t now = stands ? sluice_clock_now(&p->clock) : 0;
+        if (stands && wait == 0) { /* the queue drained: and no excess came for an interval? */
+            int64_t refused = atomic_load_explicit(&p->standing_refused, SLUICE_RELAXED);
+            if (refused == INT64_MIN || now - refused >= sluice_service_median(&p->service))
+                atomic_store_explicit(&p->standing, 0u, SLUICE_RELAXED);
+        }
+        stands = stands && wait > sluice__pool_sojourn_target(p);
+        if (stands)
+            atomic_store_explicit(&p->standing_refused, now, SLUICE_RELAXED);
+        if (wait >= 0 && !stands)
+            which = sluice__pool_late_by(sluice_monotonic_ns(), wait, start_deadline, deadline,
+                                         sluice__pool_need(p, wait > 0, false),
+                                         sluice__pool_need(p, wait > 0, true));
+        else if (wait < 0 ? sluice__pool_round_waits(p) : stands)
+            which = sluice_deadline_which(start_deadline, deadline);
+    }
+    if (late)
+        *late = which;
+    if (which != SLUICE_EXPIRED_NONE) {
+        sluice__pool_count(p, SLUICE__POOL_EARLY);
+        return SLUICE_ELATE;
+    }
+    return sluice_pool_admit(p);
+}
+
+/*
  * sluice_pool_admit for a run with deadlines (absolute CLOCK_MONOTONIC;
  * either may be NULL = none): unless the pool's queue_late is set, a run
  * whose predicted wait plus the time it needs already passes `deadline`
@@ -353,32 +400,7 @@ SLUICE_INLINE enum sluice_expiry sluice__pool_late_by(int64_t now, int64_t wait,
 SLUICE_INLINE int sluice_pool_admit_by(struct sluice_pool *p, const struct timespec *start_deadline,
                                        const struct timespec *deadline)
 {
-    /* A deadline already passed is no prediction: the wait's own check says ETIMEDOUT. */
-    if ((deadline || start_deadline) && sluice__pool_rules_on(p) && !p->queue_late &&
-        !sluice_deadline_passed(sluice_deadline_first(start_deadline, deadline)) &&
-        !atomic_load_explicit(&p->closed, SLUICE_RELAXED)) {
-        sluice__pool_reap(p);
-        int64_t wait = sluice_pool_predicted_wait(p);
-        bool stands = atomic_load_explicit(&p->standing, SLUICE_RELAXED);
-        int64_t now = stands ? sluice_clock_now(&p->clock) : 0;
-        if (stands && wait == 0) { /* the queue drained: and no excess came for an interval? */
-            int64_t refused = atomic_load_explicit(&p->standing_refused, SLUICE_RELAXED);
-            if (refused == INT64_MIN || now - refused >= sluice_service_median(&p->service))
-                atomic_store_explicit(&p->standing, 0u, SLUICE_RELAXED);
-        }
-        stands = stands && wait > sluice__pool_sojourn_target(p);
-        if (stands)
-            atomic_store_explicit(&p->standing_refused, now, SLUICE_RELAXED);
-        if (wait < 0 ? sluice__pool_round_waits(p)
-                     : stands || sluice__pool_late_by(sluice_monotonic_ns(), wait, start_deadline,
-                                                      deadline, sluice__pool_need(p, wait > 0, false),
-                                                      sluice__pool_need(p, wait > 0, true)) !=
-                                     SLUICE_EXPIRED_NONE) {
-            sluice__pool_count(p, SLUICE__POOL_EARLY);
-            return SLUICE_ELATE;
-        }
-    }
-    return sluice_pool_admit(p);
+    return sluice_pool_admit_late(p, start_deadline, deadline, NULL);
 }
 
 /*

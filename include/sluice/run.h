@@ -131,10 +131,11 @@ struct sluice_run_result {
     unsigned generations;         /* client calls made: the initial one plus repairs */
     bool refused_late;            /* SLUICE_ETIMEDOUT without calling the client: it could no
                                      longer start in time (sluice/pool_deadlines.h) */
-    enum sluice_expiry expired;   /* which deadline: with SLUICE_ETIMEDOUT (a wait), and with
+    enum sluice_expiry expired;   /* which deadline: with SLUICE_ETIMEDOUT (a wait), with
                                      SLUICE_ECLIENT whose client_status is SLUICE_ETIMEDOUT (the
                                      client's call ended at a deadline: gen->expired, else the
-                                     whole call's) */
+                                     whole call's), and with SLUICE_ELATE (the one the predicted
+                                     wait leaves too little of: sluice_pool_admit_late) */
     struct sluice_sample last;    /* the last generation's sample, as discovery gets it */
     int client_status;            /* with SLUICE_ECLIENT: the failing callback's own code */
     enum sluice_run_stage client_stage; /* ... and which callback it was */
@@ -241,8 +242,8 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
  * Returns the run's status, also stored in result->status (result may be
  * NULL): SLUICE_OK, SLUICE_ECAPACITY (rejected: nothing was called and the
  * rest of *result is zero), SLUICE_ELATE (the predicted wait leaves the
- * run too little of its deadline or start deadline: nothing was called;
- * see sluice/pool_deadlines.h), SLUICE_EINVAL (bad desc, unknown backend
+ * run too little of its deadline or start deadline, result->expired says
+ * which: nothing was called; see sluice/pool_deadlines.h), SLUICE_EINVAL (bad desc, unknown backend
  * ID, or either deadline with its tv_nsec outside [0, 1e9): refused before
  * admission, nothing called), SLUICE_ECANCELED,
  * SLUICE_ETIMEDOUT (result->expired says which deadline; result->refused_late
@@ -263,8 +264,8 @@ SLUICE_INLINE int sluice_run(struct sluice_engine *engine, const struct sluice_r
         r.status = SLUICE_EINVAL;
     else if (!sluice_deadline_valid(desc->start_deadline) || !sluice_deadline_valid(desc->deadline))
         r.status = SLUICE_EINVAL; /* both: the earlier one alone is what the waits check first */
-    else if ((r.status = sluice_pool_admit_by(b->pool, desc->start_deadline, desc->deadline)) ==
-             SLUICE_OK) {
+    else if ((r.status = sluice_pool_admit_late(b->pool, desc->start_deadline, desc->deadline,
+                                                &r.expired)) == SLUICE_OK) {
         int64_t start = sluice_clock_now(&engine->clock);
         r.status = sluice__run_admitted(engine, b, desc, &r);
         sluice_pool_leave(b->pool);

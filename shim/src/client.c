@@ -674,28 +674,31 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
     c->loop_done = req->done;
     c->loop_data = req->data;
     c->loop_finished = false;
-    status = sluice_curl_loop_submit(loop,
-                                   &(struct sluice_curl_request){
-                                       .backend = req->backend,
-                                       .easy = c->easy,
-                                       .deadline = req->deadline,
-                                       .start_deadline = req->start_deadline,
-                                       .begun = sluice__chat_begun,
-                                       .cancel = req->cancel,
-                                       .done = sluice__chat_loop_done,
-                                       .data = c,
-                                       .retry_after_max_ns = c->retry_after_max_ns,
-                                       .dialect = c->dialect,
-                                       .write = sluice__chat_body, /* as sluice_run's */
-                                       .write_data = c,
-                                       .finish = sluice__chat_loop_finish,
-                                   },
-                                   id);
+    status = sluice__curl_loop_submit(loop,
+                                    &(struct sluice_curl_request){
+                                        .backend = req->backend,
+                                        .easy = c->easy,
+                                        .deadline = req->deadline,
+                                        .start_deadline = req->start_deadline,
+                                        .begun = sluice__chat_begun,
+                                        .cancel = req->cancel,
+                                        .done = sluice__chat_loop_done,
+                                        .data = c,
+                                        .retry_after_max_ns = c->retry_after_max_ns,
+                                        .dialect = c->dialect,
+                                        .write = sluice__chat_body, /* as sluice_run's */
+                                        .write_data = c,
+                                        .finish = sluice__chat_loop_finish,
+                                    },
+                                    id, &c->result.expired);
     /* Refused: `done` never runs, so the result says so itself, not the last call's. */
     if (status != SLUICE_OK) {
         c->result.status = status;
-        snprintf(c->result.error, sizeof c->result.error, "not submitted: %s",
-                 sluice_strerror(status));
+        if (status == SLUICE_ELATE)
+            sluice__curl_explain_late(&c->result);
+        else
+            snprintf(c->result.error, sizeof c->result.error, "not submitted: %s",
+                     sluice_strerror(status));
     }
     return status;
 }

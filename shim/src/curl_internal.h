@@ -94,6 +94,15 @@ int sluice__curl_check_deadlines(const struct timespec *start_deadline,
 int sluice__curl_check_backend(const struct sluice_engine *engine, const char *backend,
                                struct sluice_curl_result *res);
 
+/* A SLUICE_ELATE refusal's message in res->error, naming res->expired's deadline and what
+ * to change. */
+void sluice__curl_explain_late(struct sluice_curl_result *res);
+
+/* sluice_curl_loop_submit, saying in *late (may be NULL) which deadline an SLUICE_ELATE
+ * refused it for (sluice_pool_admit_late). */
+int sluice__curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_curl_request *req,
+                             uint64_t *id, enum sluice_expiry *late);
+
 /* A call that ended SLUICE_ETIMEDOUT before any transfer (res->status) with no word yet: say
  * in res->error whether its deadline had passed when it was made (at `made_ns`), left too
  * little to start (res->refused_late), or ran out while it queued; `deadline` is the earlier

@@ -328,9 +328,11 @@ int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc, struct slu
     return SLUICE_OK;
 }
 
-int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_curl_request *req,
-                            uint64_t *id)
+int sluice__curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_curl_request *req,
+                             uint64_t *id, enum sluice_expiry *late)
 {
+    if (late)
+        *late = SLUICE_EXPIRED_NONE;
     if (!loop || !req || !req->easy || !req->done)
         return SLUICE_EINVAL;
     atomic_fetch_add_explicit(&loop->callers, 1u, SLUICE_SEQ_CST);
@@ -342,7 +344,8 @@ int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_c
     status = SLUICE_EINVAL;
     if (!(b = sluice_engine_find(loop->engine, req->backend)))
         goto out;
-    if ((status = sluice_pool_admit_by(b->pool, req->start_deadline, req->deadline)) != SLUICE_OK)
+    if ((status = sluice_pool_admit_late(b->pool, req->start_deadline, req->deadline, late)) !=
+        SLUICE_OK)
         goto out;
     void *item;
     if (sluice_ring_trypop(&loop->free_ring, &item) != SLUICE_OK) {
@@ -376,6 +379,12 @@ int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_c
 out:
     atomic_fetch_sub_explicit(&loop->callers, 1u, SLUICE_SEQ_CST);
     return status;
+}
+
+int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_curl_request *req,
+                            uint64_t *id)
+{
+    return sluice__curl_loop_submit(loop, req, id, NULL);
 }
 
 int sluice_curl_loop_cancel(struct sluice_curl_loop *loop, uint64_t id)

@@ -121,6 +121,14 @@ void sluice__curl_explain_timeout(struct sluice_curl_result *res, const struct t
                  (long long)(res->queued_ns / SLUICE_NS_PER_MS));
 }
 
+void sluice__curl_explain_late(struct sluice_curl_result *res)
+{
+    snprintf(res->error, sizeof res->error,
+             "refused at admission: the predicted wait leaves too little of the %s (allow "
+             "more, or set the backend's deadlines.queue_late)",
+             res->expired == SLUICE_EXPIRED_START ? "start deadline" : "deadline");
+}
+
 bool sluice__curl_arm_deadline(CURL *easy, const struct timespec *deadline)
 {
     if (!deadline)
@@ -489,7 +497,10 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
     struct sluice_pool *pool = NULL;
     if ((res.status = sluice__curl_check_call(engine, call, &res)) == SLUICE_OK)
         pool = sluice_engine_pool(engine, call->backend);
-    if (pool && (res.status = sluice_pool_admit_by(pool, call->start_deadline, call->deadline)) == SLUICE_OK) {
+    if (pool && (res.status = sluice_pool_admit_late(pool, call->start_deadline, call->deadline,
+                                                     &res.expired)) == SLUICE_ELATE)
+        sluice__curl_explain_late(&res);
+    if (pool && res.status == SLUICE_OK) {
         int64_t admitted = sluice_monotonic_ns();
         struct sluice_call pc;
         int status =

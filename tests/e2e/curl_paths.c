@@ -578,6 +578,11 @@ static int chat_completion(struct chat_call *c)
 
 static int chat_refusal(struct chat_call *c, int status)
 {
+    const struct sluice_curl_result *res = sluice_chat_result(c->chat);
+    if (status == SLUICE_ELATE) { /* the whole call's is the only deadline these carry */
+        cr_expect_eq(res->expired, SLUICE_EXPIRED_CALL, "an ELATE says which deadline");
+        cr_expect(strstr(res->error, "too little of the deadline"), "\"%s\"", res->error);
+    }
     sluice_chat_destroy(c->chat);
     return status;
 }

@@ -277,7 +277,17 @@ PERFORM_TEST(a_call_with_less_time_left_than_the_expected_service_never_starts_i
                                      &r),
                  SLUICE_ELATE);
     cr_assert_not(r.transferred);
-    cr_assert_eq(fx_counts(e).refused_early, 1);
+    cr_assert_eq(r.expired, SLUICE_EXPIRED_CALL, "the refusal says which deadline");
+    cr_assert(strstr(r.error, "refused at admission: the predicted wait leaves too little of the "
+                              "deadline (allow more, or set the backend's deadlines.queue_late)"),
+              "\"%s\"", r.error);
+    struct timespec start;
+    struct sluice_curl_call call = {.backend = FX_BACKEND, .easy = easy, .start_deadline = &start};
+    sluice_deadline_in(&start, SLUICE_NS_PER_SEC);
+    cr_assert_eq(sluice_curl_perform_call(e, &call, &r), SLUICE_ELATE);
+    cr_assert_eq(r.expired, SLUICE_EXPIRED_START);
+    cr_assert(strstr(r.error, "too little of the start deadline"), "\"%s\"", r.error);
+    cr_assert_eq(fx_counts(e).refused_early, 2);
     fx_assert_idle(e);
     sluice_engine_destroy(e);
     /* With queue_late it is admitted, and the start rule is what stops it. */

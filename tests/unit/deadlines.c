@@ -319,9 +319,16 @@ Test(deadlines, before_the_service_time_is_known_a_call_with_a_deadline_queues_b
     }
     cr_assert_eq(sluice_pool_admit_by(p, NULL, &dl), SLUICE_ELATE, "behind a whole round");
     cr_assert_eq(sluice_pool_admit_by(p, &dl, NULL), SLUICE_ELATE, "a start deadline too");
+    /* No prediction names a deadline here: the refusal names the one the wait reaches first. */
+    struct timespec later = deadline_in(90 * SEC);
+    enum sluice_expiry late = SLUICE_EXPIRED_NONE;
+    cr_assert_eq(sluice_pool_admit_late(p, &dl, &later, &late), SLUICE_ELATE);
+    cr_assert_eq(late, SLUICE_EXPIRED_START);
+    cr_assert_eq(sluice_pool_admit_late(p, &later, &dl, &late), SLUICE_ELATE);
+    cr_assert_eq(late, SLUICE_EXPIRED_CALL);
     cr_assert_eq(sluice_pool_admit_by(p, NULL, NULL), SLUICE_OK, "no deadline: queues as ever");
     sluice_pool_leave(p);
-    cr_assert_eq(sluice_pool_stats(p).refused_early, 2);
+    cr_assert_eq(sluice_pool_stats(p).refused_early, 4);
     /* Once calls have said how long they take, the prediction decides: 2 + 1 calls of
      * 1 s ahead on 2 permits fit in 60 s. */
     cr_assert_eq(sluice_pool_call_cancel_async(p, &w[0]), SLUICE_OK);
@@ -370,6 +377,7 @@ Test(deadlines, a_run_refused_early_calls_nothing_and_returns_elate)
     struct sluice_run_result r;
     cr_assert_eq(run_by(e, &c, 15 * SEC, &r), SLUICE_ELATE);
     cr_assert_eq(atomic_load(&c.calls), 0);
+    cr_assert_eq(r.expired, SLUICE_EXPIRED_CALL, "the refusal says which deadline");
     cr_assert_str_eq(sluice_status_name(SLUICE_ELATE), "ELATE");
     sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
     sluice_engine_destroy(e);
@@ -673,7 +681,18 @@ Test(deadlines, admission_refuses_a_call_whose_predicted_wait_passes_its_start_d
     cr_assert_eq(sluice_pool_admit_by(p, &soon, NULL), SLUICE_ELATE, "3 s wait + 2 s > 4 s");
     cr_assert_eq(sluice_pool_admit_by(p, &ample, NULL), SLUICE_OK, "3 s wait + 2 s <= 6 s");
     sluice_pool_leave(p);
-    cr_assert_eq(sluice_pool_stats(p).refused_early, 1);
+    /* Which deadline the refusal was for: the start one (3 s wait + 2 s > 4 s), or, with the
+     * start fitting in 6 s, the whole call's (3 s wait + 3 s > 5 s). */
+    struct timespec whole = deadline_in(5 * SEC), roomy = deadline_in(60 * SEC);
+    enum sluice_expiry late = SLUICE_EXPIRED_NONE;
+    cr_assert_eq(sluice_pool_admit_late(p, &soon, &roomy, &late), SLUICE_ELATE);
+    cr_assert_eq(late, SLUICE_EXPIRED_START);
+    cr_assert_eq(sluice_pool_admit_late(p, &ample, &whole, &late), SLUICE_ELATE);
+    cr_assert_eq(late, SLUICE_EXPIRED_CALL, "6 s for the first byte, 5 s for the whole call");
+    cr_assert_eq(sluice_pool_admit_late(p, &ample, &roomy, &late), SLUICE_OK);
+    cr_assert_eq(late, SLUICE_EXPIRED_NONE);
+    sluice_pool_leave(p);
+    cr_assert_eq(sluice_pool_stats(p).refused_early, 3);
     sluice_pool_call_end(p, &holder, SLUICE_OUTCOME_OK, 0);
     sluice_pool_destroy(p);
 }

@@ -218,7 +218,8 @@ struct sluice_chat_request {
  * SLUICE_EINVAL (also for a backend the engine does not have, or no URL:
  * sluice_chat_result's `error` names which and what to set), or
  * SLUICE_ENOMEM (the request body could not be built). Refused, sluice_chat_result's
- * `status` is that code, never the previous generation's.
+ * `status` is that code, never the previous generation's (with SLUICE_ELATE its `expired`
+ * and `error` say which deadline the predicted wait leaves too little of).
  */
 int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *chat,
                        const struct sluice_chat_request *req, uint64_t *id);

@@ -302,11 +302,14 @@ struct sluice_curl_result {
                                     start in time (sluice/pool_deadlines.h) */
     enum sluice_expiry expired;  /* with SLUICE_ETIMEDOUT: which deadline ended the call
                                     (SLUICE_EXPIRED_START: it had not begun, or no first byte
-                                    came, in time; SLUICE_EXPIRED_CALL: the whole call) */
+                                    came, in time; SLUICE_EXPIRED_CALL: the whole call); with
+                                    SLUICE_ELATE: which one the predicted wait leaves too
+                                    little of */
     char error[SLUICE_CURL_ERROR_MAX]; /* when sluice itself refused or ended the call
-                                          (an argument's SLUICE_EINVAL, the chat client's
-                                          reply cap): why, naming what to fix; "" otherwise
-                                          (libcurl's own failures are in curl_code) */
+                                          (an argument's SLUICE_EINVAL, SLUICE_ELATE, the chat
+                                          client's reply cap): why, naming what to fix; ""
+                                          otherwise (libcurl's own failures are in
+                                          curl_code) */
 };
 
 /*
@@ -424,7 +427,8 @@ struct sluice_curl_call {
  *   SLUICE_ECAPACITY  not admitted: the pool is full (nothing else happened);
  *   SLUICE_ELATE      not admitted: the predicted wait leaves too little
  *                     of the (start) deadline (unless the backend sets
- *                     sluice_deadline_desc.queue_late);
+ *                     sluice_deadline_desc.queue_late); result->expired
+ *                     and result->error say which;
  *   SLUICE_ECLOSED    not admitted: the pool is closed;
  *   SLUICE_EINVAL     unknown backend, no easy handle, a deadline that is
  *                     not normalised or more than a year ahead (not
