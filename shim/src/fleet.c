@@ -207,7 +207,12 @@ static int fleet_configure(struct sluice_fleet *f, const struct sluice_fleet_des
 
 /* ---- events -------------------------------------------------------------------- */
 
-/* Record and deliver one fleet event (agent thread: the ring's one writer). */
+/*
+ * Record and deliver one fleet event (agent thread: the ring's one writer). It joins the
+ * pool's node feed too: that feed is what a program shows (the admin page, /metrics,
+ * sluicectl events, an engine's on_event), and without it a process cut off from Redis
+ * served at its floor with nothing there to say why.
+ */
 static void fleet_emit(struct sluice_fleet *f, enum sluice_event_kind kind, enum sluice_cause cause,
                        uint32_t old_limit, uint32_t new_limit)
 {
@@ -226,6 +231,14 @@ static void fleet_emit(struct sluice_fleet *f, enum sluice_event_kind kind, enum
     sluice_event_ring_push(&f->events, &ev);
     if (f->on_event)
         f->on_event(f->on_event_ctx, &ev);
+    struct sluice_discovery *d = f->pool ? sluice_pool_discovery(f->pool) : NULL;
+    if (d) {
+        sluice_spinlock_lock(&d->lock);
+        sluice__discovery_emit_locked(d, sluice_clock_now(&d->clock), kind, cause, old_limit,
+                                      new_limit);
+        sluice__discovery_unlock(d);
+        sluice_discovery_flush(d); /* delivers it to the pool's on_event */
+    }
 }
 
 /* The leader node's events join the fleet's feed. */

@@ -1,7 +1,9 @@
 /*
  * Two sluice-proxy processes naming one Redis (--redis) share one cap: the
  * provider's own in-flight counter never passes the fleet's limit, where
- * two proxies alone would each run their own jumpstart (5 + 5 > 8).
+ * two proxies alone would each run their own jumpstart (5 + 5 > 8). A proxy
+ * whose Redis does not answer says so (stderr, its node's events) and says
+ * so again when it comes back.
  */
 #include "e2e/redis_fixture.h"
 #include "proxy_fixture.h"
@@ -80,4 +82,93 @@ Test(proxy_fleet, two_proxies_sharing_one_redis_respect_one_cap, .init = setup, 
     cr_assert_eq(other, 0, "every call waits for the fleet's permit; none is refused");
     cr_assert_leq(s.peak_in_flight, MAX, "the provider saw %ld calls at once: the cap was not shared",
                   s.peak_in_flight);
+}
+
+/* ---- Redis unreachable ------------------------------------------------------------------- */
+
+static void setup_without_redis(void)
+{
+    px_dir_setup("fleet");
+    rfx.port = rfx_free_port(); /* nobody listens there until the test starts Redis */
+}
+
+static void teardown_without_redis(void)
+{
+    px_stop(&px_main);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", px_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", px_dir);
+    rfx_teardown();
+}
+
+/* px_start with the proxy's stderr in the file `log` (the child inherits the test's fd 2). */
+static int px_start_logged(struct px *p, const char *const *args, const char *log)
+{
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert(saved >= 0 && fd >= 0);
+    dup2(fd, STDERR_FILENO);
+    close(fd);
+    int rc = px_start(p, args);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    return rc;
+}
+
+/* The line of file `path` that holds `want` (in `line`), or false. */
+static bool log_line(const char *path, const char *want, char *line, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    bool found = false;
+    while (f && !found && fgets(line, (int)size, f))
+        found = strstr(line, want) != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* How many of the node's events on the admin endpoint (JSON Lines) are `kind` with `reason`. */
+static int node_events(const char *kind, const char *reason)
+{
+    char body[32768], path[128], want[96];
+    snprintf(path, sizeof path, "/compute/concurrency/events?node_id=%s", RFX_NODE);
+    px_admin_get(&px_main, path, body, sizeof body);
+    snprintf(want, sizeof want, "\"event\":\"%s\",\"reason\":\"%s\"", kind, reason);
+    int n = 0;
+    for (const char *at = body; (at = strstr(at, want)); at++)
+        n++;
+    return n;
+}
+
+Test(proxy_fleet, a_proxy_that_cannot_reach_redis_says_so_and_again_when_it_is_back,
+     .init = setup_without_redis, .fini = teardown_without_redis, .timeout = 300)
+{
+    char redis[64], log[128], line[1024];
+    rfx_url(redis, sizeof redis);
+    snprintf(log, sizeof log, "%s/proxy.err", px_dir);
+    const char *args[] = {"--upstream", "http://127.0.0.1:9", "--node", RFX_NODE, "--redis",
+                          redis, "--state", "off", NULL};
+    cr_assert_eq(px_start_logged(&px_main, args, log), 0);
+
+    /* The documented fallback event, where the admin page, /metrics and sluicectl read. */
+    cr_assert(RFX_WAIT_UNTIL(node_events("store", "store_error") == 1, RFX_PATIENCE_MS),
+              "no store_error event on the node's feed");
+    cr_assert(RFX_WAIT_UNTIL(log_line(log, "Connection refused", line, sizeof line),
+                             RFX_PATIENCE_MS),
+              "stderr does not say Redis is unreachable");
+    cr_expect(strstr(line, redis) && strstr(line, "backend " RFX_NODE),
+              "the line names neither the URL nor the backend: %s", line);
+    /* Before any word from Redis the fleet's floor (1) holds, and the line says why. */
+    cr_expect(strstr(line, "at most 1 call at once (the fleet's floor"), "%s", line);
+    cr_expect_eq(px_node_count(&px_main, RFX_NODE, "limit"), 1);
+
+    rfx_launch(); /* on the port the proxy names */
+    cr_assert(RFX_WAIT_UNTIL(node_events("restore", "store") == 1, RFX_PATIENCE_MS),
+              "no restore event once Redis answers");
+    cr_assert(RFX_WAIT_UNTIL(log_line(log, "connected again", line, sizeof line),
+                             RFX_PATIENCE_MS),
+              "stderr does not say Redis is back");
+    cr_expect(strstr(line, redis) != NULL, "%s", line);
+    cr_expect_eq(node_events("store", "store_error"), 1, "one event per outage, not per retry");
 }

@@ -100,9 +100,14 @@
  * server's own words ("AUTH: WRONGPASS invalid username-password pair
  * ...", "PING: NOAUTH Authentication required.") or hiredis's ("connect:
  * Connection refused"), is sluice_fleet_last_error: read it from on_event
- * when the store event comes. A Redis that does not answer at create is
- * the same case: the fleet starts in fallback, so a process can boot
- * during a Redis outage.
+ * when the store event comes. Both events go to on_event and the fleet's
+ * ring, and join the attached pool's node feed too (its on_event, an
+ * engine's, the admin page, /metrics and sluicectl events). A Redis that
+ * does not answer at create is the same case: the fleet starts in fallback,
+ * so a process can boot during a Redis outage. It has seen no state then,
+ * so it runs at the floor (1 by default: one call at a time) until Redis
+ * answers: with no S and no N, any more could overrun the cap N-fold when
+ * the whole fleet boots into the same outage.
  *
  * Redis URL: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (or HOST:PORT, or
  * HOST; port 6379): with a password the agent sends AUTH [USER] PASSWORD

@@ -204,15 +204,56 @@ static int read_keys(struct options *o)
     return EXIT_OK;
 }
 
-/* A state file that fails or cannot be read never stops the proxy (the node serves from
- * memory), but the operator must hear why: the event carries the cause, the file its words. */
+#ifdef SLUICE_HAVE_FLEET
+/* A backend's fleet lost Redis or got it back: one line each time, naming the server (its
+ * password as ***), why, and what the backend serves meanwhile. */
+static void say_fleet_event(struct proxy *p, size_t i, const struct sluice_event *ev)
+{
+    char shown[512], why[256] = "";
+    url_shown(p->o->backends[i].redis_url, shown, sizeof shown);
+    if (ev->kind == SLUICE_EVENT_RESTORE) {
+        fprintf(stderr, PROG ": backend %s: redis %s: connected again; the fleet's limit "
+                        "applies\n",
+                ev->node, shown);
+        return;
+    }
+    struct sluice_fleet_status st;
+    sluice_fleet_snapshot(p->fleets[i], &st);
+    sluice_fleet_last_error(p->fleets[i], why, sizeof why);
+    if (st.shared_limit)
+        fprintf(stderr, PROG ": backend %s: redis %s: %s; serving at most %u calls at once "
+                        "(its share of the fleet's last limit %u over %u processes) until "
+                        "Redis answers\n",
+                ev->node, shown, why, ev->new_limit, st.shared_limit, st.processes);
+    else
+        fprintf(stderr, PROG ": backend %s: redis %s: %s; serving at most %u call%s at once "
+                        "(the fleet's floor: with no word from Redis yet, this process cannot "
+                        "know its share of the cap) until Redis answers\n",
+                ev->node, shown, why, ev->new_limit, ev->new_limit == 1 ? "" : "s");
+}
+#endif
+
+/* A state file or a Redis fleet that fails never stops the proxy (the node serves from memory,
+ * or at its share of the fleet), but the operator must hear why: the event carries the cause,
+ * the file or the fleet its words. */
 static void on_store_event(void *ctx, const struct sluice_event *ev)
 {
+    struct proxy *p = ctx;
+#ifdef SLUICE_HAVE_FLEET
+    for (size_t i = 0; i < p->o->n_backends; i++)
+        if (p->fleets[i] && !strcmp(p->o->backends[i].id, ev->node)) {
+            /* Its pool's store is the fleet's: these two are the fleet's outage and return. */
+            if ((ev->kind == SLUICE_EVENT_STORE && ev->cause == SLUICE_CAUSE_STORE_ERROR) ||
+                (ev->kind == SLUICE_EVENT_RESTORE && ev->cause == SLUICE_CAUSE_STORE))
+                say_fleet_event(p, i, ev);
+            return;
+        }
+#endif
     if (ev->kind != SLUICE_EVENT_STORE)
         return; /* the rest: the admin page, /metrics and sluicectl events */
     char why[1024] = "";
-    if (ctx && (ev->cause == SLUICE_CAUSE_STORE_CORRUPT || ev->cause == SLUICE_CAUSE_STORE_ERROR))
-        sluice_statefile_last_error(ctx, why, sizeof why);
+    if (p->state && (ev->cause == SLUICE_CAUSE_STORE_CORRUPT || ev->cause == SLUICE_CAUSE_STORE_ERROR))
+        sluice_statefile_last_error(p->state, why, sizeof why);
     fprintf(stderr, PROG ": backend %s: state file: %s%s%s\n", ev->node,
             sluice_cause_name(ev->cause), *why ? ": " : "", why);
 }
@@ -264,7 +305,7 @@ static int open_engine(struct proxy *p)
                                                           .n_backends = o->n_backends,
                                                           .store = p->state ? &store : NULL,
                                                           .on_event = on_store_event,
-                                                          .on_event_ctx = p->state,
+                                                          .on_event_ctx = p,
                                                           .omit_openrouter = true,
                                                           .error = err, .error_size = sizeof err},
                              &p->engine) != SLUICE_OK)
