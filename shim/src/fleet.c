@@ -75,11 +75,20 @@ static const char *parse_url(const char *url, struct sluice_fleet *f)
         return "sluice_fleet_desc.redis_url: rediss:// (TLS) is not supported: this hiredis is "
                "built without TLS (Debian's is); use redis:// on a trusted network or through a "
                "TLS tunnel (stunnel, spiped)";
-    if (!strncmp(url, scheme, sizeof scheme - 1))
+    if (!strncmp(url, "unix://", 7) || url[0] == '/' || url[0] == '.')
+        return "sluice_fleet_desc.redis_url: a unix socket is not supported; give the server's "
+               "TCP address (" FLEET_URL_FORM ")";
+    bool has_scheme = !strncmp(url, scheme, sizeof scheme - 1);
+    if (has_scheme)
         url += sizeof scheme - 1;
     else if (strstr(url, "://"))
         return "sluice_fleet_desc.redis_url has a scheme other than redis:// (use " FLEET_URL_FORM
                ")";
+    else if (!strchr(url, ':'))
+        /* A bare word is more often a slip (a flag taken for the value, an unset variable's
+         * neighbour) than a host: say which server by writing the scheme or the port. */
+        return "sluice_fleet_desc.redis_url is neither redis://... nor HOST:PORT (write "
+               "redis://HOST, port 6379, or HOST:PORT)";
     const char *at = strrchr(url, '@'), *host = at ? at + 1 : url;
     if (at) {
         const char *colon = memchr(url, ':', (size_t)(at - url));

@@ -3,7 +3,8 @@
  * provider's own in-flight counter never passes the fleet's limit, where
  * two proxies alone would each run their own jumpstart (5 + 5 > 8). A proxy
  * whose Redis does not answer says so (stderr, its node's events) and says
- * so again when it comes back.
+ * so again when it comes back; a --redis that is not a Redis address stops
+ * it at start.
  */
 #include "e2e/redis_fixture.h"
 #include "proxy_fixture.h"
@@ -171,4 +172,54 @@ Test(proxy_fleet, a_proxy_that_cannot_reach_redis_says_so_and_again_when_it_is_b
               "stderr does not say Redis is back");
     cr_expect(strstr(line, redis) != NULL, "%s", line);
     cr_expect_eq(node_events("store", "store_error"), 1, "one event per outage, not per retry");
+}
+
+/* The proxy's exit status for `args` (and no listener or state file to trip on); its stderr
+ * in err. */
+static int run_proxy(const char *args, char *err, size_t size)
+{
+    char cmd[1024];
+    /* timeout: a value wrongly accepted would otherwise serve until the suite's end */
+    snprintf(cmd, sizeof cmd,
+             "timeout 10 '%s' %s --listen 127.0.0.1:0 --admin off --state off 2>&1 >/dev/null",
+             SLUICE_PROXY_PATH, args);
+    FILE *f = popen(cmd, "r");
+    size_t n = fread(err, 1, size - 1, f);
+    err[n] = '\0';
+    int status = pclose(f);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+Test(proxy_fleet, a_redis_flag_that_names_no_redis_server_stops_the_proxy_at_start,
+     .init = setup_without_redis, .fini = teardown_without_redis, .timeout = 300)
+{
+#define UP "--upstream http://127.0.0.1:9 "
+    static const struct {
+        const char *args, *want;
+    } bad[] = {
+        {UP "--redis foo", "--redis 'foo': is neither redis://... nor HOST:PORT"},
+        /* A forgotten value: the next flag read as a host of that name. */
+        {UP "--redis --no-discovery", "--redis '--no-discovery': is neither"},
+        {UP "--redis /run/redis/redis.sock", "--redis '/run/redis/redis.sock': a unix socket"},
+        {UP "--redis redis://:s3cret@host:0", "--redis 'redis://:***@host:0': must be"},
+    };
+#undef UP
+    char err[2048];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(run_proxy(bad[i].args, err, sizeof err), 2, "%s: %s", bad[i].args, err);
+        cr_expect(strstr(err, bad[i].want) != NULL, "%s: want \"%s\" in: %s", bad[i].args,
+                  bad[i].want, err);
+        cr_expect(!strstr(err, "sluice_fleet_desc") && !strstr(err, "s3cret"), "%s", err);
+    }
+    /* The same in a configuration file, named by its file, line and key. */
+    char conf[160], args[256];
+    snprintf(conf, sizeof conf, "%s/redis.conf", px_dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fputs("backends = (\n { id = \"a\"; upstream = \"http://127.0.0.1:9\"; redis = \"foo\"; }\n);\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof args, "--config '%s'", conf);
+    cr_expect_eq(run_proxy(args, err, sizeof err), 2, "%s", err);
+    cr_expect(strstr(err, "redis.conf:2: backends[0].redis is neither") != NULL, "%s", err);
 }

@@ -109,10 +109,12 @@
  * answers: with no S and no N, any more could overrun the cap N-fold when
  * the whole fleet boots into the same outage.
  *
- * Redis URL: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (or HOST:PORT, or
- * HOST; port 6379): with a password the agent sends AUTH [USER] PASSWORD
- * (requirepass, or an ACL user) on every connection, and SELECT DB with a
- * database. USER and PASSWORD are percent-decoded ("%40" for "@"); the
+ * Redis URL: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] (port 6379) or
+ * HOST:PORT. A bare HOST is refused at create (more often a slip, such as a
+ * flag read as the value, than a server's name), and so is a unix socket
+ * path (the agent speaks TCP only). With a password the agent sends AUTH
+ * [USER] PASSWORD (requirepass, or an ACL user) on every connection, and
+ * SELECT DB with a database. USER and PASSWORD are percent-decoded ("%40" for "@"); the
  * password is never logged or put in a message, and is wiped at destroy.
  * rediss:// (TLS) is refused at create: Debian's hiredis is built without
  * TLS, so use redis:// on a trusted network or through a TLS tunnel.

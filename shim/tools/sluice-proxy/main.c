@@ -286,8 +286,19 @@ static int open_engine(struct proxy *p)
                                            .jumpstart = b->jumpstart, .min_limit = b->min_limit,
                                            .max_limit = b->active, .lock_ttl_s = b->lock_ttl_s,
                                            .error = err, .error_size = sizeof err};
-            if (sluice_fleet_create(&fd, &p->fleets[i]) != SLUICE_OK)
-                return fail("backend %s: redis: %s", b->id, err);
+            if (sluice_fleet_create(&fd, &p->fleets[i]) != SLUICE_OK) {
+                if (!strstr(err, "sluice_fleet_desc.redis_url"))
+                    return fail("backend %s: redis: %s", b->id, err);
+                /* A configuration error, named where the user wrote it (options.c checks
+                 * --redis the same way), not by the library's C field. */
+                char where[640] = "--redis";
+                if (b->line)
+                    snprintf(where, sizeof where, "%s:%d: backends[%zu].redis", o->config,
+                             b->line, i);
+                const char *const words[][2] = {{"sluice_fleet_desc.redis_url", where}};
+                fail_in_cli_words(err, words, 1);
+                return EXIT_USAGE;
+            }
             sluice_fleet_discovery(p->fleets[i], &dds[i]);
             dds[i].node_id = NULL; /* the engine names the node after the backend */
 #else

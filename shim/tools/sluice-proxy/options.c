@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef SLUICE_HAVE_FLEET
+#include <sluice/fleet.h>
+#endif
+
 static const char usage_text[] =
     "usage: " PROG " --upstream URL [--node ID] [--listen HOST:PORT] [--admin HOST:PORT]\n"
     "                    [--state FILE] [options]\n"
@@ -34,7 +38,11 @@ static const char usage_text[] =
     "                        most --deadline-ms\n"
     "  --api-key-env VAR     send $VAR as the provider's key, replacing the client's\n"
     "  --api-key-header H    bearer (Authorization: Bearer, default) or x-api-key\n"
-    "  --redis URL           share the cap with other proxies through Redis (the fleet)\n"
+    "  --redis URL           share the cap with other proxies through Redis (the fleet):\n"
+    "                        redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or HOST:PORT; while\n"
+    "                        Redis is unreachable, a line on stderr and a store event, and\n"
+    "                        the backend serves its share of the fleet's last limit (1 call\n"
+    "                        at a time before Redis ever answered)\n"
     "  --config FILE         many backends and their routes (see the README); exit 2 on an\n"
     "                        error, naming file, line and field\n"
     "  --listen HOST:PORT    where to serve (default " PROXY_LISTEN_DEFAULT "; port 0 = any free)\n"
@@ -186,6 +194,27 @@ bool upstream_url_ok(const char *url, char *why, size_t size)
     return false;
 }
 
+#ifdef SLUICE_HAVE_FLEET
+/* A Redis URL as the fleet reads it (no connection yet); else false, and `why` quotes it (a
+ * password as ***) and says what is wrong; the caller puts the flag before it. */
+static bool redis_url_ok(const char *url, char *why, size_t size)
+{
+    static const char field[] = "sluice_fleet_desc.redis_url";
+    char err[512] = "", shown[512];
+    struct sluice_fleet *f;
+    if (sluice_fleet_create(&(struct sluice_fleet_desc){.redis_url = url,
+                                                        .node_id = PROXY_NODE_DEFAULT,
+                                                        .error = err, .error_size = sizeof err},
+                            &f) == SLUICE_OK) {
+        sluice_fleet_destroy(f);
+        return true;
+    }
+    const char *what = strncmp(err, field, sizeof field - 1) ? err : err + sizeof field - 1;
+    snprintf(why, size, "'%s': %s", url_shown(url, shown, sizeof shown), what + strspn(what, ": "));
+    return false;
+}
+#endif
+
 /* A backend's start deadline within its whole-call one; else false, and `why` says so, naming
  * the whole-call deadline as `whole` (the flag or key the user wrote). */
 bool backend_deadlines_ok(const struct backend *b, const char *whole, char *why, size_t size)
@@ -322,6 +351,10 @@ int parse_options(int argc, char **argv, struct options *o)
         return usage_error("--upstream %s", why);
     if (!backend_deadlines_ok(&quick, "--deadline-ms", why, sizeof why))
         return usage_error("--start-deadline-ms %s", why);
+#ifdef SLUICE_HAVE_FLEET
+    if (redis && !redis_url_ok(redis, why, sizeof why))
+        return usage_error("--redis %s", why);
+#endif
     if (o->state && !strcmp(o->state, "off"))
         o->state = "";
     quick.id = strdup(node);
