@@ -100,14 +100,33 @@ Test(proxy_upstream, a_429_error_event_mid_stream_reaches_the_client_and_is_a_re
  * A loopback server (px_serve) with one canned answer per path (struct canned), sent
  * whole and then closed (an answer without Content-Length ends at the close),
  * or held open (canned_hold: a chunked answer whose last chunk never comes).
+ * An answer may fall silent for canned_pause_ms where it holds CANNED_PAUSE.
  * A thread per connection; it lives until the test process ends.
  */
 struct canned {
     const char *path, *answer;
 };
 
+#define CANNED_PAUSE "\x1f"
+
 static const struct canned *canned_table;
 static bool canned_hold; /* a connection stays open after its answer, until the proxy closes it */
+static int canned_pause_ms;
+
+/* `answer`, silent at each CANNED_PAUSE; the proxy may cut the connection in one (no SIGPIPE). */
+static void canned_send(int fd, const char *answer)
+{
+    for (;;) {
+        size_t n = strcspn(answer, CANNED_PAUSE);
+        if (send(fd, answer, n, MSG_NOSIGNAL) < 0)
+            return;
+        if (!answer[n])
+            return;
+        nanosleep(&(struct timespec){canned_pause_ms / 1000, canned_pause_ms % 1000 * 1000000L},
+                  NULL);
+        answer += n + 1;
+    }
+}
 
 static void *canned_conn(void *arg)
 {
@@ -129,8 +148,7 @@ static void *canned_conn(void *arg)
     const char *path = strchr(buf, ' ');
     for (const struct canned *c = canned_table; end && path && c->path; c++)
         if (!strncmp(path + 1, c->path, strlen(c->path)) && path[1 + strlen(c->path)] == ' ') {
-            if (write(fd, c->answer, strlen(c->answer)) < 0)
-                perror("canned answer");
+            canned_send(fd, c->answer);
             break;
         }
     if (!canned_hold)
@@ -458,6 +476,52 @@ Test(proxy_upstream, the_proxys_own_refusals_are_logged_with_the_bytes_they_sent
     cr_assert_gt(late.body_len, 0);
     cr_assert_eq(logged_bytes(text, "\" 504 deadline_queue "), (long)late.body_len, "%s", text);
     cr_assert_eq(logged_bytes(text, "\" 503 capacity "), (long)refused.body_len, "%s", text);
+}
+
+/* ---- an upstream that falls silent --------------------------------------------------------- */
+
+/* Silent for 10 times --upstream-idle-ms, before its head and after its first event; it
+ * speaks again after that, so a cut that comes late (libcurl's low-speed limit cut 1000 ms
+ * of silence after 3 s, mid-stream after 7) lets its late words through. */
+#define SILENT_IDLE_MS 200
+static const struct canned falls_silent[] = {
+    {"/before", CANNED_PAUSE SSE_HEAD CHUNK("late") "data: [DONE]\n\n"},
+    {"/within", SSE_HEAD CHUNK("Hi") CANNED_PAUSE CHUNK("late") "data: [DONE]\n\n"},
+    {NULL, NULL},
+};
+
+Test(proxy_upstream, a_silent_upstream_is_cut_after_the_idle_setting_before_it_speaks_again)
+{
+    canned_hold = true;
+    canned_pause_ms = 10 * SILENT_IDLE_MS;
+    char idle[16];
+    snprintf(idle, sizeof idle, "%d", SILENT_IDLE_MS);
+    start_proxy_with(canned_start(falls_silent),
+                     (const char *const[]){"--upstream-idle-ms", idle, NULL});
+    struct px_reply before, within;
+    int64_t t0 = fx_now_ms();
+    px_request(&px_main, "/before", stream_body, NULL, &before);
+    int64_t waited = fx_now_ms() - t0;
+    cr_assert_eq(before.status, 502, "cut before its head: %s", before.body);
+    px_assert_error_body(&before, "upstream_silent");
+    cr_assert_not_null(strstr(before.body, "cut at sluice-proxy --upstream-idle-ms 200"),
+                       "the 502 names the flag and its value: %s", before.body);
+    /* Never early: the request went out after t0, and its silence is counted from there. */
+    cr_assert_geq(waited, SILENT_IDLE_MS, "cut after %lld ms", (long long)waited);
+    px_request(&px_main, "/within", stream_body, NULL, &within);
+    cr_assert_eq(within.status, 200, "the head was out before the silence");
+    cr_assert_neq(within.code, CURLE_OK, "the answer is cut, not complete-looking");
+    cr_assert_not_null(strstr(within.body, "Hi"), "the first event came: %s", within.body);
+    cr_assert_null(strstr(within.body, "late"), "cut after its late words: %s", within.body);
+    /* The pool heard two provider timeouts (an overload, as discovery counts them), not
+     * cancels; the permits came back. */
+    cr_assert_eq(node_count("overloads_total"), 2);
+    cr_assert_eq(node_count("cancels_total"), 0);
+    cr_assert_eq(node_count("in_flight"), 0);
+    char text[8192];
+    read_log(text, sizeof text);
+    cr_assert_not_null(strstr(text, "\"POST /before\" 502 upstream_silent "), "%s", text);
+    cr_assert_not_null(strstr(text, "\"POST /within\" 200 cut_upstream_silent "), "%s", text);
 }
 
 /* ---- hop-by-hop fields a Connection header names ------------------------------------------ */

@@ -76,7 +76,7 @@ static const struct field option_fields[] = {
     {"max_connections", F_U32, O(max_connections), 1, 1 << 20, 0},
     {"client_timeout_ms", F_U32, O(client_timeout_ms), 100, 3600000, 0},
     {"idle_timeout_ms", F_U32, O(idle_timeout_ms), 100, 3600000, 0},
-    {"upstream_idle_ms", F_U32, O(upstream_idle_ms), 1000, 86400000, 0},
+    {"upstream_idle_ms", F_U32, O(upstream_idle_ms), 100, 86400000, 0},
     {"drain_ms", F_U32, O(drain_ms), 0, 3600000, 0},
     {"retry_after", F_U32, O(retry_after_s), 0, 3600, 0},
 };

@@ -1018,12 +1018,16 @@ void http_on_event(struct conn *c, uint32_t events)
     }
 }
 
-/* Once a second: slow clients and idle connections. */
+/* Every SWEEP_MS (main.c): slow clients, idle connections and silent upstreams. */
 void http_sweep(struct proxy *p, int64_t now)
 {
     for (struct conn *c = p->conns, *next; c; c = next) {
         next = c->next;
-        if ((c->state == C_CALL && !c->paused) || now < c->deadline_ns)
+        if (c->state == C_CALL && !c->paused) {
+            upstream_sweep(c, now);
+            continue;
+        }
+        if (now < c->deadline_ns)
             continue;
         if (c->state == C_CALL) {
             conn_close(c); /* paused for a client that does not read: the call is cancelled */

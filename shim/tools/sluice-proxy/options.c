@@ -63,7 +63,7 @@ static const char usage_text[] =
     "  --idle-timeout-ms MS  an idle kept-alive connection is closed after (default 60000)\n"
     "  --upstream-idle-ms MS  an upstream that sends nothing for this long (before its\n"
     "                        answer or within it) is cut: 502, and its permit is freed\n"
-    "                        (default 600000; whole seconds)\n"
+    "                        (default 600000, at least 100; cut within 100 ms of it)\n"
     "  --drain-ms MS         SIGTERM: in-flight calls get this long (default 10000)\n"
     "  --retry-after S       Retry-After on the proxy's own 503s (default 1), with\n"
     "                        retry-after-ms spread over 0.5-1.5 times it; a drain's\n"
@@ -305,7 +305,7 @@ int parse_options(int argc, char **argv, struct options *o)
         U64_FLAG("--max-connections", 1, 1u << 20, o->max_connections)
         U64_FLAG("--client-timeout-ms", 100, 3600000, o->client_timeout_ms)
         U64_FLAG("--idle-timeout-ms", 100, 3600000, o->idle_timeout_ms)
-        U64_FLAG("--upstream-idle-ms", 1000, 86400000, o->upstream_idle_ms)
+        U64_FLAG("--upstream-idle-ms", 100, 86400000, o->upstream_idle_ms)
         U64_FLAG("--drain-ms", 0, 3600000, o->drain_ms)
         U64_FLAG("--retry-after", 0, 3600, o->retry_after_s)
         if ((val = tool_flag_value(argc, argv, &i, "--waiting"))) {

@@ -223,6 +223,9 @@ struct conn {
     bool up_sse;               /* ... is text/event-stream */
     bool hold_head;            /* a start deadline: the head waits until the answer has begun */
     bool begun;                /* the answer has begun: a body byte (an SSE `data:` line) */
+    int64_t up_last_ns;        /* the upstream's last byte, or the request's going out (0 =
+                                  not yet: queued, or connecting); --upstream-idle-ms runs from it */
+    int64_t up_silent_ns;      /* the silence that cut the call (upstream_sweep), 0 = none */
     struct buf up_head;        /* the upstream answer's head as it will go to the client */
     struct proxy_events *up_events; /* a 2xx stream's events, read for an error event
                                        (upstream.c); NULL = none read */
@@ -309,6 +312,7 @@ const char *http_reason(int status);
 void upstream_start(struct conn *c, struct backend *b, const char *path, const char *body,
                     size_t body_len);
 void upstream_client_gone(struct conn *c);
+void upstream_sweep(struct conn *c, int64_t now);
 void upstream_resume(struct conn *c);
 void upstream_free(struct conn *c);
 void upstream_free_spares(struct proxy *p);

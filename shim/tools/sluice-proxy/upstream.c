@@ -170,7 +170,8 @@ static void read_events(struct conn *c, const char *data, size_t len)
 static void on_finish(void *data, CURL *easy, struct sluice_curl_result *r)
 {
     (void)easy;
-    const struct proxy_events *e = ((struct conn *)data)->up_events;
+    const struct conn *c = data;
+    const struct proxy_events *e = c->up_events;
     if (e && !e->error && e->done && r->status != SLUICE_OK) {
         r->status = SLUICE_OK;
         r->abandoned = false;
@@ -178,6 +179,20 @@ static void on_finish(void *data, CURL *easy, struct sluice_curl_result *r)
         r->outcome = sluice_curl_kind_outcome(SLUICE_CURL_SUCCESS);
         r->error[0] = '\0';
         return;
+    }
+    if (c->up_silent_ns && r->status == SLUICE_ECANCELED) {
+        /* upstream_sweep's cut goes through the loop's cancel, but it is no client's: the
+         * provider timed out, as libcurl's own timeout would have said (sluice/curl.h's map),
+         * and the pool and discovery count it so. */
+        r->status = SLUICE_EIO;
+        r->abandoned = false;
+        r->kind = SLUICE_CURL_PROVIDER_TIMEOUT;
+        r->outcome = sluice_curl_kind_outcome(SLUICE_CURL_PROVIDER_TIMEOUT);
+        r->curl_code = CURLE_OPERATION_TIMEDOUT;
+        if (!r->latency_ns) /* no first byte: the whole transfer, as for a timeout libcurl's */
+            r->latency_ns = r->transfer_ns;
+        snprintf(r->error, sizeof r->error, "the upstream sent nothing for %" PRId64 " ms",
+                 c->up_silent_ns / 1000000);
     }
     if (!e || !e->error)
         return;
@@ -289,6 +304,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud)
 {
     struct conn *c = ud;
     size_t len = size * n, line = len;
+    c->up_last_ns = proxy_now_ns();
     while (line && (data[line - 1] == '\n' || data[line - 1] == '\r'))
         line--;
     if (c->gone || c->head_ready)
@@ -331,6 +347,7 @@ static size_t on_write(char *data, size_t size, size_t n, void *ud)
 {
     struct conn *c = ud;
     size_t len = size * n;
+    c->up_last_ns = proxy_now_ns();
     if (c->gone || c->no_body || !len)
         return len;
     if (c->out.len - c->out_off > OUT_HIGH) {
@@ -357,8 +374,37 @@ static size_t on_write(char *data, size_t size, size_t n, void *ud)
 void upstream_resume(struct conn *c)
 {
     c->paused = false;
+    if (c->in_call && c->up_last_ns)
+        c->up_last_ns = proxy_now_ns(); /* the client's slowness is not the upstream's silence */
     if (c->in_call)
         curl_easy_pause(c->easy, CURLPAUSE_CONT);
+}
+
+/* The request is about to go out on its connection: the upstream's silence counts from here,
+ * not from the queue (a permit may be long in coming) or the connect (CONNECT_TIMEOUT_MS). */
+static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip, int conn_primary_port,
+                     int conn_local_port)
+{
+    (void)conn_primary_ip, (void)conn_local_ip, (void)conn_primary_port, (void)conn_local_port;
+    ((struct conn *)ud)->up_last_ns = proxy_now_ns();
+    return CURL_PREREQFUNC_OK;
+}
+
+/*
+ * From the sweep (main.c, every SWEEP_MS): a transfer whose upstream has sent nothing for
+ * --upstream-idle-ms is cut, so within a sweep of the setting. libcurl's low-speed limit cannot
+ * say this: it counts whole seconds and averages the speed over several, and cut 1000 ms of
+ * silence after 3 s, 2000 ms mid-stream after 8. The cut is the loop's cancel; on_finish
+ * makes it the provider timeout it is.
+ */
+void upstream_sweep(struct conn *c, int64_t now)
+{
+    int64_t silent = now - c->up_last_ns;
+    if (!c->in_call || c->paused || !c->up_last_ns || c->up_silent_ns ||
+        silent < (int64_t)c->p->o->upstream_idle_ms * 1000000)
+        return;
+    c->up_silent_ns = silent;
+    sluice_curl_loop_cancel(c->p->loop, c->call_id);
 }
 
 /* ---- how a call ended ----------------------------------------------------------------------- */
@@ -426,9 +472,9 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
     url_shown(c->backend->upstream, shown, sizeof shown);
     if (status == SLUICE_EIO && r && r->kind == SLUICE_CURL_PROVIDER_TIMEOUT)
         http_error(c, 502, "upstream_error", "upstream_silent", NULL,
-                   "upstream %s (backend %s) sent nothing for %u ms (sluice-proxy "
-                   "--upstream-idle-ms)",
-                   shown, id, c->p->o->upstream_idle_ms);
+                   "upstream %s (backend %s) sent nothing for %" PRId64 " ms: cut at "
+                   "sluice-proxy --upstream-idle-ms %u",
+                   shown, id, c->up_silent_ns / 1000000, c->p->o->upstream_idle_ms);
     else if (status == SLUICE_EIO && r)
         http_error(c, 502, "upstream_error", "upstream_unreachable", NULL,
                    "upstream %s (backend %s) did not answer: %s", shown, id,
@@ -504,6 +550,7 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
         c->outcome = error_event                    ? sluice_curl_kind_name(r->kind)
                      : r->status == SLUICE_ETIMEDOUT ? "cut_deadline"
                      : r->status == SLUICE_ECLOSED   ? "cut_drain" /* --drain-ms ran out */
+                     : c->up_silent_ns               ? "cut_upstream_silent" /* upstream_sweep */
                                                      : "cut_upstream";
         http_request_done(c);
     } else {
@@ -616,10 +663,11 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
-    /* An upstream that accepts and then says nothing would hold its permit for good: cut it
-     * (a provider timeout, which discovery counts) after upstream_idle_ms without a byte. */
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)((p->o->upstream_idle_ms + 999) / 1000));
+    /* An upstream that accepts and then says nothing would hold its permit for good:
+     * upstream_sweep cuts it (a provider timeout, which discovery counts) after
+     * upstream_idle_ms without a byte, counted from here. */
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, c);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, c);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
@@ -629,6 +677,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->up_headers);
     c->head_sent = c->head_ready = c->chunked = c->no_body = c->paused = c->begun = false;
     c->up_status = 0;
+    c->up_last_ns = c->up_silent_ns = 0;
     c->closing = c->closing || !r->keep_alive;
     struct timespec dl, sdl;
     int64_t ms = r->deadline_ms >= 0 ? r->deadline_ms : b->deadline_ms ? (int64_t)b->deadline_ms
