@@ -398,6 +398,10 @@ static const struct {
     /* A key variable never exported: the flag named, exit 2 as for any bad configuration. */
     {"--upstream http://127.0.0.1:9 --api-key-env SLUICE_PX_TEST_NEVER_SET",
      "--api-key-env SLUICE_PX_TEST_NEVER_SET: $SLUICE_PX_TEST_NEVER_SET is not set"},
+    /* A flag without its value does not take the next flag as one, whatever kind it is. */
+    {"--node --upstream http://127.0.0.1:9", "--node needs a value"},
+    {"--upstream http://127.0.0.1:9 --active --drain-ms 5", "--active needs a value"},
+    {"--upstream http://127.0.0.1:9 --admin", "--admin needs a value"},
 };
 
 /* A state file it cannot open stops the proxy (exit 1) in the words of --state, not of the

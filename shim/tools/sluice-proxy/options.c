@@ -236,6 +236,21 @@ static bool below(uint64_t v, uint64_t lo)
 
 static char listen_buf[256], admin_buf[256];
 
+/* The flag whose value is missing, for parse_options' last error. */
+static const char *missing_value;
+
+/* tool_flag_value, but a flag at the end, or followed by another flag (`--node --listen
+ * 127.0.0.1:0`), has no value: it is not given the next flag as one. No value of any flag
+ * starts with "--" ("--flag=--x" still says it is meant). */
+static const char *flag_value(int argc, char **argv, int *i, const char *flag)
+{
+    if (!strcmp(argv[*i], flag) && (*i + 1 >= argc || !strncmp(argv[*i + 1], "--", 2))) {
+        missing_value = flag;
+        return NULL;
+    }
+    return tool_flag_value(argc, argv, i, flag);
+}
+
 int parse_options(int argc, char **argv, struct options *o)
 {
     *o = (struct options){.access_log = "-", .max_header_bytes = 32768,
@@ -255,7 +270,7 @@ int parse_options(int argc, char **argv, struct options *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
 #define U64_FLAG(flag, lo, hi, dst)                                                                \
-    if ((val = tool_flag_value(argc, argv, &i, flag))) {                                                \
+    if ((val = flag_value(argc, argv, &i, flag))) {                                                \
         if (!tool_parse_u64(val, hi, &v) || below(v, lo))                                          \
             return usage_error(flag " needs a whole number from %llu to %llu, got '%s'",           \
                                (unsigned long long)(lo), (unsigned long long)(hi), val);           \
@@ -263,7 +278,7 @@ int parse_options(int argc, char **argv, struct options *o)
         continue;                                                                                  \
     }
 #define STR_FLAG(flag, dst)                                                                        \
-    if ((val = tool_flag_value(argc, argv, &i, flag))) {                                                \
+    if ((val = flag_value(argc, argv, &i, flag))) {                                                \
         dst = val;                                                                                 \
         continue;                                                                                  \
     }
@@ -285,14 +300,14 @@ int parse_options(int argc, char **argv, struct options *o)
         STR_FLAG("--api-key-header", key_header)
         STR_FLAG("--redis", redis)
         STR_FLAG("--config", o->config)
-        if ((val = tool_flag_value(argc, argv, &i, "--state"))) {
+        if ((val = flag_value(argc, argv, &i, "--state"))) {
             if (!*val) /* "$UNSET" expanded to nothing: not a wish to persist nothing */
                 return usage_error("--state needs a file, or off for none (got '')");
             o->state = val;
             o->state_given = true;
             continue;
         }
-        if ((val = tool_flag_value(argc, argv, &i, "--access-log"))) {
+        if ((val = flag_value(argc, argv, &i, "--access-log"))) {
             o->access_log = val;
             o->access_log_given = true;
             continue;
@@ -308,14 +323,14 @@ int parse_options(int argc, char **argv, struct options *o)
         U64_FLAG("--upstream-idle-ms", 100, 86400000, o->upstream_idle_ms)
         U64_FLAG("--drain-ms", 0, 3600000, o->drain_ms)
         U64_FLAG("--retry-after", 0, 3600, o->retry_after_s)
-        if ((val = tool_flag_value(argc, argv, &i, "--waiting"))) {
+        if ((val = flag_value(argc, argv, &i, "--waiting"))) {
             if (!tool_parse_u64(val, SLUICE_POOL_WAITING_MAX, &v))
                 return usage_error("--waiting needs a whole number from 0 to %u, got '%s'",
                                    (unsigned)SLUICE_POOL_WAITING_MAX, val);
             quick.waiting = SLUICE_SOME((uint32_t)v);
             continue;
         }
-        if ((val = tool_flag_value(argc, argv, &i, "--listen"))) {
+        if ((val = flag_value(argc, argv, &i, "--listen"))) {
             if (!parse_host_port(val, &o->listen_host, &o->listen_port, listen_buf,
                                  sizeof listen_buf))
                 return usage_error("--listen needs HOST:PORT (127.0.0.1:0 = any free port), "
@@ -324,7 +339,7 @@ int parse_options(int argc, char **argv, struct options *o)
             o->listen_given = true;
             continue;
         }
-        if ((val = tool_flag_value(argc, argv, &i, "--admin"))) {
+        if ((val = flag_value(argc, argv, &i, "--admin"))) {
             o->admin_explicit = true;
             if (!strcmp(val, "off"))
                 o->admin_host = NULL;
@@ -336,7 +351,9 @@ int parse_options(int argc, char **argv, struct options *o)
 #undef U64_FLAG
 #undef STR_FLAG
 #undef BOOL_FLAG
-        return usage_error("unknown flag or missing value: '%s'", a);
+        if (missing_value)
+            return usage_error("%s needs a value", missing_value);
+        return usage_error("unknown flag: '%s'", a);
     }
     if (!!upstream == !!o->config)
         return usage_error("give either --upstream URL (one backend) or --config FILE");
