@@ -402,6 +402,8 @@ static const struct {
     {"--node --upstream http://127.0.0.1:9", "--node needs a value"},
     {"--upstream http://127.0.0.1:9 --active --drain-ms 5", "--active needs a value"},
     {"--upstream http://127.0.0.1:9 --admin", "--admin needs a value"},
+    /* An empty node ID (a "$NODE" never set): the flag named, not the engine's field. */
+    {"--upstream http://127.0.0.1:9 --node ''", "--node needs a node ID such as cloud:openai"},
 };
 
 /* A state file it cannot open stops the proxy (exit 1) in the words of --state, not of the

@@ -374,6 +374,8 @@ int parse_options(int argc, char **argv, struct options *o)
 #endif
     if (o->state && !strcmp(o->state, "off"))
         o->state = "";
+    if (!*node) /* the engine's "backends[0].id is empty" would name no flag, and exit 1 */
+        return usage_error("--node needs a node ID such as cloud:openai (got '')");
     quick.id = strdup(node);
     quick.upstream = strdup(upstream);
     quick.prefix = strdup("/");
