@@ -806,3 +806,35 @@ Test(proxy, a_stream_the_drain_ends_is_logged_as_cut_by_the_drain)
     rmdir(dir);
     cr_assert_not_null(strstr(got, "\"POST /v1/chat/completions\" 200 cut_drain "), "%s", got);
 }
+
+/* A second SIGTERM during a long drain stops at once, as most servers do: the stream still
+ * going is cut and logged cut_drain, and the proxy exits 0 (px_stop's SIGTERM is the second;
+ * it waits PX_STOP_MS, far below the 10-minute drain, before its SIGKILL). */
+Test(proxy, a_second_signal_during_the_drain_stops_at_once)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5, .stream = true,
+                                   .stream_endless = true, .token_ms = 20});
+    char dir[] = "/tmp/sluice-proxy-test-XXXXXX", log[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(log, sizeof log, "%s/access.log", dir);
+    start_proxy((const char *const[]){"--drain-ms", "600000", "--access-log", log, NULL});
+    int fd = px_connect(&px_main);
+    char req[512], got[4096];
+    raw_chat(req, sizeof req, "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}");
+    cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    cr_assert(px_read_head(fd, got, sizeof got), "no answer began: %s", got);
+    kill(px_main.pid, SIGTERM);
+    WAIT_UNTIL(!px_listening(&px_main)); /* draining: the listener is closed */
+    int status = px_stop(&px_main);
+    close(fd);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "the second signal did not stop it (killed after %d ms)", PX_STOP_MS);
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f, "no access log at %s", log);
+    size_t n = fread(got, 1, sizeof got - 1, f);
+    got[n] = '\0';
+    fclose(f);
+    unlink(log);
+    rmdir(dir);
+    cr_assert_not_null(strstr(got, "\"POST /v1/chat/completions\" 200 cut_drain "), "%s", got);
+}

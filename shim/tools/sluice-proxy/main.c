@@ -23,7 +23,9 @@
  *
  * Shutdown: SIGTERM or SIGINT stops accepting, closes idle connections,
  * lets calls in progress finish for up to --drain-ms, then aborts what is
- * left (a cut answer, or 503) and exits 0.
+ * left (a cut answer, or 503) and exits 0. A second signal during the
+ * drain stops at once, cutting what is left the same way (logged
+ * cut_drain; the state file and permits are closed as on any exit).
  *
  * Threads: see proxy.h. Signals are blocked in every thread and read from a
  * signalfd on the loop.
@@ -492,10 +494,15 @@ static void on_ready(struct proxy *p, struct watch *w, uint32_t events)
     case W_SIGNAL: {
         struct signalfd_siginfo si;
         while (read(w->fd, &si, sizeof si) == sizeof si) {
-        }
-        if (!p->draining) {
-            fprintf(stderr, PROG ": draining (%u connections, up to %u ms)\n", p->n_conns,
-                    p->o->drain_ms);
+            if (p->draining) { /* a second signal: the operator will not wait for the drain */
+                fprintf(stderr, PROG ": second signal: stopping now (%u connections cut)\n",
+                        p->n_conns);
+                p->drain_deadline_ns = proxy_now_ns(); /* run() returns; stop() cuts the rest */
+                continue;
+            }
+            fprintf(stderr, PROG ": draining (%u connections, up to %u ms; a second signal "
+                            "stops at once)\n",
+                    p->n_conns, p->o->drain_ms);
             p->drain_deadline_ns = proxy_now_ns() + (int64_t)p->o->drain_ms * 1000000;
             http_drain(p);
         }
