@@ -453,8 +453,8 @@ static long logged_bytes(const char *text, const char *what)
 }
 
 /* The proxy's own 503 and 504 are logged with the body bytes it sent, as a provider's answer
- * is: not 0. */
-Test(proxy_upstream, the_proxys_own_refusals_are_logged_with_the_bytes_they_sent)
+ * is: not 0; and they carry a Date, as a provider's answer does. */
+Test(proxy_upstream, the_proxys_own_refusals_carry_a_date_and_log_the_bytes_they_sent)
 {
     canned_hold = true;
     start_proxy_with(canned_start(silent),
@@ -469,6 +469,12 @@ Test(proxy_upstream, the_proxys_own_refusals_are_logged_with_the_bytes_they_sent
     WAIT_UNTIL(node_count("waiting") == 1);
     px_request(&px_main, "/silent", stream_body, NULL, &refused);
     cr_assert_eq(refused.status, 503, "%s", refused.body);
+    /* An origin server with a clock sends Date (RFC 9110 6.6.1), as IMF-fixdate. */
+    char date[64];
+    struct tm tm;
+    cr_assert_not_null(px_header(&refused, "Date", date, sizeof date), "%s", refused.headers);
+    const char *end = strptime(date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    cr_assert(end && !*end, "not an IMF-fixdate: '%s'", date);
     close(queued);
     close(busy);
     char text[8192];

@@ -56,6 +56,7 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define READ_CHUNK 16384
@@ -377,10 +378,16 @@ void http_error(struct conn *c, int status, const char *type, const char *code,
         status == 501 || status == 505)
         c->closing = true;
     size_t len = text ? strlen(text) : 0;
+    /* An origin server with a clock sends Date (RFC 9110 6.6.1); a provider's answer has its
+     * own. IMF-fixdate, in the C locale the proxy never leaves. */
+    char date[64];
+    struct tm tm;
+    time_t now = time(NULL);
+    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
     buf_printf(&c->out,
-               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-               "%s%s\r\n",
-               status, http_reason(status), len, extra_headers ? extra_headers : "",
+               "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\n"
+               "Content-Length: %zu\r\n%s%s\r\n",
+               status, http_reason(status), date, len, extra_headers ? extra_headers : "",
                c->closing ? "Connection: close\r\n" : "");
     bool head = c->req.method_len == 4 && !strncmp(c->req.method, "HEAD", 4);
     if (text && !head)
