@@ -340,6 +340,12 @@ static const struct {
     {"listen = \"127.0.0.1:0\";\nadmin = \"example:0\";\n"
      "backends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
      "2: admin: 'example' is not a numeric IPv4 or IPv6 address"},
+    /* Every dialect the library's table accepts, not three and "...". */
+    {"backends = ( { id = \"a\"; upstream = \"http://x\"; dialect = \"openapi\"; } );\n",
+     "1: backends[0].dialect: must name a dialect (auto, generic, openai, azure, anthropic, "
+     "openrouter, together, groq, mistral, gemini, ietf): 'openapi'"},
+    {"max_body_bytes = 0;\nbackends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
+     "1: max_body_bytes: must be a whole number from 1 to"},
 };
 
 Test(proxy_config, errors_name_the_file_the_line_and_the_field_and_exit_2)
@@ -404,6 +410,12 @@ static const struct {
     {"--upstream http://127.0.0.1:9 --admin", "--admin needs a value"},
     /* An empty node ID (a "$NODE" never set): the flag named, not the engine's field. */
     {"--upstream http://127.0.0.1:9 --node ''", "--node needs a node ID such as cloud:openai"},
+    /* Why a config file cannot be read, in the OS's words. */
+    {"--config /nonexistent/sluice-proxy.conf",
+     "--config /nonexistent/sluice-proxy.conf: cannot read it: No such file or directory"},
+    /* 0 would refuse every POST with 413: refused at start, with the least it takes. */
+    {"--upstream http://127.0.0.1:9 --max-body-bytes 0",
+     "--max-body-bytes needs a whole number from 1 to"},
 };
 
 /* A state file it cannot open stops the proxy (exit 1) in the words of --state, not of the

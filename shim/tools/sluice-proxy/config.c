@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include "proxy.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,7 @@ static const struct field option_fields[] = {
     {"access_log", F_STR, O(access_log), 0, 0, O(access_log_given)},
     {"log_json", F_BOOL, O(log_json), 0, 0, O(log_json)},
     {"max_header_bytes", F_U32, O(max_header_bytes), 1024, 1 << 20, 0},
-    {"max_body_bytes", F_U32, O(max_body_bytes), 0, 1 << 30, 0},
+    {"max_body_bytes", F_U32, O(max_body_bytes), 1, 1 << 30, 0},
     {"max_connections", F_U32, O(max_connections), 1, 1 << 20, 0},
     {"client_timeout_ms", F_U32, O(client_timeout_ms), 100, 3600000, 0},
     {"idle_timeout_ms", F_U32, O(idle_timeout_ms), 100, 3600000, 0},
@@ -165,11 +166,17 @@ static int set_field(const struct ctx *x, const config_setting_t *s, const struc
         o->admin_explicit = o->admin_explicit || admin;
         return EXIT_OK;
     }
-    case F_DIALECT:
+    case F_DIALECT: {
+        /* Every name the library's table accepts, in its order: ", auto, generic, ..." */
+#define DIALECT_NAME(name, text) ", " text
+        static const char names[] = SLUICE_CURL_DIALECT_MAP(DIALECT_NAME);
+#undef DIALECT_NAME
+        char what[512];
+        snprintf(what, sizeof what, "(%s): '%s'", names + 2, str ? str : "");
         if (!str || sluice_curl_dialect_parse(str, &b->dialect) != SLUICE_OK)
-            return bad(x, s, f->name, "must name a dialect (auto, openai, anthropic, ...): '%s'",
-                       str ? str : "");
+            return bad(x, s, f->name, "must name a dialect %s", what);
         return EXIT_OK;
+    }
     case F_KEY_HEADER:
         if (str && !strcmp(str, "bearer"))
             b->key_header = KEY_BEARER;
@@ -345,6 +352,18 @@ static int read_backends(const struct ctx *top, const config_setting_t *list, st
     return EXIT_OK;
 }
 
+/* Why a file libconfig could not read cannot be read (libconfig keeps no errno): asked again. */
+static const char *read_failure(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return strerror(errno);
+    errno = 0;
+    int c = getc(f), err = errno; /* a directory opens, and its read fails (EISDIR) */
+    fclose(f);
+    return c == EOF && err ? strerror(err) : "an I/O error";
+}
+
 int config_load(const char *path, struct options *o)
 {
     config_t cfg;
@@ -352,7 +371,7 @@ int config_load(const char *path, struct options *o)
     int rc = EXIT_OK;
     if (!config_read_file(&cfg, path)) {
         if (config_error_type(&cfg) == CONFIG_ERR_FILE_IO)
-            rc = usage_error("--config %s: cannot read it", path);
+            rc = usage_error("--config %s: cannot read it: %s", path, read_failure(path));
         else
             rc = usage_error("%s:%d: %s", config_error_file(&cfg) ? config_error_file(&cfg) : path,
                              config_error_line(&cfg), config_error_text(&cfg));
