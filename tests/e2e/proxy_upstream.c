@@ -484,6 +484,32 @@ Test(proxy_upstream, the_proxys_own_refusals_carry_a_date_and_log_the_bytes_they
     cr_assert_eq(logged_bytes(text, "\" 503 capacity "), (long)refused.body_len, "%s", text);
 }
 
+/* A client that hangs up while its call is queued: the pool counts a cancel, as
+ * sluice_cancels_total's help says ("token fired while queued"), and its access log line says
+ * 499 client_gone. */
+Test(proxy_upstream, a_client_that_hangs_up_while_queued_is_counted_as_a_cancel)
+{
+    canned_hold = true;
+    start_proxy_with(canned_start(silent),
+                     (const char *const[]){"--no-discovery", "--active", "1", NULL});
+    int busy = raw_call("/silent"); /* the one slot, taken until it hangs up */
+    WAIT_UNTIL(node_count("in_flight") == 1);
+    int queued = raw_call("/silent");
+    WAIT_UNTIL(node_count("waiting") == 1);
+    close(queued);
+    WAIT_UNTIL(node_count("waiting") == 0);
+    cr_assert_eq(node_count("cancels_total"), 1, "the queued call's hang-up is not counted");
+    char metrics[65536];
+    px_admin_get(&px_main, "/metrics", metrics, sizeof metrics);
+    cr_assert_not_null(strstr(metrics, "sluice_cancels_total{node=\"" NODE "\"} 1"), "%s",
+                       strstr(metrics, "sluice_cancels_total") ?: metrics);
+    close(busy);
+    WAIT_UNTIL(node_count("in_flight") == 0);
+    char text[8192];
+    read_log(text, sizeof text);
+    cr_assert_not_null(strstr(text, "\" 499 client_gone "), "%s", text);
+}
+
 /* ---- an upstream that falls silent --------------------------------------------------------- */
 
 /* Silent for 10 times --upstream-idle-ms, before its head and after its first event; it
