@@ -198,8 +198,8 @@ Test(proxy_fleet, a_redis_flag_that_names_no_redis_server_stops_the_proxy_at_sta
         const char *args, *want;
     } bad[] = {
         {UP "--redis foo", "--redis 'foo': is neither redis://... nor HOST:PORT"},
-        /* A forgotten value: the next flag read as a host of that name. */
-        {UP "--redis --no-discovery", "--redis '--no-discovery': is neither"},
+        /* A forgotten value: not the next flag read as a host of that name. */
+        {UP "--redis --no-discovery", "--redis needs a value"},
         {UP "--redis /run/redis/redis.sock", "--redis '/run/redis/redis.sock': a unix socket"},
         {UP "--redis redis://:s3cret@host:0", "--redis 'redis://:***@host:0': must be"},
     };
