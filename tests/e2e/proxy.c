@@ -779,24 +779,27 @@ Test(proxy, the_admin_shows_the_start_deadline_of_requests_that_name_none)
         "no start deadline of 0.7 s in /metrics");
 }
 
-/* A stream still going when --drain-ms runs out is cut, and the access log says the drain cut
- * it, not the upstream (which was streaming on). */
-Test(proxy, a_stream_the_drain_ends_is_logged_as_cut_by_the_drain)
+/* A proxy with `--drain-ms drain_ms` and its access log in a fresh directory (`dir`, `log`),
+ * in front of an endless stream that has begun on the returned connection. */
+static int endless_stream_behind(const char *drain_ms, char *dir, char *log, size_t log_size)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5, .stream = true,
                                    .stream_endless = true, .token_ms = 20});
-    char dir[] = "/tmp/sluice-proxy-test-XXXXXX", log[64];
     cr_assert_not_null(mkdtemp(dir));
-    snprintf(log, sizeof log, "%s/access.log", dir);
-    start_proxy((const char *const[]){"--drain-ms", "100", "--access-log", log, NULL});
+    snprintf(log, log_size, "%s/access.log", dir);
+    start_proxy((const char *const[]){"--drain-ms", drain_ms, "--access-log", log, NULL});
     int fd = px_connect(&px_main);
     char req[512], got[4096];
     raw_chat(req, sizeof req, "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}");
     cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     cr_assert(px_read_head(fd, got, sizeof got), "no answer began: %s", got);
-    int status = px_stop(&px_main);
-    close(fd);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the drain did not exit 0");
+    return fd;
+}
+
+/* The access log endless_stream_behind kept says the drain cut the stream; dir is removed. */
+static void assert_logged_cut_by_the_drain(const char *dir, const char *log)
+{
+    char got[4096];
     FILE *f = fopen(log, "r");
     cr_assert_not_null(f, "no access log at %s", log);
     size_t n = fread(got, 1, sizeof got - 1, f);
@@ -807,34 +810,30 @@ Test(proxy, a_stream_the_drain_ends_is_logged_as_cut_by_the_drain)
     cr_assert_not_null(strstr(got, "\"POST /v1/chat/completions\" 200 cut_drain "), "%s", got);
 }
 
+/* A stream still going when --drain-ms runs out is cut, and the access log says the drain cut
+ * it, not the upstream (which was streaming on). */
+Test(proxy, a_stream_the_drain_ends_is_logged_as_cut_by_the_drain)
+{
+    char dir[] = "/tmp/sluice-proxy-test-XXXXXX", log[64];
+    int fd = endless_stream_behind("100", dir, log, sizeof log);
+    int status = px_stop(&px_main);
+    close(fd);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the drain did not exit 0");
+    assert_logged_cut_by_the_drain(dir, log);
+}
+
 /* A second SIGTERM during a long drain stops at once, as most servers do: the stream still
  * going is cut and logged cut_drain, and the proxy exits 0 (px_stop's SIGTERM is the second;
  * it waits PX_STOP_MS, far below the 10-minute drain, before its SIGKILL). */
 Test(proxy, a_second_signal_during_the_drain_stops_at_once)
 {
-    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5, .stream = true,
-                                   .stream_endless = true, .token_ms = 20});
     char dir[] = "/tmp/sluice-proxy-test-XXXXXX", log[64];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(log, sizeof log, "%s/access.log", dir);
-    start_proxy((const char *const[]){"--drain-ms", "600000", "--access-log", log, NULL});
-    int fd = px_connect(&px_main);
-    char req[512], got[4096];
-    raw_chat(req, sizeof req, "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}");
-    cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-    cr_assert(px_read_head(fd, got, sizeof got), "no answer began: %s", got);
+    int fd = endless_stream_behind("600000", dir, log, sizeof log);
     kill(px_main.pid, SIGTERM);
     WAIT_UNTIL(!px_listening(&px_main)); /* draining: the listener is closed */
     int status = px_stop(&px_main);
     close(fd);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
               "the second signal did not stop it (killed after %d ms)", PX_STOP_MS);
-    FILE *f = fopen(log, "r");
-    cr_assert_not_null(f, "no access log at %s", log);
-    size_t n = fread(got, 1, sizeof got - 1, f);
-    got[n] = '\0';
-    fclose(f);
-    unlink(log);
-    rmdir(dir);
-    cr_assert_not_null(strstr(got, "\"POST /v1/chat/completions\" 200 cut_drain "), "%s", got);
+    assert_logged_cut_by_the_drain(dir, log);
 }

@@ -128,14 +128,21 @@ static inline void px_dir_setup(const char *name)
     cr_assert_not_null(mkdtemp(px_dir));
 }
 
-/* Its .fini: the proxy stopped, px_dir and what is in it removed, fx_teardown. */
-__attribute__((unused)) static void px_dir_teardown(void)
+/* The proxy stopped, px_dir and what is in it removed: the start of every .fini of a suite
+ * that px_dir_setup began. */
+static inline void px_dir_remove(void)
 {
     px_stop(&px_main);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", px_dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", px_dir);
+}
+
+/* Its .fini: px_dir_remove, fx_teardown. */
+__attribute__((unused)) static void px_dir_teardown(void)
+{
+    px_dir_remove();
     fx_teardown();
 }
 

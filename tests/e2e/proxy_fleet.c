@@ -95,11 +95,7 @@ static void setup_without_redis(void)
 
 static void teardown_without_redis(void)
 {
-    px_stop(&px_main);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", px_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", px_dir);
+    px_dir_remove();
     rfx_teardown();
 }
 
