@@ -244,9 +244,8 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
  * rest of *result is zero), SLUICE_ELATE (the predicted wait leaves the
  * run too little of its deadline or start deadline, result->expired says
  * which: nothing was called; see sluice/pool_deadlines.h), SLUICE_EINVAL (bad desc, unknown backend
- * ID, or either deadline with its tv_nsec outside [0, 1e9) or more than a
- * year ahead, SLUICE_DEADLINE_AHEAD_MAX_NS: a CLOCK_REALTIME reading, which
- * would never expire; refused before admission, nothing called), SLUICE_ECANCELED,
+ * ID, or either deadline with its tv_nsec outside [0, 1e9): refused before
+ * admission, nothing called), SLUICE_ECANCELED,
  * SLUICE_ETIMEDOUT (result->expired says which deadline; result->refused_late
  * that a generation could no longer start in time and the client was not
  * called), SLUICE_ECLOSED (the engine or pool was closed: at
@@ -263,9 +262,7 @@ SLUICE_INLINE int sluice_run(struct sluice_engine *engine, const struct sluice_r
     if (!engine || !desc || !desc->ops || !desc->ops->generate ||
         !(b = sluice_engine_find(engine, desc->backend)))
         r.status = SLUICE_EINVAL;
-    else if (!sluice_deadline_valid(desc->start_deadline) || !sluice_deadline_valid(desc->deadline) ||
-             sluice_deadline_ahead(desc->start_deadline) > SLUICE_DEADLINE_AHEAD_MAX_NS ||
-             sluice_deadline_ahead(desc->deadline) > SLUICE_DEADLINE_AHEAD_MAX_NS)
+    else if (!sluice_deadline_valid(desc->start_deadline) || !sluice_deadline_valid(desc->deadline))
         r.status = SLUICE_EINVAL; /* both: the earlier one alone is what the waits check first */
     else if ((r.status = sluice_pool_admit_late(b->pool, desc->start_deadline, desc->deadline,
                                                 &r.expired)) == SLUICE_OK) {

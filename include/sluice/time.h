@@ -100,23 +100,6 @@ SLUICE_INLINE bool sluice_deadline_valid(const struct timespec *deadline)
     return !deadline || (deadline->tv_nsec >= 0 && deadline->tv_nsec < SLUICE_NS_PER_SEC);
 }
 
-/*
- * A deadline further ahead than this is on the wrong clock. CLOCK_MONOTONIC
- * counts from boot, so a CLOCK_REALTIME reading (seconds since 1970) lands
- * about 56 years ahead of it, less only the machine's uptime; no model call
- * waits a year. A year sits far from both.
- */
-#define SLUICE_DEADLINE_AHEAD_MAX_NS (INT64_C(366) * 86400 * SLUICE_NS_PER_SEC)
-
-/* How far ahead of now `deadline` is, in ns (CLOCK_MONOTONIC; 0 for NULL or one passed). More
- * than SLUICE_DEADLINE_AHEAD_MAX_NS: built from the wrong clock, a mistake the entry points
- * (sluice_run, the curl calls) refuse with SLUICE_EINVAL rather than wait on for good. */
-SLUICE_INLINE int64_t sluice_deadline_ahead(const struct timespec *deadline)
-{
-    int64_t ahead = deadline ? sluice_timespec_ns(deadline) - sluice_monotonic_ns() : 0;
-    return ahead > 0 ? ahead : 0;
-}
-
 /* Which of a call's two deadlines ended it. */
 enum sluice_expiry {
     SLUICE_EXPIRED_NONE = 0, /* neither (or the call was not ended by a deadline) */

@@ -748,21 +748,15 @@ static int count_prepare(void *ctx)
     return 0;
 }
 
-Test(deadlines, a_run_with_either_deadline_unnormalised_or_on_the_wall_clock_is_einval_before_prepare)
+Test(deadlines, a_run_with_either_deadline_unnormalised_is_einval_before_prepare)
 {
     struct sluice_engine *e = make_engine(1, (struct sluice_deadline_desc){0});
     struct fake_client c = {.duration = SEC};
     const struct sluice_run_ops ops = {.prepare = count_prepare, .generate = fake_generate};
     /* The bad one later than the good one: the earlier deadline alone looks fine. */
-    struct timespec good = deadline_in(60 * SEC), bad = deadline_in(120 * SEC), wall;
+    struct timespec good = deadline_in(60 * SEC), bad = deadline_in(120 * SEC);
     bad.tv_nsec = SLUICE_NS_PER_SEC;
-    /* A deadline built from CLOCK_REALTIME (decades past CLOCK_MONOTONIC's boot-time zero)
-     * would never expire: the call would wait for good behind an overload. */
-    clock_gettime(CLOCK_REALTIME, &wall);
-    wall.tv_sec += 10;
-    const struct timespec *pairs[][2] = {{&good, &bad},  {&bad, &good},  {NULL, &bad},
-                                         {&bad, NULL},   {&good, &wall}, {&wall, &good},
-                                         {NULL, &wall}};
+    const struct timespec *pairs[][2] = {{&good, &bad}, {&bad, &good}, {NULL, &bad}, {&bad, NULL}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         struct sluice_run_result r;
         cr_assert_eq(sluice_run(e, &(struct sluice_run_desc){.backend = "b", .ops = &ops, .ctx = &c,
