@@ -132,7 +132,8 @@ struct sluice_sample {
     X(STORE, "store", "a live lock was read back from the store at start")                         \
     X(API, "api",                                                                                  \
       "a caller cleared the node (sluice_discovery_clear, the admin's clear, sluicectl clear)")    \
-    X(STORE_ERROR, "store_error", "a store's load, save or clear failed: memory still serves")     \
+    X(STORE_ERROR, "store_error",                                                                  \
+      "the store (a state file, a fleet's Redis) failed a load, save or clear: memory serves")     \
     X(STORE_CORRUPT, "store_corrupt",                                                              \
       "the state file holds data it cannot read (sluice_statefile_last_error says what)")          \
       /* load said SLUICE_EINVAL */                                                                \
