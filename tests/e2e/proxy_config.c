@@ -413,6 +413,22 @@ static const struct {
     /* Why a config file cannot be read, in the OS's words. */
     {"--config /nonexistent/sluice-proxy.conf",
      "--config /nonexistent/sluice-proxy.conf: cannot read it: No such file or directory"},
+    /* A flag that sets --upstream's one backend would set nothing beside --config (the file's
+     * backends take their own): refused with the key to write instead, before the file is
+     * read. */
+    {"--config proxy.conf --redis redis://127.0.0.1:6379",
+     "--redis sets --upstream's backend only; with --config, write redis = "
+     "\"redis://HOST:PORT\"; in each backend of proxy.conf it is meant for"},
+    {"--config=proxy.conf --redis=redis://127.0.0.1:6379", "--redis sets --upstream's"},
+    {"--node cloud:x --config proxy.conf", "--node sets --upstream's backend only; with "
+                                           "--config, write id = \"ID\"; in each backend"},
+    {"--config proxy.conf --active 4", "--active sets --upstream's backend only"},
+    {"--config proxy.conf --waiting 0", "--waiting sets --upstream's backend only"},
+    {"--config proxy.conf --no-discovery", "write discovery = false; in each backend"},
+    {"--config proxy.conf --deadline-ms 5000", "write deadline_ms = MS; in each backend"},
+    {"--config proxy.conf --start-deadline-ms 5000", "write start_deadline_ms = MS;"},
+    {"--config proxy.conf --api-key-env KEY", "write api_key_env = \"VAR\"; in each backend"},
+    {"--config proxy.conf --api-key-header x-api-key", "--api-key-header sets --upstream's"},
     /* 0 would refuse every POST with 413: refused at start, with the least it takes. */
     {"--upstream http://127.0.0.1:9 --max-body-bytes 0",
      "--max-body-bytes needs a whole number from 1 to"},

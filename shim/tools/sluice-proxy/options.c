@@ -22,6 +22,11 @@ static const char usage_text[] =
     "any client at it (an OpenAI SDK's baseURL = the printed URL + /v1). The first line\n"
     "on stdout is the URL it serves, the second the admin endpoint's.\n"
     "\n"
+    "--node, --active, --waiting, --no-discovery, --deadline-ms, --start-deadline-ms,\n"
+    "--api-key-env, --api-key-header and --redis set --upstream's one backend; with\n"
+    "--config, each backend sets its own in FILE (id, active, ..., redis), and these\n"
+    "flags are an error.\n"
+    "\n"
     "  --upstream URL        the provider's base URL, http(s)://HOST[:PORT][/PATH]; a\n"
     "                        request's path is forwarded under it as it came\n"
     "                        (http://host:port/v1/chat/completions); a user:password@\n"
@@ -229,6 +234,33 @@ bool backend_deadlines_ok(const struct backend *b, const char *whole, char *why,
     return false;
 }
 
+/* The flags that set --upstream's one backend, and the key each backend of a --config file
+ * takes in their place: given with --config, they would set nothing. */
+static const struct {
+    const char *flag, *key;
+} upstream_only[] = {
+    {"--node", "id = \"ID\";"},
+    {"--active", "active = N;"},
+    {"--waiting", "waiting = N;"},
+    {"--no-discovery", "discovery = false;"},
+    {"--deadline-ms", "deadline_ms = MS;"},
+    {"--start-deadline-ms", "start_deadline_ms = MS;"},
+    {"--api-key-env", "api_key_env = \"VAR\";"},
+    {"--api-key-header", "api_key_header = \"x-api-key\";"},
+    {"--redis", "redis = \"redis://HOST:PORT\";"},
+};
+
+/* The row of upstream_only that `arg` (a flag, as `--flag` or `--flag=value`) is, else -1. */
+static int upstream_only_flag(const char *arg)
+{
+    for (size_t i = 0; i < sizeof upstream_only / sizeof upstream_only[0]; i++) {
+        size_t n = strlen(upstream_only[i].flag);
+        if (!strncmp(arg, upstream_only[i].flag, n) && (!arg[n] || arg[n] == '='))
+            return (int)i;
+    }
+    return -1;
+}
+
 /* A function, so that a bound of 0 draws no "always false" warning. */
 static bool below(uint64_t v, uint64_t lo)
 {
@@ -268,8 +300,11 @@ int parse_options(int argc, char **argv, struct options *o)
     const char *upstream = NULL, *node = PROXY_NODE_DEFAULT, *key_env = NULL, *key_header = NULL,
                *redis = NULL;
     uint64_t v;
+    int backend_flag = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val;
+        if (backend_flag < 0)
+            backend_flag = upstream_only_flag(a);
 #define U64_FLAG(flag, lo, hi, dst)                                                                \
     if ((val = flag_value(argc, argv, &i, flag))) {                                                \
         if (!tool_parse_u64(val, hi, &v) || below(v, lo))                                          \
@@ -358,6 +393,11 @@ int parse_options(int argc, char **argv, struct options *o)
     }
     if (!!upstream == !!o->config)
         return usage_error("give either --upstream URL (one backend) or --config FILE");
+    if (o->config && backend_flag >= 0)
+        return usage_error("%s sets --upstream's backend only; with --config, write %s in each "
+                           "backend of %s it is meant for",
+                           upstream_only[backend_flag].flag, upstream_only[backend_flag].key,
+                           o->config);
     if (o->config) {
         int rc = config_load(o->config, o);
         if (o->state && !strcmp(o->state, "off"))
