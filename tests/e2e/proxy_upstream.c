@@ -556,6 +556,72 @@ Test(proxy_upstream, a_silent_upstream_is_cut_after_the_idle_setting_before_it_s
     cr_assert_not_null(strstr(text, "\"POST /within\" 200 cut_upstream_silent "), "%s", text);
 }
 
+/* ---- a request body the upstream takes slowly ---------------------------------------------- */
+
+/* An upstream that reads a request body of SLOW_BODY bytes a piece at a time, SLOW_GAP_MS
+ * apart, and answers once it has the whole: taking it lasts several times SLOW_IDLE_MS (the
+ * kernel's socket buffers hold a few MiB of it), while the proxy's sends stay a few ms apart.
+ * Cut as silent before the fix (the idle clock counted only bytes received). */
+#define SLOW_IDLE_MS 250
+#define SLOW_GAP_MS 2
+#define SLOW_PIECE (64 * 1024)
+#define SLOW_BODY (24u << 20)
+
+static void *slow_reader_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    static __thread char buf[SLOW_PIECE];
+    size_t len = 0, body = 0;
+    char *end = NULL;
+    while (!end && len < sizeof buf) { /* the head, and the body's first bytes after it */
+        ssize_t n = read(fd, buf + len, sizeof buf - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        end = memmem(buf, len, "\r\n\r\n", 4);
+    }
+    if (end)
+        body = len - (size_t)(end + 4 - buf);
+    while (end && body < SLOW_BODY) {
+        nanosleep(&(struct timespec){0, SLOW_GAP_MS * 1000000L}, NULL);
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n <= 0)
+            break;
+        body += (size_t)n;
+    }
+    static const char answer[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: 11\r\nConnection: close\r\n\r\n{\"ok\":true}";
+    if (body == SLOW_BODY)
+        send(fd, answer, sizeof answer - 1, MSG_NOSIGNAL);
+    shutdown(fd, SHUT_WR);
+    while (read(fd, buf, sizeof buf) > 0) /* until the proxy closes: no reset */
+        ;
+    close(fd);
+    return NULL;
+}
+
+Test(proxy_upstream, a_request_body_the_upstream_takes_slowly_is_not_its_silence)
+{
+    char idle[16], max_body[16];
+    snprintf(idle, sizeof idle, "%d", SLOW_IDLE_MS);
+    snprintf(max_body, sizeof max_body, "%u", SLOW_BODY);
+    start_proxy_with(px_serve(slow_reader_conn),
+                     (const char *const[]){"--upstream-idle-ms", idle, "--max-body-bytes",
+                                           max_body, NULL});
+    static const char head[] = "{\"model\":\"sim\",\"pad\":\"", tail[] = "\"}";
+    char *body = malloc(SLOW_BODY + 1);
+    cr_assert_not_null(body);
+    memset(body, 'x', SLOW_BODY);
+    memcpy(body, head, sizeof head - 1);
+    memcpy(body + SLOW_BODY - (sizeof tail - 1), tail, sizeof tail);
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", body, NULL, &r);
+    free(body);
+    cr_assert_eq(r.status, 200, "the upstream was taking the body, not silent: %s", r.body);
+    cr_assert_str_eq(r.body, "{\"ok\":true}");
+    cr_assert_eq(node_count("overloads_total"), 0, "no provider timeout was heard");
+}
+
 /* ---- hop-by-hop fields a Connection header names ------------------------------------------ */
 
 Test(proxy_upstream, fields_the_clients_connection_header_names_do_not_go_upstream)

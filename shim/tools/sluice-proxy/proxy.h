@@ -223,8 +223,10 @@ struct conn {
     bool up_sse;               /* ... is text/event-stream */
     bool hold_head;            /* a start deadline: the head waits until the answer has begun */
     bool begun;                /* the answer has begun: a body byte (an SSE `data:` line) */
-    int64_t up_last_ns;        /* the upstream's last byte, or the request's going out (0 =
-                                  not yet: queued, or connecting); --upstream-idle-ms runs from it */
+    int64_t up_last_ns;        /* the upstream's last byte, the request body's last one taken,
+                                  or the request's going out (0 = not yet: queued, or
+                                  connecting); --upstream-idle-ms runs from it */
+    curl_off_t up_sent;        /* the request body's bytes the upstream has taken so far */
     int64_t up_silent_ns;      /* the silence that cut the call (upstream_sweep), 0 = none */
     struct buf up_head;        /* the upstream answer's head as it will go to the client */
     struct proxy_events *up_events; /* a 2xx stream's events, read for an error event

@@ -390,6 +390,21 @@ static int on_prereq(void *ud, char *conn_primary_ip, char *conn_local_ip, int c
     return CURL_PREREQFUNC_OK;
 }
 
+/* A request body still going up is the upstream taking it, not its silence: a large body to a
+ * slow upstream may take longer than --upstream-idle-ms while its bytes move. (The body goes
+ * as CURLOPT_POSTFIELDS, through no read callback; the loop sets no progress callback.) */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal;
+    struct conn *c = ud;
+    if (ulnow != c->up_sent) {
+        c->up_sent = ulnow;
+        c->up_last_ns = proxy_now_ns();
+    }
+    return 0;
+}
+
 /*
  * From the sweep (main.c, every SWEEP_MS): a transfer whose upstream has sent nothing for
  * --upstream-idle-ms is cut, so within a sweep of the setting. libcurl's low-speed limit cannot
@@ -665,7 +680,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
     /* An upstream that accepts and then says nothing would hold its permit for good:
      * upstream_sweep cuts it (a provider timeout, which discovery counts) after
-     * upstream_idle_ms without a byte, counted from here. */
+     * upstream_idle_ms without a byte either way, counted from here. */
     curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
     curl_easy_setopt(e, CURLOPT_PREREQDATA, c);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
@@ -673,11 +688,17 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, c);
     set_method(e, r, body, body_len);
+    if (body_len) {
+        curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(e, CURLOPT_XFERINFODATA, c);
+        curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    }
     build_headers(c, b, body_len > 0);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->up_headers);
     c->head_sent = c->head_ready = c->chunked = c->no_body = c->paused = c->begun = false;
     c->up_status = 0;
     c->up_last_ns = c->up_silent_ns = 0;
+    c->up_sent = 0;
     c->closing = c->closing || !r->keep_alive;
     struct timespec dl, sdl;
     int64_t ms = r->deadline_ms >= 0 ? r->deadline_ms : b->deadline_ms ? (int64_t)b->deadline_ms
