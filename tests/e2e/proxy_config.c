@@ -113,6 +113,12 @@ Test(proxy_config, the_api_key_replaces_the_clients_and_is_never_logged)
     const char *duration = strstr(bad, "duration=");
     cr_assert(duration && atof(duration + 9) < 10000.0,
               "a request's duration runs from its first byte: %s", bad);
+    /* Its body named no model, and no provider answered it: both "-". */
+    cr_assert_not_null(strstr(bad, " model=- request_id=-\n"), "%s", bad);
+    cr_assert_not_null(strstr(text, "cloud:by-model \"POST /v1/chat/completions\" 200 success "),
+                       "%s", text);
+    cr_assert_not_null(strstr(text, " model=m1 request_id=-\n"), "the model it routed by: %s",
+                       text);
     cr_assert_null(strstr(text, "sk-client"), "a key was logged: %s", text);
 }
 

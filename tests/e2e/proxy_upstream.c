@@ -166,21 +166,25 @@ static int canned_start(const struct canned *table)
     return px_serve(canned_conn);
 }
 
-#define SSE_HEAD "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+/* A stream's head, with `fields` ("Name: value\r\n" each) in it. */
+#define SSE_HEAD_WITH(fields)                                                                      \
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" fields "Connection: close\r\n\r\n"
+#define SSE_HEAD SSE_HEAD_WITH("")
 #define CHUNK(text) "data: {\"choices\":[{\"delta\":{\"content\":\"" text "\"}}]}\n\n"
 
 /* Each provider's way to fail a stream, and the kind of call each is. */
 static const struct canned shapes[] = {
     /* A word "error" in a chunk is no error. */
     {"/ok", SSE_HEAD CHUNK("error") "data: [DONE]\n\n"},
-    /* OpenAI: the error object in a chunk's place, its code a name. */
-    {"/openai", SSE_HEAD CHUNK("Hi") "data: {\"error\":{\"message\":\"Rate limit reached\","
+    /* OpenAI: the error object in a chunk's place, its code a name; its x-request-id. */
+    {"/openai", SSE_HEAD_WITH("x-request-id: req_0penai1\r\n") CHUNK("Hi") "data: {\"error\":{\"message\":\"Rate limit reached\","
                                      "\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}\n\n"},
     /* An error that names no refusal: the provider failed the call. */
     {"/broken", SSE_HEAD CHUNK("Hi") "data: {\"error\":{\"message\":\"boom\","
                                      "\"type\":\"server_error\",\"code\":null}}\n\n"},
-    /* Anthropic: `event: error` with its overloaded_error, a platform overload. */
-    {"/anthropic", SSE_HEAD "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
+    /* Anthropic: `event: error` with its overloaded_error, a platform overload; its
+     * request-id, white space around it. */
+    {"/anthropic", SSE_HEAD_WITH("request-id:\t req_011Anthropic \r\n") "event: message_start\ndata: {\"type\":\"message_start\"}\n\n"
                    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":"
                    "\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"},
     {NULL, NULL},
@@ -204,19 +208,27 @@ Test(proxy_upstream, each_providers_error_event_is_logged_and_counted_as_the_err
     assert_platform_hold();
     char text[8192];
     read_log(text, sizeof text);
-    static const char *const lines[] = {
-        "\"POST /ok\" 200 success ",
-        "\"POST /openai\" 200 overloaded ",
-        "\"POST /broken\" 200 server_error ",
-        "\"POST /anthropic\" 200 platform_overload ",
+    /* Each line ends with the body's model and the provider's request id, what an SDK's error
+     * shows ("-" when the answer had none). */
+    static const struct {
+        const char *call, *end;
+    } lines[] = {
+        {"\"POST /ok\" 200 success ", " model=sim request_id=-\n"},
+        {"\"POST /openai\" 200 overloaded ", " model=sim request_id=req_0penai1\n"},
+        {"\"POST /broken\" 200 server_error ", " model=sim request_id=-\n"},
+        {"\"POST /anthropic\" 200 platform_overload ", " model=sim request_id=req_011Anthropic\n"},
     };
-    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
-        cr_expect_not_null(strstr(text, lines[i]), "no %s in the access log: %s", lines[i], text);
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        const char *line = strstr(text, lines[i].call), *nl = line ? strchr(line, '\n') : NULL;
+        size_t n = strlen(lines[i].end);
+        cr_expect(nl && (size_t)(nl + 1 - line) >= n && !strncmp(nl + 1 - n, lines[i].end, n),
+                  "no %s...%s in the access log: %s", lines[i].call, lines[i].end, text);
+    }
 }
 
 /* A stream that sends an error event and then breaks off (its chunked body never finished). */
 static const struct canned cut_after_error[] = {
-    {"/cut", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    {"/cut", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nx-request-id: req_\"cut\"\r\n"
              "Transfer-Encoding: chunked\r\n\r\n"
              "61\r\ndata: {\"error\":{\"message\":\"Rate limit reached\",\"type\":\"requests\","
              "\"code\":\"rate_limit_exceeded\"}}\n\n\r\n"},
@@ -225,7 +237,7 @@ static const struct canned cut_after_error[] = {
 
 Test(proxy_upstream, a_stream_cut_after_an_error_event_is_logged_as_that_error)
 {
-    start_proxy(canned_start(cut_after_error));
+    start_proxy_with(canned_start(cut_after_error), (const char *const[]){"--log-json", NULL});
     struct px_reply r;
     px_request(&px_main, "/cut", stream_body, NULL, &r);
     cr_assert_eq(r.status, 200);
@@ -234,8 +246,19 @@ Test(proxy_upstream, a_stream_cut_after_an_error_event_is_logged_as_that_error)
     cr_assert_eq(node_count("overloads_total"), 1, "the pool heard the rate limit");
     char text[4096];
     read_log(text, sizeof text);
-    cr_assert_not_null(strstr(text, "\"POST /cut\" 200 overloaded "),
-                       "the log says what the pool heard: %s", text);
+    /* One JSON object: what the pool heard, the body's model and the provider's request id
+     * (escaped). */
+    json_error_t err;
+    json_t *line = json_loads(text, JSON_DISABLE_EOF_CHECK, &err);
+    cr_assert_not_null(line, "%s: %s", err.text, text);
+    cr_expect_str_eq(json_string_value(json_object_get(line, "path")), "/cut", "%s", text);
+    cr_expect_eq(json_integer_value(json_object_get(line, "status")), 200, "%s", text);
+    cr_expect_str_eq(json_string_value(json_object_get(line, "outcome")), "overloaded",
+                     "the log says what the pool heard: %s", text);
+    cr_expect_str_eq(json_string_value(json_object_get(line, "model")), "sim", "%s", text);
+    cr_expect_str_eq(json_string_value(json_object_get(line, "request_id")), "req_\"cut\"",
+                     "%s", text);
+    json_decref(line);
 }
 
 /* ---- after [DONE] ----------------------------------------------------------------------------- */

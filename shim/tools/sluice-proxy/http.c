@@ -347,7 +347,8 @@ void http_request_done(struct conn *c)
                       .path_len = c->req.target_len, .status = c->status_out,
                       .outcome = c->outcome, .queued_ns = c->queued_ns,
                       .ttfb_ns = c->t_first_ns ? c->t_first_ns - c->t_start_ns : -1,
-                      .duration_ns = t - c->t_start_ns, .bytes = c->bytes_out});
+                      .duration_ns = t - c->t_start_ns, .bytes = c->bytes_out,
+                      .model = c->model, .request_id = c->request_id});
     c->state = C_FLUSH;
     c->deadline_ns = t + (int64_t)p->o->client_timeout_ms * 1000000;
     if (c->gone) {
@@ -750,6 +751,7 @@ static void next_request(struct conn *c)
     c->queued_ns = 0;
     c->t_first_ns = 0;
     c->bytes_out = 0;
+    c->model[0] = c->request_id[0] = '\0';
     c->deadline_ns = proxy_now_ns() + (int64_t)c->p->o->idle_timeout_ms * 1000000;
     conn_process(c);
     if (!c->gone && !c->dirty) /* (as in http_on_event) */
@@ -843,7 +845,8 @@ static void dispatch(struct conn *c)
     }
     char path[2048];
     request_path(c, path, sizeof path);
-    struct backend *b = route_pick(p->o, path, &c->req, body, body_len);
+    bool has_model = route_model(body, body_len, c->model, sizeof c->model);
+    struct backend *b = route_pick(p->o, path, &c->req, has_model ? c->model : NULL);
     if (!b) {
         refuse_no_route(c, path);
         return;
@@ -874,7 +877,7 @@ static bool refused_before_body(struct conn *c)
             return false;
     char path[2048];
     request_path(c, path, sizeof path);
-    if (route_pick(p->o, path, &c->req, NULL, 0))
+    if (route_pick(p->o, path, &c->req, NULL))
         return false;
     c->closing = true;
     refuse_no_route(c, path);

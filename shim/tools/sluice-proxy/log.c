@@ -3,8 +3,11 @@
  * (or its client left): time, backend, method, path (without the query
  * string, where some providers put keys), status, outcome, queue wait, time
  * to first byte, duration, body bytes sent (of the proxy's own answers
- * too). Plain text, or JSON Lines with --log-json. Headers are never
- * logged, so neither are keys. The status is
+ * too), the request body's top-level "model" and the upstream answer's
+ * request id (x-request-id, or Anthropic's request-id: what an SDK's
+ * error shows, so that one can be found here), "-" for either when there
+ * is none. Plain text, or JSON Lines with --log-json. No other header is
+ * logged, so no key is. The status is
  * what the client got, the outcome what the call was: a stream the provider
  * ended with a rate-limit error event is "200 overloaded" (upstream.c).
  *
@@ -18,18 +21,28 @@
 #include <string.h>
 #include <time.h>
 
-/* The path as far as its query string, with what JSON or a terminal cannot take escaped. */
-static void put_path(FILE *f, const char *p, size_t len)
+/* p's len bytes, as far as a `stop` byte (the path's query string), with what JSON or a
+ * terminal cannot take escaped, and in the text log a space too (it separates the fields). */
+static void put_escaped(FILE *f, const char *p, size_t len, char stop, bool text)
 {
-    for (size_t i = 0; i < len && p[i] != '?'; i++) {
+    for (size_t i = 0; i < len && p[i] != stop; i++) {
         unsigned char ch = (unsigned char)p[i];
         if (ch == '"' || ch == '\\')
             fprintf(f, "\\%c", ch);
-        else if (ch < 0x20 || ch >= 0x7f)
+        else if (ch < 0x20 || ch >= 0x7f || (text && ch == ' '))
             fprintf(f, "\\u%04x", ch);
         else
             fputc(ch, f);
     }
+}
+
+/* A value the client or the upstream sent (a model, a request id), "-" when none. */
+static void put_value(FILE *f, const char *v, bool text)
+{
+    if (v && *v)
+        put_escaped(f, v, strlen(v), '\0', text);
+    else
+        fputc('-', f);
 }
 
 static double ms(int64_t ns)
@@ -56,17 +69,25 @@ void access_log(struct proxy *p, const struct access *a)
     if (p->o->log_json) {
         fprintf(f, "{\"time\":\"%s\",\"backend\":\"%s\",\"method\":\"%.*s\",\"path\":\"", when,
                 backend, ml, method);
-        put_path(f, a->path ? a->path : "", a->path ? a->path_len : 0);
+        put_escaped(f, a->path ? a->path : "", a->path ? a->path_len : 0, '?', false);
         fprintf(f,
                 "\",\"status\":%d,\"outcome\":\"%s\",\"queued_ms\":%.3f,\"ttfb_ms\":%.3f,"
-                "\"duration_ms\":%.3f,\"bytes\":%llu}\n",
+                "\"duration_ms\":%.3f,\"bytes\":%llu,\"model\":\"",
                 a->status, outcome, ms(a->queued_ns), ms(a->ttfb_ns), ms(a->duration_ns),
                 (unsigned long long)a->bytes);
+        put_value(f, a->model, false);
+        fputs("\",\"request_id\":\"", f);
+        put_value(f, a->request_id, false);
+        fputs("\"}\n", f);
     } else {
         fprintf(f, "%s %s \"%.*s ", when, backend, ml, method);
-        put_path(f, a->path ? a->path : "-", a->path ? a->path_len : 1);
-        fprintf(f, "\" %d %s queued=%.3fms ttfb=%.3fms duration=%.3fms bytes=%llu\n", a->status,
-                outcome, ms(a->queued_ns), ms(a->ttfb_ns), ms(a->duration_ns),
+        put_escaped(f, a->path ? a->path : "-", a->path ? a->path_len : 1, '?', true);
+        fprintf(f, "\" %d %s queued=%.3fms ttfb=%.3fms duration=%.3fms bytes=%llu model=",
+                a->status, outcome, ms(a->queued_ns), ms(a->ttfb_ns), ms(a->duration_ns),
                 (unsigned long long)a->bytes);
+        put_value(f, a->model, true);
+        fputs(" request_id=", f);
+        put_value(f, a->request_id, true);
+        fputc('\n', f);
     }
 }

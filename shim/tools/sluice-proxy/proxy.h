@@ -48,6 +48,8 @@
 #define PROXY_MODELS_MAX 64
 #define PROXY_SPARE_EASY 1024 /* finished calls' easy handles kept for reuse */
 #define PROXY_MODEL_READ_MAX 65536 /* bytes of a body read to find "model" */
+#define PROXY_MODEL_MAX 256         /* a model name, its NUL included (a longer one is none) */
+#define PROXY_REQUEST_ID_MAX 128    /* an upstream's request id logged, its NUL included */
 /* An upstream silent this long is cut: longer than any first token (a reasoning model's
  * minutes), short of holding a permit for good. */
 #define PROXY_UPSTREAM_IDLE_MS_DEFAULT 600000u
@@ -239,6 +241,9 @@ struct conn {
     int status_out;
     const char *outcome;
     int64_t queued_ns;
+    char model[PROXY_MODEL_MAX];           /* the body's top-level "model", "" = none */
+    char request_id[PROXY_REQUEST_ID_MAX]; /* the answer's x-request-id or request-id (what
+                                              the provider's SDK error shows), "" = none */
 };
 
 /* The clients' patience at one backend (patience.c). */
@@ -286,8 +291,9 @@ int64_t patience_shown_ms(const struct patience *pt, int64_t now);
 
 /* route.c */
 void routes_prepare(struct options *o);
+bool route_model(const char *body, size_t len, char *out, size_t size);
 struct backend *route_pick(struct options *o, const char *path, const struct request *r,
-                           const char *body, size_t body_len);
+                           const char *model);
 int route_url(const struct backend *b, const char *path, char *out, size_t size);
 void routes_list(const struct options *o, char *out, size_t size);
 
@@ -328,6 +334,7 @@ struct access {
     const char *outcome;
     int64_t queued_ns, ttfb_ns, duration_ns;
     uint64_t bytes;
+    const char *model, *request_id; /* NULL or "" = none */
 };
 void access_log(struct proxy *p, const struct access *a);
 

@@ -54,9 +54,9 @@ static size_t string_end(const char *s, size_t i, size_t n)
  * The body's own "model": "NAME" (a plain string, no escapes): a key of the top-level object
  * only, so a "model" inside the messages or metadata never routes (a nested one read first
  * sent a call to another provider, with that provider's key). False if there is none in the
- * first PROXY_MODEL_READ_MAX bytes.
+ * first PROXY_MODEL_READ_MAX bytes. Routing and the access log read it.
  */
-static bool find_model(const char *body, size_t len, char *out, size_t size)
+bool route_model(const char *body, size_t len, char *out, size_t size)
 {
     if (len > PROXY_MODEL_READ_MAX)
         len = PROXY_MODEL_READ_MAX;
@@ -93,8 +93,9 @@ static bool find_model(const char *body, size_t len, char *out, size_t size)
     return false;
 }
 
+/* The backend for a request whose body's "model" is `model` (route_model; NULL = none). */
 struct backend *route_pick(struct options *o, const char *path, const struct request *r,
-                           const char *body, size_t body_len)
+                           const char *model)
 {
     for (size_t i = 0; i < o->n_backends; i++) {
         struct backend *b = &o->backends[i];
@@ -104,17 +105,9 @@ struct backend *route_pick(struct options *o, const char *path, const struct req
             !memcmp(v, b->header_value, vl))
             return b;
     }
-    char model[256];
-    bool have_model = false, looked = false;
-    for (size_t i = 0; i < o->n_backends; i++) {
+    for (size_t i = 0; model && i < o->n_backends; i++) {
         struct backend *b = &o->backends[i];
-        if (!b->n_models)
-            continue;
-        if (!looked) {
-            have_model = find_model(body, body_len, model, sizeof model);
-            looked = true;
-        }
-        for (size_t m = 0; have_model && m < b->n_models; m++)
+        for (size_t m = 0; m < b->n_models; m++)
             if (!strcmp(b->models[m], model))
                 return b;
     }

@@ -300,6 +300,16 @@ static bool began(void *data)
     return ((struct conn *)data)->begun;
 }
 
+/* A header field's value, v to end, without the white space around it, into out (what fits). */
+static void header_value(const char *v, const char *end, char *out, size_t size)
+{
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    snprintf(out, size, "%.*s", (int)(end - v), v);
+}
+
 static size_t on_header(char *data, size_t size, size_t n, void *ud)
 {
     struct conn *c = ud;
@@ -314,6 +324,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud)
         c->up_status = sp ? strtol(sp + 1, NULL, 10) : 0;
         c->up_has_length = c->up_sse = false;
         c->up_head.len = 0;
+        c->request_id[0] = '\0';
         const char *reason = sp && (size_t)(sp + 4 - data) < line ? sp + 5 : NULL;
         if (reason && reason < data + line)
             buf_printf(&c->up_head, "HTTP/1.1 %ld %.*s\r\n", c->up_status,
@@ -332,6 +343,9 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud)
     if (!colon)
         return len;
     size_t name_len = (size_t)(colon - data);
+    if (!c->request_id[0] && (http_header_is(data, name_len, "x-request-id") ||
+                              http_header_is(data, name_len, "request-id")))
+        header_value(colon + 1, data + line, c->request_id, sizeof c->request_id);
     if (http_header_is(data, name_len, "content-type"))
         c->up_sse = memmem(colon, line - name_len, "text/event-stream", 17) != NULL;
     if (http_header_is(data, name_len, "content-length"))
