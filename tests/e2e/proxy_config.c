@@ -214,6 +214,27 @@ static void expect_head(char *out, size_t size, const char *path, size_t length)
              path, length);
 }
 
+/* A flag beside --config wins over the file's top-level setting of the same number: a body
+ * limit of 100 in the file, 2000 on the command line, and a declared 1000 bytes is let in. */
+Test(proxy_config, a_flag_wins_over_the_files_setting_of_the_same_number)
+{
+    char conf[128], head[512];
+    write_config("flag.conf",
+                 "max_body_bytes = 100;\n"
+                 "backends = ( { id = \"cloud:a\"; upstream = \"http://127.0.0.1:%1$d\"; } );\n",
+                 px_echo_start(), conf, sizeof conf);
+    cr_assert_eq(px_start(&px_main, (const char *[]){"--config", conf, "--state", "off",
+                                                    "--max-body-bytes", "2000", NULL}),
+                 0);
+    static char got[4096];
+    expect_head(head, sizeof head, "/v1/chat/completions", 1000);
+    int fd = px_connect(&px_main);
+    cr_assert_eq(write(fd, head, strlen(head)), (ssize_t)strlen(head));
+    cr_assert(px_read_head(fd, got, sizeof got), "%s", got);
+    close(fd);
+    cr_assert_str_eq(got, "HTTP/1.1 100 Continue\r\n\r\n", "the file's 100 bytes won");
+}
+
 /* A request the proxy refuses whatever its body gets that refusal in place of 100 Continue,
  * and the connection closes (its body was not read); one it may serve gets the 100. */
 Test(proxy_config, expect_100_continue_gets_the_refusal_instead_when_the_head_decides_it)

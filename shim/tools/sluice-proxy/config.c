@@ -227,7 +227,8 @@ static int read_group(const struct ctx *x, const config_setting_t *g, const stru
                 f = &fields[k];
         if (!f)
             return bad(x, s, name, "is not a known setting%s", b ? " of a backend" : "");
-        if (f->given_off && *(bool *)(base + f->given_off))
+        if ((f->given_off && *(bool *)(base + f->given_off)) ||
+            (!b && options_flag_set((const struct options *)(const void *)base, f->off)))
             continue; /* the command line said otherwise */
         int rc = set_field(x, s, f, base, b);
         if (rc != EXIT_OK)

@@ -288,6 +288,22 @@ static const char *flag_value(int argc, char **argv, int *i, const char *flag)
     return tool_flag_value(argc, argv, i, flag);
 }
 
+bool options_flag_set(const struct options *o, size_t offset)
+{
+    for (unsigned k = 0; k < o->n_flags_set; k++)
+        if (o->flags_set[k] == offset)
+            return true;
+    return false;
+}
+
+/* The command line set the member of *o at `offset` (config.c asks: options_flag_set). */
+static void flag_set(struct options *o, size_t offset)
+{
+    if (!options_flag_set(o, offset) &&
+        o->n_flags_set < sizeof o->flags_set / sizeof o->flags_set[0])
+        o->flags_set[o->n_flags_set++] = offset;
+}
+
 int parse_options(int argc, char **argv, struct options *o)
 {
     *o = (struct options){.access_log = "-", .max_header_bytes = 32768,
@@ -309,14 +325,19 @@ int parse_options(int argc, char **argv, struct options *o)
         const char *a = argv[i], *val;
         if (backend_flag < 0)
             backend_flag = upstream_only_flag(a);
-#define U64_FLAG(flag, lo, hi, dst)                                                                \
+#define U64_FLAG_THEN(flag, lo, hi, dst, then)                                                     \
     if ((val = flag_value(argc, argv, &i, flag))) {                                                \
         if (!tool_parse_u64(val, hi, &v) || below(v, lo))                                          \
             return usage_error(flag " needs a whole number from %llu to %llu, got '%s'",           \
                                (unsigned long long)(lo), (unsigned long long)(hi), val);           \
         dst = v;                                                                                   \
+        then;                                                                                      \
         continue;                                                                                  \
     }
+#define U64_FLAG(flag, lo, hi, dst) U64_FLAG_THEN(flag, lo, hi, dst, (void)0)
+/* A number of the whole proxy's, which its top-level setting in a config file does not undo. */
+#define OPTION_FLAG(flag, lo, hi, field)                                                           \
+    U64_FLAG_THEN(flag, lo, hi, o->field, flag_set(o, offsetof(struct options, field)))
 #define STR_FLAG(flag, dst)                                                                        \
     if ((val = flag_value(argc, argv, &i, flag))) {                                                \
         dst = val;                                                                                 \
@@ -355,14 +376,14 @@ int parse_options(int argc, char **argv, struct options *o)
         U64_FLAG("--active", 1, SLUICE_POOL_ACTIVE_MAX, quick.active)
         U64_FLAG("--deadline-ms", 1, 86400000, quick.deadline_ms)
         U64_FLAG("--start-deadline-ms", 1, 86400000, quick.start_deadline_ms)
-        U64_FLAG("--max-header-bytes", 1024, 1u << 20, o->max_header_bytes)
-        U64_FLAG("--max-body-bytes", 1, 1u << 30, o->max_body_bytes)
-        U64_FLAG("--max-connections", 1, 1u << 20, o->max_connections)
-        U64_FLAG("--client-timeout-ms", 100, 3600000, o->client_timeout_ms)
-        U64_FLAG("--idle-timeout-ms", 100, 3600000, o->idle_timeout_ms)
-        U64_FLAG("--upstream-idle-ms", 100, 86400000, o->upstream_idle_ms)
-        U64_FLAG("--drain-ms", 0, 3600000, o->drain_ms)
-        U64_FLAG("--retry-after", 0, 3600, o->retry_after_s)
+        OPTION_FLAG("--max-header-bytes", 1024, 1u << 20, max_header_bytes)
+        OPTION_FLAG("--max-body-bytes", 1, 1u << 30, max_body_bytes)
+        OPTION_FLAG("--max-connections", 1, 1u << 20, max_connections)
+        OPTION_FLAG("--client-timeout-ms", 100, 3600000, client_timeout_ms)
+        OPTION_FLAG("--idle-timeout-ms", 100, 3600000, idle_timeout_ms)
+        OPTION_FLAG("--upstream-idle-ms", 100, 86400000, upstream_idle_ms)
+        OPTION_FLAG("--drain-ms", 0, 3600000, drain_ms)
+        OPTION_FLAG("--retry-after", 0, 3600, retry_after_s)
         if ((val = flag_value(argc, argv, &i, "--waiting"))) {
             if (!tool_parse_u64(val, SLUICE_POOL_WAITING_MAX, &v))
                 return usage_error("--waiting needs a whole number from 0 to %u, got '%s'",
@@ -388,7 +409,9 @@ int parse_options(int argc, char **argv, struct options *o)
                 return usage_error("--admin needs HOST:PORT or off, got '%s'", val);
             continue;
         }
+#undef OPTION_FLAG
 #undef U64_FLAG
+#undef U64_FLAG_THEN
 #undef STR_FLAG
 #undef BOOL_FLAG
         if (missing_value)

@@ -118,12 +118,17 @@ struct options {
     uint32_t upstream_idle_ms;  /* an upstream that sends nothing for this long is cut */
     uint32_t drain_ms;          /* SIGTERM: in-flight calls get this long to finish */
     uint32_t retry_after_s;     /* on the proxy's own 503s */
+    /* The numbers above that a flag set (their offsets in this struct): the file's values for
+     * them lose, as for listen and the others that have a _given of their own */
+    size_t flags_set[8];
+    unsigned n_flags_set;
     struct backend backends[PROXY_BACKENDS_MAX];
     size_t n_backends;
 };
 
 /* options.c */
 int parse_options(int argc, char **argv, struct options *o);
+bool options_flag_set(const struct options *o, size_t offset);
 void backend_defaults(struct backend *b);
 bool parse_host_port(const char *s, const char **host, unsigned *port, char *buf, size_t size);
 void options_free(struct options *o);
