@@ -46,9 +46,14 @@ struct fixture {
     char base[64]; /* http://127.0.0.1:PORT */
 };
 
+/* The library's wall clock (CLOCK_REALTIME), not time(NULL): glibc's time() reads the
+ * kernel's coarse clock, which lags it by up to a tick, so just after a second begins a
+ * lock the library stamped with the new second read as one from the future. */
 static inline int64_t fixture_now_s(void)
 {
-    return (int64_t)time(NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec;
 }
 
 /* A live lock record, as a store would hold one. */
