@@ -33,7 +33,8 @@ static const char routes_conf[] =
     "    api_key_env = \"PX_TEST_KEY\"; },\n"
     "  { id = \"cloud:by-header\"; upstream = \"http://127.0.0.1:%1$d\"; header = \"X-Provider\";\n"
     "    header_value = \"b\"; },\n"
-    "  { id = \"cloud:by-model\"; upstream = \"http://127.0.0.1:%1$d\"; models = [\"m1\", \"m2\"];\n"
+    "  { id = \"cloud:by-model\"; upstream = \"http://127.0.0.1:%1$d\"; models = [\"m1\", \"m2\",\n"
+    "    \"org/m3\", \"café\", \"llama🦙\"];\n"
     "    api_key_env = \"PX_TEST_KEY\"; api_key_header = \"x-api-key\";\n"
     "    pass_client_key = true; }\n"
     ");\n";
@@ -73,6 +74,29 @@ Test(proxy_config, routes_by_prefix_header_and_model_else_404_listing_them)
     px_request(&px_main, "/v1/chat/completions",
                "{\"metadata\":{\"model\":\"other\"},\"model\":\"m2\"}", NULL, &r);
     cr_assert_eq(r.status, 200, "the top-level model after a nested one: %s", r.body);
+    /* The model's escapes are decoded, as a JSON parser would: PHP's json_encode escapes
+     * every '/', Python's json.dumps every non-ASCII character (a surrogate pair past
+     * U+FFFF). A bad escape, or half a pair, is no model at all. */
+    static const struct {
+        const char *body;
+        int status;
+    } spelled[] = {
+        {"{\"model\":\"org\\/m3\"}", 200},
+        {"{\"model\":\"\\u006d2\"}", 200},
+        {"{\"model\":\"caf\\u00e9\"}", 200},
+        {"{\"model\":\"caf\\u00E9\"}", 200},
+        {"{\"model\":\"llama\\ud83e\\udd99\"}", 200},
+        {"{\"model\":\"llama\\ud83e\"}", 404},
+        {"{\"model\":\"llama\\udd99\\ud83e\"}", 404},
+        {"{\"model\":\"m2\\q\"}", 404},
+        {"{\"model\":\"m\\u00\"}", 404},
+        {"{\"model\":\"m2\\u0000\"}", 404},
+        {"{\"model\":\"org\\\\/m3\"}", 404},
+    };
+    for (size_t i = 0; i < sizeof spelled / sizeof *spelled; i++) {
+        px_request(&px_main, "/v1/chat/completions", spelled[i].body, NULL, &r);
+        cr_assert_eq(r.status, spelled[i].status, "%s: %d", spelled[i].body, r.status);
+    }
     px_request(&px_main, "/v1/chat/completions", "[{\"model\":\"m2\"}]", NULL, &r);
     cr_assert_eq(r.status, 404, "not an object: %s", r.body);
     px_request(&px_main, "/v1/chat/completions", "{\"model\":\"other\"}", NULL, &r);

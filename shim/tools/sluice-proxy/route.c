@@ -4,9 +4,9 @@
  * Rules, first match wins:
  *   1. a backend whose `header` the request carries with `header_value`;
  *   2. a backend listing the JSON body's "model" in `models` (the top-level
- *      object's own key; only the first PROXY_MODEL_READ_MAX bytes of the
- *      body are read, and only a plain string value: routing never parses a
- *      whole prompt);
+ *      object's own key, its escapes decoded; only the first
+ *      PROXY_MODEL_READ_MAX bytes of the body are read: routing never parses
+ *      a whole prompt);
  *   3. the backend with the longest `prefix` the path starts with, among
  *      those that route by prefix (no header, no models);
  *   4. the default backend (`default = true`), else 404 listing the routes.
@@ -50,11 +50,90 @@ static size_t string_end(const char *s, size_t i, size_t n)
     return n;
 }
 
+/* The value of the four hex digits at s[i], or -1. */
+static long hex4(const char *s, size_t i, size_t n)
+{
+    long v = 0;
+    for (size_t k = i; k < i + 4; k++) {
+        if (k >= n)
+            return -1;
+        char c = s[k];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0)
+            return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* The code point of the escape whose backslash is at s[*i], *i left on its last character;
+ * -1 for a bad one or a lone surrogate. */
+static long json_escape(const char *s, size_t *i, size_t n)
+{
+    static const char plain[] = "\"\\/bfnrt", as[] = "\"\\/\b\f\n\r\t";
+    size_t k = *i + 1;
+    if (k == n)
+        return -1;
+    const char *e = s[k] ? strchr(plain, s[k]) : NULL;
+    if (e) {
+        *i = k;
+        return (unsigned char)as[e - plain];
+    }
+    long cp = s[k] == 'u' ? hex4(s, k + 1, n) : -1;
+    *i = k + 4;
+    if (cp >= 0xDC00 && cp < 0xE000)
+        return -1;
+    if (cp >= 0xD800 && cp < 0xDC00) { /* a high surrogate: its low half must follow */
+        long lo = k + 6 < n && s[k + 5] == '\\' && s[k + 6] == 'u' ? hex4(s, k + 7, n) : -1;
+        if (lo < 0xDC00 || lo >= 0xE000)
+            return -1;
+        *i = k + 10;
+        return 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+    }
+    return cp;
+}
+
 /*
- * The body's own "model": "NAME" (a plain string, no escapes): a key of the top-level object
- * only, so a "model" inside the messages or metadata never routes (a nested one read first
- * sent a call to another provider, with that provider's key). False if there is none in the
- * first PROXY_MODEL_READ_MAX bytes. Routing and the access log read it.
+ * The JSON string whose first character is s[i] (just past its opening quote), decoded into
+ * out (NUL-terminated). Clients escape what they please: PHP's json_encode writes
+ * "meta-llama\/Llama-3-70b", Python's json.dumps writes any non-ASCII as \uXXXX; each is
+ * the same model as the plain spelling. False for an unended string, a bad escape, a NUL, or
+ * one that does not fit.
+ */
+static bool json_string_decode(const char *s, size_t i, size_t n, char *out, size_t size)
+{
+    size_t o = 0;
+    for (; i < n && s[i] != '"'; i++) {
+        if (s[i] != '\\') { /* raw bytes, UTF-8 included, as they are */
+            if (!s[i] || o + 1 >= size)
+                return false;
+            out[o++] = s[i];
+            continue;
+        }
+        long cp = json_escape(s, &i, n);
+        size_t k = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+        if (cp <= 0 || o + k >= size)
+            return false;
+        static const unsigned char lead[] = {0, 0, 0xC0, 0xE0, 0xF0};
+        for (size_t b = k; b-- > 1; cp >>= 6)
+            out[o + b] = (char)(0x80 | (cp & 0x3F));
+        out[o] = (char)(lead[k] | cp);
+        o += k;
+    }
+    if (i >= n)
+        return false;
+    out[o] = '\0';
+    return true;
+}
+
+/*
+ * The body's own "model": "NAME", its escapes decoded: a key of the top-level object only, so
+ * a "model" inside the messages or metadata never routes (a nested one read first sent a call
+ * to another provider, with that provider's key). False if there is none in the first
+ * PROXY_MODEL_READ_MAX bytes. Routing and the access log read it.
  */
 bool route_model(const char *body, size_t len, char *out, size_t size)
 {
@@ -76,16 +155,7 @@ bool route_model(const char *body, size_t len, char *out, size_t size)
             bool key = depth == 1 && colon < len && body[colon] == ':';
             if (key && end - i == 7 && !memcmp(body + i, "\"model\"", 7)) {
                 size_t v = skip_ws(body, colon + 1, len);
-                if (v == len || body[v] != '"')
-                    return false;
-                size_t q = v + 1;
-                while (q < len && body[q] != '"' && body[q] != '\\')
-                    q++;
-                if (q == len || body[q] != '"' || q - v - 1 >= size)
-                    return false;
-                memcpy(out, body + v + 1, q - v - 1);
-                out[q - v - 1] = '\0';
-                return true;
+                return v < len && body[v] == '"' && json_string_decode(body, v + 1, len, out, size);
             }
             i = end - 1;
         }
