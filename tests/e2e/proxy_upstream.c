@@ -258,6 +258,8 @@ Test(proxy_upstream, a_stream_cut_after_an_error_event_is_logged_as_that_error)
     cr_expect_str_eq(json_string_value(json_object_get(line, "model")), "sim", "%s", text);
     cr_expect_str_eq(json_string_value(json_object_get(line, "request_id")), "req_\"cut\"",
                      "%s", text);
+    cr_expect(json_is_number(json_object_get(line, "ttfb_ms")), "the stream's first byte: %s",
+              text);
     json_decref(line);
 }
 
@@ -530,7 +532,10 @@ Test(proxy_upstream, a_client_that_hangs_up_while_queued_is_counted_as_a_cancel)
     WAIT_UNTIL(node_count("in_flight") == 0);
     char text[8192];
     read_log(text, sizeof text);
-    cr_assert_not_null(strstr(text, "\" 499 client_gone "), "%s", text);
+    const char *gone = strstr(text, "\" 499 client_gone ");
+    cr_assert_not_null(gone, "%s", text);
+    cr_assert_not_null(strstr(gone, " ttfb=- duration="), "no byte went out, no time to it: %s",
+                       gone);
 }
 
 /* ---- an upstream that falls silent --------------------------------------------------------- */

@@ -6,7 +6,8 @@
  * too), the request body's top-level "model" and the upstream answer's
  * request id (x-request-id, or Anthropic's request-id: what an SDK's
  * error shows, so that one can be found here), "-" for either when there
- * is none. Plain text, or JSON Lines with --log-json. No other header is
+ * is none, and for the time to first byte of an answer whose client left
+ * before any of it went out (JSON: null). Plain text, or JSON Lines with --log-json. No other header is
  * logged, so no key is. The status is
  * what the client got, the outcome what the call was: a stream the provider
  * ended with a rate-limit error event is "200 overloaded" (upstream.c).
@@ -45,9 +46,14 @@ static void put_value(FILE *f, const char *v, bool text)
         fputc('-', f);
 }
 
-static double ms(int64_t ns)
+/* A time in ms; "-" (JSON: null) where there is none: an answer of which no byte went out
+ * (its client left first) has no time to first byte. */
+static void put_ms(FILE *f, int64_t ns, bool text)
 {
-    return ns < 0 ? -1 : (double)ns / 1e6;
+    if (ns >= 0)
+        fprintf(f, text ? "%.3fms" : "%.3f", (double)ns / 1e6);
+    else
+        fputs(text ? "-" : "null", f);
 }
 
 void access_log(struct proxy *p, const struct access *a)
@@ -70,11 +76,13 @@ void access_log(struct proxy *p, const struct access *a)
         fprintf(f, "{\"time\":\"%s\",\"backend\":\"%s\",\"method\":\"%.*s\",\"path\":\"", when,
                 backend, ml, method);
         put_escaped(f, a->path ? a->path : "", a->path ? a->path_len : 0, '?', false);
-        fprintf(f,
-                "\",\"status\":%d,\"outcome\":\"%s\",\"queued_ms\":%.3f,\"ttfb_ms\":%.3f,"
-                "\"duration_ms\":%.3f,\"bytes\":%llu,\"model\":\"",
-                a->status, outcome, ms(a->queued_ns), ms(a->ttfb_ns), ms(a->duration_ns),
-                (unsigned long long)a->bytes);
+        fprintf(f, "\",\"status\":%d,\"outcome\":\"%s\",\"queued_ms\":", a->status, outcome);
+        put_ms(f, a->queued_ns, false);
+        fputs(",\"ttfb_ms\":", f);
+        put_ms(f, a->ttfb_ns, false);
+        fputs(",\"duration_ms\":", f);
+        put_ms(f, a->duration_ns, false);
+        fprintf(f, ",\"bytes\":%llu,\"model\":\"", (unsigned long long)a->bytes);
         put_value(f, a->model, false);
         fputs("\",\"request_id\":\"", f);
         put_value(f, a->request_id, false);
@@ -82,9 +90,13 @@ void access_log(struct proxy *p, const struct access *a)
     } else {
         fprintf(f, "%s %s \"%.*s ", when, backend, ml, method);
         put_escaped(f, a->path ? a->path : "-", a->path ? a->path_len : 1, '?', true);
-        fprintf(f, "\" %d %s queued=%.3fms ttfb=%.3fms duration=%.3fms bytes=%llu model=",
-                a->status, outcome, ms(a->queued_ns), ms(a->ttfb_ns), ms(a->duration_ns),
-                (unsigned long long)a->bytes);
+        fprintf(f, "\" %d %s queued=", a->status, outcome);
+        put_ms(f, a->queued_ns, true);
+        fputs(" ttfb=", f);
+        put_ms(f, a->ttfb_ns, true);
+        fputs(" duration=", f);
+        put_ms(f, a->duration_ns, true);
+        fprintf(f, " bytes=%llu model=", (unsigned long long)a->bytes);
         put_value(f, a->model, true);
         fputs(" request_id=", f);
         put_value(f, a->request_id, true);
