@@ -355,6 +355,13 @@ static void leader_start(struct sluice_fleet *f, uint32_t shared_limit, uint64_t
         f->a_leader = NULL;
         return;
     }
+    /* A leader before this one grew S past the jumpstart, so it was probed up to here:
+     * doubling from it overshoots by S (a leader that missed a beat on a loaded machine took
+     * the lease back at 36 and slow-started to 72 against a cap of 24). Grow from it by steps,
+     * as after a restored lock. */
+    if (d.jumpstart > f->leader_desc.jumpstart &&
+        sluice_discovery_state(f->a_leader) == SLUICE_DISCOVERY_PROBING)
+        sluice_policy_reset(sluice__discovery_policy(f->a_leader), d.jumpstart, true);
     f->a_clears_seen = clears;
     atomic_store_explicit(&f->s_leader, 1u, SLUICE_RELAXED);
 }

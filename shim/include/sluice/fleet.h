@@ -46,8 +46,9 @@
  * discover) on the fleet's summed windows, stores its lock in the state
  * hash (its store is that hash) and writes the shared limit S there every
  * heartbeat. When the leader dies another process takes the lease within
- * leader_ttl and starts from the state hash (its limit as the jumpstart, its
- * lock restored), not from the jumpstart.
+ * leader_ttl and starts from the state hash (its lock restored, else its
+ * limit S as the starting point, grown by steps, not doubled: a leader before
+ * it already probed up to S), not from the jumpstart.
  *
  * Permits: every live process always has one permit of its own (a pool's
  * limit never falls below discovery's min_limit, 1); the other S − N (N =
