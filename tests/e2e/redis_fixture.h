@@ -401,19 +401,27 @@ static inline void rfx_kill(int i)
     }
 }
 
-/* How many lines of worker i's event log start with `prefix` ("store store_error"). */
-static inline int rfx_events(int i, const char *prefix)
+/* How many lines of worker i's event log start with `prefix` ("store store_error"); the
+ * first of them into first (size bytes, "" if none) unless it is NULL. */
+static inline int rfx_events_first(int i, const char *prefix, char *first, size_t size)
 {
+    if (first)
+        first[0] = '\0';
     FILE *f = fopen(rfx_workers[i].log, "r");
     if (!f)
         return 0;
     char line[256];
     int n = 0;
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, prefix, strlen(prefix)))
-            n++;
+        if (!strncmp(line, prefix, strlen(prefix)) && n++ == 0 && first)
+            snprintf(first, size, "%s", line);
     fclose(f);
     return n;
+}
+
+static inline int rfx_events(int i, const char *prefix)
+{
+    return rfx_events_first(i, prefix, NULL, 0);
 }
 
 /* The shared state as one line ("limit 16 ceiling 16 state locked leader w2"), for
