@@ -46,14 +46,22 @@ static void put_value(FILE *f, const char *v, bool text)
         fputc('-', f);
 }
 
-/* A time in ms; "-" (JSON: null) where there is none: an answer of which no byte went out
- * (its client left first) has no time to first byte. */
-static void put_ms(FILE *f, int64_t ns, bool text)
+/* The queue wait, the time to first byte and the duration, in ms, each after its label; "-"
+ * (JSON: null) for one there is none of: an answer of which no byte went out (its client left
+ * first) has no time to first byte. */
+static void put_times(FILE *f, const struct access *a, bool text)
 {
-    if (ns >= 0)
-        fprintf(f, text ? "%.3fms" : "%.3f", (double)ns / 1e6);
-    else
-        fputs(text ? "-" : "null", f);
+    static const char *const label[2][3] = {
+        {",\"queued_ms\":", ",\"ttfb_ms\":", ",\"duration_ms\":"},
+        {" queued=", " ttfb=", " duration="}};
+    const int64_t ns[3] = {a->queued_ns, a->ttfb_ns, a->duration_ns};
+    for (int i = 0; i < 3; i++) {
+        fputs(label[text][i], f);
+        if (ns[i] >= 0)
+            fprintf(f, text ? "%.3fms" : "%.3f", (double)ns[i] / 1e6);
+        else
+            fputs(text ? "-" : "null", f);
+    }
 }
 
 void access_log(struct proxy *p, const struct access *a)
@@ -76,12 +84,8 @@ void access_log(struct proxy *p, const struct access *a)
         fprintf(f, "{\"time\":\"%s\",\"backend\":\"%s\",\"method\":\"%.*s\",\"path\":\"", when,
                 backend, ml, method);
         put_escaped(f, a->path ? a->path : "", a->path ? a->path_len : 0, '?', false);
-        fprintf(f, "\",\"status\":%d,\"outcome\":\"%s\",\"queued_ms\":", a->status, outcome);
-        put_ms(f, a->queued_ns, false);
-        fputs(",\"ttfb_ms\":", f);
-        put_ms(f, a->ttfb_ns, false);
-        fputs(",\"duration_ms\":", f);
-        put_ms(f, a->duration_ns, false);
+        fprintf(f, "\",\"status\":%d,\"outcome\":\"%s\"", a->status, outcome);
+        put_times(f, a, false);
         fprintf(f, ",\"bytes\":%llu,\"model\":\"", (unsigned long long)a->bytes);
         put_value(f, a->model, false);
         fputs("\",\"request_id\":\"", f);
@@ -90,12 +94,8 @@ void access_log(struct proxy *p, const struct access *a)
     } else {
         fprintf(f, "%s %s \"%.*s ", when, backend, ml, method);
         put_escaped(f, a->path ? a->path : "-", a->path ? a->path_len : 1, '?', true);
-        fprintf(f, "\" %d %s queued=", a->status, outcome);
-        put_ms(f, a->queued_ns, true);
-        fputs(" ttfb=", f);
-        put_ms(f, a->ttfb_ns, true);
-        fputs(" duration=", f);
-        put_ms(f, a->duration_ns, true);
+        fprintf(f, "\" %d %s", a->status, outcome);
+        put_times(f, a, true);
         fprintf(f, " bytes=%llu model=", (unsigned long long)a->bytes);
         put_value(f, a->model, true);
         fputs(" request_id=", f);

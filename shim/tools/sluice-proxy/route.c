@@ -55,13 +55,7 @@ static long hex4(const char *s, size_t i, size_t n)
 {
     long v = 0;
     for (size_t k = i; k < i + 4; k++) {
-        if (k >= n)
-            return -1;
-        char c = s[k];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
+        int d = k < n ? hex_digit(s[k]) : -1;
         if (d < 0)
             return -1;
         v = v * 16 + d;
