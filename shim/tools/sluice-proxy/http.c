@@ -599,7 +599,11 @@ static bool chunk_size(const char *p, size_t len, uint64_t *out)
     size_t i = 0;
     uint64_t n = 0;
     for (; i < len; i++) {
-        int d = hex_digit(p[i]);
+        char ch = p[i];
+        int d = ch >= '0' && ch <= '9'   ? ch - '0'
+                : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                         : -1;
         if (d < 0)
             break;
         if (n > UINT64_MAX >> 4)

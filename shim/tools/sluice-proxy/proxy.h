@@ -289,15 +289,6 @@ struct proxy {
     struct patience patience[PROXY_BACKENDS_MAX]; /* by backend, as o->backends */
 };
 
-/* The value of the hex digit c, or -1 (a chunk's size, JSON's \uXXXX). */
-static inline int hex_digit(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
 /* patience.c */
 void patience_hung_up(struct patience *pt, const char *backend, int64_t waited_ns, int64_t now);
 int64_t patience_start_ms(struct patience *pt, const char *backend, int64_t now);

@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #include "proxy.h"
 
+#include <jansson.h>
 #include <string.h>
 
 static bool prefix_matches(const struct backend *b, const char *path)
@@ -50,77 +51,21 @@ static size_t string_end(const char *s, size_t i, size_t n)
     return n;
 }
 
-/* The value of the four hex digits at s[i], or -1. */
-static long hex4(const char *s, size_t i, size_t n)
-{
-    long v = 0;
-    for (size_t k = i; k < i + 4; k++) {
-        int d = k < n ? hex_digit(s[k]) : -1;
-        if (d < 0)
-            return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
-/* The code point of the escape whose backslash is at s[*i], *i left on its last character;
- * -1 for a bad one or a lone surrogate. */
-static long json_escape(const char *s, size_t *i, size_t n)
-{
-    static const char plain[] = "\"\\/bfnrt", as[] = "\"\\/\b\f\n\r\t";
-    size_t k = *i + 1;
-    if (k == n)
-        return -1;
-    const char *e = s[k] ? strchr(plain, s[k]) : NULL;
-    if (e) {
-        *i = k;
-        return (unsigned char)as[e - plain];
-    }
-    long cp = s[k] == 'u' ? hex4(s, k + 1, n) : -1;
-    *i = k + 4;
-    if (cp >= 0xDC00 && cp < 0xE000)
-        return -1;
-    if (cp >= 0xD800 && cp < 0xDC00) { /* a high surrogate: its low half must follow */
-        long lo = k + 6 < n && s[k + 5] == '\\' && s[k + 6] == 'u' ? hex4(s, k + 7, n) : -1;
-        if (lo < 0xDC00 || lo >= 0xE000)
-            return -1;
-        *i = k + 10;
-        return 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-    }
-    return cp;
-}
-
 /*
- * The JSON string whose first character is s[i] (just past its opening quote), decoded into
- * out (NUL-terminated). Clients escape what they please: PHP's json_encode writes
+ * The JSON string token s[i, n) (from its opening quote) decoded into out, by jansson (already
+ * the proxy's JSON reader). Clients escape what they please: PHP's json_encode writes
  * "meta-llama\/Llama-3-70b", Python's json.dumps writes any non-ASCII as \uXXXX; each is
- * the same model as the plain spelling. False for an unended string, a bad escape, a NUL, or
- * one that does not fit.
+ * the same model as the plain spelling. False for what is not one JSON string (unended, a bad
+ * escape, half a surrogate pair, a NUL) or one that does not fit.
  */
 static bool json_string_decode(const char *s, size_t i, size_t n, char *out, size_t size)
 {
-    size_t o = 0;
-    for (; i < n && s[i] != '"'; i++) {
-        if (s[i] != '\\') { /* raw bytes, UTF-8 included, as they are */
-            if (!s[i] || o + 1 >= size)
-                return false;
-            out[o++] = s[i];
-            continue;
-        }
-        long cp = json_escape(s, &i, n);
-        size_t k = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-        if (cp <= 0 || o + k >= size)
-            return false;
-        static const unsigned char lead[] = {0, 0, 0xC0, 0xE0, 0xF0};
-        for (size_t b = k; b-- > 1; cp >>= 6)
-            out[o + b] = (char)(0x80 | (cp & 0x3F));
-        out[o] = (char)(lead[k] | cp);
-        o += k;
-    }
-    if (i >= n)
-        return false;
-    out[o] = '\0';
-    return true;
+    json_t *v = json_loadb(s + i, string_end(s, i, n) - i, JSON_DECODE_ANY, NULL);
+    bool ok = json_is_string(v) && json_string_length(v) < size;
+    if (ok)
+        memcpy(out, json_string_value(v), json_string_length(v) + 1);
+    json_decref(v);
+    return ok;
 }
 
 /*
@@ -149,7 +94,7 @@ bool route_model(const char *body, size_t len, char *out, size_t size)
             bool key = depth == 1 && colon < len && body[colon] == ':';
             if (key && end - i == 7 && !memcmp(body + i, "\"model\"", 7)) {
                 size_t v = skip_ws(body, colon + 1, len);
-                return v < len && body[v] == '"' && json_string_decode(body, v + 1, len, out, size);
+                return v < len && body[v] == '"' && json_string_decode(body, v, len, out, size);
             }
             i = end - 1;
         }
