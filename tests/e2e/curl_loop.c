@@ -224,7 +224,8 @@ static void *submitter_main(void *arg)
 
 LOOP_TEST(reject_mode_cap_24_is_discovered_by_200_concurrent_submissions_from_4_threads)
 {
-    fx_start(&(struct fx_provider){.mode = "reject", .cap = 24, .median_ms = 20});
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 24,
+                                   .median_ms = FX_DISCOVERY_MEDIAN_MS});
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(64, -1, &dd);
     struct sluice_curl_loop *loop = loop_create(e, 0);

@@ -38,7 +38,8 @@ static void *worker_main(void *arg)
 
 PERFORM_TEST(reject_mode_cap_24_is_discovered_with_at_most_2_percent_429s)
 {
-    fx_start(&(struct fx_provider){.mode = "reject", .cap = 24, .median_ms = 20});
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 24,
+                                   .median_ms = FX_DISCOVERY_MEDIAN_MS});
     struct sluice_discovery_desc dd = fx_discovery();
     struct sluice_engine *e = fx_engine(64, -1, &dd);
     enum { N = 2 * 24 + 8 };
