@@ -287,7 +287,8 @@ static inline struct sluice_discovery_desc fx_discovery(void)
  */
 #define FX_DISCOVERY_MEDIAN_MS 40
 
-/* An engine of one backend FX_BACKEND; `dl` = its deadline rules (NULL = the defaults). */
+/* An engine of one backend FX_BACKEND: `active` (0 = unlimited), `waiting` (< 0 = the
+ * default), adaptive when dd is not NULL, `dl` its deadline rules (NULL = the defaults). */
 static inline struct sluice_engine *fx_engine_with(uint32_t active, int waiting,
                                                    const struct sluice_discovery_desc *dd,
                                                    const struct sluice_deadline_desc *dl)
