@@ -76,7 +76,8 @@ Test(proxy_config, routes_by_prefix_header_and_model_else_404_listing_them)
     cr_assert_eq(r.status, 200, "the top-level model after a nested one: %s", r.body);
     /* The model's escapes are decoded, as a JSON parser would: PHP's json_encode escapes
      * every '/', Python's json.dumps every non-ASCII character (a surrogate pair past
-     * U+FFFF). A bad escape, or half a pair, is no model at all. */
+     * U+FFFF). A bad escape, or half a pair, is no model at all. The key is read the same
+     * way, and where it stands twice the last counts, as for the provider's own parser. */
     static const struct {
         const char *body;
         int status;
@@ -92,6 +93,11 @@ Test(proxy_config, routes_by_prefix_header_and_model_else_404_listing_them)
         {"{\"model\":\"m\\u00\"}", 404},
         {"{\"model\":\"m2\\u0000\"}", 404},
         {"{\"model\":\"org\\\\/m3\"}", 404},
+        {"{\"\\u006dodel\":\"m2\"}", 200},
+        {"{\"mod\\u0065l\":\"m2\",\"models\":\"x\"}", 200},
+        {"{\"model\":\"other\",\"messages\":[],\"model\":\"m2\"}", 200},
+        {"{\"model\":\"m2\",\"model\":\"other\"}", 404},
+        {"{\"model\":\"m2\",\"model\":2}", 404},
     };
     for (size_t i = 0; i < sizeof spelled / sizeof *spelled; i++) {
         px_request(&px_main, "/v1/chat/completions", spelled[i].body, NULL, &r);

@@ -4,9 +4,9 @@
  * Rules, first match wins:
  *   1. a backend whose `header` the request carries with `header_value`;
  *   2. a backend listing the JSON body's "model" in `models` (the top-level
- *      object's own key, its escapes decoded; only the first
- *      PROXY_MODEL_READ_MAX bytes of the body are read: routing never parses
- *      a whole prompt);
+ *      object's own key, its escapes decoded, the last where it stands twice;
+ *      only the first PROXY_MODEL_READ_MAX bytes of the body are read:
+ *      routing never parses a whole prompt);
  *   3. the backend with the longest `prefix` the path starts with, among
  *      those that route by prefix (no header, no models);
  *   4. the default backend (`default = true`), else 404 listing the routes.
@@ -68,38 +68,53 @@ static bool json_string_decode(const char *s, size_t i, size_t n, char *out, siz
     return ok;
 }
 
+/* Whether the string token s[i, end) says "model", however it is escaped ("\u006dodel" is
+ * the same key to every JSON parser upstream). */
+static bool is_model_key(const char *s, size_t i, size_t end)
+{
+    if (end - i == 7 && !memcmp(s + i, "\"model\"", 7))
+        return true;
+    char key[8];
+    return memchr(s + i, '\\', end - i) && json_string_decode(s, i, end, key, sizeof key) &&
+           !strcmp(key, "model");
+}
+
 /*
  * The body's own "model": "NAME", its escapes decoded: a key of the top-level object only, so
  * a "model" inside the messages or metadata never routes (a nested one read first sent a call
- * to another provider, with that provider's key). False if there is none in the first
- * PROXY_MODEL_READ_MAX bytes. Routing and the access log read it.
+ * to another provider, with that provider's key). Where the key stands twice the last one
+ * counts, as it does for the provider's own parser (Python's json, JavaScript's JSON.parse,
+ * jansson): routing by the first sent a call for one model to another's backend. False (and
+ * out empty) if there is none in the first PROXY_MODEL_READ_MAX bytes, or the last one is no
+ * string that fits. Routing and the access log read it.
  */
 bool route_model(const char *body, size_t len, char *out, size_t size)
 {
     if (len > PROXY_MODEL_READ_MAX)
         len = PROXY_MODEL_READ_MAX;
+    bool found = false;
     size_t i = skip_ws(body, 0, len);
-    if (i == len || body[i] != '{')
-        return false;
+    bool object = i < len && body[i] == '{';
     int depth = 0; /* objects and arrays open; the top-level object's members are at 1 */
-    for (; i < len; i++) {
+    for (; object && i < len; i++) {
         char c = body[i];
         if (c == '{' || c == '[') {
             depth++;
         } else if (c == '}' || c == ']') {
             if (--depth == 0)
-                return false;
+                break;
         } else if (c == '"') {
             size_t end = string_end(body, i, len), colon = skip_ws(body, end, len);
-            bool key = depth == 1 && colon < len && body[colon] == ':';
-            if (key && end - i == 7 && !memcmp(body + i, "\"model\"", 7)) {
+            if (depth == 1 && colon < len && body[colon] == ':' && is_model_key(body, i, end)) {
                 size_t v = skip_ws(body, colon + 1, len);
-                return v < len && body[v] == '"' && json_string_decode(body, v, len, out, size);
+                found = v < len && body[v] == '"' && json_string_decode(body, v, len, out, size);
             }
             i = end - 1;
         }
     }
-    return false;
+    if (!found && size)
+        out[0] = '\0';
+    return found;
 }
 
 /* The backend for a request whose body's "model" is `model` (route_model; NULL = none). */
