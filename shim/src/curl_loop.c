@@ -418,6 +418,9 @@ static void sluice__accept(struct sluice__rec *rec)
             status = SLUICE_ECANCELED;
     }
     if (status != SLUICE_OK) {
+        /* In the pool's timeouts or cancels, as a blocking call stopped at its wait is: a
+         * cancel or a deadline that beat the loop to the request is still one. */
+        sluice__pool_count_stop(rec->pool, status);
         sluice__complete_status(rec, status, false);
         return;
     }

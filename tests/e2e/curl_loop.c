@@ -1034,11 +1034,39 @@ LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
     cr_assert_eq(by_token.r.status, SLUICE_ECANCELED);
     cr_assert_eq(kept.r.status, SLUICE_OK);
     cr_assert_eq(fx_stats_settled().requests, 1);
+    cr_assert_eq(fx_counts(e).cancels, 2, "counted as a blocking call's cancels are");
     sluice_curl_loop_destroy(loop);
     close(ep.fd);
     curl_easy_cleanup(by_id.easy);
     curl_easy_cleanup(by_token.easy);
     curl_easy_cleanup(kept.easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
+LOOP_TEST(a_deadline_that_passes_before_the_loop_takes_a_submission_in_is_counted_a_timeout)
+{
+    struct sluice_engine *e;
+    struct ep ep;
+    struct tracker t;
+    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t);
+    struct req late;
+    req_init(&late, &t);
+    struct timespec d;
+    struct sluice_curl_request r = req_of(&late, false);
+    r.deadline = sluice_deadline_in(&d, 20 * SLUICE_NS_PER_MS);
+    cr_assert_eq(sluice_curl_loop_submit(loop, &r, NULL), SLUICE_OK);
+    fx_sleep_ms(40); /* the embedded loop has not run: the request is still in the inbox */
+    int64_t until = fx_now_ms() + 5000;
+    while (t.done < 1 && fx_now_ms() < until)
+        ep_run_once(&ep, loop, 50);
+    cr_assert_eq(late.r.status, SLUICE_ETIMEDOUT);
+    cr_assert_eq(late.r.expired, SLUICE_EXPIRED_CALL);
+    cr_assert_eq(fx_stats_settled().requests, 0);
+    cr_assert_eq(fx_counts(e).timeouts, 1, "counted as a blocking call's timeout is");
+    sluice_curl_loop_destroy(loop);
+    close(ep.fd);
+    curl_easy_cleanup(late.easy);
     fx_assert_idle(e);
     sluice_engine_destroy(e);
 }
