@@ -499,9 +499,18 @@ Test(proxy, a_call_the_backend_cannot_serve_in_time_is_refused_at_once_with_503_
 
 /* `n` chats at once, none naming a deadline, each client giving up after timeout_ms (0 = never):
  * the replies' statuses in `status`. */
-/* n chats at once, each given up after timeout_ms (0 = never); their statuses, and the body
- * of the last one refused (503/504) in `refusal` when not NULL ("" if none was). */
-static void chats_at_once(int n, long timeout_ms, long *status, char *refusal, size_t size)
+static int compare_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* n chats at once, each given up after timeout_ms (0 = never); their statuses, the body of
+ * the last one refused (503/504) in `refusal` when not NULL ("" if none was), and in
+ * `gave_up_ms` when not NULL the median time after which those that timed out had given up,
+ * as their client saw it (-1 if none did). */
+static void chats_at_once(int n, long timeout_ms, long *status, char *refusal, size_t size,
+                          long *gave_up_ms)
 {
     struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
     CURL *e[16];
@@ -515,10 +524,18 @@ static void chats_at_once(int n, long timeout_ms, long *status, char *refusal, s
     px_all(e, r, n);
     if (refusal)
         refusal[0] = '\0';
+    long gave_up[16];
+    int n_gave_up = 0;
     for (int i = 0; i < n; i++) {
         status[i] = replies[i].status;
         if (refusal && (status[i] == 503 || status[i] == 504))
             snprintf(refusal, size, "%s", replies[i].body);
+        if (replies[i].code == CURLE_OPERATION_TIMEDOUT)
+            gave_up[n_gave_up++] = (long)replies[i].total_ms;
+    }
+    if (gave_up_ms) {
+        qsort(gave_up, (size_t)n_gave_up, sizeof *gave_up, compare_long);
+        *gave_up_ms = n_gave_up ? gave_up[n_gave_up / 2] : -1;
     }
     curl_slist_free_all(h);
 }
@@ -548,29 +565,39 @@ Test(proxy, clients_that_give_up_at_a_common_time_teach_it_their_patience)
                                    .fixed_latency = true, .abandoned_free = true});
     start_proxy((const char *const[]){"--no-discovery", "--active", "1", NULL});
     long status[16];
-    chats_at_once(6, 0, status, NULL, 0); /* nothing learned: each waits its turn, 900 ms */
+    chats_at_once(6, 0, status, NULL, 0, NULL); /* nothing learned: each waits its turn, 900 ms */
     for (int i = 0; i < 6; i++)
         cr_assert_eq(status[i], 200, "before any hang-up, client %d got %ld", i, status[i]);
     char source[32];
     cr_assert_eq(shown_start_deadline(source, sizeof source), -1,
                  "the admin shows a start deadline (%s) before any client hung up", source);
-    chats_at_once(12, 400, status, NULL, 0); /* two are served; ten give up at 400 ms */
+    long gave_up;
+    chats_at_once(12, 400, status, NULL, 0, &gave_up); /* two are served; ten give up at 400 ms */
     int served = 0;
     for (int i = 0; i < 12; i++)
         served += status[i] == 200;
     cr_assert_leq(served, 3, "%d of 12 served in 400 ms at 150 ms a call", served);
     /* What it learned is on the admin page too: about the 400 ms the clients waited. The proxy
      * hears each hang-up when its loop next runs, which the clients do not wait for: give a
-     * loaded machine up to 5 s (CI's clean run read it before the proxy had). */
+     * loaded machine up to 5 s (CI's clean run read it before the proxy had). On a loaded
+     * machine the clients' timers run late and the proxy hears a hang-up late (under ASan
+     * beside two busy loops it once learned 503 ms): what it must learn is when they really
+     * gave up, so the bound above is their median as curl timed it, plus 150 ms for the
+     * proxy to hear them; still far from the 150 ms call and the 900 ms queue it must not
+     * learn. */
     long shown = shown_start_deadline(source, sizeof source);
     for (int64_t until = fx_now_ms() + 5000; shown < 0 && fx_now_ms() < until;
          shown = shown_start_deadline(source, sizeof source))
         fx_sleep_ms(20);
-    cr_assert(shown >= 380 && shown <= 500, "the admin shows a start deadline of %ld ms", shown);
+    cr_log_info("learned %ld ms (%s); the clients gave up after %ld ms", shown, source, gave_up);
+    cr_assert(shown >= 380 && shown <= gave_up + 150,
+              "the admin shows a start deadline of %ld ms; the clients gave up after %ld ms "
+              "(their median)",
+              shown, gave_up);
     cr_assert_str_eq(source, "learned");
     fx_sleep_ms(400); /* the permit of the call cut mid-way lingers while it may still run */
     char why[1024];
-    chats_at_once(6, 0, status, why, sizeof why); /* patient now, but the proxy knows the others */
+    chats_at_once(6, 0, status, why, sizeof why, NULL); /* patient now; the proxy knows the others */
     int ok = 0, refused = 0;
     for (int i = 0; i < 6; i++) {
         ok += status[i] == 200;

@@ -167,6 +167,7 @@ struct px_reply {
     size_t headers_len, body_len;
     CURLcode code;
     int64_t first_byte_ms, last_byte_ms; /* fx_now_ms when the first / last body byte came */
+    int64_t total_ms;                     /* the request's whole time, as curl saw it */
 };
 
 /* Append what fits of data to buf (cap bytes, NUL kept); returns len, as curl wants. */
@@ -218,6 +219,9 @@ static inline CURL *px_easy(const struct px *p, const char *path, const char *bo
 static inline void px_finish(CURL *e, struct px_reply *r)
 {
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_off_t us = 0;
+    curl_easy_getinfo(e, CURLINFO_TOTAL_TIME_T, &us);
+    r->total_ms = (int64_t)(us / 1000);
     curl_easy_cleanup(e);
 }
 
