@@ -950,14 +950,39 @@ LOOP_TEST(the_watch_callback_gets_back_the_pointer_it_set_for_each_socket)
     sluice_engine_destroy(e);
 }
 
-/* A zero-delay provider, an engine of 4 over it, an epoll embedder's loop, a tracker. */
+/* A zero-delay provider, an engine of 4 over it, an epoll embedder's loop, and the requests
+ * `qs`, each fresh and tracked by *t. */
 static struct sluice_curl_loop *ep_zero_delay(struct ep *ep, struct sluice_engine **e,
-                                              struct tracker *t)
+                                              struct tracker *t, struct req *const qs[])
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
     *e = fx_engine(4, -1, NULL);
     tracker_init(t);
+    for (; *qs; qs++)
+        req_init(*qs, t);
     return ep_loop_create(ep, *e);
+}
+
+/* Run the embedder's loop until `n` requests are done (5 s at most). */
+static void ep_run_until_done(struct ep *ep, struct sluice_curl_loop *loop, struct tracker *t,
+                              long n)
+{
+    int64_t until = fx_now_ms() + 5000;
+    while (t->done < n && fx_now_ms() < until)
+        ep_run_once(ep, loop, 50);
+}
+
+/* The loop, its epoll descriptor and the requests' handles go; then the pool holds nothing,
+ * and the engine goes. */
+static void ep_done_idle(struct sluice_engine *e, struct ep *ep, struct sluice_curl_loop *loop,
+                         struct req *const qs[])
+{
+    sluice_curl_loop_destroy(loop);
+    close(ep->fd);
+    for (; *qs; qs++)
+        curl_easy_cleanup((*qs)->easy);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
 }
 
 struct submit_from {
@@ -978,18 +1003,14 @@ LOOP_TEST(a_submit_on_the_embedders_thread_asks_for_the_timer_and_one_from_anoth
     struct sluice_engine *e;
     struct ep ep;
     struct tracker t;
-    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t);
     struct req here, there;
-    req_init(&here, &t);
-    req_init(&there, &t);
+    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t, REQS(&here, &there));
     struct epoll_event ev;
     ep.timeout_ms = -1;
     cr_assert_eq(submit(loop, &here, false), SLUICE_OK);
     cr_assert_eq(ep.timeout_ms, 0, "the loop's own thread, between actions: the timer at 0 ms");
     cr_assert_eq(epoll_wait(ep.fd, &ev, 1, 0), 0, "... and no write to the wake-up descriptor");
-    int64_t until = fx_now_ms() + 5000;
-    while (t.done < 1 && fx_now_ms() < until)
-        ep_run_once(&ep, loop, 50);
+    ep_run_until_done(&ep, loop, &t, 1);
     cr_assert_eq(here.r.status, SLUICE_OK);
     cr_assert_eq(epoll_wait(ep.fd, &ev, 1, 0), 0, "the loop is quiet");
     struct submit_from from = {loop, &there, -1};
@@ -998,16 +1019,10 @@ LOOP_TEST(a_submit_on_the_embedders_thread_asks_for_the_timer_and_one_from_anoth
     pthread_join(th, NULL);
     cr_assert_eq(from.status, SLUICE_OK);
     cr_assert_eq(epoll_wait(ep.fd, &ev, 1, 0), 1, "another thread's submit wakes the loop");
-    while (t.done < 2 && fx_now_ms() < until)
-        ep_run_once(&ep, loop, 50);
+    ep_run_until_done(&ep, loop, &t, 2);
     cr_assert_eq(there.r.status, SLUICE_OK);
     cr_assert_eq(epoll_wait(ep.fd, &ev, 1, 0), 0, "the wake-up was read: nothing stays readable");
-    sluice_curl_loop_destroy(loop);
-    close(ep.fd);
-    curl_easy_cleanup(here.easy);
-    curl_easy_cleanup(there.easy);
-    fx_assert_idle(e);
-    sluice_engine_destroy(e);
+    ep_done_idle(e, &ep, loop, REQS(&here, &there));
 }
 
 LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
@@ -1015,11 +1030,8 @@ LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
     struct sluice_engine *e;
     struct ep ep;
     struct tracker t;
-    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t);
     struct req by_id, by_token, kept;
-    req_init(&by_id, &t);
-    req_init(&by_token, &t);
-    req_init(&kept, &t);
+    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t, REQS(&by_id, &by_token, &kept));
     /* The embedded loop runs only when acted on: these sit in the inbox. */
     cr_assert_eq(submit(loop, &by_id, false), SLUICE_OK);
     cr_assert_eq(submit(loop, &by_token, true), SLUICE_OK);
@@ -1027,21 +1039,13 @@ LOOP_TEST(a_cancel_that_beats_the_loop_to_a_submission_completes_it_canceled)
     cr_assert_eq(sluice_curl_loop_cancel(loop, by_id.id), SLUICE_OK);
     sluice_cancel_fire(&by_token.token);
     cr_assert_eq(t.done, 0, "nothing completes outside the loop's thread");
-    int64_t until = fx_now_ms() + 5000;
-    while (t.done < 3 && fx_now_ms() < until)
-        ep_run_once(&ep, loop, 50);
+    ep_run_until_done(&ep, loop, &t, 3);
     cr_assert_eq(by_id.r.status, SLUICE_ECANCELED);
     cr_assert_eq(by_token.r.status, SLUICE_ECANCELED);
     cr_assert_eq(kept.r.status, SLUICE_OK);
     cr_assert_eq(fx_stats_settled().requests, 1);
     cr_assert_eq(fx_counts(e).cancels, 2, "counted as a blocking call's cancels are");
-    sluice_curl_loop_destroy(loop);
-    close(ep.fd);
-    curl_easy_cleanup(by_id.easy);
-    curl_easy_cleanup(by_token.easy);
-    curl_easy_cleanup(kept.easy);
-    fx_assert_idle(e);
-    sluice_engine_destroy(e);
+    ep_done_idle(e, &ep, loop, REQS(&by_id, &by_token, &kept));
 }
 
 LOOP_TEST(a_deadline_that_passes_before_the_loop_takes_a_submission_in_is_counted_a_timeout)
@@ -1049,26 +1053,19 @@ LOOP_TEST(a_deadline_that_passes_before_the_loop_takes_a_submission_in_is_counte
     struct sluice_engine *e;
     struct ep ep;
     struct tracker t;
-    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t);
     struct req late;
-    req_init(&late, &t);
+    struct sluice_curl_loop *loop = ep_zero_delay(&ep, &e, &t, REQS(&late));
     struct timespec d;
     struct sluice_curl_request r = req_of(&late, false);
     r.deadline = sluice_deadline_in(&d, 20 * SLUICE_NS_PER_MS);
     cr_assert_eq(sluice_curl_loop_submit(loop, &r, NULL), SLUICE_OK);
     fx_sleep_ms(40); /* the embedded loop has not run: the request is still in the inbox */
-    int64_t until = fx_now_ms() + 5000;
-    while (t.done < 1 && fx_now_ms() < until)
-        ep_run_once(&ep, loop, 50);
+    ep_run_until_done(&ep, loop, &t, 1);
     cr_assert_eq(late.r.status, SLUICE_ETIMEDOUT);
     cr_assert_eq(late.r.expired, SLUICE_EXPIRED_CALL);
     cr_assert_eq(fx_stats_settled().requests, 0);
     cr_assert_eq(fx_counts(e).timeouts, 1, "counted as a blocking call's timeout is");
-    sluice_curl_loop_destroy(loop);
-    close(ep.fd);
-    curl_easy_cleanup(late.easy);
-    fx_assert_idle(e);
-    sluice_engine_destroy(e);
+    ep_done_idle(e, &ep, loop, REQS(&late));
 }
 
 /* The burst test's engine clock: the service time its pool learns is virtual. */
