@@ -12,8 +12,8 @@
  *     (jansson, like the providers' parsers, keeps the last of a key that
  *     stands twice); whatever the body, the answer is a NUL-terminated
  *     string inside its buffer, empty when none is found;
- *   - route_pick returns one of the backends (there is a default), a model
- *     listed by a backend routes there, and route_url writes a URL that
+ *   - route_pick returns a backend (there is a default), "org/m3", which one
+ *     backend lists, routes to it, and route_url writes a URL that
  *     starts with that backend's upstream, NUL-terminated inside its buffer,
  *     or says it does not fit.
  *
