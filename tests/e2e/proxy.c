@@ -497,8 +497,7 @@ Test(proxy, a_call_the_backend_cannot_serve_in_time_is_refused_at_once_with_503_
     cr_assert_eq(fx_stats().requests, before, "a call refused as late never reaches the provider");
 }
 
-/* `n` chats at once, none naming a deadline, each client giving up after timeout_ms (0 = never):
- * the replies' statuses in `status`. */
+/* qsort's order of longs, ascending. */
 static int compare_long(const void *a, const void *b)
 {
     long x = *(const long *)a, y = *(const long *)b;

@@ -7,8 +7,8 @@
  * request id (x-request-id, or Anthropic's request-id: what an SDK's
  * error shows, so that one can be found here), "-" for either when there
  * is none, and for the time to first byte of an answer whose client left
- * before any of it went out (JSON: null). Plain text, or JSON Lines with --log-json. No other header is
- * logged, so no key is. The status is
+ * before any of it went out (JSON: null). Plain text, or JSON Lines with
+ * --log-json. No other header is logged, so no key is. The status is
  * what the client got, the outcome what the call was: a stream the provider
  * ended with a rate-limit error event is "200 overloaded" (upstream.c).
  *
