@@ -3,7 +3,8 @@
  * sluice-provider-sim over loopback, driven by libcurl as any client would:
  * pass-through of plain and streamed chats, what a client sees when the
  * proxy refuses or times out, a provider's own 429, a client that hangs up,
- * clients whose common timeout becomes their start deadline,
+ * clients whose common timeout becomes their start deadline, requests that
+ * only read going around the pool,
  * the lock behind 64 clients (and after a restart), an admin clear the state
  * file cannot take, the drain on SIGTERM.
  */
@@ -172,6 +173,56 @@ Test(proxy, no_slot_is_503_with_retry_after_and_the_reason)
     cr_expect(ms >= 500 && ms <= 1500, "retry-after-ms %ld for Retry-After 1", ms);
     px_assert_error_body(refused, "capacity");
     cr_assert_eq(fx_stats().requests, 1, "a refused call never reaches the provider");
+}
+
+/* A request that only reads (GET, HEAD, OPTIONS without a body) goes around the pool: with
+ * the one permit taken and no queue, it is answered by the upstream, where a generation gets
+ * 503, and the backend counts no call for it. It does not wait in libcurl for the
+ * generation's connection either (the loop's connection caps once were the permits). */
+Test(proxy, a_request_that_only_reads_takes_no_permit)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 3000,
+                                   .fixed_latency = true});
+    start_proxy((const char *[]){"--no-discovery", "--active", "1", "--waiting", "0", NULL});
+    struct px_reply held;
+    CURLM *m = curl_multi_init();
+    CURL *e = px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &held);
+    curl_multi_add_handle(m, e);
+    int running = 1;
+    for (int64_t until = fx_now_ms() + 5000; fx_stats().in_flight < 1 && fx_now_ms() < until;) {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 20, NULL);
+    }
+    cr_assert_eq(fx_stats().in_flight, 1, "the generation never reached the provider");
+    struct px_reply list, head, options, refused;
+    px_request(&px_main, "/stats", NULL, NULL, &list); /* the simulator's own GET */
+    CURL *h = px_easy(&px_main, "/stats", NULL, NULL, &head);
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    curl_easy_perform(h);
+    px_finish(h, &head);
+    CURL *o = px_easy(&px_main, "/stats", NULL, NULL, &options);
+    curl_easy_setopt(o, CURLOPT_CUSTOMREQUEST, "OPTIONS");
+    curl_easy_perform(o);
+    px_finish(o, &options);
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &refused);
+    cr_assert_eq(list.status, 200, "GET: %ld %s", list.status, list.body);
+    cr_assert_not_null(strstr(list.body, "\"requests\""), "not the upstream's answer: %s",
+                       list.body);
+    /* The simulator serves GET only: its 404 and 405 came through, not the proxy's 503. */
+    cr_assert(head.status != 503 && head.status >= 200, "HEAD: %ld", head.status);
+    cr_assert(options.status != 503 && options.status >= 200, "OPTIONS: %ld %s", options.status,
+              options.body);
+    cr_assert_eq(refused.status, 503, "the permit was free: %ld", refused.status);
+    while (running) {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 50, NULL);
+    }
+    curl_multi_remove_handle(m, e);
+    px_finish(e, &held);
+    curl_multi_cleanup(m);
+    cr_assert_eq(held.status, 200);
+    cr_expect_eq(px_node_count(&px_main, NODE, "requests_total"), 1, "a read was a call");
+    cr_expect_eq(px_node_count(&px_main, NODE, "refused_capacity_total"), 1);
 }
 
 Test(proxy, deadlines_are_504_saying_where)
@@ -616,6 +667,58 @@ static void raw_chat(char *out, size_t size, const char *body)
              "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
              "application/json\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(body), body);
+}
+
+/* An upstream that takes a request and answers it only after 2 s. */
+static void *slow_upstream_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    char buf[8192];
+    size_t len = 0;
+    ssize_t n;
+    while (len < sizeof buf - 1 && (n = read(fd, buf + len, sizeof buf - 1 - len)) > 0) {
+        len += (size_t)n;
+        buf[len] = '\0';
+        if (strstr(buf, "\r\n\r\n"))
+            break;
+    }
+    fx_sleep_ms(2000);
+    const char answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+    if (write(fd, answer, sizeof answer - 1) < 0) { /* the proxy left */
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Clients that give up on reads at a common time (a health check's timeout) teach no patience:
+ * it is the start deadline of generations that name none. */
+Test(proxy, clients_that_give_up_on_reads_teach_no_patience)
+{
+    char upstream[64];
+    snprintf(upstream, sizeof upstream, "http://127.0.0.1:%d", px_serve(slow_upstream_conn));
+    cr_assert_eq(px_start(&px_main, (const char *const[]){"--upstream", upstream, "--node", NODE,
+                                                          "--state", "off", NULL}),
+                 0);
+    enum { N = 12 };
+    struct px_reply r[N], *rs[N];
+    CURL *e[N];
+    for (int i = 0; i < N; i++) {
+        e[i] = px_easy(&px_main, "/v1/models", NULL, NULL, &r[i]);
+        curl_easy_setopt(e[i], CURLOPT_TIMEOUT_MS, 400L);
+        rs[i] = &r[i];
+    }
+    px_all(e, rs, N);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(r[i].code, CURLE_OPERATION_TIMEDOUT, "client %d: %s", i,
+                     curl_easy_strerror(r[i].code));
+    /* The proxy hears each hang-up when its loop next runs; give it that time. */
+    char source[32];
+    long shown = -1;
+    for (int64_t until = fx_now_ms() + 1000; shown < 0 && fx_now_ms() < until;
+         shown = shown_start_deadline(source, sizeof source))
+        fx_sleep_ms(20);
+    cr_assert_eq(shown, -1, "%d reads that timed out taught a start deadline of %ld ms (%s)", N,
+                 shown, source);
 }
 
 Test(proxy, pipelined_requests_are_answered_in_order_on_one_connection)

@@ -5,10 +5,12 @@
  *   sluice-proxy --upstream https://api.openai.com --node cloud:openai
  *   sluice-proxy --config /etc/sluice/proxy.conf
  *
- * Every request goes through its backend's sluice pool: admitted or refused
- * at once (503), queued FIFO for a permit under the limit that ceiling
- * discovery learns from the provider's answers, then sent upstream with
- * its body unchanged and its answer streamed back as it arrives. The lock
+ * Every request that generates goes through its backend's sluice pool:
+ * admitted or refused at once (503), queued FIFO for a permit under the
+ * limit that ceiling discovery learns from the provider's answers, then sent
+ * upstream with its body unchanged and its answer streamed back as it
+ * arrives. One that only reads (GET, HEAD, OPTIONS without a body) goes
+ * straight upstream (upstream.c, only_reads). The lock
  * persists in the state file (--state), is shared by every proxy naming the
  * same Redis (--redis / `redis` in the config), and is shown and cleared on
  * the admin endpoint (127.0.0.1:8400 by default) and with sluicectl.
@@ -403,8 +405,16 @@ static int start_proxy(struct proxy *p)
         return rc;
     char err[256] = "";
     p->curl_timer_ns = -1;
+    /* libcurl's connection caps at one transfer per client connection, which it never
+     * reaches: the default, the backends' permits, would make a request that only reads
+     * (upstream.c, only_reads: no permit) wait in libcurl for a generation's connection, or
+     * a generation holding its permit wait for a read's. */
     if (sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = p->engine,
                                                                 .max_requests = o->max_connections,
+                                                                .max_host_connections =
+                                                                    o->max_connections,
+                                                                .max_total_connections =
+                                                                    o->max_connections,
                                                                 .watch = on_watch,
                                                                 .timer = on_timer, .ctx = p,
                                                                 .error = err,

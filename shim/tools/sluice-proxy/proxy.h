@@ -229,6 +229,7 @@ struct conn {
     bool up_has_length;        /* ... came with a Content-Length */
     bool up_sse;               /* ... is text/event-stream */
     bool hold_head;            /* a start deadline: the head waits until the answer has begun */
+    bool reads;                /* the request only reads: no permit, no patience (upstream.c) */
     bool begun;                /* the answer has begun: a body byte (an SSE `data:` line) */
     int64_t up_last_ns;        /* the upstream's last byte, the request body's last one taken,
                                   or the request's going out (0 = not yet: queued, or

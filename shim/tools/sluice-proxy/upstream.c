@@ -1,7 +1,8 @@
 /*
  * upstream.c — one request on the curl loop: the client's request goes to
  * its backend's upstream unchanged but for hop-by-hop headers (and the API
- * key, where the backend sets one), through the backend's sluice pool; the
+ * key, where the backend sets one), through the backend's sluice pool (a
+ * request that only reads goes around it: only_reads); the
  * answer streams back as libcurl hands it over, and how the call ended
  * becomes what the client sees.
  *
@@ -554,7 +555,7 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
     c->up_headers = NULL;
     if (c->gone) {
         int64_t now = proxy_now_ns();
-        if (!c->head_sent) /* it gave up before any answer began: its patience */
+        if (!c->head_sent && !c->reads) /* it gave up before any answer began: its patience */
             patience_hung_up(backend_patience(c), c->backend->id, now - c->t_start_ns, now);
         /* After its last event the answer was whole (on_finish): logged as the pool heard it. */
         c->outcome = c->head_sent && r->status == SLUICE_OK ? sluice_curl_kind_name(r->kind)
@@ -639,6 +640,20 @@ static bool method_is(const struct request *r, const char *m)
     return r->method_len == strlen(m) && !strncmp(r->method, m, r->method_len);
 }
 
+/*
+ * Whether the request only reads (GET, HEAD or OPTIONS, no body): a model list, a file's
+ * content, a health check. It goes straight upstream, outside the backend's pool (the
+ * engine's unlimited endpoint-only pool carries it): a provider caps its generations, not
+ * these, so they take no permit, never queue behind generations nor get a 503 for the
+ * generations' overload (a readiness probe would call a busy provider down), and teach discovery
+ * nothing (a 5 ms listing is no sample of a generation's latency), nor the clients' learned
+ * patience (patience.c). The backend's own deadlines still apply.
+ */
+static bool only_reads(const struct request *r, size_t body_len)
+{
+    return !body_len && (method_is(r, "GET") || method_is(r, "HEAD") || method_is(r, "OPTIONS"));
+}
+
 static void set_method(CURL *e, const struct request *r, const char *body, size_t body_len)
 {
     if (method_is(r, "GET") && !body_len) {
@@ -721,10 +736,13 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
                        : b->start_deadline_ms    ? (int64_t)b->start_deadline_ms
                                                  : -1;
     c->patience_ms = -1;
-    if (ms < 0 && start_ms < 0) /* no deadline named: the clients' own timeout, where learned */
+    c->reads = only_reads(r, body_len);
+    /* No deadline named: the clients' own timeout, where learned (a generation's: a read
+     * neither learns nor takes it, a health check's 1 s timeout is no chat client's). */
+    if (ms < 0 && start_ms < 0 && !c->reads)
         start_ms = learned_start_ms(c);
     c->hold_head = start_ms >= 0;
-    struct sluice_curl_request req = {.backend = b->id, .easy = e,
+    struct sluice_curl_request req = {.backend = c->reads ? NULL : b->id, .easy = e,
                                       .deadline = relative_deadline(&dl, ms),
                                       .start_deadline = relative_deadline(&sdl, start_ms),
                                       .begun = start_ms >= 0 ? began : NULL, .done = on_done,
