@@ -236,33 +236,6 @@ Test(policy, discover_holds_a_rise_within_the_noise_and_decides_after_confirm_wi
     cr_assert_eq(feed(&q, 9, 50, 2 * SEC, 1).cause, SLUICE_CAUSE_ADDITIVE);
 }
 
-/* A rise is judged by each level's own spread where it is wider than the running estimate of
- * the noise, which follows the first windows for a while: a tight reference then a widely
- * spread level (a provider whose early calls drew alike) is doubt, not a knee at once. */
-static struct sluice_verdict rise_after_a_tight_reference(double level_cv)
-{
-    struct sluice_policy_discover p;
-    sluice_policy_discover_init(&p, NULL, NULL, 0);
-    sluice_policy_reset(&p.base, 8, true);
-    for (int i = 0; i < 4; i++) {
-        struct sluice_window w = healthy(8, 50, 2 * SEC, 0.1);
-        sluice_policy_update(&p.base, &w);
-    }
-    struct sluice_window w = healthy(10, 50, 14 * SEC / 5, level_cv); /* +40% */
-    return sluice_policy_update(&p.base, &w);
-}
-
-Test(policy, discover_judges_a_rise_by_each_levels_own_spread_where_it_is_wider)
-{
-    cr_assert_eq(rise_after_a_tight_reference(0.1).cause, SLUICE_CAUSE_LATENCY,
-                 "+40%% over calls as tight as the reference's: queueing at once");
-    struct sluice_verdict v = rise_after_a_tight_reference(0.9);
-    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE,
-                 "+40%% over 50 calls spread cv 0.9: inside their own noise, doubt (cause %d)",
-                 (int)v.cause);
-    cr_assert_eq(v.limit, 10);
-}
-
 Test(policy, discover_doubts_a_queue_below_a_level_that_passed_faster_until_confirm_windows)
 {
     struct sluice_policy_discover p;

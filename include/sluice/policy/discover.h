@@ -151,10 +151,7 @@
  *   latency  The window is pooled into its level (the limit, or the peak in
  *            flight when demand fell short), then the level is tested:
  *            x = ln(mean/s0) against t = ln(1 + knee), with se the standard
- *            error of x (both means, each with its own calls' spread where
- *            that is wider than the running estimate, cv2: an early low
- *            draw kept cv2 at half the provider's and made a 20-call
- *            reference's noise a knee). x > t + noise_z·se: queueing, a
+ *            error of x (both means). x > t + noise_z·se: queueing, a
  *            LATENCY verdict (the bracket moves here), cut to the highest
  *            level that passed below (at least limit·knee_floor) or to a
  *            probe. x <= t and x + 2·se <= ln(1 + 1.5·knee): the level
@@ -317,7 +314,6 @@ struct sluice__discover_level {
     uint16_t doubts;  /* windows in a row its test neither passed nor queued */
     float n;          /* served calls behind the mean, decayed */
     float mean_ns;    /* their mean latency */
-    float cv2;        /* their own latency spread (cv²), pooled like the mean */
 };
 
 #define SLUICE__DISCOVER_LEVELS 12
@@ -406,8 +402,7 @@ SLUICE_INLINE struct sluice__discover_level *sluice__discover_find(struct sluice
 
 /* Pool a window into its limit's level (a free slot, or the least-weighted one). */
 SLUICE_INLINE struct sluice__discover_level *
-sluice__discover_pool(struct sluice_policy_discover *p, uint32_t limit, double n, double mean,
-                      double cv2)
+sluice__discover_pool(struct sluice_policy_discover *p, uint32_t limit, double n, double mean)
 {
     struct sluice__discover_level *l = sluice__discover_find(p, limit);
     if (!l) {
@@ -421,11 +416,9 @@ sluice__discover_pool(struct sluice_policy_discover *p, uint32_t limit, double n
         l->doubts = 0;
         l->n = 0;
         l->mean_ns = 0;
-        l->cv2 = 0;
     }
     double total = (double)l->n + n;
     l->mean_ns = (float)(((double)l->n * l->mean_ns + n * mean) / total);
-    l->cv2 = (float)(((double)l->n * l->cv2 + n * cv2) / total);
     l->n = (float)total;
     return l;
 }
@@ -481,7 +474,7 @@ SLUICE_INLINE uint32_t sluice__discover_best(const struct sluice_policy_discover
 
 /* The no-queue latency and the calls behind it. */
 struct sluice__discover_ref {
-    double mean_ns, n, cv2;
+    double mean_ns, n;
     uint32_t top;  /* the highest limit pooled into it */
     bool sampled;  /* n >= reference_samples */
 };
@@ -509,16 +502,15 @@ SLUICE_INLINE double sluice__discover_ref_bound(const struct sluice_policy_disco
 
 SLUICE_INLINE struct sluice__discover_ref sluice__discover_s0(const struct sluice_policy_discover *p)
 {
-    struct sluice__discover_ref r = {0, 0, 0, 0, false};
+    struct sluice__discover_ref r = {0, 0, 0, false};
     const struct sluice__discover_level *lowest = sluice__discover_lowest(p);
     if (!lowest)
         return r;
-    double bound = sluice__discover_ref_bound(p), sum = 0, n = 0, spread = 0;
+    double bound = sluice__discover_ref_bound(p), sum = 0, n = 0;
     for (int i = 0; i < SLUICE__DISCOVER_LEVELS; i++) {
         const struct sluice__discover_level *l = &p->levels[i];
         if (l->limit && l->passed && (double)l->limit <= bound) {
             sum += (double)l->n * l->mean_ns;
-            spread += (double)l->n * l->cv2;
             n += l->n;
             r.top = l->limit > r.top ? l->limit : r.top;
         }
@@ -526,11 +518,9 @@ SLUICE_INLINE struct sluice__discover_ref sluice__discover_s0(const struct sluic
     if (n >= (double)lowest->n && n > 0) {
         r.mean_ns = sum / n;
         r.n = n;
-        r.cv2 = spread / n;
     } else {
         r.mean_ns = lowest->mean_ns;
         r.n = lowest->n;
-        r.cv2 = lowest->cv2;
         r.top = lowest->limit;
     }
     r.sampled = r.n >= (double)p->params.reference_samples;
@@ -612,13 +602,7 @@ SLUICE_INLINE double sluice__discover_rise(const struct sluice_policy_discover *
     *se = 0;
     if (l->limit <= ref->top || ref->n <= 0 || l->n <= 0)
         return 0;
-    /* Each side's own spread where it is wider than the running estimate: that estimate
-     * follows its first windows for a while, and a low draw there (cv² 0.08 where the
-     * provider's is 0.17-0.25: stream.service's seed 4) read the noise of a 20-call
-     * reference as a knee and probed the limit down to 5 for the last 5 s of the run. */
-    double cv2_l = l->cv2 > p->cv2 ? l->cv2 : p->cv2;
-    double cv2_ref = ref->cv2 > p->cv2 ? ref->cv2 : p->cv2;
-    *se = sqrt(cv2_l / (double)l->n + cv2_ref / ref->n);
+    *se = sluice__discover_se(p, (double)l->n, ref->n);
     return log((double)l->mean_ns / ref->mean_ns);
 }
 
@@ -817,7 +801,7 @@ sluice__discover_pool_window(struct sluice_policy_discover *p, const struct slui
             l->doubts = 0;
         }
     }
-    l = sluice__discover_pool(p, level, n, mean, cv * cv);
+    l = sluice__discover_pool(p, level, n, mean);
     /* A probe's level was chosen below any sign of the cap: it is the
      * reference being measured, not a level under test. */
     if (p->probing && level == p->probing)
