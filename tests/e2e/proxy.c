@@ -11,6 +11,7 @@
 #include "proxy_fixture.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <time.h>
 
 #include <sluice/statefile.h>
@@ -669,7 +670,7 @@ static void raw_chat(char *out, size_t size, const char *body)
              strlen(body), body);
 }
 
-/* An upstream that takes a request and answers it only after 2 s. */
+/* An upstream that takes a request and answers it after 2 s, unless the proxy leaves first. */
 static void *slow_upstream_conn(void *arg)
 {
     int fd = (int)(intptr_t)arg;
@@ -682,9 +683,10 @@ static void *slow_upstream_conn(void *arg)
         if (strstr(buf, "\r\n\r\n"))
             break;
     }
-    fx_sleep_ms(2000);
-    const char answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
-    if (write(fd, answer, sizeof answer - 1) < 0) { /* the proxy left */
+    struct pollfd left = {.fd = fd, .events = POLLIN};
+    if (poll(&left, 1, 2000) == 0) {
+        const char answer[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+        send(fd, answer, sizeof answer - 1, MSG_NOSIGNAL);
     }
     close(fd);
     return NULL;
