@@ -45,8 +45,8 @@ static long long oldest_beat_ms(void)
  * permits leased beyond what the shared limit allows (S − N), counted once S has held
  * still for SETTLE_MS and every holder has beaten since S last changed (when S falls,
  * the leases granted under the old S drain at each holder's next beat, the documented
- * transient; under ASan beside two busy loops a beat came later than SETTLE_MS, and
- * the lease it had not shed yet read as 2 over); and the lowest S seen. */
+ * transient; under ASan beside two busy loops the leases once read 2 over, most likely
+ * from a beat later than SETTLE_MS that had not shed yet); and the lowest S seen. */
 #define SETTLE_MS 600
 static long long watch_leases(int ms, long min_calls, long long *min_shared)
 {
