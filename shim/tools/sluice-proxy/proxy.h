@@ -257,6 +257,10 @@ struct conn {
 struct patience {
     int64_t ns[PATIENCE_SAMPLES]; /* how long each client waited before it hung up */
     uint64_t added;
+    /* The time the last hang-ups agree on (0 = none), since when, and of the clients that
+     * waited about that long since then, how many hung up and how many were answered. */
+    int64_t candidate_ns, candidate_at;
+    uint64_t candidate_hung, candidate_answered;
     /* Atomic for the admin's threads (patience_shown_ms); written by the proxy's thread. */
     _Atomic int64_t last_ns;    /* when the newest one hung up (monotonic) */
     _Atomic int64_t learned_ns; /* the start deadline they show, 0 = none */
@@ -292,6 +296,7 @@ struct proxy {
 
 /* patience.c */
 void patience_hung_up(struct patience *pt, const char *backend, int64_t waited_ns, int64_t now);
+void patience_answered(struct patience *pt, int64_t waited_ns);
 int64_t patience_start_ms(struct patience *pt, const char *backend, int64_t now);
 int64_t patience_shown_ms(const struct patience *pt, int64_t now);
 

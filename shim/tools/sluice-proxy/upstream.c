@@ -203,6 +203,11 @@ static void on_finish(void *data, CURL *easy, struct sluice_curl_result *r)
     r->hold_ns = e->said.hold_ns;
 }
 
+static struct patience *backend_patience(const struct conn *c)
+{
+    return &c->p->patience[c->backend - c->p->o->backends];
+}
+
 /* The head (and what the answer held back) goes out: from now on a failure can only cut it. */
 static void emit_head(struct conn *c)
 {
@@ -210,6 +215,8 @@ static void emit_head(struct conn *c)
     c->up_head.len = 0;
     c->head_sent = true;
     c->t_first_ns = proxy_now_ns();
+    if (!c->reads)
+        patience_answered(backend_patience(c), c->t_first_ns - c->t_start_ns);
     http_mark_dirty(c);
 }
 
@@ -521,11 +528,6 @@ static void easy_give_back(struct proxy *p, CURL *easy)
         p->spare_easy[p->n_spare++] = easy;
     else
         curl_easy_cleanup(easy);
-}
-
-static struct patience *backend_patience(const struct conn *c)
-{
-    return &c->p->patience[c->backend - c->p->o->backends];
 }
 
 /* What is left of the learned patience for this request, which arrived at t_start_ns; -1 =

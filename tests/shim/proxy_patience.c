@@ -1,0 +1,102 @@
+/*
+ * sluice-proxy's learned patience (shim/tools/sluice-proxy/patience.c), in
+ * virtual time: which hang-ups make a start deadline for the requests that
+ * name none, and which do not. A load test that ends, closing every
+ * connection at once, looks like a wave of timeouts; the answers around it
+ * are what tell the two apart.
+ */
+#include <criterion/criterion.h>
+
+#include "sluice-proxy/proxy.h"
+
+#define MS INT64_C(1000000)
+
+/* `n` clients hang up from `now` on, 10 us apart, after waiting `waited` give or take 2 %
+ * (the order they are heard in). */
+static void hang_up(struct patience *pt, int n, int64_t waited, int64_t now)
+{
+    for (int i = 0; i < n; i++)
+        patience_hung_up(pt, "b", waited + (i % 5 - 2) * waited / 100, now + i * 10000);
+}
+
+/* `n` answers begin, after waits spread evenly over [from, to]. */
+static void answer(struct patience *pt, int n, int64_t from, int64_t to)
+{
+    for (int i = 0; i < n; i++)
+        patience_answered(pt, from + (to - from) * i / (n > 1 ? n - 1 : 1));
+}
+
+/* An SDK's `timeout` of 400 ms under overload, one permit and 150 ms calls (as
+ * e2e/proxy.c drives it): two served, ten gone from the queue, and again. */
+static void two_waves_of_timeouts(struct patience *pt)
+{
+    answer(pt, 2, 150 * MS, 300 * MS);
+    hang_up(pt, 10, 400 * MS, 1000 * MS);
+    cr_assert_eq(patience_start_ms(pt, "b", 1001 * MS), -1,
+                 "one moment's hang-ups were believed at once");
+    answer(pt, 2, 150 * MS, 300 * MS);
+    hang_up(pt, 10, 400 * MS, 1400 * MS);
+}
+
+Test(proxy_patience, clients_that_give_up_at_a_common_time_again_teach_that_time)
+{
+    struct patience pt = {0};
+    two_waves_of_timeouts(&pt);
+    int64_t ms = patience_start_ms(&pt, "b", 1401 * MS);
+    cr_assert(ms >= 392 && ms <= 408, "learned %lld ms from hang-ups at 400 ms", (long long)ms);
+    cr_assert_eq(patience_shown_ms(&pt, 1401 * MS), ms, "the admin shows what requests get");
+}
+
+/* wrk's end at 64 connections through a queue, twice, a second apart (measured: the proxy
+ * learned 2-4 ms and refused 85 % of the next run): the queued calls it cut had waited about
+ * the same (3 ms), and thousands of clients were answered after waiting as long. */
+Test(proxy_patience, a_load_test_that_ends_twice_teaches_nothing)
+{
+    struct patience pt = {0};
+    answer(&pt, 5000, 1 * MS, 4 * MS);
+    hang_up(&pt, 24, 3 * MS, 1000 * MS);
+    answer(&pt, 5000, 1 * MS, 4 * MS);
+    hang_up(&pt, 24, 3 * MS, 2000 * MS);
+    cr_assert_eq(patience_start_ms(&pt, "b", 2001 * MS), -1,
+                 "two load tests' ends taught a start deadline");
+}
+
+/* One moment's hang-ups, however many and however alike, could be one client leaving. */
+Test(proxy_patience, one_moment_of_hang_ups_teaches_nothing)
+{
+    struct patience pt = {0};
+    hang_up(&pt, 64, 400 * MS, 1000 * MS);
+    cr_assert_eq(patience_start_ms(&pt, "b", 1100 * MS), -1);
+}
+
+Test(proxy_patience, hang_ups_that_do_not_agree_on_a_time_teach_nothing)
+{
+    struct patience pt = {0};
+    for (int wave = 0; wave < 3; wave++)
+        for (int i = 0; i < 12; i++) /* 100 ms to 1.2 s: users closing tabs */
+            patience_hung_up(&pt, "b", (100 + 100 * i) * MS, (1000 + 500 * wave + i) * MS);
+    cr_assert_eq(patience_start_ms(&pt, "b", 2100 * MS), -1);
+}
+
+/* Once learned, clients answered later than it was (patient ones, come since) unlearn it at
+ * the next hang-up. */
+Test(proxy_patience, clients_answered_later_than_it_unlearn_it)
+{
+    struct patience pt = {0};
+    two_waves_of_timeouts(&pt);
+    cr_assert_neq(patience_start_ms(&pt, "b", 1401 * MS), -1);
+    answer(&pt, 200, 600 * MS, 900 * MS);
+    hang_up(&pt, 1, 400 * MS, 2000 * MS);
+    cr_assert_eq(patience_start_ms(&pt, "b", 2001 * MS), -1);
+}
+
+/* A client that waits longer than the learned time gets the proxy's 504 and never hangs up
+ * itself: without fresh hang-ups the time is no longer evidence. */
+Test(proxy_patience, what_was_learned_is_forgotten_10_s_after_the_last_hang_up)
+{
+    struct patience pt = {0};
+    two_waves_of_timeouts(&pt);
+    cr_assert_neq(patience_start_ms(&pt, "b", 11300 * MS), -1);
+    cr_assert_eq(patience_shown_ms(&pt, 11500 * MS), -1);
+    cr_assert_eq(patience_start_ms(&pt, "b", 11500 * MS), -1);
+}
