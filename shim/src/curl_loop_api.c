@@ -60,6 +60,8 @@ static void sluice__set_caps(struct sluice_curl_loop *loop, const struct sluice_
     long host = d->max_host_connections;
     long total = d->max_total_connections;
     long streams = d->max_concurrent_streams;
+    loop->derived_host = host ? 0 : cap;
+    loop->derived_total = total ? 0 : cap;
     SLUICE__DEFAULT(host, cap);
     SLUICE__DEFAULT(total, cap);
     SLUICE__DEFAULT(streams, largest > SLUICE__CURL_STREAMS_LIBCURL
@@ -72,6 +74,20 @@ static void sluice__set_caps(struct sluice_curl_loop *loop, const struct sluice_
      * 4 per easy handle added now, which a burst's end would cut down). */
     if (total > 0)
         curl_multi_setopt(loop->multi, CURLMOPT_MAXCONNECTS, total);
+}
+
+/* A connection cap derived from the permits leaves no room for a transfer without one: each
+ * endpoint-only transfer running raises it by one, or a request holding a permit could wait
+ * inside libcurl for the connection of a health check or a model list. */
+void sluice__loop_endpoint_caps(struct sluice_curl_loop *loop, int delta)
+{
+    loop->n_endpoint_transfers += (uint32_t)delta;
+    if (loop->derived_host)
+        curl_multi_setopt(loop->multi, CURLMOPT_MAX_HOST_CONNECTIONS,
+                          loop->derived_host + (long)loop->n_endpoint_transfers);
+    if (loop->derived_total)
+        curl_multi_setopt(loop->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
+                          loop->derived_total + (long)loop->n_endpoint_transfers);
 }
 
 static int sluice__loop_init(struct sluice_curl_loop *loop, const struct sluice_curl_loop_desc *d)

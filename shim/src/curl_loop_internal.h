@@ -101,6 +101,11 @@ struct sluice_curl_loop {
     size_t heap_n;
     struct sluice__pool_entry *pools; /* one per engine backend, and the endpoint-only one */
     size_t n_pools;
+    /* The connection caps derived from the permits (0 = given by the embedder, or none),
+     * and the endpoint-only transfers running, which hold no permit and get a connection
+     * more each (sluice__loop_endpoint_caps). */
+    long derived_host, derived_total;
+    uint32_t n_endpoint_transfers;
     int64_t curl_due_ns;  /* embedder's loop: when curl wants its timeout (-1 = never) */
     int64_t timer_due_ns; /* the instant last handed to desc.timer (-1 = none) */
     bool self_work;       /* the loop's own thread queued work (a `done` resubmitting):
@@ -120,6 +125,9 @@ extern _Thread_local struct sluice_curl_loop *sluice__tl_loop;
 
 /* Make sure the loop looks at its queues soon (any thread; one syscall per burst). */
 void sluice__loop_wake(struct sluice_curl_loop *loop);
+
+/* Loop thread: an endpoint-only transfer started (+1) or ended (-1). */
+void sluice__loop_endpoint_caps(struct sluice_curl_loop *loop, int delta);
 
 /* The pool settled a waiter (any thread): hand the record to the loop. */
 void sluice__loop_on_settled(struct sluice_pool_waiter *w, int status);

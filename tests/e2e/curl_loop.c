@@ -9,7 +9,11 @@
  * the simulator, named requests and their outcomes); split, each file would
  * carry its own copy of that fixture.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "e2e/curl_fixture.h"
 
@@ -785,6 +789,53 @@ LOOP_TEST(sequential_requests_reuse_one_connection)
     cr_assert_eq(connects, 1, "%ld connections for 10 requests", connects);
     sluice_curl_loop_destroy(loop);
     sluice_engine_destroy(e);
+}
+
+/* A request that holds a permit never waits inside libcurl for a connection that a request
+ * without one (the endpoint-only backend: a health check, a model list) is using: the caps
+ * derived from the permits, here 1 (no built-in backend), grow by one while each of those
+ * runs. */
+LOOP_TEST(an_endpoint_only_transfer_never_takes_the_connection_a_permit_needs)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = FX_ZERO});
+    struct sluice_backend_desc b = {.id = FX_BACKEND, .active = 1};
+    struct sluice_engine_desc ed = {.backends = &b, .n_backends = 1, .omit_openrouter = true};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(sluice_engine_create(&ed, &e), SLUICE_OK);
+    struct sluice_curl_loop *loop = loop_create(e, 0);
+    /* An endpoint that takes the connection and never answers: nobody accepts on it. */
+    int silent = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert(silent >= 0 && bind(silent, (struct sockaddr *)&a, sizeof a) == 0 &&
+              listen(silent, 4) == 0 && getsockname(silent, (struct sockaddr *)&a, &len) == 0);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/models", ntohs(a.sin_port));
+    struct tracker t;
+    tracker_init(&t);
+    struct req unanswered, held;
+    req_init(&unanswered, &t);
+    curl_easy_cleanup(unanswered.easy);
+    unanswered.easy = fx_easy_url(url);
+    curl_easy_setopt(unanswered.easy, CURLOPT_TIMEOUT_MS, 3000L);
+    struct sluice_curl_request rq = req_of(&unanswered, false);
+    rq.backend = NULL;
+    cr_assert_eq(sluice_curl_loop_submit(loop, &rq, &unanswered.id), SLUICE_OK);
+    fx_sleep_ms(200); /* connected, its request sent */
+    req_init(&held, &t);
+    cr_assert_eq(submit(loop, &held, false), SLUICE_OK);
+    wait_done(&t, 1, 5000);
+    cr_assert_eq(atomic_load(&held.done_count), 1,
+                 "the request holding the permit waited for the endpoint-only one's connection "
+                 "(which ended first: %s)",
+                 curl_easy_strerror(unanswered.r.curl_code));
+    cr_assert_eq(held.r.status, SLUICE_OK);
+    wait_done(&t, 2, 5000);
+    sluice_curl_loop_destroy(loop);
+    sluice_engine_destroy(e);
+    curl_easy_cleanup(unanswered.easy);
+    curl_easy_cleanup(held.easy);
+    close(silent);
 }
 
 /* ---- the embedder's loop: a plain epoll loop -------------------------------------------- */

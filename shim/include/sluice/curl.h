@@ -553,7 +553,9 @@ struct sluice_curl_loop_desc {
      * registered backend is limited, both caps are the sum of their `active` limits (backends
      * may share a host), so libcurl never queues a request that holds a permit, and
      * CURLMOPT_MAXCONNECTS keeps that many alive for reuse; with an unlimited backend, none).
-     * Requests to the endpoint-only backend (no backend ID) share these caps. */
+     * A derived cap grows by one while each request to the endpoint-only backend (no backend
+     * ID, no permit) transfers, so none of those takes the connection a permit needs; caps
+     * set here are the embedder's, and endpoint-only requests share them. */
     long max_host_connections;
     long max_total_connections;
     long max_concurrent_streams; /* HTTP/2 streams per connection (default: the largest

@@ -406,9 +406,10 @@ static int start_proxy(struct proxy *p)
     char err[256] = "";
     p->curl_timer_ns = -1;
     /* libcurl's connection caps at one transfer per client connection, which it never
-     * reaches: the default, the backends' permits, would make a request that only reads
-     * (upstream.c, only_reads: no permit) wait in libcurl for a generation's connection, or
-     * a generation holding its permit wait for a read's. */
+     * reaches, so it never queues a request: not a read (upstream.c, only_reads: no permit)
+     * behind a generation's connection, nor a generation holding its permit behind a read's.
+     * The loop's default, the backends' permits plus the reads running, would do the same;
+     * this one is the bound the proxy already sets on itself. */
     if (sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = p->engine,
                                                                 .max_requests = o->max_connections,
                                                                 .max_host_connections =
