@@ -214,8 +214,7 @@ static void sluice__complete_transfer(struct sluice__rec *rec, CURLcode code,
     CURL *easy = rec->req.easy;
     curl_multi_remove_handle(loop->multi, easy); /* mid-transfer: aborts, closes the connection */
     atomic_fetch_sub_explicit(&loop->n_transferring, 1u, SLUICE_RELAXED);
-    if (rec->pool_index == loop->n_pools - 1)
-        sluice__loop_endpoint_caps(loop, -1);
+    sluice__loop_endpoint_caps(rec, -1);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, rec->caller_private);
     sluice__tee_remove(&rec->tee);
     struct sluice_curl_result res;
@@ -275,13 +274,10 @@ static void sluice__start_transfer(struct sluice__rec *rec)
     rec->tee.write = rec->req.write;
     rec->tee.write_data = rec->req.write_data;
     sluice__tee_install(&rec->tee);
-    bool endpoint_only = rec->pool_index == loop->n_pools - 1;
-    if (endpoint_only) /* before the add: libcurl looks for its connection there */
-        sluice__loop_endpoint_caps(loop, +1);
+    sluice__loop_endpoint_caps(rec, +1); /* before the add: libcurl looks for its connection */
     CURLMcode mc = curl_multi_add_handle(loop->multi, easy);
     if (mc != CURLM_OK) {
-        if (endpoint_only)
-            sluice__loop_endpoint_caps(loop, -1);
+        sluice__loop_endpoint_caps(rec, -1);
         curl_easy_setopt(easy, CURLOPT_PRIVATE, rec->caller_private);
         sluice__tee_remove(&rec->tee);
         sluice__curl_disarm_deadline(easy, rec->req.deadline);

@@ -79,8 +79,11 @@ static void sluice__set_caps(struct sluice_curl_loop *loop, const struct sluice_
 /* A connection cap derived from the permits leaves no room for a transfer without one: each
  * endpoint-only transfer running raises it by one, or a request holding a permit could wait
  * inside libcurl for the connection of a health check or a model list. */
-void sluice__loop_endpoint_caps(struct sluice_curl_loop *loop, int delta)
+void sluice__loop_endpoint_caps(struct sluice__rec *rec, int delta)
 {
+    struct sluice_curl_loop *loop = rec->loop;
+    if (rec->pool_index != loop->n_pools - 1)
+        return; /* a backend's request: its permit counted its connection */
     loop->n_endpoint_transfers += (uint32_t)delta;
     if (loop->derived_host)
         curl_multi_setopt(loop->multi, CURLMOPT_MAX_HOST_CONNECTIONS,

@@ -126,8 +126,8 @@ extern _Thread_local struct sluice_curl_loop *sluice__tl_loop;
 /* Make sure the loop looks at its queues soon (any thread; one syscall per burst). */
 void sluice__loop_wake(struct sluice_curl_loop *loop);
 
-/* Loop thread: an endpoint-only transfer started (+1) or ended (-1). */
-void sluice__loop_endpoint_caps(struct sluice_curl_loop *loop, int delta);
+/* Loop thread: rec's transfer started (+1) or ended (-1); counted when it is endpoint-only. */
+void sluice__loop_endpoint_caps(struct sluice__rec *rec, int delta);
 
 /* The pool settled a waiter (any thread): hand the record to the loop. */
 void sluice__loop_on_settled(struct sluice_pool_waiter *w, int status);
