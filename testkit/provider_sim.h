@@ -243,6 +243,10 @@ struct sim {
     uint32_t n_reqs, free_head;
     uint32_t held;       /* permits held by callers and lingering abandoned calls */
     uint32_t unstarted;  /* of them, granted to callers not started yet (woken late, or held) */
+    /* As a pool counts them for discovery (sluice_discovery_count_in_flight and
+     * _count_lingering): calls started and not ended, lingering ones included; of them,
+     * those lingering. */
+    _Atomic(uint32_t) started_calls, lingering_calls;
     struct sluice_service_time service; /* recent successes: how long an abandoned call lingers */
     /* provider: the model, and the calls it holds */
     struct sim_provider provider; /* from cfg; sim_set_cap changes provider.cap */
@@ -563,6 +567,7 @@ static inline void sim__response(struct sim *s, struct sim_req *r)
         s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
     r->holding = false;
     s->held--;
+    atomic_fetch_sub_explicit(&s->started_calls, 1u, memory_order_relaxed);
     sluice_gate_release(&s->gate);
     if (r->outcome != SLUICE_OUTCOME_OK) {
         double retry = s->cfg.retry_s;
@@ -604,6 +609,7 @@ static inline void sim__start(struct sim *s, struct sim_req *r)
     /* As a pool counts (sluice__pool_start): at the start, so the calls of one burst of
      * grants count 1, 2, ... as each caller wakes, not all at the burst's size. */
     r->in_flight_at_start = s->held - --s->unstarted;
+    atomic_fetch_add_explicit(&s->started_calls, 1u, memory_order_relaxed);
     r->limit_at_start = sluice_gate_limit(&s->gate);
     s->stats.attempts++;
     sim__push(s, s->now + sim__ns(s->cfg.net_s / 2), SIM_EV_PROVIDER, sim__req_id(s, r), r->gen);
@@ -638,9 +644,11 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
      * the calls short enough to beat the deadline. */
     sluice_service_add_censored(&s->service, s->now - r->t_start);
     if (until > s->now) {
+        atomic_fetch_add_explicit(&s->lingering_calls, 1u, memory_order_relaxed);
         sim__push(s, until, SIM_EV_LINGER_END, 0, 0);
     } else {
         s->held--;
+        atomic_fetch_sub_explicit(&s->started_calls, 1u, memory_order_relaxed);
         sluice_gate_release(&s->gate);
     }
     r->t_issue = s->now;
@@ -705,6 +713,8 @@ static inline void sim__dispatch(struct sim *s, const struct sim_event *e)
         break;
     case SIM_EV_LINGER_END:
         s->held--;
+        atomic_fetch_sub_explicit(&s->lingering_calls, 1u, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&s->started_calls, 1u, memory_order_relaxed);
         sluice_gate_release(&s->gate);
         break;
     case SIM_EV_TIMEOUT:
@@ -874,6 +884,8 @@ static inline void sim_attach_discovery(struct sim *s, struct sluice_discovery *
     c.hold_until = sim__discovery_hold;
     c.hint = sim__discovery_hint;
     sim_set_controller(s, &c);
+    sluice_discovery_count_in_flight(d, &s->started_calls);
+    sluice_discovery_count_lingering(d, &s->lingering_calls);
 }
 
 /* ---- recording events ------------------------------------------------------- */

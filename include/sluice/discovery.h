@@ -97,7 +97,9 @@
  * them have finished. Where a sample's latency is less than its call (a
  * streamed answer's time to first token), the windows are timed by the
  * calls' mean duration, start to sample, instead: a cohort must last long
- * enough to see its calls end, whatever part of them the signal measures. Closing after a fixed number of *completions* instead
+ * enough to see its calls end, whatever part of them the signal measures;
+ * such a window closes as soon as every call it measures has ended, if
+ * that is before its tail is out (sluice__discovery_count_down). Closing after a fixed number of *completions* instead
  * would bias every window towards the calls that happened to be short (the
  * first to finish), and a lognormal provider then looks slower in steady
  * state than it did right after each change: false latency knees. A window
@@ -525,6 +527,10 @@ enum sluice__hint_state {
 struct sluice_discovery {
     /* Completions write here: the open window's buffer and the closed one. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) struct sluice_window_recorder acc;
+    /* A streamed window's calls still out once its start period ended: the window's
+     * sequence number (low 32 bits) above, count + 1 below; 0 below = not yet counted
+     * (sluice__discovery_count_down). */
+    _Atomic(uint64_t) cohort_left;
 
     /* Written by the updater, read by completions and status readers. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(int64_t) cohort_from_ns; /* the window opened */
@@ -550,6 +556,9 @@ struct sluice_discovery {
     /* Calls in flight, for events and snapshots: a pool sets it after init to its
      * count of calls started and not yet ended; NULL = the gate's permits held. */
     const _Atomic(uint32_t) *in_flight_src;
+    /* Of those, the calls whose sample is already in (a pool's lingering permits); NULL =
+     * none. */
+    const _Atomic(uint32_t) *lingering_src;
 
     /* Effects, handed from the update lock to the flusher (sluice/effects.h). */
     struct sluice_effects fx;
@@ -646,6 +655,30 @@ SLUICE_INLINE void sluice_discovery_count_in_flight(struct sluice_discovery *d,
                                                     const _Atomic(uint32_t) *src)
 {
     d->in_flight_src = src;
+}
+
+/*
+ * Of the calls in flight, count those whose sample is already in from `src`:
+ * a pool's lingering permits (sluice/pool_linger.h), still in flight for the
+ * provider, never reported again. A streamed window that counts its calls
+ * still out leaves them out (sluice__discovery_count_down); without it, a
+ * window with a lingering permit waits out its whole tail. `src` must be
+ * decremented before the in-flight count is, and must outlive the node;
+ * NULL = none. Call after init, before any other thread uses the node.
+ */
+SLUICE_INLINE void sluice_discovery_count_lingering(struct sluice_discovery *d,
+                                                    const _Atomic(uint32_t) *src)
+{
+    d->lingering_src = src;
+}
+
+/* Calls in flight that will still report a sample: in flight, less those lingering (read
+ * after, so a release between the two reads counts a call too many, never too few). */
+SLUICE_INLINE uint32_t sluice__discovery_reporting(const struct sluice_discovery *d)
+{
+    uint32_t n = sluice__discovery_in_flight(d);
+    uint32_t done = d->lingering_src ? atomic_load_explicit(d->lingering_src, SLUICE_RELAXED) : 0u;
+    return n > done ? n - done : 0u;
 }
 
 /* Record an event in the ring for the flusher to deliver. Also during init. */
@@ -1062,11 +1095,65 @@ SLUICE_INLINE void sluice__discovery_close_locked(struct sluice_discovery *d, in
     sluice__discovery_opened_locked(d);
 }
 
+/*
+ * A streamed window need not wait out its tail once every call it measures
+ * has ended. Its tail is window_tail mean *durations* (see Windows), and a
+ * streamed answer's duration is mostly its length, about the same for
+ * every call: two whole streams of tail held each slow-start window of a
+ * streaming service (5 calls of 0.9 s at the jumpstart) a stream longer
+ * than its calls took. So, where the calls last longer than their samples
+ * measure (a mean duration over SLUICE__DISCOVERY_STREAMED mean latencies),
+ * the first sample after `until` counts the calls then in flight that will
+ * still report (every call of the cohort still out, and older ones), less
+ * its own; each later sample of a call that started before `until` takes
+ * one off, and at 0 the window is due. A count that includes a call which
+ * never reports (a lingering permit the node was not told of, a call that
+ * started after `until`) never reaches 0: the window closes at its due time,
+ * as an unstreamed one always does (its tail is in latencies, and its
+ * slowest calls do take that long). Exact where the sample is recorded
+ * while its call still counts as in flight (a pool decrements after
+ * recording; a standalone node counts the gate's permits, so feed the
+ * sample before releasing the permit); otherwise it may close with a call
+ * still out. The count carries the window's sequence number,
+ * so a sample that raced a close never counts against the next window.
+ */
+#define SLUICE__DISCOVERY_STREAMED 1.5
+SLUICE_INLINE void sluice__discovery_count_down(struct sluice_discovery *d, int64_t started,
+                                                int64_t now)
+{
+    uint64_t seq = atomic_load_explicit(&d->window_seq, SLUICE_ACQUIRE);
+    int64_t until = atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED);
+    if (now < until ||
+        (double)atomic_load_explicit(&d->duration_ref_ns, SLUICE_RELAXED) <=
+            SLUICE__DISCOVERY_STREAMED * (double)atomic_load_explicit(&d->latency_ref_ns,
+                                                                      SLUICE_RELAXED))
+        return;
+    uint64_t tag = seq << 32, mine = started < until ? 1u : 0u;
+    uint64_t cur = atomic_load_explicit(&d->cohort_left, SLUICE_RELAXED), next;
+    do {
+        uint32_t count = (uint32_t)cur;
+        if ((cur >> 32) != (uint32_t)seq || !count) {
+            uint32_t n = sluice__discovery_reporting(d);
+            next = tag | ((n > mine ? n - mine : 0u) + 1u);
+        } else if (!mine || count == 1u) {
+            return;
+        } else {
+            next = cur - 1u;
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&d->cohort_left, &cur, next, SLUICE_RELAXED,
+                                                    SLUICE_RELAXED));
+}
+
 /* Should the open window close now? Lock-free; may be wrong by a sample. */
 SLUICE_INLINE bool sluice__discovery_due(struct sluice_discovery *d, int64_t now)
 {
-    return sluice_window_recorder_has_fresh(&d->acc) ||
-           now >= atomic_load_explicit(&d->cohort_due_ns, SLUICE_RELAXED);
+    if (sluice_window_recorder_has_fresh(&d->acc) ||
+        now >= atomic_load_explicit(&d->cohort_due_ns, SLUICE_RELAXED))
+        return true;
+    uint64_t seq = atomic_load_explicit(&d->window_seq, SLUICE_ACQUIRE);
+    uint64_t left = atomic_load_explicit(&d->cohort_left, SLUICE_RELAXED);
+    return (left >> 32) == (uint32_t)seq && (uint32_t)left == 1u &&
+           now >= atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED);
 }
 
 /* Close the window if it is due and nobody else is closing it. */
@@ -1306,6 +1393,7 @@ SLUICE_INLINE void sluice_discovery_record(struct sluice_discovery *d,
         sluice_window_buffer_add_ignored(a, taken);
     }
     sluice_window_recorder_leave(a);
+    sluice__discovery_count_down(d, started, now);
     sluice__discovery_maybe_close(d, now);
     sluice__discovery_tell_signals(d, false);
 }
@@ -1691,10 +1779,12 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
     for (int i = 0; i < SLUICE__SIGNALS; i++)
         atomic_init(&d->signals[i], 0u);
     atomic_init(&d->window_seq, 0u);
+    atomic_init(&d->cohort_left, 0u);
     atomic_init(&d->ceiling, 0u);
     atomic_init(&d->lock_expires_s, 0);
     atomic_init(&d->state, (int)(d->fixed ? SLUICE_DISCOVERY_FIXED : SLUICE_DISCOVERY_PROBING));
     d->in_flight_src = NULL;
+    d->lingering_src = NULL;
     sluice_effects_init(&d->fx);
     uint32_t start = sluice_policy_reset(policy, cfg.jumpstart, false);
     if (!d->fixed)

@@ -96,6 +96,7 @@ SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
     struct sluice_event_slot *slots = (struct sluice_event_slot *)(void *)(d + 1);
     sluice_discovery_init(d, &dd, slots, events); /* checked: cannot fail */
     sluice_discovery_count_in_flight(d, &p->in_flight); /* one "in flight": started calls */
+    sluice_discovery_count_lingering(d, &p->lingering);
     p->discovery = d;
 }
 

@@ -477,8 +477,6 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
     struct sluice_sample sample =
         sluice__pool_sample(call, outcome, retry_after_ns, latency_ns, now);
     bool linger = linger_until > now;
-    if (!linger)
-        atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
     atomic_fetch_add_explicit(&p->ended[outcome == SLUICE_OUTCOME_CENSORED ? 3u
                                         : !abandoned && (unsigned)outcome <= SLUICE_OUTCOME_IGNORE
                                             ? (unsigned)outcome
@@ -490,6 +488,11 @@ SLUICE_INLINE struct sluice_sample sluice__pool_end(struct sluice_pool *p,
             heard.outcome = SLUICE_OUTCOME_IGNORE;
         sluice_discovery_record(p->discovery, &heard);
     }
+    /* After the record: a streamed window counts its calls still out by the calls in
+     * flight, and this one is in the count until its sample is in
+     * (sluice__discovery_count_down). */
+    if (!linger)
+        atomic_fetch_sub_explicit(&p->in_flight, 1u, SLUICE_RELAXED);
     /* The sample may have raised the limit, granting waiters too: async
      * callbacks wait until every sync waiter this end granted is woken. */
     bool outer = SLUICE_UNLIKELY(p->discovery != NULL) && sluice_gate_hold_callbacks();
