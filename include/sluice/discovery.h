@@ -1150,9 +1150,12 @@ SLUICE_INLINE bool sluice__discovery_due(struct sluice_discovery *d, int64_t now
     if (sluice_window_recorder_has_fresh(&d->acc) ||
         now >= atomic_load_explicit(&d->cohort_due_ns, SLUICE_RELAXED))
         return true;
-    uint64_t seq = atomic_load_explicit(&d->window_seq, SLUICE_ACQUIRE);
+    /* The count first: an unstreamed window never has one, and pays one load. */
     uint64_t left = atomic_load_explicit(&d->cohort_left, SLUICE_RELAXED);
-    return (left >> 32) == (uint32_t)seq && (uint32_t)left == 1u &&
+    if ((uint32_t)left != 1u)
+        return false;
+    uint64_t seq = atomic_load_explicit(&d->window_seq, SLUICE_ACQUIRE);
+    return (left >> 32) == (uint32_t)seq &&
            now >= atomic_load_explicit(&d->cohort_until_ns, SLUICE_RELAXED);
 }
 
