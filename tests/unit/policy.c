@@ -340,10 +340,11 @@ Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behin
  * with `struck` in flight (served calls with up to `served`) and came back after
  * `refused_after_ns`; then level 11, under the refusal bracket, `rise_pct` % of s0 on 19 calls
  * spread by `cv`, `censored` of them cut by their caller's deadline. Returns the verdict on
- * that level's first judged window. */
+ * that level's `judged`-th judged window (each the same). */
 static struct sluice_verdict at_11_after_refusals(uint32_t refused_at, uint32_t struck,
                                                   uint32_t served, int64_t refused_after_ns,
-                                                  int64_t rise_pct, double cv, uint32_t censored)
+                                                  int64_t rise_pct, double cv, uint32_t censored,
+                                                  int judged)
 {
     struct sluice_policy_discover p;
     sluice_policy_discover_init(&p, NULL, NULL, 0);
@@ -359,7 +360,7 @@ static struct sluice_verdict at_11_after_refusals(uint32_t refused_at, uint32_t 
     struct sluice_verdict v = sluice_policy_update(&p.base, &w);
     cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
     cr_assert_eq(v.limit, (uint32_t)(struck * 0.9), "cut to backoff times where it struck");
-    for (int i = 0; i < 2; i++) { /* the first window at 11 measured the old queue */
+    for (int i = 0; i < 1 + judged; i++) { /* the first window at 11 measured the old queue */
         w = healthy(11, 19, 2 * SEC * rise_pct / 100, cv);
         w.probe_cap = refused_at - 1;
         w.n_censored = censored;
@@ -372,7 +373,7 @@ static struct sluice_verdict at_11_after_refusals(uint32_t refused_at, uint32_t 
 static struct sluice_verdict doubt_at_11_after_refusals(uint32_t refused_at, uint32_t struck,
                                                         uint32_t served, int64_t refused_after_ns)
 {
-    return at_11_after_refusals(refused_at, struck, served, refused_after_ns, 117, 0.4, 0);
+    return at_11_after_refusals(refused_at, struck, served, refused_after_ns, 117, 0.4, 0, 1);
 }
 
 /* Refusals that struck just above a level bound the cap there: a rise within the noise is
@@ -397,11 +398,29 @@ Test(policy, discover_measures_a_level_in_doubt_just_under_where_refusals_struck
  * 10 s, on the loaded client's own delays). Without cut calls the probe stays. */
 Test(policy, discover_holds_a_knee_under_refusals_while_deadlines_cut_calls)
 {
-    struct sluice_verdict v = at_11_after_refusals(20, 20, 12, 2 * SEC, 200, 0.1, 5);
+    struct sluice_verdict v = at_11_after_refusals(20, 20, 12, 2 * SEC, 200, 0.1, 5, 1);
     cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "deadlines cut calls: held where it stands");
     cr_assert_eq(v.limit, 11);
-    v = at_11_after_refusals(20, 20, 12, 2 * SEC, 200, 0.1, 0);
+    v = at_11_after_refusals(20, 20, 12, 2 * SEC, 200, 0.1, 0, 1);
     cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "no cut calls: the reference is probed");
+    cr_assert_lt(v.limit, 11);
+}
+
+/* Just under where refusals struck at the door, a knee against a reference of 38 calls is
+ * doubt for one window: a second must show it before the probe halves the limit (over HTTP,
+ * one window's chance rise at 11, under a streaming cap of 12 whose latency never moves,
+ * probed at 5 for the rest of a run). A queue keeps its rise, and then the reference is
+ * probed; where refusals struck far above, at once. */
+Test(policy, discover_wants_a_knee_just_under_refusals_twice_before_it_probes)
+{
+    struct sluice_verdict v = at_11_after_refusals(20, 13, 12, SEC / 100, 200, 0.1, 0, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "one window's knee: held where it stands");
+    cr_assert_eq(v.limit, 11);
+    v = at_11_after_refusals(20, 13, 12, SEC / 100, 200, 0.1, 0, 2);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "the knee again: the reference is probed");
+    cr_assert_lt(v.limit, 11);
+    v = at_11_after_refusals(20, 20, 12, SEC / 100, 200, 0.1, 0, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "refusals far above: probed at once");
     cr_assert_lt(v.limit, 11);
 }
 

@@ -169,8 +169,12 @@
  *            struck is measured where it stands until `confirm` decides;
  *            while deadlines cut calls there, a knee against a reference
  *            not yet sampled is doubt too (no probe: the refusals bound
- *            the cap); at the locked ceiling doubt passes at once (only
- *            refusals lower a lock).
+ *            the cap), and just under where they struck so is a knee on
+ *            the level's first window alone: a second must show it again
+ *            before the probe halves the limit (one window's chance rise
+ *            at 11, under a streaming cap of 12 whose latency never
+ *            moves, probed at 5 for the rest of a run); at the locked
+ *            ceiling doubt passes at once (only refusals lower a lock).
  *   lock     Just below a latency bracket the first stable window locks
  *            (discovery.h). The policy lets that happen only on a level
  *            that passed with the last cut's estimate at or above it;
@@ -1053,8 +1057,13 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     /* Under a refusal bracket while deadlines cut calls, the refusals bound the cap and a
      * knee against a reference not yet sampled is doubt, measured where it stands: its
      * probe would halve the limit with callers waiting (one held 25 -> 9 at 10 s under a
-     * cap of 24 whose latency never moved: the loaded client's own delays). */
-    if (test == SLUICE__DISCOVER_QUEUE && refused && w->n_censored && !ref.sampled && !last_step)
+     * cap of 24 whose latency never moved: the loaded client's own delays). Just under where
+     * the refusals struck, without cut calls, a knee that rests on one window alone is doubt:
+     * a real queue shows again in the next (a gateway queueing under its 503s does), one
+     * window's chance rise does not. */
+    bool first = sluice__discover_bounded(p, level) && l->n <= (float)w->n_ok;
+    if (test == SLUICE__DISCOVER_QUEUE && refused && (w->n_censored || first) && !ref.sampled &&
+        !last_step)
         test = SLUICE__DISCOVER_DOUBT;
     switch (test) {
     case SLUICE__DISCOVER_QUEUE:
