@@ -407,10 +407,9 @@ Test(policy, discover_holds_a_knee_under_refusals_while_deadlines_cut_calls)
 }
 
 /* Just under where refusals struck at the door, a knee against a reference of 38 calls is
- * doubt for one window: a second must show it before the probe halves the limit (over HTTP,
- * one window's chance rise at 11, under a streaming cap of 12 whose latency never moves,
- * probed at 5 for the rest of a run). A queue keeps its rise, and then the reference is
- * probed; where refusals struck far above, at once. */
+ * doubt for one window: a second must show it before the probe halves the limit with callers
+ * waiting (one window's chance rise would do it). A queue keeps its rise, and then the
+ * reference is probed; where refusals struck far above, at once. */
 Test(policy, discover_wants_a_knee_just_under_refusals_twice_before_it_probes)
 {
     struct sluice_verdict v = at_11_after_refusals(20, 13, 12, SEC / 100, 200, 0.1, 0, 1);

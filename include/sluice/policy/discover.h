@@ -171,10 +171,10 @@
  *            not yet sampled is doubt too (no probe: the refusals bound
  *            the cap), and just under where they struck so is a knee on
  *            the level's first window alone: a second must show it again
- *            before the probe halves the limit (one window's chance rise
- *            at 11, under a streaming cap of 12 whose latency never
- *            moves, probed at 5 for the rest of a run); at the locked
- *            ceiling doubt passes at once (only refusals lower a lock).
+ *            before the probe halves the limit with callers waiting (a
+ *            window of ~20 calls against a reference of ~20 reads past
+ *            the noise by chance); at the locked ceiling doubt passes at
+ *            once (only refusals lower a lock).
  *   lock     Just below a latency bracket the first stable window locks
  *            (discovery.h). The policy lets that happen only on a level
  *            that passed with the last cut's estimate at or above it;
