@@ -15,8 +15,9 @@
  * token returns success (the grant came first); callers that must not start
  * work after a fire re-check with sluice_wait_stop_reason (the pool does).
  * Firing a token never interrupts work that already started (an in-flight
- * model call); it only ends waits. A deadline that is not normalised is an
- * argument error: SLUICE_EINVAL, before any of the above.
+ * model call); it only ends waits. A deadline that is not normalised, or
+ * more than a year ahead (a CLOCK_REALTIME reading), is an argument error:
+ * SLUICE_EINVAL, before any of the above.
  *
  * Concurrency: fire, fired, register and unregister may all run
  * concurrently. fire detaches the whole hook list under the token's
@@ -160,19 +161,25 @@ SLUICE_INLINE void sluice_cancel_reset(struct sluice_cancel *c)
 }
 
 /*
- * Why a wait must stop now: SLUICE_EINVAL if `deadline` is not normalised
- * (see time.h), SLUICE_ECANCELED if `cancel` (may be NULL) has fired,
- * SLUICE_ETIMEDOUT if `deadline` (may be NULL) has passed, else SLUICE_OK.
- * Cancel beats the deadline when both hold.
+ * Why a wait must stop now: SLUICE_EINVAL if `deadline` is not normalised,
+ * or lies more than a year ahead (SLUICE_DEADLINE_AHEAD_MAX_NS: read from
+ * CLOCK_REALTIME, not CLOCK_MONOTONIC; see time.h), SLUICE_ECANCELED if
+ * `cancel` (may be NULL) has fired, SLUICE_ETIMEDOUT if `deadline` (may be
+ * NULL) has passed, else SLUICE_OK. Cancel beats the deadline when both hold.
  */
 SLUICE_INLINE int sluice_wait_stop_reason(const struct timespec *deadline,
                                           const struct sluice_cancel *cancel)
 {
     if (SLUICE_UNLIKELY(!sluice_deadline_valid(deadline)))
         return SLUICE_EINVAL;
+    int64_t now = deadline ? sluice_monotonic_ns() : 0;
+    /* Caught here, where the clock is read anyway: a wall-clock deadline would bound nothing,
+     * so the wait it was meant to end would go on until the provider answered. */
+    if (deadline && SLUICE_UNLIKELY(sluice_deadline_too_far(deadline, now)))
+        return SLUICE_EINVAL;
     if (sluice_cancel_fired(cancel))
         return SLUICE_ECANCELED;
-    if (sluice_deadline_passed(deadline))
+    if (deadline && now >= sluice_timespec_ns(deadline))
         return SLUICE_ETIMEDOUT;
     return SLUICE_OK;
 }

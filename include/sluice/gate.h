@@ -59,7 +59,8 @@
  * everything the previous holder wrote before release().
  *
  * Deadlines and cancellation (sluice/cancel.h has the contract): a deadline
- * that is not normalised fails with SLUICE_EINVAL before anything else. A
+ * that is not normalised fails with SLUICE_EINVAL before anything else (one
+ * more than a year ahead, a CLOCK_REALTIME reading, once the call waits). A
  * wait that ends without a permit returns SLUICE_ECANCELED if its token has
  * fired by then, whatever else happened (deadline passed, gate closed): cancel
  * wins. A permit granted before the wait noticed the token is kept (OK).
@@ -645,7 +646,8 @@ SLUICE_INLINE int sluice__gate_wait(struct sluice_gate *g, const struct timespec
  * SLUICE_ECANCELED, SLUICE_ETIMEDOUT or SLUICE_ECLOSED (caller holds nothing),
  * or SLUICE_EINVAL for a deadline that is not normalised (time.h). A token
  * that has already fired fails at once, even on a closed gate; a deadline
- * that has passed is only noticed once the call has to wait.
+ * that has passed, or one more than a year ahead (SLUICE_EINVAL: read from
+ * CLOCK_REALTIME), is only noticed once the call has to wait.
  */
 SLUICE_INLINE int sluice_gate_acquire(struct sluice_gate *g, const struct timespec *deadline,
                                       struct sluice_cancel *cancel)

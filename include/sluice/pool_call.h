@@ -120,7 +120,9 @@ SLUICE_INLINE void sluice__pool_start(struct sluice_pool *p, struct sluice_call 
  * gives up wins over the deadline and over close); call->expired says
  * which deadline, call->refused_late that the call left before it passed
  * (the start rule) — SLUICE_ECLOSED once the pool is closed, or
- * SLUICE_EINVAL for a deadline whose tv_nsec is outside [0, 1e9).
+ * SLUICE_EINVAL for a deadline whose tv_nsec is outside [0, 1e9) or that lies
+ * more than a year ahead (SLUICE_DEADLINE_AHEAD_MAX_NS: a CLOCK_REALTIME
+ * reading, which would bound nothing).
  */
 SLUICE_INLINE int sluice_pool_call_begin_by(struct sluice_pool *p,
                                             const struct timespec *start_deadline,
@@ -128,9 +130,12 @@ SLUICE_INLINE int sluice_pool_call_begin_by(struct sluice_pool *p,
                                             struct sluice_cancel *cancel, struct sluice_call *call)
 {
     const struct timespec *first = sluice_deadline_first(start_deadline, deadline);
+    const struct timespec *later = first == deadline ? start_deadline : deadline;
     int status = sluice_deadline_valid(start_deadline) && sluice_deadline_valid(deadline)
-                     ? sluice_wait_stop_reason(first, cancel)
+                     ? sluice_wait_stop_reason(first, cancel) /* the first one's clock checked */
                      : SLUICE_EINVAL;
+    if (status == SLUICE_OK && later && sluice_deadline_too_far(later, sluice_monotonic_ns()))
+        status = SLUICE_EINVAL;
     if (status == SLUICE_OK && SLUICE_UNLIKELY(atomic_load_explicit(&p->closed, SLUICE_RELAXED)))
         status = SLUICE_ECLOSED;
     call->refused_late = false;

@@ -122,6 +122,8 @@ enum sluice_run_stage {
     SLUICE_STAGE_VALIDATE,
 };
 
+#define SLUICE_RUN_ERROR_MAX 256 /* bytes of sluice_run_result.error, NUL included */
+
 struct sluice_run_result {
     int status;                   /* what sluice_run returned */
     int64_t elapsed_ns;           /* admission to completion, queue waits included */
@@ -139,6 +141,9 @@ struct sluice_run_result {
     struct sluice_sample last;    /* the last generation's sample, as discovery gets it */
     int client_status;            /* with SLUICE_ECLIENT: the failing callback's own code */
     enum sluice_run_stage client_stage; /* ... and which callback it was */
+    char error[SLUICE_RUN_ERROR_MAX]; /* with SLUICE_EINVAL: what to fix (a NULL engine or
+                                         generate, an unknown backend ID, a deadline not
+                                         normalised or not on CLOCK_MONOTONIC); else empty */
 };
 
 /* A callback's own error becomes SLUICE_ECLIENT, its code kept in the result. */
@@ -237,6 +242,29 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
     }
 }
 
+/* Why sluice_run refuses `desc` (SLUICE_EINVAL, naming what to fix in r->error), or SLUICE_OK
+ * with *b its backend. Both deadlines: the earlier one alone is what the waits check first. */
+SLUICE_INLINE int sluice__run_check(struct sluice_engine *engine, const struct sluice_run_desc *desc,
+                                    const struct sluice_backend **b, struct sluice_run_result *r)
+{
+    if (!engine || !desc)
+        return sluice__fail(r->error, sizeof r->error, "sluice_run: the %s is NULL",
+                            !engine ? "engine" : "description");
+    if (!desc->ops || !desc->ops->generate)
+        return sluice__fail(r->error, sizeof r->error,
+                            "sluice_run: desc->ops->generate is required (the client call)");
+    if (!(*b = sluice_engine_find(engine, desc->backend)))
+        return sluice__fail(r->error, sizeof r->error,
+                            "sluice_run: backend \"%s\" is not one of the engine's (set desc->backend "
+                            "to a registered ID, or NULL for the endpoint-only backend)",
+                            desc->backend);
+    int status = sluice_deadline_check(desc->start_deadline, "start_deadline", r->error,
+                                       sizeof r->error);
+    return status == SLUICE_OK
+               ? sluice_deadline_check(desc->deadline, "deadline", r->error, sizeof r->error)
+               : status;
+}
+
 /*
  * Run one request on `engine` as `desc` describes and wait for its result.
  * Returns the run's status, also stored in result->status (result may be
@@ -244,8 +272,10 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
  * rest of *result is zero), SLUICE_ELATE (the predicted wait leaves the
  * run too little of its deadline or start deadline, result->expired says
  * which: nothing was called; see sluice/pool_deadlines.h), SLUICE_EINVAL (bad desc, unknown backend
- * ID, or either deadline with its tv_nsec outside [0, 1e9): refused before
- * admission, nothing called), SLUICE_ECANCELED,
+ * ID, or either deadline with its tv_nsec outside [0, 1e9) or more than a
+ * year ahead, SLUICE_DEADLINE_AHEAD_MAX_NS: a CLOCK_REALTIME reading, which
+ * would bound nothing; refused before admission, nothing called;
+ * result->error names what to fix), SLUICE_ECANCELED,
  * SLUICE_ETIMEDOUT (result->expired says which deadline; result->refused_late
  * that a generation could no longer start in time and the client was not
  * called), SLUICE_ECLOSED (the engine or pool was closed: at
@@ -259,13 +289,10 @@ SLUICE_INLINE int sluice_run(struct sluice_engine *engine, const struct sluice_r
     struct sluice_run_result r;
     memset(&r, 0, sizeof r);
     const struct sluice_backend *b = NULL;
-    if (!engine || !desc || !desc->ops || !desc->ops->generate ||
-        !(b = sluice_engine_find(engine, desc->backend)))
-        r.status = SLUICE_EINVAL;
-    else if (!sluice_deadline_valid(desc->start_deadline) || !sluice_deadline_valid(desc->deadline))
-        r.status = SLUICE_EINVAL; /* both: the earlier one alone is what the waits check first */
-    else if ((r.status = sluice_pool_admit_late(b->pool, desc->start_deadline, desc->deadline,
-                                                &r.expired)) == SLUICE_OK) {
+    r.status = sluice__run_check(engine, desc, &b, &r);
+    if (r.status == SLUICE_OK && (r.status = sluice_pool_admit_late(b->pool, desc->start_deadline,
+                                                                    desc->deadline, &r.expired)) ==
+                                     SLUICE_OK) {
         int64_t start = sluice_clock_now(&engine->clock);
         r.status = sluice__run_admitted(engine, b, desc, &r);
         sluice_pool_leave(b->pool);

@@ -32,6 +32,8 @@
 
 #include <time.h>
 
+#include "status.h"
+
 #define SLUICE_NS_PER_SEC INT64_C(1000000000)
 #define SLUICE_NS_PER_MS INT64_C(1000000)
 
@@ -98,6 +100,46 @@ SLUICE_INLINE struct timespec *sluice_deadline_in(struct timespec *deadline, int
 SLUICE_INLINE bool sluice_deadline_valid(const struct timespec *deadline)
 {
     return !deadline || (deadline->tv_nsec >= 0 && deadline->tv_nsec < SLUICE_NS_PER_SEC);
+}
+
+/*
+ * The furthest ahead a deadline may lie: one further is on the wrong clock.
+ * CLOCK_MONOTONIC counts from boot, so a CLOCK_REALTIME reading (seconds
+ * since 1970) lands about 56 years ahead of it, less only the machine's
+ * uptime, and a wait bound by it would never end; no model call waits a
+ * year. A year sits far from both.
+ */
+#define SLUICE_DEADLINE_AHEAD_MAX_NS (INT64_C(366) * 86400 * SLUICE_NS_PER_SEC)
+
+/* True when `deadline` (not NULL) lies more than SLUICE_DEADLINE_AHEAD_MAX_NS past `now_ns`
+ * (CLOCK_MONOTONIC): a time read from another clock, most likely CLOCK_REALTIME. */
+SLUICE_INLINE bool sluice_deadline_too_far(const struct timespec *deadline, int64_t now_ns)
+{
+    return sluice_timespec_ns(deadline) > sluice_add_ns(now_ns, SLUICE_DEADLINE_AHEAD_MAX_NS);
+}
+
+/*
+ * Check a caller's deadline (NULL = none) before anything waits on it:
+ * SLUICE_OK, or SLUICE_EINVAL with a message in `err` (`err_size` bytes;
+ * may be NULL or 0) naming the field (`name`) and the fix: not normalised,
+ * or more than a year ahead (CLOCK_REALTIME). Reads the clock.
+ */
+SLUICE_INLINE int sluice_deadline_check(const struct timespec *deadline, const char *name, char *err,
+                                        size_t err_size)
+{
+    if (!sluice_deadline_valid(deadline))
+        return sluice__fail(err, err_size,
+                            "%s is not normalised: tv_nsec = %ld is outside [0, 999999999] "
+                            "(build it with sluice_deadline_in or sluice_ns_timespec)",
+                            name, (long)deadline->tv_nsec);
+    int64_t now = deadline ? sluice_monotonic_ns() : 0;
+    if (deadline && sluice_deadline_too_far(deadline, now))
+        return sluice__fail(err, err_size,
+                            "%s is %lld days ahead: not a CLOCK_MONOTONIC time (from "
+                            "CLOCK_REALTIME?); build it with sluice_deadline_in",
+                            name, (long long)((sluice_timespec_ns(deadline) - now) / 86400 /
+                                              SLUICE_NS_PER_SEC));
+    return SLUICE_OK;
 }
 
 /* Which of a call's two deadlines ended it. */

@@ -63,39 +63,14 @@ void sluice__curl_result_init(struct sluice_curl_result *res)
     res->ratelimit.requests = res->ratelimit.tokens = none;
 }
 
-/*
- * A deadline further ahead than this is on the wrong clock. CLOCK_MONOTONIC
- * counts from boot, so a CLOCK_REALTIME reading (seconds since 1970) lands
- * about 56 years ahead of it, less only the machine's uptime; no model call
- * waits a year. A year sits far from both.
- */
-#define SLUICE__DEADLINE_AHEAD_MAX_NS (INT64_C(366) * 86400 * SLUICE_NS_PER_SEC)
-
-/* One of the two deadlines, named as the caller's field (`name`) in the message. */
-static int sluice__curl_check_one(const struct timespec *deadline, const char *name,
-                                  struct sluice_curl_result *res)
-{
-    if (!sluice_deadline_valid(deadline))
-        return sluice__fail(res->error, sizeof res->error,
-                            "%s is not normalised: tv_nsec = %ld is outside [0, "
-                            "999999999] (build it with sluice_deadline_in or "
-                            "sluice_ns_timespec)",
-                            name, (long)deadline->tv_nsec);
-    int64_t ahead = deadline ? sluice_timespec_ns(deadline) - sluice_monotonic_ns() : 0;
-    if (ahead > SLUICE__DEADLINE_AHEAD_MAX_NS)
-        return sluice__fail(res->error, sizeof res->error,
-                            "%s is %lld days ahead: not a CLOCK_MONOTONIC time (from "
-                            "CLOCK_REALTIME?); build it with sluice_deadline_in",
-                            name, (long long)(ahead / SLUICE_NS_PER_SEC / 86400));
-    return SLUICE_OK;
-}
-
 int sluice__curl_check_deadlines(const struct timespec *start_deadline,
                                  const struct timespec *deadline, struct sluice_curl_result *res)
 {
-    int status = sluice__curl_check_one(deadline, "deadline", res);
-    return status == SLUICE_OK ? sluice__curl_check_one(start_deadline, "start_deadline", res)
-                               : status;
+    int status = sluice_deadline_check(deadline, "deadline", res->error, sizeof res->error);
+    return status == SLUICE_OK
+               ? sluice_deadline_check(start_deadline, "start_deadline", res->error,
+                                       sizeof res->error)
+               : status;
 }
 
 void sluice__curl_explain_timeout(struct sluice_curl_result *res, const struct timespec *deadline,

@@ -725,6 +725,26 @@ Test(gate, an_unnormalised_deadline_is_rejected_with_einval_not_busy_waited, .ti
     sluice_gate_destroy(g);
 }
 
+Test(gate, a_wall_clock_deadline_is_einval_once_the_call_must_wait_not_a_wait_without_end,
+     .timeout = 10)
+{
+    struct sluice_gate *g = make_gate(1);
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    wall.tv_sec += 1;
+    cr_assert_eq(sluice_gate_acquire(g, &wall, NULL), SLUICE_OK, "a free permit needs no wait");
+    int64_t t0 = sluice_monotonic_ns();
+    cr_assert_eq(sluice_gate_acquire(g, &wall, NULL), SLUICE_EINVAL);
+    cr_assert_lt(sluice_monotonic_ns() - t0, 2 * SLUICE_NS_PER_SEC, "refused, not waited out");
+    struct sluice_gate_counts c = sluice_gate_stats(g);
+    cr_assert_eq(c.in_flight, 1);
+    cr_assert_eq(c.waiting, 0, "it left the line");
+    sluice_gate_release(g);
+    cr_assert_eq(sluice_gate_tryacquire(g), SLUICE_OK, "no permit was lost");
+    sluice_gate_release(g);
+    sluice_gate_destroy(g);
+}
+
 /* ---- cancel wins over close ------------------------------------------------ */
 
 Test(gate, cancel_wins_over_close_when_both_land_while_a_waiter_sleeps, .timeout = 30)

@@ -336,6 +336,24 @@ Test(pool, passed_deadline_fails_call_begin_even_when_a_permit_is_free)
     sluice_pool_destroy(p);
 }
 
+Test(pool, a_wall_clock_deadline_of_either_kind_fails_call_begin_with_einval_holding_nothing)
+{
+    struct sluice_pool *p = make_pool(4, omitted);
+    struct timespec wall, soon = deadline_in(60 * SLUICE_NS_PER_SEC);
+    clock_gettime(CLOCK_REALTIME, &wall);
+    wall.tv_sec += 1; /* "in a second" from the wrong clock: 56 years ahead of CLOCK_MONOTONIC */
+    struct sluice_call call;
+    cr_assert_eq(sluice_pool_call_begin_by(p, NULL, &wall, NULL, &call), SLUICE_EINVAL);
+    cr_assert_eq(sluice_pool_call_begin_by(p, &wall, NULL, NULL, &call), SLUICE_EINVAL);
+    /* The later of two deadlines is checked too, though the earlier one ends any wait. */
+    cr_assert_eq(sluice_pool_call_begin_by(p, &soon, &wall, NULL, &call), SLUICE_EINVAL);
+    cr_assert_eq(sluice_pool_call_begin_by(p, &wall, &soon, NULL, &call), SLUICE_EINVAL);
+    cr_assert_eq(sluice_pool_stats(p).in_flight, 0);
+    cr_assert_eq(sluice_pool_call_begin_by(p, &soon, &soon, NULL, &call), SLUICE_OK);
+    sluice_pool_call_end(p, &call, SLUICE_OUTCOME_OK, 0);
+    sluice_pool_destroy(p);
+}
+
 Test(pool, cancel_wins_over_a_passed_deadline)
 {
     struct sluice_pool *p = make_pool(1, omitted);

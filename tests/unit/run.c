@@ -172,16 +172,48 @@ Test(run, a_desc_without_a_client_or_an_unknown_backend_is_einval_and_calls_noth
     struct script s;
     script_init(&s);
     struct sluice_run_desc d = desc_for("nobody", &s);
-    cr_assert_eq(sluice_run(e, &d, NULL), SLUICE_EINVAL);
+    struct sluice_run_result r;
+    cr_assert_eq(sluice_run(e, &d, &r), SLUICE_EINVAL);
+    cr_assert(strstr(r.error, "\"nobody\""), "names the backend: \"%s\"", r.error);
     struct sluice_run_ops no_generate = {script_prepare, NULL, NULL};
     d = desc_for("local", &s);
     d.ops = &no_generate;
-    cr_assert_eq(sluice_run(e, &d, NULL), SLUICE_EINVAL);
+    cr_assert_eq(sluice_run(e, &d, &r), SLUICE_EINVAL);
+    cr_assert(strstr(r.error, "generate"), "names the callback: \"%s\"", r.error);
     cr_assert_eq(sluice_run(NULL, &d, NULL), SLUICE_EINVAL);
-    struct sluice_run_result r;
     cr_assert_eq(sluice_run(e, NULL, &r), SLUICE_EINVAL);
     cr_assert_eq(r.status, SLUICE_EINVAL, "the result says so too");
+    cr_assert(strstr(r.error, "description is NULL"), "\"%s\"", r.error);
     cr_assert_eq(s.prepares + s.generations, 0);
+    sluice_engine_destroy(e);
+}
+
+Test(run, a_wall_clock_deadline_is_einval_before_admission_and_calls_nothing)
+{
+    struct sluice_engine *e = make_engine(local_1_1, 1, NULL);
+    struct script s;
+    script_init(&s);
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    wall.tv_sec += 1; /* a common slip: CLOCK_REALTIME, where sluice takes CLOCK_MONOTONIC */
+    struct sluice_run_desc d = desc_for("local", &s);
+    d.deadline = &wall;
+    struct sluice_run_result r;
+    cr_assert_eq(sluice_run(e, &d, &r), SLUICE_EINVAL);
+    cr_assert(strstr(r.error, "deadline is ") && strstr(r.error, "CLOCK_MONOTONIC") &&
+                  strstr(r.error, "sluice_deadline_in"),
+              "names the field, the clock and the fix: \"%s\"", r.error);
+    d.deadline = NULL;
+    d.start_deadline = &wall;
+    cr_assert_eq(sluice_run(e, &d, &r), SLUICE_EINVAL);
+    cr_assert(strstr(r.error, "start_deadline is "), "names the start deadline: \"%s\"", r.error);
+    /* Behind a sound start deadline, which alone would bound every wait: still refused. */
+    struct timespec soon;
+    d.start_deadline = sluice_deadline_in(&soon, 60 * SLUICE_NS_PER_SEC);
+    d.deadline = &wall;
+    cr_assert_eq(sluice_run(e, &d, &r), SLUICE_EINVAL);
+    cr_assert_eq(s.prepares + s.generations, 0, "refused before prepare");
+    assert_capacity_intact(sluice_engine_pool(e, "local"));
     sluice_engine_destroy(e);
 }
 

@@ -55,6 +55,24 @@ Test(time, add_ns_clamps_at_both_ends)
     cr_assert_eq(sluice_add_ns(10, -3), 7);
 }
 
+Test(time, a_wall_clock_deadline_is_too_far_ahead_and_a_monotonic_one_is_not)
+{
+    struct timespec wall, mono;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    wall.tv_sec += 1; /* "in a second", on the wrong clock */
+    int64_t now = sluice_monotonic_ns();
+    cr_assert(sluice_deadline_too_far(&wall, now), "CLOCK_REALTIME is decades past the uptime");
+    cr_assert_not(sluice_deadline_too_far(sluice_deadline_in(&mono, SLUICE_NS_PER_SEC), now));
+    struct timespec year = sluice_ns_timespec(now + SLUICE_DEADLINE_AHEAD_MAX_NS);
+    cr_assert_not(sluice_deadline_too_far(&year, now), "a year from now is the furthest allowed");
+    year = sluice_ns_timespec(now + SLUICE_DEADLINE_AHEAD_MAX_NS + 1);
+    cr_assert(sluice_deadline_too_far(&year, now));
+    struct timespec past = {.tv_sec = (time_t)(INT64_MIN / 2), .tv_nsec = 0};
+    cr_assert_not(sluice_deadline_too_far(&past, now), "long past, not too far (and no overflow)");
+    struct timespec end = {.tv_sec = (time_t)(INT64_MAX / 2), .tv_nsec = 0};
+    cr_assert(sluice_deadline_too_far(&end, now), "the end of time is no deadline either");
+}
+
 Test(time, deadline_valid_accepts_null_and_normalised_deadlines_only)
 {
     struct timespec ok = {.tv_sec = 5, .tv_nsec = SLUICE_NS_PER_SEC - 1};

@@ -32,9 +32,10 @@
  * with the code in result.client_status): the transfer's status
  * (SLUICE_EIO, SLUICE_ETIMEDOUT, SLUICE_ECANCELED, SLUICE_ENOMEM), SLUICE_EIO
  * for a non-2xx answer or a 2xx body without choices[0].message.content
- * (sluice_chat_result says which), SLUICE_EINVAL when there is no URL or the
- * run's deadline is not on CLOCK_MONOTONIC (sluice_chat_result's `error`
- * names which).
+ * (sluice_chat_result says which), SLUICE_EINVAL when there is no URL
+ * (sluice_chat_result's `error` says so). A run deadline not on
+ * CLOCK_MONOTONIC never reaches the chat: sluice_run refuses it with
+ * SLUICE_EINVAL itself, naming it in its result's `error`.
  * A response body longer than SLUICE_CHAT_REPLY_MAX ends the transfer as
  * soon as it passes the cap (a Content-Length above it before the body is
  * read), with SLUICE_EIO, sample IGNORE, and sluice_chat_result's `error`
