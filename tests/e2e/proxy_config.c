@@ -246,6 +246,79 @@ static void expect_head(char *out, size_t size, const char *path, size_t length)
 
 /* A flag beside --config wins over the file's top-level setting of the same number: a body
  * limit of 100 in the file, 2000 on the command line, and a declared 1000 bytes is let in. */
+/* One backend of one permit, no queue, in front of the fixture's simulator; `extra` is the rest
+ * of its group ("" or a setting). */
+static void start_one_permit(const char *extra)
+{
+    char text[512], conf[128];
+    snprintf(text, sizeof text,
+             "backends = ( { id = \"cloud:sim\"; upstream = \"http://127.0.0.1:%%1$d\";\n"
+             "  discovery = false; active = 1; waiting = 0; %s } );\n",
+             extra);
+    write_config("one.conf", text, fx_sim.port, conf, sizeof conf);
+    const char *args[] = {"--config", conf, "--state", "off", "--access-log", "off", NULL};
+    cr_assert_eq(px_start(&px_main, args), 0);
+}
+
+/* With the one permit held by a 2 s generation, POST each of `paths` (n of them): one whose
+ * `through` is set must be answered by the upstream (the simulator's 404 for a path it does not
+ * serve), the others by the proxy's 503; then the backend must have counted one call. */
+static void expect_through(const char *const *paths, const bool *through, size_t n)
+{
+    struct px_reply held;
+    CURLM *m = curl_multi_init();
+    CURL *e = px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &held);
+    curl_multi_add_handle(m, e);
+    int running = 1;
+    for (int64_t until = fx_now_ms() + 5000; fx_stats().in_flight < 1 && fx_now_ms() < until;) {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 20, NULL);
+    }
+    cr_assert_eq(fx_stats().in_flight, 1, "the generation never reached the provider");
+    long refused = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct px_reply r;
+        px_request(&px_main, paths[i], "{\"purpose\": \"batch\"}", NULL, &r);
+        if (through[i])
+            cr_expect_eq(r.status, 404, "POST %s went through the pool: %ld %s", paths[i],
+                         r.status, r.body);
+        else
+            cr_expect_eq(r.status, 503, "POST %s went around the pool: %ld %s", paths[i],
+                         r.status, r.body);
+        refused += !through[i];
+    }
+    while (running) {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 50, NULL);
+    }
+    curl_multi_remove_handle(m, e);
+    px_finish(e, &held);
+    curl_multi_cleanup(m);
+    cr_assert_eq(held.status, 200);
+    cr_expect_eq(px_node_count(&px_main, "cloud:sim", "requests_total"), 1,
+                 "a request around the pool was a call");
+    cr_expect_eq(px_node_count(&px_main, "cloud:sim", "refused_capacity_total"), refused);
+}
+
+/* An upload, a batch, a token count generate nothing while they run: by default they go around
+ * the pool as reads do (a 40 MB upload's minute read as a generation's latency would be a knee),
+ * matched by whole path segments; a backend's unpooled_paths replaces the list. */
+Test(proxy_config, uploads_batches_and_token_counts_take_no_permit_and_a_backend_can_say_which)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 2000,
+                                   .fixed_latency = true});
+    start_one_permit("");
+    const char *paths[] = {"/v1/files", "/v1/batches?limit=1", "/v1/messages/count_tokens",
+                           "/v1/filesystem", "/v1/messages"};
+    expect_through(paths, (const bool[]){true, true, true, false, false}, 5);
+    px_stop(&px_main);
+    start_one_permit("unpooled_paths = [\"/v1/messages/\"];");
+    expect_through(paths, (const bool[]){false, false, true, false, false}, 5);
+    px_stop(&px_main);
+    start_one_permit("unpooled_paths = [];");
+    expect_through(paths, (const bool[]){false, false, false, false, false}, 5);
+}
+
 Test(proxy_config, a_flag_wins_over_the_files_setting_of_the_same_number)
 {
     char conf[128], head[512];
@@ -403,6 +476,11 @@ static const struct {
      "openrouter, together, groq, mistral, gemini, ietf): 'openapi'"},
     {"max_body_bytes = 0;\nbackends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
      "1: max_body_bytes: must be a whole number from 1 to"},
+    {"backends = ( { id = \"a\"; upstream = \"http://x\";\n"
+     "  unpooled_paths = [\"v1/files\"]; } );\n",
+     "2: backends[0].unpooled_paths: must be a list of paths starting with \"/\""},
+    {"backends = ( { id = \"a\"; upstream = \"http://x\"; unpooled_paths = \"/v1/files\"; } );\n",
+     "1: backends[0].unpooled_paths: must be a list of up to 64 paths"},
 };
 
 Test(proxy_config, errors_name_the_file_the_line_and_the_field_and_exit_2)

@@ -26,7 +26,7 @@
 #include <libconfig.h>
 
 enum ftype { F_STR, F_U32, F_I64, F_BOOL, F_OPT_U32, F_DIALECT, F_KEY_HEADER, F_MODELS,
-             F_HOST_PORT, F_LINGER };
+             F_HOST_PORT, F_LINGER, F_UNPOOLED };
 
 struct field {
     const char *name;
@@ -62,6 +62,7 @@ static const struct field backend_fields[] = {
     {"linger", F_LINGER, B(deadlines.linger), 0, 0, 0},
     {"linger_max_ms", F_OPT_U32, B(deadlines.linger_max_ms), 0, SLUICE_POOL_LINGER_MAX_MS, 0},
     {"redis", F_STR, B(redis_url), 0, 0, 0},
+    {"unpooled_paths", F_UNPOOLED, 0, 0, 0, 0},
 };
 #undef B
 
@@ -205,6 +206,25 @@ static int set_field(const struct ctx *x, const config_setting_t *s, const struc
             if (!m || !*m)
                 return bad(x, s, f->name, "must be a list of 1 to 64 model names%s", "");
             b->models[b->n_models++] = strdup(m);
+        }
+        return EXIT_OK;
+    }
+    case F_UNPOOLED: {
+        int n = config_setting_length(s);
+        if ((t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) || n > PROXY_UNPOOLED_MAX)
+            return bad(x, s, f->name,
+                       "must be a list of up to 64 paths: [\"/v1/files\"] ([] = none)%s", "");
+        b->unpooled_owned = calloc((size_t)n + 1, sizeof *b->unpooled_owned);
+        b->unpooled = (const char *const *)b->unpooled_owned;
+        b->n_unpooled = 0;
+        for (int i = 0; i < n; i++) {
+            const char *path = config_setting_get_string_elem(s, i);
+            if (!path || path[0] != '/')
+                return bad(x, s, f->name,
+                           "must be a list of paths starting with \"/\" (the path sent "
+                           "upstream, the backend's prefix removed)%s",
+                           "");
+            b->unpooled_owned[b->n_unpooled++] = strdup(path);
         }
         return EXIT_OK;
     }

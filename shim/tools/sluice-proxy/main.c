@@ -9,7 +9,8 @@
  * admitted or refused at once (503), queued FIFO for a permit under the
  * limit that ceiling discovery learns from the provider's answers, then sent
  * upstream with its body unchanged and its answer streamed back as it
- * arrives. One that only reads (GET, HEAD, OPTIONS without a body) goes
+ * arrives. One that only reads (GET, HEAD, OPTIONS without a body), or goes to
+ * an endpoint that generates nothing (a backend's unpooled_paths), goes
  * straight upstream (upstream.c, only_reads). The lock
  * persists in the state file (--state), is shared by every proxy naming the
  * same Redis (--redis / `redis` in the config), and is shown and cleared on

@@ -83,10 +83,20 @@ static const char usage_text[] =
     "Exit status: 0 after SIGTERM/SIGINT and a drain, 1 when it cannot start, 2 on a bad\n"
     "command line or configuration.\n";
 
+/* The OpenAI and Anthropic endpoints that take a request and generate nothing while it runs:
+ * uploads (slow: a large body), batch and fine-tuning jobs (queued for later), a token count. */
+const char *const proxy_unpooled_default[] = {
+    "/v1/files",       "/v1/uploads",          "/v1/batches",
+    "/v1/fine_tuning", "/v1/messages/batches", "/v1/messages/count_tokens",
+};
+const size_t proxy_unpooled_default_n =
+    sizeof proxy_unpooled_default / sizeof proxy_unpooled_default[0];
+
 void backend_defaults(struct backend *b)
 {
     *b = (struct backend){.active = PROXY_ACTIVE_DEFAULT, .discovery = true,
-                          .dialect = SLUICE_CURL_DIALECT_AUTO};
+                          .dialect = SLUICE_CURL_DIALECT_AUTO, .unpooled = proxy_unpooled_default,
+                          .n_unpooled = proxy_unpooled_default_n};
 }
 
 /* "HOST:PORT" (IPv6 as "[::1]:PORT") into host (copied to buf) and port. */
@@ -470,6 +480,9 @@ void options_free(struct options *o)
         free(b->header_value);
         for (size_t m = 0; m < b->n_models; m++)
             free(b->models[m]);
+        for (size_t m = 0; b->unpooled_owned && m < b->n_unpooled; m++)
+            free(b->unpooled_owned[m]);
+        free(b->unpooled_owned);
         free(b->key_env);
         free(b->key);
         free(b->redis_url);

@@ -46,6 +46,7 @@
 #define PROXY_ACTIVE_DEFAULT 256 /* the most discovery may allow: far above most caps */
 #define PROXY_BACKENDS_MAX 64
 #define PROXY_MODELS_MAX 64
+#define PROXY_UNPOOLED_MAX 64
 #define PROXY_SPARE_EASY 1024 /* finished calls' easy handles kept for reuse */
 #define PROXY_MODEL_READ_MAX 65536 /* bytes of a body read to find "model" */
 #define PROXY_MODEL_MAX 256         /* a model name, its NUL included (a longer one is none) */
@@ -90,6 +91,12 @@ struct backend {
     uint32_t start_deadline_ms; /* start (first byte) when the client names none (0 = none) */
     struct sluice_deadline_desc deadlines; /* start_quantile, queue_late, linger, linger_max_ms */
     char *redis_url;          /* the Redis fleet (default: none) */
+    /* Upstream paths (prefixes of the path sent upstream, the backend's prefix removed) whose
+     * requests go around the pool as reads do (upstream.c): a provider's endpoints that
+     * generate nothing (default: proxy_unpooled_default; the config file's list is owned) */
+    const char *const *unpooled;
+    size_t n_unpooled;
+    char **unpooled_owned;
     int line;                 /* where the config file defined it (0 = command line) */
     size_t prefix_len, upstream_len;
 };
@@ -130,6 +137,8 @@ struct options {
 int parse_options(int argc, char **argv, struct options *o);
 bool options_flag_set(const struct options *o, size_t offset);
 void backend_defaults(struct backend *b);
+extern const char *const proxy_unpooled_default[];
+extern const size_t proxy_unpooled_default_n;
 bool parse_host_port(const char *s, const char **host, unsigned *port, char *buf, size_t size);
 void options_free(struct options *o);
 bool upstream_url_ok(const char *url, char *why, size_t size);
@@ -229,7 +238,8 @@ struct conn {
     bool up_has_length;        /* ... came with a Content-Length */
     bool up_sse;               /* ... is text/event-stream */
     bool hold_head;            /* a start deadline: the head waits until the answer has begun */
-    bool reads;                /* the request only reads: no permit, no patience (upstream.c) */
+    bool reads;                /* the request only reads, or generates nothing (an unpooled
+                                  path): no permit, no patience (upstream.c) */
     bool begun;                /* the answer has begun: a body byte (an SSE `data:` line) */
     int64_t up_last_ns;        /* the upstream's last byte, the request body's last one taken,
                                   or the request's going out (0 = not yet: queued, or
@@ -306,6 +316,8 @@ bool route_model(const char *body, size_t len, char *out, size_t size);
 struct backend *route_pick(struct options *o, const char *path, const struct request *r,
                            const char *model);
 int route_url(const struct backend *b, const char *path, char *out, size_t size);
+/* Whether `path` goes upstream under one of b's unpooled paths (a whole segment matches). */
+bool route_unpooled(const struct backend *b, const char *path);
 void routes_list(const struct options *o, char *out, size_t size);
 
 /* http.c */

@@ -168,11 +168,29 @@ struct backend *route_pick(struct options *o, const char *path, const struct req
     return best ? best : fallback;
 }
 
+/* The part of `path` that goes upstream: without the backend's prefix. */
+static const char *route_rest(const struct backend *b, const char *path)
+{
+    if (!prefix_matches(b, path))
+        return path;
+    return path + b->prefix_len - (b->prefix[b->prefix_len - 1] == '/' ? 1 : 0);
+}
+
+bool route_unpooled(const struct backend *b, const char *path)
+{
+    const char *rest = route_rest(b, path);
+    for (size_t i = 0; i < b->n_unpooled; i++) {
+        size_t n = strlen(b->unpooled[i]);
+        if (!strncmp(rest, b->unpooled[i], n) &&
+            (rest[n] == '\0' || rest[n] == '/' || rest[n] == '?' || b->unpooled[i][n - 1] == '/'))
+            return true;
+    }
+    return false;
+}
+
 int route_url(const struct backend *b, const char *path, char *out, size_t size)
 {
-    const char *rest = path;
-    if (prefix_matches(b, path))
-        rest = path + b->prefix_len - (b->prefix[b->prefix_len - 1] == '/' ? 1 : 0);
+    const char *rest = route_rest(b, path);
     int n = snprintf(out, size, "%s%s%s", b->upstream, rest[0] == '/' || rest[0] == '?' ||
                                                               !rest[0] ? "" : "/", rest);
     return n < 0 || (size_t)n >= size ? -1 : 0;

@@ -649,7 +649,10 @@ static bool method_is(const struct request *r, const char *m)
  * these, so they take no permit, never queue behind generations nor get a 503 for the
  * generations' overload (a readiness probe would call a busy provider down), and teach discovery
  * nothing (a 5 ms listing is no sample of a generation's latency), nor the clients' learned
- * patience (patience.c). The backend's own deadlines still apply.
+ * patience (patience.c). The backend's own deadlines still apply. So does a request to one of
+ * the backend's unpooled paths (route_unpooled), whatever its method: an upload, a batch, a
+ * token count generate nothing while they run, and a 40 MB upload's minute, read as a
+ * generation's latency, would be a knee that halves the limit.
  */
 static bool only_reads(const struct request *r, size_t body_len)
 {
@@ -738,7 +741,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
                        : b->start_deadline_ms    ? (int64_t)b->start_deadline_ms
                                                  : -1;
     c->patience_ms = -1;
-    c->reads = only_reads(r, body_len);
+    c->reads = only_reads(r, body_len) || route_unpooled(b, path);
     /* No deadline named: the clients' own timeout, where learned (a generation's: a read
      * neither learns nor takes it, a health check's 1 s timeout is no chat client's). */
     if (ms < 0 && start_ms < 0 && !c->reads)
