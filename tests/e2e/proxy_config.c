@@ -265,16 +265,8 @@ static void start_one_permit(const char *extra)
  * serve), the others by the proxy's 503; then the backend must have counted one call. */
 static void expect_through(const char *const *paths, const bool *through, size_t n)
 {
-    struct px_reply held;
-    CURLM *m = curl_multi_init();
-    CURL *e = px_easy(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &held);
-    curl_multi_add_handle(m, e);
-    int running = 1;
-    for (int64_t until = fx_now_ms() + 5000; fx_stats().in_flight < 1 && fx_now_ms() < until;) {
-        curl_multi_perform(m, &running);
-        curl_multi_poll(m, NULL, 0, 20, NULL);
-    }
-    cr_assert_eq(fx_stats().in_flight, 1, "the generation never reached the provider");
+    struct px_held held;
+    px_hold(&held, &px_main);
     long refused = 0;
     for (size_t i = 0; i < n; i++) {
         struct px_reply r;
@@ -287,14 +279,8 @@ static void expect_through(const char *const *paths, const bool *through, size_t
                          r.status, r.body);
         refused += !through[i];
     }
-    while (running) {
-        curl_multi_perform(m, &running);
-        curl_multi_poll(m, NULL, 0, 50, NULL);
-    }
-    curl_multi_remove_handle(m, e);
-    px_finish(e, &held);
-    curl_multi_cleanup(m);
-    cr_assert_eq(held.status, 200);
+    px_hold_end(&held);
+    cr_assert_eq(held.reply.status, 200);
     cr_expect_eq(px_node_count(&px_main, "cloud:sim", "requests_total"), 1,
                  "a request around the pool was a call");
     cr_expect_eq(px_node_count(&px_main, "cloud:sim", "refused_capacity_total"), refused);

@@ -238,6 +238,41 @@ static inline void px_request(const struct px *p, const char *path, const char *
     curl_slist_free_all(h);
 }
 
+/* A generation holding a permit while a test does something else: on its own curl_multi,
+ * already in service at the fixture's simulator once px_hold returns. Stays in place (its
+ * reply is written through a pointer). */
+struct px_held {
+    CURLM *m;
+    CURL *e;
+    int running;
+    struct px_reply reply;
+};
+
+static inline void px_hold(struct px_held *h, const struct px *p)
+{
+    h->m = curl_multi_init();
+    h->e = px_easy(p, "/v1/chat/completions", FX_REQUEST, NULL, &h->reply);
+    curl_multi_add_handle(h->m, h->e);
+    h->running = 1;
+    for (int64_t until = fx_now_ms() + 5000; fx_stats().in_flight < 1 && fx_now_ms() < until;) {
+        curl_multi_perform(h->m, &h->running);
+        curl_multi_poll(h->m, NULL, 0, 20, NULL);
+    }
+    cr_assert_eq(fx_stats().in_flight, 1, "the generation never reached the provider");
+}
+
+/* The held generation run to its end; its answer is in h->reply. */
+static inline void px_hold_end(struct px_held *h)
+{
+    while (h->running) {
+        curl_multi_perform(h->m, &h->running);
+        curl_multi_poll(h->m, NULL, 0, 50, NULL);
+    }
+    curl_multi_remove_handle(h->m, h->e);
+    px_finish(h->e, &h->reply);
+    curl_multi_cleanup(h->m);
+}
+
 /* Run the handles at once (a curl_multi), each to its end. */
 static inline void px_all(CURL **easy, struct px_reply **replies, int n)
 {
