@@ -244,7 +244,8 @@ SLUICE_INLINE int sluice__run_admitted(struct sluice_engine *e,
 
 /* Why sluice_run refuses `desc` (SLUICE_EINVAL, naming what to fix in r->error), or SLUICE_OK
  * with *b its backend. Both deadlines: the earlier one alone is what the waits check first. */
-SLUICE_INLINE int sluice__run_check(struct sluice_engine *engine, const struct sluice_run_desc *desc,
+SLUICE_INLINE int sluice__run_check(struct sluice_engine *engine,
+                                    const struct sluice_run_desc *desc,
                                     const struct sluice_backend **b, struct sluice_run_result *r)
 {
     if (!engine || !desc)
@@ -255,8 +256,9 @@ SLUICE_INLINE int sluice__run_check(struct sluice_engine *engine, const struct s
                             "sluice_run: desc->ops->generate is required (the client call)");
     if (!(*b = sluice_engine_find(engine, desc->backend)))
         return sluice__fail(r->error, sizeof r->error,
-                            "sluice_run: backend \"%s\" is not one of the engine's (set desc->backend "
-                            "to a registered ID, or NULL for the endpoint-only backend)",
+                            "sluice_run: backend \"%s\" is not one of the engine's (set "
+                            "desc->backend to a registered ID, or NULL for the endpoint-only "
+                            "backend)",
                             desc->backend);
     int status = sluice_deadline_check(desc->start_deadline, "start_deadline", r->error,
                                        sizeof r->error);

@@ -124,8 +124,8 @@ SLUICE_INLINE bool sluice_deadline_too_far(const struct timespec *deadline, int6
  * may be NULL or 0) naming the field (`name`) and the fix: not normalised,
  * or more than a year ahead (CLOCK_REALTIME). Reads the clock.
  */
-SLUICE_INLINE int sluice_deadline_check(const struct timespec *deadline, const char *name, char *err,
-                                        size_t err_size)
+SLUICE_INLINE int sluice_deadline_check(const struct timespec *deadline, const char *name,
+                                        char *err, size_t err_size)
 {
     if (!sluice_deadline_valid(deadline))
         return sluice__fail(err, err_size,
