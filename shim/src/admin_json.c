@@ -44,6 +44,8 @@ static void totals_json(const struct sluice_pool_counts *c, json_t *o)
     json_object_set_new(o, "linger", json_string(sluice_linger_name(c->linger)));
     json_object_set_new(o, "linger_now", json_string(sluice_linger_name(c->linger_now)));
     json_object_set_new(o, "expected_service_ms", ms_or_null(c->expected_ns ? c->expected_ns : -1));
+    json_object_set_new(o, "expected_first_byte_ms",
+                        ms_or_null(c->expected_first_ns ? c->expected_first_ns : -1));
     json_object_set_new(
         o, "requests_total",
         json_integer((json_int_t)(c->calls_ok + c->calls_overload + c->calls_ignored +

@@ -122,6 +122,7 @@ NODE_VALUE(overloads, fmt_u64(buf, v->pc.calls_overload))
 NODE_VALUE(lingered, fmt_u64(buf, v->pc.lingered))
 NODE_VALUE(lingering, fmt_u64(buf, v->pc.lingering))
 NODE_VALUE(expected_service, fmt_seconds(buf, v->pc.expected_ns))
+NODE_VALUE(expected_first_byte, fmt_seconds(buf, v->pc.expected_first_ns))
 NODE_VALUE(default_start_deadline,
            fmt_seconds(buf, v->start_deadline_ms > 0 ? v->start_deadline_ms * 1000000 : 0))
 #undef NODE_VALUE
@@ -244,6 +245,10 @@ static const struct family families[] = {
     {"sluice_expected_service_seconds", "gauge",
      "Expected service time: the low quantile of recent successful calls (0: unknown).",
      expected_service, NULL},
+    {"sluice_expected_first_byte_seconds", "gauge",
+     "Expected time to the answer's beginning (a stream's first token), the latency discovery "
+     "hears: the low quantile of recent calls (0: unknown).",
+     expected_first_byte, NULL},
     {"sluice_default_start_deadline_seconds", "gauge",
      "Start deadline of calls that name none, as the program sets it outside the pool "
      "(sluice-proxy: configured, or learned from its clients' hang-ups); 0: none.",

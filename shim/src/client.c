@@ -453,17 +453,12 @@ static bool sluice__chat_stream_open(struct sluice_chat *c)
 }
 
 /* What a streamed response ends as; `status` is the transfer's. Corrects c->result (kind,
- * outcome, latency, error) to what the stream said. */
+ * outcome, error) to what the stream said. (Its latency is already the time to the first
+ * event: the transport times it by sluice__chat_begun, as for any caller that declares
+ * `write`.) */
 static int sluice__chat_stream_end(struct sluice_chat *c, int status)
 {
     struct sluice__chat_stream *st = &c->st;
-    if (st->first_event_ns) { /* time to first token: queueing, not the answer's length */
-        int64_t start = sluice_monotonic_ns() - c->result.transfer_ns; /* curl's own clock */
-        int64_t ttft = st->first_event_ns - start;
-        c->result.latency_ns = ttft < 0 ? 0 : ttft;
-    } else if (c->result.kind == SLUICE_CURL_ABORTED) {
-        c->result.latency_ns = 0; /* cut before its first token: the signal was never seen */
-    }
     if (st->nomem)
         return SLUICE_ENOMEM;
     const char *bad_stream = sluice_sse_error(&st->sse);

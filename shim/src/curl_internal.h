@@ -68,6 +68,10 @@ struct sluice__tee {
     CURL *easy;
     curl_write_callback write; /* the caller's; NULL = no tee, bodies are not read */
     void *write_data;
+    bool (*begun)(void *data); /* the caller's test that the answer began (NULL: a body byte) */
+    void *begun_data;
+    int64_t start_ns; /* CLOCK_MONOTONIC: the transfer's start (sluice__tee_install) */
+    int64_t began_ns; /* ... the answer's beginning, as begun says; 0 = not yet */
     char *body;      /* SLUICE_CURL_BODY_MAX bytes; NULL = malloc'd at the first error byte and
                         left to the owner to reuse and free (the loop's records) */
     size_t body_len; /* bytes kept of this answer */
@@ -78,6 +82,10 @@ void sluice__tee_install(struct sluice__tee *t);
 
 /* Put the caller's write callback back (nothing when t->write is NULL). */
 void sluice__tee_remove(const struct sluice__tee *t);
+
+/* Where the tee saw the body, the latency discovery hears is the time to the answer's
+ * beginning, not to its headers (sluice/curl.h, "Latency"); nothing without a tee. */
+void sluice__tee_latency(const struct sluice__tee *t, struct sluice_curl_result *res);
 
 /* A result for a call that never transferred. */
 void sluice__curl_result_init(struct sluice_curl_result *res);

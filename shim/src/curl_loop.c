@@ -221,6 +221,7 @@ static void sluice__complete_transfer(struct sluice__rec *rec, CURLcode code,
     sluice__curl_result_init(&res);
     sluice__curl_finish(easy, code, stop, rec->req.deadline, rec->req.retry_after_max_ns,
                         rec->req.dialect, rec->tee.body, rec->tee.body_len, &res);
+    sluice__tee_latency(&rec->tee, &res);
     sluice__curl_disarm_deadline(easy, rec->req.deadline);
     res.queued_ns = rec->queued_ns;
     res.in_flight_at_start = rec->waiter.call.in_flight_at_start;
@@ -273,6 +274,8 @@ static void sluice__start_transfer(struct sluice__rec *rec)
     rec->tee.easy = easy;
     rec->tee.write = rec->req.write;
     rec->tee.write_data = rec->req.write_data;
+    rec->tee.begun = rec->req.begun;
+    rec->tee.begun_data = rec->req.data;
     sluice__tee_install(&rec->tee);
     sluice__loop_endpoint_caps(rec, +1); /* before the add: libcurl looks for its connection */
     CURLMcode mc = curl_multi_add_handle(loop->multi, easy);

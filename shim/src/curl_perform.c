@@ -233,6 +233,8 @@ static size_t sluice__tee_write(char *p, size_t size, size_t n, void *data)
     struct sluice__tee *t = (struct sluice__tee *)data;
     size_t bytes = size * n, room = SLUICE_CURL_BODY_MAX - t->body_len;
     size_t took = t->write(p, size, n, t->write_data);
+    if (!t->began_ns && took == bytes && bytes && (!t->begun || t->begun(t->begun_data)))
+        t->began_ns = sluice_monotonic_ns();
     long http = 0;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &http);
     if (took != bytes || !room || http < 400)
@@ -250,6 +252,8 @@ static size_t sluice__tee_write(char *p, size_t size, size_t n, void *data)
 void sluice__tee_install(struct sluice__tee *t)
 {
     t->body_len = 0;
+    t->start_ns = sluice_monotonic_ns();
+    t->began_ns = 0;
     if (!t->write)
         return;
     curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, sluice__tee_write);
@@ -262,6 +266,16 @@ void sluice__tee_remove(const struct sluice__tee *t)
         return;
     curl_easy_setopt(t->easy, CURLOPT_WRITEFUNCTION, t->write);
     curl_easy_setopt(t->easy, CURLOPT_WRITEDATA, t->write_data);
+}
+
+void sluice__tee_latency(const struct sluice__tee *t, struct sluice_curl_result *res)
+{
+    if (!t->write || !res->transferred)
+        return;
+    if (t->began_ns)
+        res->latency_ns = t->began_ns > t->start_ns ? t->began_ns - t->start_ns : 1;
+    else if (res->kind == SLUICE_CURL_ABORTED)
+        res->latency_ns = 0; /* cut before the answer began: the signal was never seen */
 }
 
 /* ---- the transfer ------------------------------------------------------------------ */
@@ -396,7 +410,9 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
                              .multi = multi,
                              .tee = {.easy = easy,
                                      .write = call->write,
-                                     .write_data = call->write_data}};
+                                     .write_data = call->write_data,
+                                     .begun = call->begun,
+                                     .begun_data = call->begun_data}};
     x.tee.body = x.body;
     x.hook.fn = sluice__xfer_on_cancel;
     if (call->cancel && !sluice_cancel_register(call->cancel, &x.hook)) {
@@ -422,6 +438,7 @@ int sluice_curl_transfer(const struct sluice_curl_call *call, struct sluice_curl
                 sluice__tl_busy = false;
             sluice__curl_finish(easy, code, stop, call->deadline, call->retry_after_max_ns,
                                 call->dialect, x.tee.body, x.tee.body_len, res);
+            sluice__tee_latency(&x.tee, res);
             status = res->status;
         }
         /* The caller's progress callback, or none, as before the call. */

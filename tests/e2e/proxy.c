@@ -109,6 +109,32 @@ Test(proxy, streamed_chat_is_forwarded_event_by_event)
                  (long long)(r.last_byte_ms - r.first_byte_ms));
 }
 
+/* The simulator sends a stream's headers and an SSE comment at once and its first token after
+ * 300 ms, as vLLM does after its queue and prefill: the latency the backend learns is the
+ * first token's (its first `data:` line), not the headers' (about 2 ms, which hid any queue
+ * from discovery and made the start-deadline rules refuse every call that had to wait). */
+Test(proxy, a_streams_latency_is_its_first_tokens_not_its_headers)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 300,
+                                   .fixed_latency = true, .stream = true, .answer_tokens = 2,
+                                   .fixed_answer = true, .token_ms = 5});
+    start_proxy(NULL);
+    for (int i = 0; i < 6; i++) {
+        struct px_reply r;
+        px_request(&px_main, "/v1/chat/completions",
+                   "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}", NULL, &r);
+        cr_assert_eq(r.status, 200, "%s", r.body);
+    }
+    json_t *root;
+    json_t *n = px_node(&px_main, NODE, &root);
+    cr_assert_not_null(n);
+    json_t *first = json_object_get(n, "expected_first_byte_ms");
+    cr_assert(json_is_number(first), "no first-byte estimate after 6 calls");
+    cr_assert_geq(json_number_value(first), 250.0, "the first byte was taken at %g ms",
+                  json_number_value(first));
+    json_decref(root);
+}
+
 /* An HTTP/1.0 client knows no chunked coding: its streamed answer comes as it is, ended by
  * the close (it got chunk-size lines inside its events). */
 Test(proxy, an_http_1_0_client_gets_its_stream_unchunked_to_the_close)

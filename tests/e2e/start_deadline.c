@@ -174,3 +174,115 @@ START_TEST(a_transfer_with_no_byte_by_its_start_deadline_ends_as_a_start_expiry)
     curl_easy_cleanup(easy);
     sluice_engine_destroy(e);
 }
+
+/* ---- where the latency sample ends: the answer's beginning, not its headers ---------- */
+
+/* A caller that streams: its write callback notes the first `data:` line, which `begun`
+ * reports (the simulator's headers and SSE comment come at once, its first token later). */
+struct sse_sink {
+    bool data;       /* a `data:` line came */
+    _Atomic(bool) done;
+    struct sluice_curl_result result; /* the loop's, copied in done */
+};
+
+static size_t sse_write(char *p, size_t size, size_t n, void *ctx)
+{
+    struct sse_sink *s = ctx;
+    s->data = s->data || memmem(p, size * n, "data:", 5) != NULL;
+    return size * n;
+}
+
+static bool sse_begun(void *ctx)
+{
+    return ((struct sse_sink *)ctx)->data;
+}
+
+static void sse_done(const struct sluice_curl_result *r, CURL *easy, void *ctx)
+{
+    (void)easy;
+    struct sse_sink *s = ctx;
+    s->result = *r;
+    atomic_store(&s->done, true);
+}
+
+#define STREAM_REQUEST                                                                             \
+    "{\"model\":\"sim\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
+
+static CURL *stream_easy(struct sse_sink *s)
+{
+    CURL *easy = fx_easy();
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, STREAM_REQUEST);
+    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, sse_write);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, s);
+    return easy;
+}
+
+/* The first token after 400 ms, then 3 tokens 10 ms apart. */
+static const struct fx_provider first_token_400 = {.median_ms = 400, .fixed_latency = true,
+                                                   .abandoned_free = true, .stream = true,
+                                                   .answer_tokens = 3, .fixed_answer = true,
+                                                   .token_ms = 10};
+
+START_TEST(a_blocking_streams_latency_ends_at_its_first_token_and_a_cut_one_reports_none)
+{
+    fx_start(&first_token_400);
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    struct sse_sink s = {0};
+    CURL *easy = stream_easy(&s);
+    struct sluice_curl_call call = {.backend = FX_BACKEND, .easy = easy, .write = sse_write,
+                                    .write_data = &s, .begun = sse_begun, .begun_data = &s};
+    struct sluice_curl_result r;
+    int status = sluice_curl_perform_call(e, &call, &r);
+    cr_assert_eq(status, SLUICE_OK, "%s: %s", sluice_status_name(status), r.error);
+    cr_assert(s.data, "the stream's tokens came");
+    /* Timed at the headers (the simulator's come at once) it read about 1 ms. */
+    cr_assert_geq(r.latency_ns, 350 * SLUICE_NS_PER_MS, "latency %lld ns: the headers', not the "
+                  "first token's", (long long)r.latency_ns);
+    cr_assert_leq(r.latency_ns, r.transfer_ns);
+
+    /* Cut by its deadline after the headers, before the first token: the signal was never
+     * seen, so no latency (a header time here taught the pool's first-byte estimate 1 ms). */
+    s.data = false;
+    struct timespec dl;
+    call.deadline = sluice_deadline_in(&dl, 200 * SLUICE_NS_PER_MS);
+    status = sluice_curl_perform_call(e, &call, &r);
+    cr_assert_eq(status, SLUICE_ETIMEDOUT, "%s", sluice_status_name(status));
+    cr_assert(r.transferred && r.abandoned);
+    cr_assert_eq(r.latency_ns, 0, "a call cut before its first token reported %lld ns",
+                 (long long)r.latency_ns);
+    curl_easy_cleanup(easy);
+    sluice_engine_destroy(e);
+}
+
+START_TEST(a_streams_latency_on_the_loop_ends_at_its_first_token)
+{
+    fx_start(&first_token_400);
+    struct sluice_engine *e = fx_engine(4, -1, NULL);
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
+    struct sse_sink s = {0};
+    CURL *easy = stream_easy(&s);
+    cr_assert_eq(sluice_curl_loop_submit(loop,
+                                         &(struct sluice_curl_request){.backend = FX_BACKEND,
+                                                                       .easy = easy,
+                                                                       .write = sse_write,
+                                                                       .write_data = &s,
+                                                                       .begun = sse_begun,
+                                                                       .done = sse_done,
+                                                                       .data = &s},
+                                         NULL),
+                 SLUICE_OK);
+    for (int i = 0; i < 1000 && !atomic_load(&s.done); i++)
+        fx_sleep_ms(10);
+    cr_assert(atomic_load(&s.done), "the request never completed");
+    cr_assert_eq(s.result.status, SLUICE_OK, "%s: %s", sluice_status_name(s.result.status),
+                 s.result.error);
+    cr_assert_geq(s.result.latency_ns, 350 * SLUICE_NS_PER_MS,
+                  "latency %lld ns: the headers', not the first token's",
+                  (long long)s.result.latency_ns);
+    cr_assert_leq(s.result.latency_ns, s.result.transfer_ns);
+    sluice_curl_loop_destroy(loop);
+    curl_easy_cleanup(easy);
+    sluice_engine_destroy(e);
+}

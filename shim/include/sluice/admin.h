@@ -223,6 +223,7 @@ void sluice_admin_stop(struct sluice_admin *a);
  *     sluice_linger_mode{mode} (1 for what abandoned calls do now: on, off,
  *     or learned while the trial has not decided),
  *     sluice_expected_service_seconds (0 = unknown),
+ *     sluice_expected_first_byte_seconds (0 = unknown; a stream's first token),
  *     sluice_default_start_deadline_seconds (0 = none; desc.start_deadline), the histograms
  *     sluice_queue_wait_seconds and sluice_call_seconds, sluice_state{state}
  *     (1 for the current state: probing, backoff, locked, fixed), and for

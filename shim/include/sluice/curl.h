@@ -51,11 +51,22 @@
  * responses (status >= 400) and only their first SLUICE_CURL_BODY_MAX
  * bytes; token budgets are reported, never enforced.
  *
- * Latency: discovery gets the time to first byte
- * (CURLINFO_STARTTRANSFER_TIME_T), because a streamed answer's total time
- * measures its length, not queueing; a call without a first byte reports
- * its total time. Queue wait (admission to permit, any Retry-After hold
- * included) is result.queued_ns.
+ * Latency: discovery gets the time to first byte, because a streamed
+ * answer's total time measures its length, not queueing; a call without a
+ * first byte reports its total time. Which byte: for a call that declares
+ * its `write` callback (so the transport sees the body go by), the moment
+ * the answer began, as `begun` says (default: the first body byte), timed
+ * from the transfer's start; a call cut before then reports none (its
+ * signal was never seen). Without `write`, the response's first byte
+ * (CURLINFO_STARTTRANSFER_TIME_T): its headers. Why: a server that streams
+ * sends its headers at once and its first token after its own queue and
+ * prefill (vLLM and any server built on Starlette's StreamingResponse,
+ * sluice-provider-sim --stream); timed at the headers, every call read
+ * about 2 ms and discovery never saw that queue (sluice-proxy, whose
+ * `begun` is an SSE `data:` line, measured 1.6 ms where the first token
+ * came after 300 ms, and its start-deadline rules then refused every
+ * call that had to wait at all). Queue wait (admission to permit, any
+ * Retry-After hold included) is result.queued_ns.
  *
  * What the transport does to the caller's easy handle:
  *   - with a deadline, CURLOPT_TIMEOUT_MS is set to the time left when the
@@ -379,11 +390,13 @@ struct sluice_curl_call {
                                         SLUICE_EXPIRED_START, and is refused at admission with
                                         SLUICE_ELATE when the queue predicts it cannot make it
                                         (default: NULL = none) */
-    bool (*begun)(void *begun_data); /* with start_deadline: whether the answer has begun, for a
-                                        caller whose first byte is not its first token (a
-                                        provider that sends headers and an SSE comment at once);
-                                        read on the transfer's thread until it returns true
-                                        (default: NULL = the response's first body byte) */
+    bool (*begun)(void *begun_data); /* whether the answer has begun, for a caller whose first
+                                        byte is not its first token (a provider that sends
+                                        headers and an SSE comment at once): what
+                                        start_deadline waits for, and, with `write`, where the
+                                        latency sample ends (see "Latency" above); read on the
+                                        transfer's thread until it returns true (default:
+                                        NULL = the response's first body byte) */
     void *begun_data;
     struct sluice_cancel *cancel;    /* ends the wait or aborts the transfer (default: none) */
     curl_xferinfo_callback xferinfo; /* the caller's progress callback, chained by the blocking
@@ -495,8 +508,10 @@ struct sluice_curl_request {
                                         freed once submit returns (default: none) */
     const struct timespec *start_deadline; /* as sluice_curl_call.start_deadline; copied at
                                               submit (default: none) */
-    bool (*begun)(void *data);       /* as sluice_curl_call.begun, called with `data` on the
-                                        loop thread (default: NULL = the first body byte) */
+    bool (*begun)(void *data);       /* as sluice_curl_call.begun (the start deadline's, and
+                                        with `write` the latency sample's end), called with
+                                        `data` on the loop thread (default: NULL = the first
+                                        body byte) */
     struct sluice_cancel *cancel;    /* cancels at any stage; kept: must outlive the request
                                         (until `done` has returned) (default: none) */
     sluice_curl_done_fn done;        /* required */

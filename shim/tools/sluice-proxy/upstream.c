@@ -750,7 +750,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     struct sluice_curl_request req = {.backend = c->reads ? NULL : b->id, .easy = e,
                                       .deadline = relative_deadline(&dl, ms),
                                       .start_deadline = relative_deadline(&sdl, start_ms),
-                                      .begun = start_ms >= 0 ? began : NULL, .done = on_done,
+                                      .begun = began, .done = on_done,
                                       .data = c, .dialect = b->dialect, .finish = on_finish,
                                       .write = on_write, .write_data = c};
     int status = sluice_curl_loop_submit(c->p->loop, &req, &c->call_id);
