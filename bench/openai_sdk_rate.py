@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sluice-proxy driven by a client nobody here wrote: the OpenAI Node SDK, retrying.
 
-    python3 bench/openai_sdk_rate.py --build build/test [--case rate|overload] [--runs 3]
+    python3 bench/openai_sdk_rate.py --build build/test [--case rate|overload|stream] [--runs 3]
                                      [--seconds S] [--workers W] [--retries 2] [--json F]
                                      [--proxy-arg ARG ...] [--sim-arg ARG ...]
 
@@ -27,6 +27,16 @@ calls served >= 0.8x the oracle's and the limit >= 0.85·C at the end. --sim-arg
 to the simulator (--sim-arg=--abandoned --sim-arg=free: a provider that frees the slot of an
 abandoned call). SLUICE_BENCH_TRACE=1 prints the adaptive proxy's events and, every half
 second, its limit, queue and linger state (what the linger trial decided, and when).
+
+--case stream (60 s, 32 workers). Streamed chats through the proxy, as a chat UI sends them:
+sluice-provider-sim --stream refusing past a cap of 8, its headers and an SSE comment at once
+and the first token after 300 ms (sigma 0.4), then answers of 30 tokens (median, sigma 1)
+20 ms apart, about 1.3 s a stream; it keeps generating a stream whose client left (a hosted
+API). The SDK's `timeout` is 5 s (its wait for the answer to begin), and every 4th chat is
+stopped after its third chunk (a user pressing stop: the SDK aborts it). Beside it the
+oracle, as in --case overload (--no-discovery --active 8 --waiting 0). Target: streams
+served (completed and stopped) >= 0.8x the oracle's and the limit inside [0.85·C, C] at the
+end; each side's time to first token (p50) is printed.
 """
 import argparse
 import json
@@ -45,6 +55,8 @@ RATE = 100
 MEAN_S = 0.1 * 2.718281828 ** (0.4 ** 2 / 2)  # lognormal, median 100 ms, sigma 0.4
 RL = RATE * MEAN_S
 CAP = 24
+STREAM_CAP = 8
+STREAM_SIM = ('--stream', '--median-ms', '300', '--token-ms', '20', '--answer-tokens', '30')
 NODE = 'cloud:sim'
 
 NGINX_CONF = '''worker_processes 1; error_log /dev/null; pid {d}/nginx.pid;
@@ -88,11 +100,13 @@ def start_sim(procs, opts, args):
     return int(sim.stdout.readline())
 
 
-def drive(procs, opts, url, admin, node_modules, timeout_ms=0):
-    """Run the SDK's callers against url; poll the proxy's limit and events meanwhile."""
+def drive(procs, opts, url, admin, node_modules, timeout_ms=0, stop_every=None):
+    """Run the SDK's callers against url (streamed chats when stop_every is not None); poll
+    the proxy's limit and events meanwhile."""
     env = dict(os.environ, NODE_PATH=node_modules)
+    stream = [] if stop_every is None else [str(stop_every)]
     sdk = procs.start(['node', os.path.join(HERE, 'openai_sdk_rate.cjs'), url, str(opts.workers),
-                       str(opts.seconds), str(opts.retries), str(timeout_ms)],
+                       str(opts.seconds), str(opts.retries), str(timeout_ms), *stream],
                       stdout=subprocess.PIPE, stderr=None, env=env, text=True)
     events, after, limits, t0 = [], 0, [], time.time()
     while sdk.poll() is None:
@@ -140,23 +154,32 @@ def rate_run(opts, seed, node_modules):
 
 def overload_run(opts, seed, node_modules):
     """The adaptive proxy, then the oracle, each against a fresh simulator."""
+    stream = opts.case == 'stream'
+    cap = STREAM_CAP if stream else CAP
+    sim = ('--mode', 'reject', '--cap', str(cap), '--seed', str(seed),
+           *(STREAM_SIM if stream else ('--median-ms', '200')))
     res = {}
-    for name, extra in (('adaptive', tuple(opts.proxy_arg)), ('oracle', ('--no-discovery', '--active', str(CAP),
-                                                      '--waiting', '0'))):
+    for name, extra in (('adaptive', tuple(opts.proxy_arg)),
+                        ('oracle', ('--no-discovery', '--active', str(cap), '--waiting', '0'))):
         procs = Procs()
         try:
-            sim_port = start_sim(procs, opts, ['--mode', 'reject', '--cap', str(CAP), '--median-ms',
-                                               '200', '--seed', str(seed)])
+            sim_port = start_sim(procs, opts, list(sim))
             url, admin = start_proxy(procs, opts, 'http://127.0.0.1:%d' % sim_port, extra)
-            res[name] = drive(procs, opts, url, admin, node_modules, timeout_ms=250)
+            res[name] = drive(procs, opts, url, admin, node_modules,
+                              timeout_ms=5000 if stream else 250,
+                              stop_every=4 if stream else None)
         finally:
             procs.stop_all()
     return res
 
 
 def tally_text(s):
-    return 'SDK served %d, failed %d %s, p50 %s ms' % (s['ok'], s['failed'],
-                                                       json.dumps(s['statuses']), s['p50_ms'])
+    stopped = ' (%d of them stopped by their user)' % s['stopped'] if s.get('stopped') else ''
+    first = (', first token p50 %s ms p99 %s ms' % (s['ttft_p50_ms'], s['ttft_p99_ms'])
+             if s.get('ttft_p50_ms') is not None else '')
+    return 'SDK served %d%s, failed %d %s, p50 %s ms%s' % (
+        s['ok'] + s.get('stopped', 0), stopped, s['failed'], json.dumps(s['statuses']),
+        s['p50_ms'], first)
 
 
 def report_rate(r, res):
@@ -170,10 +193,12 @@ def report_rate(r, res):
     return ok, dict(res, band=[lo, hi])
 
 
-def report_overload(r, res):
+def report_overload(r, res, cap=CAP, top=None):
+    """Target: served >= 0.8x the oracle's, the limit at the end >= 0.85·cap (and <= top)."""
     a, o = res['adaptive'], res['oracle']
-    ratio = a['sdk']['ok'] / o['sdk']['ok'] if o['sdk']['ok'] else 0.0
-    ok = ratio >= 0.8 and a['limit'] >= 0.85 * CAP
+    served = [s['sdk']['ok'] + s['sdk'].get('stopped', 0) for s in (a, o)]
+    ratio = served[0] / served[1] if served[1] else 0.0
+    ok = ratio >= 0.8 and a['limit'] >= 0.85 * cap and (top is None or a['limit'] <= top)
     trace = ' '.join('%g:%d' % (t, l) for t, l, _ in a['limits'][::4])
     print('run %d: served %.2f of the oracle, limit %d at the end (%s)' % (
         r, ratio, a['limit'], 'met' if ok else 'MISSED'))
@@ -190,7 +215,7 @@ def report_overload(r, res):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--build', required=True, help='a build tree with shim/ and node/ (the test preset)')
-    ap.add_argument('--case', choices=('rate', 'overload'), default='rate')
+    ap.add_argument('--case', choices=('rate', 'overload', 'stream'), default='rate')
     ap.add_argument('--runs', type=int, default=3)
     ap.add_argument('--seconds', type=int)
     ap.add_argument('--workers', type=int)
@@ -203,8 +228,9 @@ def main():
     ap.add_argument('--json', help='write the rows here')
     opts = ap.parse_args()
     rate = opts.case == 'rate'
-    opts.seconds = opts.seconds or (45 if rate else 20)
-    opts.workers = opts.workers or (32 if rate else 64)
+    stream = opts.case == 'stream'
+    opts.seconds = opts.seconds or (45 if rate else 60 if stream else 20)
+    opts.workers = opts.workers or (32 if rate or stream else 64)
     node_modules = os.path.join(os.path.abspath(opts.build), 'node', 'node_modules')
     if not os.path.exists(os.path.join(node_modules, 'openai', 'package.json')):
         die('no OpenAI Node SDK in %s (cmake --workflow --preset test installs it)' % node_modules)
@@ -214,13 +240,21 @@ def main():
     if rate:
         print('R·L %.1f, band [%.1f, %.1f]; %d workers, maxRetries %d, %d s a run'
               % (RL, 0.8 * RL, 1.25 * RL, opts.workers, opts.retries, opts.seconds))
+    elif stream:
+        print('cap %d, streams; %d workers, timeout 5 s, every 4th stopped, maxRetries %d, '
+              '%d s a run' % (STREAM_CAP, opts.workers, opts.retries, opts.seconds))
     else:
         print('cap %d; %d workers, timeout 250 ms, maxRetries %d, %d s a run'
               % (CAP, opts.workers, opts.retries, opts.seconds))
     rows, met = [], 0
     for r in range(1, opts.runs + 1):
         res = (rate_run if rate else overload_run)(opts, 7100 + r, node_modules)
-        ok, row = (report_rate if rate else report_overload)(r, res)
+        if rate:
+            ok, row = report_rate(r, res)
+        elif stream:
+            ok, row = report_overload(r, res, STREAM_CAP, STREAM_CAP)
+        else:
+            ok, row = report_overload(r, res)
         met += ok
         rows.append(dict(row, case=opts.case, run=r, met=ok, workers=opts.workers,
                          retries=opts.retries))
