@@ -115,3 +115,26 @@ Test(proxy_patience, what_was_learned_is_forgotten_10_s_after_the_last_hang_up)
     cr_assert_eq(patience_shown_ms(&pt, 11500 * MS), -1);
     cr_assert_eq(patience_start_ms(&pt, "b", 11500 * MS), -1);
 }
+
+/* A 5 s timeout (an SDK's, for streams): while it is learned, the proxy's refusals keep every
+ * client from waiting 5 s, so none hangs up; forgotten after 10 s, the next 5 s every request
+ * queued again until the clients hung up (every 15 s, and the first token took 3-4 s at the
+ * median). So a learned time stays seven times itself after the newest hang-up. */
+Test(proxy_patience, a_long_learned_time_is_kept_seven_times_itself_after_the_last_hang_up)
+{
+    struct patience pt = {0};
+    answer(&pt, 2, 1000 * MS, 2000 * MS);
+    hang_up(&pt, 10, 5000 * MS, 10000 * MS);
+    answer(&pt, 2, 1000 * MS, 2000 * MS);
+    hang_up(&pt, 10, 5000 * MS, 12000 * MS);
+    int64_t ms = patience_start_ms(&pt, "b", 12001 * MS);
+    cr_assert(ms >= 4900 && ms <= 5100, "learned %lld ms from hang-ups at 5 s", (long long)ms);
+    /* The last hang-up was heard at 12,000.09 ms: 20 s later (10 s was the rule) it holds,
+     * until seven times itself after that hang-up. */
+    cr_assert_eq(patience_start_ms(&pt, "b", 32000 * MS), ms);
+    int64_t until = 12000 * MS + 7 * ms * MS;
+    cr_assert_eq(patience_shown_ms(&pt, until - 100 * MS), ms, "gone before 7 x %lld ms",
+                 (long long)ms);
+    cr_assert_eq(patience_shown_ms(&pt, until + 100 * MS), -1, "the admin shows it past 7x");
+    cr_assert_eq(patience_start_ms(&pt, "b", until + 100 * MS), -1, "kept past 7x");
+}
