@@ -117,9 +117,9 @@ Test(proxy_patience, what_was_learned_is_forgotten_10_s_after_the_last_hang_up)
 }
 
 /* A 5 s timeout (an SDK's, for streams): while it is learned, the proxy's refusals keep every
- * client from waiting 5 s, so none hangs up; forgotten after 10 s, the next 5 s every request
- * queued again until the clients hung up (every 15 s, and the first token took 3-4 s at the
- * median). So a learned time stays seven times itself after the newest hang-up. */
+ * client from waiting 5 s, so none hangs up; forgotten after 10 s, every request queued again
+ * until the clients hung up, a wave of 5 s waits every 15 s. So a learned time stays seven
+ * times itself after the newest hang-up. */
 Test(proxy_patience, a_long_learned_time_is_kept_seven_times_itself_after_the_last_hang_up)
 {
     struct patience pt = {0};

@@ -39,9 +39,10 @@
  * forgotten PATIENCE_FRESH_S after the newest hang-up, or PATIENCE_EXPLORE
  * learned times after it where that is longer, which keeps those waves to
  * about an eighth of the time. Measured (bench/openai_sdk_rate.py --case
- * stream: the SDK's 5 s timeout, streams through a proxy capped at 8): forgotten after
- * 10 s, the clients' waves of 5 s came every 15 s, and the first token took
- * 3-4 s at the median where the oracle's took 0.9 s.
+ * stream: the SDK's 5 s timeout, streams through a proxy capped at 8):
+ * forgotten after 10 s, a wave of 5 s waits came every 15 s, four in 90 s;
+ * kept 35 s, it was forgotten 2 times in three 60 s runs against 8 (how much
+ * that moves the first token is within those runs' noise: bench/RESULTS.md).
  *
  * Not every common time is a timeout. A client that closes all its
  * connections at once (a load test ending, a process exiting, a pool
