@@ -26,16 +26,24 @@ static void answer(struct patience *pt, int n, int64_t from, int64_t to)
         patience_answered(pt, from + (to - from) * i / (n > 1 ? n - 1 : 1));
 }
 
-/* An SDK's `timeout` of 400 ms under overload, one permit and 150 ms calls (as
- * e2e/proxy.c drives it): two served, ten gone from the queue, and again. */
+/* An SDK's `timeout` of `ms` under overload, one permit and calls of 3/8 of it: two served
+ * (after 3/8 and 3/4 of it), ten gone from the queue, heard from `first`, and again at
+ * `second`. */
+static void two_waves_of_timeouts_at(struct patience *pt, int64_t ms, int64_t first,
+                                     int64_t second)
+{
+    answer(pt, 2, ms * 3 / 8 * MS, ms * 3 / 4 * MS);
+    hang_up(pt, 10, ms * MS, first * MS);
+    cr_assert_eq(patience_start_ms(pt, "b", (first + 1) * MS), -1,
+                 "one moment's hang-ups were believed at once");
+    answer(pt, 2, ms * 3 / 8 * MS, ms * 3 / 4 * MS);
+    hang_up(pt, 10, ms * MS, second * MS);
+}
+
+/* 400 ms, 150 ms calls (as e2e/proxy.c drives it), heard at 1 s and 1.4 s. */
 static void two_waves_of_timeouts(struct patience *pt)
 {
-    answer(pt, 2, 150 * MS, 300 * MS);
-    hang_up(pt, 10, 400 * MS, 1000 * MS);
-    cr_assert_eq(patience_start_ms(pt, "b", 1001 * MS), -1,
-                 "one moment's hang-ups were believed at once");
-    answer(pt, 2, 150 * MS, 300 * MS);
-    hang_up(pt, 10, 400 * MS, 1400 * MS);
+    two_waves_of_timeouts_at(pt, 400, 1000, 1400);
 }
 
 Test(proxy_patience, clients_that_give_up_at_a_common_time_again_teach_that_time)
@@ -123,10 +131,7 @@ Test(proxy_patience, what_was_learned_is_forgotten_10_s_after_the_last_hang_up)
 Test(proxy_patience, a_long_learned_time_is_kept_seven_times_itself_after_the_last_hang_up)
 {
     struct patience pt = {0};
-    answer(&pt, 2, 1000 * MS, 2000 * MS);
-    hang_up(&pt, 10, 5000 * MS, 10000 * MS);
-    answer(&pt, 2, 1000 * MS, 2000 * MS);
-    hang_up(&pt, 10, 5000 * MS, 12000 * MS);
+    two_waves_of_timeouts_at(&pt, 5000, 10000, 12000);
     int64_t ms = patience_start_ms(&pt, "b", 12001 * MS);
     cr_assert(ms >= 4900 && ms <= 5100, "learned %lld ms from hang-ups at 5 s", (long long)ms);
     /* The last hang-up was heard at 12,000.09 ms: 20 s later (10 s was the rule) it holds,
