@@ -341,32 +341,42 @@ Test(policy, discover_probes_the_no_queue_latency_when_too_few_calls_stand_behin
  * `refused_after_ns`; then level 11, under the refusal bracket, `rise_pct` % of s0 on 19 calls
  * spread by `cv`, `censored` of them cut by their caller's deadline. Returns the verdict on
  * that level's `judged`-th judged window (each the same). */
-static struct sluice_verdict at_11_after_refusals(uint32_t refused_at, uint32_t struck,
-                                                  uint32_t served, int64_t refused_after_ns,
-                                                  int64_t rise_pct, double cv, uint32_t censored,
-                                                  int judged)
+static struct sluice_verdict at_11_after_refusals_in(struct sluice_policy_discover *p,
+                                                     uint32_t refused_at, uint32_t struck,
+                                                     uint32_t served, int64_t refused_after_ns,
+                                                     int64_t rise_pct, double cv,
+                                                     uint32_t censored, int judged)
 {
-    struct sluice_policy_discover p;
-    sluice_policy_discover_init(&p, NULL, NULL, 0);
-    sluice_policy_reset(&p.base, 5, false);
-    feed(&p, 5, 19, 2 * SEC, 1);
-    feed(&p, 10, 19, 2 * SEC, 1);
+    sluice_policy_discover_init(p, NULL, NULL, 0);
+    sluice_policy_reset(&p->base, 5, false);
+    feed(p, 5, 19, 2 * SEC, 1);
+    feed(p, 10, 19, 2 * SEC, 1);
     struct sluice_window w = healthy(refused_at, 10, 2 * SEC, 0.4);
     w.n_overload = w.n_fresh_overload = 3;
     w.n_served = 10;
     w.served_in_flight = served;
     w.overload_in_flight = struck;
     w.overload_latency_ns = refused_after_ns;
-    struct sluice_verdict v = sluice_policy_update(&p.base, &w);
+    struct sluice_verdict v = sluice_policy_update(&p->base, &w);
     cr_assert_eq(v.cause, SLUICE_CAUSE_OVERLOAD);
     cr_assert_eq(v.limit, (uint32_t)(struck * 0.9), "cut to backoff times where it struck");
     for (int i = 0; i < 1 + judged; i++) { /* the first window at 11 measured the old queue */
         w = healthy(11, 19, 2 * SEC * rise_pct / 100, cv);
         w.probe_cap = refused_at - 1;
         w.n_censored = censored;
-        v = sluice_policy_update(&p.base, &w);
+        v = sluice_policy_update(&p->base, &w);
     }
     return v;
+}
+
+static struct sluice_verdict at_11_after_refusals(uint32_t refused_at, uint32_t struck,
+                                                  uint32_t served, int64_t refused_after_ns,
+                                                  int64_t rise_pct, double cv, uint32_t censored,
+                                                  int judged)
+{
+    struct sluice_policy_discover p;
+    return at_11_after_refusals_in(&p, refused_at, struck, served, refused_after_ns, rise_pct, cv,
+                                   censored, judged);
 }
 
 /* A level 17 % over s0, above the knee and inside the noise of 19 calls spread by 0.4. */
@@ -421,6 +431,33 @@ Test(policy, discover_wants_a_knee_just_under_refusals_twice_before_it_probes)
     v = at_11_after_refusals(20, 20, 12, SEC / 100, 200, 0.1, 0, 1);
     cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "refusals far above: probed at once");
     cr_assert_lt(v.limit, 11);
+}
+
+/* The probe that knee asks for, just under where refusals struck, is brief: after
+ * SLUICE__DISCOVER_REMEASURE_WINDOWS judged windows the level is measured again, though its
+ * 16-call windows leave the reference short of reference_samples (over HTTP, against a
+ * streaming cap of 12, a knee at 11 read on a reference of 15 calls 2.5 standard errors fast
+ * held 5 until 128 calls at 5 stood behind it: the rest of the run). Where refusals struck
+ * far above, the probe holds until the reference is sampled. */
+Test(policy, discover_probes_briefly_just_under_refusals_then_measures_the_level_again)
+{
+    for (uint32_t struck = 13; struck <= 20; struck += 7) {
+        struct sluice_policy_discover p;
+        struct sluice_verdict v = at_11_after_refusals_in(&p, 20, struck, 12, SEC / 100, 200, 0.1,
+                                                          0, struck == 13 ? 2 : 1);
+        cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "struck at %u: the reference is probed",
+                     struck);
+        uint32_t probe = v.limit;
+        cr_assert_lt(probe, 11);
+        feed(&p, probe, 16, 2 * SEC, 1); /* drain window */
+        v = feed(&p, probe, 16, 2 * SEC, SLUICE__DISCOVER_REMEASURE_WINDOWS);
+        if (struck == 13) {
+            cr_assert_eq(v.cause, SLUICE_CAUSE_RESUME, "refusals just above: back after the probe");
+            cr_assert_eq(v.limit, 11, "to the level, measured again");
+        } else {
+            cr_assert_eq(v.limit, probe, "refusals far above: held until s0 is sampled");
+        }
+    }
 }
 
 /* Refused at 13 with 13 in flight, where served calls had started with 13 too (over HTTP the

@@ -173,7 +173,8 @@
  *            the level's first window alone: a second must show it again
  *            before the probe halves the limit with callers waiting (a
  *            window of ~20 calls against a reference of ~20 reads past
- *            the noise by chance); at the locked ceiling doubt passes at
+ *            the noise by chance), and that probe is brief, then the level
+ *            is measured again; at the locked ceiling doubt passes at
  *            once (only refusals lower a lock).
  *   lock     Just below a latency bracket the first stable window locks
  *            (discovery.h). The policy lets that happen only on a level
@@ -673,8 +674,20 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
                            0);
 }
 
+/* Refusals struck just above this level (at or above where their cut went): a level in
+ * doubt is measured where it stands and `confirm` decides (a re-measure halved 11 under a
+ * streaming cap of 12; passing outright locked 4 seeds in 30 at 14-16 over a cap of 10). */
+SLUICE_INLINE bool sluice__discover_bounded(const struct sluice_policy_discover *p, uint32_t level)
+{
+    return p->struck > level && (double)(level + 1u) > (double)p->struck * p->params.backoff;
+}
+
 /* Queueing at level `l` (the window's limit, or its peak in flight): cut to
- * lo — or first to a probe of s0, when too few calls stand behind it. */
+ * lo — or first to a probe of s0, when too few calls stand behind it. Just under
+ * where refusals struck the probe is brief and the level is measured again after it:
+ * the refusals bound the cap, and the probe's windows cost callers waiting half the
+ * provider (against a streaming cap of 12, a knee at 11 read on a reference of 15
+ * calls 2.5 standard errors fast held 5 until 128 calls at 5 stood behind it). */
 SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_discover *p,
                                                           const struct sluice_window *w,
                                                           struct sluice__discover_level *l,
@@ -694,8 +707,10 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_knee(struct sluice_policy_d
         uint32_t half = l->limit / SLUICE__DISCOVER_PROBE_DIVISOR;
         uint32_t at = sluice__discover_probe_level(p, target > half ? target : half);
         if (at < w->limit) {
+            bool bounded = w->probe_cap && sluice__discover_bounded(p, l->limit);
             p->probing = at;
-            p->resume = lo > at ? lo : 0;
+            p->resume = bounded ? l->limit : lo > at ? lo : 0;
+            p->remeasure_left = bounded ? SLUICE__DISCOVER_REMEASURE_WINDOWS : 0;
             target = at;
         }
     }
@@ -845,14 +860,6 @@ SLUICE_INLINE bool sluice__discover_compare_below(struct sluice_policy_discover 
         p->compared = w->limit;
     }
     return false;
-}
-
-/* Refusals struck just above this level (at or above where their cut went): a level in
- * doubt is measured where it stands and `confirm` decides (a re-measure halved 11 under a
- * streaming cap of 12; passing outright locked 4 seeds in 30 at 14-16 over a cap of 10). */
-SLUICE_INLINE bool sluice__discover_bounded(const struct sluice_policy_discover *p, uint32_t level)
-{
-    return p->struck > level && (double)(level + 1u) > (double)p->struck * p->params.backoff;
 }
 
 /* What the latency test says of a level. */
