@@ -398,6 +398,32 @@ SLUICE_INLINE enum sluice_linger sluice_pool_linger_now(const struct sluice_pool
 }
 
 /*
+ * How much longer a call abandoned now, after running age_ns, would keep its
+ * permit (ns): 0 where it would not keep it or a trial may release it at once
+ * (lingering off; LEARNED at a locked ceiling; linger_max_ms 0 or passed).
+ * For a caller that can still see the answer once its own client has gone
+ * (sluice-proxy, a stream its client stopped): while the permit is held
+ * anyway, the provider's own end is better evidence than the estimate, so it
+ * reads the answer on for up to this long and ends the call as any other when
+ * the answer does, or abandons it then (and the permit lingers as any
+ * abandoned call's: the answer was still coming). The estimate is the high
+ * quantile of service times after now (sluice_service_linger_until): over
+ * HTTP, streams whose lengths spread tenfold, stopped after three chunks, held
+ * 3-4 slots at a provider where the estimate's permits counted 1-2 at the
+ * refusals that cut its limit.
+ */
+SLUICE_INLINE int64_t sluice_pool_linger_left(const struct sluice_pool *p, int64_t age_ns)
+{
+    enum sluice_linger mode = sluice_pool_linger_now(p);
+    if (!p->active || mode == SLUICE_LINGER_OFF ||
+        (mode == SLUICE_LINGER_LEARNED && sluice__pool_trial_ceiling(p)))
+        return 0;
+    int64_t now = sluice_clock_now(&p->clock);
+    int64_t until = sluice_service_linger_until(&p->service, now - age_ns, now, p->linger_max_ns);
+    return until > now ? until - now : 0;
+}
+
+/*
  * Keep an abandoned call's permit until `until` (pool clock): claim a free
  * slot (one exists: every lingering call holds one of the `active` permits),
  * lower linger_next, and tell the watcher that times releases. The call

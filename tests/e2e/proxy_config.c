@@ -603,3 +603,63 @@ Test(proxy_config, an_ipv6_admin_address_is_printed_as_a_url_that_answers)
     char body[16384];
     cr_assert_eq(px_admin(&px_main, "GET", "/compute/concurrency", body, sizeof body), 200);
 }
+
+/* One backend of one permit, lingering as `linger` says ("" = the default, learned), before a
+ * provider that streams every answer in 0.55 s (50 ms to the first token, then 25 tokens 20 ms
+ * apart) and keeps generating one whose client left: four whole streams (so the pool knows how
+ * long a call takes), then one whose client hangs up at its first token. The simulator's
+ * counts once it is idle. */
+static struct fx_stats stop_a_stream(const char *linger)
+{
+    px_sim_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 50,
+                                       .fixed_latency = true, .stream = true,
+                                       .answer_tokens = 25, .fixed_answer = true, .token_ms = 20},
+                 NULL);
+    start_one_permit(linger);
+    static const char body[] = "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}";
+    for (int i = 0; i < 4; i++) {
+        struct px_reply r;
+        px_request(&px_main, "/v1/chat/completions", body, NULL, &r);
+        cr_assert_eq(r.status, 200, "stream %d: %ld %s", i, r.status, r.body);
+    }
+    int fd = px_connect(&px_main);
+    char req[512], got[8192];
+    snprintf(req, sizeof req,
+             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             strlen(body), body);
+    cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    size_t len = 0;
+    got[0] = '\0';
+    while (!strstr(got, "\"content\"") && len + 1 < sizeof got) {
+        ssize_t n = read(fd, got + len, sizeof got - 1 - len);
+        cr_assert_gt(n, 0, "the proxy closed before the first token: %s", got);
+        len += (size_t)n;
+        got[len] = '\0';
+    }
+    close(fd);
+    return fx_stats_settled();
+}
+
+/* A client that stops a stream leaves a provider that keeps generating (a hosted API) running
+ * it: where the backend keeps an abandoned call's permit anyway (lingering learned, no trial:
+ * here a fixed pool), the proxy reads the rest of the answer and drops it, so the permit comes
+ * back when the provider is done rather than when the estimate says; the pool hears a whole
+ * call, not a cancel whose permit lingers. With lingering off (a server that aborts on
+ * disconnect, as vLLM does) it hangs up at once. */
+Test(proxy_config, a_stopped_stream_is_read_to_its_end_where_its_permit_would_linger)
+{
+    struct fx_stats s = stop_a_stream("");
+    cr_assert_eq(s.cancelled, 0, "the proxy hung up on the stopped stream");
+    cr_assert_eq(s.ok, 5, "%ld streams ended whole at the provider", s.ok);
+    WAIT_UNTIL(px_node_count(&px_main, "cloud:sim", "in_flight") == 0);
+    cr_assert_eq(px_node_count(&px_main, "cloud:sim", "lingered_total"), 0, "its permit lingered");
+    cr_assert_eq(px_node_count(&px_main, "cloud:sim", "cancels_total"), 0);
+}
+
+Test(proxy_config, a_stopped_stream_is_hung_up_on_at_once_where_lingering_is_off)
+{
+    struct fx_stats s = stop_a_stream("linger = \"off\";");
+    cr_assert_eq(s.cancelled, 1, "the proxy read on a stream whose provider stops on a hang-up");
+    cr_assert_eq(s.ok, 4);
+}

@@ -896,6 +896,36 @@ Test(deadlines, learned_lingering_stays_on_when_a_call_above_the_ceiling_is_refu
     sluice_pool_destroy(p);
 }
 
+/* How much longer a call abandoned now would keep its permit (what sluice-proxy reads a
+ * stopped stream on for): the high quantile of service times (every call took 1 s) where the
+ * pool keeps it, capped by linger_max_ms from the call's start; none where lingering is off,
+ * nor where LEARNED may release it on trial (at a locked ceiling), until the trial says on. */
+Test(deadlines, linger_left_is_how_long_an_abandoned_calls_permit_would_be_kept)
+{
+    enum sluice_linger modes[] = {SLUICE_LINGER_OFF, SLUICE_LINGER_ON, SLUICE_LINGER_LEARNED};
+    int64_t expect[] = {0, SEC, SEC}; /* LEARNED in a fixed pool keeps it: no trial */
+    for (int i = 0; i < 3; i++) {
+        struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){.linger = modes[i]});
+        warm_up(p, 16, SEC);
+        cr_assert_eq(sluice_pool_linger_left(p, 100 * MS), expect[i], "%s: %" PRId64 " ns",
+                     sluice_linger_name(modes[i]), sluice_pool_linger_left(p, 100 * MS));
+        sluice_pool_destroy(p);
+    }
+    struct sluice_pool *p = make_pool(2, (struct sluice_deadline_desc){
+                                             .linger = SLUICE_LINGER_ON,
+                                             .linger_max_ms = SLUICE_SOME(1500)});
+    warm_up(p, 16, SEC);
+    cr_assert_eq(sluice_pool_linger_left(p, 800 * MS), 700 * MS, "capped 1.5 s from its start");
+    cr_assert_eq(sluice_pool_linger_left(p, 1600 * MS), 0, "past the cap: released at once");
+    sluice_pool_destroy(p);
+    p = locked_pool(4);
+    cr_assert_eq(sluice_pool_linger_left(p, 100 * MS), 0,
+                 "at the lock, LEARNED may release it on trial");
+    trial_rounds(p, 4, SLUICE_OUTCOME_OVERLOAD, 1);
+    cr_assert_gt(sluice_pool_linger_left(p, 100 * MS), 0, "the trial said on: kept");
+    sluice_pool_destroy(p);
+}
+
 /* A trial phantom counts only while its call would still be running 9 times in 10 if the
  * provider kept working on it: until the floor quantile of service times (every call here
  * took 1 s) from its start. A call abandoned later is no phantom and keeps its permit; one

@@ -546,6 +546,7 @@ static void run(struct proxy *p)
              * nothing else releases them (7 stayed in flight for minutes after a burst). */
             sluice_engine_poll(p->engine);
             http_sweep(p, now);
+            upstream_sweep_read_on(p, now);
             http_flush_dirty(p);
             next_sweep = now + SWEEP_MS * 1000000LL;
         }

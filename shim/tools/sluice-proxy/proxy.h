@@ -241,6 +241,11 @@ struct conn {
     bool reads;                /* the request only reads, or generates nothing (an unpooled
                                   path): no permit, no patience (upstream.c) */
     bool begun;                /* the answer has begun: a body byte (an SSE `data:` line) */
+    bool read_on;              /* its client left after the answer began; the answer is read
+                                  on and dropped until it ends or read_on_until_ns (upstream.c,
+                                  upstream_client_gone) */
+    int64_t read_on_until_ns;
+    struct conn *read_on_prev, *read_on_next; /* the proxy's reading_on list, while read on */
     int64_t up_last_ns;        /* the upstream's last byte, the request body's last one taken,
                                   or the request's going out (0 = not yet: queued, or
                                   connecting); --upstream-idle-ms runs from it */
@@ -292,6 +297,7 @@ struct proxy {
                                   not one epoll round trip later when its wake-up fd says so */
     struct conn *dirty;        /* connections with bytes to write */
     struct conn *conns;        /* every open connection, for the sweep and the drain */
+    struct conn *reading_on;   /* closed ones whose answer is read on, for the sweep */
     struct conn *dead;         /* released records, freed at the end of the loop iteration */
     struct watch *dead_watches; /* curl sockets forgotten in this iteration (as above) */
     uint32_t n_conns;          /* those that count toward --max-connections */
@@ -343,6 +349,7 @@ const char *http_reason(int status);
 void upstream_start(struct conn *c, struct backend *b, const char *path, const char *body,
                     size_t body_len);
 void upstream_client_gone(struct conn *c);
+void upstream_sweep_read_on(struct proxy *p, int64_t now);
 void upstream_sweep(struct conn *c, int64_t now);
 void upstream_resume(struct conn *c);
 void upstream_free(struct conn *c);

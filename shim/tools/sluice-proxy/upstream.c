@@ -370,6 +370,8 @@ static size_t on_write(char *data, size_t size, size_t n, void *ud)
     struct conn *c = ud;
     size_t len = size * n;
     c->up_last_ns = proxy_now_ns();
+    if (c->read_on) /* dropped, but an error event in it is still what the pool hears */
+        read_events(c, data, len);
     if (c->gone || c->no_body || !len)
         return len;
     if (c->out.len - c->out_off > OUT_HIGH) {
@@ -542,6 +544,19 @@ static int64_t learned_start_ms(struct conn *c)
     return ms > 0 ? ms : 0;
 }
 
+/* Off the proxy's reading_on list (upstream_client_gone). */
+static void read_on_unlink(struct conn *c)
+{
+    if (c->read_on_prev)
+        c->read_on_prev->read_on_next = c->read_on_next;
+    else
+        c->p->reading_on = c->read_on_next;
+    if (c->read_on_next)
+        c->read_on_next->read_on_prev = c->read_on_prev;
+    c->read_on_prev = c->read_on_next = NULL;
+    c->read_on_until_ns = 0;
+}
+
 static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
 {
     struct conn *c = data;
@@ -555,13 +570,16 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
     c->queued_ns = r->queued_ns;
     curl_slist_free_all(c->up_headers);
     c->up_headers = NULL;
+    if (c->read_on_until_ns)
+        read_on_unlink(c);
     if (c->gone) {
         int64_t now = proxy_now_ns();
         if (!c->head_sent && !c->reads) /* it gave up before any answer began: its patience */
             patience_hung_up(backend_patience(c), c->backend->id, now - c->t_start_ns, now);
         /* After its last event the answer was whole (on_finish): logged as the pool heard it. */
-        c->outcome = c->head_sent && r->status == SLUICE_OK ? sluice_curl_kind_name(r->kind)
-                                                            : "client_gone";
+        c->outcome = c->head_sent && r->status == SLUICE_OK && !c->read_on
+                         ? sluice_curl_kind_name(r->kind)
+                         : "client_gone";
         c->status_out = c->head_sent ? (int)c->up_status : 499; /* nginx's "client closed" */
         http_request_done(c);
         return;
@@ -767,9 +785,55 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     p->kick = true;
 }
 
+/*
+ * The client hung up. Its call is cancelled (the loop's cancel: a queued call leaves the line,
+ * a transfer is cut and its permit lingers as the pool decides; after the answer's last event
+ * it was a success, on_finish), except where the answer has begun, is not whole, and the pool
+ * would keep the permit anyway (sluice_pool_linger_left: a provider that keeps generating what
+ * its client stopped, as hosted APIs do). Then the answer is read on and dropped, and the call
+ * ends as any other when the answer does: its permit comes back when the provider is done,
+ * not when the estimate says. Past that estimate it is cancelled after all
+ * (upstream_sweep_read_on). Over HTTP (bench/openai_sdk_rate.py --case stream: every 4th chat
+ * stopped after 3 chunks, answers spread tenfold) the estimate's permits counted 1-2 of the
+ * 3-4 stopped streams the provider still ran at the refusals that cut the limit.
+ */
 void upstream_client_gone(struct conn *c)
 {
-    sluice_curl_loop_cancel(c->p->loop, c->call_id);
+    struct proxy *p = c->p;
+    bool whole = c->up_events && c->up_events->done; /* on_finish: a success */
+    struct sluice_pool *pool = c->begun && !whole && !c->reads && !c->up_silent_ns
+                                   ? sluice_engine_pool(p->engine, c->backend->id)
+                                   : NULL;
+    int64_t now = proxy_now_ns();
+    int64_t left = pool ? sluice_pool_linger_left(pool, now - c->t_start_ns) : 0;
+    if (left <= 0) {
+        sluice_curl_loop_cancel(p->loop, c->call_id);
+        return;
+    }
+    c->read_on = true;
+    c->read_on_until_ns = now + left;
+    c->read_on_prev = NULL;
+    c->read_on_next = p->reading_on;
+    if (p->reading_on)
+        p->reading_on->read_on_prev = c;
+    p->reading_on = c;
+    if (c->paused)
+        upstream_resume(c); /* nothing waits for its bytes now */
+}
+
+/* From the sweep: an answer read on past its estimate is cancelled (see upstream_client_gone);
+ * one whose upstream falls silent is cut as any other (upstream_sweep). */
+void upstream_sweep_read_on(struct proxy *p, int64_t now)
+{
+    for (struct conn *c = p->reading_on, *next; c; c = next) {
+        next = c->read_on_next;
+        if (now >= c->read_on_until_ns) {
+            read_on_unlink(c);
+            sluice_curl_loop_cancel(p->loop, c->call_id);
+        } else {
+            upstream_sweep(c, now);
+        }
+    }
 }
 
 void upstream_free(struct conn *c)
