@@ -409,8 +409,8 @@ SLUICE_INLINE enum sluice_linger sluice_pool_linger_now(const struct sluice_pool
  * abandoned call's: the answer was still coming). The estimate is the high
  * quantile of service times after now (sluice_service_linger_until): over
  * HTTP, streams whose lengths spread tenfold, stopped after three chunks, held
- * 3-4 slots at a provider where the estimate's permits counted 1-2 at the
- * refusals that cut its limit.
+ * 3-4 slots at a provider where the estimate's permits counted 1-2 at three
+ * of the refusals that cut its limit.
  */
 SLUICE_INLINE int64_t sluice_pool_linger_left(const struct sluice_pool *p, int64_t age_ns)
 {

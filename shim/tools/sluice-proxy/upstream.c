@@ -795,7 +795,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
  * not when the estimate says. Past that estimate it is cancelled after all
  * (upstream_sweep_read_on). Over HTTP (bench/openai_sdk_rate.py --case stream: every 4th chat
  * stopped after 3 chunks, answers spread tenfold) the estimate's permits counted 1-2 of the
- * 3-4 stopped streams the provider still ran at the refusals that cut the limit.
+ * 3-4 stopped streams the provider still ran at three of the refusals that cut the limit.
  */
 void upstream_client_gone(struct conn *c)
 {
