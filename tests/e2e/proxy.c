@@ -766,6 +766,41 @@ Test(proxy, pipelined_requests_are_answered_in_order_on_one_connection)
               "answers out of order: %s", got);
 }
 
+/* A head too large to parse, sent on a connection after another request was answered (found by
+ * fuzzing the proxy under ASan): the 431 is answered and logged as no request's, not read
+ * through the last request's method and path, which pointed into the buffer freed since (a
+ * use after free; without ASan the log named it by bytes of freed memory and the GET's path). */
+Test(proxy, a_head_too_large_after_an_answered_request_is_431_logged_as_no_requests)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    char dir[] = "/tmp/sluice-proxy-test-XXXXXX", log[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(log, sizeof log, "%s/access.log", dir);
+    start_proxy((const char *const[]){"--max-header-bytes", "4096", "--access-log", log, NULL});
+    static char big[6000], got[16384];
+    int n = snprintf(big, sizeof big, "POST /v1/chat/completions HTTP/1.1\r\nX-Big: ");
+    memset(big + n, 'a', 5000);
+    strcpy(big + n + 5000, "\r\n\r\n");
+    int fd = px_connect(&px_main);
+    px_raw_on(fd, (const char *[]){"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", NULL}, 0, 1,
+              got, sizeof got);
+    cr_assert_not_null(strstr(got, "HTTP/1.1 "), "the GET was not answered: %s", got);
+    px_raw_on(fd, (const char *[]){big, NULL}, 0, 1, got, sizeof got);
+    close(fd);
+    cr_assert_not_null(strstr(got, "HTTP/1.1 431 "), "%s", got);
+    cr_assert_not_null(strstr(got, "\"code\":\"header_too_large\""), "%s", got);
+    cr_assert_eq(WEXITSTATUS(px_stop(&px_main)), 0);
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f, "no access log at %s", log);
+    size_t len = fread(got, 1, sizeof got - 1, f);
+    got[len] = '\0';
+    fclose(f);
+    unlink(log);
+    rmdir(dir);
+    cr_assert_not_null(strstr(got, "\"GET /v1/models\" "), "%s", got);
+    cr_assert_not_null(strstr(got, "\"- -\" 431 header_too_large"), "%s", got);
+}
+
 /* Past --max-connections a new client gets an answer it can act on, not a reset: 503 in the
  * proxy's error shape with Retry-After (and retry-after-ms), then the connection's end; and
  * the refused ones do not count toward the limit. */

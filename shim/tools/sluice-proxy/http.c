@@ -732,6 +732,9 @@ static void next_request(struct conn *c)
     }
     memmove(c->in.p, c->in.p + used, c->in.len - used);
     c->in.len -= used;
+    /* Its method, path and headers point into the buffer just moved (or freed below): a head
+     * refused before it parses (431, 408) is answered and logged as no request's, "-". */
+    c->req = (struct request){0};
     /* An idle kept-alive connection holds no buffers: 1000 of them cost their records. */
     if (c->in.len == 0) {
         free(c->in.p);
@@ -901,7 +904,6 @@ static void conn_process(struct conn *c)
         if (!e) {
             c->scanned = c->in.len;
             if (c->in.len > o->max_header_bytes) {
-                c->req = (struct request){0};
                 http_error(c, 431, "invalid_request_error", "header_too_large", NULL,
                            "request line and headers exceed %u bytes (sluice-proxy "
                            "--max-header-bytes)",
@@ -1049,8 +1051,6 @@ void http_sweep(struct proxy *p, int64_t now)
             conn_close(c);
         } else {
             c->req.content_length = 0;
-            if (c->state == C_HEAD)
-                c->req = (struct request){0};
             http_error(c, 408, "invalid_request_error", "request_timeout", NULL,
                        "the request did not arrive in full within %u ms (sluice-proxy "
                        "--client-timeout-ms)",

@@ -212,7 +212,7 @@ struct conn {
     uint64_t ck_left;          /* bytes of the current chunk still to come */
     size_t ck_body;            /* bytes decoded */
     size_t ck_trailer;         /* bytes of trailer fields seen (bounded as a head is) */
-    struct request req;
+    struct request req;        /* empty until its head parses (next_request empties it) */
     struct buf out;
     size_t out_off;            /* bytes of `out` already written */
     uint32_t events;           /* what epoll watches now */
