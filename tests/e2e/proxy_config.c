@@ -467,6 +467,10 @@ static const struct {
      "2: backends[0].unpooled_paths: must be a list of paths starting with \"/\""},
     {"backends = ( { id = \"a\"; upstream = \"http://x\"; unpooled_paths = \"/v1/files\"; } );\n",
      "1: backends[0].unpooled_paths: must be a list of up to 64 paths"},
+    /* The engine's own ID rules (found fuzzing the file): exit 2 at the backend's line, as
+     * the rest, not 1 in the library's words. */
+    {"backends = (\n { id = \"a\\x01b\"; upstream = \"http://x\"; }\n);\n",
+     "2: backends[0].id has a control character at byte 1"},
 };
 
 Test(proxy_config, errors_name_the_file_the_line_and_the_field_and_exit_2)
@@ -531,6 +535,12 @@ static const struct {
     {"--upstream http://127.0.0.1:9 --admin", "--admin needs a value"},
     /* An empty node ID (a "$NODE" never set): the flag named, not the engine's field. */
     {"--upstream http://127.0.0.1:9 --node ''", "--node needs a node ID such as cloud:openai"},
+    /* The engine's ID rules, in the flag's words and exit 2 (they were exit 1, "backends[0].id
+     * ... (SLUICE_BACKEND_ID_MAX)"). */
+    {"--upstream http://127.0.0.1:9 --node \"$(printf 'a\\001b')\"",
+     "--node has a control character at byte 1"},
+    {"--upstream http://127.0.0.1:9 --node $(printf %0300d 0)",
+     "--node is 300 bytes, above the maximum 255\n"},
     /* Why a config file cannot be read, in the OS's words. */
     {"--config /nonexistent/sluice-proxy.conf",
      "--config /nonexistent/sluice-proxy.conf: cannot read it: No such file or directory"},

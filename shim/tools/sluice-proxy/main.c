@@ -263,6 +263,27 @@ static void on_store_event(void *ctx, const struct sluice_event *ev)
             sluice_cause_name(ev->cause), *why ? ": " : "", why);
 }
 
+/* The engine refused its description. A check of a backend's own field ("backends[i].id is
+ * 300 bytes ...": the ID rules live in the engine, not in options.c) is the user's error, said
+ * where they wrote it: the config file's line, or --node and the flags; the rest cannot start. */
+static int engine_refused(const struct options *o, const char *err)
+{
+    size_t i;
+    int at = 0;
+    if (sscanf(err, "backends[%zu].%n", &i, &at) != 1 || !at || i >= o->n_backends)
+        return fail("%s", err);
+    if (o->backends[i].line) {
+        fprintf(stderr, PROG ": %s:%d: %s\n", o->config, o->backends[i].line, err);
+        return EXIT_USAGE;
+    }
+    static const char *const words[][2] = {{"backends[0].id", "--node"},
+                                           {" (SLUICE_BACKEND_ID_MAX)", ""},
+                                           {"backends[0].active", "--active"},
+                                           {"backends[0].waiting", "--waiting"}};
+    fail_in_cli_words(err, words, sizeof words / sizeof *words);
+    return EXIT_USAGE;
+}
+
 static int open_engine(struct proxy *p)
 {
     struct options *o = p->o;
@@ -325,7 +346,7 @@ static int open_engine(struct proxy *p)
                                                           .omit_openrouter = true,
                                                           .error = err, .error_size = sizeof err},
                              &p->engine) != SLUICE_OK)
-        return fail("%s", err);
+        return engine_refused(o, err);
 #ifdef SLUICE_HAVE_FLEET
     for (size_t i = 0; i < o->n_backends; i++)
         if (p->fleets[i] &&
