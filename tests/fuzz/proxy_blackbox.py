@@ -3,7 +3,7 @@
 
     python3 tests/fuzz/proxy_blackbox.py --build build/asan [--side clients|upstream]
                                          [--seconds 300] [--seed 1] [--threads 4]
-                                         [--proxy-arg ARG ...]
+                                         [--admin-poll] [--proxy-arg ARG ...]
 
 Runs BUILD's sluice-proxy (build it with the asan preset: the point is its reports) and
 drives it until SECONDS pass or it dies:
@@ -18,7 +18,10 @@ drives it until SECONDS pass or it dies:
       each with a mutated response (status lines, Retry-After and rate-limit headers that do
       not parse, hundreds of headers or one of 100 KB, SSE events that are errors, huge,
       binary or unterminated, Content-Length and chunking that lie, resets, silence).
-Every 10 s a progress line. At the end the proxy gets SIGTERM and must exit 0 within 20 s.
+--admin-poll also serves the admin endpoint and reads its page, /metrics and
+/compute/concurrency every 50 ms meanwhile (its threads beside the proxy's loop: worth a run
+with a ThreadSanitizer build, --build build/tsan). Every 10 s a progress line. At the end the
+proxy gets SIGTERM and must exit 0 within 20 s.
 Exit status 0 when it did, with no sanitizer report on its stderr (leaks at exit included);
 1 otherwise, with the report and the last inputs of each client thread under WORK (printed).
 Found with it: the 431 after an answered request that read freed memory (see
@@ -293,6 +296,20 @@ def chat_client(port, r, deadline, last, stop):
         yield
 
 
+def poll_admin(port, deadline, stop):
+    while time.time() < deadline and not stop.is_set():
+        for path in (b'/', b'/metrics', b'/compute/concurrency'):
+            try:
+                s = socket.create_connection(('127.0.0.1', port), timeout=2)
+                s.sendall(b'GET ' + path + b' HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
+                while s.recv(65536):
+                    pass
+                s.close()
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
 def end_with(s, r, how):
     if how == 1:
         s.recv(r.randint(1, 400))
@@ -337,6 +354,7 @@ def main():
     ap.add_argument('--seconds', type=float, default=300)
     ap.add_argument('--seed', type=int, default=1)
     ap.add_argument('--threads', type=int, default=4)
+    ap.add_argument('--admin-poll', action='store_true')
     ap.add_argument('--proxy-arg', action='append', default=[])
     opts = ap.parse_args()
     proxy_bin = os.path.join(opts.build, 'shim', 'sluice-proxy')
@@ -361,11 +379,15 @@ def main():
     env = dict(os.environ, ASAN_OPTIONS='detect_leaks=1:halt_on_error=1',
                UBSAN_OPTIONS='halt_on_error=1:print_stacktrace=1')
     proxy = subprocess.Popen([proxy_bin, '--upstream', 'http://127.0.0.1:%d' % upstream_port,
-                              '--listen', '127.0.0.1:0', '--admin', 'off', '--state', 'off',
+                              '--listen', '127.0.0.1:0', '--admin',
+                              '127.0.0.1:0' if opts.admin_poll else 'off', '--state', 'off',
                               '--access-log', 'off'] + limits + opts.proxy_arg,
                              stdout=subprocess.PIPE, stderr=open(stderr_path, 'w'), env=env)
     port = int(proxy.stdout.readline().decode().rsplit(':', 1)[1])
     deadline, stop = time.time() + opts.seconds, threading.Event()
+    if opts.admin_poll:
+        admin_port = int(proxy.stdout.readline().decode().rsplit(':', 1)[1])
+        threading.Thread(target=poll_admin, args=(admin_port, deadline, stop), daemon=True).start()
     drive = hostile_client if opts.side == 'clients' else chat_client
     lasts, counts = [[] for _ in range(opts.threads)], [0] * opts.threads
 
@@ -398,8 +420,8 @@ def main():
     if sim:
         sim.terminate()
     report = open(stderr_path, errors='replace').read()
-    bad = 'ERROR: AddressSanitizer' in report or 'runtime error' in report or \
-          'LeakSanitizer' in report
+    bad = any(word in report for word in ('AddressSanitizer', 'LeakSanitizer', 'ThreadSanitizer',
+                                          'runtime error'))
     if not alive or bad or proxy.returncode != 0:
         inputs = os.path.join(work, 'last-inputs.txt')
         with open(inputs, 'w') as f:
