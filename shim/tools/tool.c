@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 const char *tool_name;
 volatile sig_atomic_t interrupted;
@@ -74,6 +75,20 @@ int fail_state_open(const char *prefix, const char *err)
     char msg[1024];
     snprintf(msg, sizeof msg, "%s%s%s", prefix ? prefix : "", prefix ? ": " : "", err);
     return fail_in_cli_words(msg, words, sizeof words / sizeof *words);
+}
+
+unsigned long tool_raise_fd_limit(unsigned long want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    if (rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
+        rlim_t to = rl.rlim_max < want ? rl.rlim_max : (rlim_t)want;
+        struct rlimit raised = {to, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+            rl.rlim_cur = to;
+    }
+    return (unsigned long)rl.rlim_cur;
 }
 
 size_t tool_discard(char *ptr, size_t size, size_t n, void *ctx)

@@ -47,6 +47,10 @@ int fail_in_cli_words(const char *msg, const char *const (*words)[2], size_t n_w
  * (the library's name the C field). Returns EXIT_FAIL. */
 int fail_state_open(const char *prefix, const char *err);
 
+/* Raise the soft limit on open descriptors toward `want`, never past the hard limit and never
+ * lower; returns the soft limit in force after (0 when it cannot be read). */
+unsigned long tool_raise_fd_limit(unsigned long want);
+
 /* A libcurl write callback that keeps nothing (an answer only its status matters for). */
 size_t tool_discard(char *ptr, size_t size, size_t n, void *ctx);
 

@@ -10,8 +10,10 @@
  */
 #include "proxy_fixture.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <sluice/statefile.h>
@@ -799,6 +801,77 @@ Test(proxy, a_head_too_large_after_an_answered_request_is_431_logged_as_no_reque
     rmdir(dir);
     cr_assert_not_null(strstr(got, "\"GET /v1/models\" "), "%s", got);
     cr_assert_not_null(strstr(got, "\"- -\" 431 header_too_large"), "%s", got);
+}
+
+/* The descriptors process `pid` has open. */
+static int open_descriptors(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    cr_assert_not_null(d, "%s", path);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* The CPU time process `pid` has used, in clock ticks (user and system). */
+static long cpu_ticks(pid_t pid)
+{
+    char path[64], stat[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    long utime = 0, stime = 0; /* fields 14 and 15, counted after the command's ")" */
+    cr_assert_eq(sscanf(strrchr(stat, ')') + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld",
+                        &utime, &stime),
+                 2, "%s", stat);
+    return utime + stime;
+}
+
+/* No descriptor left for a client (found with ulimit -n 64 and 100 connections: the loop woke
+ * for its readable listener at once, forever, a core at 100 %, and the clients past the limit
+ * were never answered): a client past it is answered 503 (X-Sluice-Refused: connections) and
+ * closed, the proxy sleeps meanwhile, and once connections close a new one is served. */
+Test(proxy, a_client_past_the_descriptors_left_gets_503_and_the_proxy_does_not_spin)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
+    start_proxy(NULL);
+    int left = 4, fds[12];
+    rlim_t most = (rlim_t)(open_descriptors(px_main.pid) + left);
+    cr_assert_eq(prlimit(px_main.pid, RLIMIT_NOFILE, &(struct rlimit){most, most}, NULL), 0,
+                 "prlimit: %s", strerror(errno));
+    for (int i = 0; i < 12; i++)
+        fds[i] = px_connect(&px_main);
+    static char got[4096];
+    int refused = 0;
+    for (int i = 0; i < 12; i++) {
+        struct pollfd pfd = {.fd = fds[i], .events = POLLIN};
+        ssize_t n = poll(&pfd, 1, i ? 200 : 2000) == 1 ? read(fds[i], got, sizeof got - 1) : 0;
+        got[n > 0 ? n : 0] = '\0';
+        if (strstr(got, "HTTP/1.1 503 ") && strstr(got, "X-Sluice-Refused: connections") &&
+            strstr(got, "\"too_many_connections\""))
+            refused++;
+    }
+    cr_assert(refused >= 12 - left, "%d of 12 clients refused past %d descriptors left", refused,
+              left);
+    long before = cpu_ticks(px_main.pid);
+    fx_sleep_ms(1000);
+    long spent = cpu_ticks(px_main.pid) - before;
+    cr_assert(spent < sysconf(_SC_CLK_TCK) / 4, "the proxy spent %ld ticks of a second's %ld",
+              spent, sysconf(_SC_CLK_TCK));
+    for (int i = 0; i < 12; i++)
+        close(fds[i]);
+    fx_sleep_ms(200); /* the proxy sees them close */
+    struct px_reply *r = malloc(sizeof *r);
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, r);
+    cr_assert_eq(r->status, 200, "after the clients left: %ld", r->status);
+    free(r);
 }
 
 /* Past --max-connections a new client gets an answer it can act on, not a reset: 503 in the

@@ -158,16 +158,6 @@ static void run_until_signal(struct server *sv, const struct options *o, const s
     }
 }
 
-/* Room for CONNECTION_LIMIT sockets plus the wake eventfds of queued calls. */
-static void raise_fd_limit(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max < 4 * CONNECTION_LIMIT ? rl.rlim_max : 4 * CONNECTION_LIMIT;
-        (void)setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
 int main(int argc, char **argv)
 {
     struct options o;
@@ -192,7 +182,7 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": eventfd: %s\n", strerror(errno));
         return 1;
     }
-    raise_fd_limit();
+    tool_raise_fd_limit(4 * CONNECTION_LIMIT); /* its sockets, and queued calls' eventfds */
 
     /* Every thread inherits this mask, so only sigtimedwait in main sees the
      * stop signals. SIG_DFL first: an inherited SIG_IGN would discard them. */

@@ -47,6 +47,7 @@
 #include "proxy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -55,6 +56,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -291,12 +293,89 @@ static void refuse_connection(struct conn *c)
                o->max_connections);
 }
 
+/* See proxy.h. A client's connection and an upstream one each, the lingering closes, and the
+ * rest (the engine, the admin, the state file, libcurl's): short of that, said at start, not
+ * at the first client refused. */
+void http_prepare_descriptors(struct proxy *p)
+{
+    unsigned long want = 2ul * p->o->max_connections + LINGER_MAX + 64;
+    unsigned long have = tool_raise_fd_limit(want);
+    if (have && have < want)
+        fprintf(stderr,
+                PROG ": ulimit -n is %lu, short of the %lu descriptors --max-connections %u may "
+                     "need (a client's and an upstream's each): clients past what it allows get "
+                     "503; raise ulimit -n (LimitNOFILE= under systemd) or lower "
+                     "--max-connections\n",
+                have, want, p->o->max_connections);
+    p->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* Watch the listener for `events` (EPOLLIN, or 0 while no descriptor is left for a client). */
+static void listener_watch(struct proxy *p, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = &p->listener};
+    epoll_ctl(p->ep, EPOLL_CTL_MOD, p->listener.fd, &ev);
+    p->listener_asleep = !events;
+}
+
+/*
+ * No descriptor left (EMFILE, ENFILE: ulimit -n, or the system's): the client waiting in the
+ * backlog cannot be accepted, and the listener stays readable, so the loop would wake for it
+ * at once, forever, while the client hangs (ulimit -n 64 and 100 connections: a core at
+ * 100 %, the clients past it never answered). The spare descriptor held for this is let go,
+ * the client accepted on it and told 503 in one write (the socket is new: it never blocks),
+ * closed, and the spare taken back. Said once on stderr until an accept finds a descriptor
+ * again. false: no spare to lend (it could not be taken back): the listener then sleeps until
+ * the next sweep (http_sweep), so the loop does not spin on it either.
+ */
+static bool refuse_without_descriptors(struct proxy *p)
+{
+    if (p->spare_fd < 0)
+        return false;
+    close(p->spare_fd);
+    int fd = accept4(p->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+        char headers[160], answer[640];
+        static const char body[] = "{\"error\":{\"message\":\"" PROG " has no file descriptor "
+                                   "left for another connection; retry later\",\"type\":"
+                                   "\"server_error\",\"code\":\"too_many_connections\"}}";
+        refusal_headers(p, "X-Sluice-Refused: connections", headers, sizeof headers);
+        int n = snprintf(answer, sizeof answer,
+                         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                         "Content-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
+                         sizeof body - 1, headers, body);
+        ssize_t sent = send(fd, answer, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)sent;
+        shutdown(fd, SHUT_WR); /* the answer, then the end: a FIN, not a reset */
+        close(fd);
+    }
+    p->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (!p->out_of_fds) {
+        struct rlimit rl = {0, 0};
+        getrlimit(RLIMIT_NOFILE, &rl);
+        fprintf(stderr,
+                PROG ": no file descriptor left (ulimit -n %llu, %u client connections open): new "
+                     "ones get 503 until some close; raise ulimit -n (LimitNOFILE= under "
+                     "systemd) or lower --max-connections\n",
+                (unsigned long long)rl.rlim_cur, p->n_conns);
+        p->out_of_fds = true;
+    }
+    return fd >= 0;
+}
+
 void http_accept(struct proxy *p)
 {
     for (int i = 0; i < 64; i++) { /* a bounded batch: clients already connected get a turn */
         int fd = accept4(p->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
+        if (fd < 0) {
+            if (errno != EMFILE && errno != ENFILE)
+                return;
+            if (refuse_without_descriptors(p))
+                continue;
+            listener_watch(p, 0);
             return;
+        }
+        p->out_of_fds = false;
         bool over = p->n_conns >= p->o->max_connections;
         if (over && p->n_lingering >= LINGER_MAX) {
             close(fd); /* a flood past --max-connections: no answer is affordable, a reset */
@@ -1033,6 +1112,11 @@ void http_on_event(struct conn *c, uint32_t events)
 /* Every SWEEP_MS (main.c): slow clients, idle connections and silent upstreams. */
 void http_sweep(struct proxy *p, int64_t now)
 {
+    if (p->listener_asleep && !p->draining) { /* refuse_without_descriptors lost its spare */
+        if (p->spare_fd < 0)
+            p->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        listener_watch(p, EPOLLIN);
+    }
     for (struct conn *c = p->conns, *next; c; c = next) {
         next = c->next;
         if (c->state == C_CALL && !c->paused) {

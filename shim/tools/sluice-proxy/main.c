@@ -421,6 +421,7 @@ static int start_proxy(struct proxy *p)
 {
     const struct options *o = p->o;
     int rc;
+    http_prepare_descriptors(p);
     if ((rc = listen_on(p)) != EXIT_OK || (rc = check_admin_address(o)) != EXIT_OK ||
         (rc = read_keys(p->o)) != EXIT_OK ||
         (rc = open_engine(p)) != EXIT_OK || (rc = start_admin(p)) != EXIT_OK)

@@ -302,6 +302,10 @@ struct proxy {
     struct watch *dead_watches; /* curl sockets forgotten in this iteration (as above) */
     uint32_t n_conns;          /* those that count toward --max-connections */
     uint32_t n_lingering;      /* the others (http.c, conn_linger) */
+    int spare_fd;              /* held for a client that finds no descriptor left (http.c,
+                                  refuse_without_descriptors); -1 while lent out or lost */
+    bool out_of_fds;           /* said so on stderr since the last accept that found one */
+    bool listener_asleep;      /* not watched until the next sweep: no descriptor, no spare */
     bool draining;
     int64_t drain_deadline_ns;
     FILE *log;
@@ -327,6 +331,9 @@ bool route_unpooled(const struct backend *b, const char *path);
 void routes_list(const struct options *o, char *out, size_t size);
 
 /* http.c */
+/* Before the listener: the descriptors --max-connections needs, as far as the hard limit lets
+ * (stderr says when it falls short), and the spare held for a client that finds none left. */
+void http_prepare_descriptors(struct proxy *p);
 void http_accept(struct proxy *p);
 void http_on_event(struct conn *c, uint32_t events);
 void http_sweep(struct proxy *p, int64_t now);
