@@ -4,8 +4,9 @@
  * use them), one-line messages to stderr that start with the tool's name, the
  * flag that Ctrl-C or SIGTERM sets so a long command stops with what it has,
  * the one way the tools read a number or a flag's value from the command
- * line, a libcurl write callback that discards, and the legend under a
- * list of discovery events.
+ * line, the limit on open descriptors raised for a server's connections, a
+ * libcurl write callback that discards, and the legend under a list of
+ * discovery events.
  *
  * `tool_name` is the running tool's own name; a tool with subcommands points
  * it at "sluicectl clear" and so on. Threads: main sets tool_name before it

@@ -325,8 +325,7 @@ static void listener_watch(struct proxy *p, uint32_t events)
  * 100 %, the clients past it never answered). The spare descriptor held for this is let go,
  * the client accepted on it and told 503 in one write (the socket is new: it never blocks),
  * closed, and the spare taken back. Said once on stderr until an accept finds a descriptor
- * again. false: no spare to lend (it could not be taken back): the listener then sleeps until
- * the next sweep (http_sweep), so the loop does not spin on it either.
+ * again. false: no client answered (no spare to lend, or none waiting after all).
  */
 static bool refuse_without_descriptors(struct proxy *p)
 {
@@ -372,7 +371,8 @@ void http_accept(struct proxy *p)
                 return;
             if (refuse_without_descriptors(p))
                 continue;
-            listener_watch(p, 0);
+            if (p->spare_fd < 0) /* none to lend next time either: sleep until the sweep, */
+                listener_watch(p, 0); /* not spin (http_sweep wakes it) */
             return;
         }
         p->out_of_fds = false;
