@@ -768,6 +768,18 @@ Test(proxy, pipelined_requests_are_answered_in_order_on_one_connection)
               "answers out of order: %s", got);
 }
 
+/* The access log at `log` (in `dir`, a mkdtemp directory) into got; both are removed. */
+static void read_access_log(const char *dir, const char *log, char *got, size_t size)
+{
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f, "no access log at %s", log);
+    size_t n = fread(got, 1, size - 1, f);
+    got[n] = '\0';
+    fclose(f);
+    unlink(log);
+    rmdir(dir);
+}
+
 /* A head too large to parse, sent on a connection after another request was answered (found by
  * fuzzing the proxy under ASan): the 431 is answered and logged as no request's, not read
  * through the last request's method and path, which pointed into the buffer freed since (a
@@ -792,13 +804,7 @@ Test(proxy, a_head_too_large_after_an_answered_request_is_431_logged_as_no_reque
     cr_assert_not_null(strstr(got, "HTTP/1.1 431 "), "%s", got);
     cr_assert_not_null(strstr(got, "\"code\":\"header_too_large\""), "%s", got);
     cr_assert_eq(WEXITSTATUS(px_stop(&px_main)), 0);
-    FILE *f = fopen(log, "r");
-    cr_assert_not_null(f, "no access log at %s", log);
-    size_t len = fread(got, 1, sizeof got - 1, f);
-    got[len] = '\0';
-    fclose(f);
-    unlink(log);
-    rmdir(dir);
+    read_access_log(dir, log, got, sizeof got);
     cr_assert_not_null(strstr(got, "\"GET /v1/models\" "), "%s", got);
     cr_assert_not_null(strstr(got, "\"- -\" 431 header_too_large"), "%s", got);
 }
@@ -1063,13 +1069,7 @@ static int endless_stream_behind(const char *drain_ms, char *dir, char *log, siz
 static void assert_logged_cut_by_the_drain(const char *dir, const char *log)
 {
     char got[4096];
-    FILE *f = fopen(log, "r");
-    cr_assert_not_null(f, "no access log at %s", log);
-    size_t n = fread(got, 1, sizeof got - 1, f);
-    got[n] = '\0';
-    fclose(f);
-    unlink(log);
-    rmdir(dir);
+    read_access_log(dir, log, got, sizeof got);
     cr_assert_not_null(strstr(got, "\"POST /v1/chat/completions\" 200 cut_drain "), "%s", got);
 }
 
