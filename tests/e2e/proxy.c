@@ -305,6 +305,7 @@ Test(proxy, an_upstream_that_does_not_answer_is_502_naming_it)
     char port[16];
     snprintf(port, sizeof port, ":%d", fx_sim.port);
     cr_assert_not_null(strstr(r.body, port), "the 502 names the upstream: %s", r.body);
+    cr_assert_not_null(strstr(r.body, "(Connection refused)"), "and the OS's reason: %s", r.body);
 }
 
 /* A password in --upstream (user:password@) goes to the provider only: the startup lines and

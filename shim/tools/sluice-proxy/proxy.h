@@ -251,6 +251,9 @@ struct conn {
                                   connecting); --upstream-idle-ms runs from it */
     curl_off_t up_sent;        /* the request body's bytes the upstream has taken so far */
     int64_t up_silent_ns;      /* the silence that cut the call (upstream_sweep), 0 = none */
+    int up_errno;              /* the OS's word for why the upstream call failed (libcurl's
+                                  CURLINFO_OS_ERRNO: refused, unreachable, timed out), 0 = none
+                                  (libcurl keeps none for a socket it could not open) */
     struct buf up_head;        /* the upstream answer's head as it will go to the client */
     struct proxy_events *up_events; /* a 2xx stream's events, read for an error event
                                        (upstream.c); NULL = none read */

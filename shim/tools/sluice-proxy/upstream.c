@@ -516,8 +516,9 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
                    shown, id, c->up_silent_ns / 1000000, c->p->o->upstream_idle_ms);
     else if (status == SLUICE_EIO && r)
         http_error(c, 502, "upstream_error", "upstream_unreachable", NULL,
-                   "upstream %s (backend %s) did not answer: %s", shown, id,
-                   curl_easy_strerror(r->curl_code));
+                   "upstream %s (backend %s) did not answer: %s%s%s%s", shown, id,
+                   curl_easy_strerror(r->curl_code), c->up_errno ? " (" : "",
+                   c->up_errno ? strerror(c->up_errno) : "", c->up_errno ? ")" : "");
     else
         http_error(c, 502, "upstream_error", "proxy_error", NULL, "backend %s: %s", id,
                    sluice_strerror(status));
@@ -560,6 +561,9 @@ static void read_on_unlink(struct conn *c)
 static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
 {
     struct conn *c = data;
+    long os_errno = 0;
+    curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+    c->up_errno = (int)os_errno;
     easy_give_back(c->p, easy);
     bool error_event = c->up_events && c->up_events->error; /* r says what it was (on_finish) */
     free(c->up_events);
