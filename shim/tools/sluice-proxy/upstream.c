@@ -562,7 +562,8 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
 {
     struct conn *c = data;
     long os_errno = 0;
-    curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+    if (r->status == SLUICE_EIO) /* refuse() names it; a call that ended otherwise has none */
+        curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
     c->up_errno = (int)os_errno;
     easy_give_back(c->p, easy);
     bool error_event = c->up_events && c->up_events->error; /* r says what it was (on_finish) */
