@@ -322,5 +322,9 @@ char *sluice_admin_metrics(struct sluice_admin *a)
         }
     }
     free(views);
+    char *own = a->cfg.metrics ? a->cfg.metrics(a->cfg.metrics_ctx) : NULL;
+    if (own)
+        sluice__strbuf_puts(&b, own);
+    free(own);
     return sluice__strbuf_take(&b);
 }

@@ -9,6 +9,7 @@
  * file cannot take, the drain on SIGTERM.
  */
 #include "proxy_fixture.h"
+#include "prometheus.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -879,6 +880,19 @@ Test(proxy, a_client_past_the_descriptors_left_gets_503_and_the_proxy_does_not_s
     px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, r);
     cr_assert_eq(r->status, 200, "after the clients left: %ld", r->status);
     free(r);
+    /* /metrics counts them, by why (the admin needs descriptors too: asked once they are back). */
+    static char metrics[65536];
+    px_admin_get(&px_main, "/metrics", metrics, sizeof metrics);
+    prom_check(metrics);
+    double counted =
+        prom_value(metrics, "sluice_proxy_connections_refused_total{reason=\"descriptors\"}");
+    cr_assert(counted >= refused && counted <= 12, "%g counted, %d clients read a 503\n%s",
+              counted, refused, metrics);
+    cr_assert_eq(prom_value(metrics, "sluice_proxy_answers_total{code=\"503\"}"), counted,
+                 "%s", metrics);
+    cr_assert_eq(
+        prom_value(metrics, "sluice_proxy_connections_refused_total{reason=\"max_connections\"}"),
+        0, "%s", metrics);
 }
 
 /* Past --max-connections a new client gets an answer it can act on, not a reset: 503 in the
@@ -920,6 +934,23 @@ Test(proxy, past_max_connections_a_new_client_gets_503_not_a_reset)
     WAIT_UNTIL((px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r),
                 r.status == 200));
     cr_assert_eq(fx_stats().requests, 3, "a refused connection's request reached the provider");
+    /* /metrics counts the refused clients (two, or more where WAIT_UNTIL came before the
+     * proxy saw the held connection close), each answered 503, and every answer by status. */
+    px_admin_get(&px_main, "/metrics", got, sizeof got);
+    prom_check(got);
+    const char *own = strstr(got, "# HELP sluice_proxy_");
+    cr_assert_not_null(own, "%s", got);
+    const char *refusals = "sluice_proxy_connections_refused_total{reason=";
+    char series[96];
+    snprintf(series, sizeof series, "%s\"max_connections\"}", refusals);
+    double refused = prom_value(own, series);
+    cr_assert(refused >= 2, "%s", own);
+    cr_assert_eq(prom_value(own, "sluice_proxy_answers_total{code=\"503\"}"), refused, "%s",
+                 own);
+    cr_assert_eq(prom_value(own, "sluice_proxy_answers_total{code=\"200\"}"), 3, "%s", own);
+    snprintf(series, sizeof series, "%s\"descriptors\"}", refusals);
+    cr_assert_eq(prom_value(own, series), 0, "%s", own);
+    cr_assert_not_null(strstr(own, "# TYPE sluice_proxy_client_connections gauge\n"), "%s", own);
 }
 
 Test(proxy, a_chunked_request_body_is_accepted_and_forwarded)

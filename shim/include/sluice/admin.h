@@ -146,6 +146,15 @@ extern "C" {
 typedef int64_t (*sluice_admin_start_deadline_fn)(void *ctx, const char *node,
                                                   const char **source);
 
+/*
+ * A program's own families for /metrics, after the admin's (sluice-proxy's client
+ * connections and answers): Prometheus text format 0.0.4, each family with its # HELP and
+ * # TYPE lines, every line ending in a newline, in memory from malloc (the admin frees it);
+ * NULL adds nothing. Called from the admin's threads, several at once: it must be
+ * thread-safe and must not block.
+ */
+typedef char *(*sluice_admin_metrics_fn)(void *ctx);
+
 struct sluice_statefile; /* sluice/statefile.h */
 
 struct sluice_admin_desc {
@@ -176,6 +185,9 @@ struct sluice_admin_desc {
                                       sluice_default_start_deadline_seconds in /metrics
                                       (default: NULL = none to show) */
     void *start_deadline_ctx;
+    sluice_admin_metrics_fn metrics; /* appends the program's own families to /metrics
+                                      (default: NULL = none) */
+    void *metrics_ctx;
     struct sluice_statefile *statefile; /* the state file whose ops are the engine's store,
                                       if they are (sluice/statefile.h): a clear that file
                                       fails to write is answered with its message, which
@@ -231,7 +243,8 @@ void sluice_admin_stop(struct sluice_admin *a);
  *     and sluice_events_dropped_total (events the ring overwrote before
  *     the admin counted them). The event counters count events seen since
  *     the admin started, including those still in each node's ring then.
- *     Each family is one row of the table in shim/src/admin_metrics.c.
+ *     Each family is one row of the table in shim/src/admin_metrics.c. Then
+ *     desc.metrics' text, if any.
  */
 char *sluice_admin_status_json(struct sluice_admin *a);
 char *sluice_admin_metrics(struct sluice_admin *a);

@@ -190,6 +190,13 @@ void conn_free(struct conn *c)
     free(c);
 }
 
+/* n_conns moved by `by`: the admin's copy follows. */
+static void conns_add(struct proxy *p, int by)
+{
+    p->n_conns += (uint32_t)by;
+    atomic_store_explicit(&p->counts.connections, p->n_conns, memory_order_relaxed);
+}
+
 static void conn_close(struct conn *c)
 {
     if (c->gone)
@@ -207,7 +214,7 @@ static void conn_close(struct conn *c)
     if (c->uncounted)
         p->n_lingering--;
     else
-        p->n_conns--;
+        conns_add(p, -1);
     if (c->in_call)
         upstream_client_gone(c);
     conn_release(c);
@@ -232,7 +239,7 @@ static void conn_linger(struct conn *c)
             conn_close(c);
             return;
         }
-        p->n_conns--;
+        conns_add(p, -1);
         p->n_lingering++;
         c->uncounted = true;
     }
@@ -275,6 +282,13 @@ void refusal_headers(const struct proxy *p, const char *refused, char *out, size
 {
     snprintf(out, size, "%s\r\nRetry-After: %u\r\nretry-after-ms: %u\r\n", refused,
              p->o->retry_after_s, retry_after_ms((uint64_t)p->o->retry_after_s * 1000u));
+}
+
+/* An answer with `status` went out (or was queued): for /metrics, as the access log has it. */
+static void count_answer(struct proxy *p, int status)
+{
+    if (status >= 100 && status < 600)
+        atomic_fetch_add_explicit(&p->counts.answers[status], 1, memory_order_relaxed);
 }
 
 /* Past --max-connections: a 503 the client can act on, then a lingering close (above). The
@@ -324,7 +338,7 @@ static void listener_watch(struct proxy *p, uint32_t events)
  * at once, forever, while the client hangs (ulimit -n 64 and 100 connections: a core at
  * 100 %, the clients past it never answered). The spare descriptor held for this is let go,
  * the client accepted on it and told 503 in one write (the socket is new: it never blocks),
- * closed, and the spare taken back. Said once on stderr until an accept finds a descriptor
+ * closed, logged and counted (/metrics), and the spare taken back. Said once on stderr until an accept finds a descriptor
  * again. false: no client answered (no spare to lend, or none waiting after all).
  */
 static bool refuse_without_descriptors(struct proxy *p)
@@ -343,10 +357,18 @@ static bool refuse_without_descriptors(struct proxy *p)
                          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
                          "Content-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
                          sizeof body - 1, headers, body);
+        int64_t t = proxy_now_ns();
         ssize_t sent = send(fd, answer, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-        (void)sent;
         shutdown(fd, SHUT_WR); /* the answer, then the end: a FIN, not a reset */
         close(fd);
+        atomic_fetch_add_explicit(&p->counts.refused[REFUSED_DESCRIPTORS], 1,
+                                  memory_order_relaxed);
+        count_answer(p, 503);
+        int64_t took = proxy_now_ns() - t;
+        access_log(p, &(struct access){.status = 503, .outcome = "too_many_connections",
+                                       .queued_ns = 0, .ttfb_ns = sent > 0 ? took : -1,
+                                       .duration_ns = took,
+                                       .bytes = sent > 0 ? sizeof body - 1 : 0});
     }
     p->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (!p->out_of_fds) {
@@ -377,6 +399,9 @@ void http_accept(struct proxy *p)
         }
         p->out_of_fds = false;
         bool over = p->n_conns >= p->o->max_connections;
+        if (over)
+            atomic_fetch_add_explicit(&p->counts.refused[REFUSED_MAX_CONNECTIONS], 1,
+                                      memory_order_relaxed);
         if (over && p->n_lingering >= LINGER_MAX) {
             close(fd); /* a flood past --max-connections: no answer is affordable, a reset */
             continue;
@@ -408,7 +433,7 @@ void http_accept(struct proxy *p)
             p->n_lingering++;
             refuse_connection(c);
         } else {
-            p->n_conns++;
+            conns_add(p, 1);
         }
     }
 }
@@ -420,6 +445,7 @@ void http_request_done(struct conn *c)
 {
     struct proxy *p = c->p;
     int64_t t = proxy_now_ns();
+    count_answer(p, c->status_out);
     access_log(p, &(struct access){
                       .backend = c->backend, .method = c->req.method,
                       .method_len = c->req.method_len, .path = c->req.target,

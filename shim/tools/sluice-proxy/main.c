@@ -40,6 +40,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -377,6 +378,43 @@ static int64_t shown_start_deadline(void *ctx, const char *node, const char **so
     return -1;
 }
 
+/* The proxy's own families for /metrics, after the engine's (an admin thread). */
+static char *proxy_metrics(void *ctx)
+{
+    struct proxy_counts *k = &((struct proxy *)ctx)->counts;
+    static const char *const reasons[REFUSED_REASONS] = {"max_connections", "descriptors"};
+    char *text = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&text, &size);
+    if (!f)
+        return NULL;
+    fprintf(f,
+            "# HELP sluice_proxy_client_connections Client connections open (those "
+            "--max-connections counts).\n# TYPE sluice_proxy_client_connections gauge\n"
+            "sluice_proxy_client_connections %u\n"
+            "# HELP sluice_proxy_connections_refused_total Clients answered 503 as they "
+            "connected: past --max-connections, or with no file descriptor left.\n"
+            "# TYPE sluice_proxy_connections_refused_total counter\n",
+            atomic_load_explicit(&k->connections, memory_order_relaxed));
+    for (int r = 0; r < REFUSED_REASONS; r++)
+        fprintf(f, "sluice_proxy_connections_refused_total{reason=\"%s\"} %" PRIu64 "\n",
+                reasons[r], atomic_load_explicit(&k->refused[r], memory_order_relaxed));
+    fputs("# HELP sluice_proxy_answers_total Answers to clients by HTTP status (the access "
+          "log's lines), the proxy's own included.\n"
+          "# TYPE sluice_proxy_answers_total counter\n",
+          f);
+    for (int status = 100; status < 600; status++) {
+        uint64_t n = atomic_load_explicit(&k->answers[status], memory_order_relaxed);
+        if (n)
+            fprintf(f, "sluice_proxy_answers_total{code=\"%d\"} %" PRIu64 "\n", status, n);
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
 static int start_admin(struct proxy *p)
 {
     const struct options *o = p->o;
@@ -387,7 +425,8 @@ static int start_admin(struct proxy *p)
                                      .port = SLUICE_SOME(o->admin_port),
                                      .allow_remote = o->allow_remote,
                                      .start_deadline = shown_start_deadline,
-                                     .start_deadline_ctx = p, .statefile = p->state,
+                                     .start_deadline_ctx = p, .metrics = proxy_metrics,
+                                     .metrics_ctx = p, .statefile = p->state,
                                      .error = err, .error_size = sizeof err};
     if (sluice_admin_start(&desc, &p->admin) == SLUICE_OK)
         return EXIT_OK;

@@ -285,6 +285,17 @@ struct patience {
     int64_t announced_ns; /* what stderr last said was learned, 0 = none */
 };
 
+/* Why a client was refused as it connected (proxy_counts.refused). */
+enum { REFUSED_MAX_CONNECTIONS, REFUSED_DESCRIPTORS, REFUSED_REASONS };
+
+/* What /metrics shows of the proxy itself (main.c, proxy_metrics): counted on the loop's
+ * thread, read on the admin's. */
+struct proxy_counts {
+    _Atomic uint32_t connections;              /* n_conns, as the admin may read it */
+    _Atomic uint64_t refused[REFUSED_REASONS]; /* clients refused as they connected */
+    _Atomic uint64_t answers[600];             /* answers (access-log lines) by status */
+};
+
 struct proxy {
     struct options *o;
     struct sluice_engine *engine;
@@ -315,6 +326,7 @@ struct proxy {
     CURL *spare_easy[PROXY_SPARE_EASY]; /* handles of finished calls, for the next ones */
     size_t n_spare;
     struct patience patience[PROXY_BACKENDS_MAX]; /* by backend, as o->backends */
+    struct proxy_counts counts;
 };
 
 /* patience.c */
