@@ -47,10 +47,13 @@
 
 #include <sluice/sse.h>
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define OUT_HIGH (256 * 1024)
 #define CONNECT_TIMEOUT_MS 10000L
@@ -514,6 +517,12 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
                    "upstream %s (backend %s) sent nothing for %" PRId64 " ms: cut at "
                    "sluice-proxy --upstream-idle-ms %u",
                    shown, id, c->up_silent_ns / 1000000, c->p->o->upstream_idle_ms);
+    else if (status == SLUICE_EIO && r && (c->up_errno == EMFILE || c->up_errno == ENFILE))
+        http_error(c, 502, "upstream_error", "upstream_unreachable", NULL,
+                   "upstream %s (backend %s) was not called: no file descriptor left for its "
+                   "connection (%s); raise ulimit -n (LimitNOFILE= under systemd) or lower "
+                   "--max-connections",
+                   shown, id, strerror(c->up_errno));
     else if (status == SLUICE_EIO && r)
         http_error(c, 502, "upstream_error", "upstream_unreachable", NULL,
                    "upstream %s (backend %s) did not answer: %s%s%s%s", shown, id,
@@ -558,13 +567,26 @@ static void read_on_unlink(struct conn *c)
     c->read_on_until_ns = 0;
 }
 
+/* libcurl keeps no errno when it cannot open a socket, and a 502 that only says "Couldn't
+ * connect" sends the operator to the upstream: EMFILE or ENFILE when no descriptor is left
+ * (asked by opening one), else 0. */
+static int descriptors_gone(void)
+{
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    return errno == EMFILE || errno == ENFILE ? errno : 0;
+}
+
 static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
 {
     struct conn *c = data;
     long os_errno = 0;
     if (r->status == SLUICE_EIO) /* refuse() names it; a call that ended otherwise has none */
         curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
-    c->up_errno = (int)os_errno;
+    c->up_errno = os_errno ? (int)os_errno : r->status == SLUICE_EIO ? descriptors_gone() : 0;
     easy_give_back(c->p, easy);
     bool error_event = c->up_events && c->up_events->error; /* r says what it was (on_finish) */
     free(c->up_events);
