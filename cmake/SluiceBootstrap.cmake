@@ -22,6 +22,7 @@ if(NOT DEFINED SLUICE_BUILD_TESTS OR SLUICE_BUILD_TESTS)
     redis-server        # tests: the fleet's tests start their own server on loopback
     haproxy             # tests: a real queue-then-refuse gateway (maxconn + timeout queue) on loopback
     nodejs              # tests: the official OpenAI Node SDK as a real client of sluice-proxy
+    openssl             # tests: a TLS upstream behind a private CA for sluice-proxy (s_server)
   )
   # Debian's nodejs ships npm separately; NodeSource's (a newer Node) includes it and
   # conflicts with Debian's npm package, so ask for npm only where no npm is found.

@@ -445,6 +445,9 @@ static const struct {
      "1: backends[0].upstream: 'http://x:99999/v1' has a bad port"},
     {"backends = ( { id = \"a\"; upstream = \"http://x/v1?key=k\"; } );\n",
      "1: backends[0].upstream: 'http://x/v1?key=k' has a query or fragment"},
+    {"backends = (\n { id = \"a\"; upstream = \"https://x\";\n"
+     "   ca_file = \"/nonexistent/ca.pem\"; }\n);\n",
+     "2: backends[0].ca_file: /nonexistent/ca.pem: No such file or directory"},
     /* Addresses, checked when bound: the file's line and key, not the flag it did not use. */
     {"listen = \"0.0.0.0:0\";\nbackends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
      "1: listen: 0.0.0.0 is not a loopback address: add --allow-remote"},
@@ -529,6 +532,11 @@ static const struct {
     /* A key variable never exported: the flag named, exit 2 as for any bad configuration. */
     {"--upstream http://127.0.0.1:9 --api-key-env SLUICE_PX_TEST_NEVER_SET",
      "--api-key-env SLUICE_PX_TEST_NEVER_SET: $SLUICE_PX_TEST_NEVER_SET is not set"},
+    /* A CA file that would fail every https call at its first: named at start, exit 2. */
+    {"--upstream https://127.0.0.1:9 --upstream-ca /nonexistent/ca.pem",
+     "--upstream-ca /nonexistent/ca.pem: No such file or directory"},
+    {"--upstream https://127.0.0.1:9 --upstream-ca /dev/null",
+     "--upstream-ca /dev/null: holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)"},
     /* A flag without its value does not take the next flag as one, whatever kind it is. */
     {"--node --upstream http://127.0.0.1:9", "--node needs a value"},
     {"--upstream http://127.0.0.1:9 --active --drain-ms 5", "--active needs a value"},
@@ -560,6 +568,7 @@ static const struct {
     {"--config proxy.conf --start-deadline-ms 5000", "write start_deadline_ms = MS;"},
     {"--config proxy.conf --api-key-env KEY", "write api_key_env = \"VAR\"; in each backend"},
     {"--config proxy.conf --api-key-header x-api-key", "--api-key-header sets --upstream's"},
+    {"--config proxy.conf --upstream-ca ca.pem", "write ca_file = \"FILE\"; in each backend"},
     /* 0 would refuse every POST with 413: refused at start, with the least it takes. */
     {"--upstream http://127.0.0.1:9 --max-body-bytes 0",
      "--max-body-bytes needs a whole number from 1 to"},

@@ -62,6 +62,7 @@ static const struct field backend_fields[] = {
     {"linger", F_LINGER, B(deadlines.linger), 0, 0, 0},
     {"linger_max_ms", F_OPT_U32, B(deadlines.linger_max_ms), 0, SLUICE_POOL_LINGER_MAX_MS, 0},
     {"redis", F_STR, B(redis_url), 0, 0, 0},
+    {"ca_file", F_STR, B(ca_file), 0, 0, 0},
     {"unpooled_paths", F_UNPOOLED, 0, 0, 0, 0},
 };
 #undef B

@@ -210,6 +210,38 @@ static int read_keys(struct options *o)
     return EXIT_OK;
 }
 
+/* Each backend's ca_file, read once at start: a path that does not open, or holds no PEM
+ * certificate, is a configuration error named where it was written (exit 2), not a 502 at
+ * the first call. */
+static int check_ca_files(const struct options *o)
+{
+    for (size_t i = 0; i < o->n_backends; i++) {
+        const struct backend *b = &o->backends[i];
+        if (!b->ca_file)
+            continue;
+        FILE *f = fopen(b->ca_file, "r");
+        const char *why = f ? "holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)"
+                            : strerror(errno);
+        char line[256];
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "-----BEGIN CERTIFICATE-----", 27)) {
+                why = NULL;
+                break;
+            }
+        if (f)
+            fclose(f);
+        if (!why)
+            continue;
+        if (b->line)
+            fprintf(stderr, PROG ": %s:%d: backends[%zu].ca_file: %s: %s\n", o->config, b->line,
+                    i, b->ca_file, why);
+        else
+            fprintf(stderr, PROG ": --upstream-ca %s: %s\n", b->ca_file, why);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
 #ifdef SLUICE_HAVE_FLEET
 /* A backend's fleet lost Redis or got it back: one line each time, naming the server (its
  * password as ***), why, and what the backend serves meanwhile. */
@@ -392,8 +424,9 @@ static char *proxy_metrics(void *ctx)
             "# HELP sluice_proxy_client_connections Client connections open (those "
             "--max-connections counts).\n# TYPE sluice_proxy_client_connections gauge\n"
             "sluice_proxy_client_connections %u\n"
-            "# HELP sluice_proxy_connections_refused_total Clients answered 503 as they "
-            "connected: past --max-connections, or with no file descriptor left.\n"
+            "# HELP sluice_proxy_connections_refused_total Clients refused as they connected "
+            "(503; a reset in a flood past the closing ones): past --max-connections, or with "
+            "no file descriptor left.\n"
             "# TYPE sluice_proxy_connections_refused_total counter\n",
             atomic_load_explicit(&k->connections, memory_order_relaxed));
     for (int r = 0; r < REFUSED_REASONS; r++)
@@ -462,7 +495,7 @@ static int start_proxy(struct proxy *p)
     int rc;
     http_prepare_descriptors(p);
     if ((rc = listen_on(p)) != EXIT_OK || (rc = check_admin_address(o)) != EXIT_OK ||
-        (rc = read_keys(p->o)) != EXIT_OK ||
+        (rc = read_keys(p->o)) != EXIT_OK || (rc = check_ca_files(p->o)) != EXIT_OK ||
         (rc = open_engine(p)) != EXIT_OK || (rc = start_admin(p)) != EXIT_OK)
         return rc;
     char err[256] = "";

@@ -23,9 +23,9 @@ static const char usage_text[] =
     "on stdout is the URL it serves, the second the admin endpoint's.\n"
     "\n"
     "--node, --active, --waiting, --no-discovery, --deadline-ms, --start-deadline-ms,\n"
-    "--api-key-env, --api-key-header and --redis set --upstream's one backend; with\n"
-    "--config, each backend sets its own in FILE (id, active, ..., redis), and these\n"
-    "flags are an error.\n"
+    "--api-key-env, --api-key-header, --upstream-ca and --redis set --upstream's one\n"
+    "backend; with --config, each backend sets its own in FILE (id, active, ...,\n"
+    "ca_file, redis), and these flags are an error.\n"
     "\n"
     "  --upstream URL        the provider's base URL, http(s)://HOST[:PORT][/PATH]; a\n"
     "                        request's path is forwarded under it as it came\n"
@@ -43,6 +43,9 @@ static const char usage_text[] =
     "                        most --deadline-ms\n"
     "  --api-key-env VAR     send $VAR as the provider's key, replacing the client's\n"
     "  --api-key-header H    bearer (Authorization: Bearer, default) or x-api-key\n"
+    "  --upstream-ca FILE    verify an https:// upstream against the CA certificates in\n"
+    "                        FILE (PEM), as curl --cacert: a private CA, a TLS-inspecting\n"
+    "                        gateway (default: the system's store)\n"
     "  --redis URL           share the cap with other proxies through Redis (the fleet):\n"
     "                        redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or HOST:PORT; while\n"
     "                        Redis is unreachable, a line on stderr and a store event, and\n"
@@ -261,6 +264,7 @@ static const struct {
     {"--start-deadline-ms", "start_deadline_ms = MS;"},
     {"--api-key-env", "api_key_env = \"VAR\";"},
     {"--api-key-header", "api_key_header = \"x-api-key\";"},
+    {"--upstream-ca", "ca_file = \"FILE\";"},
     {"--redis", "redis = \"redis://HOST:PORT\";"},
 };
 
@@ -328,7 +332,7 @@ int parse_options(int argc, char **argv, struct options *o)
     struct backend quick;
     backend_defaults(&quick);
     const char *upstream = NULL, *node = PROXY_NODE_DEFAULT, *key_env = NULL, *key_header = NULL,
-               *redis = NULL;
+               *redis = NULL, *ca_file = NULL;
     uint64_t v;
     int backend_flag = -1;
     for (int i = 1; i < argc; i++) {
@@ -370,6 +374,7 @@ int parse_options(int argc, char **argv, struct options *o)
         STR_FLAG("--api-key-env", key_env)
         STR_FLAG("--api-key-header", key_header)
         STR_FLAG("--redis", redis)
+        STR_FLAG("--upstream-ca", ca_file)
         STR_FLAG("--config", o->config)
         if ((val = flag_value(argc, argv, &i, "--state"))) {
             if (!*val) /* "$UNSET" expanded to nothing: not a wish to persist nothing */
@@ -460,6 +465,7 @@ int parse_options(int argc, char **argv, struct options *o)
     quick.is_default = true;
     quick.key_env = key_env ? strdup(key_env) : NULL;
     quick.redis_url = redis ? strdup(redis) : NULL;
+    quick.ca_file = ca_file ? strdup(ca_file) : NULL;
     if (key_header && !strcmp(key_header, "x-api-key"))
         quick.key_header = KEY_X_API_KEY;
     else if (key_header && strcmp(key_header, "bearer"))
@@ -486,5 +492,6 @@ void options_free(struct options *o)
         free(b->key_env);
         free(b->key);
         free(b->redis_url);
+        free(b->ca_file);
     }
 }

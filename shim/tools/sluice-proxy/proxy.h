@@ -91,6 +91,8 @@ struct backend {
     uint32_t start_deadline_ms; /* start (first byte) when the client names none (0 = none) */
     struct sluice_deadline_desc deadlines; /* start_quantile, queue_late, linger, linger_max_ms */
     char *redis_url;          /* the Redis fleet (default: none) */
+    char *ca_file;            /* PEM CA certificates an https:// upstream is verified against,
+                                 as curl --cacert (default: none, libcurl's own store) */
     /* Upstream paths (prefixes of the path sent upstream, the backend's prefix removed) whose
      * requests go around the pool as reads do (upstream.c): a provider's endpoints that
      * generate nothing (default: proxy_unpooled_default; the config file's list is owned) */
@@ -254,6 +256,8 @@ struct conn {
     int up_errno;              /* the OS's word for why the upstream call failed (libcurl's
                                   CURLINFO_OS_ERRNO: refused, unreachable, timed out), 0 = none
                                   (libcurl keeps none for a socket it could not open) */
+    char up_error[CURL_ERROR_SIZE]; /* libcurl's own words for it (CURLOPT_ERRORBUFFER: the
+                                  host, the port, the TLS check that failed), "" = none */
     struct buf up_head;        /* the upstream answer's head as it will go to the client */
     struct proxy_events *up_events; /* a 2xx stream's events, read for an error event
                                        (upstream.c); NULL = none read */

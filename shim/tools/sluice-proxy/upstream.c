@@ -523,11 +523,16 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
                    "connection (%s); raise ulimit -n (LimitNOFILE= under systemd) or lower "
                    "--max-connections",
                    shown, id, strerror(c->up_errno));
-    else if (status == SLUICE_EIO && r)
+    else if (status == SLUICE_EIO && r) {
+        /* libcurl's own words where it kept some (which host, which TLS check), and the OS's
+         * reason unless they say it already. */
+        const char *why = c->up_error[0] ? c->up_error : curl_easy_strerror(r->curl_code);
+        const char *os = c->up_errno ? strerror(c->up_errno) : NULL;
+        bool said = os && strstr(why, os);
         http_error(c, 502, "upstream_error", "upstream_unreachable", NULL,
-                   "upstream %s (backend %s) did not answer: %s%s%s%s", shown, id,
-                   curl_easy_strerror(r->curl_code), c->up_errno ? " (" : "",
-                   c->up_errno ? strerror(c->up_errno) : "", c->up_errno ? ")" : "");
+                   "upstream %s (backend %s) did not answer: %s%s%s%s", shown, id, why,
+                   os && !said ? " (" : "", os && !said ? os : "", os && !said ? ")" : "");
+    }
     else
         http_error(c, 502, "upstream_error", "proxy_error", NULL, "backend %s: %s", id,
                    sluice_strerror(status));
@@ -536,6 +541,7 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
 /* A finished call's handle goes to the spares: an idle connection holds none. */
 static void easy_give_back(struct proxy *p, CURL *easy)
 {
+    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, NULL); /* the call's record may go first */
     if (p->n_spare < PROXY_SPARE_EASY)
         p->spare_easy[p->n_spare++] = easy;
     else
@@ -753,8 +759,12 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
     }
     CURL *e = c->easy;
     curl_easy_reset(e);
+    c->up_error[0] = '\0';
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->up_error);
     curl_easy_setopt(e, CURLOPT_URL, url);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    if (b->ca_file)
+        curl_easy_setopt(e, CURLOPT_CAINFO, b->ca_file);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
     /* An upstream that accepts and then says nothing would hold its permit for good:
