@@ -445,6 +445,8 @@ static const struct {
      "1: backends[0].upstream: 'http://x:99999/v1' has a bad port"},
     {"backends = ( { id = \"a\"; upstream = \"http://x/v1?key=k\"; } );\n",
      "1: backends[0].upstream: 'http://x/v1?key=k' has a query or fragment"},
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\"; fleet_floor = 2; }\n);\n",
+     "2: backends[0].fleet_floor needs redis: it is the least served while Redis is unreachable"},
     {"backends = (\n { id = \"a\"; upstream = \"https://x\";\n"
      "   ca_file = \"/nonexistent/ca.pem\"; }\n);\n",
      "2: backends[0].ca_file: /nonexistent/ca.pem: No such file or directory"},
@@ -537,6 +539,12 @@ static const struct {
      "--upstream-ca /nonexistent/ca.pem: No such file or directory"},
     {"--upstream https://127.0.0.1:9 --upstream-ca /dev/null",
      "--upstream-ca /dev/null: holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)"},
+    /* A fleet floor is the limit while Redis is unreachable: nothing without Redis, and no
+     * more than the most calls in flight (the library's words named a C field). */
+    {"--upstream http://127.0.0.1:9 --fleet-floor 2",
+     "--fleet-floor needs --redis: it is the least served while Redis is unreachable"},
+    {"--upstream http://127.0.0.1:9 --redis 127.0.0.1:6379 --active 4 --fleet-floor 5",
+     "--fleet-floor 5 is above --active (4)"},
     /* A flag without its value does not take the next flag as one, whatever kind it is. */
     {"--node --upstream http://127.0.0.1:9", "--node needs a value"},
     {"--upstream http://127.0.0.1:9 --active --drain-ms 5", "--active needs a value"},
@@ -569,6 +577,7 @@ static const struct {
     {"--config proxy.conf --api-key-env KEY", "write api_key_env = \"VAR\"; in each backend"},
     {"--config proxy.conf --api-key-header x-api-key", "--api-key-header sets --upstream's"},
     {"--config proxy.conf --upstream-ca ca.pem", "write ca_file = \"FILE\"; in each backend"},
+    {"--config proxy.conf --fleet-floor 2", "write fleet_floor = N; in each backend"},
     /* 0 would refuse every POST with 413: refused at start, with the least it takes. */
     {"--upstream http://127.0.0.1:9 --max-body-bytes 0",
      "--max-body-bytes needs a whole number from 1 to"},

@@ -170,6 +170,24 @@ Test(proxy_fleet, a_proxy_that_cannot_reach_redis_says_so_and_again_when_it_is_b
     cr_expect_eq(node_events("store", "store_error"), 1, "one event per outage, not per retry");
 }
 
+/* --fleet-floor: what a proxy serves before Redis ever answered (the default is 1 call, the
+ * test above), said on stderr and shown as the node's limit. */
+Test(proxy_fleet, a_fleet_floor_is_what_a_proxy_serves_before_redis_ever_answered,
+     .init = setup_without_redis, .fini = teardown_without_redis, .timeout = 300)
+{
+    char redis[64], log[128], line[1024];
+    rfx_url(redis, sizeof redis);
+    snprintf(log, sizeof log, "%s/proxy.err", px_dir);
+    const char *args[] = {"--upstream", "http://127.0.0.1:9", "--node", RFX_NODE, "--redis", redis,
+                          "--active", "8", "--fleet-floor", "3", "--state", "off", NULL};
+    cr_assert_eq(px_start_logged(&px_main, args, log), 0);
+    cr_assert(RFX_WAIT_UNTIL(log_line(log, "the fleet's floor", line, sizeof line),
+                             RFX_PATIENCE_MS),
+              "stderr does not say Redis is unreachable");
+    cr_expect(strstr(line, "at most 3 calls at once (the fleet's floor"), "%s", line);
+    cr_expect_eq(px_node_count(&px_main, RFX_NODE, "limit"), 3);
+}
+
 /* The proxy's exit status for `args` (and no listener or state file to trip on); its stderr
  * in err. */
 static int run_proxy(const char *args, char *err, size_t size)

@@ -63,6 +63,7 @@ static const struct field backend_fields[] = {
     {"linger_max_ms", F_OPT_U32, B(deadlines.linger_max_ms), 0, SLUICE_POOL_LINGER_MAX_MS, 0},
     {"redis", F_STR, B(redis_url), 0, 0, 0},
     {"ca_file", F_STR, B(ca_file), 0, 0, 0},
+    {"fleet_floor", F_U32, B(fleet_floor), 1, SLUICE_POOL_ACTIVE_MAX, 0},
     {"unpooled_paths", F_UNPOOLED, 0, 0, 0, 0},
 };
 #undef B

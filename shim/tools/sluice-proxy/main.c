@@ -242,6 +242,36 @@ static int check_ca_files(const struct options *o)
     return EXIT_OK;
 }
 
+/* Each backend's fleet_floor: only with redis (it is the limit while Redis is unreachable),
+ * and at most active (the library's "sluice_fleet_desc.floor is above max_limit" names no
+ * flag). Exit 2, named where it was written. */
+static int check_fleet_floors(const struct options *o)
+{
+    for (size_t i = 0; i < o->n_backends; i++) {
+        const struct backend *b = &o->backends[i];
+        char why[160];
+        if (!b->fleet_floor)
+            continue;
+        if (!b->redis_url)
+            snprintf(why, sizeof why, "needs %s: it is the least served while Redis is "
+                                      "unreachable",
+                     b->line ? "redis" : "--redis");
+        else if (b->fleet_floor > b->active)
+            snprintf(why, sizeof why, "%u is above %s (%u): a floor cannot be above the most "
+                                      "calls in flight",
+                     b->fleet_floor, b->line ? "active" : "--active", b->active);
+        else
+            continue;
+        if (b->line)
+            fprintf(stderr, PROG ": %s:%d: backends[%zu].fleet_floor %s\n", o->config, b->line,
+                    i, why);
+        else
+            fprintf(stderr, PROG ": --fleet-floor %s\n", why);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
 #ifdef SLUICE_HAVE_FLEET
 /* A backend's fleet lost Redis or got it back: one line each time, naming the server (its
  * password as ***), why, and what the backend serves meanwhile. */
@@ -344,6 +374,7 @@ static int open_engine(struct proxy *p)
             struct sluice_fleet_desc fd = {.redis_url = b->redis_url, .node_id = b->id,
                                            .jumpstart = b->jumpstart, .min_limit = b->min_limit,
                                            .max_limit = b->active, .lock_ttl_s = b->lock_ttl_s,
+                                           .floor = b->fleet_floor,
                                            .error = err, .error_size = sizeof err};
             if (sluice_fleet_create(&fd, &p->fleets[i]) != SLUICE_OK) {
                 if (!strstr(err, "sluice_fleet_desc.redis_url"))
@@ -496,6 +527,7 @@ static int start_proxy(struct proxy *p)
     http_prepare_descriptors(p);
     if ((rc = listen_on(p)) != EXIT_OK || (rc = check_admin_address(o)) != EXIT_OK ||
         (rc = read_keys(p->o)) != EXIT_OK || (rc = check_ca_files(p->o)) != EXIT_OK ||
+        (rc = check_fleet_floors(p->o)) != EXIT_OK ||
         (rc = open_engine(p)) != EXIT_OK || (rc = start_admin(p)) != EXIT_OK)
         return rc;
     char err[256] = "";

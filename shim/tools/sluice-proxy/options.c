@@ -23,9 +23,9 @@ static const char usage_text[] =
     "on stdout is the URL it serves, the second the admin endpoint's.\n"
     "\n"
     "--node, --active, --waiting, --no-discovery, --deadline-ms, --start-deadline-ms,\n"
-    "--api-key-env, --api-key-header, --upstream-ca and --redis set --upstream's one\n"
-    "backend; with --config, each backend sets its own in FILE (id, active, ...,\n"
-    "ca_file, redis), and these flags are an error.\n"
+    "--api-key-env, --api-key-header, --upstream-ca, --redis and --fleet-floor set\n"
+    "--upstream's one backend; with --config, each backend sets its own in FILE (id,\n"
+    "active, ..., ca_file, redis, fleet_floor), and these flags are an error.\n"
     "\n"
     "  --upstream URL        the provider's base URL, http(s)://HOST[:PORT][/PATH]; a\n"
     "                        request's path is forwarded under it as it came\n"
@@ -51,6 +51,8 @@ static const char usage_text[] =
     "                        Redis is unreachable, a line on stderr and a store event, and\n"
     "                        the backend serves its share of the fleet's last limit (1 call\n"
     "                        at a time before Redis ever answered)\n"
+    "  --fleet-floor N       with --redis: the least it serves while Redis is unreachable\n"
+    "                        (default 1 call at a time; at most --active)\n"
     "  --config FILE         many backends and their routes (see the README); exit 2 on an\n"
     "                        error, naming file, line and field\n"
     "  --listen HOST:PORT    where to serve (default " PROXY_LISTEN_DEFAULT "; port 0 = any free)\n"
@@ -266,6 +268,7 @@ static const struct {
     {"--api-key-header", "api_key_header = \"x-api-key\";"},
     {"--upstream-ca", "ca_file = \"FILE\";"},
     {"--redis", "redis = \"redis://HOST:PORT\";"},
+    {"--fleet-floor", "fleet_floor = N;"},
 };
 
 /* The row of upstream_only that `arg` (a flag, as `--flag` or `--flag=value`) is, else -1. */
@@ -389,6 +392,7 @@ int parse_options(int argc, char **argv, struct options *o)
             continue;
         }
         U64_FLAG("--active", 1, SLUICE_POOL_ACTIVE_MAX, quick.active)
+        U64_FLAG("--fleet-floor", 1, SLUICE_POOL_ACTIVE_MAX, quick.fleet_floor)
         U64_FLAG("--deadline-ms", 1, 86400000, quick.deadline_ms)
         U64_FLAG("--start-deadline-ms", 1, 86400000, quick.start_deadline_ms)
         OPTION_FLAG("--max-header-bytes", 1024, 1u << 20, max_header_bytes)

@@ -91,6 +91,8 @@ struct backend {
     uint32_t start_deadline_ms; /* start (first byte) when the client names none (0 = none) */
     struct sluice_deadline_desc deadlines; /* start_quantile, queue_late, linger, linger_max_ms */
     char *redis_url;          /* the Redis fleet (default: none) */
+    uint32_t fleet_floor;     /* its least limit while Redis is unreachable, at most active
+                                 (default: 0 = the fleet's, 1 call) */
     char *ca_file;            /* PEM CA certificates an https:// upstream is verified against,
                                  as curl --cacert (default: none, libcurl's own store) */
     /* Upstream paths (prefixes of the path sent upstream, the backend's prefix removed) whose
