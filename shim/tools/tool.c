@@ -77,6 +77,19 @@ int fail_state_open(const char *prefix, const char *err)
     return fail_in_cli_words(msg, words, sizeof words / sizeof *words);
 }
 
+const char *tool_ca_file_problem(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return strerror(errno);
+    char line[256];
+    bool pem = false;
+    while (!pem && fgets(line, sizeof line, f))
+        pem = !strncmp(line, "-----BEGIN CERTIFICATE-----", 27);
+    fclose(f);
+    return pem ? NULL : "holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)";
+}
+
 unsigned long tool_raise_fd_limit(unsigned long want)
 {
     struct rlimit rl;

@@ -5,8 +5,8 @@
  * flag that Ctrl-C or SIGTERM sets so a long command stops with what it has,
  * the one way the tools read a number or a flag's value from the command
  * line, the limit on open descriptors raised for a server's connections, a
- * libcurl write callback that discards, and the legend under a list of
- * discovery events.
+ * libcurl write callback that discards, the check of a CA file given for
+ * an https:// URL, and the legend under a list of discovery events.
  *
  * `tool_name` is the running tool's own name; a tool with subcommands points
  * it at "sluicectl clear" and so on. Threads: main sets tool_name before it
@@ -51,6 +51,12 @@ int fail_state_open(const char *prefix, const char *err);
 /* Raise the soft limit on open descriptors toward `want`, never past the hard limit and never
  * lower; returns the soft limit in force after (0 when it cannot be read). */
 unsigned long tool_raise_fd_limit(unsigned long want);
+
+/* What is wrong with `path` as a CA file for libcurl (CURLOPT_CAINFO, curl --cacert): NULL
+ * when it opens and holds a PEM certificate, else why not (the OS's words, or that it holds
+ * none), a static string. Read at start, so that a wrong path is named there, not as a TLS
+ * failure at the first call. */
+const char *tool_ca_file_problem(const char *path);
 
 /* A libcurl write callback that keeps nothing (an answer only its status matters for). */
 size_t tool_discard(char *ptr, size_t size, size_t n, void *ctx);

@@ -12,9 +12,7 @@
  */
 #include "proxy_fixture.h"
 #include "e2e/curl_loopback.h"
-
-#include <fcntl.h>
-#include <sys/wait.h>
+#include "tls_fixture.h"
 
 #define NODE "cloud:up"
 
@@ -722,55 +720,19 @@ Test(proxy_upstream, fields_the_upstreams_connection_header_names_do_not_reach_t
 
 /* ---- an https:// upstream behind a private CA ----------------------------------------------- */
 
-#define OPENSSL_PATH "/usr/bin/openssl"
-
-/* openssl s_server on 127.0.0.1:port with px_dir's certificate, serving the files under
- * px_dir/www (-WWW: GET /v1/models is the file www/v1/models); its pid. */
-static pid_t tls_server_start(int port)
-{
-    char accept[32], cert[128], key[128], www[128];
-    snprintf(accept, sizeof accept, "127.0.0.1:%d", port);
-    snprintf(cert, sizeof cert, "%s/cert.pem", px_dir);
-    snprintf(key, sizeof key, "%s/key.pem", px_dir);
-    snprintf(www, sizeof www, "%s/www", px_dir);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) { /* async-signal-safe calls only */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int null = open("/dev/null", O_WRONLY);
-        if (null < 0 || chdir(www) != 0 || dup2(null, STDOUT_FILENO) < 0 ||
-            dup2(null, STDERR_FILENO) < 0)
-            _exit(127);
-        execl(OPENSSL_PATH, "openssl", "s_server", "-accept", accept, "-cert", cert, "-key",
-              key, "-WWW", "-quiet", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 500 && !sim__accepts(port); i++)
-        fx_sleep_ms(10);
-    cr_assert(sim__accepts(port), "openssl s_server did not listen on %d", port);
-    return pid;
-}
-
 /* A provider behind a private CA (a self-signed certificate for 127.0.0.1, as a TLS-inspecting
  * gateway or a lab's vLLM has): without --upstream-ca its 502 says which TLS check failed, in
  * libcurl's words (it said only "did not answer: SSL peer certificate or SSH remote key was
- * not OK"); with it, the answer comes through. */
+ * not OK"), and the flag that fixes it; with it, the answer comes through. */
 Test(proxy_upstream, an_https_upstream_is_verified_against_the_ca_upstream_ca_names)
 {
-    if (access(OPENSSL_PATH, X_OK) != 0)
+    if (!tls_available())
         cr_skip_test("openssl is not installed (the test preset's bootstrap installs it)");
-    char cmd[1024], dir[128], upstream[64], cert[128];
-    snprintf(dir, sizeof dir, "%s/www/v1", px_dir);
+    char upstream[64], cert[128];
+    tls_make_cert(px_dir);
     snprintf(cert, sizeof cert, "%s/cert.pem", px_dir);
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s' && printf '{\"object\":\"list\",\"data\":[]}' > '%s/models' && "
-             OPENSSL_PATH " req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-             "-days 1 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout "
-             "'%s/key.pem' -out '%s' 2>/dev/null",
-             dir, dir, px_dir, cert);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
     int port = loopback_dead_port();
-    pid_t server = tls_server_start(port);
+    pid_t server = tls_server_start(px_dir, port);
     snprintf(upstream, sizeof upstream, "https://127.0.0.1:%d", port);
     const char *args[] = {"--upstream", upstream, "--node", NODE, "--state", "off", NULL};
     cr_assert_eq(px_start(&px_main, args), 0, "sluice-proxy did not start");
@@ -779,6 +741,7 @@ Test(proxy_upstream, an_https_upstream_is_verified_against_the_ca_upstream_ca_na
     cr_assert_eq(r.status, 502, "%s", r.body);
     px_assert_error_body(&r, "upstream_unreachable");
     cr_assert_not_null(strstr(r.body, "SSL certificate problem"), "%s", r.body);
+    cr_assert_not_null(strstr(r.body, "--upstream-ca"), "the 502 names the flag: %s", r.body);
     px_stop(&px_main);
     const char *trusting[] = {"--upstream", upstream, "--node",        NODE, "--state",
                               "off",        "--upstream-ca", cert, NULL};
@@ -786,6 +749,5 @@ Test(proxy_upstream, an_https_upstream_is_verified_against_the_ca_upstream_ca_na
     px_request(&px_main, "/v1/models", NULL, NULL, &r);
     cr_assert_eq(r.status, 200, "%s", r.body);
     cr_assert_not_null(strstr(r.body, "\"object\":\"list\""), "%s", r.body);
-    kill(server, SIGKILL);
-    waitpid(server, NULL, 0);
+    tls_server_stop(server);
 }

@@ -16,6 +16,7 @@
 #include "admin_fixture.h"
 #include "shim/file_fixture.h"
 #include "sluice-provider-sim/sim_process.h"
+#include "tls_fixture.h"
 
 #ifndef SLUICECTL_PATH
 #error "SLUICECTL_PATH must name the sluicectl binary (tests/CMakeLists.txt sets it)"
@@ -627,6 +628,40 @@ static void expect_one_line_failure(struct proc_result *r, const char *mentions)
     cr_expect_eq(count_lines(r->err), 1, "one line: %s", r->err);
     cr_expect(strstr(r->err, mentions) != NULL, "\"%s\" lacks \"%s\"", r->err, mentions);
     free(r);
+}
+
+/* An https:// endpoint behind a private CA (openssl s_server, a self-signed certificate): the
+ * probe's one line says which TLS check failed, in libcurl's words, and names --cacert; with
+ * --cacert it gets past its first request; a CA file it cannot use is exit 2 at once. */
+SLUICECTL_TEST(probe_names_the_tls_check_that_failed_and_cacert_trusts_a_private_ca)
+{
+    if (!tls_available())
+        cr_skip_test("openssl is not installed (the test preset's bootstrap installs it)");
+    char tls_dir[64], url[128], cert[128];
+    fixture_tmpdir(tls_dir, sizeof tls_dir);
+    tls_make_cert(tls_dir);
+    snprintf(cert, sizeof cert, "%s/cert.pem", tls_dir);
+    int port = (int)closed_port();
+    pid_t server = tls_server_start(tls_dir, port);
+    snprintf(url, sizeof url, "https://127.0.0.1:%d/v1/models", port);
+    struct proc_result *r = CTL("probe", url);
+    cr_expect_eq(r->exit_code, 1, "%s", r->err);
+    cr_expect(strstr(r->err, "SSL certificate problem") && strstr(r->err, "--cacert FILE"),
+              "%s", r->err);
+    free(r);
+    /* Trusted, the first request is served; the rest is s_server's (one connection at a
+     * time, then its end): only that the probe got past the first request is asked. */
+    r = CTL("probe", url, "--cacert", cert, "--requests", "1", "--timeout", "5");
+    cr_expect(strstr(r->err, "no HTTP answer") == NULL, "%s", r->err);
+    cr_expect(strstr(r->out, "probe of ") != NULL, "%s %s", r->out, r->err);
+    free(r);
+    r = CTL("probe", url, "--cacert", "/dev/null");
+    cr_expect_eq(r->exit_code, 2, "%s", r->err);
+    cr_expect(strstr(r->err, "--cacert /dev/null: holds no PEM certificate") != NULL, "%s",
+              r->err);
+    free(r);
+    tls_server_stop(server);
+    fixture_rmtree(tls_dir);
 }
 
 SLUICECTL_TEST(refused_non_http_and_silent_endpoints_fail_with_one_line)

@@ -219,17 +219,7 @@ static int check_ca_files(const struct options *o)
         const struct backend *b = &o->backends[i];
         if (!b->ca_file)
             continue;
-        FILE *f = fopen(b->ca_file, "r");
-        const char *why = f ? "holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)"
-                            : strerror(errno);
-        char line[256];
-        while (f && fgets(line, sizeof line, f))
-            if (!strncmp(line, "-----BEGIN CERTIFICATE-----", 27)) {
-                why = NULL;
-                break;
-            }
-        if (f)
-            fclose(f);
+        const char *why = tool_ca_file_problem(b->ca_file);
         if (!why)
             continue;
         if (b->line)

@@ -529,9 +529,13 @@ static void refuse(struct conn *c, int status, const struct sluice_curl_result *
         const char *why = c->up_error[0] ? c->up_error : curl_easy_strerror(r->curl_code);
         const char *os = c->up_errno ? strerror(c->up_errno) : NULL;
         bool said = os && strstr(why, os);
+        bool untrusted = r->curl_code == CURLE_PEER_FAILED_VERIFICATION && !c->backend->ca_file;
         http_error(c, 502, "upstream_error", "upstream_unreachable", NULL,
-                   "upstream %s (backend %s) did not answer: %s%s%s%s", shown, id, why,
-                   os && !said ? " (" : "", os && !said ? os : "", os && !said ? ")" : "");
+                   "upstream %s (backend %s) did not answer: %s%s%s%s%s", shown, id, why,
+                   os && !said ? " (" : "", os && !said ? os : "", os && !said ? ")" : "",
+                   untrusted ? " (sluice-proxy --upstream-ca FILE trusts a private CA's "
+                               "certificates)"
+                             : "");
     }
     else
         http_error(c, 502, "upstream_error", "proxy_error", NULL, "backend %s: %s", id,

@@ -79,6 +79,7 @@ static const struct flag flags[] = {
     SECONDS_FLAG("--timeout", OPT_PROBE, timeout_s),
     SECONDS_FLAG("--request-timeout", OPT_PROBE, request_timeout_s),
     CHECKED_FLAG("--save", OPT_PROBE, check_save),
+    STRING_FLAG("--cacert", OPT_PROBE, cacert),
     STRING_FLAG("--redis", OPT_REDIS, redis),
 };
 

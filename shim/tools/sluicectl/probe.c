@@ -36,6 +36,8 @@ const char usage_probe[] =
     "  --method M            request method (default POST with --body, else GET)\n"
     "  --timeout S           stop after S seconds of wall time (default 300)\n"
     "  --request-timeout S   one request's limit; a timeout counts as overload (default 30)\n"
+    "  --cacert FILE         verify an https:// URL against the CA certificates in FILE\n"
+    "                        (PEM), as curl --cacert (default: the system's store)\n"
     "  --save NODE           persist the locked ceiling as NODE in the state file\n"
     "  --state FILE          the state file for --save (default location as for status)\n"
     "  --json                print one JSON object instead of the timeline\n"
@@ -75,11 +77,16 @@ static void probe_on_event(void *ctx, const struct sluice_event *ev)
     pthread_mutex_unlock(&p->mu);
 }
 
-static CURL *probe_easy(struct probe *p)
+/* A handle for the probe's requests; libcurl's own words for a failure go to `error`
+ * (CURL_ERROR_SIZE bytes: which host, which TLS check). */
+static CURL *probe_easy(struct probe *p, char *error)
 {
     CURL *c = curl_easy_init();
     if (!c)
         return NULL;
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+    if (p->o->cacert)
+        curl_easy_setopt(c, CURLOPT_CAINFO, p->o->cacert);
     curl_easy_setopt(c, CURLOPT_URL, p->url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, p->method);
     if (p->body) {
@@ -98,9 +105,10 @@ static CURL *probe_easy(struct probe *p)
     return c;
 }
 
-/* One request through the engine; tallies it. */
-static int probe_one(struct probe *p, CURL *easy, struct sluice_curl_result *r)
+/* One request through the engine on `easy` (whose error buffer is `error`); tallies it. */
+static int probe_one(struct probe *p, CURL *easy, char *error, struct sluice_curl_result *r)
 {
+    error[0] = '\0';
     int status = sluice_curl_perform(p->engine, p->node, easy, NULL, &p->cancel, r);
     if (status == SLUICE_OK && r->kind == SLUICE_CURL_SUCCESS) {
         atomic_fetch_add(&p->ok, 1);
@@ -115,7 +123,7 @@ static int probe_one(struct probe *p, CURL *easy, struct sluice_curl_result *r)
                          sluice_curl_kind_name(r->kind));
             else
                 snprintf(p->last_failure, sizeof p->last_failure, "%s",
-                         curl_easy_strerror(r->curl_code));
+                         error[0] ? error : curl_easy_strerror(r->curl_code));
             pthread_mutex_unlock(&p->mu);
         }
     }
@@ -125,12 +133,13 @@ static int probe_one(struct probe *p, CURL *easy, struct sluice_curl_result *r)
 static void *probe_worker(void *arg)
 {
     struct probe *p = arg;
-    CURL *easy = probe_easy(p);
+    char error[CURL_ERROR_SIZE];
+    CURL *easy = probe_easy(p, error);
     while (easy && !atomic_load(&p->stop)) {
         if (atomic_fetch_add(&p->started, 1) >= p->o->requests)
             break;
         struct sluice_curl_result r;
-        int status = probe_one(p, easy, &r);
+        int status = probe_one(p, easy, error, &r);
         if (status != SLUICE_OK && status != SLUICE_EIO && status != SLUICE_ECANCELED) {
             pthread_mutex_lock(&p->mu);
             snprintf(p->last_failure, sizeof p->last_failure, "%s", sluice_strerror(status));
@@ -144,9 +153,16 @@ static void *probe_worker(void *arg)
     return NULL;
 }
 
+/* A transfer that failed on the server's certificate: a private CA may be what is missing. */
+static bool tls_refused(CURLcode code)
+{
+    return code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE;
+}
+
 struct preflight {
     struct probe *p;
     struct sluice_curl_result r;
+    char error[CURL_ERROR_SIZE]; /* libcurl's words for a failure, "" = none */
     int status;
     atomic_bool done;
 };
@@ -156,10 +172,10 @@ static void *preflight_main(void *arg)
     struct preflight *pf = arg;
     memset(&pf->r, 0, sizeof pf->r);
     pf->status = SLUICE_ENOMEM;
-    CURL *easy = probe_easy(pf->p);
+    CURL *easy = probe_easy(pf->p, pf->error);
     if (easy) {
         atomic_fetch_add(&pf->p->started, 1);
-        pf->status = probe_one(pf->p, easy, &pf->r);
+        pf->status = probe_one(pf->p, easy, pf->error, &pf->r);
         curl_easy_cleanup(easy);
     }
     atomic_store(&pf->done, true);
@@ -189,7 +205,11 @@ static int probe_preflight(struct probe *p, bool *stopped)
     if (*stopped)
         return EXIT_OK;
     if (pf.status == SLUICE_EIO && r->kind == SLUICE_CURL_TRANSPORT)
-        return fail("no HTTP answer from %s: %s", p->url, curl_easy_strerror(r->curl_code));
+        return fail("no HTTP answer from %s: %s%s", p->url,
+                    pf.error[0] ? pf.error : curl_easy_strerror(r->curl_code),
+                    tls_refused(r->curl_code) && !p->o->cacert
+                        ? " (--cacert FILE trusts a private CA's certificates)"
+                        : "");
     if (r->kind == SLUICE_CURL_PROVIDER_TIMEOUT && r->http_status == 0)
         return fail("%s did not answer within %g s (--request-timeout)", p->url,
                     p->o->request_timeout_s);
@@ -401,6 +421,9 @@ static int probe_setup(struct probe *p)
 {
     const struct opts *o = p->o;
     int rc = EXIT_OK;
+    const char *ca_problem = o->cacert ? tool_ca_file_problem(o->cacert) : NULL;
+    if (ca_problem)
+        return usage_error("--cacert %s: %s", o->cacert, ca_problem);
     if (o->body_file)
         rc = probe_read_body(p, o->body_file);
     p->method = o->method ? o->method : p->body ? "POST" : "GET";

@@ -51,7 +51,7 @@ struct opts {
     double timeout_s, request_timeout_s; /* (default: 300, 30) */
     const char *headers[MAX_HEADERS];
     int n_headers;
-    const char *body_file, *method, *save;
+    const char *body_file, *method, *save, *cacert;
 };
 
 /*
