@@ -315,6 +315,11 @@ const char *sluice_chat_reply(const struct sluice_chat *c)
     return c ? c->reply : NULL;
 }
 
+CURL *sluice_chat_easy(struct sluice_chat *c)
+{
+    return c ? c->easy : NULL;
+}
+
 const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *c)
 {
     return c ? &c->result : NULL;

@@ -57,6 +57,42 @@ CLIENT_TEST(a_run_with_the_chat_client_gets_the_providers_reply)
     sluice_engine_destroy(e);
 }
 
+/* sluice_chat_easy: a transport option the chat client leaves alone holds for its
+ * generations. Here a resolve override (a base URL whose host exists nowhere but there), as
+ * a program sets CURLOPT_CAINFO for a provider behind a private CA. */
+CLIENT_TEST(a_transport_option_set_on_the_chats_handle_holds_for_its_generations)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 10});
+    char base[96], resolve[96];
+    snprintf(base, sizeof base, "http://provider.invalid:%d/v1", fx_sim.port);
+    snprintf(resolve, sizeof resolve, "provider.invalid:%d:127.0.0.1", fx_sim.port);
+    struct sluice_backend_desc b = {.id = FX_BACKEND, .endpoint = base, .active = 4};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(
+        sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
+        SLUICE_OK);
+    struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
+    cr_assert_null(sluice_chat_easy(NULL));
+    struct curl_slist *hosts = curl_slist_append(NULL, resolve);
+    cr_assert_eq(curl_easy_setopt(sluice_chat_easy(chat), CURLOPT_RESOLVE, hosts), CURLE_OK);
+    for (int k = 0; k < 2; k++) {
+        struct sluice_run_result rr;
+        int status = sluice_run(e,
+                                &(struct sluice_run_desc){.backend = FX_BACKEND,
+                                                          .ops = &sluice_chat_ops, .ctx = chat},
+                                &rr);
+        cr_assert_eq(status, SLUICE_OK, "run %d: %s (client %s, curl: %s)", k,
+                     sluice_status_name(status), sluice_status_name(rr.client_status),
+                     curl_easy_strerror(sluice_chat_result(chat)->curl_code));
+        cr_assert_eq(sluice_chat_result(chat)->http_status, 200);
+    }
+    cr_assert_eq(fx_stats_settled().requests, 2);
+    sluice_chat_destroy(chat);
+    curl_slist_free_all(hosts);
+    fx_assert_idle(e);
+    sluice_engine_destroy(e);
+}
+
 /* ---- the openrouter preset, overridden to the simulator ------------------------------ */
 
 struct runner {

@@ -167,6 +167,16 @@ extern const struct sluice_run_ops sluice_chat_ops;
 /* The last reply's content; NULL before the first successful generation. */
 const char *sluice_chat_reply(const struct sluice_chat *chat);
 
+/*
+ * The chat's libcurl handle, for the transport options the chat client leaves alone: TLS
+ * (CURLOPT_CAINFO for a provider behind a private CA, client certificates), a proxy, the
+ * interface or a resolve override, timeouts. Set them after create and before the first
+ * run or submit; they hold for every generation. The chat owns the rest: the URL, the
+ * request body and headers, the write callback and its data, NOSIGNAL, ACCEPT_ENCODING and
+ * the reply cap (MAXFILESIZE) are set by the client and must not be changed. NULL for NULL.
+ */
+CURL *sluice_chat_easy(struct sluice_chat *chat);
+
 /* The last generation's transport result (HTTP status, kind, Retry-After, rate limits). */
 const struct sluice_curl_result *sluice_chat_result(const struct sluice_chat *chat);
 
