@@ -338,8 +338,9 @@ static void listener_watch(struct proxy *p, uint32_t events)
  * at once, forever, while the client hangs (ulimit -n 64 and 100 connections: a core at
  * 100 %, the clients past it never answered). The spare descriptor held for this is let go,
  * the client accepted on it and told 503 in one write (the socket is new: it never blocks),
- * closed, logged and counted (/metrics), and the spare taken back. Said once on stderr until an accept finds a descriptor
- * again. false: no client answered (no spare to lend, or none waiting after all).
+ * closed, logged and counted (/metrics), and the spare taken back. Said once on stderr until
+ * an accept finds a descriptor again. false: no client answered (no spare to lend, or none
+ * waiting after all).
  */
 static bool refuse_without_descriptors(struct proxy *p)
 {
