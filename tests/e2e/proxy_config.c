@@ -539,6 +539,8 @@ static const struct {
      "--upstream-ca /nonexistent/ca.pem: No such file or directory"},
     {"--upstream https://127.0.0.1:9 --upstream-ca /dev/null",
      "--upstream-ca /dev/null: holds no PEM certificate (no -----BEGIN CERTIFICATE----- line)"},
+    {"--upstream http://127.0.0.1:9 --upstream-ca /dev/null",
+     "--upstream-ca /dev/null: is for an https:// upstream, and this one is http://"},
     /* A fleet floor is the limit while Redis is unreachable: nothing without Redis, and no
      * more than the most calls in flight (the library's words named a C field). */
     {"--upstream http://127.0.0.1:9 --fleet-floor 2",

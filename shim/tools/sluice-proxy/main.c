@@ -212,14 +212,16 @@ static int read_keys(struct options *o)
 
 /* Each backend's ca_file, read once at start: a path that does not open, or holds no PEM
  * certificate, is a configuration error named where it was written (exit 2), not a 502 at
- * the first call. */
+ * the first call; so is one for an http:// upstream, which it would never be used for. */
 static int check_ca_files(const struct options *o)
 {
     for (size_t i = 0; i < o->n_backends; i++) {
         const struct backend *b = &o->backends[i];
         if (!b->ca_file)
             continue;
-        const char *why = tool_ca_file_problem(b->ca_file);
+        const char *why = strncmp(b->upstream, "https://", 8)
+                              ? "is for an https:// upstream, and this one is http://"
+                              : tool_ca_file_problem(b->ca_file);
         if (!why)
             continue;
         if (b->line)
