@@ -751,3 +751,38 @@ Test(proxy_upstream, an_https_upstream_is_verified_against_the_ca_upstream_ca_na
     cr_assert_not_null(strstr(r.body, "\"object\":\"list\""), "%s", r.body);
     tls_server_stop(server);
 }
+
+/* The same behind HTTP/2 (nginx over TLS, as a hosted provider's front speaks it: libcurl
+ * offers h2 and multiplexes the calls on one connection): an answer's head comes as
+ * "HTTP/2 200" with lowercase fields and may have no length, and each goes to the client as
+ * HTTP/1.1, a chat whole and a stream event by event to its [DONE]. */
+Test(proxy_upstream, an_https_upstream_speaking_http2_serves_chats_and_streams)
+{
+    if (!tls_h2_available())
+        cr_skip_test("openssl or nginx is not installed (the test preset's bootstrap installs "
+                     "both)");
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5, .stream = true,
+                                   .answer_tokens = 5, .token_ms = 1});
+    tls_make_cert(px_dir);
+    char upstream[64], cert[128];
+    snprintf(cert, sizeof cert, "%s/cert.pem", px_dir);
+    int port = loopback_dead_port();
+    pid_t server = tls_h2_start(px_dir, port, fx_sim.port);
+    snprintf(upstream, sizeof upstream, "https://127.0.0.1:%d", port);
+    const char *args[] = {"--upstream", upstream, "--node", NODE,       "--state",
+                          "off",        "--upstream-ca", cert, NULL};
+    cr_assert_eq(px_start(&px_main, args), 0, "sluice-proxy did not start");
+    struct px_reply r;
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    /* h2 has no reason phrase: the client gets the status's own */
+    cr_assert(!strncmp(r.headers, "HTTP/1.1 200 OK\r\n", 17), "%s", r.headers);
+    cr_assert_not_null(strstr(r.body, "\"chat.completion\""), "%s", r.body);
+    px_request(&px_main, "/v1/chat/completions", stream_body, NULL, &r);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(!strncmp(r.headers, "HTTP/1.1 200 OK\r\n", 17), "%s", r.headers);
+    cr_assert_not_null(strstr(r.body, "chat.completion.chunk"), "%s", r.body);
+    cr_assert_not_null(strstr(r.body, "data: [DONE]"), "%s", r.body);
+    cr_assert_eq(node_count("requests_total"), 2);
+    tls_server_stop(server);
+}

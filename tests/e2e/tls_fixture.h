@@ -2,13 +2,16 @@
  * tls_fixture.h — an https:// server behind a private CA for the end-to-end
  * tests: a self-signed certificate for 127.0.0.1 (tls_make_cert, with the
  * openssl command) and `openssl s_server -WWW` serving the files under a
- * directory (tls_server_start: GET /v1/models is the file www/v1/models).
- * What a TLS-inspecting gateway or a lab's own inference server looks like
- * to a client: a certificate no system store trusts.
+ * directory (tls_server_start: GET /v1/models is the file www/v1/models), or
+ * nginx speaking HTTP/2 over that certificate in front of a backend
+ * (tls_h2_start), as a hosted provider's front does. What a TLS-inspecting
+ * gateway or a lab's own inference server looks like to a client: a
+ * certificate no system store trusts.
  *
  * The server is a child process that dies with the test (PR_SET_PDEATHSIG);
  * tls_server_stop ends it sooner. Everything is static: each test file gets
- * its own copy. A test skips (tls_available) where openssl is not installed.
+ * its own copy. A test skips (tls_available, tls_h2_available) where openssl, or
+ * nginx (a bench package the test preset installs), is not installed.
  */
 #ifndef SLUICE_TESTS_E2E_TLS_FIXTURE_H
 #define SLUICE_TESTS_E2E_TLS_FIXTURE_H
@@ -70,6 +73,52 @@ static inline pid_t tls_server_start(const char *dir, int port)
     for (int i = 0; i < 500 && !sim__accepts(port); i++)
         sim__sleep_ms(10);
     cr_assert(sim__accepts(port), "openssl s_server did not listen on %d", port);
+    return pid;
+}
+
+#define TLS_NGINX_PATH "/usr/sbin/nginx"
+
+static inline bool tls_h2_available(void)
+{
+    return tls_available() && access(TLS_NGINX_PATH, X_OK) == 0;
+}
+
+/* nginx on 127.0.0.1:port, TLS with dir's certificate and HTTP/2 offered (ALPN), passing
+ * everything to http://127.0.0.1:backend unbuffered; one process (no master), its pid, once it
+ * accepts. Its files stay in dir. */
+static inline pid_t tls_h2_start(const char *dir, int port, int backend)
+{
+    char conf[256], text[2048];
+    snprintf(conf, sizeof conf, "%s/nginx.conf", dir);
+    snprintf(text, sizeof text,
+             "daemon off; master_process off; worker_processes 1; pid %s/nginx.pid;\n"
+             "error_log %s/nginx.err;\nevents { worker_connections 512; }\n"
+             "http { access_log off; client_body_temp_path %s/t1; proxy_temp_path %s/t2;\n"
+             "  fastcgi_temp_path %s/t3; uwsgi_temp_path %s/t4; scgi_temp_path %s/t5;\n"
+             "  server { listen 127.0.0.1:%d ssl http2;\n"
+             "    ssl_certificate %s/cert.pem; ssl_certificate_key %s/key.pem;\n"
+             "    location / { proxy_pass http://127.0.0.1:%d; proxy_buffering off;\n"
+             "                 proxy_http_version 1.1; } } }\n",
+             dir, dir, dir, dir, dir, dir, dir, port, dir, dir, backend);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f, "%s", conf);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+    char err[256];
+    snprintf(err, sizeof err, "%s/nginx.err", dir);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) { /* async-signal-safe calls only */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int null = open("/dev/null", O_WRONLY);
+        if (null < 0 || dup2(null, STDOUT_FILENO) < 0 || dup2(null, STDERR_FILENO) < 0)
+            _exit(127);
+        execl(TLS_NGINX_PATH, "nginx", "-p", dir, "-e", err, "-c", conf, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 500 && !sim__accepts(port); i++)
+        sim__sleep_ms(10);
+    cr_assert(sim__accepts(port), "nginx did not listen on %d (see %s)", port, err);
     return pid;
 }
 
