@@ -49,6 +49,27 @@ static inline void tls_make_cert(const char *dir)
     cr_assert_eq(system(cmd), 0, "%s", cmd);
 }
 
+/* Start argv (argv[0] a path) in `cwd` (NULL: here), its output dropped; its pid, once it
+ * accepts on 127.0.0.1:port. */
+static inline pid_t tls__spawn(const char *const *argv, const char *cwd, int port)
+{
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) { /* async-signal-safe calls only */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int null = open("/dev/null", O_WRONLY);
+        if (null < 0 || (cwd && chdir(cwd) != 0) || dup2(null, STDOUT_FILENO) < 0 ||
+            dup2(null, STDERR_FILENO) < 0)
+            _exit(127);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    for (int i = 0; i < 500 && !sim__accepts(port); i++)
+        sim__sleep_ms(10);
+    cr_assert(sim__accepts(port), "%s did not listen on %d", argv[0], port);
+    return pid;
+}
+
 /* openssl s_server on 127.0.0.1:port with dir's certificate, serving dir/www; its pid, once it
  * accepts. */
 static inline pid_t tls_server_start(const char *dir, int port)
@@ -58,22 +79,9 @@ static inline pid_t tls_server_start(const char *dir, int port)
     snprintf(cert, sizeof cert, "%s/cert.pem", dir);
     snprintf(key, sizeof key, "%s/key.pem", dir);
     snprintf(www, sizeof www, "%s/www", dir);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) { /* async-signal-safe calls only */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int null = open("/dev/null", O_WRONLY);
-        if (null < 0 || chdir(www) != 0 || dup2(null, STDOUT_FILENO) < 0 ||
-            dup2(null, STDERR_FILENO) < 0)
-            _exit(127);
-        execl(TLS_OPENSSL_PATH, "openssl", "s_server", "-accept", accept, "-cert", cert, "-key",
-              key, "-WWW", "-quiet", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 500 && !sim__accepts(port); i++)
-        sim__sleep_ms(10);
-    cr_assert(sim__accepts(port), "openssl s_server did not listen on %d", port);
-    return pid;
+    const char *argv[] = {TLS_OPENSSL_PATH, "s_server", "-accept", accept, "-cert", cert,
+                          "-key", key, "-WWW", "-quiet", NULL};
+    return tls__spawn(argv, www, port);
 }
 
 #define TLS_NGINX_PATH "/usr/sbin/nginx"
@@ -106,20 +114,8 @@ static inline pid_t tls_h2_start(const char *dir, int port, int backend)
     cr_assert_eq(fclose(f), 0);
     char err[256];
     snprintf(err, sizeof err, "%s/nginx.err", dir);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) { /* async-signal-safe calls only */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int null = open("/dev/null", O_WRONLY);
-        if (null < 0 || dup2(null, STDOUT_FILENO) < 0 || dup2(null, STDERR_FILENO) < 0)
-            _exit(127);
-        execl(TLS_NGINX_PATH, "nginx", "-p", dir, "-e", err, "-c", conf, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 500 && !sim__accepts(port); i++)
-        sim__sleep_ms(10);
-    cr_assert(sim__accepts(port), "nginx did not listen on %d (see %s)", port, err);
-    return pid;
+    const char *argv[] = {TLS_NGINX_PATH, "-p", dir, "-e", err, "-c", conf, NULL};
+    return tls__spawn(argv, NULL, port);
 }
 
 static inline void tls_server_stop(pid_t pid)
