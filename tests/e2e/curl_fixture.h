@@ -170,6 +170,7 @@ static inline void fx_sleep_ms(int ms)
     sim__sleep_ms(ms);
 }
 
+
 /* ---- requests ---------------------------------------------------------------- */
 
 /* Response bodies are dropped; tests look at statuses and the simulator's counters. */
@@ -349,10 +350,24 @@ static inline struct sluice_discovery_status fx_status(struct sluice_engine *e)
 }
 
 /*
- * The backend's discovery events so far, one " +seconds cause old→new
- * @in_flight;" each: printed beside a test's outcome, so a miss on a loaded
- * CI runner can be explained from its log.
+ * Discovery's path, one " +seconds cause old→new @in_flight;" per event: printed beside a
+ * test's outcome, so a miss on a loaded CI runner (a lock outside its band is rare) can be
+ * explained from its log. fx__event_step appends one event at `seconds` since the first to
+ * out (`used` bytes so far); false once out is full.
  */
+static inline bool fx__event_step(char *out, size_t size, size_t *used, double seconds,
+                                  const char *cause, long long old_limit, long long new_limit,
+                                  long long in_flight)
+{
+    int w = snprintf(out + *used, size - *used, " +%.2fs %s %lld→%lld @%lld;", seconds, cause,
+                     old_limit, new_limit, in_flight);
+    if (w < 0 || (size_t)w >= size - *used)
+        return false;
+    *used += (size_t)w;
+    return true;
+}
+
+/* The backend's events so far, from the engine's ring. */
 __attribute__((unused)) static void fx_event_path(struct sluice_engine *e, char *out, size_t size)
 {
     const struct sluice_event_ring *ring = sluice_engine_events(e, FX_BACKEND);
@@ -364,13 +379,30 @@ __attribute__((unused)) static void fx_event_path(struct sluice_engine *e, char 
     while (ring && (n = sluice_event_ring_read(ring, &cursor, ev, 64, NULL)) > 0)
         for (size_t i = 0; i < n; i++) {
             t0 = t0 < 0 ? ev[i].t_ns : t0;
-            int w = snprintf(out + used, size - used, " +%.2fs %s %u→%u @%u;",
-                             (double)(ev[i].t_ns - t0) / 1e9, sluice_cause_name(ev[i].cause),
-                             ev[i].old_limit, ev[i].new_limit, ev[i].in_flight);
-            if (w < 0 || (size_t)w >= size - used)
+            if (!fx__event_step(out, size, &used, (double)(ev[i].t_ns - t0) / 1e9,
+                                sluice_cause_name(ev[i].cause), ev[i].old_limit,
+                                ev[i].new_limit, ev[i].in_flight))
                 return;
-            used += (size_t)w;
         }
+}
+
+/* The same from `events`, a JSON array of event records (sluicectl probe --json's "events",
+ * the lines of the admin's feed). */
+__attribute__((unused)) static void fx_event_path_json(json_t *events, char *out, size_t size)
+{
+    size_t used = 0, i;
+    out[0] = '\0';
+    json_t *e;
+    json_int_t t0 = json_integer_value(json_object_get(json_array_get(events, 0), "t_ns"));
+    json_array_foreach(events, i, e) {
+        if (!fx__event_step(out, size, &used,
+                            (double)(json_integer_value(json_object_get(e, "t_ns")) - t0) / 1e9,
+                            json_string_value(json_object_get(e, "reason")),
+                            (long long)json_integer_value(json_object_get(e, "old_limit")),
+                            (long long)json_integer_value(json_object_get(e, "new_limit")),
+                            (long long)json_integer_value(json_object_get(e, "in_flight"))))
+            return;
+    }
 }
 
 /*

@@ -279,29 +279,6 @@ GATEWAY_TEST(haproxy_queues_past_maxconn_and_answers_503_past_its_queue_timeout)
                  backend_stat("peak_in_service"));
 }
 
-/* The probe's event timeline, one "+seconds reason old→new @in_flight" per
- * event: what a failure must show, since a lock outside the band is rare and
- * cannot be explained without its path. */
-static void timeline(json_t *events, char *out, size_t size)
-{
-    size_t used = 0;
-    out[0] = '\0';
-    size_t i;
-    json_t *e;
-    json_int_t t0 = json_integer_value(json_object_get(json_array_get(events, 0), "t_ns"));
-    json_array_foreach(events, i, e) {
-        int n = snprintf(out + used, size - used, " +%.2fs %s %lld→%lld @%lld;",
-                         (double)(json_integer_value(json_object_get(e, "t_ns")) - t0) / 1e9,
-                         json_string_value(json_object_get(e, "reason")),
-                         (long long)json_integer_value(json_object_get(e, "old_limit")),
-                         (long long)json_integer_value(json_object_get(e, "new_limit")),
-                         (long long)json_integer_value(json_object_get(e, "in_flight")));
-        if (n < 0 || (size_t)n >= size - used)
-            break;
-        used += (size_t)n;
-    }
-}
-
 GATEWAY_TEST(sluicectl_probe_locks_a_queue_then_refuse_gateway_inside_the_band)
 {
     if (!start_stage())
@@ -319,7 +296,7 @@ GATEWAY_TEST(sluicectl_probe_locks_a_queue_then_refuse_gateway_inside_the_band)
     json_int_t found = json_integer_value(json_object_get(j, "discovered_ceiling"));
     bool locked = json_is_true(json_object_get(j, "locked"));
     char path[4096];
-    timeline(json_object_get(j, "events"), path, sizeof path);
+    fx_event_path_json(json_object_get(j, "events"), path, sizeof path);
     fprintf(stderr, "sluicectl probe through HAProxy (maxconn %d, timeout queue %d ms): %s at "
                     "%lld after %lld requests (%lld overloaded) in %.1f s; its path:%s\n",
             GW_CAP, GW_QUEUE_MS, locked ? "locked" : "not locked", (long long)found,

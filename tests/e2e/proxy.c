@@ -422,29 +422,16 @@ static void drive_until_locked(const struct px *p, int64_t deadline_ms)
     curl_multi_cleanup(m);
 }
 
-/* The node's event path, one " +seconds reason old->new @in_flight;" per event (from the admin's
- * feed): what a lock outside the band must show, since it cannot be explained without it. */
+/* The node's event path from the admin's feed (JSON Lines), as fx_event_path_json writes it. */
 static void event_path(const struct px *p, char *out, size_t size)
 {
     static char feed[65536];
     px_admin_get(p, "/compute/concurrency/events?node_id=" NODE, feed, sizeof feed);
-    size_t used = 0;
-    out[0] = '\0';
-    double t0 = -1;
-    for (char *line = strtok(feed, "\n"); line && used + 1 < size; line = strtok(NULL, "\n")) {
-        json_t *e = json_loads(line, 0, NULL);
-        double t = (double)json_integer_value(json_object_get(e, "t_ns")) / 1e9;
-        t0 = t0 < 0 ? t : t0;
-        int n = snprintf(out + used, size - used, " +%.2fs %s %lld->%lld @%lld;", t - t0,
-                         json_string_value(json_object_get(e, "reason")),
-                         (long long)json_integer_value(json_object_get(e, "old_limit")),
-                         (long long)json_integer_value(json_object_get(e, "new_limit")),
-                         (long long)json_integer_value(json_object_get(e, "in_flight")));
-        json_decref(e);
-        if (n < 0 || (size_t)n >= size - used)
-            break;
-        used += (size_t)n;
-    }
+    json_t *events = json_array();
+    for (char *line = strtok(feed, "\n"); line; line = strtok(NULL, "\n"))
+        json_array_append_new(events, json_loads(line, 0, NULL));
+    fx_event_path_json(events, out, size);
+    json_decref(events);
 }
 
 Test(proxy, sixty_four_clients_lock_a_cap_of_eight_and_a_restart_restores_it, .timeout = 90)
