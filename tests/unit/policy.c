@@ -433,6 +433,24 @@ Test(policy, discover_wants_a_knee_just_under_refusals_twice_before_it_probes)
     cr_assert_lt(v.limit, 11);
 }
 
+/* Just under refusals that came back at the door, `confirm` windows of doubt end in a pass
+ * unless the rise is past the noise (noise_z standard errors): 25 % over a reference of 19
+ * calls is not, and halving the limit to probe it cost a streaming service over HTTP a
+ * second half at 5 under a cap of 12. Refusals that took a call's time (a gateway's queue
+ * timeout) keep the lenient tie-break: there a queue stands under them. */
+Test(policy, discover_passes_a_doubt_just_under_refusals_at_the_door_unless_past_the_noise)
+{
+    struct sluice_verdict v = at_11_after_refusals(20, 13, 12, SEC / 100, 125, 0.4, 0, 4);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_ADDITIVE, "refused at the door: the level passes");
+    cr_assert_gt(v.limit, 11);
+    v = at_11_after_refusals(20, 13, 12, 2 * SEC, 125, 0.4, 0, 4);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "refused after a queue: queueing");
+    cr_assert_lt(v.limit, 11);
+    v = at_11_after_refusals(20, 13, 12, SEC / 100, 200, 0.1, 0, 2);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "at the door, past the noise: queueing");
+    cr_assert_lt(v.limit, 11);
+}
+
 /* The probe that knee asks for, just under where refusals struck, is brief: after
  * SLUICE__DISCOVER_REMEASURE_WINDOWS judged windows the level is measured again, though its
  * 16-call windows leave the reference short of reference_samples (over HTTP, against a

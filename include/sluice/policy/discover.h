@@ -157,7 +157,14 @@
  *            probe. x <= t and x + 2·se <= ln(1 + 1.5·knee): the level
  *            passes. Anything else is doubt: hold and pool; after `confirm`
  *            windows of doubt at one level, x > t + se/2 is queueing and
- *            the rest passes. A level past the noise is doubt as well while
+ *            the rest passes. Just under refusals that came back at the
+ *            door, only x > t + noise_z·se is: those refusals bound the cap,
+ *            a queue under them that the latency can show shows past the
+ *            noise, and what the lenient tie-break adds there is a small
+ *            reference's noise, whose probe halves the limit (over HTTP,
+ *            11 under a streaming cap of 12, where latency never moves,
+ *            read 32% over the 21 calls of the jumpstart's window: 1.4
+ *            standard errors past the knee, and a probe at 5). A level past the noise is doubt as well while
  *            a level above it passed with a lower mean: no queue is slower
  *            at fewer calls, so that rise is a stall (of this machine or
  *            the provider's) until `confirm` windows keep it. So is the
@@ -274,7 +281,8 @@
 #define SLUICE__DISCOVER_PASS_Z 2.0
 #define SLUICE__DISCOVER_PASS_KNEES 1.5
 /* After `confirm` windows of doubt, a rise past half a standard error
- * above the knee is queueing: the estimate is all the evidence there is. */
+ * above the knee is queueing: the estimate is all the evidence there is
+ * (not just under refusals at the door: sluice__discover_test). */
 #define SLUICE__DISCOVER_CONFIRM_Z 0.5
 /* Windows of doubt slow start measures a level for before it probes s0:
  * two windows of noise rarely agree. */
@@ -353,6 +361,7 @@ struct sluice_policy_discover {
     uint32_t struck;     /* where the last refusals that cut struck, when they struck above
                             every served call or at the door (0 = none): a level in doubt
                             just below is bounded by refusals, not by latency */
+    bool struck_door;    /* ... and they came back at the door (sluice__discover_test) */
     uint32_t proved;     /* the highest limit a clean, saturated, queue-free window served
                             at, lowered to where refusals struck while calls were served
                             (0 = none) */
@@ -371,6 +380,7 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
     p->slow_start = !warm;
     p->at = p->probing = p->resume = p->steep = p->compared = p->settled = p->est = 0;
     p->remeasure_left = p->windows = p->remeasure_after = p->proved = p->struck = 0;
+    p->struck_door = false;
     p->last_ns = p->echo_ns = p->proved_ns = p->quiet_ns = p->down_ns = 0;
     p->cv2 = 0;
     p->cv2_known = false;
@@ -669,6 +679,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
      * serves at the counts it refuses at), or came back at the door (the top, "a refusal"). */
     bool door = w->overload_latency_ns < SLUICE__DISCOVER_DOOR_SHARE * s0;
     p->struck = w->overload_in_flight > w->served_in_flight || door ? struck : 0;
+    p->struck_door = door;
     return sluice_verdict_make(next,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER : SLUICE_CAUSE_OVERLOAD,
                            0);
@@ -906,8 +917,10 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
         return SLUICE__DISCOVER_PASS;
     if (l->doubts + 1u >= k->confirm) {
         l->doubts = 0;
-        return x > threshold + SLUICE__DISCOVER_CONFIRM_Z * se ? SLUICE__DISCOVER_QUEUE
-                                                               : SLUICE__DISCOVER_PASS;
+        double z = p->struck_door && sluice__discover_bounded(p, l->limit)
+                       ? k->noise_z
+                       : SLUICE__DISCOVER_CONFIRM_Z;
+        return x > threshold + z * se ? SLUICE__DISCOVER_QUEUE : SLUICE__DISCOVER_PASS;
     }
     return SLUICE__DISCOVER_DOUBT;
 }
