@@ -433,11 +433,11 @@ Test(policy, discover_wants_a_knee_just_under_refusals_twice_before_it_probes)
     cr_assert_lt(v.limit, 11);
 }
 
-/* Just under refusals that came back at the door, `confirm` windows of doubt end in a pass
- * unless the rise is past the noise (noise_z standard errors): 25 % over a reference of 19
- * calls is not, and halving the limit to probe it cost a streaming service over HTTP a
- * second half at 5 under a cap of 12. Refusals that took a call's time (a gateway's queue
- * timeout) keep the lenient tie-break: there a queue stands under them. */
+/* Just under refusals that came back at the door, `confirm` windows of doubt end in a pass:
+ * only a rise past the noise (the per-window test) is a queue there. 25 % over a reference of
+ * 19 calls is not past it, and halving the limit to probe it cost a streaming service over
+ * HTTP a second half at 5 under a cap of 12. Refusals that took a call's time (a gateway's
+ * queue timeout) keep the tie-break: there a queue stands under them. */
 Test(policy, discover_passes_a_doubt_just_under_refusals_at_the_door_unless_past_the_noise)
 {
     struct sluice_verdict v = at_11_after_refusals(20, 13, 12, SEC / 100, 125, 0.4, 0, 4);

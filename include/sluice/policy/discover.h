@@ -157,17 +157,20 @@
  *            probe. x <= t and x + 2·se <= ln(1 + 1.5·knee): the level
  *            passes. Anything else is doubt: hold and pool; after `confirm`
  *            windows of doubt at one level, x > t + se/2 is queueing and
- *            the rest passes. Just under refusals that came back at the
- *            door, only x > t + noise_z·se is: those refusals bound the cap,
- *            a queue under them that the latency can show shows past the
- *            noise, and what the lenient tie-break adds there is a small
- *            reference's noise, whose probe halves the limit (over HTTP,
- *            11 under a streaming cap of 12, where latency never moves,
- *            read 32% over the 21 calls of the jumpstart's window: 1.4
- *            standard errors past the knee, and a probe at 5). A level past the noise is doubt as well while
- *            a level above it passed with a lower mean: no queue is slower
- *            at fewer calls, so that rise is a stall (of this machine or
- *            the provider's) until `confirm` windows keep it. So is the
+ *            the rest passes; just under refusals that came back at the
+ *            door, all of it passes. Those refusals bound the cap, a queue
+ *            under them that latency can show is past the noise in some
+ *            window (the test above), and what the tie-break adds there is
+ *            a small reference's noise, whose probe halves the limit (over
+ *            HTTP, 11 under a streaming cap of 12, where latency never
+ *            moves, read 32% over the 21 calls of the jumpstart's window:
+ *            1.4 standard errors past the knee, and a probe at 5). Refusals
+ *            that took a call's time (a gateway's `timeout queue`) keep the
+ *            tie-break: a queue stands under them. A level past the noise
+ *            is doubt as well while a level above it passed with a lower
+ *            mean: no queue is slower at fewer calls, so that rise is a
+ *            stall (of this machine or the provider's) until `confirm`
+ *            windows keep it. So is the
  *            rise of a level that asked for a probe of s0 and comes back
  *            with a window that shows no queue, at under half its pooled
  *            mean: that window replaces its calls (sluice__discover_stale).
@@ -917,10 +920,10 @@ sluice__discover_test(const struct sluice_policy_discover *p, const struct sluic
         return SLUICE__DISCOVER_PASS;
     if (l->doubts + 1u >= k->confirm) {
         l->doubts = 0;
-        double z = p->struck_door && sluice__discover_bounded(p, l->limit)
-                       ? k->noise_z
-                       : SLUICE__DISCOVER_CONFIRM_Z;
-        return x > threshold + z * se ? SLUICE__DISCOVER_QUEUE : SLUICE__DISCOVER_PASS;
+        if (p->struck_door && sluice__discover_bounded(p, l->limit))
+            return SLUICE__DISCOVER_PASS; /* only a rise past the noise is a queue there */
+        return x > threshold + SLUICE__DISCOVER_CONFIRM_Z * se ? SLUICE__DISCOVER_QUEUE
+                                                               : SLUICE__DISCOVER_PASS;
     }
     return SLUICE__DISCOVER_DOUBT;
 }
