@@ -449,6 +449,11 @@ Test(policy, discover_passes_a_doubt_just_under_refusals_at_the_door_unless_past
     v = at_11_after_refusals(20, 13, 12, SEC / 100, 200, 0.1, 0, 2);
     cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "at the door, past the noise: queueing");
     cr_assert_lt(v.limit, 11);
+    /* Refusals whose time nobody measured (a fleet's leader hears them as counts) are not
+     * at the door: a queue-then-503 gateway's doubt passed, and a fleet locked 24 at 36. */
+    v = at_11_after_refusals(20, 13, 12, 0, 125, 0.4, 0, 4);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "refused in an unknown time: queueing");
+    cr_assert_lt(v.limit, 11);
 }
 
 /* The probe that knee asks for, just under where refusals struck, is brief: after

@@ -364,7 +364,8 @@ struct sluice_policy_discover {
     uint32_t struck;     /* where the last refusals that cut struck, when they struck above
                             every served call or at the door (0 = none): a level in doubt
                             just below is bounded by refusals, not by latency */
-    bool struck_door;    /* ... and they came back at the door (sluice__discover_test) */
+    bool struck_door;    /* ... and they came back at the door, in a time that was measured
+                            (sluice__discover_test) */
     uint32_t proved;     /* the highest limit a clean, saturated, queue-free window served
                             at, lowered to where refusals struck while calls were served
                             (0 = none) */
@@ -682,7 +683,10 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
      * serves at the counts it refuses at), or came back at the door (the top, "a refusal"). */
     bool door = w->overload_latency_ns < SLUICE__DISCOVER_DOOR_SHARE * s0;
     p->struck = w->overload_in_flight > w->served_in_flight || door ? struck : 0;
-    p->struck_door = door;
+    /* Only a refusal whose time is known says where it was made: a fleet's leader hears its
+     * members' refusals without it (0), and read as "at the door" they let a queue-then-503
+     * gateway's doubt pass (a fleet locked its cap of 24 at 36 under ASan). */
+    p->struck_door = door && w->overload_latency_ns > 0;
     return sluice_verdict_make(next,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER : SLUICE_CAUSE_OVERLOAD,
                            0);
