@@ -269,7 +269,7 @@ struct sluice_verdict {
 struct sluice_policy;
 
 /* The most bytes a policy object may take: the size of the per-node copy
- * (see "A policy object is a value"). discover takes 408 (its per-limit
+ * (see "A policy object is a value"). discover takes 416 (its per-limit
  * statistics); the other built-ins under 128. */
 #define SLUICE_POLICY_STATE_MAX 512
 

@@ -170,10 +170,10 @@
  *            is doubt as well while a level above it passed with a lower
  *            mean: no queue is slower at fewer calls, so that rise is a
  *            stall (of this machine or the provider's) until `confirm`
- *            windows keep it. So is the
- *            rise of a level that asked for a probe of s0 and comes back
- *            with a window that shows no queue, at under half its pooled
- *            mean: that window replaces its calls (sluice__discover_stale).
+ *            windows keep it. So is the rise of a level that asked for a
+ *            probe of s0 and comes back with a window that shows no queue,
+ *            at under half its pooled mean: that window replaces its calls
+ *            (sluice__discover_stale).
  *            Under a refusal bracket a level under the knee passes without
  *            the upper bound, and one in doubt just under where they
  *            struck is measured where it stands until `confirm` decides;
