@@ -170,7 +170,6 @@ static inline void fx_sleep_ms(int ms)
     sim__sleep_ms(ms);
 }
 
-
 /* ---- requests ---------------------------------------------------------------- */
 
 /* Response bodies are dropped; tests look at statuses and the simulator's counters. */
