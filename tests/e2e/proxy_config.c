@@ -446,10 +446,13 @@ static const struct {
     {"backends = ( { id = \"a\"; upstream = \"http://x/v1?key=k\"; } );\n",
      "1: backends[0].upstream: 'http://x/v1?key=k' has a query or fragment"},
     {"backends = (\n { id = \"a\"; upstream = \"http://x\"; fleet_floor = 2; }\n);\n",
-     "2: backends[0].fleet_floor needs redis: it is the least served while Redis is unreachable"},
+     "2: backends[0].fleet_floor: needs redis: it is the least served while Redis is unreachable"},
     {"backends = (\n { id = \"a\"; upstream = \"https://x\";\n"
      "   ca_file = \"/nonexistent/ca.pem\"; }\n);\n",
      "2: backends[0].ca_file: /nonexistent/ca.pem: No such file or directory"},
+    {"backends = (\n { id = \"a\"; upstream = \"http://x\";\n"
+     "   api_key_env = \"SLUICE_PX_TEST_NEVER_SET\"; }\n);\n",
+     "2: backends[0].api_key_env: $SLUICE_PX_TEST_NEVER_SET is not set"},
     /* Addresses, checked when bound: the file's line and key, not the flag it did not use. */
     {"listen = \"0.0.0.0:0\";\nbackends = ( { id = \"a\"; upstream = \"http://x\"; } );\n",
      "1: listen: 0.0.0.0 is not a loopback address: add --allow-remote"},
@@ -533,7 +536,7 @@ static const struct {
      "--admin: 'example.com' is not a numeric IPv4 or IPv6 address"},
     /* A key variable never exported: the flag named, exit 2 as for any bad configuration. */
     {"--upstream http://127.0.0.1:9 --api-key-env SLUICE_PX_TEST_NEVER_SET",
-     "--api-key-env SLUICE_PX_TEST_NEVER_SET: $SLUICE_PX_TEST_NEVER_SET is not set"},
+     "--api-key-env: $SLUICE_PX_TEST_NEVER_SET is not set"},
     /* A CA file that would fail every https call at its first: named at start, exit 2. */
     {"--upstream https://127.0.0.1:9 --upstream-ca /nonexistent/ca.pem",
      "--upstream-ca /nonexistent/ca.pem: No such file or directory"},
@@ -544,9 +547,9 @@ static const struct {
     /* A fleet floor is the limit while Redis is unreachable: nothing without Redis, and no
      * more than the most calls in flight (the library's words named a C field). */
     {"--upstream http://127.0.0.1:9 --fleet-floor 2",
-     "--fleet-floor needs --redis: it is the least served while Redis is unreachable"},
+     "--fleet-floor: needs --redis: it is the least served while Redis is unreachable"},
     {"--upstream http://127.0.0.1:9 --redis 127.0.0.1:6379 --active 4 --fleet-floor 5",
-     "--fleet-floor 5 is above --active (4)"},
+     "--fleet-floor: 5 is above --active (4)"},
     /* A flag without its value does not take the next flag as one, whatever kind it is. */
     {"--node --upstream http://127.0.0.1:9", "--node needs a value"},
     {"--upstream http://127.0.0.1:9 --active --drain-ms 5", "--active needs a value"},

@@ -43,6 +43,7 @@
 #include <inttypes.h>
 #include <netdb.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -187,6 +188,26 @@ static int listen_on(struct proxy *p)
     return EXIT_OK;
 }
 
+/* A backend's setting that cannot be used: a configuration error, said where it was written
+ * (the config file's line and field, or the flag and its value) with why, exit 2. */
+__attribute__((format(printf, 6, 7))) static int
+backend_refused(const struct options *o, size_t i, const char *field, const char *flag,
+                const char *value, const char *fmt, ...)
+{
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    const struct backend *b = &o->backends[i];
+    if (b->line)
+        fprintf(stderr, PROG ": %s:%d: backends[%zu].%s: %s%s%s\n", o->config, b->line, i, field,
+                value ? value : "", value ? ": " : "", why);
+    else
+        fprintf(stderr, PROG ": %s%s%s: %s\n", flag, value ? " " : "", value ? value : "", why);
+    return EXIT_USAGE;
+}
+
 static int read_keys(struct options *o)
 {
     for (size_t i = 0; i < o->n_backends; i++) {
@@ -194,25 +215,18 @@ static int read_keys(struct options *o)
         if (!b->key_env)
             continue;
         const char *key = getenv(b->key_env);
-        if (!key || !*key) { /* a configuration error: named where it was written, exit 2 */
-            if (b->line)
-                fprintf(stderr, PROG ": %s:%d: backends[%zu].api_key_env: $%s is not set "
-                                "(export it before starting " PROG ")\n",
-                        o->config, b->line, i, b->key_env);
-            else
-                fprintf(stderr, PROG ": --api-key-env %s: $%s is not set (export it before "
-                                "starting " PROG ")\n",
-                        b->key_env, b->key_env);
-            return EXIT_USAGE;
-        }
+        if (!key || !*key)
+            return backend_refused(o, i, "api_key_env", "--api-key-env", NULL,
+                                   "$%s is not set (export it before starting " PROG ")",
+                                   b->key_env);
         b->key = strdup(key);
     }
     return EXIT_OK;
 }
 
 /* Each backend's ca_file, read once at start: a path that does not open, or holds no PEM
- * certificate, is a configuration error named where it was written (exit 2), not a 502 at
- * the first call; so is one for an http:// upstream, which it would never be used for. */
+ * certificate, is a configuration error (not a 502 at the first call); so is one for an
+ * http:// upstream, which it would never be used for. */
 static int check_ca_files(const struct options *o)
 {
     for (size_t i = 0; i < o->n_backends; i++) {
@@ -222,44 +236,30 @@ static int check_ca_files(const struct options *o)
         const char *why = strncmp(b->upstream, "https://", 8)
                               ? "is for an https:// upstream, and this one is http://"
                               : tool_ca_file_problem(b->ca_file);
-        if (!why)
-            continue;
-        if (b->line)
-            fprintf(stderr, PROG ": %s:%d: backends[%zu].ca_file: %s: %s\n", o->config, b->line,
-                    i, b->ca_file, why);
-        else
-            fprintf(stderr, PROG ": --upstream-ca %s: %s\n", b->ca_file, why);
-        return EXIT_USAGE;
+        if (why)
+            return backend_refused(o, i, "ca_file", "--upstream-ca", b->ca_file, "%s", why);
     }
     return EXIT_OK;
 }
 
 /* Each backend's fleet_floor: only with redis (it is the limit while Redis is unreachable),
  * and at most active (the library's "sluice_fleet_desc.floor is above max_limit" names no
- * flag). Exit 2, named where it was written. */
+ * flag). */
 static int check_fleet_floors(const struct options *o)
 {
     for (size_t i = 0; i < o->n_backends; i++) {
         const struct backend *b = &o->backends[i];
-        char why[160];
         if (!b->fleet_floor)
             continue;
         if (!b->redis_url)
-            snprintf(why, sizeof why, "needs %s: it is the least served while Redis is "
-                                      "unreachable",
-                     b->line ? "redis" : "--redis");
-        else if (b->fleet_floor > b->active)
-            snprintf(why, sizeof why, "%u is above %s (%u): a floor cannot be above the most "
-                                      "calls in flight",
-                     b->fleet_floor, b->line ? "active" : "--active", b->active);
-        else
-            continue;
-        if (b->line)
-            fprintf(stderr, PROG ": %s:%d: backends[%zu].fleet_floor %s\n", o->config, b->line,
-                    i, why);
-        else
-            fprintf(stderr, PROG ": --fleet-floor %s\n", why);
-        return EXIT_USAGE;
+            return backend_refused(o, i, "fleet_floor", "--fleet-floor", NULL,
+                                   "needs %s: it is the least served while Redis is unreachable",
+                                   b->line ? "redis" : "--redis");
+        if (b->fleet_floor > b->active)
+            return backend_refused(o, i, "fleet_floor", "--fleet-floor", NULL,
+                                   "%u is above %s (%u): a floor cannot be above the most calls "
+                                   "in flight",
+                                   b->fleet_floor, b->line ? "active" : "--active", b->active);
     }
     return EXIT_OK;
 }
