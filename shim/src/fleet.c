@@ -287,6 +287,8 @@ static struct sluice_verdict fleet_policy_update(struct sluice_policy *self,
         r->latency_min = w->latency_min_ns;
     if (w->retry_after_ns > r->retry_after)
         r->retry_after = w->retry_after_ns;
+    if (w->overload_latency_ns > r->refusal_ns)
+        r->refusal_ns = w->overload_latency_ns;
     if (w->max_in_flight > r->max_in_flight)
         r->max_in_flight = w->max_in_flight;
     if (!r->first_start_ns)
@@ -368,7 +370,7 @@ static void leader_start(struct sluice_fleet *f, uint32_t shared_limit, uint64_t
 
 /*
  * Feed one drained report ("ok overload served lat_sum lat_min maxif retry start_ms
- * deviation_sum"; an older member's has no deviation_sum) to
+ * deviation_sum refusal_ns"; an older member's lacks the last one or two) to
  * the leader's node; answer the samples fed. Served calls count as started now: reports
  * arrive a beat or two late, and the node measures only calls that started in its open
  * window (which leader_beat closes). Overloads keep the report's start (its oldest
@@ -379,10 +381,11 @@ static unsigned leader_feed(struct sluice_fleet *f, const char *report, int64_t 
                             enum sluice_outcome outcome)
 {
     unsigned long long ok, overload, served;
-    long long lat_sum, lat_min, retry, start_ms, dev_sum = 0;
+    long long lat_sum, lat_min, retry, start_ms, dev_sum = 0, refusal_ns = 0;
     unsigned maxif, n = 0;
-    if (sscanf(report, "%llu %llu %llu %lld %lld %u %lld %lld %lld", &ok, &overload, &served,
-               &lat_sum, &lat_min, &maxif, &retry, &start_ms, &dev_sum) < 8)
+    if (sscanf(report, "%llu %llu %llu %lld %lld %u %lld %lld %lld %lld", &ok, &overload,
+               &served, &lat_sum, &lat_min, &maxif, &retry, &start_ms, &dev_sum,
+               &refusal_ns) < 8)
         return 0;
     int64_t now = sluice_monotonic_ns();
     int64_t age_ns = (now_srv_ms - start_ms) * SLUICE_NS_PER_MS;
@@ -413,7 +416,9 @@ static unsigned leader_feed(struct sluice_fleet *f, const char *report, int64_t 
     s.start_ns = now - (age_ns > 0 ? age_ns : 0) -
                  FLEET_CUT_BEATS * f->heartbeat_ms * SLUICE_NS_PER_MS;
     s.retry_after_ns = retry;
-    s.latency_ns = 0;
+    /* How long the refusals took says where they were made (policy/discover.h: at the door,
+     * or after a gateway's queue); 0 from an older member: not known. */
+    s.latency_ns = refusal_ns > 0 ? refusal_ns : 0;
     for (; outcome == SLUICE_OUTCOME_OVERLOAD && n < overload && n < FLEET_SAMPLES_PER_REPORT; n++)
         sluice_discovery_on_sample(f->a_leader, &s);
     return n;
@@ -558,7 +563,7 @@ static bool fleet_report(struct sluice_fleet *f)
     sluice_spinlock_unlock(&f->report_lock);
     if (!r.first_start_ns)
         return true;
-    char fields[256], age[24], deviation[24];
+    char fields[256], age[24], deviation[24], refusal[24];
     snprintf(fields, sizeof fields,
              "%" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRId64 " %" PRId64 " %" PRIu32 " %" PRId64,
              r.n_ok, r.n_overload, r.n_served, r.latency_sum, r.latency_min, r.max_in_flight,
@@ -566,9 +571,10 @@ static bool fleet_report(struct sluice_fleet *f)
     int64_t age_ms = (sluice_monotonic_ns() - r.first_start_ns) / SLUICE_NS_PER_MS;
     snprintf(age, sizeof age, "%" PRId64, age_ms > 0 ? age_ms : 0);
     snprintf(deviation, sizeof deviation, "%" PRId64, r.deviation_sum);
+    snprintf(refusal, sizeof refusal, "%" PRId64, r.refusal_ns);
     static const enum fleet_key keys[] = {KEY_REPORTS};
-    const char *args[] = {fields, age, deviation};
-    redisReply *reply = sluice__fleet_eval(f, sluice__fleet_lua_report, keys, 1, args, 3);
+    const char *args[] = {fields, age, deviation, refusal};
+    redisReply *reply = sluice__fleet_eval(f, sluice__fleet_lua_report, keys, 1, args, 4);
     if (reply)
         freeReplyObject(reply);
     return reply != NULL;

@@ -30,6 +30,8 @@ struct fleet_report {
     int64_t latency_sum, latency_min, retry_after;
     int64_t deviation_sum; /* Σ latency_mad_ns · n_ok: the calls' spread, which the leader
                               rebuilds (a report's mean alone reads as calls without noise) */
+    int64_t refusal_ns;    /* the longest a fresh overload took: a refusal at the door comes
+                              back far sooner than a call, a gateway's after its queue's wait */
     uint32_t max_in_flight;
     int64_t first_start_ns; /* pool clock: the oldest window's start; 0 = empty */
 };

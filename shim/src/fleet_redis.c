@@ -77,12 +77,13 @@ const char sluice__fleet_lua_beat[] =
     "        tonumber(st[2] or 0), tonumber(st[3] or 0), tonumber(redis.call('GET', KEYS[5]) or 0),\n"
     "        load}\n";
 
-/* report: KEYS reports; ARGV fields age_ms deviation_sum. Stamps the window's start in
- * server time. The deviation goes last, so a leader that reads eight fields still reads
- * this member's reports (one of a rolling upgrade). */
+/* report: KEYS reports; ARGV fields age_ms deviation_sum refusal_ns. Stamps the window's
+ * start in server time. The deviation and the refusals' time go last, so a leader that reads
+ * eight fields still reads this member's reports (one of a rolling upgrade). */
 const char sluice__fleet_lua_report[] =
     FLEET_LUA_NOW
-    "redis.call('RPUSH', KEYS[1], ARGV[1] .. ' ' .. (now - tonumber(ARGV[2])) .. ' ' .. ARGV[3])\n"
+    "redis.call('RPUSH', KEYS[1],\n"
+    "           ARGV[1] .. ' ' .. (now - tonumber(ARGV[2])) .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])\n"
     "redis.call('LTRIM', KEYS[1], -1024, -1)\n" /* a leaderless fleet keeps the last 1024 */
     "return 1\n";
 

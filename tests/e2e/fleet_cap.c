@@ -227,3 +227,51 @@ FLEET_TEST(idle_members_do_not_stall_the_fleets_discovery)
         sluice_pool_destroy(pool[i]);
     }
 }
+
+/* The longest time a refusal took, over the reports a member of 16 callers sent against a cap
+ * of 4 of `provider` (ns; -1: no report with refusals said it). The test holds the leader's
+ * lease and sets S itself, so nobody drains the reports before they are read. */
+static long long reported_refusal_ns(const struct fx_provider *provider)
+{
+    fx_start(provider);
+    freeReplyObject(rfx_cmd("DEL %s", rfx_key("reports")));
+    rfx_spawn(0, &(struct rfx_worker_cfg){.threads = 16});
+    long long longest = -1;
+    for (int64_t start = fx_now_ms(); longest < 0 && fx_now_ms() - start < RFX_PATIENCE_MS;
+         fx_sleep_ms(100)) {
+        redisReply *r = rfx_cmd("LRANGE %s 0 -1", rfx_key("reports"));
+        for (size_t i = 0; i < r->elements; i++) {
+            unsigned long long overload;
+            long long refusal_ns;
+            if (sscanf(r->element[i]->str, "%*u %llu %*u %*d %*d %*u %*d %*d %*d %lld",
+                       &overload, &refusal_ns) == 2 &&
+                overload && refusal_ns > longest)
+                longest = refusal_ns;
+        }
+        freeReplyObject(r);
+    }
+    rfx_kill(0);
+    return longest;
+}
+
+/* How long a member's refusals took reaches the leader, so a fleet tells a refusal at the
+ * door (a cap's edge) from a gateway's after its queue timed out (a queue stands under it),
+ * as one process does (sluice/policy/discover.h). A member's 429s at the door take a
+ * loopback round trip; a gateway's 503s come after the 300 ms each call waited. */
+#define QUEUE_WAIT_MS 300
+FLEET_TEST(a_members_reports_say_how_long_its_refusals_took)
+{
+    freeReplyObject(rfx_cmd("SET %s someone-else PX 120000", rfx_key("leader")));
+    freeReplyObject(rfx_cmd("HSET %s limit 20", rfx_key("state")));
+    long long door = reported_refusal_ns(
+        &(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 100});
+    long long queue = reported_refusal_ns(&(struct fx_provider){
+        .mode = "queue", .cap = 4, .median_ms = 100, .queue_timeout = QUEUE_WAIT_MS,
+        .queue_bound = 1000000});
+    cr_log_info("refusals took up to %.3f ms at the door, %.3f ms after the queue", door / 1e6,
+                queue / 1e6);
+    cr_expect(door > 0 && door < QUEUE_WAIT_MS * INT64_C(1000000),
+              "refusals at the door: %lld ns", door);
+    cr_expect_geq(queue, QUEUE_WAIT_MS * INT64_C(1000000), "refusals after the queue: %lld ns",
+                  queue);
+}

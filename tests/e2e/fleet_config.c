@@ -316,30 +316,31 @@ FLEET_TEST(a_silent_holders_permits_return_after_the_holder_ttl)
     cr_expect_eq(rfx_int("HEXISTS %s x", rfx_key("held")), 0);
 }
 
-/* A report keeps the eight fields a leader of the last release reads, in their order, and
- * adds the calls' spread after them: a fleet upgraded one process at a time still hears
- * every member. */
+/* A report keeps the eight fields a leader of an older release reads, in their order, and
+ * adds the calls' spread, then how long its refusals took, after them: a fleet upgraded one
+ * process at a time still hears every member. */
 FLEET_TEST(a_report_adds_the_calls_spread_after_the_fields_an_older_leader_reads)
 {
     rfx_start();
     const char *argv[] = {"EVAL", sluice__fleet_script("report"), "1", rfx_key("reports"),
-                          "12 1 13 1200000000 50000000 6 0", "0", "240000000"};
-    redisReply *r = redisCommandArgv(rfx.c, 7, argv, NULL);
+                          "12 1 13 1200000000 50000000 6 0", "0", "240000000", "350000000"};
+    redisReply *r = redisCommandArgv(rfx.c, 8, argv, NULL);
     cr_assert(r && r->type != REDIS_REPLY_ERROR, "report failed: %s",
               r && r->type == REDIS_REPLY_ERROR ? r->str : "no reply");
     freeReplyObject(r);
     r = rfx_cmd("LINDEX %s 0", rfx_key("reports"));
     cr_assert_eq(r->type, REDIS_REPLY_STRING);
     unsigned long long ok, overload, served;
-    long long lat_sum, lat_min, retry, start_ms, deviation;
+    long long lat_sum, lat_min, retry, start_ms, deviation, refusal;
     unsigned maxif;
     int old = sscanf(r->str, "%llu %llu %llu %lld %lld %u %lld %lld", &ok, &overload, &served,
                      &lat_sum, &lat_min, &maxif, &retry, &start_ms);
-    int now = sscanf(r->str, "%*u %*u %*u %*d %*d %*u %*d %*d %lld", &deviation);
+    int now = sscanf(r->str, "%*u %*u %*u %*d %*d %*u %*d %*d %lld %lld", &deviation, &refusal);
     cr_expect_eq(old, 8, "an older leader reads \"%s\"", r->str);
     cr_expect(ok == 12 && overload == 1 && served == 13 && lat_sum == 1200000000 &&
                   lat_min == 50000000 && maxif == 6 && retry == 0 && start_ms > 0,
               "the fields moved: \"%s\"", r->str);
-    cr_expect(now == 1 && deviation == 240000000, "no spread last in \"%s\"", r->str);
+    cr_expect(now == 2 && deviation == 240000000 && refusal == 350000000,
+              "no spread, then refusal time, last in \"%s\"", r->str);
     freeReplyObject(r);
 }

@@ -683,9 +683,9 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_overload(struct sluice_poli
      * serves at the counts it refuses at), or came back at the door (the top, "a refusal"). */
     bool door = w->overload_latency_ns < SLUICE__DISCOVER_DOOR_SHARE * s0;
     p->struck = w->overload_in_flight > w->served_in_flight || door ? struck : 0;
-    /* Only a refusal whose time is known says where it was made: a fleet's leader hears its
-     * members' refusals without it (0), and read as "at the door" they let a queue-then-503
-     * gateway's doubt pass (a fleet locked its cap of 24 at 36 under ASan). */
+    /* Only a refusal whose time is known says where it was made: a fleet member from before
+     * its reports carried that time reports 0, and read as "at the door" its refusals let a
+     * queue-then-503 gateway's doubt pass (a fleet locked its cap of 24 at 36 under ASan). */
     p->struck_door = door && w->overload_latency_ns > 0;
     return sluice_verdict_make(next,
                            w->retry_after_ns > 0 ? SLUICE_CAUSE_RETRY_AFTER : SLUICE_CAUSE_OVERLOAD,
