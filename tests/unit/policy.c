@@ -456,6 +456,39 @@ Test(policy, discover_passes_a_doubt_just_under_refusals_at_the_door_unless_past
     cr_assert_lt(v.limit, 11);
 }
 
+/* The top of a bracket of refusals made at the door that passed is where discovery locks, and
+ * a later window in doubt there passes: the last step is measured below only before it
+ * passed. Without it the limit stepped below its own lock to measure (closed-loop callers
+ * against a reject cap: 11 times a seed; through the proxy, 7 -> 6 under a cap of 8 for the
+ * last 12 s of a run). */
+Test(policy, discover_passes_a_doubt_at_a_lock_under_door_refusals_measured_below_only_before)
+{
+    struct sluice_policy_discover p;
+    struct sluice_verdict v = at_11_after_refusals_in(&p, 12, 12, 12, SEC / 100, 100, 0.1, 0, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_ADDITIVE, "the top passed (discovery caps it there)");
+    for (int i = 0; i < 3; i++) { /* 20 % over s0 on 19 calls spread by 0.4: doubt */
+        struct sluice_window w = healthy(11, 19, 2 * SEC * 120 / 100, 0.4);
+        w.probe_cap = 11;
+        v = sluice_policy_update(&p.base, &w);
+        cr_assert_neq(v.cause, SLUICE_CAUSE_MEASURE_BELOW, "window %d at the lock: measured below",
+                      i + 1);
+        cr_assert_geq(v.limit, 11);
+    }
+    v = at_11_after_refusals(12, 12, 12, SEC / 100, 117, 0.4, 0, 1);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_MEASURE_BELOW, "a doubt before it passed: measured below");
+    cr_assert_eq(v.limit, 10);
+    /* Refusals that took a call's time (timeouts, a gateway's queue) may have a queue just
+     * under them: there a doubt at the lock is still measured below. */
+    at_11_after_refusals_in(&p, 12, 12, 12, 2 * SEC, 100, 0.1, 0, 1);
+    bool below = false;
+    for (int i = 0; i < 3 && !below; i++) {
+        struct sluice_window w = healthy(11, 19, 2 * SEC * 120 / 100, 0.4);
+        w.probe_cap = 11;
+        below = sluice_policy_update(&p.base, &w).cause == SLUICE_CAUSE_MEASURE_BELOW;
+    }
+    cr_assert(below, "refused after a call's time: the doubt at the lock was not measured below");
+}
+
 /* The probe that knee asks for, just under where refusals struck, is brief: after
  * SLUICE__DISCOVER_REMEASURE_WINDOWS judged windows the level is measured again, though its
  * 16-call windows leave the reference short of reference_samples (over HTTP, against a

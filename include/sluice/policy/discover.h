@@ -349,8 +349,9 @@ struct sluice_policy_discover {
     uint32_t remeasure_after; /* no re-measure starts before this many windows: one ended */
     uint32_t compared;   /* the limit whose lock lost to the level below it on throughput
                             (0 = none): that level locks without another comparison */
-    uint32_t settled;    /* the limit that passed just below the bracket: discovery locked
-                            there, so the last-step rule no longer applies (0 = none) */
+    uint32_t settled;    /* the limit that passed just below the bracket (latency's or
+                            refusals'): discovery locked there, so the last-step rule no longer
+                            applies and doubt there passes (0 = none) */
     uint32_t est;        /* the estimate the last latency cut carried (discovery locks no
                             higher); 0 = the bracket came from a refusal, or none yet */
     int64_t last_ns;     /* end of the last window seen (0 = none) */
@@ -992,7 +993,12 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_d
 {
     if (!w->saturated)
         return sluice__verdict_hold(w);
-    if (last_step)
+    /* The top of a latency bracket, or of one refusals made at the door (no estimate), passed:
+     * discovery locks here, and a later doubt at it passes. Without the second, a doubt at a
+     * lock under a reject cap stepped below it to measure (closed-loop callers: 11 times a
+     * seed). Not under refusals that took a call's time (timeouts, a gateway's queue): a
+     * queue may stand just under them (a slow link locked above its knee 10 seeds in 100). */
+    if (last_step || (!p->est && p->struck_door && w->probe_cap && w->limit == w->probe_cap))
         p->settled = w->limit;
     if (p->probing) {
         bool brief = p->remeasure_left != 0;
