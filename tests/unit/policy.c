@@ -459,8 +459,7 @@ Test(policy, discover_passes_a_doubt_just_under_refusals_at_the_door_unless_past
 /* The top of a bracket of refusals made at the door that passed is where discovery locks, and
  * a later window in doubt there passes: the last step is measured below only before it
  * passed. Without it the limit stepped below its own lock to measure (closed-loop callers
- * against a reject cap: 11 times a seed; through the proxy, 7 -> 6 under a cap of 8 for the
- * last 12 s of a run). */
+ * against a reject cap: 11 times a seed in virtual time). */
 Test(policy, discover_passes_a_doubt_at_a_lock_under_door_refusals_measured_below_only_before)
 {
     struct sluice_policy_discover p;
