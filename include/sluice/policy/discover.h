@@ -997,7 +997,8 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_d
      * discovery locks here, and a later doubt at it passes. Without the second, a doubt at a
      * lock under a reject cap stepped below it to measure (closed-loop callers: 11 times a
      * seed). Not under refusals that took a call's time (timeouts, a gateway's queue): a
-     * queue may stand just under them (a slow link locked above its knee 10 seeds in 100). */
+     * queue may stand just under them (latency proportional to load, refused by 1 s
+     * timeouts: 10 seeds more in 100 locked above its knee). */
     if (last_step || (!p->est && p->struck_door && w->probe_cap && w->limit == w->probe_cap))
         p->settled = w->limit;
     if (p->probing) {
