@@ -783,14 +783,21 @@ SLUICE_INLINE bool sluice__discover_unjudged(const struct sluice_policy_discover
     return w->n_ok < p->params.min_samples || w->latency_mean_ns <= 0 || !level || !drained;
 }
 
+/* The window ran at the top of a bracket that refusals made (no latency estimate). */
+SLUICE_INLINE bool sluice__discover_refusal_top(const struct sluice_policy_discover *p,
+                                                const struct sluice_window *w)
+{
+    return w->probe_cap && w->limit == w->probe_cap && !p->est;
+}
+
 /* The verdict on a window nobody judged. A hold would let discovery lock the
  * refusal bracket's last step on it: step down one until the level has passed. */
 SLUICE_INLINE struct sluice_verdict
 sluice__discover_unjudged_verdict(struct sluice_policy_discover *p, const struct sluice_window *w)
 {
     const struct sluice__discover_level *top = sluice__discover_find(p, w->limit);
-    if (w->saturated && w->probe_cap && w->limit == w->probe_cap && !p->est &&
-        w->limit != p->settled && w->limit > 1 && !(top && top->passed))
+    if (w->saturated && sluice__discover_refusal_top(p, w) && w->limit != p->settled &&
+        w->limit > 1 && !(top && top->passed))
         return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_MEASURE_BELOW, 0);
     return sluice__verdict_hold(w);
 }
@@ -999,7 +1006,7 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_grow(struct sluice_policy_d
      * seed). Not under refusals that took a call's time (timeouts, a gateway's queue): a
      * queue may stand just under them (latency proportional to load, refused by 1 s
      * timeouts: 10 seeds more in 100 locked above its knee). */
-    if (last_step || (!p->est && p->struck_door && w->probe_cap && w->limit == w->probe_cap))
+    if (last_step || (p->struck_door && sluice__discover_refusal_top(p, w)))
         p->settled = w->limit;
     if (p->probing) {
         bool brief = p->remeasure_left != 0;
