@@ -56,6 +56,7 @@ struct scenario {
     double deadline_s;      /* callers abandon a call unanswered this long (0 = never); the
                                band then also holds every lock ever taken (none lowered) */
     bool linger;            /* an abandoned call's permit lingers, as a pool's does */
+    bool read_on;           /* ... and its answer is read on (provider_sim.h, "abandons") */
     /* Streamed answers (provider_sim.h "streams"; 0 = not streamed): median_s is then the
      * time to first token. */
     double answer_tokens, answer_sigma, token_s;

@@ -177,6 +177,7 @@ struct result run_one(const struct scenario *sc, const struct impl *im, uint64_t
     cfg.client_lag_s = sc->client_lag_s;
     cfg.deadline_s = sc->deadline_s;
     cfg.linger = sc->linger;
+    cfg.read_on = sc->read_on;
     cfg.answer_tokens = sc->answer_tokens;
     cfg.answer_sigma = sc->answer_sigma;
     cfg.token_s = sc->token_s;

@@ -72,6 +72,13 @@ const struct scenario scenarios[] = {
     {.name = "censored" tag, .mode = SIM_REJECT, .cap = c, .median_s = 0.2,                \
      .sigma = 0.4, .net_s = 0.001, .workers = 2 * (c) + 16, .retry_s = 0.001,                     \
      .deadline_s = deadline, .linger = true, .run_s = REAL_TRAFFIC_RUN_S}
+/* The same, with a transport that answers its caller at the deadline and reads
+ * the answer on (the curl loop's read_on: sluice_chat_submit): the permit of a
+ * cut call comes back with the provider's answer. */
+#define CENSORED_READ_ON(c, deadline, tag)                                                           \
+    {.name = "read_on" tag, .mode = SIM_REJECT, .cap = c, .median_s = 0.2, .sigma = 0.4,         \
+     .net_s = 0.001, .workers = 2 * (c) + 16, .retry_s = 0.001, .deadline_s = deadline,           \
+     .linger = true, .read_on = true, .run_s = REAL_TRAFFIC_RUN_S}
 
 const struct scenario real_traffic[] = {
     CLOSED_LOOP(64, 16),  CLOSED_LOOP(64, 24),  CLOSED_LOOP(64, 52),
@@ -82,6 +89,8 @@ const struct scenario real_traffic[] = {
     ABANDONED("linger", true), ABANDONED("free", false),
     CENSORED(24, 0.247, "30"), CENSORED(24, 0.181, "60"),
     CENSORED(52, 0.247, "30"), CENSORED(52, 0.181, "60"),
+    CENSORED_READ_ON(24, 0.247, "30"), CENSORED_READ_ON(24, 0.181, "60"),
+    CENSORED_READ_ON(52, 0.247, "30"), CENSORED_READ_ON(52, 0.181, "60"),
 };
 
 const size_t n_scenarios = sizeof scenarios / sizeof scenarios[0];

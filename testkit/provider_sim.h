@@ -48,6 +48,11 @@
  *              sample, not an overload); the provider keeps serving it. With
  *              linger the permit stays held, as a pool's lingering permit
  *              does (sluice/pool_linger.h), until sluice_service_linger_until.
+ *              With read_on as well the transport answers its caller at the
+ *              deadline and reads the answer on (the curl loop's read_on, as
+ *              sluice_chat_submit does): the permit comes back with the
+ *              provider's answer and discovery sees the whole call, or at
+ *              that estimate the call is abandoned after all.
  *   streams    with answer_tokens > 0 an answer is streamed: the
  *              provider's draw (lognormal, the mode's slow-down) is the time
  *              to its first token, then answer_tokens (lognormal,
@@ -122,6 +127,7 @@ struct sim_config {
     double client_lag_s;   /* mean delay before the caller sees an answer (0 = none) */
     double deadline_s;     /* the caller abandons a call unanswered this long (0 = never) */
     bool linger;           /* an abandoned call's permit lingers (see "abandons") */
+    bool read_on;          /* ... and the answer is read on (see "abandons"); with linger */
     const double *retry_ladder; /* retry delays by attempt, seconds (NULL = retry_s) */
     uint32_t n_retry_ladder;
     /* streamed answers (see "streams"; answer_tokens 0 = not streamed) */
@@ -185,7 +191,7 @@ struct sim_controller {
 
 enum { SIM_EV_TICK, SIM_EV_ARRIVAL, SIM_EV_ISSUE, SIM_EV_START, SIM_EV_PROVIDER,
        SIM_EV_DONE, SIM_EV_RESPONSE, SIM_EV_TIMEOUT, SIM_EV_QUEUE_TIMEOUT, SIM_EV_ABANDON,
-       SIM_EV_LINGER_END };
+       SIM_EV_LINGER_END, SIM_EV_READ_ON_DONE, SIM_EV_READ_ON_END };
 
 struct sim_event {
     int64_t t;
@@ -221,6 +227,15 @@ struct sim_req {
     int64_t t_first;     /* streamed: when the provider sent the first token (0 = not yet) */
 };
 
+/* A call its caller gave up on, its answer read on (read_on): keyed by its id and attempt. */
+struct sim_reading {
+    uint32_t id;
+    uint64_t gen;
+    int64_t t_start;
+    uint32_t in_flight_at_start, limit_at_start;
+    enum sluice_outcome outcome;
+};
+
 struct sim_stats {
     uint64_t attempts, ok, rejected, unavailable, timeouts, served, dropped;
     uint64_t lost;       /* drop mode: calls the provider never answered */
@@ -248,6 +263,8 @@ struct sim {
      * those lingering. */
     _Atomic(uint32_t) started_calls, lingering_calls;
     struct sluice_service_time service; /* recent successes: how long an abandoned call lingers */
+    struct sim_reading *reading;         /* read_on: calls read on, unordered */
+    uint32_t n_reading, cap_reading;
     /* provider: the model, and the calls it holds */
     struct sim_provider provider; /* from cfg; sim_set_cap changes provider.cap */
     uint32_t in_service;
@@ -398,10 +415,24 @@ static inline void sim__caller_new(struct sim *s, struct sim_req *r, bool open_l
 
 /* ---- provider --------------------------------------------------------------- */
 
+static inline struct sim_reading *sim__reading_find(struct sim *s, uint32_t id, uint64_t gen)
+{
+    for (uint32_t i = 0; i < s->n_reading; i++)
+        if (s->reading[i].id == id && s->reading[i].gen == gen)
+            return &s->reading[i];
+    return NULL;
+}
+
 static inline void sim__answer(struct sim *s, uint32_t id, uint64_t gen, enum sluice_outcome o,
                                int64_t retry_after, int64_t at)
 {
     struct sim_req *r = &s->reqs[id];
+    struct sim_reading *reading = r->gen != gen ? sim__reading_find(s, id, gen) : NULL;
+    if (reading) {
+        reading->outcome = o;
+        sim__push(s, at, SIM_EV_READ_ON_DONE, id, gen);
+        return;
+    }
     if (r->gen != gen || r->answered)
         return;
     r->outcome = o;
@@ -634,6 +665,24 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
     sample.outcome = SLUICE_OUTCOME_CENSORED;
     sample.start_ns = r->t_start;
     sample.limit_at_start = r->limit_at_start;
+    int64_t until0 = s->cfg.linger ? sluice_service_linger_until(&s->service, r->t_start, s->now,
+                                                                 30 * SLUICE_NS_PER_SEC)
+                                   : 0;
+    if (s->cfg.read_on && until0 > s->now) { /* the call goes on; only its caller leaves */
+        if (s->n_reading == s->cap_reading) {
+            s->cap_reading = s->cap_reading ? 2 * s->cap_reading : 64;
+            s->reading = (struct sim_reading *)realloc(s->reading,
+                                                       s->cap_reading * sizeof *s->reading);
+        }
+        s->reading[s->n_reading++] = (struct sim_reading){
+            .id = sim__req_id(s, r), .gen = r->gen, .t_start = r->t_start,
+            .in_flight_at_start = r->in_flight_at_start, .limit_at_start = r->limit_at_start};
+        sim__push(s, until0, SIM_EV_READ_ON_END, sim__req_id(s, r), r->gen);
+        r->holding = false;
+        r->t_issue = s->now;
+        sim__push(s, s->now, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
+        return;
+    }
     if (s->ctl.on_sample)
         s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
     r->holding = false;
@@ -653,6 +702,32 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
     }
     r->t_issue = s->now;
     sim__push(s, s->now, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
+}
+
+/* A call read on ends: with the provider's answer (the whole call), or at the
+ * estimate (abandoned after all: a censored sample). Its permit comes back. */
+static inline void sim__read_on_end(struct sim *s, uint32_t id, uint64_t gen, bool answered)
+{
+    struct sim_reading *g = sim__reading_find(s, id, gen);
+    if (!g)
+        return;
+    struct sluice_sample sample;
+    memset(&sample, 0, sizeof sample);
+    sample.latency_ns = s->now - g->t_start;
+    sample.in_flight_at_start = g->in_flight_at_start;
+    sample.outcome = answered ? g->outcome : SLUICE_OUTCOME_CENSORED;
+    sample.start_ns = g->t_start;
+    sample.limit_at_start = g->limit_at_start;
+    if (s->ctl.on_sample)
+        s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
+    if (!answered)
+        sluice_service_add_censored(&s->service, sample.latency_ns);
+    else if (g->outcome == SLUICE_OUTCOME_OK)
+        sluice_service_add(&s->service, sample.latency_ns);
+    *g = s->reading[--s->n_reading];
+    s->held--;
+    atomic_fetch_sub_explicit(&s->started_calls, 1u, memory_order_relaxed);
+    sluice_gate_release(&s->gate);
 }
 
 static inline void sim__arrival(struct sim *s)
@@ -710,6 +785,10 @@ static inline void sim__dispatch(struct sim *s, const struct sim_event *e)
     case SIM_EV_ABANDON:
         if (r->gen == e->gen && !r->answered && r->holding)
             sim__abandon(s, r);
+        break;
+    case SIM_EV_READ_ON_DONE:
+    case SIM_EV_READ_ON_END:
+        sim__read_on_end(s, e->req, e->gen, e->type == SIM_EV_READ_ON_DONE);
         break;
     case SIM_EV_LINGER_END:
         s->held--;
@@ -820,6 +899,7 @@ static inline void sim_destroy(struct sim *s)
     free(s->queue_t);
     free(s->rate.t);
     free(s->stats.e2e_s);
+    free(s->reading);
     free(s);
 }
 
