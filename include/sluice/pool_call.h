@@ -562,7 +562,9 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_end_latency(struct sluice_po
 /*
  * End a call the caller gave up on after its request was sent: `why` is
  * SLUICE_ETIMEDOUT (a deadline) or SLUICE_ECANCELED (its token), counted in
- * the pool's timeouts or cancels. `latency_ns` is the latency signal if it
+ * the pool's timeouts or cancels, or 0 for a call read on past its deadline
+ * (sluice_pool_call_read_on, which counted it): cut as a deadline's, counted
+ * nowhere again. `latency_ns` is the latency signal if it
  * was seen before the call was cut (a stream's first byte; then discovery
  * gets it as a served call's), else negative: a call cut by its deadline
  * at t then teaches discovery "longer than t" (SLUICE_OUTCOME_CENSORED,
@@ -592,10 +594,37 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon_latency(struct sluic
             sluice__pool_trial(p, sluice__pool_phantom_until(p, call->start_ns, now, until)))
             until = 0;
     }
-    enum sluice_outcome outcome = latency_ns >= 0          ? SLUICE_OUTCOME_OK
-                                  : why == SLUICE_ETIMEDOUT ? SLUICE_OUTCOME_CENSORED
-                                                            : SLUICE_OUTCOME_IGNORE;
+    enum sluice_outcome outcome = latency_ns >= 0                  ? SLUICE_OUTCOME_OK
+                                  : why == SLUICE_ETIMEDOUT || !why ? SLUICE_OUTCOME_CENSORED
+                                                                    : SLUICE_OUTCOME_IGNORE;
     return sluice__pool_end(p, call, outcome, 0, latency_ns, now, true, until);
+}
+
+/*
+ * A running call's caller is answered at its deadline, and the transport
+ * can still read the answer: should it? Returns how long to read it on (ns),
+ * or 0 where the call is to be cut and abandoned now (then call
+ * sluice_pool_call_abandon as before): where the pool would not keep its
+ * permit anyway (sluice_pool_linger_left: lingering off, LEARNED at a
+ * locked ceiling, linger_max_ms passed). Where it returns more, the call is
+ * counted in the timeouts (its caller's deadline) and stays in flight with
+ * its permit; the transport drops what comes and ends the call as any other
+ * when the answer ends (sluice_pool_call_end_latency: discovery sees the
+ * whole call, not a censored one, and the permit comes back when the
+ * provider is done, not when an estimate says), or, once the returned time
+ * has passed, abandons it with `why` 0. Why: a permit kept for an estimate
+ * cannot tell the calls the provider still runs from those it has finished,
+ * and under deadlines that cut a third of the calls the estimate's phantoms
+ * hold the limit one or two above a cap of 52 (bench/RESULTS.md, the
+ * censored rows; reading on meets the band in every seed). Never blocks.
+ */
+SLUICE_INLINE int64_t sluice_pool_call_read_on(struct sluice_pool *p,
+                                               const struct sluice_call *call)
+{
+    int64_t left = sluice_pool_linger_left(p, sluice_clock_now(&p->clock) - call->start_ns);
+    if (left > 0)
+        sluice__pool_count_stop(p, SLUICE_ETIMEDOUT);
+    return left;
 }
 
 /* sluice_pool_call_abandon_latency with no latency signal seen. */

@@ -139,8 +139,8 @@ struct sluice_pool_counts {
     uint64_t refused_capacity;     /* admissions refused with SLUICE_ECAPACITY */
     uint64_t refused_early;        /* ... with SLUICE_ELATE (the deadline rules) */
     uint64_t refused_late;         /* calls not started: too little time left (ETIMEDOUT) */
-    uint64_t timeouts;             /* calls whose deadline passed while queued or, abandoned,
-                                      in transfer */
+    uint64_t timeouts;             /* calls whose deadline passed while queued or, abandoned
+                                      or read on (sluice_pool_call_read_on), in transfer */
     uint64_t cancels;              /* ... whose token fired while queued or in transfer */
     uint64_t lingered;             /* abandoned calls that kept their permit for a while */
 };

@@ -54,7 +54,7 @@ void sluice__curl_disarm_deadline(CURL *easy, const struct timespec *deadline);
  * offers it to discovery (sluice_discovery_hint_rate).
  */
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
-                           const struct sluice_curl_result *res);
+                           const struct sluice_curl_result *res, bool read_on);
 
 /*
  * An answer's body on its way to the caller's declared write callback

@@ -202,8 +202,20 @@ static void sluice__complete_unused(struct sluice__rec *rec, int status)
     res.status = status;
     res.queued_ns = rec->queued_ns;
     res.in_flight_at_start = rec->waiter.call.in_flight_at_start;
-    sluice__curl_end_call(rec->pool, &rec->waiter.call, &res);
+    sluice__curl_end_call(rec->pool, &rec->waiter.call, &res, false);
     sluice__complete(rec, &res);
+}
+
+/* What rec's transfer says, ended or cut now (code and stop as sluice__curl_finish takes). */
+static void sluice__transfer_result(struct sluice__rec *rec, CURLcode code,
+                                    enum sluice__curl_stop stop, struct sluice_curl_result *res)
+{
+    sluice__curl_result_init(res);
+    sluice__curl_finish(rec->req.easy, code, stop, rec->req.deadline, rec->req.retry_after_max_ns,
+                        rec->req.dialect, rec->tee.body, rec->tee.body_len, res);
+    sluice__tee_latency(&rec->tee, res);
+    res->queued_ns = rec->queued_ns;
+    res->in_flight_at_start = rec->waiter.call.in_flight_at_start;
 }
 
 /* A transfer ended (CURLMSG_DONE, stop RAN) or is being aborted (stop CANCELED/CLOSED). */
@@ -216,19 +228,48 @@ static void sluice__complete_transfer(struct sluice__rec *rec, CURLcode code,
     atomic_fetch_sub_explicit(&loop->n_transferring, 1u, SLUICE_RELAXED);
     sluice__loop_endpoint_caps(rec, -1);
     curl_easy_setopt(easy, CURLOPT_PRIVATE, rec->caller_private);
+    rec->tee.write = rec->req.write; /* read on, the tee dropped the body: the caller's again */
+    rec->tee.write_data = rec->req.write_data;
     sluice__tee_remove(&rec->tee);
     struct sluice_curl_result res;
-    sluice__curl_result_init(&res);
-    sluice__curl_finish(easy, code, stop, rec->req.deadline, rec->req.retry_after_max_ns,
-                        rec->req.dialect, rec->tee.body, rec->tee.body_len, &res);
-    sluice__tee_latency(&rec->tee, &res);
+    sluice__transfer_result(rec, code, stop, &res);
     sluice__curl_disarm_deadline(easy, rec->req.deadline);
-    res.queued_ns = rec->queued_ns;
-    res.in_flight_at_start = rec->waiter.call.in_flight_at_start;
-    if (rec->req.finish)
+    if (rec->req.finish && !rec->reading_on) /* the caller had its answer at the cut */
         rec->req.finish(rec->req.data, easy, &res);
-    sluice__curl_end_call(rec->pool, &rec->waiter.call, &res);
+    sluice__curl_end_call(rec->pool, &rec->waiter.call, &res, rec->reading_on);
     sluice__complete(rec, &res);
+}
+
+static size_t sluice__drop(char *bytes, size_t size, size_t n, void *data)
+{
+    (void)bytes, (void)data;
+    return size * n;
+}
+
+/*
+ * A transfer with `cut` reached its deadline: answer the caller now and read
+ * the answer on while the pool would keep the permit anyway
+ * (sluice_pool_call_read_on), else cut it there as curl's own timeout would.
+ */
+static void sluice__deadline_reached(struct sluice__rec *rec)
+{
+    int64_t left = sluice_pool_call_read_on(rec->pool, &rec->waiter.call);
+    if (left <= 0) {
+        sluice__complete_transfer(rec, CURLE_OPERATION_TIMEDOUT, SLUICE__CURL_RAN);
+        return;
+    }
+    struct sluice_curl_result res;
+    sluice__transfer_result(rec, CURLE_OPERATION_TIMEDOUT, SLUICE__CURL_RAN, &res);
+    if (rec->req.finish)
+        rec->req.finish(rec->req.data, rec->req.easy, &res);
+    rec->reading_on = true;
+    rec->tee.write = sluice__drop;
+    rec->tee.write_data = NULL;
+    rec->tee.begun = NULL;
+    curl_easy_pause(rec->req.easy, CURLPAUSE_CONT); /* nobody waits for a paused body now */
+    rec->deadline_ns = sluice_add_ns(sluice_monotonic_ns(), left);
+    sluice__heap_push(rec->loop, rec);
+    rec->req.cut(&res, rec->req.data);
 }
 
 /* ---- permits ---------------------------------------------------------------------------- */
@@ -259,12 +300,32 @@ void sluice__loop_on_settled(struct sluice_pool_waiter *w, int status)
     atomic_fetch_sub_explicit(&loop->settling, 1u, SLUICE_RELEASE);
 }
 
+/* Time a transfer at its next instant: its start deadline until the answer begins, then (with
+ * `cut`) its deadline. */
+static void sluice__watch_transfer(struct sluice__rec *rec)
+{
+    const struct timespec *at = NULL;
+    if (rec->expired == SLUICE_EXPIRED_NONE && rec->req.start_deadline) {
+        at = rec->req.start_deadline;
+        rec->expired = SLUICE_EXPIRED_START;
+    } else if (rec->req.cut && rec->req.deadline) {
+        at = rec->req.deadline;
+        rec->expired = SLUICE_EXPIRED_CALL;
+    }
+    if (at) {
+        rec->deadline_ns = sluice_timespec_ns(at);
+        sluice__heap_push(rec->loop, rec);
+    }
+}
+
 /* With a permit in hand: hand the transfer to curl_multi. */
 static void sluice__start_transfer(struct sluice__rec *rec)
 {
     struct sluice_curl_loop *loop = rec->loop;
     CURL *easy = rec->req.easy;
-    if (!sluice__curl_arm_deadline(easy, rec->req.deadline)) {
+    /* With `cut` the loop times the deadline itself (sluice__deadline_reached), not curl. */
+    if ((rec->req.cut && rec->req.deadline && sluice_deadline_passed(rec->req.deadline)) ||
+        !sluice__curl_arm_deadline(easy, rec->req.cut ? NULL : rec->req.deadline)) {
         sluice__complete_unused(rec, SLUICE_ETIMEDOUT);
         return;
     }
@@ -289,11 +350,9 @@ static void sluice__start_transfer(struct sluice__rec *rec)
     }
     rec->stage = SLUICE__TRANSFERRING;
     atomic_fetch_add_explicit(&loop->n_transferring, 1u, SLUICE_RELAXED);
-    if (rec->req.start_deadline) { /* watched until the answer begins */
-        rec->deadline_ns = sluice_timespec_ns(rec->req.start_deadline);
-        rec->expired = SLUICE_EXPIRED_START;
-        sluice__heap_push(loop, rec);
-    }
+    rec->expired = SLUICE_EXPIRED_NONE;
+    rec->reading_on = false;
+    sluice__watch_transfer(rec);
 }
 
 /* A transfer watched for its start deadline: has the answer begun? */
@@ -460,10 +519,16 @@ static int64_t sluice__expire(struct sluice_curl_loop *loop)
     int64_t now = sluice_monotonic_ns();
     while (loop->heap_n && loop->heap_recs[0]->deadline_ns <= now) {
         struct sluice__rec *rec = loop->heap_recs[0];
-        if (rec->stage == SLUICE__TRANSFERRING) { /* its start deadline */
+        if (rec->stage == SLUICE__TRANSFERRING) {
             sluice__heap_remove(loop, rec);
-            if (!sluice__transfer_begun(rec))
+            if (rec->reading_on) /* past the pool's estimate: cut after all */
+                sluice__complete_transfer(rec, CURLE_OPERATION_TIMEDOUT, SLUICE__CURL_RAN);
+            else if (rec->expired == SLUICE_EXPIRED_CALL)
+                sluice__deadline_reached(rec);
+            else if (!sluice__transfer_begun(rec)) /* its start deadline */
                 sluice__stop(rec, SLUICE_ETIMEDOUT);
+            else
+                sluice__watch_transfer(rec);
             continue;
         }
         rec->left_early = !sluice_deadline_passed(

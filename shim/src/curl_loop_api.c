@@ -352,7 +352,7 @@ int sluice__curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_
 {
     if (late)
         *late = SLUICE_EXPIRED_NONE;
-    if (!loop || !req || !req->easy || !req->done)
+    if (!loop || !req || !req->easy || !req->done || (req->cut && !req->write))
         return SLUICE_EINVAL;
     atomic_fetch_add_explicit(&loop->callers, 1u, SLUICE_SEQ_CST);
     int status = SLUICE_ECLOSED;

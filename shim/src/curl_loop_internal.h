@@ -57,8 +57,11 @@ struct sluice__rec {
     bool hooked; /* its token hook is registered */
     size_t heap_index;
     int64_t deadline_ns; /* waiting: when it must leave the line (sluice_pool_wait_bound);
-                            transferring: its start deadline, until the answer begins */
+                            transferring: its start deadline, until the answer begins; then,
+                            with req.cut, its deadline; reading on, when to give up */
     enum sluice_expiry expired; /* which deadline `deadline_ns` stands for */
+    bool reading_on;     /* answered through req.cut: the answer is read on and dropped until
+                            it ends, or until deadline_ns (sluice_pool_call_read_on) */
     bool left_early;     /* it left the line before the deadline itself passed */
     int64_t queued_ns; /* admission to permit, set when the permit came */
     uint64_t hook_id;  /* the id its token hook cancels */

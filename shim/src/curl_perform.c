@@ -201,14 +201,16 @@ void sluice__curl_finish(CURL *easy, CURLcode code, enum sluice__curl_stop stop,
 }
 
 void sluice__curl_end_call(struct sluice_pool *pool, const struct sluice_call *call,
-                           const struct sluice_curl_result *res)
+                           const struct sluice_curl_result *res, bool read_on)
 {
     if (res->abandoned) { /* perhaps still running at the provider (the pool's linger mode) */
         /* Its deadline, else its token or the caller's own stop (a chat's stream cut at the
-         * reply cap), which sluice_run counts as a cancel too. */
+         * reply cap), which sluice_run counts as a cancel too; read on past its deadline,
+         * sluice_pool_call_read_on counted it already. */
         sluice_pool_call_abandon_latency(pool, call,
-                                         res->status == SLUICE_ETIMEDOUT ? SLUICE_ETIMEDOUT
-                                                                         : SLUICE_ECANCELED,
+                                         read_on                         ? 0
+                                         : res->status == SLUICE_ETIMEDOUT ? SLUICE_ETIMEDOUT
+                                                                           : SLUICE_ECANCELED,
                                          res->latency_ns > 0 ? res->latency_ns : -1);
         return;
     }
@@ -501,7 +503,7 @@ int sluice_curl_perform_call(const struct sluice_engine *engine,
         if (status == SLUICE_OK) {
             sluice_curl_transfer(call, &res);
             res.in_flight_at_start = pc.in_flight_at_start;
-            sluice__curl_end_call(pool, &pc, &res);
+            sluice__curl_end_call(pool, &pc, &res, false);
         } else {
             res.status = status;
             res.refused_late = pc.refused_late;

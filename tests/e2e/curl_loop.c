@@ -35,6 +35,10 @@ struct req {
     struct sluice_curl_result r;
     _Atomic(int) done_count;
     int64_t done_ns;
+    struct sluice_curl_result cut_r; /* what `cut` said (sluice_curl_request.cut) */
+    _Atomic(int) cut_count;
+    int done_at_cut; /* completions of this request when `cut` ran */
+    size_t body_bytes; /* what its `write` was given */
     uint64_t id;
     struct tracker *t;
     void *owner; /* the submitter thread's queue (discovery test) */
@@ -695,6 +699,122 @@ LOOP_TEST(an_abandoned_transfer_lingers_and_the_loop_releases_it_with_no_other_t
     cr_assert_eq(fx_counts(e).lingered, 1);
     cr_assert_eq(fx_counts(e).lingering, 0);
     loop_done_idle(e, loop, REQS(&first, &second));
+}
+
+/* ---- reading a cut answer on (sluice_curl_request.cut) ------------------------------------ */
+
+static size_t count_body(char *bytes, size_t size, size_t n, void *data)
+{
+    (void)bytes;
+    ((struct req *)data)->body_bytes += size * n;
+    return size * n;
+}
+
+static void on_cut(const struct sluice_curl_result *r, void *data)
+{
+    struct req *q = (struct req *)data;
+    q->cut_r = *r;
+    q->done_at_cut = atomic_load(&q->done_count);
+    atomic_fetch_add(&q->cut_count, 1);
+}
+
+/* One request with a 300 ms deadline and `cut` to a provider that answers after `answer_ms`,
+ * on a pool of 2 whose abandoned calls do `linger` and that has seen calls of `seen_ms` (it
+ * starts every call: the deadline rules would refuse one expected to outlast its deadline). */
+static struct sluice_curl_loop *submit_read_on(int answer_ms, enum sluice_linger linger,
+                                               int seen_ms, struct sluice_engine **e,
+                                               struct tracker *t, struct req *q)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = answer_ms,
+                                   .fixed_latency = true});
+    *e = fx_engine_with(2, -1, NULL,
+                        &(struct sluice_deadline_desc){.start_quantile = SLUICE_SOME(0),
+                                                       .linger = linger});
+    fx_teach_service(*e, seen_ms * SLUICE_NS_PER_MS, SLUICE_SERVICE_MIN_SAMPLES);
+    struct sluice_curl_loop *loop = loop_with(*e, t, REQS(q));
+    curl_easy_setopt(q->easy, CURLOPT_WRITEFUNCTION, count_body);
+    curl_easy_setopt(q->easy, CURLOPT_WRITEDATA, q);
+    struct timespec d;
+    struct sluice_curl_request rq = req_of(q, false);
+    rq.deadline = sluice_deadline_in(&d, 300 * SLUICE_NS_PER_MS);
+    rq.write = count_body;
+    rq.write_data = q;
+    rq.cut = on_cut;
+    cr_assert_eq(sluice_curl_loop_submit(loop, &rq, &q->id), SLUICE_OK);
+    return loop;
+}
+
+LOOP_TEST(a_transfer_past_its_deadline_is_answered_there_and_read_on_to_the_providers_end)
+{
+    struct sluice_engine *e;
+    struct tracker t;
+    struct req q;
+    /* Answers after 900 ms; calls seen to take 2 s, so the pool would keep the permit. */
+    struct sluice_curl_loop *loop = submit_read_on(900, SLUICE_LINGER_ON, 2000, &e, &t, &q);
+    WAIT_UNTIL(atomic_load(&q.cut_count) == 1);
+    cr_assert_eq(q.done_at_cut, 0, "cut came after done");
+    cr_assert_eq(q.cut_r.status, SLUICE_ETIMEDOUT, "%s", sluice_status_name(q.cut_r.status));
+    cr_assert_eq(q.cut_r.expired, SLUICE_EXPIRED_CALL);
+    struct sluice_pool_counts c = fx_counts(e);
+    cr_assert_eq(c.in_flight, 1, "read on, the call keeps its permit");
+    cr_assert_eq(c.lingering, 0, "... as a call in flight, not a lingering one");
+    cr_assert_eq(c.timeouts, 1, "its caller's deadline is counted");
+    wait_done(&t, 1, 3000);
+    cr_assert_eq(atomic_load(&q.cut_count), 1);
+    cr_assert_eq(q.r.status, SLUICE_OK, "done says how the answer ended: %s",
+                 sluice_status_name(q.r.status));
+    cr_assert_eq(q.r.http_status, 200);
+    cr_assert_eq(q.body_bytes, 0, "the caller's write saw the answer it had given up on");
+    cr_assert_eq(fx_stats_settled().ok, 1, "the provider finished the call");
+    c = fx_counts(e);
+    cr_assert_eq(c.in_flight, 0);
+    cr_assert_eq(c.lingered, 0, "the permit came back with the answer, no estimate kept it");
+    cr_assert_eq(c.timeouts, 1);
+    loop_done_idle(e, loop, REQS(&q));
+}
+
+LOOP_TEST(a_transfer_read_on_past_the_pools_estimate_is_cut_after_all)
+{
+    struct sluice_engine *e;
+    struct tracker t;
+    struct req q;
+    /* Calls seen to take 400 ms, this one 20 s: past the estimate, it is abandoned. */
+    struct sluice_curl_loop *loop = submit_read_on(20000, SLUICE_LINGER_ON, 400, &e, &t, &q);
+    WAIT_UNTIL(atomic_load(&q.cut_count) == 1);
+    wait_done(&t, 1, 5000);
+    cr_assert_eq(q.r.status, SLUICE_ETIMEDOUT, "%s", sluice_status_name(q.r.status));
+    cr_assert(q.r.abandoned);
+    cr_assert_eq(fx_counts(e).timeouts, 1, "one deadline, counted once");
+    loop_done_idle(e, loop, REQS(&q));
+}
+
+LOOP_TEST(where_the_pool_keeps_no_permit_a_transfer_with_cut_is_cut_at_its_deadline)
+{
+    struct sluice_engine *e;
+    struct tracker t;
+    struct req q;
+    struct sluice_curl_loop *loop = submit_read_on(900, SLUICE_LINGER_OFF, 2000, &e, &t, &q);
+    wait_done(&t, 1, 3000);
+    cr_assert_eq(atomic_load(&q.cut_count), 0, "read on where the provider frees the slot");
+    cr_assert_eq(q.r.status, SLUICE_ETIMEDOUT);
+    cr_assert_eq(q.r.expired, SLUICE_EXPIRED_CALL);
+    cr_assert(q.r.abandoned);
+    cr_assert_eq(fx_counts(e).in_flight, 0, "the permit came back at the deadline");
+    cr_assert_eq(fx_counts(e).timeouts, 1);
+    loop_done_idle(e, loop, REQS(&q));
+}
+
+LOOP_TEST(cut_without_write_is_refused_at_submit)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 10});
+    struct sluice_engine *e = fx_engine(2, -1, NULL);
+    struct tracker t;
+    struct req q;
+    struct sluice_curl_loop *loop = loop_with(e, &t, REQS(&q));
+    struct sluice_curl_request rq = req_of(&q, false);
+    rq.cut = on_cut;
+    cr_assert_eq(sluice_curl_loop_submit(loop, &rq, NULL), SLUICE_EINVAL);
+    loop_done_idle(e, loop, REQS(&q));
 }
 
 LOOP_TEST(no_request_goes_out_while_a_retry_after_hold_lasts)

@@ -491,6 +491,9 @@ struct sluice_curl_loop;
  */
 typedef void (*sluice_curl_done_fn)(const struct sluice_curl_result *result, CURL *easy,
                                     void *data);
+/* The caller's answer at its deadline while the loop reads the answer on (see
+ * sluice_curl_request.cut): on the loop thread; `result` is valid only during the call. */
+typedef void (*sluice_curl_cut_fn)(const struct sluice_curl_result *result, void *data);
 
 /*
  * A submission. Lifetimes: submit copies the struct, the deadline's value
@@ -533,6 +536,23 @@ struct sluice_curl_request {
      * event that came mid-stream. Not called for a request that never transferred
      * (default: NULL = the classification stands). */
     void (*finish)(void *data, CURL *easy, struct sluice_curl_result *result);
+    /* Answer at the deadline, read on (default: NULL = a transfer still running at `deadline`
+     * is cut there, and its permit lingers as the pool decides). With `cut`, and `write`
+     * declared (the loop must stand in front of it; submit refuses `cut` alone with
+     * SLUICE_EINVAL), a transfer still running at `deadline` whose pool would keep its permit
+     * anyway (sluice_pool_call_read_on: a provider that keeps working on a call its client
+     * gave up on) is answered there through cut(result, data), with the result `done` would
+     * have had (SLUICE_ETIMEDOUT, expired SLUICE_EXPIRED_CALL; `finish` sees it first). Then
+     * the loop reads the answer on and drops it: `write`, `begun` and `finish` are not called
+     * again (the handle's other callbacks, a header or progress function, still are). The
+     * call ends when the answer does, with its permit coming back then and discovery seeing
+     * the whole call, not a censored one; one that outlives the pool's estimate is cut after
+     * all. `done` follows, exactly once as always, with how the transfer ended; the handle
+     * and `data` are the loop's until then. Where the pool would not keep the permit
+     * (lingering off, a LEARNED trial) the transfer is cut at `deadline` and `cut` is not
+     * called. Why: a permit kept for an estimate cannot tell the calls the provider still
+     * runs from those it has finished (bench/RESULTS.md, the censored and read_on rows). */
+    sluice_curl_cut_fn cut;
 };
 
 /* Embedder's-loop mode: watch `fd` for `what` (CURL_POLL_IN, _OUT, _INOUT; CURL_POLL_REMOVE
@@ -602,8 +622,8 @@ int sluice_curl_loop_create(const struct sluice_curl_loop_desc *desc,
  * predicted wait leaves too little of the (start) deadline, unless the
  * backend sets sluice_deadline_desc.queue_late), SLUICE_EAGAIN (max_requests
  * requests are already in the loop), SLUICE_ECLOSED (the loop or pool is
- * shutting down), SLUICE_EINVAL (unknown backend, no easy or done). Never
- * blocks; a token that already fired is accepted and completes ECANCELED.
+ * shutting down), SLUICE_EINVAL (unknown backend, no easy or done, `cut`
+ * without `write`). Never blocks; a token that already fired is accepted and completes ECANCELED.
  */
 int sluice_curl_loop_submit(struct sluice_curl_loop *loop, const struct sluice_curl_request *req,
                             uint64_t *id);
