@@ -27,6 +27,15 @@
  * as JSON Lines. SLUICE_BENCH_OVERLOAD_CAP, _THREADS and _DEADLINE_MS change the
  * scenario's cap, callers and deadline (the targets then scale with the cap). It
  * is a scenario, not a micro-benchmark: repeat it before believing a number.
+ *
+ * With SLUICE_BENCH_OVERLOAD_LOOP=1 every thread calls through one curl loop
+ * instead (sluice_curl_loop_submit, then waits for its answer), and the
+ * clients are defaults, oracle and read_on: defaults whose requests carry
+ * `cut`, so a call its deadline cut is answered there and read on to the
+ * provider's end (the simulator keeps working on a call whose client left,
+ * as hosted APIs do). The virtual-time rows censored* and read_on* are this
+ * shape at cap 52 (SLUICE_BENCH_OVERLOAD_CAP=52 _THREADS=120
+ * _DEADLINE_MS=247: about 30% of calls cut).
  */
 #include "harness.h"
 
@@ -61,11 +70,35 @@ struct ov_totals {
     long successes, refused, refused_late, started, cut;
 };
 
+#define OV_LOOP_HANDLES 8 /* a loop caller's requests at once: one answered, others read on */
+
+struct ov_worker;
+
+/* One request on the loop: its handle is the loop's from submit until done. */
+struct ov_call {
+    CURL *easy;
+    struct ov_worker *w;
+    bool busy, cut; /* submitted and done not yet run; answered through cut */
+};
+
+/* What a loop caller was answered (through cut or done). */
+struct ov_answer {
+    int status;
+    bool ok, refused_late, started, cut;
+};
+
 struct ov_worker {
     struct sluice_engine *engine;
     const char *url, *base;
     _Atomic(bool) *stop;
     bool chat; /* the chat client under sluice_run, else sluice_curl_perform */
+    struct sluice_curl_loop *loop; /* SLUICE_BENCH_OVERLOAD_LOOP: through the loop instead */
+    bool read_on;                  /* ... with requests that carry `cut` */
+    pthread_mutex_t mu;            /* the loop's callbacks and the caller meet here */
+    pthread_cond_t cv;
+    bool answered;
+    struct ov_answer answer;
+    struct ov_call calls[OV_LOOP_HANDLES];
     struct ov_totals t;
 };
 
@@ -136,10 +169,96 @@ static void ov_chat_loop(struct ov_worker *w)
     sluice_chat_destroy(chat);
 }
 
+/* On the loop thread, under w->mu: the caller has its answer. */
+static void ov_answer(struct ov_worker *w, struct ov_answer a)
+{
+    w->answer = a;
+    w->answered = true;
+    pthread_cond_broadcast(&w->cv);
+}
+
+static void ov_on_cut(const struct sluice_curl_result *r, void *data)
+{
+    struct ov_call *k = (struct ov_call *)data;
+    pthread_mutex_lock(&k->w->mu);
+    k->cut = true;
+    ov_answer(k->w, (struct ov_answer){.status = r->status, .started = true, .cut = true});
+    pthread_mutex_unlock(&k->w->mu);
+}
+
+static void ov_on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
+{
+    (void)easy;
+    struct ov_call *k = (struct ov_call *)data;
+    pthread_mutex_lock(&k->w->mu);
+    if (!k->cut)
+        ov_answer(k->w, (struct ov_answer){
+                            .status = r->status,
+                            .ok = r->kind == SLUICE_CURL_SUCCESS,
+                            .refused_late = r->refused_late,
+                            .started = r->transferred,
+                            .cut = r->transferred && r->kind == SLUICE_CURL_ABORTED});
+    k->busy = k->cut = false;
+    pthread_cond_broadcast(&k->w->cv);
+    pthread_mutex_unlock(&k->w->mu);
+}
+
+/* A free request of w's (one whose done has run), waiting for one while all are read on. */
+static struct ov_call *ov_free_call(struct ov_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        for (int i = 0; i < OV_LOOP_HANDLES; i++)
+            if (!w->calls[i].busy) {
+                w->calls[i].busy = true;
+                w->answered = false;
+                pthread_mutex_unlock(&w->mu);
+                return &w->calls[i];
+            }
+        pthread_cond_wait(&w->cv, &w->mu);
+    }
+}
+
+static void ov_loop_calls(struct ov_worker *w)
+{
+    for (int i = 0; i < OV_LOOP_HANDLES; i++) {
+        CURL *easy = curl_easy_init();
+        curl_easy_setopt(easy, CURLOPT_URL, w->url);
+        curl_easy_setopt(easy, CURLOPT_POSTFIELDS, OV_BODY);
+        curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, ov_discard);
+        curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+        w->calls[i] = (struct ov_call){.easy = easy, .w = w};
+    }
+    while (!atomic_load(w->stop)) {
+        struct ov_call *k = ov_free_call(w);
+        struct timespec dl;
+        int status = sluice_curl_loop_submit(
+            w->loop,
+            &(struct sluice_curl_request){
+                .backend = "sim", .easy = k->easy,
+                .deadline = sluice_deadline_in(&dl, ov_shape.deadline_ns), .done = ov_on_done,
+                .data = k, .write = ov_discard, .cut = w->read_on ? ov_on_cut : NULL},
+            NULL);
+        struct ov_answer a = {.status = status};
+        pthread_mutex_lock(&w->mu);
+        if (status != SLUICE_OK)
+            k->busy = false;
+        else
+            while (!w->answered)
+                pthread_cond_wait(&w->cv, &w->mu);
+        if (status == SLUICE_OK)
+            a = w->answer;
+        pthread_mutex_unlock(&w->mu);
+        ov_count(&w->t, a.status, a.ok, a.refused_late, a.started, a.cut);
+    }
+}
+
 static void *ov_worker_main(void *arg)
 {
     struct ov_worker *w = (struct ov_worker *)arg;
-    if (w->chat)
+    if (w->loop)
+        ov_loop_calls(w);
+    else if (w->chat)
         ov_chat_loop(w);
     else
         ov_perform_loop(w);
@@ -190,7 +309,10 @@ static long ov_sim_stat(const struct ov_body *body, const char *key)
 struct ov_client {
     const char *name;
     struct sluice_backend_desc backend;
+    bool read_on; /* loop mode: requests carry `cut` */
 };
+
+static bool ov_loop_mode;
 
 /* One client for OV_SECONDS on a fresh simulator; returns its successes (-1: setup failed). */
 static long ov_run(const struct ov_client *c, struct bench_row *row)
@@ -211,12 +333,21 @@ static long ov_run(const struct ov_client *c, struct bench_row *row)
         sim_process_stop(&sim);
         return -1;
     }
+    struct sluice_curl_loop *loop = NULL;
+    if (ov_loop_mode &&
+        sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop) != SLUICE_OK) {
+        sluice_engine_destroy(e);
+        sim_process_stop(&sim);
+        return -1;
+    }
     _Atomic(bool) stop = false;
     static struct ov_worker w[OV_THREADS_MAX];
     pthread_t t[OV_THREADS_MAX];
     for (int i = 0; i < ov_shape.threads; i++) {
         w[i] = (struct ov_worker){.engine = e, .url = url, .base = base, .stop = &stop,
-                                  .chat = i % 2 == 1};
+                                  .chat = i % 2 == 1, .loop = loop, .read_on = c->read_on};
+        pthread_mutex_init(&w[i].mu, NULL);
+        pthread_cond_init(&w[i].cv, NULL);
         pthread_create(&t[i], NULL, ov_worker_main, &w[i]);
     }
     struct timespec span = {OV_SECONDS, 0};
@@ -245,6 +376,16 @@ static long ov_run(const struct ov_client *c, struct bench_row *row)
         sum.refused_late += w[i].t.refused_late;
         sum.started += w[i].t.started;
         sum.cut += w[i].t.cut;
+    }
+    if (loop) { /* completes what is still read on (SLUICE_ECLOSED), then the handles go */
+        sluice_curl_loop_destroy(loop);
+        for (int i = 0; i < ov_shape.threads; i++)
+            for (int k = 0; k < OV_LOOP_HANDLES; k++)
+                curl_easy_cleanup(w[i].calls[k].easy);
+    }
+    for (int i = 0; i < ov_shape.threads; i++) {
+        pthread_mutex_destroy(&w[i].mu);
+        pthread_cond_destroy(&w[i].cv);
     }
     *row = bench_row_make("overload.deadlines", c->name, ov_shape.threads);
     row->ops_per_s = (double)sum.successes / OV_SECONDS;
@@ -275,20 +416,28 @@ static void deadline_cases(const struct bench_opts *opts)
                        SLUICE_NS_PER_MS};
     /* Room above the cap for discovery to find it: 64, or twice a larger cap. */
     uint32_t room = ov_shape.cap > 32 ? 2 * (uint32_t)ov_shape.cap : 64;
+    ov_loop_mode = bench_env_int("SLUICE_BENCH_OVERLOAD_LOOP", 0, 0, 1) == 1;
     const struct ov_client clients[] = {
-        {"defaults", {.id = "sim", .active = room, .discovery = &discovery}},
-        {"oracle", {.id = "sim", .active = (uint32_t)ov_shape.cap, .waiting = SLUICE_SOME(0)}},
-        {"queue_late",
-         {.id = "sim", .active = room, .discovery = &discovery, .deadlines.queue_late = true}},
+        {"defaults", {.id = "sim", .active = room, .discovery = &discovery}, false},
+        {"oracle", {.id = "sim", .active = (uint32_t)ov_shape.cap, .waiting = SLUICE_SOME(0)},
+         false},
+        ov_loop_mode ? (struct ov_client){"read_on",
+                                          {.id = "sim", .active = room, .discovery = &discovery},
+                                          true}
+                     : (struct ov_client){"queue_late",
+                                          {.id = "sim", .active = room, .discovery = &discovery,
+                                           .deadlines.queue_late = true},
+                                          false},
     };
     enum { N_CLIENTS = sizeof clients / sizeof clients[0] };
     int runs = bench_env_int("SLUICE_BENCH_OVERLOAD_RUNS", 1, 1, OV_RUNS_MAX);
     int busy = bench_busy_count(2), met = 0;
     int busy_pids[2] = {0};
     bench_busy_start(busy_pids, busy);
-    printf("  overload.deadlines: cap %d, %d threads, %lld ms deadlines, %d s, %d busy loop%s, "
+    printf("  overload.deadlines: cap %d, %d %s, %lld ms deadlines, %d s, %d busy loop%s, "
            "%d run%s\n",
-           ov_shape.cap, ov_shape.threads, (long long)(ov_shape.deadline_ns / SLUICE_NS_PER_MS),
+           ov_shape.cap, ov_shape.threads, ov_loop_mode ? "threads on one curl loop" : "threads",
+           (long long)(ov_shape.deadline_ns / SLUICE_NS_PER_MS),
            OV_SECONDS, busy, busy == 1 ? "" : "s", runs, runs == 1 ? "" : "s");
     for (int run = 0; run < runs; run++) {
         struct bench_row rows[N_CLIENTS];

@@ -219,6 +219,7 @@ struct sim_req {
     uint32_t in_flight_at_start;
     uint32_t limit_at_start;
     bool holding, answered;
+    bool answer_coming;  /* this attempt's answer is on its way back (sim__answer) */
     enum sluice_outcome outcome;
     int64_t retry_after_ns;
     bool open_loop;
@@ -392,6 +393,7 @@ static inline void sim__issue(struct sim *s, struct sim_req *r)
     }
     r->gen++;
     r->answered = false;
+    r->answer_coming = false;
     r->waiter.cb = sim__on_grant;
     r->waiter.data = r;
     sluice_gate_acquire_async(&s->gate, &r->waiter);
@@ -435,6 +437,7 @@ static inline void sim__answer(struct sim *s, uint32_t id, uint64_t gen, enum sl
     }
     if (r->gen != gen || r->answered)
         return;
+    r->answer_coming = true;
     r->outcome = o;
     r->retry_after_ns = retry_after;
     if (s->cfg.client_lag_s > 0)
@@ -674,9 +677,11 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
             s->reading = (struct sim_reading *)realloc(s->reading,
                                                        s->cap_reading * sizeof *s->reading);
         }
+        /* An answer already on its way ends it when it lands (SIM_EV_RESPONSE). */
         s->reading[s->n_reading++] = (struct sim_reading){
             .id = sim__req_id(s, r), .gen = r->gen, .t_start = r->t_start,
-            .in_flight_at_start = r->in_flight_at_start, .limit_at_start = r->limit_at_start};
+            .in_flight_at_start = r->in_flight_at_start, .limit_at_start = r->limit_at_start,
+            .outcome = r->answer_coming ? r->outcome : SLUICE_OUTCOME_OK};
         sim__push(s, until0, SIM_EV_READ_ON_END, sim__req_id(s, r), r->gen);
         r->holding = false;
         r->t_issue = s->now;
@@ -778,6 +783,8 @@ static inline void sim__dispatch(struct sim *s, const struct sim_event *e)
     case SIM_EV_RESPONSE:
         if (r->gen == e->gen && !r->answered && r->holding)
             sim__response(s, r);
+        else if (r->gen != e->gen) /* a call read on whose answer was on its way at the cut */
+            sim__read_on_end(s, e->req, e->gen, true);
         break;
     case SIM_EV_QUEUE_TIMEOUT:
         sim__provider_expire(s);
