@@ -265,6 +265,40 @@ Test(proxy, deadlines_are_504_saying_where)
     curl_slist_free_all(h);
 }
 
+/* A call whose deadline passes mid-transfer, where the pool keeps the permit anyway (a fixed
+ * pool does: the provider may still be working): the client gets its 504 at the deadline, and
+ * the proxy reads the provider's answer on, so the permit comes back with it, held as a call in
+ * flight, not on an estimate, and the provider never sees the client hang up. Before any call
+ * has ended the pool's estimate is the time the call has run (sluice_service_linger_until):
+ * a 800 ms deadline reads on to 1600 ms, well past the provider's 1100. */
+Test(proxy, a_call_past_its_deadline_is_504_at_once_and_read_on_to_the_providers_end)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 1100,
+                                   .fixed_latency = true});
+    start_proxy((const char *[]){"--no-discovery", "--active", "1", NULL});
+    struct px_reply r;
+    int64_t t0 = fx_now_ms();
+    px_request(&px_main, "/v1/chat/completions", FX_REQUEST, "X-Sluice-Deadline-Ms: 800", &r);
+    int64_t answered_ms = fx_now_ms() - t0;
+    cr_assert_eq(r.status, 504, "%ld %s", r.status, r.body);
+    char v[64];
+    cr_assert_str_eq(px_header(&r, "X-Sluice-Timeout", v, sizeof v), "upstream");
+    cr_assert_str_eq(px_header(&r, "Connection", v, sizeof v), "close",
+                     "the connection's upstream half is still busy");
+    if (fx_stats().ok == 0) { /* (a machine 300 ms late here proves nothing either way) */
+        cr_assert_eq(px_node_count(&px_main, NODE, "in_flight"), 1,
+                     "the call gave its permit back before the provider was done (after %lld ms)",
+                     (long long)answered_ms);
+        cr_assert_eq(px_node_count(&px_main, NODE, "lingering"), 0,
+                     "the permit is held for an estimate, not for the answer");
+    }
+    WAIT_UNTIL(px_node_count(&px_main, NODE, "in_flight") == 0);
+    cr_assert_eq(fx_stats_settled().ok, 1, "the provider finished the call");
+    cr_assert_eq(fx_stats().cancelled, 0, "the provider saw its client hang up");
+    cr_assert_eq(px_node_count(&px_main, NODE, "lingered_total"), 0);
+    cr_assert_eq(px_node_count(&px_main, NODE, "timeouts_total"), 1);
+}
+
 Test(proxy, bad_requests_get_clear_answers)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});

@@ -464,6 +464,14 @@ void http_request_done(struct conn *c)
     http_mark_dirty(c);
 }
 
+/* The upstream call of a request answered already (upstream.c, on_cut) is over: a connection
+ * its client has closed meanwhile can go. */
+void http_call_over(struct conn *c)
+{
+    if (c->gone)
+        conn_release(c);
+}
+
 /*
  * The proxy's own answer, before any byte of an upstream one: a small JSON
  * body in the OpenAI error shape, so SDKs show `message`. A 4xx about

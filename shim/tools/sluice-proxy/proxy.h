@@ -250,6 +250,8 @@ struct conn {
                                   upstream_client_gone) */
     int64_t read_on_until_ns;
     struct conn *read_on_prev, *read_on_next; /* the proxy's reading_on list, while read on */
+    bool answered_at_cut;      /* its deadline passed mid-transfer and the client has its answer
+                                  (upstream.c, on_cut); the loop reads the upstream's on */
     int64_t up_last_ns;        /* the upstream's last byte, the request body's last one taken,
                                   or the request's going out (0 = not yet: queued, or
                                   connecting); --upstream-idle-ms runs from it */
@@ -367,6 +369,7 @@ void http_error(struct conn *c, int status, const char *type, const char *code,
     __attribute__((format(printf, 6, 7)));
 void refusal_headers(const struct proxy *p, const char *refused, char *out, size_t size);
 void http_request_done(struct conn *c);
+void http_call_over(struct conn *c);
 void http_close_all(struct proxy *p);
 void conn_free(struct conn *c);
 bool http_header(const struct request *r, const char *name, const char **value, size_t *len);

@@ -590,37 +590,9 @@ static int descriptors_gone(void)
     return errno == EMFILE || errno == ENFILE ? errno : 0;
 }
 
-static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
+/* What the client hears of a call that ended, or whose deadline passed (on_cut). */
+static void answer_client(struct conn *c, const struct sluice_curl_result *r, bool error_event)
 {
-    struct conn *c = data;
-    long os_errno = 0;
-    if (r->status == SLUICE_EIO) /* refuse() names it; a call that ended otherwise has none */
-        curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
-    c->up_errno = os_errno ? (int)os_errno : r->status == SLUICE_EIO ? descriptors_gone() : 0;
-    easy_give_back(c->p, easy);
-    bool error_event = c->up_events && c->up_events->error; /* r says what it was (on_finish) */
-    free(c->up_events);
-    c->up_events = NULL;
-    c->easy = NULL;
-    c->in_call = false;
-    c->paused = false;
-    c->queued_ns = r->queued_ns;
-    curl_slist_free_all(c->up_headers);
-    c->up_headers = NULL;
-    if (c->read_on_until_ns)
-        read_on_unlink(c);
-    if (c->gone) {
-        int64_t now = proxy_now_ns();
-        if (!c->head_sent && !c->reads) /* it gave up before any answer began: its patience */
-            patience_hung_up(backend_patience(c), c->backend->id, now - c->t_start_ns, now);
-        /* After its last event the answer was whole (on_finish): logged as the pool heard it. */
-        c->outcome = c->head_sent && r->status == SLUICE_OK && !c->read_on
-                         ? sluice_curl_kind_name(r->kind)
-                         : "client_gone";
-        c->status_out = c->head_sent ? (int)c->up_status : 499; /* nginx's "client closed" */
-        http_request_done(c);
-        return;
-    }
     if (r->status == SLUICE_OK && c->head_ready && !c->head_sent)
         emit_head(c); /* held for a start deadline, and the answer never said more */
     if (r->status == SLUICE_OK && c->head_sent) {
@@ -643,6 +615,64 @@ static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
     } else {
         refuse(c, r->status == SLUICE_OK ? SLUICE_EIO : r->status, r);
     }
+}
+
+/*
+ * The request's deadline passed mid-transfer where the pool would keep the permit anyway (the
+ * loop's `cut`, sluice/curl.h): the client is answered now as on_done would answer it (a 504,
+ * or its stream cut), and the loop reads the upstream's answer on and drops it, so the permit
+ * comes back when the provider is done, not when an estimate says. The connection closes after
+ * this answer: its upstream half is busy until the loop's done, which then only tidies. A
+ * client that left first was upstream_client_gone's, and on_done answers for it as before.
+ */
+static void on_cut(const struct sluice_curl_result *r, void *data)
+{
+    struct conn *c = data;
+    if (c->gone)
+        return;
+    c->answered_at_cut = true;
+    c->paused = false; /* the loop resumed the transfer: nobody waits for its bytes now */
+    c->closing = true;
+    answer_client(c, r, false);
+}
+
+static void on_done(const struct sluice_curl_result *r, CURL *easy, void *data)
+{
+    struct conn *c = data;
+    long os_errno = 0;
+    if (r->status == SLUICE_EIO) /* refuse() names it; a call that ended otherwise has none */
+        curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+    c->up_errno = os_errno ? (int)os_errno : r->status == SLUICE_EIO ? descriptors_gone() : 0;
+    easy_give_back(c->p, easy);
+    bool error_event = c->up_events && c->up_events->error; /* r says what it was (on_finish) */
+    free(c->up_events);
+    c->up_events = NULL;
+    c->easy = NULL;
+    c->in_call = false;
+    c->paused = false;
+    c->queued_ns = r->queued_ns;
+    curl_slist_free_all(c->up_headers);
+    c->up_headers = NULL;
+    if (c->read_on_until_ns)
+        read_on_unlink(c);
+    if (c->answered_at_cut) {
+        c->answered_at_cut = false;
+        http_call_over(c);
+        return;
+    }
+    if (c->gone) {
+        int64_t now = proxy_now_ns();
+        if (!c->head_sent && !c->reads) /* it gave up before any answer began: its patience */
+            patience_hung_up(backend_patience(c), c->backend->id, now - c->t_start_ns, now);
+        /* After its last event the answer was whole (on_finish): logged as the pool heard it. */
+        c->outcome = c->head_sent && r->status == SLUICE_OK && !c->read_on
+                         ? sluice_curl_kind_name(r->kind)
+                         : "client_gone";
+        c->status_out = c->head_sent ? (int)c->up_status : 499; /* nginx's "client closed" */
+        http_request_done(c);
+        return;
+    }
+    answer_client(c, r, error_event);
 }
 
 /* ---- the request, out ---------------------------------------------------------------------- */
@@ -811,7 +841,7 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
                                       .start_deadline = relative_deadline(&sdl, start_ms),
                                       .begun = began, .done = on_done,
                                       .data = c, .dialect = b->dialect, .finish = on_finish,
-                                      .write = on_write, .write_data = c};
+                                      .write = on_write, .write_data = c, .cut = on_cut};
     int status = sluice_curl_loop_submit(c->p->loop, &req, &c->call_id);
     if (status != SLUICE_OK) {
         easy_give_back(p, e);
@@ -841,6 +871,8 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
 void upstream_client_gone(struct conn *c)
 {
     struct proxy *p = c->p;
+    if (c->answered_at_cut) /* the loop reads on already (on_cut) */
+        return;
     bool whole = c->up_events && c->up_events->done; /* on_finish: a success */
     struct sluice_pool *pool = c->begun && !whole && !c->reads && !c->up_silent_ns
                                    ? sluice_engine_pool(p->engine, c->backend->id)
