@@ -65,9 +65,11 @@ struct sluice_chat {
     /* On the curl loop (sluice_chat_submit): the caller's completion and the conclusion the
      * finish hook reached; loop thread only after submit. */
     sluice_chat_done_fn loop_done;
+    sluice_chat_done_fn loop_cut; /* the caller's cut (sluice_chat_request.cut) */
     void *loop_data;
     int loop_status;
     bool loop_finished;
+    bool loop_was_cut; /* the caller had its answer at the deadline; the loop reads on */
 };
 
 static char *sluice__dup(const char *s)
@@ -643,10 +645,25 @@ static void sluice__chat_loop_finish(void *data, CURL *easy, struct sluice_curl_
     *res = c->result;
 }
 
+/* The loop's cut: the finish hook concluded the generation just before, as for any end. */
+static void sluice__chat_loop_cut(const struct sluice_curl_result *res, void *data)
+{
+    struct sluice_chat *c = (struct sluice_chat *)data;
+    int status = c->loop_finished ? c->loop_status : res->status;
+    c->loop_finished = false;
+    c->loop_was_cut = true;
+    c->loop_cut(c, status, c->loop_data);
+}
+
 static void sluice__chat_loop_done(const struct sluice_curl_result *res, CURL *easy, void *data)
 {
     (void)easy;
     struct sluice_chat *c = (struct sluice_chat *)data;
+    if (c->loop_was_cut) { /* read on to its end: the result stays what the caller was told */
+        c->loop_was_cut = false;
+        c->loop_done(c, res->status, c->loop_data);
+        return;
+    }
     if (!c->loop_finished) /* it never transferred: the loop's status is the answer */
         c->result = *res;
     int status = c->loop_finished ? c->loop_status : res->status;
@@ -672,8 +689,10 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
     if (status != SLUICE_OK)
         return status;
     c->loop_done = req->done;
+    c->loop_cut = req->cut;
     c->loop_data = req->data;
     c->loop_finished = false;
+    c->loop_was_cut = false;
     status = sluice__curl_loop_submit(loop,
                                     &(struct sluice_curl_request){
                                         .backend = req->backend,
@@ -689,6 +708,7 @@ int sluice_chat_submit(struct sluice_curl_loop *loop, struct sluice_chat *c,
                                         .write = sluice__chat_body, /* as sluice_run's */
                                         .write_data = c,
                                         .finish = sluice__chat_loop_finish,
+                                        .cut = req->cut ? sluice__chat_loop_cut : NULL,
                                     },
                                     id, &c->result.expired);
     /* Refused: `done` never runs, so the result says so itself, not the last call's. */

@@ -477,3 +477,75 @@ CLIENT_TEST(a_refused_submit_leaves_its_code_in_the_chats_result)
     sluice_curl_loop_destroy(loop);
     sluice_engine_destroy(e);
 }
+
+/* What a chat on the loop was told, and when (sluice_chat_request.cut and .done). */
+struct told {
+    _Atomic(int) cut, done;
+    int cut_status, done_status, done_at_cut;
+    enum sluice_expiry cut_expired;
+};
+
+static void told_cut(struct sluice_chat *chat, int status, void *data)
+{
+    struct told *t = data;
+    t->cut_status = status;
+    t->cut_expired = sluice_chat_result(chat)->expired;
+    t->done_at_cut = atomic_load(&t->done);
+    atomic_store(&t->cut, 1);
+}
+
+static void told_done(struct sluice_chat *chat, int status, void *data)
+{
+    (void)chat;
+    struct told *t = data;
+    t->done_status = status;
+    atomic_store(&t->done, 1);
+}
+
+/* A chat on the loop whose deadline passes mid-answer, where the pool keeps the permit (calls
+ * seen to take 2 s, lingering on): the caller is told at the deadline, the answer is read on,
+ * and the permit comes back when the provider is done. */
+CLIENT_TEST(a_chat_on_the_loop_past_its_deadline_is_told_then_and_read_on_to_the_providers_end)
+{
+    fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = 900,
+                                   .fixed_latency = true});
+    char base[64];
+    struct sluice_backend_desc b = {
+        .id = FX_BACKEND, .endpoint = sim_base(base, sizeof base), .active = 2,
+        .deadlines = {.start_quantile = SLUICE_SOME(0), .linger = SLUICE_LINGER_ON}};
+    struct sluice_engine *e = NULL;
+    cr_assert_eq(
+        sluice_engine_create(&(struct sluice_engine_desc){.backends = &b, .n_backends = 1}, &e),
+        SLUICE_OK);
+    fx_teach_service(e, 2 * SLUICE_NS_PER_SEC, SLUICE_SERVICE_MIN_SAMPLES);
+    struct sluice_curl_loop *loop = NULL;
+    cr_assert_eq(sluice_curl_loop_create(&(struct sluice_curl_loop_desc){.engine = e}, &loop),
+                 SLUICE_OK);
+    struct sluice_chat *chat = chat_new(&(struct sluice_chat_desc){.model = "m", .prompt = "hi"});
+    struct told t = {0};
+    struct timespec d;
+    cr_assert_eq(sluice_chat_submit(loop, chat,
+                                    &(struct sluice_chat_request){
+                                        .backend = FX_BACKEND,
+                                        .deadline = sluice_deadline_in(&d, 300 * SLUICE_NS_PER_MS),
+                                        .done = told_done, .cut = told_cut, .data = &t},
+                                    NULL),
+                 SLUICE_OK);
+    WAIT_UNTIL(atomic_load(&t.cut));
+    cr_assert_eq(t.done_at_cut, 0);
+    cr_assert_eq(t.cut_status, SLUICE_ETIMEDOUT, "%s", sluice_status_name(t.cut_status));
+    cr_assert_eq(t.cut_expired, SLUICE_EXPIRED_CALL);
+    cr_assert_eq(fx_counts(e).in_flight, 1, "read on, the call keeps its permit");
+    cr_assert_eq(fx_counts(e).lingering, 0);
+    WAIT_UNTIL(atomic_load(&t.done));
+    cr_assert_eq(t.done_status, SLUICE_OK, "the provider finished it: %s",
+                 sluice_status_name(t.done_status));
+    cr_assert_eq(sluice_chat_result(chat)->status, SLUICE_ETIMEDOUT, "what cut said");
+    cr_assert_eq(fx_stats_settled().ok, 1);
+    cr_assert_eq(fx_counts(e).lingered, 0);
+    cr_assert_eq(fx_counts(e).timeouts, 1);
+    fx_assert_idle(e);
+    sluice_curl_loop_destroy(loop);
+    sluice_chat_destroy(chat);
+    sluice_engine_destroy(e);
+}

@@ -212,7 +212,16 @@ struct sluice_chat_request {
                                         see sluice_curl_call.start_deadline) */
     struct sluice_cancel *cancel;    /* kept: must outlive the request (default: none) */
     sluice_chat_done_fn done;        /* required */
-    void *data;                      /* passed to done */
+    void *data;                      /* passed to done and cut */
+    /* Answer at the deadline, read on (default: NULL = a generation still running at `deadline`
+     * is cut there, and its permit lingers as the pool decides): as sluice_curl_request.cut.
+     * Where the pool would keep the permit anyway, cut(chat, SLUICE_ETIMEDOUT, data) runs at
+     * the deadline, with sluice_chat_result saying so (expired SLUICE_EXPIRED_CALL); the rest
+     * of the answer is read and dropped (no delta follows, the reply stays as it was at the
+     * cut) and the call ends when the provider ends it, its permit coming back then. `done`
+     * follows, with how the transfer ended (SLUICE_OK: the provider finished it); the chat is
+     * the loop's until then, and sluice_chat_result still says what cut said. */
+    sluice_chat_done_fn cut;
 };
 
 /*
