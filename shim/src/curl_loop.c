@@ -218,8 +218,8 @@ static void sluice__transfer_result(struct sluice__rec *rec, CURLcode code,
     res->in_flight_at_start = rec->waiter.call.in_flight_at_start;
 }
 
-/* End a transfer with its result: out of curl_multi, the call ended, `done`. */
-static void sluice__end_transfer(struct sluice__rec *rec, struct sluice_curl_result *res)
+/* Take a transfer out of curl_multi and give the caller's handle its own settings back. */
+static void sluice__detach_transfer(struct sluice__rec *rec)
 {
     struct sluice_curl_loop *loop = rec->loop;
     CURL *easy = rec->req.easy;
@@ -231,19 +231,19 @@ static void sluice__end_transfer(struct sluice__rec *rec, struct sluice_curl_res
     rec->tee.write_data = rec->req.write_data;
     sluice__tee_remove(&rec->tee);
     sluice__curl_disarm_deadline(easy, rec->req.deadline);
-    sluice__curl_end_call(rec->pool, &rec->waiter.call, res, rec->reading_on);
-    sluice__complete(rec, res);
 }
 
 /* A transfer ended (CURLMSG_DONE, stop RAN) or is being aborted (stop CANCELED/CLOSED). */
 static void sluice__complete_transfer(struct sluice__rec *rec, CURLcode code,
                                       enum sluice__curl_stop stop)
 {
+    sluice__detach_transfer(rec);
     struct sluice_curl_result res;
     sluice__transfer_result(rec, code, stop, &res);
     if (rec->req.finish && !rec->reading_on) /* the caller had its answer at the cut */
         rec->req.finish(rec->req.data, rec->req.easy, &res);
-    sluice__end_transfer(rec, &res);
+    sluice__curl_end_call(rec->pool, &rec->waiter.call, &res, rec->reading_on);
+    sluice__complete(rec, &res);
 }
 
 static size_t sluice__drop(char *bytes, size_t size, size_t n, void *data)
@@ -267,7 +267,9 @@ static void sluice__deadline_reached(struct sluice__rec *rec)
      * and the connection is merely held): it ends here. */
     int64_t left = res.abandoned ? sluice_pool_call_read_on(rec->pool, &rec->waiter.call) : 0;
     if (left <= 0) {
-        sluice__end_transfer(rec, &res);
+        sluice__detach_transfer(rec);
+        sluice__curl_end_call(rec->pool, &rec->waiter.call, &res, false);
+        sluice__complete(rec, &res);
         return;
     }
     rec->reading_on = true;

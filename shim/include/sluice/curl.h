@@ -547,8 +547,8 @@ struct sluice_curl_request {
      * again (the handle's other callbacks, a header or progress function, still are). The
      * call ends when the answer does, with its permit coming back then and discovery seeing
      * the whole call, not a censored one; one that outlives the pool's estimate is cut after
-     * all. `done` follows, exactly once as always, with how the transfer ended; the handle
-     * and `data` are the loop's until then. Where the pool would not keep the permit
+     * all. `done` follows, exactly once as always, with how the transfer ended; the handle,
+     * `data` and the token are the loop's until then (a cancel still stops the reading). Where the pool would not keep the permit
      * (lingering off, a LEARNED trial) the transfer is cut at `deadline` and `cut` is not
      * called. Why: a permit kept for an estimate cannot tell the calls the provider still
      * runs from those it has finished (bench/RESULTS.md, the censored and read_on rows). */
