@@ -400,7 +400,11 @@ SLUICE_INLINE enum sluice_linger sluice_pool_linger_now(const struct sluice_pool
 /*
  * How much longer a call abandoned now, after running age_ns, would keep its
  * permit (ns): 0 where it would not keep it or a trial may release it at once
- * (lingering off; LEARNED at a locked ceiling; linger_max_ms 0 or passed).
+ * (lingering off; LEARNED at a locked ceiling for a call young enough to be
+ * a trial phantom, sluice__pool_phantom_until; linger_max_ms 0 or passed).
+ * A call older than that keeps its permit under a trial too, so it counts:
+ * after a lock, calls cut at deadlines past the floor quantile are most cut
+ * calls (over HTTP, cap 24, 250 ms deadlines: 769 of 769 lingered in 30 s).
  * For a caller that can still see the answer once its own client has gone
  * (sluice-proxy, a stream its client stopped): while the permit is held
  * anyway, the provider's own end is better evidence than the estimate, so it
@@ -415,11 +419,13 @@ SLUICE_INLINE enum sluice_linger sluice_pool_linger_now(const struct sluice_pool
 SLUICE_INLINE int64_t sluice_pool_linger_left(const struct sluice_pool *p, int64_t age_ns)
 {
     enum sluice_linger mode = sluice_pool_linger_now(p);
-    if (!p->active || mode == SLUICE_LINGER_OFF ||
-        (mode == SLUICE_LINGER_LEARNED && sluice__pool_trial_ceiling(p)))
+    if (!p->active || mode == SLUICE_LINGER_OFF)
         return 0;
     int64_t now = sluice_clock_now(&p->clock);
     int64_t until = sluice_service_linger_until(&p->service, now - age_ns, now, p->linger_max_ns);
+    if (mode == SLUICE_LINGER_LEARNED && sluice__pool_trial_ceiling(p) &&
+        sluice__pool_phantom_until(p, now - age_ns, now, until)) /* as abandon decides */
+        return 0;
     return until > now ? until - now : 0;
 }
 

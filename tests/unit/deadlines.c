@@ -899,7 +899,8 @@ Test(deadlines, learned_lingering_stays_on_when_a_call_above_the_ceiling_is_refu
 /* How much longer a call abandoned now would keep its permit (what sluice-proxy reads a
  * stopped stream on for): the high quantile of service times (every call took 1 s) where the
  * pool keeps it, capped by linger_max_ms from the call's start; none where lingering is off,
- * nor where LEARNED may release it on trial (at a locked ceiling), until the trial says on. */
+ * nor where LEARNED may release it on trial (at a locked ceiling, a call young enough to be a
+ * phantom), until the trial says on; a call too old for the trial is kept, as abandon keeps it. */
 Test(deadlines, linger_left_is_how_long_an_abandoned_calls_permit_would_be_kept)
 {
     enum sluice_linger modes[] = {SLUICE_LINGER_OFF, SLUICE_LINGER_ON, SLUICE_LINGER_LEARNED};
@@ -921,6 +922,16 @@ Test(deadlines, linger_left_is_how_long_an_abandoned_calls_permit_would_be_kept)
     p = locked_pool(4);
     cr_assert_eq(sluice_pool_linger_left(p, 100 * MS), 0,
                  "at the lock, LEARNED may release it on trial");
+    cr_assert_gt(sluice_pool_linger_left(p, 1100 * MS), 0, "past the floor: no phantom, kept");
+    struct sluice_call old;
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &old), SLUICE_OK);
+    fake_clock_advance(&clk, 1100 * MS);
+    sluice_pool_call_abandon(p, &old, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 1, "... as abandon keeps it");
+    fake_clock_advance(&clk, 2 * SEC); /* its permit comes back */
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &old), SLUICE_OK);
+    sluice_pool_call_end(p, &old, SLUICE_OUTCOME_OK, 0);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0);
     trial_rounds(p, 4, SLUICE_OUTCOME_OVERLOAD, 1);
     cr_assert_gt(sluice_pool_linger_left(p, 100 * MS), 0, "the trial said on: kept");
     sluice_pool_destroy(p);
