@@ -606,7 +606,8 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon_latency(struct sluic
  * or 0 where the call is to be cut and abandoned now (then call
  * sluice_pool_call_abandon as before): where the pool would not keep its
  * permit anyway (sluice_pool_linger_left: lingering off, LEARNED at a
- * locked ceiling, linger_max_ms passed). Where it returns more, the call is
+ * locked ceiling for a call young enough to be a trial phantom,
+ * linger_max_ms passed). Where it returns more, the call is
  * counted in the timeouts (its caller's deadline) and stays in flight with
  * its permit; the transport drops what comes and ends the call as any other
  * when the answer ends (sluice_pool_call_end_latency: discovery sees the
