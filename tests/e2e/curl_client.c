@@ -535,8 +535,11 @@ CLIENT_TEST(a_chat_on_the_loop_past_its_deadline_is_told_then_and_read_on_to_the
     cr_assert_eq(t.done_at_cut, 0);
     cr_assert_eq(t.cut_status, SLUICE_ETIMEDOUT, "%s", sluice_status_name(t.cut_status));
     cr_assert_eq(t.cut_expired, SLUICE_EXPIRED_CALL);
-    cr_assert_eq(fx_counts(e).in_flight, 1, "read on, the call keeps its permit");
-    cr_assert_eq(fx_counts(e).lingering, 0);
+    struct sluice_pool_counts c = fx_counts(e); /* read before the provider is known unfinished */
+    if (fx_stats().ok == 0) {
+        cr_assert_eq(c.in_flight, 1, "read on, the call keeps its permit");
+        cr_assert_eq(c.lingering, 0);
+    }
     WAIT_UNTIL(atomic_load(&t.done));
     cr_assert_eq(t.done_status, SLUICE_OK, "the provider finished it: %s",
                  sluice_status_name(t.done_status));

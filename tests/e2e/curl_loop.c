@@ -755,9 +755,13 @@ LOOP_TEST(a_transfer_past_its_deadline_is_answered_there_and_read_on_to_the_prov
     cr_assert_eq(q.done_at_cut, 0, "cut came after done");
     cr_assert_eq(q.cut_r.status, SLUICE_ETIMEDOUT, "%s", sluice_status_name(q.cut_r.status));
     cr_assert_eq(q.cut_r.expired, SLUICE_EXPIRED_CALL);
+    /* Read before the provider is known to be unfinished (a loaded machine may wake this
+     * thread after the answer came), so the permit cannot have come back with it. */
     struct sluice_pool_counts c = fx_counts(e);
-    cr_assert_eq(c.in_flight, 1, "read on, the call keeps its permit");
-    cr_assert_eq(c.lingering, 0, "... as a call in flight, not a lingering one");
+    if (fx_stats().ok == 0) {
+        cr_assert_eq(c.in_flight, 1, "read on, the call keeps its permit");
+        cr_assert_eq(c.lingering, 0, "... as a call in flight, not a lingering one");
+    }
     cr_assert_eq(c.timeouts, 1, "its caller's deadline is counted");
     wait_done(&t, 1, 3000);
     cr_assert_eq(atomic_load(&q.cut_count), 1);
