@@ -130,13 +130,20 @@ static void ov_count(struct ov_totals *t, int status, bool ok, bool refused_late
     t->cut += cut;
 }
 
-static void ov_perform_loop(struct ov_worker *w)
+/* A handle for one chat request to the simulator, its answer dropped. */
+static CURL *ov_easy(const struct ov_worker *w)
 {
     CURL *easy = curl_easy_init();
     curl_easy_setopt(easy, CURLOPT_URL, w->url);
     curl_easy_setopt(easy, CURLOPT_POSTFIELDS, OV_BODY);
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, ov_discard);
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    return easy;
+}
+
+static void ov_perform_loop(struct ov_worker *w)
+{
+    CURL *easy = ov_easy(w);
     while (!atomic_load(w->stop)) {
         struct timespec dl;
         struct sluice_curl_result r;
@@ -222,14 +229,8 @@ static struct ov_call *ov_free_call(struct ov_worker *w)
 
 static void ov_loop_calls(struct ov_worker *w)
 {
-    for (int i = 0; i < OV_LOOP_HANDLES; i++) {
-        CURL *easy = curl_easy_init();
-        curl_easy_setopt(easy, CURLOPT_URL, w->url);
-        curl_easy_setopt(easy, CURLOPT_POSTFIELDS, OV_BODY);
-        curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, ov_discard);
-        curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-        w->calls[i] = (struct ov_call){.easy = easy, .w = w};
-    }
+    for (int i = 0; i < OV_LOOP_HANDLES; i++)
+        w->calls[i] = (struct ov_call){.easy = ov_easy(w), .w = w};
     while (!atomic_load(w->stop)) {
         struct ov_call *k = ov_free_call(w);
         struct timespec dl;
@@ -242,13 +243,13 @@ static void ov_loop_calls(struct ov_worker *w)
             NULL);
         struct ov_answer a = {.status = status};
         pthread_mutex_lock(&w->mu);
-        if (status != SLUICE_OK)
-            k->busy = false;
-        else
+        if (status == SLUICE_OK) {
             while (!w->answered)
                 pthread_cond_wait(&w->cv, &w->mu);
-        if (status == SLUICE_OK)
             a = w->answer;
+        } else {
+            k->busy = false;
+        }
         pthread_mutex_unlock(&w->mu);
         ov_count(&w->t, a.status, a.ok, a.refused_late, a.started, a.cut);
     }
@@ -439,8 +440,9 @@ static void deadline_cases(const struct bench_opts *opts)
         {"oracle_read_on", fixed, true, 3},
     };
     const struct ov_client *clients = ov_loop_mode ? loop_clients : blocking_clients;
-    enum { N_CLIENTS_MAX = 4 };
-    int n_clients = ov_loop_mode ? 4 : 3;
+    enum { N_CLIENTS_MAX = sizeof loop_clients / sizeof loop_clients[0] };
+    int n_clients = ov_loop_mode ? (int)N_CLIENTS_MAX
+                                 : (int)(sizeof blocking_clients / sizeof blocking_clients[0]);
     int runs = bench_env_int("SLUICE_BENCH_OVERLOAD_RUNS", 1, 1, OV_RUNS_MAX);
     int busy = bench_busy_count(2), met = 0;
     int busy_pids[2] = {0};

@@ -582,21 +582,33 @@ static inline void sim__record_e2e(struct sim *s, double seconds)
     st->e2e_s[st->n_e2e++] = seconds;
 }
 
+/* The sample a pool's call_end builds for a call started at t_start that ends now; fields
+ * this sim does not know stay "unknown". */
+static inline struct sluice_sample sim__sample(const struct sim *s, int64_t t_start,
+                                               uint32_t in_flight_at_start,
+                                               uint32_t limit_at_start,
+                                               enum sluice_outcome outcome)
+{
+    struct sluice_sample sample;
+    memset(&sample, 0, sizeof sample);
+    sample.latency_ns = s->now - t_start;
+    sample.in_flight_at_start = in_flight_at_start;
+    sample.outcome = outcome;
+    sample.start_ns = t_start;
+    sample.limit_at_start = limit_at_start;
+    return sample;
+}
+
 static inline void sim__response(struct sim *s, struct sim_req *r)
 {
     r->answered = true;
-    struct sluice_sample sample;
-    memset(&sample, 0, sizeof sample); /* fields this sim does not know stay "unknown" */
-    sample.latency_ns = s->now - r->t_start;
+    struct sluice_sample sample =
+        sim__sample(s, r->t_start, r->in_flight_at_start, r->limit_at_start, r->outcome);
     if (s->cfg.sample_ttft && r->t_first && r->outcome == SLUICE_OUTCOME_OK) /* + the way back */
         sample.latency_ns = r->t_first + sim__ns(s->cfg.net_s / 2) - r->t_start;
     int64_t whole_ns = s->now - r->t_start;
     r->t_first = 0;
-    sample.in_flight_at_start = r->in_flight_at_start;
-    sample.outcome = r->outcome;
     sample.retry_after_ns = r->retry_after_ns;
-    sample.start_ns = r->t_start;
-    sample.limit_at_start = r->limit_at_start;
     if (s->ctl.on_sample)
         s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
     r->holding = false;
@@ -661,17 +673,10 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
 {
     r->answered = true;
     s->stats.abandoned++;
-    struct sluice_sample sample;
-    memset(&sample, 0, sizeof sample);
-    sample.latency_ns = s->now - r->t_start;
-    sample.in_flight_at_start = r->in_flight_at_start;
-    sample.outcome = SLUICE_OUTCOME_CENSORED;
-    sample.start_ns = r->t_start;
-    sample.limit_at_start = r->limit_at_start;
-    int64_t until0 = s->cfg.linger ? sluice_service_linger_until(&s->service, r->t_start, s->now,
-                                                                 30 * SLUICE_NS_PER_SEC)
-                                   : 0;
-    if (s->cfg.read_on && until0 > s->now) { /* the call goes on; only its caller leaves */
+    int64_t until = s->cfg.linger ? sluice_service_linger_until(&s->service, r->t_start, s->now,
+                                                                30 * SLUICE_NS_PER_SEC)
+                                  : 0;
+    if (s->cfg.read_on && until > s->now) { /* the call goes on; only its caller leaves */
         if (s->n_reading == s->cap_reading) {
             s->cap_reading = s->cap_reading ? 2 * s->cap_reading : 64;
             s->reading = (struct sim_reading *)realloc(s->reading,
@@ -682,28 +687,25 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
             .id = sim__req_id(s, r), .gen = r->gen, .t_start = r->t_start,
             .in_flight_at_start = r->in_flight_at_start, .limit_at_start = r->limit_at_start,
             .outcome = r->answer_coming ? r->outcome : SLUICE_OUTCOME_OK};
-        sim__push(s, until0, SIM_EV_READ_ON_END, sim__req_id(s, r), r->gen);
+        sim__push(s, until, SIM_EV_READ_ON_END, sim__req_id(s, r), r->gen);
         r->holding = false;
-        r->t_issue = s->now;
-        sim__push(s, s->now, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
-        return;
-    }
-    if (s->ctl.on_sample)
-        s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
-    r->holding = false;
-    int64_t until = s->cfg.linger ? sluice_service_linger_until(&s->service, r->t_start, s->now,
-                                                                30 * SLUICE_NS_PER_SEC)
-                                  : 0;
-    /* As a pool records a cut call (after it chose the linger): without it the estimate saw only
-     * the calls short enough to beat the deadline. */
-    sluice_service_add_censored(&s->service, s->now - r->t_start);
-    if (until > s->now) {
-        atomic_fetch_add_explicit(&s->lingering_calls, 1u, memory_order_relaxed);
-        sim__push(s, until, SIM_EV_LINGER_END, 0, 0);
     } else {
-        s->held--;
-        atomic_fetch_sub_explicit(&s->started_calls, 1u, memory_order_relaxed);
-        sluice_gate_release(&s->gate);
+        struct sluice_sample sample = sim__sample(s, r->t_start, r->in_flight_at_start,
+                                                  r->limit_at_start, SLUICE_OUTCOME_CENSORED);
+        if (s->ctl.on_sample)
+            s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
+        r->holding = false;
+        /* As a pool records a cut call (after it chose the linger): without it the estimate saw
+         * only the calls short enough to beat the deadline. */
+        sluice_service_add_censored(&s->service, s->now - r->t_start);
+        if (until > s->now) {
+            atomic_fetch_add_explicit(&s->lingering_calls, 1u, memory_order_relaxed);
+            sim__push(s, until, SIM_EV_LINGER_END, 0, 0);
+        } else {
+            s->held--;
+            atomic_fetch_sub_explicit(&s->started_calls, 1u, memory_order_relaxed);
+            sluice_gate_release(&s->gate);
+        }
     }
     r->t_issue = s->now;
     sim__push(s, s->now, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
@@ -716,13 +718,9 @@ static inline void sim__read_on_end(struct sim *s, uint32_t id, uint64_t gen, bo
     struct sim_reading *g = sim__reading_find(s, id, gen);
     if (!g)
         return;
-    struct sluice_sample sample;
-    memset(&sample, 0, sizeof sample);
-    sample.latency_ns = s->now - g->t_start;
-    sample.in_flight_at_start = g->in_flight_at_start;
-    sample.outcome = answered ? g->outcome : SLUICE_OUTCOME_CENSORED;
-    sample.start_ns = g->t_start;
-    sample.limit_at_start = g->limit_at_start;
+    struct sluice_sample sample =
+        sim__sample(s, g->t_start, g->in_flight_at_start, g->limit_at_start,
+                    answered ? g->outcome : SLUICE_OUTCOME_CENSORED);
     if (s->ctl.on_sample)
         s->ctl.on_sample(s->ctl.ctx, &sample, s->now);
     if (!answered)
