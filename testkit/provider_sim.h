@@ -51,8 +51,9 @@
  *              With read_on as well the transport answers its caller at the
  *              deadline and reads the answer on (the curl loop's read_on, as
  *              sluice_chat_submit does): the permit comes back with the
- *              provider's answer and discovery sees the whole call, or at
- *              that estimate the call is abandoned after all.
+ *              provider's answer and discovery sees the whole call (or,
+ *              SIM_LINGER_MAX_S after its start, it is abandoned after all,
+ *              as linger_max_ms does: sluice_pool_read_on_left).
  *   streams    with answer_tokens > 0 an answer is streamed: the
  *              provider's draw (lognormal, the mode's slow-down) is the time
  *              to its first token, then answer_tokens (lognormal,
@@ -89,6 +90,8 @@
 #include "sluice-provider-sim/provider_model.h"
 
 #define SIM_NS 1e9
+/* A pool's default linger_max_ms, in s: the longest a permit is kept or a cut call read on. */
+#define SIM_LINGER_MAX_S 30.0
 
 /* ---- configuration ------------------------------------------------------- */
 
@@ -673,9 +676,9 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
 {
     r->answered = true;
     s->stats.abandoned++;
-    int64_t until = s->cfg.linger ? sluice_service_linger_until(&s->service, r->t_start, s->now,
-                                                                30 * SLUICE_NS_PER_SEC)
-                                  : 0;
+    int64_t most = sim__ns(SIM_LINGER_MAX_S);
+    int64_t until =
+        s->cfg.linger ? sluice_service_linger_until(&s->service, r->t_start, s->now, most) : 0;
     if (s->cfg.read_on && until > s->now) { /* the call goes on; only its caller leaves */
         if (s->n_reading == s->cap_reading) {
             s->cap_reading = s->cap_reading ? 2 * s->cap_reading : 64;
@@ -687,7 +690,7 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
             .id = sim__req_id(s, r), .gen = r->gen, .t_start = r->t_start,
             .in_flight_at_start = r->in_flight_at_start, .limit_at_start = r->limit_at_start,
             .outcome = r->answer_coming ? r->outcome : SLUICE_OUTCOME_OK};
-        sim__push(s, until, SIM_EV_READ_ON_END, sim__req_id(s, r), r->gen);
+        sim__push(s, r->t_start + most, SIM_EV_READ_ON_END, sim__req_id(s, r), r->gen);
         r->holding = false;
     } else {
         struct sluice_sample sample = sim__sample(s, r->t_start, r->in_flight_at_start,
@@ -711,8 +714,8 @@ static inline void sim__abandon(struct sim *s, struct sim_req *r)
     sim__push(s, s->now, SIM_EV_ISSUE, sim__req_id(s, r), r->gen);
 }
 
-/* A call read on ends: with the provider's answer (the whole call), or at the
- * estimate (abandoned after all: a censored sample). Its permit comes back. */
+/* A call read on ends: with the provider's answer (the whole call), or at
+ * SIM_LINGER_MAX_S (abandoned after all: a censored sample). Its permit comes back. */
 static inline void sim__read_on_end(struct sim *s, uint32_t id, uint64_t gen, bool answered)
 {
     struct sim_reading *g = sim__reading_find(s, id, gen);

@@ -68,7 +68,7 @@
  *
  * Allocation: one block per pool, at create, through the allocator hook:
  * the pool, for an adaptive pool its discovery node and event ring, and
- * two slots per permit (lingering permits, trial phantoms). The
+ * three slots per permit (lingering permits, trial phantoms and shadows). The
  * gate is embedded and its waiters queue on their own stacks, as do calls
  * waiting out a hold, so the number of waiting runs needs no storage
  * reserved for it.
@@ -100,8 +100,8 @@ SLUICE_INLINE void sluice__pool_start_discovery(struct sluice_pool *p,
     p->discovery = d;
 }
 
-/* Resolve the deadline rules and set up the lingering and phantom slots (`slots`: active of
- * each). */
+/* Resolve the deadline rules and set up the lingering, phantom and shadow slots (`slots`:
+ * active of each). */
 SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
                                                const struct sluice_deadline_desc *dl, void *slots)
 {
@@ -114,6 +114,7 @@ SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
     p->linger = dl->linger;
     atomic_init(&p->linger_learned, (uint32_t)SLUICE_LINGER_LEARNED);
     atomic_init(&p->phantoms, 0u);
+    atomic_init(&p->shadows, 0u);
     atomic_init(&p->trial_served, 0u);
     atomic_init(&p->sojourn_min, INT64_MAX);
     atomic_init(&p->sojourn_until, INT64_MIN);
@@ -140,7 +141,8 @@ SLUICE_INLINE void sluice__pool_init_deadlines(struct sluice_pool *p,
     p->watchers = NULL;
     p->linger_slots = (_Atomic(int64_t) *)slots;
     p->phantom_slots = p->linger_slots + p->active;
-    for (uint32_t i = 0; i < 2 * p->active; i++)
+    p->shadow_slots = p->phantom_slots + p->active;
+    for (uint32_t i = 0; i < 3 * p->active; i++)
         atomic_init(&p->linger_slots[i], SLUICE__LINGER_FREE);
 }
 
@@ -180,7 +182,7 @@ SLUICE_INLINE int sluice_pool_create(const struct sluice_pool_desc *desc, struct
     if (status != SLUICE_OK)
         return status;
     size_t slots_at = (size + SLUICE_CACHELINE - 1) / SLUICE_CACHELINE * SLUICE_CACHELINE;
-    size = slots_at + 2 * (size_t)d.active * sizeof(_Atomic(int64_t));
+    size = slots_at + 3 * (size_t)d.active * sizeof(_Atomic(int64_t));
     struct sluice_pool *p = (struct sluice_pool *)sluice__alloc(d.allocator, size, SLUICE_CACHELINE);
     if (!p)
         return SLUICE_ENOMEM;

@@ -102,6 +102,7 @@ SLUICE_INLINE void sluice__pool_start(struct sluice_pool *p, struct sluice_call 
     call->in_flight_at_start = atomic_fetch_add_explicit(&p->in_flight, 1u, SLUICE_RELAXED) + 1u;
     call->limit_at_start = p->discovery ? sluice_discovery_limit(p->discovery) : 0;
     call->phantoms_at_start = atomic_load_explicit(&p->phantoms, SLUICE_RELAXED);
+    call->shadows_at_start = atomic_load_explicit(&p->shadows, SLUICE_RELAXED);
     if (p->active && p->start_percent && !p->queue_late)
         sluice__pool_sojourn(p, call->queued_ns, call->start_ns);
 }
@@ -140,7 +141,7 @@ SLUICE_INLINE int sluice_pool_call_begin_by(struct sluice_pool *p,
         status = SLUICE_ECLOSED;
     call->refused_late = false;
     call->expired = SLUICE_EXPIRED_NONE;
-    call->phantoms_at_start = 0;
+    call->phantoms_at_start = call->shadows_at_start = 0;
     if (p->active)
         sluice__pool_reap(p); /* a permit whose linger is over is free for this call */
     /* tryacquire never jumps the queue; only a call that must queue pays
@@ -333,7 +334,8 @@ SLUICE_INLINE void sluice_pool_call_begin_async(struct sluice_pool *p, struct sl
     w->sluice__next = w->sluice__prev = NULL;
     w->sluice__held = false;
     w->sluice__arrived = sluice_clock_now(&p->clock);
-    w->call.in_flight_at_start = w->call.limit_at_start = w->call.phantoms_at_start = 0;
+    w->call.in_flight_at_start = w->call.limit_at_start = 0;
+    w->call.phantoms_at_start = w->call.shadows_at_start = 0;
     w->call.refused_late = false;
     w->call.expired = SLUICE_EXPIRED_NONE;
     w->sluice__gate.cb = sluice__pool_async_granted;
@@ -591,7 +593,8 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon_latency(struct sluic
             until = sluice_service_linger_until(&p->service, call->start_ns, now,
                                                 p->linger_max_ns);
         if (mode == SLUICE_LINGER_LEARNED && until > now &&
-            sluice__pool_trial(p, sluice__pool_phantom_until(p, call->start_ns, now, until)))
+            sluice__pool_trial(p, sluice__pool_phantom_until(p, call->start_ns, now, until),
+                               until))
             until = 0;
     }
     enum sluice_outcome outcome = latency_ns >= 0                  ? SLUICE_OUTCOME_OK
@@ -605,15 +608,16 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon_latency(struct sluic
  * can still read the answer: should it? Returns how long to read it on (ns),
  * or 0 where the call is to be cut and abandoned now (then call
  * sluice_pool_call_abandon as before): where the pool would not keep its
- * permit anyway (sluice_pool_linger_left: lingering off, LEARNED at a
+ * permit anyway (sluice_pool_read_on_left: lingering off, LEARNED at a
  * locked ceiling for a call young enough to be a trial phantom,
- * linger_max_ms passed). Where it returns more, the call is
- * counted in the timeouts (its caller's deadline) and stays in flight with
- * its permit; the transport drops what comes and ends the call as any other
- * when the answer ends (sluice_pool_call_end_latency: discovery sees the
- * whole call, not a censored one, and the permit comes back when the
- * provider is done, not when an estimate says), or, once the returned time
- * has passed, abandons it with `why` 0. Why: a permit kept for an estimate
+ * linger_max_ms passed). Where it returns more (until linger_max_ms from the
+ * call's start), the call is counted in the timeouts (its caller's deadline)
+ * and stays in flight with its permit; the transport drops what comes and
+ * ends the call as any other when the answer ends
+ * (sluice_pool_call_end_latency: discovery sees the whole call, not a
+ * censored one, and the permit comes back when the provider is done, not
+ * when an estimate says), or, once the returned time has passed, abandons it
+ * with `why` 0. Why: a permit kept for an estimate
  * cannot tell the calls the provider still runs from those it has finished,
  * and under deadlines that cut a third of the calls the estimate's phantoms
  * hold the limit one or two above a cap of 52 (bench/RESULTS.md, the
@@ -622,7 +626,7 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon_latency(struct sluic
 SLUICE_INLINE int64_t sluice_pool_call_read_on(struct sluice_pool *p,
                                                const struct sluice_call *call)
 {
-    int64_t left = sluice_pool_linger_left(p, sluice_clock_now(&p->clock) - call->start_ns);
+    int64_t left = sluice_pool_read_on_left(p, sluice_clock_now(&p->clock) - call->start_ns);
     if (left > 0)
         sluice__pool_count_stop(p, SLUICE_ETIMEDOUT);
     return left;

@@ -73,23 +73,24 @@ SLUICE_INLINE void sluice__pool_linger_lower(struct sluice_pool *p, int64_t at)
         ;
 }
 
-/* Forget the trial phantoms whose likely end has passed (see enum sluice_linger). Call with
- * linger_lock held. */
-SLUICE_INLINE void sluice__pool_reap_phantoms_locked(struct sluice_pool *p, int64_t now)
+/* Forget the trial's phantoms (or shadows: `slots` and their `count`) whose time has passed
+ * (sluice__pool_trial). Call with linger_lock held. */
+SLUICE_INLINE void sluice__pool_reap_trial_locked(struct sluice_pool *p, _Atomic(int64_t) *slots,
+                                                  _Atomic(uint32_t) *count, int64_t now)
 {
     for (uint32_t i = 0; i < p->active; i++) {
-        int64_t at = atomic_load_explicit(&p->phantom_slots[i], SLUICE_RELAXED);
+        int64_t at = atomic_load_explicit(&slots[i], SLUICE_RELAXED);
         if (at != SLUICE__LINGER_FREE && at <= now) {
-            atomic_store_explicit(&p->phantom_slots[i], SLUICE__LINGER_FREE, SLUICE_RELAXED);
-            atomic_fetch_sub_explicit(&p->phantoms, 1u, SLUICE_RELAXED);
+            atomic_store_explicit(&slots[i], SLUICE__LINGER_FREE, SLUICE_RELAXED);
+            atomic_fetch_sub_explicit(count, 1u, SLUICE_RELAXED);
         }
     }
 }
 
 /*
  * Release every lingering permit whose time has come (and forget the trial
- * phantoms whose time has come). Cheap when none lingers (two relaxed
- * loads) or none is due. One reaper at a time (a try-lock: a caller that
+ * phantoms and shadows whose time has come). Cheap when none lingers (three
+ * relaxed loads) or none is due. One reaper at a time (a try-lock: a caller that
  * finds it taken leaves the work to the holder). The reaper first resets
  * linger_next, then scans and lowers it to what is left: an abandon that
  * lands during the scan lowers it after the reset, so no release instant
@@ -98,15 +99,18 @@ SLUICE_INLINE void sluice__pool_reap_phantoms_locked(struct sluice_pool *p, int6
  */
 SLUICE_INLINE void sluice__pool_reap(struct sluice_pool *p)
 {
-    bool phantoms = atomic_load_explicit(&p->phantoms, SLUICE_RELAXED) != 0;
+    bool phantoms = atomic_load_explicit(&p->phantoms, SLUICE_RELAXED) != 0 ||
+                    atomic_load_explicit(&p->shadows, SLUICE_RELAXED) != 0;
     if (SLUICE_LIKELY(!atomic_load_explicit(&p->lingering, SLUICE_RELAXED) && !phantoms))
         return;
     int64_t now = sluice_clock_now(&p->clock);
     if ((!phantoms && now < atomic_load_explicit(&p->linger_next, SLUICE_SEQ_CST)) ||
         !sluice_spinlock_trylock(&p->linger_lock))
         return;
-    if (phantoms)
-        sluice__pool_reap_phantoms_locked(p, now);
+    if (phantoms) {
+        sluice__pool_reap_trial_locked(p, p->phantom_slots, &p->phantoms, now);
+        sluice__pool_reap_trial_locked(p, p->shadow_slots, &p->shadows, now);
+    }
     atomic_store_explicit(&p->linger_next, INT64_MAX, SLUICE_SEQ_CST);
     uint32_t freed = 0;
     int64_t next = INT64_MAX;
@@ -299,52 +303,52 @@ SLUICE_INLINE uint32_t sluice__pool_trial_ceiling(const struct sluice_pool *p)
     return p->discovery ? sluice_discovery_ceiling(p->discovery) : 0;
 }
 
-/* The trial's ceiling when the call started with its own count plus the phantoms
- * (abandoned calls released on trial, perhaps still running) above it, where the provider
- * refuses if they still run; 0 when it did not (or there is no trial). */
-SLUICE_INLINE uint32_t sluice__pool_phantoms_passed(const struct sluice_pool *p,
-                                                    const struct sluice_call *call)
+/* The trial's ceiling when the call started with its own count plus `released` (its
+ * phantoms or its shadows, sluice__pool_trial) above it, where the provider refuses if they
+ * still run; 0 when it did not (or there is no trial). */
+SLUICE_INLINE uint32_t sluice__pool_trial_passed(const struct sluice_pool *p,
+                                                 const struct sluice_call *call, uint32_t released)
 {
-    if (SLUICE_LIKELY(!call->phantoms_at_start))
-        return 0;
-    uint32_t ceiling = sluice__pool_trial_ceiling(p);
-    return ceiling && call->in_flight_at_start + call->phantoms_at_start > ceiling ? ceiling : 0;
+    uint32_t ceiling = released ? sluice__pool_trial_ceiling(p) : 0;
+    return ceiling && call->in_flight_at_start + released > ceiling ? ceiling : 0;
 }
 
 /*
- * LEARNED lingering, the trial's verdict from one ended call whose phantoms
- * passed the ceiling (sluice__pool_phantoms_passed): refused, the phantoms
- * were still running there (it keeps working: lingering on for good);
- * served, they were not — after SLUICE_POOL_LINGER_TRIAL_CALLS of them it
- * frees the slot of an abandoned call (lingering off for good).
+ * LEARNED lingering, the trial's verdict from one ended call that started with
+ * released calls above the ceiling: refused beside its shadows, they were
+ * still running there (it keeps working: lingering on for good); served
+ * beside its phantoms, which would surely still be running, they were not —
+ * after SLUICE_POOL_LINGER_TRIAL_CALLS of them it frees the slot of an
+ * abandoned call (lingering off for good).
  */
 SLUICE_INLINE void sluice__pool_linger_verdict(struct sluice_pool *p, const struct sluice_call *call,
                                                enum sluice_outcome outcome)
 {
-    if (SLUICE_LIKELY(!call->phantoms_at_start) || p->linger != SLUICE_LINGER_LEARNED ||
-        atomic_load_explicit(&p->linger_learned, SLUICE_RELAXED) != SLUICE_LINGER_LEARNED ||
-        !sluice__pool_phantoms_passed(p, call))
+    if (SLUICE_LIKELY(!call->shadows_at_start) || p->linger != SLUICE_LINGER_LEARNED ||
+        atomic_load_explicit(&p->linger_learned, SLUICE_RELAXED) != SLUICE_LINGER_LEARNED)
         return;
-    if (outcome == SLUICE_OUTCOME_OVERLOAD)
+    if (outcome == SLUICE_OUTCOME_OVERLOAD &&
+        sluice__pool_trial_passed(p, call, call->shadows_at_start))
         atomic_store_explicit(&p->linger_learned, (uint32_t)SLUICE_LINGER_ON, SLUICE_RELAXED);
     else if (outcome == SLUICE_OUTCOME_OK &&
+             sluice__pool_trial_passed(p, call, call->phantoms_at_start) &&
              atomic_fetch_add_explicit(&p->trial_served, 1u, SLUICE_RELAXED) + 1u >=
                  SLUICE_POOL_LINGER_TRIAL_CALLS)
         atomic_store_explicit(&p->linger_learned, (uint32_t)SLUICE_LINGER_OFF, SLUICE_RELAXED);
 }
 
-/* A refusal the trial's phantoms explain: the call started with its own count at or under
- * the ceiling and the phantoms above it, so the provider refused exactly where the lock
- * says it would if the phantoms were still running (which is what the trial asks). It says
- * nothing new about the cap: discovery hears it as IGNORE, not as a refusal at the lock,
- * which would back the limit off (it cut 24 to 21, one run in two, over HTTP). */
+/* A refusal the trial's released calls explain: the call started with its own count at or
+ * under the ceiling and its shadows above it, so the provider refused exactly where the lock
+ * says it would if they were still running (which is what the trial asks). It says nothing
+ * new about the cap: discovery hears it as IGNORE, not as a refusal at the lock, which would
+ * back the limit off (it cut 24 to 21, one run in two, over HTTP). */
 SLUICE_INLINE bool sluice__pool_phantom_refusal(const struct sluice_pool *p,
                                                 const struct sluice_call *call,
                                                 enum sluice_outcome outcome)
 {
-    if (SLUICE_LIKELY(!call->phantoms_at_start) || outcome != SLUICE_OUTCOME_OVERLOAD)
+    if (SLUICE_LIKELY(!call->shadows_at_start) || outcome != SLUICE_OUTCOME_OVERLOAD)
         return false;
-    uint32_t ceiling = sluice__pool_phantoms_passed(p, call);
+    uint32_t ceiling = sluice__pool_trial_passed(p, call, call->shadows_at_start);
     return ceiling && call->in_flight_at_start <= ceiling;
 }
 
@@ -369,22 +373,38 @@ SLUICE_INLINE int64_t sluice__pool_phantom_until(const struct sluice_pool *p, in
     return sure <= now ? 0 : sure < until ? sure : until;
 }
 
-/* LEARNED lingering, undecided, with a ceiling to test against: release an abandoned call's
- * permit at once and remember it as a phantom until `until` (sluice__pool_phantom_until). False:
- * no trial (no ceiling, `until` 0, or every phantom slot is taken): keep the permit instead. */
-SLUICE_INLINE bool sluice__pool_trial(struct sluice_pool *p, int64_t until)
+/* Claim a free one of `slots` until `until` and count it; false when all are taken. */
+SLUICE_INLINE bool sluice__pool_trial_claim(struct sluice_pool *p, _Atomic(int64_t) *slots,
+                                            _Atomic(uint32_t) *count, int64_t until)
 {
-    if (!until || !sluice__pool_trial_ceiling(p))
-        return false;
     for (uint32_t i = 0; i < p->active; i++) {
         int64_t free_slot = SLUICE__LINGER_FREE;
-        if (atomic_compare_exchange_strong_explicit(&p->phantom_slots[i], &free_slot, until,
-                                                    SLUICE_RELAXED, SLUICE_RELAXED)) {
-            atomic_fetch_add_explicit(&p->phantoms, 1u, SLUICE_RELAXED);
+        if (atomic_compare_exchange_strong_explicit(&slots[i], &free_slot, until, SLUICE_RELAXED,
+                                                    SLUICE_RELAXED)) {
+            atomic_fetch_add_explicit(count, 1u, SLUICE_RELAXED);
             return true;
         }
     }
     return false;
+}
+
+/*
+ * LEARNED lingering, undecided, with a ceiling to test against: release an abandoned call's
+ * permit at once and remember it as a phantom until `sure` (sluice__pool_phantom_until: calls
+ * served beside it say the provider freed its slot), and as a shadow until `until`, its
+ * lingering permit's end (refusals beside it are its doing, if the provider still runs it).
+ * Why both: past `sure` the call most likely still runs (a stream stopped 0.36 s in ran on
+ * about a second at the provider); forgotten there, the refusals it caused read as a cap
+ * come down at the lock. False: no trial (no ceiling, `sure` 0, or every phantom slot is
+ * taken): keep the permit instead.
+ */
+SLUICE_INLINE bool sluice__pool_trial(struct sluice_pool *p, int64_t sure, int64_t until)
+{
+    if (!sure || !sluice__pool_trial_ceiling(p) ||
+        !sluice__pool_trial_claim(p, p->phantom_slots, &p->phantoms, sure))
+        return false;
+    sluice__pool_trial_claim(p, p->shadow_slots, &p->shadows, until); /* none free: unexplained */
+    return true;
 }
 
 /* What an abandoned call does with its permit now: SLUICE_LINGER_ON (keep it), _OFF (release
@@ -405,16 +425,9 @@ SLUICE_INLINE enum sluice_linger sluice_pool_linger_now(const struct sluice_pool
  * A call older than that keeps its permit under a trial too, so it counts:
  * after a lock, calls cut at deadlines past the floor quantile are most cut
  * calls (over HTTP, cap 24, 250 ms deadlines: 769 of 769 lingered in 30 s).
- * For a caller that can still see the answer once its own client has gone
- * (sluice-proxy, a stream its client stopped): while the permit is held
- * anyway, the provider's own end is better evidence than the estimate, so it
- * reads the answer on for up to this long and ends the call as any other when
- * the answer does, or abandons it then (and the permit lingers as any
- * abandoned call's: the answer was still coming). The estimate is the high
- * quantile of service times after now (sluice_service_linger_until): over
- * HTTP, streams whose lengths spread tenfold, stopped after three chunks, held
- * 3-4 slots at a provider where the estimate's permits counted 1-2 at three
- * of the refusals that cut its limit.
+ * The estimate is the high quantile of service times after now
+ * (sluice_service_linger_until). A caller that can still see the answer reads
+ * it on instead (sluice_pool_read_on_left).
  */
 SLUICE_INLINE int64_t sluice_pool_linger_left(const struct sluice_pool *p, int64_t age_ns)
 {
@@ -427,6 +440,24 @@ SLUICE_INLINE int64_t sluice_pool_linger_left(const struct sluice_pool *p, int64
         sluice__pool_phantom_until(p, now - age_ns, now, until)) /* as abandon decides */
         return 0;
     return until > now ? until - now : 0;
+}
+
+/*
+ * How long to read on the answer of a call whose caller is gone, after running age_ns (ns),
+ * for a transport that can still see it (sluice-proxy, a stream its client stopped; the curl
+ * loop's `cut`, sluice_pool_call_read_on): 0 where the pool would not keep the permit
+ * (sluice_pool_linger_left), else until linger_max_ms from the call's start. While the permit
+ * is held anyway, the provider's own end is better evidence than any estimate: the call ends
+ * as any other when the answer does. Not until the estimate, which is for permits kept blind:
+ * an answer still coming is a call the provider still runs, and cut at the estimate the long
+ * answers (the tail the estimate leaves out) ran on at the provider behind a count that had
+ * let them go. Over HTTP, streams whose lengths spread tenfold, stopped after three chunks,
+ * held 3-4 slots at a provider where lingering permits counted 1-2 at three of the refusals
+ * that cut its limit.
+ */
+SLUICE_INLINE int64_t sluice_pool_read_on_left(const struct sluice_pool *p, int64_t age_ns)
+{
+    return sluice_pool_linger_left(p, age_ns) > 0 ? p->linger_max_ns - age_ns : 0;
 }
 
 /*

@@ -168,8 +168,10 @@ struct sluice_call {
                                     too little left: see sluice/pool_deadlines.h) */
     enum sluice_expiry expired;  /* with SLUICE_ETIMEDOUT: which deadline ended (or would have
                                     ended) the call */
-    uint32_t phantoms_at_start;  /* abandoned calls released on trial and perhaps still running
+    uint32_t phantoms_at_start;  /* abandoned calls released on trial and surely still running
                                     at the provider when this one started (LEARNED lingering) */
+    uint32_t shadows_at_start;   /* ... and those perhaps still running (the phantoms among
+                                    them): sluice__pool_trial */
 };
 
 /*
@@ -229,7 +231,8 @@ struct sluice_pool {
     /* LEARNED lingering: what the trial found (SLUICE_LINGER_LEARNED while undecided, then
      * _ON: the provider keeps working, or _OFF: it frees the slot), and the trial's state. */
     _Atomic(uint32_t) linger_learned;
-    _Atomic(uint32_t) phantoms;      /* abandoned calls released on trial, perhaps still running */
+    _Atomic(uint32_t) phantoms;      /* abandoned calls released on trial, surely still running */
+    _Atomic(uint32_t) shadows;       /* ... perhaps still running (the phantoms among them) */
     _Atomic(uint32_t) trial_served;  /* calls served above the ceiling with phantoms around */
     /* The standing-queue test (CoDel's): the least queue wait of the calls started in the
      * current interval, when it ends (pool clock), and whether the last one's passed the
@@ -240,6 +243,7 @@ struct sluice_pool {
     _Atomic(int64_t) standing_refused; /* INT64_MIN = never */
     _Atomic(int64_t) *phantom_slots; /* until when each counts (sluice__pool_phantom_until);
                                         SLUICE__LINGER_FREE = empty */
+    _Atomic(int64_t) *shadow_slots;  /* the same for the shadows (sluice__pool_trial) */
     /* Lingering permits: one slot per permit (active of them), after the discovery block. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) _Atomic(uint32_t) lingering;
     _Atomic(uint32_t) linger_epoch;  /* bumped when a linger is added: watchers re-time */

@@ -531,7 +531,7 @@ static int64_t sluice__expire(struct sluice_curl_loop *loop)
         struct sluice__rec *rec = loop->heap_recs[0];
         if (rec->stage == SLUICE__TRANSFERRING) {
             sluice__heap_remove(loop, rec);
-            if (rec->reading_on) /* past the pool's estimate: cut after all */
+            if (rec->reading_on) /* past linger_max_ms: cut after all */
                 sluice__complete_transfer(rec, CURLE_OPERATION_TIMEDOUT, SLUICE__CURL_RAN);
             else if (rec->expired == SLUICE_EXPIRED_CALL)
                 sluice__deadline_reached(rec);

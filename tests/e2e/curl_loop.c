@@ -719,17 +719,20 @@ static void on_cut(const struct sluice_curl_result *r, void *data)
 }
 
 /* One request with a 300 ms deadline and `cut` to a provider that answers after `answer_ms`,
- * on a pool of 2 whose abandoned calls do `linger` and that has seen calls of `seen_ms` (it
- * starts every call: the deadline rules would refuse one expected to outlast its deadline). */
+ * on a pool of 2 whose abandoned calls do `linger` (for at most `linger_max_ms` from their
+ * start; 0: the default) and that has seen calls of `seen_ms` (it starts every call: the
+ * deadline rules would refuse one expected to outlast its deadline). */
 static struct sluice_curl_loop *submit_read_on(int answer_ms, enum sluice_linger linger,
-                                               int seen_ms, struct sluice_engine **e,
-                                               struct tracker *t, struct req *q)
+                                               uint32_t linger_max_ms, int seen_ms,
+                                               struct sluice_engine **e, struct tracker *t,
+                                               struct req *q)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 4, .median_ms = answer_ms,
                                    .fixed_latency = true});
-    *e = fx_engine_with(2, -1, NULL,
-                        &(struct sluice_deadline_desc){.start_quantile = SLUICE_SOME(0),
-                                                       .linger = linger});
+    struct sluice_deadline_desc dl = {.start_quantile = SLUICE_SOME(0), .linger = linger};
+    if (linger_max_ms)
+        dl.linger_max_ms = SLUICE_SOME(linger_max_ms);
+    *e = fx_engine_with(2, -1, NULL, &dl);
     fx_teach_service(*e, seen_ms * SLUICE_NS_PER_MS, SLUICE_SERVICE_MIN_SAMPLES);
     struct sluice_curl_loop *loop = loop_with(*e, t, REQS(q));
     curl_easy_setopt(q->easy, CURLOPT_WRITEFUNCTION, count_body);
@@ -750,7 +753,7 @@ LOOP_TEST(a_transfer_past_its_deadline_is_answered_there_and_read_on_to_the_prov
     struct tracker t;
     struct req q;
     /* Answers after 900 ms; calls seen to take 2 s, so the pool would keep the permit. */
-    struct sluice_curl_loop *loop = submit_read_on(900, SLUICE_LINGER_ON, 2000, &e, &t, &q);
+    struct sluice_curl_loop *loop = submit_read_on(900, SLUICE_LINGER_ON, 0, 2000, &e, &t, &q);
     WAIT_UNTIL(atomic_load(&q.cut_count) == 1);
     cr_assert_eq(q.done_at_cut, 0, "cut came after done");
     cr_assert_eq(q.cut_r.status, SLUICE_ETIMEDOUT, "%s", sluice_status_name(q.cut_r.status));
@@ -777,13 +780,31 @@ LOOP_TEST(a_transfer_past_its_deadline_is_answered_there_and_read_on_to_the_prov
     loop_done_idle(e, loop, REQS(&q));
 }
 
-LOOP_TEST(a_transfer_read_on_past_the_pools_estimate_is_cut_after_all)
+LOOP_TEST(a_transfer_read_on_past_the_pools_estimate_goes_on_to_the_providers_end)
 {
     struct sluice_engine *e;
     struct tracker t;
     struct req q;
-    /* Calls seen to take 400 ms, this one 20 s: past the estimate, it is abandoned. */
-    struct sluice_curl_loop *loop = submit_read_on(20000, SLUICE_LINGER_ON, 400, &e, &t, &q);
+    /* Calls seen to take 100 ms, this one 900: the answer still coming is the provider's own
+     * word that it still runs the call, so it is read on past the estimate. */
+    struct sluice_curl_loop *loop = submit_read_on(900, SLUICE_LINGER_ON, 0, 100, &e, &t, &q);
+    WAIT_UNTIL(atomic_load(&q.cut_count) == 1);
+    wait_done(&t, 1, 3000);
+    cr_assert_eq(q.r.status, SLUICE_OK, "cut at the estimate: %s", sluice_status_name(q.r.status));
+    cr_assert_eq(q.r.http_status, 200);
+    struct sluice_pool_counts c = fx_counts(e);
+    cr_assert_eq(c.lingered, 0, "the permit came back with the answer, no estimate kept it");
+    cr_assert_eq(c.in_flight, 0);
+    loop_done_idle(e, loop, REQS(&q));
+}
+
+LOOP_TEST(a_transfer_read_on_past_linger_max_is_cut_after_all)
+{
+    struct sluice_engine *e;
+    struct tracker t;
+    struct req q;
+    /* This one takes 20 s; permits are kept and answers read on 1.5 s at most. */
+    struct sluice_curl_loop *loop = submit_read_on(20000, SLUICE_LINGER_ON, 1500, 400, &e, &t, &q);
     WAIT_UNTIL(atomic_load(&q.cut_count) == 1);
     wait_done(&t, 1, 5000);
     cr_assert_eq(q.r.status, SLUICE_ETIMEDOUT, "%s", sluice_status_name(q.r.status));
@@ -797,7 +818,7 @@ LOOP_TEST(where_the_pool_keeps_no_permit_a_transfer_with_cut_is_cut_at_its_deadl
     struct sluice_engine *e;
     struct tracker t;
     struct req q;
-    struct sluice_curl_loop *loop = submit_read_on(900, SLUICE_LINGER_OFF, 2000, &e, &t, &q);
+    struct sluice_curl_loop *loop = submit_read_on(900, SLUICE_LINGER_OFF, 0, 2000, &e, &t, &q);
     wait_done(&t, 1, 3000);
     cr_assert_eq(atomic_load(&q.cut_count), 0, "read on where the provider frees the slot");
     cr_assert_eq(q.r.status, SLUICE_ETIMEDOUT);

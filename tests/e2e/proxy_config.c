@@ -640,13 +640,14 @@ Test(proxy_config, an_ipv6_admin_address_is_printed_as_a_url_that_answers)
 /* One backend of one permit, lingering as `linger` says ("" = the default, learned), before a
  * provider that streams every answer in 0.55 s (50 ms to the first token, then 25 tokens 20 ms
  * apart) and keeps generating one whose client left: four whole streams (so the pool knows how
- * long a call takes), then one whose client hangs up after STOP_AFTER of its events, about
- * 0.25 s in. The permit would linger about a whole call after the hang-up (the calls' high
- * quantile), and the answer has 0.25 s less than that left to run: the margin a loaded
- * machine's delays must not eat. The simulator's counts once it is idle. */
+ * long a call takes; with `short_first`, four answers not streamed, of 50 ms), then one whose
+ * client hangs up after STOP_AFTER of its events, about 0.25 s in. The permit would linger
+ * about a whole call after the hang-up (the calls' high quantile), and the answer has 0.25 s
+ * less than that left to run: the margin a loaded machine's delays must not eat. The
+ * simulator's counts once it is idle. */
 #define STOP_AFTER 10
 
-static struct fx_stats stop_a_stream(const char *linger)
+static struct fx_stats stop_a_stream(const char *linger, bool short_first)
 {
     px_sim_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 50,
                                        .fixed_latency = true, .stream = true,
@@ -654,9 +655,10 @@ static struct fx_stats stop_a_stream(const char *linger)
                  NULL);
     start_one_permit(linger);
     static const char body[] = "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}";
+    static const char whole[] = "{\"model\":\"sim\",\"messages\":[]}";
     for (int i = 0; i < 4; i++) {
         struct px_reply r;
-        px_request(&px_main, "/v1/chat/completions", body, NULL, &r);
+        px_request(&px_main, "/v1/chat/completions", short_first ? whole : body, NULL, &r);
         cr_assert_eq(r.status, 200, "stream %d: %ld %s", i, r.status, r.body);
     }
     int fd = px_connect(&px_main);
@@ -690,7 +692,7 @@ static struct fx_stats stop_a_stream(const char *linger)
  * disconnect, as vLLM does) it hangs up at once. */
 Test(proxy_config, a_stopped_stream_is_read_to_its_end_where_its_permit_would_linger)
 {
-    struct fx_stats s = stop_a_stream("");
+    struct fx_stats s = stop_a_stream("", false);
     cr_assert_eq(s.cancelled, 0, "the proxy hung up on the stopped stream");
     cr_assert_eq(s.ok, 5, "%ld streams ended whole at the provider", s.ok);
     WAIT_UNTIL(px_node_count(&px_main, "cloud:sim", "in_flight") == 0);
@@ -698,9 +700,60 @@ Test(proxy_config, a_stopped_stream_is_read_to_its_end_where_its_permit_would_li
     cr_assert_eq(px_node_count(&px_main, "cloud:sim", "cancels_total"), 0);
 }
 
+/* The same after calls of 50 ms: the stream outlives the pool's estimate (the high quantile of
+ * those calls) by far, and while it is still coming the provider is still running it, so it is
+ * read to its end (cut at the estimate, the provider went on behind a permit let go). */
+Test(proxy_config, a_stopped_stream_is_read_to_its_end_past_the_pools_estimate)
+{
+    struct fx_stats s = stop_a_stream("", true);
+    cr_assert_eq(s.cancelled, 0, "the proxy hung up on the stopped stream at the estimate");
+    cr_assert_eq(s.ok, 5, "%ld answers ended whole at the provider", s.ok);
+    WAIT_UNTIL(px_node_count(&px_main, "cloud:sim", "in_flight") == 0);
+    cr_assert_eq(px_node_count(&px_main, "cloud:sim", "lingered_total"), 0, "its permit lingered");
+}
+
+/* An endless stream of 4 KiB tokens to a client that never reads: its socket and the proxy's
+ * buffer fill, the transfer pauses, and after --client-timeout-ms without reading the client
+ * is gone. Its permit would linger, so the answer is read on, but no longer than
+ * linger_max_ms from the call's start: then the upstream call is cancelled. */
+Test(proxy_config, a_client_that_stops_reading_an_endless_stream_loses_its_call)
+{
+    px_sim_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5, .stream = true,
+                                       .stream_endless = true, .token_ms = 1,
+                                       .token_bytes = 4096, .abandoned_free = true},
+                 NULL);
+    char text[512], conf[128];
+    snprintf(text, sizeof text, "%s",
+             "backends = ( { id = \"cloud:sim\"; upstream = \"http://127.0.0.1:%1$d\";\n"
+             "  linger_max_ms = 1000; } );\n");
+    write_config("endless.conf", text, fx_sim.port, conf, sizeof conf);
+    const char *args[] = {"--config", conf, "--state", "off", "--access-log", "off",
+                          "--client-timeout-ms", "300", NULL};
+    cr_assert_eq(px_start(&px_main, args), 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = px__addr(&px_main);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    static const char body[] = "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}";
+    char req[512];
+    snprintf(req, sizeof req,
+             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             strlen(body), body);
+    cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    /* ... and never read. */
+    int64_t deadline = fx_now_ms() + 15000;
+    struct fx_stats s;
+    while ((s = fx_stats()).cancelled < 1 && fx_now_ms() < deadline)
+        fx_sleep_ms(100);
+    close(fd);
+    cr_assert_eq(s.cancelled, 1, "a client that reads nothing kept its upstream call");
+}
+
 Test(proxy_config, a_stopped_stream_is_hung_up_on_at_once_where_lingering_is_off)
 {
-    struct fx_stats s = stop_a_stream("linger = \"off\";");
+    struct fx_stats s = stop_a_stream("linger = \"off\";", false);
     cr_assert_eq(s.cancelled, 1, "the proxy read on a stream whose provider stops on a hang-up");
     cr_assert_eq(s.ok, 4);
 }

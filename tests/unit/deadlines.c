@@ -996,6 +996,39 @@ Test(deadlines, a_refusal_the_trials_phantoms_explain_leaves_the_limit_at_the_lo
     sluice_pool_destroy(p);
 }
 
+/* Past its phantom's end (the floor quantile from its start) a call released on trial most
+ * likely still runs: until its lingering permit would have ended it is a shadow, and a refusal
+ * beside it at the ceiling is the trial's answer too (lingering on), not a cap come down. */
+Test(deadlines, a_refusal_a_released_call_may_still_explain_leaves_the_limit_at_the_lock)
+{
+    struct sluice_pool *p = locked_pool(4);
+    struct sluice_call cut, calls[4];
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &cut), SLUICE_OK);
+    fake_clock_advance(&clk, 100 * MS);
+    /* Released on trial: a phantom until 1 s from its start, a shadow until 1.1 s. */
+    sluice_pool_call_abandon(p, &cut, SLUICE_ETIMEDOUT);
+    fake_clock_advance(&clk, 950 * MS);
+    for (int round = 0; round < 6; round++) { /* at the pace of the lock: 4 calls a second */
+        cr_assert_eq(sluice_pool_stats(p).active, 4, "the limit stays at the lock");
+        for (int i = 0; i < 4; i++)
+            cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &calls[i]), SLUICE_OK);
+        if (round == 0) {
+            cr_assert_eq(calls[3].phantoms_at_start, 0, "past the floor: no phantom");
+            cr_assert_eq(calls[3].shadows_at_start, 1, "... but perhaps still running");
+        }
+        fake_clock_advance(&clk, SEC);
+        for (int i = 0; i < 4; i++)
+            sluice_pool_call_end(p, &calls[i],
+                                 round == 0 && i == 3 ? SLUICE_OUTCOME_OVERLOAD : SLUICE_OUTCOME_OK,
+                                 0);
+    }
+    cr_assert_eq(sluice_pool_stats(p).linger_now, SLUICE_LINGER_ON,
+                 "refused beside a call it released: the provider keeps working");
+    cr_assert_eq(sluice_pool_stats(p).active, 4, "the limit stays at the lock");
+    cr_assert_eq(sluice_discovery_ceiling(sluice_pool_discovery(p)), 4);
+    sluice_pool_destroy(p);
+}
+
 /* ---- a queue that stands is cut to its target (CoDel's sojourn rule) --------------------- */
 
 Test(deadlines, a_queue_that_stands_refuses_what_would_wait_past_its_target_however_far_the_deadline)

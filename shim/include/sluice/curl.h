@@ -546,12 +546,14 @@ struct sluice_curl_request {
      * the loop reads the answer on and drops it: `write`, `begun` and `finish` are not called
      * again (the handle's other callbacks, a header or progress function, still are). The
      * call ends when the answer does, with its permit coming back then and discovery seeing
-     * the whole call, not a censored one; one that outlives the pool's estimate is cut after
-     * all. `done` follows, exactly once as always, with how the transfer ended; the handle,
-     * `data` and the token are the loop's until then (a cancel still stops the reading). Where the pool would not keep the permit
-     * (lingering off, a LEARNED trial) the transfer is cut at `deadline` and `cut` is not
-     * called. Why: a permit kept for an estimate cannot tell the calls the provider still
-     * runs from those it has finished (bench/RESULTS.md, the censored and read_on rows). */
+     * the whole call, not a censored one (an answer still coming is one the provider still
+     * runs, so it is read on past any estimate); one still running linger_max_ms after its
+     * start is cut after all. `done` follows, exactly once as always, with how the transfer
+     * ended; the handle, `data` and the token are the loop's until then (a cancel still stops
+     * the reading). Where the pool would not keep the permit (lingering off, a LEARNED trial)
+     * the transfer is cut at `deadline` and `cut` is not called. Why: a permit kept for an
+     * estimate cannot tell the calls the provider still runs from those it has finished
+     * (bench/RESULTS.md, the censored and read_on rows). */
     sluice_curl_cut_fn cut;
 };
 

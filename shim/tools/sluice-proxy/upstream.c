@@ -860,13 +860,14 @@ void upstream_start(struct conn *c, struct backend *b, const char *path, const c
  * The client hung up. Its call is cancelled (the loop's cancel: a queued call leaves the line,
  * a transfer is cut and its permit lingers as the pool decides; after the answer's last event
  * it was a success, on_finish), except where the answer has begun, is not whole, and the pool
- * would keep the permit anyway (sluice_pool_linger_left: a provider that keeps generating what
+ * would keep the permit anyway (sluice_pool_read_on_left: a provider that keeps generating what
  * its client stopped, as hosted APIs do). Then the answer is read on and dropped, and the call
  * ends as any other when the answer does: its permit comes back when the provider is done,
- * not when the estimate says. Past that estimate it is cancelled after all
- * (upstream_sweep_read_on). Over HTTP (bench/openai_sdk_rate.py --case stream: every 4th chat
- * stopped after 3 chunks, answers spread tenfold) the estimate's permits counted 1-2 of the
- * 3-4 stopped streams the provider still ran at three of the refusals that cut the limit.
+ * not when an estimate says. Past linger_max_ms from its start, or when the upstream falls
+ * silent, it is cancelled after all (upstream_sweep_read_on). Over HTTP
+ * (bench/openai_sdk_rate.py --case stream: every 4th chat stopped after 3 chunks, answers
+ * spread tenfold) the estimate's permits counted 1-2 of the 3-4 stopped streams the provider
+ * still ran at three of the refusals that cut the limit.
  */
 void upstream_client_gone(struct conn *c)
 {
@@ -878,7 +879,7 @@ void upstream_client_gone(struct conn *c)
                                    ? sluice_engine_pool(p->engine, c->backend->id)
                                    : NULL;
     int64_t now = proxy_now_ns();
-    int64_t left = pool ? sluice_pool_linger_left(pool, now - c->t_start_ns) : 0;
+    int64_t left = pool ? sluice_pool_read_on_left(pool, now - c->t_start_ns) : 0;
     if (left <= 0) {
         sluice_curl_loop_cancel(p->loop, c->call_id);
         return;
@@ -894,7 +895,7 @@ void upstream_client_gone(struct conn *c)
         upstream_resume(c); /* nothing waits for its bytes now */
 }
 
-/* From the sweep: an answer read on past its estimate is cancelled (see upstream_client_gone);
+/* From the sweep: an answer read on past linger_max_ms is cancelled (see upstream_client_gone);
  * one whose upstream falls silent is cut as any other (upstream_sweep). */
 void upstream_sweep_read_on(struct proxy *p, int64_t now)
 {
