@@ -617,11 +617,11 @@ SLUICE_INLINE struct sluice_sample sluice_pool_call_abandon_latency(struct sluic
  * (sluice_pool_call_end_latency: discovery sees the whole call, not a
  * censored one, and the permit comes back when the provider is done, not
  * when an estimate says), or, once the returned time has passed, abandons it
- * with `why` 0. Why: a permit kept for an estimate
- * cannot tell the calls the provider still runs from those it has finished,
- * and under deadlines that cut a third of the calls the estimate's phantoms
- * hold the limit one or two above a cap of 52 (bench/RESULTS.md, the
- * censored rows; reading on meets the band in every seed). Never blocks.
+ * with `why` 0. Why: a permit kept for an estimate cannot tell the calls the
+ * provider still runs from those it has finished, and under deadlines that
+ * cut a third of the calls the estimate's phantoms hold the limit one or two
+ * above a cap of 52 (bench/RESULTS.md, the censored rows; reading on meets
+ * the band in every seed). Never blocks.
  */
 SLUICE_INLINE int64_t sluice_pool_call_read_on(struct sluice_pool *p,
                                                const struct sluice_call *call)

@@ -44,7 +44,7 @@
  * linger meet through seq_cst operations on linger_epoch and the
  * watcher's futex word (announce sleep, then re-check the epoch; bump the
  * epoch, then poke the watcher), so no new release instant goes unseen.
- * LEARNED lingering's trial state (phantoms, trial_served, linger_learned)
+ * LEARNED lingering's trial state (phantoms, shadows, trial_served, linger_learned)
  * is relaxed values read as estimates, never publications.
  */
 #ifndef SLUICE_POOL_LINGER_H
@@ -393,9 +393,9 @@ SLUICE_INLINE bool sluice__pool_trial_claim(struct sluice_pool *p, _Atomic(int64
  * permit at once and remember it as a phantom until `sure` (sluice__pool_phantom_until: calls
  * served beside it say the provider freed its slot), and as a shadow until `until`, its
  * lingering permit's end (refusals beside it are its doing, if the provider still runs it).
- * Why both: past `sure` the call most likely still runs (a stream stopped 0.36 s in ran on
- * about a second at the provider); forgotten there, the refusals it caused read as a cap
- * come down at the lock. False: no trial (no ceiling, `sure` 0, or every phantom slot is
+ * Why both: past `sure` the call most likely still runs (bench/openai_sdk_rate.py --case
+ * stream stops streams 0.36 s into answers of about 1.3 s); forgotten there, the refusals it
+ * caused read as a cap come down at the lock. False: no trial (no ceiling, `sure` 0, or every phantom slot is
  * taken): keep the permit instead.
  */
 SLUICE_INLINE bool sluice__pool_trial(struct sluice_pool *p, int64_t sure, int64_t until)

@@ -739,15 +739,6 @@ Test(proxy, clients_that_give_up_at_a_common_time_teach_it_their_patience)
     cr_assert_not_null(strstr(why, "X-Sluice-Start-Deadline-Ms"), "%s", why);
 }
 
-/* One "POST /v1/chat/completions" with a Content-Length body, for a raw connection. */
-static void raw_chat(char *out, size_t size, const char *body)
-{
-    snprintf(out, size,
-             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-             "application/json\r\nContent-Length: %zu\r\n\r\n%s",
-             strlen(body), body);
-}
-
 /* An upstream that takes a request and answers it after 2 s, unless the proxy leaves first. */
 static void *slow_upstream_conn(void *arg)
 {
@@ -808,7 +799,7 @@ Test(proxy, pipelined_requests_are_answered_in_order_on_one_connection)
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 20});
     start_proxy(NULL);
     char req[512], three[1536];
-    raw_chat(req, sizeof req, FX_REQUEST);
+    px_raw_chat(req, sizeof req, FX_REQUEST);
     snprintf(three, sizeof three, "%s%s%s", req, req, req);
     static char got[65536];
     px_raw(&px_main, (const char *[]){three, NULL}, 0, 3, got, sizeof got);
@@ -931,7 +922,7 @@ Test(proxy, a_client_past_the_descriptors_left_gets_503_and_the_proxy_does_not_s
      * descriptor either, and the 502 says so, not that the upstream did not answer. */
     cr_assert_geq(kept, 0, "every client was refused");
     char req[512];
-    raw_chat(req, sizeof req, FX_REQUEST);
+    px_raw_chat(req, sizeof req, FX_REQUEST);
     px_raw_on(fds[kept], (const char *[]){req, NULL}, 0, 1, got, sizeof got);
     cr_assert(!strncmp(got, "HTTP/1.1 502 ", 13), "%s", got);
     cr_assert_not_null(strstr(got, "no file descriptor left for its connection (Too many open "
@@ -968,7 +959,7 @@ Test(proxy, past_max_connections_a_new_client_gets_503_not_a_reset)
     start_proxy((const char *[]){"--max-connections", "1", "--retry-after", "3", NULL});
     /* The one connection allowed, answered (so the proxy has taken it) and held open. */
     char req[512];
-    raw_chat(req, sizeof req, FX_REQUEST);
+    px_raw_chat(req, sizeof req, FX_REQUEST);
     static char got[65536];
     int held = px_connect(&px_main);
     px_raw_on(held, (const char *[]){req, NULL}, 0, 1, got, sizeof got);
@@ -1036,7 +1027,7 @@ Test(proxy, a_chunked_request_body_is_accepted_and_forwarded)
     snprintf(first, sizeof first, "%zx;note=1\r\n%.*s\r\n", half, (int)half, FX_REQUEST);
     snprintf(second, sizeof second, "%zx\r\n%s\r\n0\r\nX-Trailer: t\r\n\r\n",
              strlen(FX_REQUEST) - half, FX_REQUEST + half);
-    raw_chat(next, sizeof next, FX_REQUEST);
+    px_raw_chat(next, sizeof next, FX_REQUEST);
     static char got[65536];
     bool closed = px_raw(&px_main, (const char *[]){head, first, second, next, NULL}, 30, 2,
                          got, sizeof got);
@@ -1128,7 +1119,7 @@ static int endless_stream_behind(const char *drain_ms, char *dir, char *log, siz
     start_proxy((const char *const[]){"--drain-ms", drain_ms, "--access-log", log, NULL});
     int fd = px_connect(&px_main);
     char req[512], got[4096];
-    raw_chat(req, sizeof req, "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}");
+    px_raw_chat(req, sizeof req, "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}");
     cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     cr_assert(px_read_head(fd, got, sizeof got), "no answer began: %s", got);
     return fd;

@@ -663,10 +663,7 @@ static struct fx_stats stop_a_stream(const char *linger, bool short_first)
     }
     int fd = px_connect(&px_main);
     char req[512], got[8192];
-    snprintf(req, sizeof req,
-             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\n\r\n%s",
-             strlen(body), body);
+    px_raw_chat(req, sizeof req, body);
     cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     size_t len = 0;
     int events = 0;
@@ -690,14 +687,18 @@ static struct fx_stats stop_a_stream(const char *linger, bool short_first)
  * back when the provider is done rather than when the estimate says; the pool hears a whole
  * call, not a cancel whose permit lingers. With lingering off (a server that aborts on
  * disconnect, as vLLM does) it hangs up at once. */
-Test(proxy_config, a_stopped_stream_is_read_to_its_end_where_its_permit_would_linger)
+static void expect_read_to_its_end(struct fx_stats s)
 {
-    struct fx_stats s = stop_a_stream("", false);
     cr_assert_eq(s.cancelled, 0, "the proxy hung up on the stopped stream");
-    cr_assert_eq(s.ok, 5, "%ld streams ended whole at the provider", s.ok);
+    cr_assert_eq(s.ok, 5, "%ld answers ended whole at the provider", s.ok);
     WAIT_UNTIL(px_node_count(&px_main, "cloud:sim", "in_flight") == 0);
     cr_assert_eq(px_node_count(&px_main, "cloud:sim", "lingered_total"), 0, "its permit lingered");
     cr_assert_eq(px_node_count(&px_main, "cloud:sim", "cancels_total"), 0);
+}
+
+Test(proxy_config, a_stopped_stream_is_read_to_its_end_where_its_permit_would_linger)
+{
+    expect_read_to_its_end(stop_a_stream("", false));
 }
 
 /* The same after calls of 50 ms: the stream outlives the pool's estimate (the high quantile of
@@ -705,11 +706,7 @@ Test(proxy_config, a_stopped_stream_is_read_to_its_end_where_its_permit_would_li
  * read to its end (cut at the estimate, the provider went on behind a permit let go). */
 Test(proxy_config, a_stopped_stream_is_read_to_its_end_past_the_pools_estimate)
 {
-    struct fx_stats s = stop_a_stream("", true);
-    cr_assert_eq(s.cancelled, 0, "the proxy hung up on the stopped stream at the estimate");
-    cr_assert_eq(s.ok, 5, "%ld answers ended whole at the provider", s.ok);
-    WAIT_UNTIL(px_node_count(&px_main, "cloud:sim", "in_flight") == 0);
-    cr_assert_eq(px_node_count(&px_main, "cloud:sim", "lingered_total"), 0, "its permit lingered");
+    expect_read_to_its_end(stop_a_stream("", true));
 }
 
 /* An endless stream of 4 KiB tokens to a client that never reads: its socket and the proxy's
@@ -735,12 +732,8 @@ Test(proxy_config, a_client_that_stops_reading_an_endless_stream_loses_its_call)
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
     struct sockaddr_in a = px__addr(&px_main);
     cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    static const char body[] = "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}";
     char req[512];
-    snprintf(req, sizeof req,
-             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\n\r\n%s",
-             strlen(body), body);
+    px_raw_chat(req, sizeof req, "{\"model\":\"sim\",\"stream\":true,\"messages\":[]}");
     cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     /* ... and never read. */
     int64_t deadline = fx_now_ms() + 15000;

@@ -424,6 +424,15 @@ static inline int px_connect(const struct px *p)
     return fd;
 }
 
+/* One "POST /v1/chat/completions" with a Content-Length body, for a raw connection. */
+static inline void px_raw_chat(char *out, size_t size, const char *body)
+{
+    snprintf(out, size,
+             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+             "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(body), body);
+}
+
 /* Does the proxy's listener take connections (it is not draining)? */
 static inline bool px_listening(const struct px *p)
 {

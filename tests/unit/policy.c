@@ -401,6 +401,22 @@ Test(policy, discover_measures_a_level_in_doubt_just_under_where_refusals_struck
     cr_assert_lt(v.limit, 11);
 }
 
+/* Under refusals made at the door (a provider that refuses past its cap rather than queues),
+ * a level in doubt is measured where it stands however far above the refusals struck, and
+ * `confirm` decides: a re-measure would halve the limit with callers waiting for as long as
+ * the reference takes to fill (over HTTP, 1.3 s streams through sluice-proxy: 8 -> 5 for the
+ * last 45 s of a run under a cap of 8). Refusals that took a call's time keep the probe. */
+Test(policy, discover_measures_a_doubt_under_refusals_at_the_door_where_it_stands)
+{
+    struct sluice_verdict v = doubt_at_11_after_refusals(20, 20, 12, SEC / 100);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "refused at the door: held where it stands (%s)",
+                 sluice_cause_name(v.cause));
+    cr_assert_eq(v.limit, 11);
+    v = doubt_at_11_after_refusals(20, 20, 12, 2 * SEC);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_REMEASURE, "refused after a call's time: probed");
+    cr_assert_lt(v.limit, 11);
+}
+
 /* Under a refusal bracket while deadlines cut calls, the refusals bound the cap: a knee
  * against a reference of 38 calls (twice s0 on calls spread by 0.1: far past the noise) is
  * measured where it stands, not answered by halving the limit to probe s0 (over HTTP, 64

@@ -117,9 +117,11 @@
  *            A probe no proven queue asked for (a re-measure of a level
  *            in doubt) is brief and spaced (SLUICE__DISCOVER_REMEASURE_*),
  *            and none runs under a refusal bracket while deadlines cut
- *            calls (the refusals already bound the cap): with callers
- *            waiting, each window of a halved limit costs half the
- *            provider's capacity.
+ *            calls, or under one made at the door (the refusals already
+ *            bound the cap): with callers waiting, each window of a
+ *            halved limit costs half the provider's capacity, and at the
+ *            pace of long calls the reference takes tens of seconds to
+ *            fill (1.3 s streams under a cap of 8: 8 -> 5 for 45 s).
  *   rate     Completions per second: an average over ~4 latencies, its
  *            windowed max over ~20 (BBR's BtlBw) and the pace over half
  *            of one (at least a second, the usual rate-limit window).
@@ -958,8 +960,11 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_remeasure(struct sluice_pol
  * When the reference is short of calls, probe it (BBR's PROBE_RTT); in slow
  * start, measure the level once more first (two windows of noise rarely
  * agree). Not under a refusal bracket while deadlines cut calls (a rise in
- * the noise halved 25 under a cap of 24 with callers waiting), nor just
- * under where refusals struck (sluice__discover_bounded): `confirm` decides.
+ * the noise halved 25 under a cap of 24 with callers waiting), or made at
+ * the door (a provider that refuses past its cap rather than queues; through
+ * sluice-proxy, 1.3 s streams, a doubt at 8 under a cap of 8 probed 5 for the
+ * last 45 s of a run), nor just under where refusals struck
+ * (sluice__discover_bounded): `confirm` decides.
  * Otherwise the probe stays: a gateway that queues, then refuses, shows its
  * knee first (without the probe, 4 seeds in 30 locked above C = 10).
  */
@@ -973,7 +978,8 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_doubt(struct sluice_policy_
     l->doubts++;
     if ((refused || last_step) && w->saturated && w->limit == w->probe_cap && w->limit > 1)
         return sluice_verdict_make(w->limit - 1, SLUICE_CAUSE_MEASURE_BELOW, 0);
-    if (!ref->sampled && !p->probing && !trusted && !(refused && w->n_censored) &&
+    if (!ref->sampled && !p->probing && !trusted &&
+        !(refused && (w->n_censored || p->struck_door)) &&
         !(refused && sluice__discover_bounded(p, level)) && p->windows >= p->remeasure_after) {
         if (p->slow_start && l->doubts < SLUICE__DISCOVER_SLOW_START_DOUBTS)
             return sluice__verdict_hold(w);
