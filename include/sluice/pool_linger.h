@@ -313,6 +313,14 @@ SLUICE_INLINE uint32_t sluice__pool_trial_passed(const struct sluice_pool *p,
     return ceiling && call->in_flight_at_start + released > ceiling ? ceiling : 0;
 }
 
+/* The released calls perhaps still running when the call started: its shadows, or its phantoms
+ * where more (a phantom whose shadow found every slot taken, sluice__pool_trial). */
+SLUICE_INLINE uint32_t sluice__pool_shadows_at_start(const struct sluice_call *call)
+{
+    return call->shadows_at_start > call->phantoms_at_start ? call->shadows_at_start
+                                                            : call->phantoms_at_start;
+}
+
 /*
  * LEARNED lingering, the trial's verdict from one ended call that started with
  * released calls above the ceiling: refused beside its shadows, they were
@@ -324,11 +332,11 @@ SLUICE_INLINE uint32_t sluice__pool_trial_passed(const struct sluice_pool *p,
 SLUICE_INLINE void sluice__pool_linger_verdict(struct sluice_pool *p, const struct sluice_call *call,
                                                enum sluice_outcome outcome)
 {
-    if (SLUICE_LIKELY(!call->shadows_at_start) || p->linger != SLUICE_LINGER_LEARNED ||
+    uint32_t shadows = sluice__pool_shadows_at_start(call);
+    if (SLUICE_LIKELY(!shadows) || p->linger != SLUICE_LINGER_LEARNED ||
         atomic_load_explicit(&p->linger_learned, SLUICE_RELAXED) != SLUICE_LINGER_LEARNED)
         return;
-    if (outcome == SLUICE_OUTCOME_OVERLOAD &&
-        sluice__pool_trial_passed(p, call, call->shadows_at_start))
+    if (outcome == SLUICE_OUTCOME_OVERLOAD && sluice__pool_trial_passed(p, call, shadows))
         atomic_store_explicit(&p->linger_learned, (uint32_t)SLUICE_LINGER_ON, SLUICE_RELAXED);
     else if (outcome == SLUICE_OUTCOME_OK &&
              sluice__pool_trial_passed(p, call, call->phantoms_at_start) &&
@@ -346,9 +354,10 @@ SLUICE_INLINE bool sluice__pool_phantom_refusal(const struct sluice_pool *p,
                                                 const struct sluice_call *call,
                                                 enum sluice_outcome outcome)
 {
-    if (SLUICE_LIKELY(!call->shadows_at_start) || outcome != SLUICE_OUTCOME_OVERLOAD)
+    uint32_t shadows = sluice__pool_shadows_at_start(call);
+    if (SLUICE_LIKELY(!shadows) || outcome != SLUICE_OUTCOME_OVERLOAD)
         return false;
-    uint32_t ceiling = sluice__pool_trial_passed(p, call, call->shadows_at_start);
+    uint32_t ceiling = sluice__pool_trial_passed(p, call, shadows);
     return ceiling && call->in_flight_at_start <= ceiling;
 }
 
