@@ -404,13 +404,16 @@ SLUICE_INLINE bool sluice__pool_trial_claim(struct sluice_pool *p, _Atomic(int64
  * lingering permit's end (refusals beside it are its doing, if the provider still runs it).
  * Why both: past `sure` the call most likely still runs (bench/openai_sdk_rate.py --case
  * stream stops streams 0.36 s into answers of about 1.3 s); forgotten there, the refusals it
- * caused read as a cap come down at the lock. False: no trial (no ceiling, `sure` 0, or every phantom slot is
- * taken): keep the permit instead.
+ * caused read as a cap come down at the lock. False: no trial (no ceiling, `sure` 0, or every
+ * phantom slot taken once those whose time has passed are reaped): keep the permit instead.
+ * (Without that reap, slots nobody had reaped since their time passed kept a call's permit.)
  */
 SLUICE_INLINE bool sluice__pool_trial(struct sluice_pool *p, int64_t sure, int64_t until)
 {
-    if (!sure || !sluice__pool_trial_ceiling(p) ||
-        !sluice__pool_trial_claim(p, p->phantom_slots, &p->phantoms, sure))
+    if (!sure || !sluice__pool_trial_ceiling(p))
+        return false;
+    sluice__pool_reap(p); /* slots whose time has passed are free, reaped or not */
+    if (!sluice__pool_trial_claim(p, p->phantom_slots, &p->phantoms, sure))
         return false;
     sluice__pool_trial_claim(p, p->shadow_slots, &p->shadows, until); /* none free: unexplained */
     return true;

@@ -1029,6 +1029,39 @@ Test(deadlines, a_refusal_a_released_call_may_still_explain_leaves_the_limit_at_
     sluice_pool_destroy(p);
 }
 
+/* A call released on trial while every shadow slot is taken is a phantom without a shadow, and
+ * may outlive the shadows that were full: a call that starts then, with that phantom alone above
+ * the ceiling, is refused beside it, and that is still the trial's answer (lingering on), not a
+ * cap come down. Two permits; every call takes 1 s. */
+Test(deadlines, a_refusal_beside_a_phantom_without_a_shadow_is_still_the_trials_answer)
+{
+    struct sluice_pool *p = locked_pool(2);
+    struct sluice_call fill[2], late, calls[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &fill[i]), SLUICE_OK);
+    fake_clock_advance(&clk, 100 * MS);
+    for (int i = 0; i < 2; i++) /* phantoms until 1 s from their start, shadows until 1.1 s */
+        sluice_pool_call_abandon(p, &fill[i], SLUICE_ETIMEDOUT);
+    fake_clock_advance(&clk, 100 * MS);
+    cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &late), SLUICE_OK);
+    fake_clock_advance(&clk, 850 * MS); /* 1.05 s: their phantoms are gone, their shadows not */
+    sluice_pool_call_abandon(p, &late, SLUICE_ETIMEDOUT);
+    cr_assert_eq(sluice_pool_stats(p).lingering, 0, "released on trial: a phantom until 1.2 s");
+    fake_clock_advance(&clk, 60 * MS); /* 1.11 s: the full shadows are gone, the phantom not */
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(sluice_pool_call_begin(p, NULL, NULL, &calls[i]), SLUICE_OK);
+    cr_assert_eq(calls[1].phantoms_at_start, 1);
+    cr_assert_eq(calls[1].shadows_at_start, 0, "its shadow found every slot taken");
+    fake_clock_advance(&clk, SEC);
+    sluice_pool_call_end(p, &calls[0], SLUICE_OUTCOME_OK, 0);
+    sluice_pool_call_end(p, &calls[1], SLUICE_OUTCOME_OVERLOAD, 0);
+    cr_assert_eq(sluice_pool_stats(p).linger_now, SLUICE_LINGER_ON,
+                 "refused beside a call it released: the provider keeps working");
+    cr_assert_eq(sluice_pool_stats(p).active, 2, "the limit stays at the lock");
+    cr_assert_eq(sluice_discovery_ceiling(sluice_pool_discovery(p)), 2);
+    sluice_pool_destroy(p);
+}
+
 /* ---- a queue that stands is cut to its target (CoDel's sojourn rule) --------------------- */
 
 Test(deadlines, a_queue_that_stands_refuses_what_would_wait_past_its_target_however_far_the_deadline)
