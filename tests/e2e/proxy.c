@@ -887,8 +887,8 @@ static long cpu_ticks(pid_t pid)
 
 /* No descriptor left for a client (found with ulimit -n 64 and 100 connections: the loop woke
  * for its readable listener at once, forever, a core at 100 %, and the clients past the limit
- * were never answered): a client past it is answered 503 (X-Sluice-Refused: connections) and
- * closed, the proxy sleeps meanwhile, and once connections close a new one is served. */
+ * were never answered): a client past it is answered 503 (X-Sluice-Refused: connections, and a
+ * Date as every answer of the proxy's own) and closed, the proxy sleeps meanwhile, and once connections close a new one is served. */
 Test(proxy, a_client_past_the_descriptors_left_gets_503_and_the_proxy_does_not_spin)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
@@ -906,8 +906,11 @@ Test(proxy, a_client_past_the_descriptors_left_gets_503_and_the_proxy_does_not_s
         ssize_t n = poll(&pfd, 1, i ? 200 : 2000) == 1 ? read(fds[i], got, sizeof got - 1) : 0;
         got[n > 0 ? n : 0] = '\0';
         if (strstr(got, "HTTP/1.1 503 ") && strstr(got, "X-Sluice-Refused: connections") &&
-            strstr(got, "\"too_many_connections\""))
+            strstr(got, "\"too_many_connections\"")) {
             refused++;
+            cr_assert_not_null(strstr(got, "\r\nDate: "), "the proxy's own answers are dated: %s",
+                               got);
+        }
         else if (n <= 0 && kept < 0)
             kept = i; /* accepted before they ran out, and waiting for its request */
     }

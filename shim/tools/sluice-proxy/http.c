@@ -276,6 +276,16 @@ static unsigned retry_after_ms(uint64_t base)
     return (unsigned)(base / 2 + (base ? x % (base + 1) : 0));
 }
 
+/* Now as a Date field's value: an origin server with a clock sends Date (RFC 9110 6.6.1) on its
+ * own answers (a provider's answer has its own). IMF-fixdate, in the C locale the proxy never
+ * leaves. */
+static void http_date(char *out, size_t size)
+{
+    struct tm tm;
+    time_t now = time(NULL);
+    strftime(out, size, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+}
+
 /* The head fields of a 503 the proxy refuses with: `refused` (X-Sluice-Refused: REASON), then
  * Retry-After (--retry-after) and retry-after-ms, each ending in CRLF. */
 void refusal_headers(const struct proxy *p, const char *refused, char *out, size_t size)
@@ -349,15 +359,16 @@ static bool refuse_without_descriptors(struct proxy *p)
     close(p->spare_fd);
     int fd = accept4(p->listener.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
-        char headers[160], answer[640];
+        char headers[160], date[64], answer[704];
         static const char body[] = "{\"error\":{\"message\":\"" PROG " has no file descriptor "
                                    "left for another connection; retry later\",\"type\":"
                                    "\"server_error\",\"code\":\"too_many_connections\"}}";
         refusal_headers(p, "X-Sluice-Refused: connections", headers, sizeof headers);
+        http_date(date, sizeof date);
         int n = snprintf(answer, sizeof answer,
-                         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                         "Content-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
-                         sizeof body - 1, headers, body);
+                         "HTTP/1.1 503 Service Unavailable\r\nDate: %s\r\nContent-Type: "
+                         "application/json\r\nContent-Length: %zu\r\nConnection: close\r\n%s\r\n%s",
+                         date, sizeof body - 1, headers, body);
         int64_t t = proxy_now_ns();
         ssize_t sent = send(fd, answer, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
         shutdown(fd, SHUT_WR); /* the answer, then the end: a FIN, not a reset */
@@ -493,12 +504,8 @@ void http_error(struct conn *c, int status, const char *type, const char *code,
         status == 501 || status == 505)
         c->closing = true;
     size_t len = text ? strlen(text) : 0;
-    /* An origin server with a clock sends Date (RFC 9110 6.6.1); a provider's answer has its
-     * own. IMF-fixdate, in the C locale the proxy never leaves. */
     char date[64];
-    struct tm tm;
-    time_t now = time(NULL);
-    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
+    http_date(date, sizeof date);
     buf_printf(&c->out,
                "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\n"
                "Content-Length: %zu\r\n%s%s\r\n",
