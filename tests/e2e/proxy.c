@@ -888,7 +888,8 @@ static long cpu_ticks(pid_t pid)
 /* No descriptor left for a client (found with ulimit -n 64 and 100 connections: the loop woke
  * for its readable listener at once, forever, a core at 100 %, and the clients past the limit
  * were never answered): a client past it is answered 503 (X-Sluice-Refused: connections, and a
- * Date as every answer of the proxy's own) and closed, the proxy sleeps meanwhile, and once connections close a new one is served. */
+ * Date as every answer of the proxy's own) and closed, the proxy sleeps meanwhile, and once
+ * connections close a new one is served. */
 Test(proxy, a_client_past_the_descriptors_left_gets_503_and_the_proxy_does_not_spin)
 {
     fx_start(&(struct fx_provider){.mode = "reject", .cap = 8, .median_ms = 5});
@@ -910,9 +911,9 @@ Test(proxy, a_client_past_the_descriptors_left_gets_503_and_the_proxy_does_not_s
             refused++;
             cr_assert_not_null(strstr(got, "\r\nDate: "), "the proxy's own answers are dated: %s",
                                got);
-        }
-        else if (n <= 0 && kept < 0)
+        } else if (n <= 0 && kept < 0) {
             kept = i; /* accepted before they ran out, and waiting for its request */
+        }
     }
     cr_assert(refused >= 12 - left, "%d of 12 clients refused past %d descriptors left", refused,
               left);
