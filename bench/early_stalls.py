@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""The curl loop's reject test while the simulator stalls in its first windows.
+"""A reject test over HTTP while the simulator stalls in its first windows.
 
-    python3 bench/early_stalls.py --build build/test [--runs 12] [--stalls 3] [--stall-ms 60]
+    python3 bench/early_stalls.py --build build/test [--test loop|perform] [--runs 12]
+                                  [--stalls 3] [--stall-ms 60]
 
 Runs tests/e2e/curl_loop.c's reject test (200 submissions from 4 threads,
-a reject cap of 24, 20 ms calls) --runs times. For each run a staller
+a reject cap of 24, 20 ms calls), or with --test perform
+tests/e2e/curl_perform.c's (56 blocking callers, a reject cap of 24, 40 ms
+calls), --runs times. For each run a staller
 waits for the test's sluice-provider-sim to start, sleeps 0-0.15 s, then
 stops it (SIGSTOP) --stalls times for --stall-ms, 30 ms apart. That lands
 the stalls on slow start's first levels, before the no-queue latency (s0)
@@ -45,12 +48,13 @@ def staller(sim, stalls, stall_s, stop):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--build', required=True, help='a build folder with the tests (build/test)')
+    ap.add_argument('--test', choices=('loop', 'perform'), default='loop')
     ap.add_argument('--runs', type=int, default=12)
     ap.add_argument('--stalls', type=int, default=3)
     ap.add_argument('--stall-ms', type=float, default=60)
     a = ap.parse_args()
     build = os.path.abspath(a.build)
-    test = os.path.join(build, 'tests', 'test_e2e_curl_loop')
+    test = os.path.join(build, 'tests', 'test_e2e_curl_' + a.test)
     sim = os.path.join(build, 'shim', 'sluice-provider-sim')
     for path in (test, sim):
         if not os.access(path, os.X_OK):
@@ -61,7 +65,7 @@ def main():
     locks = []
     for k in range(a.runs):
         r = subprocess.run([test, '--filter=*reject_mode*'], capture_output=True, text=True)
-        line = next((x for x in r.stderr.splitlines() if x.startswith('curl_loop discovery')), '')
+        line = next((x for x in r.stderr.splitlines() if x.startswith(f'curl_{a.test} discovery')), '')
         m = re.search(r'ceiling (\d+)', line)
         locks.append(int(m.group(1)) if m and 'locked' in line else None)
         print(f'run {k + 1}: {line or r.stderr[-300:]}', flush=True)

@@ -524,6 +524,9 @@ enum sluice__hint_state {
     SLUICE__HINT_DONE,     /* applied, or evidence came first */
 };
 
+/* judged_tag while a close runs between its flip and the new window's limit: no window's. */
+#define SLUICE__MIDCLOSE UINT64_MAX
+
 struct sluice_discovery {
     /* Completions write here: the open window's buffer and the closed one. */
     SLUICE_ALIGNED(SLUICE_CACHELINE) struct sluice_window_recorder acc;
@@ -549,6 +552,10 @@ struct sluice_discovery {
                                          under; UINT32_MAX = none */
     _Atomic(uint64_t) window_seq;     /* windows opened so far: names the open window
                                          (bumped, release, once it is fully set up) */
+    _Atomic(uint64_t) judged_tag;     /* the recorder tag of the open window once its limit
+                                         and last cut are in place (release); SLUICE__MIDCLOSE
+                                         from a close's flip until then: what a refusal's
+                                         freshness was judged against (on_sample) */
     _Atomic(uint32_t) limit;
     _Atomic(uint32_t) ceiling;       /* locked ceiling; 0 = not locked */
     _Atomic(int64_t) lock_expires_s; /* wall clock; 0 = not locked */
@@ -832,6 +839,7 @@ SLUICE_INLINE int64_t sluice__discovery_timing_ref(const struct sluice_discovery
 SLUICE_INLINE struct sluice_window sluice__discovery_take_locked(struct sluice_discovery *d,
                                                                  int64_t now)
 {
+    atomic_store_explicit(&d->judged_tag, SLUICE__MIDCLOSE, SLUICE_SEQ_CST);
     struct sluice_window_totals t = sluice_window_recorder_close(&d->acc);
     struct sluice_window w;
     memset(&w, 0, sizeof w);
@@ -890,6 +898,8 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take_locked(struct sluice_d
  * that, so it never judges the new window by the old one's numbers. */
 SLUICE_INLINE void sluice__discovery_opened_locked(struct sluice_discovery *d)
 {
+    atomic_store_explicit(&d->judged_tag, sluice_window_recorder_open_tag(&d->acc),
+                          SLUICE_RELEASE);
     atomic_fetch_add_explicit(&d->window_seq, 1u, SLUICE_RELEASE);
 }
 
@@ -1362,6 +1372,7 @@ SLUICE_INLINE void sluice_discovery_record(struct sluice_discovery *d,
     int64_t duration = now - started < latency                           ? latency
                        : now - started > SLUICE_DISCOVERY_LATENCY_MAX_NS ? SLUICE_DISCOVERY_LATENCY_MAX_NS
                                                                          : now - started;
+    uint64_t judged = 0;
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
         /* News, not an echo ("What a refusal says"): started after the last
          * cut, or under a limit no higher than today's (a late timeout still
@@ -1369,6 +1380,7 @@ SLUICE_INLINE void sluice_discovery_record(struct sluice_discovery *d,
          * in flight than the limit now allows: a refusal at a concurrency
          * already cut below repeats what the cut was made for, however soon
          * after the cut its call started. */
+        judged = atomic_load_explicit(&d->judged_tag, SLUICE_ACQUIRE);
         uint32_t limit_now = atomic_load_explicit(&d->limit, SLUICE_RELAXED);
         fresh = (started >= atomic_load_explicit(&d->last_cut_ns, SLUICE_RELAXED) ||
                  (s->limit_at_start && s->limit_at_start <= limit_now)) &&
@@ -1384,6 +1396,15 @@ SLUICE_INLINE void sluice_discovery_record(struct sluice_discovery *d,
     bool taken = s->outcome == SLUICE_OUTCOME_OK || s->outcome == SLUICE_OUTCOME_CENSORED;
     if (taken) /* the provider took it at that concurrency (a cut call too) */
         sluice_window_buffer_add_served(a, s->in_flight_at_start);
+    /* Judged by the limit and cut of another window than the one it landed in (a close
+     * flipped the windows before its new limit was in place, or between the judging and
+     * this enter): an echo of the burst that close answered, where the new window's numbers
+     * may say so. Counted fresh there, the refusals that closed a window cut the next one
+     * too, and its bracket went by that window's lower limit: beside a provider stalled
+     * for 60 ms (SIGSTOP, bench/early_stalls.py) 3 of 20 blocking runs locked a cap of 24
+     * at 18-22. */
+    if (fresh && sluice_window_buffer_tag(a) != judged)
+        fresh = false;
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
         sluice_window_buffer_add_overload(a, fresh, s->in_flight_at_start, s->limit_at_start, started,
                                           latency, s->retry_after_ns);
@@ -1783,6 +1804,7 @@ SLUICE_INLINE int sluice_discovery_init(struct sluice_discovery *d,
         atomic_init(&d->signals[i], 0u);
     atomic_init(&d->window_seq, 0u);
     atomic_init(&d->cohort_left, 0u);
+    atomic_init(&d->judged_tag, 0u); /* the recorder's first window */
     atomic_init(&d->ceiling, 0u);
     atomic_init(&d->lock_expires_s, 0);
     atomic_init(&d->state, (int)(d->fixed ? SLUICE_DISCOVERY_FIXED : SLUICE_DISCOVERY_PROBING));

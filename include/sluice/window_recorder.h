@@ -37,6 +37,9 @@
  * in the next, which would skew both windows' means. The closer reads and
  * resets the drained buffer with relaxed exchanges: the writers' release
  * decrements, read by its seq_cst loads, order their adds before them.
+ * Each close numbers the buffer it opens (its tag, one more than the closed
+ * one's) before the flip, so a writer whose re-read sees the flip sees the
+ * tag too: a sample can tell which window it landed in.
  */
 #ifndef SLUICE_WINDOW_RECORDER_H
 #define SLUICE_WINDOW_RECORDER_H
@@ -95,6 +98,7 @@ SLUICE_INLINE double sluice__atomic_take_f64(_Atomic(uint64_t) *a)
  * are the accumulator's; read them through sluice_window_recorder_close. */
 struct sluice_window_buffer {
     _Atomic(uint32_t) writers; /* samples adding to this buffer right now */
+    _Atomic(uint64_t) tag;     /* which window it collects for: closes so far when it opened */
     _Atomic(uint32_t) n_ok, n_overload, n_fresh, n_ignore, max_in_flight;
     _Atomic(uint32_t) n_ok_other; /* served calls outside the measured cohort (in n_ignore too) */
     _Atomic(uint32_t) n_censored; /* measured calls cut by their caller's deadline (in n_ok too) */
@@ -175,6 +179,8 @@ SLUICE_INLINE void sluice_window_recorder_init(struct sluice_window_recorder *w)
     sluice__window_buffer_init(&w->buf[0]);
     sluice__window_buffer_init(&w->buf[1]);
     atomic_init(&w->open, 0u);
+    atomic_init(&w->buf[0].tag, 0u);
+    atomic_init(&w->buf[1].tag, 0u);
 }
 
 /* The buffer the open window adds to, with this sample counted in its
@@ -189,6 +195,19 @@ SLUICE_INLINE struct sluice_window_buffer *sluice_window_recorder_enter(struct s
             return a;
         atomic_fetch_sub_explicit(&a->writers, 1u, SLUICE_RELAXED); /* flipped: try the other */
     }
+}
+
+/* The window `a` (from sluice_window_recorder_enter) collects for: the number of closes
+ * before it opened. */
+SLUICE_INLINE uint64_t sluice_window_buffer_tag(const struct sluice_window_buffer *a)
+{
+    return atomic_load_explicit(&a->tag, SLUICE_RELAXED);
+}
+
+/* The open window's tag. By the closer, or while no close runs. */
+SLUICE_INLINE uint64_t sluice_window_recorder_open_tag(const struct sluice_window_recorder *w)
+{
+    return sluice_window_buffer_tag(&w->buf[atomic_load_explicit(&w->open, SLUICE_RELAXED)]);
 }
 
 /* This sample is done adding to `a` (release: its adds come before). */
@@ -344,6 +363,8 @@ SLUICE_INLINE struct sluice_window_totals sluice_window_recorder_close(struct sl
 {
     uint32_t open = atomic_load_explicit(&w->open, SLUICE_RELAXED);
     struct sluice_window_buffer *a = &w->buf[open];
+    atomic_store_explicit(&w->buf[open ^ 1u].tag, sluice_window_buffer_tag(a) + 1u,
+                          SLUICE_RELAXED);
     atomic_store_explicit(&w->open, open ^ 1u, SLUICE_SEQ_CST);
     sluice__window_buffer_drain(a);
     return sluice__window_buffer_take(a);

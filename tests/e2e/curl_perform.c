@@ -70,12 +70,14 @@ PERFORM_TEST(reject_mode_cap_24_is_discovered_with_at_most_2_percent_429s)
     }
     struct sluice_discovery_status st = fx_status(e);
     double share = (double)overloads / (double)(calls ? calls : 1);
+    char path[2048];
+    fx_event_path(e, path, sizeof path);
     fprintf(stderr,
             "curl_perform discovery: %s ceiling %u limit %u after %.2f s; %ld calls, 429 share "
-            "%.4f (%ld of %ld 429s before the lock)\n",
+            "%.4f (%ld of %ld 429s before the lock); path:%s\n",
             sluice_discovery_state_name(st.state), st.ceiling, st.limit,
             locked_at ? (double)(locked_at - (until - 20000)) / 1000.0 : -1.0, calls, share,
-            rejected_at_lock, overloads);
+            rejected_at_lock, overloads, path);
     cr_assert_eq(failures, 0, "%ld calls failed", failures);
     cr_assert_eq(st.state, SLUICE_DISCOVERY_LOCKED, "not locked after 20 s: %s",
                  sluice_discovery_state_name(st.state));

@@ -370,6 +370,42 @@ Test(discovery, a_burst_refused_far_below_the_limit_cuts_once_to_where_it_struck
     sluice_discovery_destroy(n.disc);
 }
 
+/*
+ * A close flips the windows before its new limit is in place; a refusal another thread
+ * records in between is judged by the old limit and lands in the new window. It is the
+ * burst that close answered: an echo there. Counted fresh, it closed the new window at once
+ * and cut it again (blocking callers beside a stalled provider locked a cap of 24 at 18-22).
+ * The close runs here by its steps, as the other thread would, around the refusal.
+ */
+Test(discovery, a_refusal_recorded_while_a_close_runs_is_judged_by_the_window_it_lands_in)
+{
+    struct node n;
+    node_start(&n, 40);
+    advance(&n, SEC);
+    struct sluice_discovery *d = n.disc;
+    int64_t now = n.time.mono_ns;
+    sluice_spinlock_lock(&d->lock);
+    (void)sluice__discovery_take_locked(d, now);
+    struct sluice_sample raced = {SEC / 1000, 25, SLUICE_OUTCOME_OVERLOAD, 0, now - SEC / 1000,
+                                  40};
+    sluice_discovery_record(d, &raced); /* fresh by the limit it read (40): 25 <= 40 */
+    sluice__discovery_set_limit_locked(d, 22, now);
+    sluice__discovery_schedule(d, now, sluice__discovery_timing_ref(d));
+    sluice__discovery_opened_locked(d);
+    sluice__discovery_unlock(d);
+    cr_assert_not(sluice_window_recorder_has_fresh(&d->acc),
+                  "25 in flight is past the window's limit of 22: an echo there");
+    run_window(&n, 32, SEC);
+    uint32_t limit = sluice_discovery_limit(d);
+    cr_assert(limit >= 22 && status_of(&n).last_event.kind != SLUICE_EVENT_BACKOFF,
+              "no second cut for the burst the first answered (limit %u)", limit);
+    /* Judged by the window it lands in, a refusal at a concurrency the limit allows is news. */
+    advance(&n, SEC);
+    feed(&n, SEC / 1000, limit - 1, SLUICE_OUTCOME_OVERLOAD, 0);
+    cr_assert_lt(sluice_discovery_limit(d), limit, "a refusal with %u in flight cuts", limit - 1);
+    sluice_discovery_destroy(d);
+}
+
 Test(discovery, update_now_closes_a_young_window_and_acts_on_the_policys_answer)
 {
     struct node n;
