@@ -2,18 +2,20 @@
 """A reject test over HTTP while the simulator stalls in its first windows.
 
     python3 bench/early_stalls.py --build build/test [--test loop|perform] [--runs 12]
-                                  [--stalls 3] [--stall-ms 60]
+                                  [--stalls 3] [--stall-ms 60] [--after-s 0 0.15]
 
 Runs tests/e2e/curl_loop.c's reject test (200 submissions from 4 threads,
 a reject cap of 24, 20 ms calls), or with --test perform
 tests/e2e/curl_perform.c's (56 blocking callers, a reject cap of 24, 40 ms
-calls), --runs times. For each run a staller
-waits for the test's sluice-provider-sim to start, sleeps 0-0.15 s, then
-stops it (SIGSTOP) --stalls times for --stall-ms, 30 ms apart. That lands
-the stalls on slow start's first levels, before the no-queue latency (s0)
-has its calls: what a loaded CI runner does when a test starts beside
-others. gateway_stalls.py's random gaps rarely hit those windows. Prints
-each run's lock and event path, then how many locked at 24.
+calls), --runs times. For each run a staller waits for the test's
+sluice-provider-sim to start, sleeps a uniform draw from --after-s (0-0.15 s),
+then stops it (SIGSTOP) --stalls times for --stall-ms, 30 ms apart. That
+lands the stalls on slow start's first levels, before the no-queue latency
+(s0) has its calls: what a loaded CI runner does when a test starts beside
+others. gateway_stalls.py's random gaps rarely hit those windows. With
+--after-s 0.4 1.2 they land on the first cuts instead, where refusals race
+the window closes. Prints each run's lock and event path, then how many
+locked at 24.
 """
 import argparse
 import os
@@ -25,7 +27,7 @@ import threading
 import time
 
 
-def staller(sim, stalls, stall_s, stop):
+def staller(sim, stalls, stall_s, after, stop):
     seen = set()
     while not stop.is_set():
         out = subprocess.run(['pgrep', '-f', '^' + sim], capture_output=True, text=True).stdout
@@ -33,7 +35,7 @@ def staller(sim, stalls, stall_s, stop):
             if pid in seen:
                 continue
             seen.add(pid)
-            time.sleep(random.uniform(0.0, 0.15))
+            time.sleep(random.uniform(*after))
             for _ in range(stalls):
                 try:
                     os.kill(pid, signal.SIGSTOP)
@@ -52,6 +54,8 @@ def main():
     ap.add_argument('--runs', type=int, default=12)
     ap.add_argument('--stalls', type=int, default=3)
     ap.add_argument('--stall-ms', type=float, default=60)
+    ap.add_argument('--after-s', type=float, nargs=2, default=(0.0, 0.15), metavar=('LO', 'HI'),
+                    help='when the first stall comes, after the simulator starts')
     a = ap.parse_args()
     build = os.path.abspath(a.build)
     test = os.path.join(build, 'tests', 'test_e2e_curl_' + a.test)
@@ -60,7 +64,8 @@ def main():
         if not os.access(path, os.X_OK):
             raise SystemExit(f'{path} is not built: build the test preset first')
     stop = threading.Event()
-    t = threading.Thread(target=staller, args=(sim, a.stalls, a.stall_ms / 1000, stop), daemon=True)
+    t = threading.Thread(target=staller, args=(sim, a.stalls, a.stall_ms / 1000, a.after_s, stop),
+                         daemon=True)
     t.start()
     locks = []
     for k in range(a.runs):
