@@ -1401,8 +1401,8 @@ SLUICE_INLINE void sluice_discovery_record(struct sluice_discovery *d,
      * this enter): an echo of the burst that close answered, where the new window's numbers
      * may say so. Counted fresh there, the refusals that closed a window cut the next one
      * too, and its bracket went by that window's lower limit: beside a provider stalled
-     * for 60 ms (SIGSTOP, bench/early_stalls.py) 3 of 20 blocking runs locked a cap of 24
-     * at 18-22. */
+     * for 60 ms (SIGSTOP, bench/early_stalls.py) 5 of 32 blocking runs locked a cap of 24
+     * at 18-22 so. */
     if (fresh && sluice_window_buffer_tag(a) != judged)
         fresh = false;
     if (s->outcome == SLUICE_OUTCOME_OVERLOAD) {
