@@ -70,7 +70,8 @@ def main():
     locks = []
     for k in range(a.runs):
         r = subprocess.run([test, '--filter=*reject_mode*'], capture_output=True, text=True)
-        line = next((x for x in r.stderr.splitlines() if x.startswith(f'curl_{a.test} discovery')), '')
+        prefix = f'curl_{a.test} discovery'
+        line = next((x for x in r.stderr.splitlines() if x.startswith(prefix)), '')
         m = re.search(r'ceiling (\d+)', line)
         locks.append(int(m.group(1)) if m and 'locked' in line else None)
         print(f'run {k + 1}: {line or r.stderr[-300:]}', flush=True)

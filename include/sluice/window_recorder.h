@@ -149,6 +149,7 @@ struct sluice_window_recorder {
 SLUICE_INLINE void sluice__window_buffer_init(struct sluice_window_buffer *a)
 {
     atomic_init(&a->writers, 0u);
+    atomic_init(&a->tag, 0u);
     atomic_init(&a->n_ok, 0u);
     atomic_init(&a->n_overload, 0u);
     atomic_init(&a->n_fresh, 0u);
@@ -179,8 +180,6 @@ SLUICE_INLINE void sluice_window_recorder_init(struct sluice_window_recorder *w)
     sluice__window_buffer_init(&w->buf[0]);
     sluice__window_buffer_init(&w->buf[1]);
     atomic_init(&w->open, 0u);
-    atomic_init(&w->buf[0].tag, 0u);
-    atomic_init(&w->buf[1].tag, 0u);
 }
 
 /* The buffer the open window adds to, with this sample counted in its
