@@ -885,6 +885,8 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take_locked(struct sluice_d
     /* "Reached the limit", with 1/8 slack: arrivals are bursty and the count
      * is read at each call's start, not continuously. */
     w.saturated = w.n_ok && w.max_in_flight >= w.limit - w.limit / 8;
+    w.lingering = d->lingering_src ? atomic_load_explicit(d->lingering_src, SLUICE_RELAXED) : 0u;
+    w.reporting = sluice__discovery_reporting(d);
     if (d->congested)
         w.probe_cap = d->bad > 1 ? d->bad - 1 : 1;
     uint32_t ceiling = atomic_load_explicit(&d->ceiling, SLUICE_RELAXED);

@@ -248,6 +248,12 @@ struct sluice_window {
                                    included (0 = none known) */
     uint32_t served_in_flight;  /* the most calls in flight any served call started with, in
                                    this window or the one before (0 = none known) */
+    uint32_t lingering;         /* permits kept, when the window closed, by calls whose sample
+                                   is in (a pool's lingering permits): counted in flight, held
+                                   by no call of ours */
+    uint32_t reporting;         /* calls in flight when the window closed that will still
+                                   report a sample (0 where the node runs no calls of its own,
+                                   as a fleet's leader, fed the fleet's reports) */
     /* The least-squares line of the n_ok calls' latency on the calls in flight at their
      * start: latency ~ latency_mean_ns + latency_per_call_ns·(x − in_flight_mean). It says
      * whether latency rose with load inside one window (the calls of a window that has just

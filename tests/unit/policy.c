@@ -646,6 +646,68 @@ Test(policy, discover_cuts_a_refusal_just_above_a_proved_level_to_that_level)
     cr_assert_eq(v.limit, 11, "nothing proved: backoff times where it struck");
 }
 
+/* A second's window at `limit` whose calls started with `in_flight` on average: 16 of them
+ * measured at 100 ms, 50 served in the second, so its completions explain 5 calls. */
+static struct sluice_window served_5_of(uint32_t limit, double in_flight)
+{
+    struct sluice_window w = healthy(limit, 16, SEC / 10, 0.1);
+    w.start_ns = 10 * SEC;
+    w.end_ns = 11 * SEC;
+    w.duration_mean_ns = SEC / 10;
+    w.n_served = 50;
+    w.in_flight_mean = in_flight;
+    w.reporting = limit;
+    return w;
+}
+
+/* A provider that drops what it cannot take, behind a client that retries inside its permit
+ * (Vector's own placement): the dropped calls hold permits for seconds and report after their
+ * window, so the windows see only the fast calls. Slow start ran to 170 on them. */
+Test(policy, discover_stops_growing_where_its_completions_explain_too_few_calls_in_flight)
+{
+    struct sluice_policy_discover p;
+    sluice_policy_discover_init(&p, NULL, NULL, 0);
+    sluice_policy_reset(&p.base, 5, false);
+    struct sluice_window w = served_5_of(5, 5);
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 10);
+    w = served_5_of(10, 10);
+    cr_assert_eq(sluice_policy_update(&p.base, &w).limit, 20, "5 of 10 explained: half");
+    w = served_5_of(20, 20);
+    struct sluice_verdict v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "5 of 20 explained, once (a quiet spell may do it): "
+                                             "hold, unmeasured");
+    cr_assert_eq(v.limit, 20);
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY, "twice in a row: most calls are stuck");
+    cr_assert_eq(v.limit, 5, "to what the completions explain");
+    cr_assert_eq(v.estimate, 5, "and no lock above it");
+    /* Lingering permits are in the count and held by no call: not stuck. */
+    sluice_policy_reset(&p.base, 20, false);
+    w = served_5_of(20, 20);
+    w.lingering = 12;
+    cr_assert_eq(sluice_policy_update(&p.base, &w).cause, SLUICE_CAUSE_SLOW_START);
+    /* Nor where none of the node's own calls is out at the close (a fleet's leader, fed
+     * copies of the fleet's reports). */
+    sluice_policy_reset(&p.base, 20, false);
+    w = served_5_of(20, 20);
+    w.reporting = 0;
+    cr_assert_eq(sluice_policy_update(&p.base, &w).cause, SLUICE_CAUSE_SLOW_START);
+    /* Once slow start is over, the same. */
+    w = served_5_of(40, 40);
+    w.saturated = false;
+    w.n_fresh_overload = w.n_overload = 1;
+    w.overload_in_flight = 40;
+    cr_assert_eq(sluice_policy_update(&p.base, &w).cause, SLUICE_CAUSE_OVERLOAD);
+    w = served_5_of(36, 36);
+    sluice_policy_update(&p.base, &w); /* the first window after the cut: not judged */
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_NONE, "once: hold");
+    w = served_5_of(v.limit, v.limit);
+    v = sluice_policy_update(&p.base, &w);
+    cr_assert_eq(v.cause, SLUICE_CAUSE_LATENCY, "two in a row");
+    cr_assert_eq(v.limit, 5);
+}
+
 /* Blocking threads, fast 429s: 25 in flight under a limit of 40. */
 Test(policy, discover_cuts_from_the_calls_in_flight_a_refusal_struck_at)
 {

@@ -69,6 +69,26 @@
  *            it goes back there at once, still in slow start; otherwise
  *            slow start grows from the probe. Nothing else uses the line:
  *            once the limit holds, every call starts at it.
+ *   calls in flight against the calls the completions explain
+ *            A saturated window's completions per second times their mean
+ *            duration is how many of its calls in flight were calls that
+ *            finish (Little's law). Lingering permits aside, the others
+ *            held their permits past the window: dropped and waiting out a
+ *            timeout, retried inside the permit (a client with its own
+ *            retry loop, Vector's placement), queued past the window. None
+ *            of them is measured (each reports after its window closed),
+ *            so the window's latency is the fast calls' alone. Under
+ *            SLUICE__DISCOVER_STUCK_SHARE of them explained (and only of
+ *            calls still out when it closed: a node that runs none of its
+ *            own, a fleet's leader, has no such evidence), the window is
+ *            not measured and the limit holds; a second such window in a
+ *            row makes the level a knee, cut to what the completions
+ *            explain, no lock above it. One window alone is no evidence:
+ *            a quiet spell inside it, or streamed answers with a long tail,
+ *            dip under the share a window at a time. Without it, slow start
+ *            ran to 170 against a server that drops calls past 5, behind a
+ *            client that retries them inside its permit (Vector's
+ *            `drops-at-high-concurrency`).
  *   throughput (completions per second) and Little's law
  *            rate·s0 is the concurrency the provider recently served: a
  *            refusal at or below it, while the pace holds, is a rate
@@ -150,6 +170,9 @@
  *            keeps refusing past the hold and serves less, so the pace
  *            falls and the cuts go on. (A Retry-After becomes discovery's
  *            hold.)
+ *   stuck    Calls in flight the completions do not explain, as the table
+ *            above says: the window is not pooled (its mean is the fast
+ *            calls'); it holds, or on the second in a row a LATENCY verdict.
  *   latency  The window is pooled into its level (the limit, or the peak in
  *            flight when demand fell short), then the level is tested:
  *            x = ln(mean/s0) against t = ln(1 + knee), with se the standard
@@ -302,6 +325,11 @@
 #define SLUICE__DISCOVER_STALE_Z 3.0
 /* Growth after slow start: half way to the probe cap (a bisection) ... */
 #define SLUICE__DISCOVER_BISECT 2u
+/* The share of the calls in flight a saturated window's completions must explain (Little:
+ * their rate times their mean duration) for its level to be judged by its latency; below
+ * it, most permits were held by calls that outlasted the window (sluice__discover_stuck). */
+#define SLUICE__DISCOVER_STUCK_SHARE 0.35
+#define SLUICE__DISCOVER_STUCK_RUN 2u /* windows in a row; the first holds */
 /* ... or, with no bracket, a quarter of the limit. */
 #define SLUICE__DISCOVER_GROWTH_DIVISOR 4u
 
@@ -356,6 +384,8 @@ struct sluice_policy_discover {
                             applies and doubt there passes (0 = none) */
     uint32_t est;        /* the estimate the last latency cut carried (discovery locks no
                             higher); 0 = the bracket came from a refusal, or none yet */
+    uint32_t stuck;      /* judged windows in a row whose completions explained too few of
+                            their calls (sluice__discover_stuck) */
     int64_t last_ns;     /* end of the last window seen (0 = none) */
     double cv2;          /* squared coefficient of variation of latency */
     bool cv2_known;      /* cv2 was measured (a provider without noise measures 0) */
@@ -387,6 +417,7 @@ SLUICE_INLINE uint32_t sluice__discover_reset(struct sluice_policy *self, uint32
     p->slow_start = !warm;
     p->at = p->probing = p->resume = p->steep = p->compared = p->settled = p->est = 0;
     p->remeasure_left = p->windows = p->remeasure_after = p->proved = p->struck = 0;
+    p->stuck = 0;
     p->struck_door = false;
     p->last_ns = p->echo_ns = p->proved_ns = p->quiet_ns = p->down_ns = 0;
     p->cv2 = 0;
@@ -1064,6 +1095,29 @@ SLUICE_INLINE bool sluice__discover_steep(const struct sluice_policy_discover *p
     return *at < level;
 }
 
+/* Whether most of a saturated window's calls outlasted it, for the second window in a row
+ * (the table at the top; p->stuck counts them); *at: the concurrency its completions
+ * explain, lingering permits added back, under the limit. */
+SLUICE_INLINE bool sluice__discover_stuck(struct sluice_policy_discover *p,
+                                          const struct sluice_window *w, uint32_t *at)
+{
+    double span = (double)(w->end_ns - w->start_ns);
+    double active = w->in_flight_mean - (double)w->lingering;
+    if (active > (double)w->reporting) /* only a call still out at the close is stuck */
+        active = (double)w->reporting;
+    double explained = span > 0 ? (double)w->n_served / span * (double)w->duration_mean_ns : 0;
+    if (!w->saturated || explained <= 0 || explained >= SLUICE__DISCOVER_STUCK_SHARE * active) {
+        p->stuck = 0;
+        return false;
+    }
+    if (++p->stuck < SLUICE__DISCOVER_STUCK_RUN)
+        return false;
+    p->stuck = 0;
+    double target = ceil(explained) + (double)w->lingering;
+    *at = target < 1.0 ? 1u : target >= (double)w->limit ? w->limit - 1u : (uint32_t)target;
+    return *at < w->limit;
+}
+
 /* One window's verdict: the steps above, in order (see "Per window"). */
 SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy *self,
                                                             const struct sluice_window *w)
@@ -1084,9 +1138,17 @@ SLUICE_INLINE struct sluice_verdict sluice__discover_update(struct sluice_policy
     uint32_t level = w->saturated ? w->limit : w->max_in_flight;
     if (sluice__discover_unjudged(p, w, level, drained))
         return sluice__discover_unjudged_verdict(p, w);
+    uint32_t below;
+    if (sluice__discover_stuck(p, w, &below)) { /* its latency is the fast calls': not pooled */
+        p->slow_start = false;
+        p->probing = p->resume = p->steep = p->remeasure_left = 0;
+        p->est = below;
+        return sluice_verdict_make(below, SLUICE_CAUSE_LATENCY, below);
+    }
+    if (p->stuck)
+        return sluice__verdict_hold(w);
     struct sluice__discover_level *l = sluice__discover_pool_window(p, w, level);
     struct sluice_verdict v;
-    uint32_t below;
     if (sluice__discover_steep(p, w, level, &below)) { /* slow start grows from the probe */
         v = sluice__discover_remeasure(p, below, 0, true);
         p->steep = level;
