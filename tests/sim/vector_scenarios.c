@@ -144,7 +144,8 @@ static void expect_scenario(const char *name)
 /* Behind a client that retries inside its permit (Vector's placement), a deferred or dropped
  * call holds its permit through the retries and reports long after its window: the windows
  * see only the fast calls. Discovery stops where the completions explain too few of the
- * calls in flight (sluice__discover_stuck); without it, slow start ran to 170 on both. */
+ * calls in flight (sluice__discover_stuck); without it, slow start ran to 50 on the deferrals
+ * (Vector's range: at most 41) and to 170 on the drops. */
 Test(vector_scenarios, a_client_that_retries_inside_its_permit_is_not_grown_past_its_completions)
 {
     expect_scenario_in("defers-at-high-concurrency", VSIM_HOLD);
