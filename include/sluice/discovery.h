@@ -679,12 +679,18 @@ SLUICE_INLINE void sluice_discovery_count_lingering(struct sluice_discovery *d,
     d->lingering_src = src;
 }
 
+/* Of the calls in flight, those whose sample is already in (sluice_discovery_count_lingering). */
+SLUICE_INLINE uint32_t sluice__discovery_lingering(const struct sluice_discovery *d)
+{
+    return d->lingering_src ? atomic_load_explicit(d->lingering_src, SLUICE_RELAXED) : 0u;
+}
+
 /* Calls in flight that will still report a sample: in flight, less those lingering (read
  * after, so a release between the two reads counts a call too many, never too few). */
 SLUICE_INLINE uint32_t sluice__discovery_reporting(const struct sluice_discovery *d)
 {
     uint32_t n = sluice__discovery_in_flight(d);
-    uint32_t done = d->lingering_src ? atomic_load_explicit(d->lingering_src, SLUICE_RELAXED) : 0u;
+    uint32_t done = sluice__discovery_lingering(d);
     return n > done ? n - done : 0u;
 }
 
@@ -885,7 +891,7 @@ SLUICE_INLINE struct sluice_window sluice__discovery_take_locked(struct sluice_d
     /* "Reached the limit", with 1/8 slack: arrivals are bursty and the count
      * is read at each call's start, not continuously. */
     w.saturated = w.n_ok && w.max_in_flight >= w.limit - w.limit / 8;
-    w.lingering = d->lingering_src ? atomic_load_explicit(d->lingering_src, SLUICE_RELAXED) : 0u;
+    w.lingering = sluice__discovery_lingering(d);
     w.reporting = sluice__discovery_reporting(d);
     if (d->congested)
         w.probe_cap = d->bad > 1 ? d->bad - 1 : 1;
